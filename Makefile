@@ -1,0 +1,130 @@
+# Nebula — one Makefile for the whole tree.
+#
+#   make            build everything into build/ (binaries in build/bin/)
+#   make test       build and run every test (Criterion units, fuzz-corpus replay, tool checks)
+#   make bench      CPU kernel benchmarks (results appended to docs/BENCHMARKS.md)
+#   make fuzz       run each libFuzzer target for FUZZ_SECONDS (default 60) seconds
+#   make clean      remove build/
+#
+# Sources are discovered by folder: core/**.c form libnebula-core.a; each
+# tools/nebula-*/ folder is one binary; tests/core/test_*.c are Criterion
+# suites; tests/fuzz/fuzz_*.c are libFuzzer targets.  Files named *_avx2.c and
+# *_avx512.c get their ISA flags here and nowhere else (dispatch is at run time).
+
+BUILD   ?= build
+CC      ?= cc
+CLANG   ?= clang
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+JOBS    ?= 2
+FUZZ_SECONDS ?= 60
+
+OPT      ?= -O2
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -g $(OPT) -fopenmp -I. \
+               $(shell pkg-config --cflags libcjson 2>/dev/null)
+LDLIBS_BASE := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson) -lm -lpthread -fopenmp
+
+AVX2_FLAGS   := -mavx2 -mfma -mf16c
+AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mavx2 -mfma -mf16c
+
+CORE_SRCS := $(shell find core -name '*.c' | sort)
+CORE_OBJS := $(CORE_SRCS:%.c=$(BUILD)/obj/%.o)
+CORE_LIB  := $(BUILD)/lib/libnebula-core.a
+
+TOOL_DIRS := $(patsubst %/,%,$(wildcard tools/nebula-*/))
+TOOL_BINS := $(TOOL_DIRS:tools/%=$(BUILD)/bin/%)
+
+TEST_SRCS := $(shell find tests/core -name 'test_*.c' 2>/dev/null | sort)
+TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+TEST_HELPERS := $(wildcard tests/common/*.c)
+
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined \
+               -fno-sanitize-recover=undefined $(shell pkg-config --cflags libcjson 2>/dev/null)
+# The fuzzed parsers do not need the SIMD kernels; the whole core is built with
+# sanitizers except the ISA files, which clang builds with their flags too.
+
+CU_SRCS := $(shell find gpu-worker/cuda -name '*.cu' 2>/dev/null | sort)
+CU_OBJS := $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
+NVCC_FLAGS ?= -O2 -std=c++17 -I. -gencode arch=compute_86,code=sm_86 -gencode arch=compute_89,code=sm_89 \
+              -gencode arch=compute_90,code=sm_90
+
+.PHONY: all test bench fuzz clean cuda unit fuzz-replay tool-tests
+all: $(CORE_LIB) $(TOOL_BINS) cuda
+
+$(BUILD)/obj/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(AVX2_FLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(AVX512_FLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -MMD -MP -c $< -o $@
+
+$(CORE_LIB): $(CORE_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+# One binary per tools/nebula-NAME/ folder.
+.SECONDEXPANSION:
+$(BUILD)/bin/%: $$(patsubst %.c,$(BUILD)/obj/%.o,$$(wildcard tools/$$*/*.c)) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(filter %.o,$^) $(CORE_LIB) $(LDLIBS_BASE) -o $@
+
+$(BUILD)/tests/%: tests/%.c $(TEST_HELPERS) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(TEST_HELPERS) $(CORE_LIB) $(LDLIBS_BASE) -lcriterion -o $@
+
+cuda:
+ifeq ($(strip $(NVCC)),)
+	@echo "nvcc not found: skipping CUDA objects ($(words $(CU_SRCS)) sources)"
+else ifeq ($(strip $(CU_SRCS)),)
+	@echo "no CUDA sources yet"
+else
+	@$(MAKE) --no-print-directory $(CU_OBJS)
+endif
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+# ---- tests ----
+test: all $(TEST_BINS) $(FUZZ_BINS)
+	@bash tests/run-tests.sh $(BUILD)
+
+unit: $(TEST_BINS)
+	@for t in $(TEST_BINS); do echo "== $$t"; $$t || exit 1; done
+
+# ---- fuzzing ----
+FUZZ_CORE_OBJS := $(CORE_SRCS:%.c=$(BUILD)/fuzz-obj/%.o)
+
+$(BUILD)/fuzz-obj/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CLANG) $(FUZZ_CFLAGS:-fsanitize=fuzzer,%=-fsanitize=%) -fsanitize=fuzzer-no-link $(AVX2_FLAGS) -c $< -o $@
+
+$(BUILD)/fuzz-obj/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CLANG) $(FUZZ_CFLAGS:-fsanitize=fuzzer,%=-fsanitize=%) -fsanitize=fuzzer-no-link $(AVX512_FLAGS) -c $< -o $@
+
+$(BUILD)/fuzz-obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CLANG) $(FUZZ_CFLAGS:-fsanitize=fuzzer,%=-fsanitize=%) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_CORE_OBJS)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(FUZZ_CFLAGS) $< $(FUZZ_CORE_OBJS) $(LDLIBS_BASE:-fopenmp=) -o $@
+
+fuzz: $(FUZZ_BINS)
+	@bash tests/fuzz/run-fuzz.sh $(BUILD) $(FUZZ_SECONDS)
+
+# ---- benchmarks ----
+bench: all
+	@bash tools/bench/run-bench.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
