@@ -1,0 +1,161 @@
+/* quant.c — the type-traits table and run-time kernel selection.
+ *
+ * One row per format (see quant.h).  Sizes are ggml's; the function pointers
+ * are filled by quant_init() from the reference and SIMD kernel files. */
+#include "core/quant/quant.h"
+
+#include <math.h>
+#include <string.h>
+#include <strings.h>
+
+static struct quant_traits traits[QT_COUNT] = {
+    [QT_F32] = {"f32", QT_F32, 1, 4, false, NULL, NULL, NULL, QT_F32},
+    [QT_F16] = {"f16", QT_F16, 1, 2, false, NULL, NULL, NULL, QT_F32},
+    [QT_BF16] = {"bf16", QT_BF16, 1, 2, false, NULL, NULL, NULL, QT_F32},
+    [QT_F64] = {"f64", QT_F64, 1, 8, false, NULL, NULL, NULL, QT_F64},
+    [QT_I8] = {"i8", QT_I8, 1, 1, false, NULL, NULL, NULL, QT_I8},
+    [QT_I16] = {"i16", QT_I16, 1, 2, false, NULL, NULL, NULL, QT_I16},
+    [QT_I32] = {"i32", QT_I32, 1, 4, false, NULL, NULL, NULL, QT_I32},
+    [QT_I64] = {"i64", QT_I64, 1, 8, false, NULL, NULL, NULL, QT_I64},
+    [QT_Q4_0] = {"q4_0", QT_Q4_0, 32, 18, true, NULL, NULL, NULL, QT_Q8_0},
+    [QT_Q4_1] = {"q4_1", QT_Q4_1, 32, 20, true, NULL, NULL, NULL, QT_Q8_1},
+    [QT_Q5_0] = {"q5_0", QT_Q5_0, 32, 22, true, NULL, NULL, NULL, QT_Q8_0},
+    [QT_Q5_1] = {"q5_1", QT_Q5_1, 32, 24, true, NULL, NULL, NULL, QT_Q8_1},
+    [QT_Q8_0] = {"q8_0", QT_Q8_0, 32, 34, true, NULL, NULL, NULL, QT_Q8_0},
+    [QT_Q8_1] = {"q8_1", QT_Q8_1, 32, 36, true, NULL, NULL, NULL, QT_Q8_1},
+    [QT_Q2_K] = {"q2_K", QT_Q2_K, 256, 84, true, NULL, NULL, NULL, QT_Q8_K},
+    [QT_Q3_K] = {"q3_K", QT_Q3_K, 256, 110, true, NULL, NULL, NULL, QT_Q8_K},
+    [QT_Q4_K] = {"q4_K", QT_Q4_K, 256, 144, true, NULL, NULL, NULL, QT_Q8_K},
+    [QT_Q5_K] = {"q5_K", QT_Q5_K, 256, 176, true, NULL, NULL, NULL, QT_Q8_K},
+    [QT_Q6_K] = {"q6_K", QT_Q6_K, 256, 210, true, NULL, NULL, NULL, QT_Q8_K},
+    [QT_Q8_K] = {"q8_K", QT_Q8_K, 256, 292, true, NULL, NULL, NULL, QT_Q8_K},
+    [QT_IQ4_NL] = {"iq4_nl", QT_IQ4_NL, 32, 18, true, NULL, NULL, NULL, QT_Q8_0},
+    [QT_IQ4_XS] = {"iq4_xs", QT_IQ4_XS, 256, 136, true, NULL, NULL, NULL, QT_Q8_K},
+};
+
+static enum quant_isa active_isa = QUANT_ISA_SCALAR;
+static int initialised;
+
+bool quant_isa_supported(enum quant_isa isa)
+{
+    __builtin_cpu_init();
+    switch (isa) {
+    case QUANT_ISA_SCALAR: return true;
+    case QUANT_ISA_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case QUANT_ISA_AVX512:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    default: return false;
+    }
+}
+
+enum quant_isa quant_init(void)
+{
+    if (__atomic_load_n(&initialised, __ATOMIC_ACQUIRE)) return active_isa;
+    /* Kernel wiring is added with the kernels. */
+    active_isa = QUANT_ISA_SCALAR;
+    __atomic_store_n(&initialised, 1, __ATOMIC_RELEASE);
+    return active_isa;
+}
+
+enum quant_isa quant_isa_active(void) { return quant_init(); }
+
+const char *quant_isa_name(enum quant_isa isa)
+{
+    switch (isa) {
+    case QUANT_ISA_SCALAR: return "scalar";
+    case QUANT_ISA_AVX2: return "avx2";
+    case QUANT_ISA_AVX512: return "avx512-vnni";
+    default: return "?";
+    }
+}
+
+const struct quant_traits *quant_traits_of(enum quant_type t)
+{
+    if ((unsigned)t >= QT_COUNT || traits[t].name == NULL) return NULL;
+    quant_init();
+    return &traits[t];
+}
+
+quant_vec_dot_fn quant_vec_dot_isa(enum quant_type t, enum quant_isa isa) { return NULL; }
+
+int quant_type_from_name(const char *name)
+{
+    for (int t = 0; t < QT_COUNT; t++)
+        if (traits[t].name && strcasecmp(traits[t].name, name) == 0) return t;
+    return -1;
+}
+
+const char *quant_type_name(enum quant_type t)
+{
+    if ((unsigned)t >= QT_COUNT || traits[t].name == NULL) return "?";
+    return traits[t].name;
+}
+
+size_t quant_row_size(enum quant_type t, int64_t n)
+{
+    if ((unsigned)t >= QT_COUNT || traits[t].name == NULL || n < 0) return 0;
+    if (n % traits[t].blck_size) return 0;
+    return (size_t)(n / traits[t].blck_size) * traits[t].type_size;
+}
+
+float quant_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: renormalise */
+            float f = ldexpf((float)man, -24);
+            memcpy(&bits, &f, 4);
+            bits |= sign;
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t quant_f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf or nan */
+        return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds to inf */
+    if (ax < 0x38800000u) { /* subnormal or zero in half: round to nearest even */
+        float a;
+        memcpy(&a, &ax, 4);
+        float scaled = a * 16777216.0f; /* 2^24: units of the smallest subnormal */
+        uint32_t q = (uint32_t)nearbyintf(scaled);
+        return (uint16_t)(sign | q);
+    }
+    uint32_t mant = ax & 0x7fffff, e = (ax >> 23) - 112;
+    uint32_t h = (e << 10) | (mant >> 13);
+    uint32_t rem = mant & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++; /* carry into exponent is correct */
+    return (uint16_t)(sign | h);
+}
+
+float quant_bf16_to_f32(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t quant_f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 64); /* quiet nan */
+    return (uint16_t)((x + (0x7fff + ((x >> 16) & 1))) >> 16);
+}
