@@ -49,8 +49,12 @@ CU_OBJS := $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
 NVCC_FLAGS ?= -O2 -std=c++17 -I. -gencode arch=compute_86,code=sm_86 -gencode arch=compute_89,code=sm_89 \
               -gencode arch=compute_90,code=sm_90
 
-.PHONY: all test bench fuzz clean cuda unit fuzz-replay tool-tests
+.PHONY: all test test-build deps run bench fuzz clean cuda unit
 all: $(CORE_LIB) $(TOOL_BINS) cuda
+
+# Installs missing Debian packages (a no-op when all are present).
+deps:
+	@bash deploy/install-deps.sh
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
@@ -92,8 +96,15 @@ $(BUILD)/obj/%.o: %.cu
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
 # ---- tests ----
-test: all $(TEST_BINS) $(FUZZ_BINS)
+test: deps
+	@$(MAKE) --no-print-directory test-build
 	@bash tests/run-tests.sh $(BUILD)
+
+test-build: all $(TEST_BINS) $(FUZZ_BINS)
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@bash deploy/run.sh $(BUILD) $(MODEL)
 
 unit: $(TEST_BINS)
 	@for t in $(TEST_BINS); do echo "== $$t"; $$t || exit 1; done

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# install-deps.sh — installs the Debian packages Nebula needs, and only those missing.
+#
+#   deploy/install-deps.sh           install what is missing (root, or sudo)
+#   deploy/install-deps.sh --check   list what is missing; exit 1 if anything is
+#
+# Idempotent: when everything is present it prints one line and does nothing.
+# Each package is listed with the reason Nebula needs it.
+set -euo pipefail
+
+# package            why
+PACKAGES=(
+  "build-essential   C compiler, make (builds everything)"
+  "pkg-config        finds library flags at build time"
+  "git               the build stamps binaries and benchmark rows with the commit"
+  "clang             libFuzzer targets (make fuzz) and the fuzz-corpus replay in make test"
+  "libclang-rt-dev   libFuzzer and sanitizer runtimes for clang"
+  "libcjson-dev      JSON parsing: safetensors headers, config.json, index.json"
+  "libcriterion-dev  C unit tests (make test)"
+  "libutf8proc-dev   Unicode categories for the tokenizer's pre-split"
+  "python3           small build/test scripts (standard library only)"
+)
+
+check_only=0
+case "${1:-}" in
+  --check) check_only=1 ;;
+  -h|--help) sed -n "2,8p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  "") ;;
+  *) echo "install-deps.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
+esac
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+  echo "install-deps.sh: this script supports Debian/Ubuntu (dpkg/apt) only." >&2
+  exit 1
+fi
+
+missing=()
+for row in "${PACKAGES[@]}"; do
+  pkg=${row%% *}
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$row")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: missing packages:"
+for row in "${missing[@]}"; do echo "  $row"; done
+[ "$check_only" -eq 1 ] && exit 1
+
+SUDO=
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO=sudo
+  else echo "install-deps: need root or sudo to install them." >&2; exit 1; fi
+fi
+
+names=()
+for row in "${missing[@]}"; do names+=("${row%% *}"); done
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${names[@]}"
+echo "install-deps: installed ${names[*]}"
