@@ -40,6 +40,14 @@ enum gguf_vtype {
 };
 
 const char *gguf_vtype_name(enum gguf_vtype t); /* "u32", "str", "arr", ... */
+/* Bytes of one element of a numeric/bool type; 0 for str, arr and unknown types. */
+size_t gguf_vtype_size(enum gguf_vtype t);
+
+/* Byte size of a tensor of that type and shape (ne[0] fastest), checking what
+ * the reader and writer both require: a known type, 1..GGUF_MAX_DIMS dims,
+ * every ne > 0, ne[0] a multiple of the block size, no overflow.  Returns 0
+ * or NB_EFORMAT/NB_ENOTSUP with err naming the fault. */
+int gguf_tensor_nbytes(uint32_t type, int n_dims, const int64_t *ne, uint64_t *nbytes, char *err, size_t errlen);
 
 /* ---------- reader ---------- */
 
@@ -110,6 +118,9 @@ void gguf_writer_free(gguf_writer *w);
 
 /* Key/values, in the order they are added; a key may be set only once. */
 int gguf_w_set_u8(gguf_writer *w, const char *key, uint8_t v);
+int gguf_w_set_i8(gguf_writer *w, const char *key, int8_t v);
+int gguf_w_set_i16(gguf_writer *w, const char *key, int16_t v);
+int gguf_w_set_f64(gguf_writer *w, const char *key, double v);
 int gguf_w_set_u16(gguf_writer *w, const char *key, uint16_t v);
 int gguf_w_set_u32(gguf_writer *w, const char *key, uint32_t v);
 int gguf_w_set_i32(gguf_writer *w, const char *key, int32_t v);
