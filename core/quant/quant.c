@@ -1,10 +1,14 @@
 /* quant.c — the type-traits table and run-time kernel selection.
  *
  * One row per format (see quant.h).  Sizes are ggml's; the function pointers
- * are filled by quant_init() from the reference and SIMD kernel files. */
+ * are filled once by quant_init() from the per-file kernel tables: decoders
+ * and quantizers from the scalar reference (quant_ref*.c), each dot from the
+ * best ISA file that has one for the type and that this CPU runs. */
 #include "core/quant/quant.h"
+#include "core/quant/quant_impl.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 #include <strings.h>
 
@@ -34,27 +38,53 @@ static struct quant_traits traits[QT_COUNT] = {
 };
 
 static enum quant_isa active_isa = QUANT_ISA_SCALAR;
-static int initialised;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+/* Dot kernels per ISA, best last. */
+static const quant_vec_dot_fn *const isa_dots[QUANT_ISA_COUNT] = {
+    [QUANT_ISA_SCALAR] = quant_ref_vec_dot,
+    [QUANT_ISA_AVX2] = quant_avx2_vec_dot,
+    [QUANT_ISA_AVX512] = quant_avx512_vec_dot,
+};
 
 bool quant_isa_supported(enum quant_isa isa)
 {
     __builtin_cpu_init();
     switch (isa) {
     case QUANT_ISA_SCALAR: return true;
-    case QUANT_ISA_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    /* Every flag the Makefile gives the file: the compiler may use any of them. */
+    case QUANT_ISA_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     case QUANT_ISA_AVX512:
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+        return quant_isa_supported(QUANT_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
+               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni") &&
+               __builtin_cpu_supports("avx512bf16");
     default: return false;
+    }
+}
+
+static void init_kernels(void)
+{
+    for (int isa = QUANT_ISA_COUNT - 1; isa > QUANT_ISA_SCALAR; isa--) {
+        if (quant_isa_supported((enum quant_isa)isa)) {
+            active_isa = (enum quant_isa)isa;
+            break;
+        }
+    }
+    for (int t = 0; t < QT_COUNT; t++) {
+        if (traits[t].name == NULL) continue;
+        traits[t].to_float = quant_ref_to_float[t];
+        traits[t].from_float = quant_ref_from_float[t];
+        /* A type may lack a kernel in the best ISA: fall back one at a time. */
+        for (int isa = active_isa; isa >= QUANT_ISA_SCALAR && traits[t].vec_dot == NULL; isa--)
+            if (quant_isa_supported((enum quant_isa)isa)) traits[t].vec_dot = isa_dots[isa][t];
     }
 }
 
 enum quant_isa quant_init(void)
 {
-    if (__atomic_load_n(&initialised, __ATOMIC_ACQUIRE)) return active_isa;
-    /* Kernel wiring is added with the kernels. */
-    active_isa = QUANT_ISA_SCALAR;
-    __atomic_store_n(&initialised, 1, __ATOMIC_RELEASE);
+    pthread_once(&init_once, init_kernels);
     return active_isa;
 }
 
@@ -77,7 +107,11 @@ const struct quant_traits *quant_traits_of(enum quant_type t)
     return &traits[t];
 }
 
-quant_vec_dot_fn quant_vec_dot_isa(enum quant_type t, enum quant_isa isa) { return NULL; }
+quant_vec_dot_fn quant_vec_dot_isa(enum quant_type t, enum quant_isa isa)
+{
+    if ((unsigned)t >= QT_COUNT || (unsigned)isa >= QUANT_ISA_COUNT || !quant_isa_supported(isa)) return NULL;
+    return isa_dots[isa][t];
+}
 
 int quant_type_from_name(const char *name)
 {
@@ -99,27 +133,7 @@ size_t quant_row_size(enum quant_type t, int64_t n)
     return (size_t)(n / traits[t].blck_size) * traits[t].type_size;
 }
 
-float quant_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: renormalise */
-            float f = ldexpf((float)man, -24);
-            memcpy(&bits, &f, 4);
-            bits |= sign;
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 112) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
+float quant_f16_to_f32(uint16_t h) { return quant_half_to_float(h); }
 
 uint16_t quant_f32_to_f16(float f)
 {

@@ -1,0 +1,313 @@
+/* quant_avx2.c — AVX2 dot kernels (the Makefile adds -mavx2 -mfma -mf16c).
+ *
+ * The one instruction everything rests on is _mm256_maddubs_epi16: unsigned
+ * bytes times signed bytes, adjacent pairs summed into int16.  Weight codes
+ * are made to fit its unsigned side in one of two ways:
+ *   - codes that are unsigned already (the 4/5/6-bit codes of Q5_1 and the
+ *     K-quants) go in as they are; their bias or min is taken off afterwards
+ *     with the Q8_K bsums;
+ *   - signed values (Q4_0/Q5_0 after removing their bias, Q8_0, IQ4 table
+ *     values) go in as |w| while w's sign moves onto the activation byte.
+ *     That is exact because activation codes are never -128 (the Q8
+ *     quantizers stay in [-127, 127]).
+ * No pair can saturate int16: the largest is 2 * 128 * 127.  Pairs then become
+ * int32 through _mm256_madd_epi16, against ones or against the sub-block
+ * scales, so a block's integer dot is exact, as in the reference; only the
+ * per-block float scales round, accumulated with FMA in 8 lanes. */
+#include "core/quant/quant_impl.h"
+
+#include <immintrin.h>
+
+static inline float half(uint16_t h) { return _cvtsh_ss(h); }
+
+static inline float hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* 16 bytes of nibbles as 32 bytes: low nibbles first, then high nibbles,
+ * which is the value order of every 32-value nibble group. */
+static inline __m256i nibbles32(const uint8_t *qs)
+{
+    __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(15));
+}
+
+/* Byte j = 0x10 where bit j of the 32-bit field is set (the fifth bits). */
+static inline __m256i bit4_from_bits(uint32_t bits)
+{
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits),
+                                    _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(16));
+}
+
+/* Byte j = 0x10 where byte j of v has the bit `mask`. */
+static inline __m256i bit4_where(__m256i v, int mask)
+{
+    __m256i m = _mm256_set1_epi8((char)mask);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, m), m), _mm256_set1_epi8(16));
+}
+
+/* 8 int32 lanes, each Σ u·s over 4 bytes, weighted by the int16 scale of its
+ * lane (pass ones for a plain dot). */
+static inline __m256i dot_u8s8(__m256i u, __m256i s, __m256i scale16)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale16);
+}
+
+/* The same for signed w: |w| against the activation with w's sign. */
+static inline __m256i dot_s8s8(__m256i w, __m256i a, __m256i scale16)
+{
+    return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w), scale16);
+}
+
+#define ONES16 _mm256_set1_epi16(1)
+
+/* ---- plain floats against fp32 activations ---- */
+
+/* Load 8 values of each format as 8 fp32 lanes. */
+static inline __m256 load8_f32(const void *p, int64_t i) { return _mm256_loadu_ps((const float *)p + i); }
+static inline __m256 load8_f16(const void *p, int64_t i)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
+}
+static inline __m256 load8_bf16(const void *p, int64_t i)
+{
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static inline float load1_f32(const void *p, int64_t i) { return ((const float *)p)[i]; }
+static inline float load1_f16(const void *p, int64_t i) { return half(((const uint16_t *)p)[i]); }
+static inline float load1_bf16(const void *p, int64_t i) { return quant_bf16_to_f32(((const uint16_t *)p)[i]); }
+
+/* Four accumulators hide the FMA latency; the tail (n % 8) is scalar.  Always
+ * inlined, so the loaders are constants and each caller is one tight loop. */
+static inline __attribute__((always_inline)) float float_dot(int64_t n, const void *x, const float *y,
+                                                             __m256 (*load8)(const void *, int64_t),
+                                                             float (*load1)(const void *, int64_t))
+{
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; k++)
+            acc[k] = _mm256_fmadd_ps(load8(x, i + 8 * k), _mm256_loadu_ps(y + i + 8 * k), acc[k]);
+    for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load8(x, i), _mm256_loadu_ps(y + i), acc[0]);
+    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; i++) sum += load1(x, i) * y[i];
+    return sum;
+}
+
+static void dot_f32(int64_t n, float *s, const void *x, const void *y) { *s = float_dot(n, x, y, load8_f32, load1_f32); }
+static void dot_f16(int64_t n, float *s, const void *x, const void *y) { *s = float_dot(n, x, y, load8_f16, load1_f16); }
+static void dot_bf16(int64_t n, float *s, const void *x, const void *y) { *s = float_dot(n, x, y, load8_bf16, load1_bf16); }
+
+/* ---- 32-value formats ---- */
+
+static void dot_q4_0(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q4_0 *x = vx;
+    const block_q8_0 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_SMALL; i++) {
+        __m256i w = _mm256_sub_epi8(nibbles32(x[i].qs), _mm256_set1_epi8(8));
+        __m256i sumi = dot_s8s8(w, load256(y[i].qs), ONES16);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(half(x[i].d) * half(y[i].d)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+static void dot_q5_0(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q5_0 *x = vx;
+    const block_q8_0 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_SMALL; i++) {
+        uint32_t qh;
+        memcpy(&qh, x[i].qh, 4);
+        __m256i q = _mm256_or_si256(nibbles32(x[i].qs), bit4_from_bits(qh));
+        __m256i sumi = dot_s8s8(_mm256_sub_epi8(q, _mm256_set1_epi8(16)), load256(y[i].qs), ONES16);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(half(x[i].d) * half(y[i].d)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+/* Value d*q + m: the min multiplies Σy, taken from the codes (not `s`). */
+static void dot_q5_1(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q5_1 *x = vx;
+    const block_q8_1 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_SMALL; i++) {
+        uint32_t qh;
+        memcpy(&qh, x[i].qh, 4);
+        __m256i q = _mm256_or_si256(nibbles32(x[i].qs), bit4_from_bits(qh)), a = load256(y[i].qs);
+        __m256i sumi = dot_u8s8(q, a, ONES16), sumy = dot_u8s8(_mm256_set1_epi8(1), a, ONES16);
+        float dy = half(y[i].d);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(half(x[i].d) * dy), acc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumy), _mm256_set1_ps(half(x[i].m) * dy), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+static void dot_q8_0(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q8_0 *x = vx, *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_SMALL; i++) {
+        __m256i sumi = dot_s8s8(load256(x[i].qs), load256(y[i].qs), ONES16);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(half(x[i].d) * half(y[i].d)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+/* The IQ4 table in both 128-bit lanes, for _mm256_shuffle_epi8 lookups. */
+static inline __m256i iq4_table(void)
+{
+    __m128i t = _mm_loadu_si128((const __m128i *)quant_iq4nl_values);
+    return _mm256_set_m128i(t, t);
+}
+
+static void dot_iq4_nl(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_iq4_nl *x = vx;
+    const block_q8_0 *y = vy;
+    const __m256i table = iq4_table();
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_SMALL; i++) {
+        __m256i w = _mm256_shuffle_epi8(table, nibbles32(x[i].qs));
+        __m256i sumi = dot_s8s8(w, load256(y[i].qs), ONES16);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(half(x[i].d) * half(y[i].d)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+/* ---- 256-value formats against Q8_K ---- */
+
+/* Q4_K/Q5_K: chunk c of 32 bytes gives sub-blocks 2c (low nibbles) and 2c+1
+ * (high nibbles); hbits adds Q5_K's fifth bits (zero for Q4_K).  Returns
+ * Σ_j sc_j·Σ q·y as int32 lanes. */
+static inline __m256i kq_chunk(const uint8_t *qs, __m256i hb_lo, __m256i hb_hi, const int8_t *a,
+                               int sc_lo, int sc_hi)
+{
+    __m256i bytes = load256(qs), f = _mm256_set1_epi8(15);
+    __m256i lo = _mm256_or_si256(_mm256_and_si256(bytes, f), hb_lo);
+    __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), f), hb_hi);
+    return _mm256_add_epi32(dot_u8s8(lo, load256(a), _mm256_set1_epi16((short)sc_lo)),
+                            dot_u8s8(hi, load256(a + 32), _mm256_set1_epi16((short)sc_hi)));
+}
+
+/* Σ_j m_j · Σ y over sub-block j, from the bsums. */
+static inline int kq_mins(const uint8_t m[8], const int16_t bsums[16])
+{
+    int w[8];
+    for (int j = 0; j < 8; j++) w[j] = m[j];
+    return quant_bsums32_dot(w, bsums);
+}
+
+static void dot_q4_K(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q4_K *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i zero = _mm256_setzero_si256();
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], m[8];
+        quant_kscale_unpack_all(x[i].scales, sc, m);
+        __m256i sumi = zero;
+        for (int c = 0; c < 4; c++)
+            sumi = _mm256_add_epi32(sumi, kq_chunk(x[i].qs + 32 * c, zero, zero, y[i].qs + 64 * c, sc[2 * c], sc[2 * c + 1]));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * half(x[i].d)), acc);
+        mins += y[i].d * half(x[i].dmin) * (float)kq_mins(m, y[i].bsums);
+    }
+    *s = hsum_ps(acc) - mins;
+}
+
+static void dot_q5_K(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q5_K *x = vx;
+    const block_q8_K *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], m[8];
+        quant_kscale_unpack_all(x[i].scales, sc, m);
+        __m256i qh = load256(x[i].qh), sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i hb_lo = bit4_where(qh, 1 << (2 * c)), hb_hi = bit4_where(qh, 2 << (2 * c));
+            sumi = _mm256_add_epi32(sumi, kq_chunk(x[i].qs + 32 * c, hb_lo, hb_hi, y[i].qs + 64 * c, sc[2 * c], sc[2 * c + 1]));
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * half(x[i].d)), acc);
+        mins += y[i].d * half(x[i].dmin) * (float)kq_mins(m, y[i].bsums);
+    }
+    *s = hsum_ps(acc) - mins;
+}
+
+/* Two bits of qh at `shift`, moved to bits 4..5 of each byte. */
+static inline __m256i q6_high(__m256i qh, int shift)
+{
+    return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), _mm256_set1_epi8(3)), 4);
+}
+
+/* Q6_K: the unsigned 6-bit codes go in as they are; the -32 bias comes off
+ * at the end as 32·Σ sc_j·bsums_j.  A 32-byte quarter holds two 16-value
+ * sub-blocks, one per 128-bit lane, hence a two-valued scale vector. */
+static void dot_q6_K(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q6_K *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i f = _mm256_set1_epi8(15);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i ql0 = load256(x[i].ql + 64 * h), ql1 = load256(x[i].ql + 64 * h + 32);
+            __m256i qh = load256(x[i].qh + 32 * h);
+            __m256i q[4] = {
+                _mm256_or_si256(_mm256_and_si256(ql0, f), q6_high(qh, 0)),
+                _mm256_or_si256(_mm256_and_si256(ql1, f), q6_high(qh, 2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), f), q6_high(qh, 4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), f), q6_high(qh, 6)),
+            };
+            for (int k = 0; k < 4; k++) {
+                const int8_t *sc = x[i].scales + 8 * h + 2 * k;
+                __m256i scale = _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
+                sumi = _mm256_add_epi32(sumi, dot_u8s8(q[k], load256(y[i].qs + 128 * h + 32 * k), scale));
+            }
+        }
+        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * quant_bsums16_dot(x[i].scales, y[i].bsums), 0, 0, 0, 0, 0, 0, 0));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * half(x[i].d)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+static void dot_iq4_xs(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_iq4_xs *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i table = iq4_table();
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            int ls = ((x[i].scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((x[i].scales_h >> (2 * j)) & 3) << 4;
+            __m256i w = _mm256_shuffle_epi8(table, nibbles32(x[i].qs + 16 * j));
+            sumi = _mm256_add_epi32(sumi, dot_s8s8(w, load256(y[i].qs + 32 * j), _mm256_set1_epi16((short)(ls - 32))));
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * half(x[i].d)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+const quant_vec_dot_fn quant_avx2_vec_dot[QT_COUNT] = {
+    [QT_F32] = dot_f32,       [QT_F16] = dot_f16,       [QT_BF16] = dot_bf16,   [QT_Q4_0] = dot_q4_0,
+    [QT_Q5_0] = dot_q5_0,     [QT_Q5_1] = dot_q5_1,     [QT_Q8_0] = dot_q8_0,   [QT_Q4_K] = dot_q4_K,
+    [QT_Q5_K] = dot_q5_K,     [QT_Q6_K] = dot_q6_K,     [QT_IQ4_NL] = dot_iq4_nl, [QT_IQ4_XS] = dot_iq4_xs,
+};

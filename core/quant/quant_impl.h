@@ -1,0 +1,145 @@
+/* quant_impl.h — what the files of core/quant/ share and nobody else sees.
+ *
+ * The block structs are ggml's byte layouts written out as C structs (no
+ * padding: every member is a byte array or a naturally aligned 16/32-bit
+ * field, and the static asserts pin the sizes), so a pointer into a mapped
+ * GGUF tensor can be read as an array of them.  Each kernel file exports one
+ * table per role, indexed by type number; quant.c picks from them once.
+ *
+ * Value of an element, as ggml decodes it (d, dmin, m: fp16 unless noted):
+ *   Q4_0   d * (nib - 8)                 Q5_0  d * (nib | hbit<<4) - 16*d
+ *   Q5_1   d * q5 + m                    Q8_0  d * q
+ *   Q4_K   d*sc[j] * nib - dmin*m[j]     Q5_K  same with 5-bit q, j = 32-value sub-block
+ *   Q6_K   d*sc[j] * (q6 - 32), j = 16-value sub-block, sc int8
+ *   IQ4_NL d * T[nib]                    IQ4_XS d*(ls[j]-32) * T[nib], j = 32-value sub-block
+ *   Q8_1   d * q (s = d * sum q)         Q8_K  d * q (d is fp32; bsums = sums of 16 q)
+ * where T is the 16-entry non-linear table quant_iq4nl_values. */
+#ifndef NB_QUANT_IMPL_H
+#define NB_QUANT_IMPL_H
+
+#include "core/quant/quant.h"
+
+#include <string.h>
+
+#define QK_SMALL 32 /* values per block of the 32-value formats */
+#define QK_K 256    /* values per super-block of the K-quants and IQ4_XS */
+
+typedef struct { uint16_t d; uint8_t qs[16]; } block_q4_0;
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } block_q5_0;
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } block_q5_1;
+typedef struct { uint16_t d; int8_t qs[32]; } block_q8_0;
+typedef struct { uint16_t d, s; int8_t qs[32]; } block_q8_1;
+typedef struct { uint16_t d; uint8_t qs[16]; } block_iq4_nl;
+
+/* Q4_K / Q5_K: 8 sub-blocks of 32.  scales[12] holds eight 6-bit scales and
+ * eight 6-bit mins (see quant_kscale_unpack).  qs: 4 chunks of 32 bytes; the
+ * low nibbles of chunk c are values 64c..64c+31, the high nibbles 64c+32..+63.
+ * Q5_K's fifth bit of value 64c+l is bit 2c of qh[l], of value 64c+32+l bit 2c+1. */
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } block_q4_K;
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } block_q5_K;
+/* Q6_K: two halves of 128 values; half h uses ql[64h..], qh[32h..]:
+ *   value l    = ql[l]    & 15 | (qh[l] >> 0 & 3) << 4     (l < 32)
+ *   value l+32 = ql[l+32] & 15 | (qh[l] >> 2 & 3) << 4
+ *   value l+64 = ql[l]    >> 4 | (qh[l] >> 4 & 3) << 4
+ *   value l+96 = ql[l+32] >> 4 | (qh[l] >> 6 & 3) << 4
+ * and scales[i] applies to values 16i..16i+15. */
+typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } block_q6_K;
+/* IQ4_XS: the 6-bit scale of sub-block j is (scales_l[j/2] >> 4*(j%2) & 15) |
+ * (scales_h >> 2j & 3) << 4, biased by 32.  qs: 16 bytes per sub-block, low
+ * nibbles values 0..15, high nibbles 16..31 (as IQ4_NL). */
+typedef struct { uint16_t d; uint16_t scales_h; uint8_t scales_l[4]; uint8_t qs[128]; } block_iq4_xs;
+typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } block_q8_K;
+
+_Static_assert(sizeof(block_q4_0) == 18, "q4_0 layout");
+_Static_assert(sizeof(block_q5_0) == 22, "q5_0 layout");
+_Static_assert(sizeof(block_q5_1) == 24, "q5_1 layout");
+_Static_assert(sizeof(block_q8_0) == 34, "q8_0 layout");
+_Static_assert(sizeof(block_q8_1) == 36, "q8_1 layout");
+_Static_assert(sizeof(block_iq4_nl) == 18, "iq4_nl layout");
+_Static_assert(sizeof(block_q4_K) == 144, "q4_K layout");
+_Static_assert(sizeof(block_q5_K) == 176, "q5_K layout");
+_Static_assert(sizeof(block_q6_K) == 210, "q6_K layout");
+_Static_assert(sizeof(block_iq4_xs) == 136, "iq4_xs layout");
+_Static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
+
+/* The IQ4_NL / IQ4_XS levels (ggml's kvalues_iq4nl): denser near zero, where
+ * most weights are.  Sorted, so nearest-level search can bisect. */
+extern const int8_t quant_iq4nl_values[16];
+
+/* fp16 -> fp32, exact.  Inline because scalar decoders call it per block. */
+static inline float quant_half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, bits;
+    uint32_t exp = h & 0x7c00, man = h & 0x3ff;
+    if (exp == 0x7c00) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp == 0) { /* zero or subnormal: man * 2^-24 is exact in fp32 */
+        float f = (float)man * 0x1p-24f;
+        memcpy(&bits, &f, 4);
+        bits |= sign;
+    } else { /* rebias the exponent from 15 to 127 */
+        bits = sign | (((uint32_t)(h & 0x7fff) << 13) + (112u << 23));
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block.  Bytes
+ * 0..3 hold scales 0..3 in their low 6 bits, bytes 4..7 mins 0..3; bytes 8..11
+ * hold scale j (low nibble) and min j (high nibble) of sub-blocks 4..7, whose
+ * top two bits sit in the spare top bits of bytes j-4 (scale) and j (min). */
+static inline void quant_kscale_unpack(const uint8_t s[12], int j, uint8_t *sc, uint8_t *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
+        *m = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+/* All eight scales and mins at once. */
+static inline void quant_kscale_unpack_all(const uint8_t s[12], uint8_t sc[8], uint8_t m[8])
+{
+    for (int j = 0; j < 8; j++) quant_kscale_unpack(s, j, &sc[j], &m[j]);
+}
+
+/* Σ_j w[j] · (Σ of the 32 activation codes of sub-block j), from the Q8_K
+ * bsums (sums of 16): how the K-quant dots fold in per-sub-block mins
+ * (Q4_K, Q5_K) or the bias of unsigned codes (IQ4_XS) without a second pass
+ * over the codes. */
+static inline int quant_bsums32_dot(const int w[8], const int16_t bsums[16])
+{
+    int sum = 0;
+    for (int j = 0; j < 8; j++) sum += w[j] * (bsums[2 * j] + bsums[2 * j + 1]);
+    return sum;
+}
+
+/* Σ_j sc[j] · bsums[j] over Q6_K's sixteen 16-value sub-blocks. */
+static inline int quant_bsums16_dot(const int8_t sc[16], const int16_t bsums[16])
+{
+    int sum = 0;
+    for (int j = 0; j < 16; j++) sum += sc[j] * bsums[j];
+    return sum;
+}
+
+/* Kernel tables, indexed by enum quant_type; NULL where a file has none. */
+extern const quant_to_float_fn quant_ref_to_float[QT_COUNT];
+extern const quant_from_float_fn quant_ref_from_float[QT_COUNT];
+extern const quant_vec_dot_fn quant_ref_vec_dot[QT_COUNT];
+extern const quant_vec_dot_fn quant_avx2_vec_dot[QT_COUNT];
+extern const quant_vec_dot_fn quant_avx512_vec_dot[QT_COUNT];
+
+/* Weight quantizers (quant_ref_encode.c), referenced by quant_ref.c's table. */
+void quant_encode_q4_0(const float *x, void *dst, int64_t n);
+void quant_encode_q5_0(const float *x, void *dst, int64_t n);
+void quant_encode_q5_1(const float *x, void *dst, int64_t n);
+void quant_encode_q4_K(const float *x, void *dst, int64_t n);
+void quant_encode_q5_K(const float *x, void *dst, int64_t n);
+void quant_encode_q6_K(const float *x, void *dst, int64_t n);
+void quant_encode_iq4_nl(const float *x, void *dst, int64_t n);
+void quant_encode_iq4_xs(const float *x, void *dst, int64_t n);
+
+#endif

@@ -1,0 +1,482 @@
+/* quant_ref.c — the scalar reference: decoders, activation quantizers, dots.
+ *
+ * Every SIMD kernel is tested against these functions, and these functions
+ * are written to read like the format description in quant_impl.h: one loop
+ * per block that forms each value's integer code, then applies the block's
+ * scales.  The decoders compute each value with the same float operations in
+ * the same order as ggml (e.g. Q4_K: (d*sc)*q - dmin*m), so a published file
+ * decodes to the same bits here.
+ *
+ * The dots follow one idea: inside a block everything is an integer
+ * (code × activation code), exact in int32; only the per-block scales are
+ * float.  So a dot differs from Σ decode(x)·decode(y) only by fp32 rounding
+ * of a few products per block.  Q5_1's dot uses Σq of the Q8_1 block computed
+ * from its codes, not the fp16 `s` field, for that reason (`s` is rounded).
+ *
+ * The weight quantizers live in quant_ref_encode.c. */
+#include "core/quant/quant_impl.h"
+
+#include <math.h>
+
+const int8_t quant_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                       1,    13,   25,  38,  53,  69,  89,  113};
+
+/* ---- plain floats ---- */
+
+static void f32_to_float(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
+static void f32_from_float(const float *src, void *dst, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
+
+static void f16_to_float(const void *src, float *dst, int64_t n)
+{
+    const uint16_t *h = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = quant_half_to_float(h[i]);
+}
+
+static void f16_from_float(const float *src, void *dst, int64_t n)
+{
+    uint16_t *h = dst;
+    for (int64_t i = 0; i < n; i++) h[i] = quant_f32_to_f16(src[i]);
+}
+
+static void bf16_to_float(const void *src, float *dst, int64_t n)
+{
+    const uint16_t *h = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = quant_bf16_to_f32(h[i]);
+}
+
+static void bf16_from_float(const float *src, void *dst, int64_t n)
+{
+    uint16_t *h = dst;
+    for (int64_t i = 0; i < n; i++) h[i] = quant_f32_to_bf16(src[i]);
+}
+
+/* The float dots accumulate in double: the reference should be the most
+ * accurate answer, not the fastest. */
+static void dot_f32(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const float *x = vx, *y = vy;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)x[i] * y[i];
+    *s = (float)sum;
+}
+
+static void dot_f16(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const uint16_t *x = vx;
+    const float *y = vy;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)quant_half_to_float(x[i]) * y[i];
+    *s = (float)sum;
+}
+
+static void dot_bf16(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const uint16_t *x = vx;
+    const float *y = vy;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)quant_bf16_to_f32(x[i]) * y[i];
+    *s = (float)sum;
+}
+
+/* ---- integer codes of the 32-value formats ---- */
+
+/* Code of value j (0..31) of a Q5 block: nibble j%16 of qs (low nibbles are
+ * the first half), fifth bit j of the little-endian 32-bit qh. */
+static inline int q5_code(const uint8_t qh[4], const uint8_t qs[16], int j)
+{
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    int nib = j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4);
+    return nib | (int)((h >> j) & 1) << 4;
+}
+
+static inline int nib_code(const uint8_t qs[16], int j) { return j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4); }
+
+/* ---- decoders of the 32-value formats ---- */
+
+static void q4_0_to_float(const void *src, float *y, int64_t n)
+{
+    const block_q4_0 *b = src;
+    for (int64_t i = 0; i < n / QK_SMALL; i++, y += QK_SMALL) {
+        float d = quant_half_to_float(b[i].d);
+        for (int j = 0; j < 32; j++) y[j] = (float)(nib_code(b[i].qs, j) - 8) * d;
+    }
+}
+
+static void q5_0_to_float(const void *src, float *y, int64_t n)
+{
+    const block_q5_0 *b = src;
+    for (int64_t i = 0; i < n / QK_SMALL; i++, y += QK_SMALL) {
+        float d = quant_half_to_float(b[i].d);
+        for (int j = 0; j < 32; j++) y[j] = (float)(q5_code(b[i].qh, b[i].qs, j) - 16) * d;
+    }
+}
+
+static void q5_1_to_float(const void *src, float *y, int64_t n)
+{
+    const block_q5_1 *b = src;
+    for (int64_t i = 0; i < n / QK_SMALL; i++, y += QK_SMALL) {
+        float d = quant_half_to_float(b[i].d), m = quant_half_to_float(b[i].m);
+        for (int j = 0; j < 32; j++) y[j] = (float)q5_code(b[i].qh, b[i].qs, j) * d + m;
+    }
+}
+
+static void q8_0_to_float(const void *src, float *y, int64_t n)
+{
+    const block_q8_0 *b = src;
+    for (int64_t i = 0; i < n / QK_SMALL; i++, y += QK_SMALL) {
+        float d = quant_half_to_float(b[i].d);
+        for (int j = 0; j < 32; j++) y[j] = (float)b[i].qs[j] * d;
+    }
+}
+
+static void q8_1_to_float(const void *src, float *y, int64_t n)
+{
+    const block_q8_1 *b = src;
+    for (int64_t i = 0; i < n / QK_SMALL; i++, y += QK_SMALL) {
+        float d = quant_half_to_float(b[i].d);
+        for (int j = 0; j < 32; j++) y[j] = (float)b[i].qs[j] * d;
+    }
+}
+
+static void iq4_nl_to_float(const void *src, float *y, int64_t n)
+{
+    const block_iq4_nl *b = src;
+    for (int64_t i = 0; i < n / QK_SMALL; i++, y += QK_SMALL) {
+        float d = quant_half_to_float(b[i].d);
+        for (int j = 0; j < 32; j++) y[j] = d * (float)quant_iq4nl_values[nib_code(b[i].qs, j)];
+    }
+}
+
+/* ---- decoders of the 256-value formats ---- */
+
+/* Code of value v (0..255) of a Q4_K/Q5_K block: see the struct comment. */
+static inline int qk_nib(const uint8_t qs[128], int v)
+{
+    uint8_t byte = qs[32 * (v / 64) + v % 32];
+    return (v % 64) < 32 ? (byte & 15) : (byte >> 4);
+}
+
+static inline int q5k_code(const block_q5_K *b, int v)
+{
+    int bit = 2 * (v / 64) + ((v % 64) >= 32);
+    return qk_nib(b->qs, v) | ((b->qh[v % 32] >> bit) & 1) << 4;
+}
+
+static inline int q6k_code(const block_q6_K *b, int v)
+{
+    int h = v / 128, r = v % 128, l = r % 32, quarter = r / 32;
+    uint8_t lo = b->ql[64 * h + l + 32 * (quarter & 1)];
+    int nib = quarter < 2 ? (lo & 15) : (lo >> 4);
+    return nib | ((b->qh[32 * h + l] >> (2 * quarter)) & 3) << 4;
+}
+
+static inline int iq4xs_scale(const block_iq4_xs *b, int j)
+{
+    int lo = (b->scales_l[j / 2] >> (4 * (j % 2))) & 15;
+    int hi = (b->scales_h >> (2 * j)) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+static void q4_K_to_float(const void *src, float *y, int64_t n)
+{
+    const block_q4_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
+        float d = quant_half_to_float(b[i].d), dmin = quant_half_to_float(b[i].dmin);
+        uint8_t sc[8], m[8];
+        quant_kscale_unpack_all(b[i].scales, sc, m);
+        for (int v = 0; v < QK_K; v++) {
+            float dl = d * sc[v / 32], ml = dmin * m[v / 32];
+            y[v] = dl * (float)qk_nib(b[i].qs, v) - ml;
+        }
+    }
+}
+
+static void q5_K_to_float(const void *src, float *y, int64_t n)
+{
+    const block_q5_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
+        float d = quant_half_to_float(b[i].d), dmin = quant_half_to_float(b[i].dmin);
+        uint8_t sc[8], m[8];
+        quant_kscale_unpack_all(b[i].scales, sc, m);
+        for (int v = 0; v < QK_K; v++) {
+            float dl = d * sc[v / 32], ml = dmin * m[v / 32];
+            y[v] = dl * (float)q5k_code(&b[i], v) - ml;
+        }
+    }
+}
+
+static void q6_K_to_float(const void *src, float *y, int64_t n)
+{
+    const block_q6_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
+        float d = quant_half_to_float(b[i].d);
+        for (int v = 0; v < QK_K; v++)
+            y[v] = d * (float)b[i].scales[v / 16] * (float)(q6k_code(&b[i], v) - 32);
+    }
+}
+
+static void iq4_xs_to_float(const void *src, float *y, int64_t n)
+{
+    const block_iq4_xs *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
+        float d = quant_half_to_float(b[i].d);
+        for (int j = 0; j < 8; j++) {
+            float dl = d * (float)iq4xs_scale(&b[i], j);
+            for (int k = 0; k < 32; k++)
+                y[32 * j + k] = dl * (float)quant_iq4nl_values[nib_code(b[i].qs + 16 * j, k)];
+        }
+    }
+}
+
+static void q8_K_to_float(const void *src, float *y, int64_t n)
+{
+    const block_q8_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K)
+        for (int v = 0; v < QK_K; v++) y[v] = b[i].d * (float)b[i].qs[v];
+}
+
+/* ---- activation quantizers ----
+ * Plain round-to-nearest from the block's absolute maximum, no search: they
+ * run on every activation row.  Codes stay in [-127, 127] (never -128), which
+ * the SIMD kernels rely on (they move signs between operands).  Q8_0/Q8_1
+ * divide by the fp16-rounded scale they store, so the per-value error is at
+ * most half a step of the scale that is actually decoded. */
+
+static float q8_block(const float *x, int8_t *q, uint16_t *d16)
+{
+    float amax = 0;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+    *d16 = quant_f32_to_f16(amax / 127.0f);
+    float d = quant_half_to_float(*d16), id = d != 0 ? 1.0f / d : 0.0f;
+    for (int j = 0; j < 32; j++) q[j] = (int8_t)fmaxf(-127.0f, fminf(127.0f, roundf(x[j] * id)));
+    return d;
+}
+
+static void q8_0_from_float(const float *x, void *dst, int64_t n)
+{
+    block_q8_0 *b = dst;
+    for (int64_t i = 0; i < n / QK_SMALL; i++) q8_block(x + 32 * i, b[i].qs, &b[i].d);
+}
+
+static void q8_1_from_float(const float *x, void *dst, int64_t n)
+{
+    block_q8_1 *b = dst;
+    for (int64_t i = 0; i < n / QK_SMALL; i++) {
+        float d = q8_block(x + 32 * i, b[i].qs, &b[i].d);
+        int sum = 0;
+        for (int j = 0; j < 32; j++) sum += b[i].qs[j];
+        b[i].s = quant_f32_to_f16(d * (float)sum);
+    }
+}
+
+/* Q8_K keeps an fp32 scale; the signed extreme maps to -127 exactly (ggml's
+ * choice, which its IQ kernels rely on), bsums let K-quant dots fold the
+ * per-sub-block mins in without touching the codes again. */
+static void q8_K_from_float(const float *x, void *dst, int64_t n)
+{
+    block_q8_K *b = dst;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float amax = 0, max = 0;
+        for (int v = 0; v < QK_K; v++) {
+            if (fabsf(x[v]) > amax) {
+                amax = fabsf(x[v]);
+                max = x[v];
+            }
+        }
+        memset(&b[i], 0, sizeof b[i]);
+        if (amax == 0) continue;
+        float iscale = -127.0f / max;
+        for (int v = 0; v < QK_K; v++) {
+            float q = nearbyintf(iscale * x[v]);
+            b[i].qs[v] = (int8_t)fmaxf(-127.0f, fminf(127.0f, q));
+        }
+        for (int g = 0; g < 16; g++) {
+            int sum = 0;
+            for (int k = 0; k < 16; k++) sum += b[i].qs[16 * g + k];
+            b[i].bsums[g] = (int16_t)sum;
+        }
+        b[i].d = 1.0f / iscale;
+    }
+}
+
+/* ---- dots of the 32-value formats with Q8_0 / Q8_1 ---- */
+
+static void dot_q4_0(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q4_0 *x = vx;
+    const block_q8_0 *y = vy;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_SMALL; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 32; j++) sumi += (nib_code(x[i].qs, j) - 8) * y[i].qs[j];
+        sum += (float)sumi * (quant_half_to_float(x[i].d) * quant_half_to_float(y[i].d));
+    }
+    *s = sum;
+}
+
+static void dot_q5_0(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q5_0 *x = vx;
+    const block_q8_0 *y = vy;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_SMALL; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 32; j++) sumi += (q5_code(x[i].qh, x[i].qs, j) - 16) * y[i].qs[j];
+        sum += (float)sumi * (quant_half_to_float(x[i].d) * quant_half_to_float(y[i].d));
+    }
+    *s = sum;
+}
+
+static void dot_q5_1(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q5_1 *x = vx;
+    const block_q8_1 *y = vy;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_SMALL; i++) {
+        int sumi = 0, sumy = 0;
+        for (int j = 0; j < 32; j++) {
+            sumi += q5_code(x[i].qh, x[i].qs, j) * y[i].qs[j];
+            sumy += y[i].qs[j];
+        }
+        float dy = quant_half_to_float(y[i].d);
+        sum += (float)sumi * (quant_half_to_float(x[i].d) * dy) + (float)sumy * (quant_half_to_float(x[i].m) * dy);
+    }
+    *s = sum;
+}
+
+static void dot_q8_0(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q8_0 *x = vx, *y = vy;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_SMALL; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 32; j++) sumi += x[i].qs[j] * y[i].qs[j];
+        sum += (float)sumi * (quant_half_to_float(x[i].d) * quant_half_to_float(y[i].d));
+    }
+    *s = sum;
+}
+
+static void dot_iq4_nl(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_iq4_nl *x = vx;
+    const block_q8_0 *y = vy;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_SMALL; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 32; j++) sumi += quant_iq4nl_values[nib_code(x[i].qs, j)] * y[i].qs[j];
+        sum += (float)sumi * (quant_half_to_float(x[i].d) * quant_half_to_float(y[i].d));
+    }
+    *s = sum;
+}
+
+/* ---- dots of the 256-value formats with Q8_K ----
+ * Per super-block: Σ_j sc_j·Σ q·y and Σ_j m_j·Σ y as integers, then the two
+ * fp16 super-scales and the fp32 activation scale. */
+
+static void dot_q4_K(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q4_K *x = vx;
+    const block_q8_K *y = vy;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], m[8];
+        quant_kscale_unpack_all(x[i].scales, sc, m);
+        int sumq = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            int dq = 0, sy = 0;
+            for (int k = 32 * j; k < 32 * j + 32; k++) {
+                dq += qk_nib(x[i].qs, k) * y[i].qs[k];
+                sy += y[i].qs[k];
+            }
+            sumq += sc[j] * dq;
+            summ += m[j] * sy;
+        }
+        sum += y[i].d * quant_half_to_float(x[i].d) * (float)sumq -
+               y[i].d * quant_half_to_float(x[i].dmin) * (float)summ;
+    }
+    *s = sum;
+}
+
+static void dot_q5_K(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q5_K *x = vx;
+    const block_q8_K *y = vy;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], m[8];
+        quant_kscale_unpack_all(x[i].scales, sc, m);
+        int sumq = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            int dq = 0, sy = 0;
+            for (int k = 32 * j; k < 32 * j + 32; k++) {
+                dq += q5k_code(&x[i], k) * y[i].qs[k];
+                sy += y[i].qs[k];
+            }
+            sumq += sc[j] * dq;
+            summ += m[j] * sy;
+        }
+        sum += y[i].d * quant_half_to_float(x[i].d) * (float)sumq -
+               y[i].d * quant_half_to_float(x[i].dmin) * (float)summ;
+    }
+    *s = sum;
+}
+
+static void dot_q6_K(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q6_K *x = vx;
+    const block_q8_K *y = vy;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            int dq = 0;
+            for (int k = 16 * j; k < 16 * j + 16; k++) dq += (q6k_code(&x[i], k) - 32) * y[i].qs[k];
+            sumi += x[i].scales[j] * dq;
+        }
+        sum += y[i].d * quant_half_to_float(x[i].d) * (float)sumi;
+    }
+    *s = sum;
+}
+
+static void dot_iq4_xs(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_iq4_xs *x = vx;
+    const block_q8_K *y = vy;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 8; j++) {
+            int dq = 0;
+            for (int k = 0; k < 32; k++)
+                dq += quant_iq4nl_values[nib_code(x[i].qs + 16 * j, k)] * y[i].qs[32 * j + k];
+            sumi += iq4xs_scale(&x[i], j) * dq;
+        }
+        sum += y[i].d * quant_half_to_float(x[i].d) * (float)sumi;
+    }
+    *s = sum;
+}
+
+/* ---- tables ---- */
+
+const quant_to_float_fn quant_ref_to_float[QT_COUNT] = {
+    [QT_F32] = f32_to_float,       [QT_F16] = f16_to_float,       [QT_BF16] = bf16_to_float,
+    [QT_Q4_0] = q4_0_to_float,     [QT_Q5_0] = q5_0_to_float,     [QT_Q5_1] = q5_1_to_float,
+    [QT_Q8_0] = q8_0_to_float,     [QT_Q8_1] = q8_1_to_float,     [QT_Q4_K] = q4_K_to_float,
+    [QT_Q5_K] = q5_K_to_float,     [QT_Q6_K] = q6_K_to_float,     [QT_Q8_K] = q8_K_to_float,
+    [QT_IQ4_NL] = iq4_nl_to_float, [QT_IQ4_XS] = iq4_xs_to_float,
+};
+
+const quant_from_float_fn quant_ref_from_float[QT_COUNT] = {
+    [QT_F32] = f32_from_float,         [QT_F16] = f16_from_float,         [QT_BF16] = bf16_from_float,
+    [QT_Q4_0] = quant_encode_q4_0,     [QT_Q5_0] = quant_encode_q5_0,     [QT_Q5_1] = quant_encode_q5_1,
+    [QT_Q8_0] = q8_0_from_float,       [QT_Q8_1] = q8_1_from_float,       [QT_Q4_K] = quant_encode_q4_K,
+    [QT_Q5_K] = quant_encode_q5_K,     [QT_Q6_K] = quant_encode_q6_K,     [QT_Q8_K] = q8_K_from_float,
+    [QT_IQ4_NL] = quant_encode_iq4_nl, [QT_IQ4_XS] = quant_encode_iq4_xs,
+};
+
+const quant_vec_dot_fn quant_ref_vec_dot[QT_COUNT] = {
+    [QT_F32] = dot_f32,       [QT_F16] = dot_f16,       [QT_BF16] = dot_bf16,   [QT_Q4_0] = dot_q4_0,
+    [QT_Q5_0] = dot_q5_0,     [QT_Q5_1] = dot_q5_1,     [QT_Q8_0] = dot_q8_0,   [QT_Q4_K] = dot_q4_K,
+    [QT_Q5_K] = dot_q5_K,     [QT_Q6_K] = dot_q6_K,     [QT_IQ4_NL] = dot_iq4_nl, [QT_IQ4_XS] = dot_iq4_xs,
+};
