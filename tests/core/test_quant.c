@@ -439,3 +439,259 @@ Test(quant_dot, init_picks_best_supported_isa)
     cr_assert_null(quant_vec_dot_isa(QT_Q2_K, QUANT_ISA_SCALAR), "q2_K has no kernel");
     cr_assert_null(quant_vec_dot_isa(QT_Q4_0, (enum quant_isa)7));
 }
+
+/* ---- known answers: hand-built blocks ---- */
+
+/* Decodes one block of t and compares chosen values with hand-computed ones. */
+static void expect_values(enum quant_type t, const uint8_t *block, const int *idx, const float *want, int count)
+{
+    const struct quant_traits *q = tr(t);
+    cr_assert_eq(quant_row_size(t, q->blck_size), q->type_size);
+    float y[256];
+    q->to_float(block, y, q->blck_size);
+    for (int k = 0; k < count; k++)
+        cr_expect(y[idx[k]] == want[k], "%s value %d: got %g, want %g", q->name, idx[k], y[idx[k]], want[k]);
+}
+
+#define EXPECT(t, block, ...)                                                      \
+    do {                                                                           \
+        static const struct { int i; float v; } e_[] = {__VA_ARGS__};            \
+        int idx_[64];                                                              \
+        float want_[64];                                                           \
+        int n_ = (int)(sizeof e_ / sizeof e_[0]);                                  \
+        for (int k_ = 0; k_ < n_; k_++) idx_[k_] = e_[k_].i, want_[k_] = e_[k_].v; \
+        expect_values(t, block, idx_, want_, n_);                                  \
+    } while (0)
+
+Test(quant_known, q4_0_q8_0_q8_1)
+{
+    /* Q4_0: d = 0.5 (fp16 0x3800, little-endian), qs[j] = j | (15 - j) << 4.
+     * Value j < 16 is the low nibble: (j - 8) * 0.5; value 16 + j the high
+     * nibble: (15 - j - 8) * 0.5. */
+    uint8_t q4[18] = {0x00, 0x38};
+    for (int j = 0; j < 16; j++) q4[2 + j] = (uint8_t)(j | (15 - j) << 4);
+    EXPECT(QT_Q4_0, q4, {0, -4}, {1, -3.5f}, {8, 0}, {15, 3.5f}, {16, 3.5f}, {23, 0}, {31, -4});
+
+    /* Q8_0: d = 2^-7 (fp16 exponent 15 - 7 = 8: 0x2000), qs[j] = 8j - 128, so
+     * value j = (8j - 128) / 128 = j/16 - 1. */
+    uint8_t q8[34] = {0x00, 0x20};
+    for (int j = 0; j < 32; j++) q8[2 + j] = (uint8_t)(8 * j - 128);
+    EXPECT(QT_Q8_0, q8, {0, -1}, {1, -0.9375f}, {16, 0}, {31, 0.9375f});
+
+    /* Q8_1: d = 0.5, s = 0 (not read by the decoder), qs[j] = j - 16. */
+    uint8_t q81[36] = {0x00, 0x38, 0x00, 0x00};
+    for (int j = 0; j < 32; j++) q81[4 + j] = (uint8_t)(j - 16);
+    EXPECT(QT_Q8_1, q81, {0, -8}, {16, 0}, {31, 7.5f});
+
+    /* A dot of the Q4_0 block with a Q8_0 block of d = 1 (0x3c00) and all
+     * codes 1 is the sum of its values: pairs j and 16 + j add to
+     * (j - 8 + 7 - j) / 2 = -0.5, 16 pairs: -8.  Every ISA must agree. */
+    uint8_t ones[34] = {0x00, 0x3c};
+    memset(ones + 2, 1, 32);
+    for (int isa = 0; isa < QUANT_ISA_COUNT; isa++) {
+        if (!quant_isa_supported((enum quant_isa)isa)) continue;
+        float s = 0;
+        quant_vec_dot_isa(QT_Q4_0, (enum quant_isa)isa)(32, &s, q4, ones);
+        cr_expect(s == -8.0f, "%s: %g", quant_isa_name((enum quant_isa)isa), s);
+    }
+}
+
+Test(quant_known, q5_0_q5_1)
+{
+    /* Q5_0: d = 0.25 (0x3400); qh = 0x55 0x55 0xaa 0xaa: bit k of the
+     * little-endian word is the fifth bit of value k, set for even k < 16
+     * and odd k >= 16; qs[j] = j | (15 - j) << 4.  Value = (code - 16) / 4:
+     *   0: 0 | 16 -> 0        1: 1 -> -3.75     2: 2 | 16 -> 0.5   15: 15 -> -0.25
+     *  16: 15 -> -0.25       17: 14 | 16 -> 3.5   31: 0 | 16 -> 0 */
+    uint8_t q5[22] = {0x00, 0x34, 0x55, 0x55, 0xaa, 0xaa};
+    for (int j = 0; j < 16; j++) q5[6 + j] = (uint8_t)(j | (15 - j) << 4);
+    EXPECT(QT_Q5_0, q5, {0, 0}, {1, -3.75f}, {2, 0.5f}, {15, -0.25f}, {16, -0.25f}, {17, 3.5f}, {31, 0});
+
+    /* Q5_1: d = 1 (0x3c00), m = -8 (sign, exponent 15 + 3: 0xc800), qh =
+     * 0xffff0000 (fifth bit on values 16..31), qs[j] = j | j << 4.  Value
+     * j = j - 8, value 16 + j = j + 16 - 8. */
+    uint8_t q51[24] = {0x00, 0x3c, 0x00, 0xc8, 0x00, 0x00, 0xff, 0xff};
+    for (int j = 0; j < 16; j++) q51[8 + j] = (uint8_t)(j | j << 4);
+    EXPECT(QT_Q5_1, q51, {0, -8}, {15, 7}, {16, 8}, {31, 23});
+}
+
+Test(quant_known, iq4_nl)
+{
+    /* d = 0.5, qs[j] = j | (15 - j) << 4: value j is T[j] / 2 and value
+     * 16 + j is T[15 - j] / 2, T = -127 -104 -83 -65 -49 -35 -22 -10 1 13 25
+     * 38 53 69 89 113 (ggml's kvalues_iq4nl). */
+    uint8_t b[18] = {0x00, 0x38};
+    for (int j = 0; j < 16; j++) b[2 + j] = (uint8_t)(j | (15 - j) << 4);
+    EXPECT(QT_IQ4_NL, b, {0, -63.5f}, {1, -52}, {7, -5}, {8, 0.5f}, {15, 56.5f}, {16, 56.5f}, {24, -5}, {31, -63.5f});
+}
+
+/* Scales sc = 1 2 3 4 33 40 63 17 and mins m = 0 5 10 63 32 1 48 20, packed
+ * as ggml does:
+ *   bytes 0..3: sc[0..3] | (sc[4..7] >> 4) << 6 = 1|2<<6, 2|2<<6, 3|3<<6, 4|1<<6
+ *   bytes 4..7: m[0..3]  | (m[4..7] >> 4) << 6  = 0|2<<6, 5|0<<6, 10|3<<6, 63|1<<6
+ *   bytes 8..11: sc[j] & 15 | (m[j] & 15) << 4 for j = 4..7 = 0x01 0x18 0x0f 0x41 */
+static const uint8_t kscales[12] = {0x81, 0x82, 0xc3, 0x44, 0x80, 0x05, 0xca, 0x7f, 0x01, 0x18, 0x0f, 0x41};
+
+Test(quant_known, q4_K)
+{
+    /* d = 0.5 (0x3800), dmin = 0.25 (0x3400); value = 0.5*sc*q - 0.25*m.
+     * qs chunk c (32 bytes): low nibbles values 64c..+31, high 64c+32..+63.
+     *   qs[0]  = 0xf3: value 0 q 3 (sub 0), value 32 q 15 (sub 1)
+     *   qs[37] = 0x7a: value 69 q 10 (sub 2), value 101 q 7 (sub 3)
+     *   qs[127]= 0x9c: value 223 q 12 (sub 6), value 255 q 9 (sub 7)
+     *   0: 0.5*1*3 = 1.5       32: 0.5*2*15 - 0.25*5 = 13.75    33: -1.25
+     *  69: 15 - 2.5 = 12.5    101: 0.5*4*7 - 0.25*63 = -1.75   128: -0.25*32 = -8
+     * 160: -0.25             223: 0.5*63*12 - 12 = 366        255: 0.5*17*9 - 5 = 71.5 */
+    uint8_t b[144] = {0x00, 0x38, 0x00, 0x34};
+    memcpy(b + 4, kscales, 12);
+    b[16 + 0] = 0xf3, b[16 + 37] = 0x7a, b[16 + 127] = 0x9c;
+    EXPECT(QT_Q4_K, b, {0, 1.5f}, {1, 0}, {32, 13.75f}, {33, -1.25f}, {69, 12.5f}, {101, -1.75f}, {128, -8},
+           {160, -0.25f}, {223, 366}, {255, 71.5f});
+}
+
+Test(quant_known, q5_K)
+{
+    /* The Q4_K block above plus fifth bits (qh at 16, qs at 48): bit 2c of
+     * qh[l] is value 64c + l, bit 2c+1 value 64c + 32 + l.
+     *   qh[0] = 0x03: values 0 and 32;  qh[5] = 0x04: value 69;  qh[31] = 0x80: value 255
+     *   0: 0.5*1*19 = 9.5   32: 0.5*2*31 - 1.25 = 29.75   69: 0.5*3*26 - 2.5 = 36.5
+     * 101: -1.75 (bit 3 of qh[5] clear)   255: 0.5*17*25 - 5 = 207.5   1: 0 */
+    uint8_t b[176] = {0x00, 0x38, 0x00, 0x34};
+    memcpy(b + 4, kscales, 12);
+    b[16 + 0] = 0x03, b[16 + 5] = 0x04, b[16 + 31] = 0x80;
+    b[48 + 0] = 0xf3, b[48 + 37] = 0x7a, b[48 + 127] = 0x9c;
+    EXPECT(QT_Q5_K, b, {0, 9.5f}, {1, 0}, {32, 29.75f}, {69, 36.5f}, {101, -1.75f}, {223, 366}, {255, 207.5f});
+}
+
+Test(quant_known, q6_K)
+{
+    /* ql at 0 (128), qh at 128 (64), scales at 192 (16, int8), d at 208.
+     * d = 0.5, scales[j] = j+1 for even j, -(j+1) for odd j; value =
+     * 0.5 * scales[v/16] * (code - 32).  In half h, for l < 32:
+     *   code(l)    = ql[l] & 15    | (qh[l] & 3) << 4
+     *   code(l+32) = ql[l+32] & 15 | (qh[l] >> 2 & 3) << 4
+     *   code(l+64) = ql[l] >> 4    | (qh[l] >> 4 & 3) << 4
+     *   code(l+96) = ql[l+32] >> 4 | (qh[l] >> 6 & 3) << 4
+     * ql[0] = 0x21, ql[32] = 0x43, qh[0] = 0xe4 (3,2,1,0 from the top):
+     *   0: code 1 -> 0.5*1*-31 = -15.5       32: 3|16 = 19 -> 0.5*3*-13 = -19.5
+     *  64: 2|32 = 34 -> 0.5*5*2 = 5          96: 4|48 = 52 -> 0.5*7*20 = 70
+     *   1: code 0 -> -16                     16: 0.5*-2*-32 = 32
+     * half 1: ql[64+31] = 0xf0, qh[32+31] = 0xc0:
+     * 159: code 0 -> 0.5*-10*-32 = 160      223: 15 -> 0.5*-14*-17 = 119
+     * 255: ql[127] >> 4 = 0 | 3 << 4 = 48 -> 0.5*-16*16 = -128 */
+    uint8_t b[210] = {0};
+    b[0] = 0x21, b[32] = 0x43, b[128] = 0xe4;
+    b[64 + 31] = 0xf0, b[128 + 32 + 31] = 0xc0;
+    for (int j = 0; j < 16; j++) b[192 + j] = (uint8_t)(j % 2 ? -(j + 1) : j + 1);
+    b[208] = 0x00, b[209] = 0x38;
+    EXPECT(QT_Q6_K, b, {0, -15.5f}, {1, -16}, {16, 32}, {32, -19.5f}, {64, 5}, {96, 70}, {159, 160}, {223, 119},
+           {255, -128});
+}
+
+Test(quant_known, iq4_xs)
+{
+    /* d (0), scales_h (2, u16), scales_l (4, 4 bytes), qs (8, 16 per
+     * sub-block: low nibbles values 0..15, high 16..31).  6-bit scales
+     * ls = 32 33 0 63 40 31 1 48, i.e. ls - 32 = 0 1 -32 31 8 -1 -31 16:
+     *   scales_l: nibble j%2 of byte j/2 = ls & 15: 0x10 0xf0 0xf8 0x01
+     *   scales_h: bits 2j..2j+1 = ls >> 4 = 2 2 0 3 2 1 0 3: 0xc6ca
+     * d = 0.5; value = 0.5 * (ls - 32) * T[code]:
+     *   qs[0] = 0xf0 (sub 0, scale 0): values 0 and 16 are 0
+     *   qs[16] = 0x8f (sub 1): 32: 0.5*113 = 56.5        48: 0.5*1 = 0.5
+     *   qs[32] = 0x07 (sub 2): 64: 0.5*-32*-10 = 160     80: 0.5*-32*-127 = 2032
+     *   qs[51] = 0x3c (sub 3): 99: 0.5*31*53 = 821.5     115: 0.5*31*-65 = -1007.5
+     *   qs[127] = 0x5a (sub 7): 239: 0.5*16*25 = 200    255: 0.5*16*-35 = -280
+     *   sub 5, code 0: 160: 0.5*-1*-127 = 63.5 */
+    uint8_t b[136] = {0x00, 0x38, 0xca, 0xc6, 0x10, 0xf0, 0xf8, 0x01};
+    b[8 + 0] = 0xf0, b[8 + 16] = 0x8f, b[8 + 32] = 0x07, b[8 + 51] = 0x3c, b[8 + 127] = 0x5a;
+    EXPECT(QT_IQ4_XS, b, {0, 0}, {16, 0}, {32, 56.5f}, {48, 0.5f}, {64, 160}, {80, 2032}, {99, 821.5f},
+           {115, -1007.5f}, {160, 63.5f}, {239, 200}, {255, -280});
+}
+
+Test(quant_known, q8_K_f16_bf16_rows)
+{
+    /* Q8_K: fp32 d = 0.25 first, then 256 codes, then 16 int16 bsums. */
+    uint8_t b[292] = {0};
+    float d = 0.25f;
+    memcpy(b, &d, 4);
+    b[4] = (uint8_t)-127, b[4 + 255] = 100;
+    EXPECT(QT_Q8_K, b, {0, -31.75f}, {1, 0}, {255, 25});
+    /* f16 0x3c00 = 1, 0xc000 = -2, 0x0001 = 2^-24; bf16 0x3f80 = 1, 0x4049 = 3.140625 */
+    uint8_t h[] = {0x00, 0x3c, 0x00, 0xc0, 0x01, 0x00}, bf[] = {0x80, 0x3f, 0x49, 0x40};
+    float y[3];
+    tr(QT_F16)->to_float(h, y, 3);
+    cr_expect(y[0] == 1 && y[1] == -2 && y[2] == 0x1p-24f);
+    tr(QT_BF16)->to_float(bf, y, 2);
+    cr_expect(y[0] == 1 && y[1] == 3.140625f);
+}
+
+/* ---- fp16 / bf16 conversions ---- */
+
+static uint32_t bits_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float float_of(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+Test(quant_convert, f32_to_f16_rounds_to_nearest_even)
+{
+    static const struct { float in; uint16_t out; } cases[] = {
+        {1.0f, 0x3c00},           {-2.0f, 0xc000},          {65504.0f, 0x7bff},      /* largest half */
+        {65519.0f, 0x7bff},       {65520.0f, 0x7c00},                                /* tie -> even = inf */
+        {1.0f + 0x1p-11f, 0x3c00},                                                   /* tie -> even (down) */
+        {1.0f + 3 * 0x1p-11f, 0x3c02},                                               /* tie -> even (up) */
+        {1.0f + 0x1p-11f + 0x1p-20f, 0x3c01},                                        /* just above the tie */
+        {0x1p-14f, 0x0400},       {0x1p-24f, 0x0001},                                /* smallest normal, subnormal */
+        {0x1p-25f, 0x0000},       {3 * 0x1p-25f, 0x0002},                            /* subnormal ties -> even */
+        {0x1p-25f + 0x1p-35f, 0x0001}, {1023 * 0x1p-24f, 0x03ff},
+        {-0.0f, 0x8000},          {INFINITY, 0x7c00},        {-INFINITY, 0xfc00},    {1e10f, 0x7c00},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        cr_expect_eq(quant_f32_to_f16(cases[k].in), cases[k].out, "%a -> %#x, want %#x", cases[k].in,
+                     quant_f32_to_f16(cases[k].in), cases[k].out);
+    uint16_t n = quant_f32_to_f16(NAN);
+    cr_expect((n & 0x7c00) == 0x7c00 && (n & 0x3ff) != 0, "nan -> %#x", n);
+}
+
+Test(quant_convert, f16_to_f32_is_exact_for_every_half)
+{
+    cr_expect(quant_f16_to_f32(0x0001) == 0x1p-24f);
+    cr_expect(quant_f16_to_f32(0x03ff) == 1023 * 0x1p-24f);
+    cr_expect(quant_f16_to_f32(0x7bff) == 65504.0f);
+    cr_expect(quant_f16_to_f32(0xfc00) == -INFINITY);
+    cr_expect(signbit(quant_f16_to_f32(0x8000)) && quant_f16_to_f32(0x8000) == 0);
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        float f = quant_f16_to_f32((uint16_t)h);
+        if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) {
+            cr_assert(isnan(f), "%#x should be nan", h);
+            continue;
+        }
+        cr_assert_eq(quant_f32_to_f16(f), h, "%#x -> %a -> %#x", h, f, quant_f32_to_f16(f));
+    }
+}
+
+Test(quant_convert, bf16_rounds_to_nearest_even)
+{
+    static const struct { uint32_t in; uint16_t out; } cases[] = {
+        {0x3f800000, 0x3f80}, {0x3f808000, 0x3f80}, /* tie -> even (down) */
+        {0x3f818000, 0x3f82},                       /* tie -> even (up) */
+        {0x3f808001, 0x3f81}, {0x3f807fff, 0x3f80},
+        {0x00008000, 0x0000}, {0x00018000, 0x0002}, /* subnormals round the same way */
+        {0x7f7fffff, 0x7f80},                       /* largest float rounds to inf */
+        {0x7f800000, 0x7f80}, {0xff800000, 0xff80}, {0x80000000, 0x8000},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        cr_expect_eq(quant_f32_to_bf16(float_of(cases[k].in)), cases[k].out, "%#x -> %#x, want %#x", cases[k].in,
+                     quant_f32_to_bf16(float_of(cases[k].in)), cases[k].out);
+    uint16_t n = quant_f32_to_bf16(float_of(0x7f800001)); /* a nan whose payload would round away */
+    cr_expect((n & 0x7f80) == 0x7f80 && (n & 0x7f) != 0, "nan -> %#x", n);
+    cr_expect(bits_of(quant_bf16_to_f32(0x4049)) == 0x40490000);
+}
