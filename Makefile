@@ -43,6 +43,8 @@ FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undef
                -fno-sanitize-recover=undefined $(shell pkg-config --cflags libcjson 2>/dev/null)
 # The fuzzed parsers do not need the SIMD kernels; the whole core is built with
 # sanitizers except the ISA files, which clang builds with their flags too.
+# Core objects get the coverage instrumentation without libFuzzer's main().
+FUZZ_OBJ_CFLAGS := $(filter-out -fsanitize=fuzzer%,$(FUZZ_CFLAGS)) -fsanitize=address,undefined,fuzzer-no-link
 
 CU_SRCS := $(shell find gpu-worker/cuda -name '*.cu' 2>/dev/null | sort)
 CU_OBJS := $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
@@ -74,7 +76,8 @@ $(CORE_LIB): $(CORE_OBJS)
 
 # One binary per tools/nebula-NAME/ folder.
 .SECONDEXPANSION:
-$(BUILD)/bin/%: $$(patsubst %.c,$(BUILD)/obj/%.o,$$(wildcard tools/$$*/*.c)) $(CORE_LIB)
+# (No '%' inside the list: make would replace it with the stem.)
+$(BUILD)/bin/%: $$(addprefix $(BUILD)/obj/,$$(addsuffix .o,$$(basename $$(wildcard tools/$$*/*.c)))) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(filter %.o,$^) $(CORE_LIB) $(LDLIBS_BASE) -o $@
 
@@ -114,15 +117,15 @@ FUZZ_CORE_OBJS := $(CORE_SRCS:%.c=$(BUILD)/fuzz-obj/%.o)
 
 $(BUILD)/fuzz-obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
-	$(CLANG) $(FUZZ_CFLAGS:-fsanitize=fuzzer,%=-fsanitize=%) -fsanitize=fuzzer-no-link $(AVX2_FLAGS) -c $< -o $@
+	$(CLANG) $(FUZZ_OBJ_CFLAGS) $(AVX2_FLAGS) -c $< -o $@
 
 $(BUILD)/fuzz-obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
-	$(CLANG) $(FUZZ_CFLAGS:-fsanitize=fuzzer,%=-fsanitize=%) -fsanitize=fuzzer-no-link $(AVX512_FLAGS) -c $< -o $@
+	$(CLANG) $(FUZZ_OBJ_CFLAGS) $(AVX512_FLAGS) -c $< -o $@
 
 $(BUILD)/fuzz-obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CLANG) $(FUZZ_CFLAGS:-fsanitize=fuzzer,%=-fsanitize=%) -fsanitize=fuzzer-no-link -c $< -o $@
+	$(CLANG) $(FUZZ_OBJ_CFLAGS) -c $< -o $@
 
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_CORE_OBJS)
 	@mkdir -p $(dir $@)
