@@ -40,15 +40,18 @@ uint64_t gguf_kv_arr_len(const gguf_file *g, int64_t i)
 
 /* ---------- element loads ---------- */
 
+/* Element j of a numeric/bool kv; NULL for string kvs, which have no packed
+ * elements. */
 static const void *elem_ptr(const struct gguf_kv *kv, uint64_t j)
 {
-    return (const uint8_t *)kv->raw + j * gguf_vtype_size(kv->elem);
+    return kv->raw ? (const uint8_t *)kv->raw + j * gguf_vtype_size(kv->elem) : NULL;
 }
 
 /* Element j as an integer; false if the element type is not an integer. */
 static bool elem_int(const struct gguf_kv *kv, uint64_t j, wide_int *v)
 {
     const void *p = elem_ptr(kv, j);
+    if (!p) return false;
     union {
         uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32; uint64_t u64; int64_t i64;
     } x;
@@ -68,6 +71,7 @@ static bool elem_int(const struct gguf_kv *kv, uint64_t j, wide_int *v)
 static bool elem_float(const struct gguf_kv *kv, uint64_t j, double *v)
 {
     const void *p = elem_ptr(kv, j);
+    if (!p) return false;
     if (kv->elem == GGUF_VT_FLOAT32) {
         float f;
         memcpy(&f, p, 4);
