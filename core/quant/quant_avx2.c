@@ -93,13 +93,16 @@ static inline __attribute__((always_inline)) float float_dot(int64_t n, const vo
                                                              __m256 (*load8)(const void *, int64_t),
                                                              float (*load1)(const void *, int64_t))
 {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
     int64_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        for (int k = 0; k < 4; k++)
-            acc[k] = _mm256_fmadd_ps(load8(x, i + 8 * k), _mm256_loadu_ps(y + i + 8 * k), acc[k]);
-    for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load8(x, i), _mm256_loadu_ps(y + i), acc[0]);
-    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm256_fmadd_ps(load8(x, i), _mm256_loadu_ps(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(load8(x, i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+        acc2 = _mm256_fmadd_ps(load8(x, i + 16), _mm256_loadu_ps(y + i + 16), acc2);
+        acc3 = _mm256_fmadd_ps(load8(x, i + 24), _mm256_loadu_ps(y + i + 24), acc3);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load8(x, i), _mm256_loadu_ps(y + i), acc0);
+    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
     for (; i < n; i++) sum += load1(x, i) * y[i];
     return sum;
 }
@@ -203,12 +206,12 @@ static inline __m256i kq_chunk(const uint8_t *qs, __m256i hb_lo, __m256i hb_hi, 
                             dot_u8s8(hi, load256(a + 32), _mm256_set1_epi16((short)sc_hi)));
 }
 
-/* Σ_j m_j · Σ y over sub-block j, from the bsums. */
-static inline int kq_mins(const uint8_t m[8], const int16_t bsums[16])
+/* m_j · Σ y over sub-block j in 8 int32 lanes, from the bsums (adjacent
+ * pairs of 16-value sums make the 32-value sums); `mins` packs m_0..m_7. */
+static inline __m256i kq_mins(uint64_t mins, const int16_t bsums[16])
 {
-    int w[8];
-    for (int j = 0; j < 8; j++) w[j] = m[j];
-    return quant_bsums32_dot(w, bsums);
+    __m256i pairs = _mm256_madd_epi16(load256(bsums), _mm256_set1_epi16(1));
+    return _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mins)), pairs);
 }
 
 static void dot_q4_K(int64_t n, float *s, const void *vx, const void *vy)
@@ -216,38 +219,40 @@ static void dot_q4_K(int64_t n, float *s, const void *vx, const void *vy)
     const block_q4_K *x = vx;
     const block_q8_K *y = vy;
     const __m256i zero = _mm256_setzero_si256();
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
+    __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], m[8];
-        quant_kscale_unpack_all(x[i].scales, sc, m);
+        uint32_t w[4]; /* scales 0-3, 4-7, mins 0-3, 4-7 */
+        quant_kscale_words(x[i].scales, w);
+        const uint8_t *sc = (const uint8_t *)w;
+        uint64_t m = w[2] | (uint64_t)w[3] << 32;
         __m256i sumi = zero;
         for (int c = 0; c < 4; c++)
             sumi = _mm256_add_epi32(sumi, kq_chunk(x[i].qs + 32 * c, zero, zero, y[i].qs + 64 * c, sc[2 * c], sc[2 * c + 1]));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * half(x[i].d)), acc);
-        mins += y[i].d * half(x[i].dmin) * (float)kq_mins(m, y[i].bsums);
+        mins = _mm256_fmadd_ps(_mm256_cvtepi32_ps(kq_mins(m, y[i].bsums)), _mm256_set1_ps(y[i].d * half(x[i].dmin)), mins);
     }
-    *s = hsum_ps(acc) - mins;
+    *s = hsum_ps(acc) - hsum_ps(mins);
 }
 
 static void dot_q5_K(int64_t n, float *s, const void *vx, const void *vy)
 {
     const block_q5_K *x = vx;
     const block_q8_K *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
+    __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], m[8];
-        quant_kscale_unpack_all(x[i].scales, sc, m);
+        uint32_t w[4]; /* scales 0-3, 4-7, mins 0-3, 4-7 */
+        quant_kscale_words(x[i].scales, w);
+        const uint8_t *sc = (const uint8_t *)w;
+        uint64_t m = w[2] | (uint64_t)w[3] << 32;
         __m256i qh = load256(x[i].qh), sumi = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
             __m256i hb_lo = bit4_where(qh, 1 << (2 * c)), hb_hi = bit4_where(qh, 2 << (2 * c));
             sumi = _mm256_add_epi32(sumi, kq_chunk(x[i].qs + 32 * c, hb_lo, hb_hi, y[i].qs + 64 * c, sc[2 * c], sc[2 * c + 1]));
         }
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * half(x[i].d)), acc);
-        mins += y[i].d * half(x[i].dmin) * (float)kq_mins(m, y[i].bsums);
+        mins = _mm256_fmadd_ps(_mm256_cvtepi32_ps(kq_mins(m, y[i].bsums)), _mm256_set1_ps(y[i].d * half(x[i].dmin)), mins);
     }
-    *s = hsum_ps(acc) - mins;
+    *s = hsum_ps(acc) - hsum_ps(mins);
 }
 
 /* Two bits of qh at `shift`, moved to bits 4..5 of each byte. */

@@ -30,10 +30,6 @@ static inline __m512i join256(__m256i a, __m256i b) { return _mm512_inserti64x4(
 
 /* Lanes 0..7 = a, lanes 8..15 = b. */
 static inline __m512 split_ps(float a, float b) { return _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(a), _mm512_set1_ps(b)); }
-static inline __m512i split_epi32(int a, int b)
-{
-    return _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(a), _mm512_set1_epi32(b));
-}
 
 /* Σ (u - bias)·y in each int32 lane (4 bytes). */
 static inline __m512i dot_biased(__m512i u, __m512i y, int bias)
@@ -76,16 +72,19 @@ static inline __attribute__((always_inline)) float float_dot(int64_t n, const ui
                                                              const float *y,
                                                              __m512 (*load)(const void *, __mmask16))
 {
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
     int64_t i = 0;
-    for (; i + 64 <= n; i += 64)
-        for (int k = 0; k < 4; k++)
-            acc[k] = _mm512_fmadd_ps(load(x + (i + 16 * k) * elem, 0xffff), _mm512_loadu_ps(y + i + 16 * k), acc[k]);
+    for (; i + 64 <= n; i += 64) {
+        acc0 = _mm512_fmadd_ps(load(x + i * elem, 0xffff), _mm512_loadu_ps(y + i), acc0);
+        acc1 = _mm512_fmadd_ps(load(x + (i + 16) * elem, 0xffff), _mm512_loadu_ps(y + i + 16), acc1);
+        acc2 = _mm512_fmadd_ps(load(x + (i + 32) * elem, 0xffff), _mm512_loadu_ps(y + i + 32), acc2);
+        acc3 = _mm512_fmadd_ps(load(x + (i + 48) * elem, 0xffff), _mm512_loadu_ps(y + i + 48), acc3);
+    }
     for (; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
-        acc[0] = _mm512_fmadd_ps(load(x + i * elem, m), _mm512_maskz_loadu_ps(m, y + i), acc[0]);
+        acc0 = _mm512_fmadd_ps(load(x + i * elem, m), _mm512_maskz_loadu_ps(m, y + i), acc0);
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
 }
 
 static void dot_f32(int64_t n, float *s, const void *x, const void *y) { *s = float_dot(n, x, 4, y, load16_f32); }
@@ -199,12 +198,50 @@ static void dot_iq4_nl(int64_t n, float *s, const void *vx, const void *vy)
 
 /* ---- 256-value formats against Q8_K: a quarter (64 values) per step ---- */
 
-/* Σ_j m_j · Σ y over sub-block j, from the bsums. */
-static inline int kq_mins(const uint8_t m[8], const int16_t bsums[16])
+/* For quarter c of a super-block: lane k takes entry 2c (k < 8) or 2c+1
+ * (k >= 8) of a vector of eight per-sub-block values. */
+static inline __m512i per_quarter(__m512i v8, int c)
 {
-    int w[8];
-    for (int j = 0; j < 8; j++) w[j] = m[j];
-    return quant_bsums32_dot(w, bsums);
+    const __m512i pick = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    return _mm512_permutexvar_epi32(_mm512_add_epi32(pick, _mm512_set1_epi32(2 * c)), v8);
+}
+
+/* Q4_K/Q5_K scales and mins as int32: lanes 0..7 scales, 8..15 mins. */
+static inline __m512i kq_scales(const uint8_t s[12])
+{
+    uint32_t w[4];
+    quant_kscale_words(s, w);
+    return _mm512_cvtepu8_epi32(_mm_setr_epi32((int)w[0], (int)w[1], (int)w[2], (int)w[3]));
+}
+
+/* Σ_j m_j · Σ y over sub-block j, per sub-block in 8 lanes, from the bsums
+ * (adjacent pairs of 16-value sums make the 32-value sums). */
+static inline __m256i kq_mins(__m512i scales_mins, const int16_t bsums[16])
+{
+    __m256i pairs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), _mm256_set1_epi16(1));
+    return _mm256_mullo_epi32(_mm512_extracti64x4_epi64(scales_mins, 1), pairs);
+}
+
+/* One Q4_K/Q5_K super-block: quarter c holds sub-blocks 2c (low nibbles)
+ * and 2c+1 (high); qh gives Q5_K's fifth bits (NULL for Q4_K).  Adds the
+ * scaled part to acc and the mins part to mins_acc. */
+static inline void kq_dot(const uint8_t *qs, const uint8_t *scales, const uint8_t *qh, uint16_t d, uint16_t dmin,
+                          const block_q8_K *y, __m512 *acc, __m256 *mins_acc)
+{
+    __m512i sm = kq_scales(scales), sumi = zero512();
+    for (int c = 0; c < 4; c++) {
+        __m512i u = nibbles_lo_hi(load256(qs + 32 * c));
+        if (qh) { /* bit 2c of qh[l] is value 64c + l, bit 2c+1 value 64c + 32 + l */
+            __m256i h = load256(qh);
+            __mmask64 bits = (__mmask64)_mm256_test_epi8_mask(h, _mm256_set1_epi8((char)(1 << (2 * c)))) |
+                             (__mmask64)_mm256_test_epi8_mask(h, _mm256_set1_epi8((char)(2 << (2 * c)))) << 32;
+            u = _mm512_or_si512(u, _mm512_maskz_mov_epi8(bits, _mm512_set1_epi8(16)));
+        }
+        __m512i dot = _mm512_dpbusd_epi32(zero512(), u, load512(y->qs + 64 * c));
+        sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(dot, per_quarter(sm, c)));
+    }
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(y->d * half(d)), *acc);
+    *mins_acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(kq_mins(sm, y->bsums)), _mm256_set1_ps(y->d * half(dmin)), *mins_acc);
 }
 
 static void dot_q4_K(int64_t n, float *s, const void *vx, const void *vy)
@@ -212,20 +249,10 @@ static void dot_q4_K(int64_t n, float *s, const void *vx, const void *vy)
     const block_q4_K *x = vx;
     const block_q8_K *y = vy;
     __m512 acc = _mm512_setzero_ps();
-    float mins = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], m[8];
-        quant_kscale_unpack_all(x[i].scales, sc, m);
-        __m512i sumi = zero512();
-        for (int c = 0; c < 4; c++) { /* quarter c = sub-blocks 2c, 2c+1 */
-            __m512i u = nibbles_lo_hi(load256(x[i].qs + 32 * c));
-            __m512i dot = _mm512_dpbusd_epi32(zero512(), u, load512(y[i].qs + 64 * c));
-            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(dot, split_epi32(sc[2 * c], sc[2 * c + 1])));
-        }
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(y[i].d * half(x[i].d)), acc);
-        mins += y[i].d * half(x[i].dmin) * (float)kq_mins(m, y[i].bsums);
-    }
-    *s = _mm512_reduce_add_ps(acc) - mins;
+    __m256 mins = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++)
+        kq_dot(x[i].qs, x[i].scales, NULL, x[i].d, x[i].dmin, &y[i], &acc, &mins);
+    *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(mins));
 }
 
 static void dot_q5_K(int64_t n, float *s, const void *vx, const void *vy)
@@ -233,25 +260,10 @@ static void dot_q5_K(int64_t n, float *s, const void *vx, const void *vy)
     const block_q5_K *x = vx;
     const block_q8_K *y = vy;
     __m512 acc = _mm512_setzero_ps();
-    float mins = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], m[8];
-        quant_kscale_unpack_all(x[i].scales, sc, m);
-        __m256i qh = load256(x[i].qh);
-        __m512i sumi = zero512();
-        for (int c = 0; c < 4; c++) {
-            /* fifth bits: bit 2c of qh[l] for value l, bit 2c+1 for value 32+l */
-            __mmask64 bits = (__mmask64)_mm256_test_epi8_mask(qh, _mm256_set1_epi8((char)(1 << (2 * c)))) |
-                             (__mmask64)_mm256_test_epi8_mask(qh, _mm256_set1_epi8((char)(2 << (2 * c)))) << 32;
-            __m512i u = _mm512_or_si512(nibbles_lo_hi(load256(x[i].qs + 32 * c)),
-                                        _mm512_maskz_mov_epi8(bits, _mm512_set1_epi8(16)));
-            __m512i dot = _mm512_dpbusd_epi32(zero512(), u, load512(y[i].qs + 64 * c));
-            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(dot, split_epi32(sc[2 * c], sc[2 * c + 1])));
-        }
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(y[i].d * half(x[i].d)), acc);
-        mins += y[i].d * half(x[i].dmin) * (float)kq_mins(m, y[i].bsums);
-    }
-    *s = _mm512_reduce_add_ps(acc) - mins;
+    __m256 mins = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++)
+        kq_dot(x[i].qs, x[i].scales, x[i].qh, x[i].d, x[i].dmin, &y[i], &acc, &mins);
+    *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(mins));
 }
 
 /* Scales of sub-blocks 4k..4k+3 (16 values = 4 lanes each) as 16 int32. */
@@ -291,8 +303,22 @@ static void dot_q6_K(int64_t n, float *s, const void *vx, const void *vy)
     *s = _mm512_reduce_add_ps(acc);
 }
 
-/* IQ4_XS: codes biased by +128 through the table; the bias comes off as
- * 128·Σ_j ls_j·Σy_j from the bsums. */
+/* The eight IQ4_XS sub-block scales (6-bit, minus 32) as int32 lanes:
+ * scale j has its low nibble at bit 4j of scales_l, its top two bits at
+ * bit 2j of scales_h. */
+static inline __m512i iq4xs_scales(const block_iq4_xs *b)
+{
+    uint32_t lo_bits;
+    memcpy(&lo_bits, b->scales_l, 4);
+    __m256i lo = _mm256_srlv_epi32(_mm256_set1_epi32((int)lo_bits), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    __m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32(b->scales_h), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+    __m256i ls = _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(15)),
+                                 _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4));
+    return _mm512_castsi256_si512(_mm256_sub_epi32(ls, _mm256_set1_epi32(32)));
+}
+
+/* IQ4_XS: table values biased by +128 go in unsigned, the bias comes off
+ * per lane; the signed sub-block scales multiply the int32 lanes. */
 static void dot_iq4_xs(int64_t n, float *s, const void *vx, const void *vy)
 {
     const block_iq4_xs *x = vx;
@@ -300,16 +326,12 @@ static void dot_iq4_xs(int64_t n, float *s, const void *vx, const void *vy)
     const __m512i table = iq4_table_u8();
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        int ls[8];
-        for (int j = 0; j < 8; j++)
-            ls[j] = (((x[i].scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((x[i].scales_h >> (2 * j)) & 3) << 4) - 32;
-        __m512i sumi = zero512();
+        __m512i ls = iq4xs_scales(&x[i]), sumi = zero512();
         for (int c = 0; c < 4; c++) { /* sub-blocks 2c, 2c+1 */
             __m512i u = _mm512_shuffle_epi8(table, nibbles64(x[i].qs + 32 * c, x[i].qs + 32 * c + 16));
-            __m512i dot = _mm512_dpbusd_epi32(zero512(), u, load512(y[i].qs + 64 * c));
-            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(dot, split_epi32(ls[2 * c], ls[2 * c + 1])));
+            __m512i dot = dot_biased(u, load512(y[i].qs + 64 * c), 128);
+            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(dot, per_quarter(ls, c)));
         }
-        sumi = _mm512_sub_epi32(sumi, _mm512_maskz_set1_epi32(1, 128 * quant_bsums32_dot(ls, y[i].bsums)));
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(y[i].d * half(x[i].d)), acc);
     }
     *s = _mm512_reduce_add_ps(acc);

@@ -100,10 +100,27 @@ static inline void quant_kscale_unpack(const uint8_t s[12], int j, uint8_t *sc, 
     }
 }
 
-/* All eight scales and mins at once. */
+/* The same for all eight sub-blocks at once, four bytes per word, without
+ * branches: w[0] = scales 0..3, w[1] = scales 4..7, w[2] = mins 0..3,
+ * w[3] = mins 4..7 (byte k of a word is sub-block k of its four). */
+static inline void quant_kscale_words(const uint8_t s[12], uint32_t w[4])
+{
+    uint32_t lo, mid, hi;
+    memcpy(&lo, s, 4);
+    memcpy(&mid, s + 4, 4);
+    memcpy(&hi, s + 8, 4);
+    w[0] = lo & 0x3f3f3f3f;
+    w[1] = (hi & 0x0f0f0f0f) | ((lo >> 2) & 0x30303030); /* top bits 6-7 of bytes 0..3 -> bits 4-5 */
+    w[2] = mid & 0x3f3f3f3f;
+    w[3] = ((hi >> 4) & 0x0f0f0f0f) | ((mid >> 2) & 0x30303030);
+}
+
 static inline void quant_kscale_unpack_all(const uint8_t s[12], uint8_t sc[8], uint8_t m[8])
 {
-    for (int j = 0; j < 8; j++) quant_kscale_unpack(s, j, &sc[j], &m[j]);
+    uint32_t w[4];
+    quant_kscale_words(s, w);
+    memcpy(sc, w, 8);
+    memcpy(m, w + 2, 8);
 }
 
 /* Σ_j w[j] · (Σ of the 32 activation codes of sub-block j), from the Q8_K

@@ -150,6 +150,13 @@ static void iq4_nl_to_float(const void *src, float *y, int64_t n)
 
 /* ---- decoders of the 256-value formats ---- */
 
+/* Scale and min of each sub-block, one at a time: the definition, which the
+ * SIMD kernels' branch-free quant_kscale_words is tested against. */
+static void kscales(const uint8_t s[12], uint8_t sc[8], uint8_t m[8])
+{
+    for (int j = 0; j < 8; j++) quant_kscale_unpack(s, j, &sc[j], &m[j]);
+}
+
 /* Code of value v (0..255) of a Q4_K/Q5_K block: see the struct comment. */
 static inline int qk_nib(const uint8_t qs[128], int v)
 {
@@ -184,7 +191,7 @@ static void q4_K_to_float(const void *src, float *y, int64_t n)
     for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
         float d = quant_half_to_float(b[i].d), dmin = quant_half_to_float(b[i].dmin);
         uint8_t sc[8], m[8];
-        quant_kscale_unpack_all(b[i].scales, sc, m);
+        kscales(b[i].scales, sc, m);
         for (int v = 0; v < QK_K; v++) {
             float dl = d * sc[v / 32], ml = dmin * m[v / 32];
             y[v] = dl * (float)qk_nib(b[i].qs, v) - ml;
@@ -198,7 +205,7 @@ static void q5_K_to_float(const void *src, float *y, int64_t n)
     for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
         float d = quant_half_to_float(b[i].d), dmin = quant_half_to_float(b[i].dmin);
         uint8_t sc[8], m[8];
-        quant_kscale_unpack_all(b[i].scales, sc, m);
+        kscales(b[i].scales, sc, m);
         for (int v = 0; v < QK_K; v++) {
             float dl = d * sc[v / 32], ml = dmin * m[v / 32];
             y[v] = dl * (float)q5k_code(&b[i], v) - ml;
@@ -381,7 +388,7 @@ static void dot_q4_K(int64_t n, float *s, const void *vx, const void *vy)
     float sum = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint8_t sc[8], m[8];
-        quant_kscale_unpack_all(x[i].scales, sc, m);
+        kscales(x[i].scales, sc, m);
         int sumq = 0, summ = 0;
         for (int j = 0; j < 8; j++) {
             int dq = 0, sy = 0;
@@ -405,7 +412,7 @@ static void dot_q5_K(int64_t n, float *s, const void *vx, const void *vy)
     float sum = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint8_t sc[8], m[8];
-        quant_kscale_unpack_all(x[i].scales, sc, m);
+        kscales(x[i].scales, sc, m);
         int sumq = 0, summ = 0;
         for (int j = 0; j < 8; j++) {
             int dq = 0, sy = 0;

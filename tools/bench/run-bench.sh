@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# run-bench.sh BUILD_DIR — runs every CPU benchmark binary (BUILD_DIR/bin/nebula-bench-*)
+# and appends one dated block per benchmark to docs/BENCHMARKS.md: date, git commit,
+# machine (uname -m, CPU model, cores), the command, and the Markdown table it printed.
+# Called by `make bench` from the repository root.  Each benchmark prints its own
+# table on stdout and exits non-zero on failure; a failed one is reported and its
+# output is not recorded.
+set -u
+BUILD=${1:-build}
+OUT=docs/BENCHMARKS.md
+
+shopt -s nullglob
+benches=("$BUILD"/bin/nebula-bench-*)
+if [ ${#benches[@]} -eq 0 ]; then
+    echo "run-bench: no $BUILD/bin/nebula-bench-* binaries (run make first)" >&2
+    exit 1
+fi
+
+if [ ! -f "$OUT" ]; then
+    mkdir -p "$(dirname "$OUT")"
+    cat >"$OUT" <<'HEADER'
+# Benchmarks
+
+Dated results, newest last.  Each block says when, on which commit and machine,
+and with which command it was measured.  CPU-kernel figures from the 2-core
+development machine are for ratios between kernels, not absolute engine speed
+(see ../shared/BENCHMARKS.md for the protocol of engine runs).
+HEADER
+fi
+
+date=$(date -u +%Y-%m-%dT%H:%MZ)
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD -- core tools 2>/dev/null || commit="$commit (with uncommitted changes)"
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)
+machine="$(uname -m), ${cpu:-unknown CPU}, $(nproc) cores"
+
+status=0
+for bench in "${benches[@]}"; do
+    name=$(basename "$bench")
+    echo "== $name"
+    if ! table=$("$bench"); then
+        echo "run-bench: $name failed; nothing recorded" >&2
+        status=1
+        continue
+    fi
+    printf '%s\n' "$table"
+    {
+        printf '\n## %s — %s\n\n' "$name" "$date"
+        printf -- '- commit: %s\n- machine: %s\n- command: `%s`\n\n' "$commit" "$machine" "$bench"
+        printf '%s\n' "$table"
+    } >>"$OUT"
+done
+[ $status -eq 0 ] && echo "appended to $OUT"
+exit $status
