@@ -114,6 +114,7 @@ unit: $(TEST_BINS)
 
 # ---- fuzzing ----
 FUZZ_CORE_OBJS := $(CORE_SRCS:%.c=$(BUILD)/fuzz-obj/%.o)
+.SECONDARY: $(FUZZ_CORE_OBJS) # kept between runs: make would delete them as intermediates
 
 $(BUILD)/fuzz-obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
