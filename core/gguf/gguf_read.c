@@ -40,6 +40,7 @@ struct cursor {
     char *err;
     size_t errlen;
     char where[160]; /* the item being parsed, prefixed to every message */
+    int64_t element; /* array element being parsed, or -1 */
 };
 
 static int fail(struct cursor *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -50,6 +51,8 @@ static int fail(struct cursor *c, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (c->element >= 0)
+        return nb_errf(c->err, c->errlen, code, "%s: element %" PRId64 ": %s", c->where, c->element, msg);
     return nb_errf(c->err, c->errlen, code, "%s: %s", c->where, msg);
 }
 
@@ -131,15 +134,18 @@ static int rd_string_values(struct cursor *c, struct gguf_file *g, struct gguf_k
 {
     const char **strs = gguf_arena_alloc(&g->arena, (size_t)kv->n * sizeof *strs);
     if (!strs && kv->n) return fail(c, NB_ENOMEM, "out of memory for %" PRIu64 " strings", kv->n);
+    bool is_array = kv->type == GGUF_VT_ARRAY;
     for (uint64_t j = 0; j < kv->n; j++) {
-        char field[48];
         const char *s;
         uint64_t len;
-        snprintf(field, sizeof field, kv->type == GGUF_VT_ARRAY ? "element %" PRIu64 " string" : "string value", j);
-        int rc = rd_str(c, &s, &len, field);
+        /* The element number is formatted only if there is an error: a
+         * vocabulary has a quarter of a million of them. */
+        c->element = is_array ? (int64_t)j : -1;
+        int rc = rd_str(c, &s, &len, "string value");
         if (rc) return rc;
-        if (!(strs[j] = arena_strndup(g, s, len))) return fail(c, NB_ENOMEM, "out of memory copying %s", field);
+        if (!(strs[j] = arena_strndup(g, s, len))) return fail(c, NB_ENOMEM, "out of memory copying a string");
     }
+    c->element = -1;
     kv->strs = strs;
     return 0;
 }
@@ -322,7 +328,7 @@ static int rd_header(struct cursor *c, struct gguf_file *g, uint64_t *n_tensors,
 /* Parses one image into g (one shard, numbered 0). */
 static int parse_image(struct gguf_file *g, const uint8_t *buf, uint64_t size, char *err, size_t errlen)
 {
-    struct cursor c = {.buf = buf, .size = size, .err = err, .errlen = errlen};
+    struct cursor c = {.buf = buf, .size = size, .err = err, .errlen = errlen, .element = -1};
     uint64_t n_tensors, n_kv;
     int rc = rd_header(&c, g, &n_tensors, &n_kv);
     if (!rc) rc = rd_kvs(&c, g, n_kv);

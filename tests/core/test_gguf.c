@@ -481,6 +481,25 @@ Test(gguf, corrupt_key_values)
     expect_patch_error(58, 'a', 1, "kv 1 \"a\": key at offset 0x32 duplicates kv 0", NULL);
 }
 
+Test(gguf, corrupt_string_array)
+{
+    const char *path = tmp_path("strs.gguf");
+    char err[256];
+    gguf_writer *w;
+    cr_assert_eq(gguf_writer_open(path, &w, err, sizeof err), 0);
+    cr_assert_eq(gguf_w_set_arr_str(w, "s", (const char *[]){"ab", "cd", "ef"}, 3), 0);
+    write_tensors(w, NULL, 0);
+    size_t size;
+    uint8_t *img = slurp(path, &size);
+    /* kv 0: key length 24, "s" 32, type 33, element type 37, count 41,
+     * element 0 length 49 and "ab" 57, element 1 length at 59 (0x3b) */
+    patch(img, 59, 1ull << 40, 8);
+    expect_error(img, size, "kv 0 \"s\": element 1: string value length 1099511627776 at offset 0x3b runs past end", NULL);
+    patch(img, 41, 1ull << 59, 8);
+    expect_error(img, size, "kv 0 \"s\": array length 576460752303423488 at offset 0x29 is impossible", NULL);
+    free(img);
+}
+
 Test(gguf, corrupt_tensor_table)
 {
     expect_patch_error(121, UINT64_MAX, 8, "tensor 1: name length", "offset 0x79");
