@@ -7,6 +7,7 @@
 #include "core/quant/quant.h"
 #include "core/quant/quant_impl.h"
 
+#include <cpuid.h>
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
@@ -47,6 +48,14 @@ static const quant_vec_dot_fn *const isa_dots[QUANT_ISA_COUNT] = {
     [QUANT_ISA_AVX512] = quant_avx512_vec_dot,
 };
 
+/* F16C (CPUID leaf 1, ECX bit 29): not every compiler's
+ * __builtin_cpu_supports knows its name. */
+static bool cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 bool quant_isa_supported(enum quant_isa isa)
 {
     __builtin_cpu_init();
@@ -54,7 +63,7 @@ bool quant_isa_supported(enum quant_isa isa)
     case QUANT_ISA_SCALAR: return true;
     /* Every flag the Makefile gives the file: the compiler may use any of them. */
     case QUANT_ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case QUANT_ISA_AVX512:
         return quant_isa_supported(QUANT_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&

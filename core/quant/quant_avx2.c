@@ -111,34 +111,53 @@ static void dot_f32(int64_t n, float *s, const void *x, const void *y) { *s = fl
 static void dot_f16(int64_t n, float *s, const void *x, const void *y) { *s = float_dot(n, x, y, load8_f16, load1_f16); }
 static void dot_bf16(int64_t n, float *s, const void *x, const void *y) { *s = float_dot(n, x, y, load8_bf16, load1_bf16); }
 
-/* ---- 32-value formats ---- */
+/* ---- Q4_0, Q5_0, Q8_0, IQ4_NL against Q8_0 ----
+ * Value d * w with w a signed integer: the formats differ only in how a
+ * block's 32 weights w are unpacked.  Always inlined, so `weights` is a
+ * constant and each kernel is one loop. */
 
-static void dot_q4_0(int64_t n, float *s, const void *vx, const void *vy)
+static inline float first_half(const uint8_t *b)
 {
-    const block_q4_0 *x = vx;
-    const block_q8_0 *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_SMALL; i++) {
-        __m256i w = _mm256_sub_epi8(nibbles32(x[i].qs), _mm256_set1_epi8(8));
-        __m256i sumi = dot_s8s8(w, load256(y[i].qs), ONES16);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(half(x[i].d) * half(y[i].d)), acc);
-    }
-    *s = hsum_ps(acc);
+    uint16_t h;
+    memcpy(&h, b, 2);
+    return half(h);
 }
 
-static void dot_q5_0(int64_t n, float *s, const void *vx, const void *vy)
+static inline __attribute__((always_inline)) float dot_dw(int64_t n, const uint8_t *x, size_t bsize,
+                                                          __m256i (*weights)(const uint8_t *),
+                                                          const block_q8_0 *y)
 {
-    const block_q5_0 *x = vx;
-    const block_q8_0 *y = vy;
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_SMALL; i++) {
-        uint32_t qh;
-        memcpy(&qh, x[i].qh, 4);
-        __m256i q = _mm256_or_si256(nibbles32(x[i].qs), bit4_from_bits(qh));
-        __m256i sumi = dot_s8s8(_mm256_sub_epi8(q, _mm256_set1_epi8(16)), load256(y[i].qs), ONES16);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(half(x[i].d) * half(y[i].d)), acc);
+    for (int64_t i = 0; i < n / QK_SMALL; i++, x += bsize) {
+        __m256i sumi = dot_s8s8(weights(x), load256(y[i].qs), ONES16);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(first_half(x) * half(y[i].d)), acc);
     }
-    *s = hsum_ps(acc);
+    return hsum_ps(acc);
+}
+
+/* The IQ4 table in both 128-bit lanes, for _mm256_shuffle_epi8 lookups. */
+static inline __m256i iq4_table(void)
+{
+    __m128i t = _mm_loadu_si128((const __m128i *)quant_iq4nl_values);
+    return _mm256_set_m128i(t, t);
+}
+
+static inline __m256i w_q4_0(const uint8_t *b) { return _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8)); }
+static inline __m256i w_q8_0(const uint8_t *b) { return load256(b + 2); }
+static inline __m256i w_iq4_nl(const uint8_t *b) { return _mm256_shuffle_epi8(iq4_table(), nibbles32(b + 2)); }
+static inline __m256i w_q5_0(const uint8_t *b)
+{
+    uint32_t qh;
+    memcpy(&qh, b + 2, 4);
+    return _mm256_sub_epi8(_mm256_or_si256(nibbles32(b + 6), bit4_from_bits(qh)), _mm256_set1_epi8(16));
+}
+
+static void dot_q4_0(int64_t n, float *s, const void *x, const void *y) { *s = dot_dw(n, x, sizeof(block_q4_0), w_q4_0, y); }
+static void dot_q5_0(int64_t n, float *s, const void *x, const void *y) { *s = dot_dw(n, x, sizeof(block_q5_0), w_q5_0, y); }
+static void dot_q8_0(int64_t n, float *s, const void *x, const void *y) { *s = dot_dw(n, x, sizeof(block_q8_0), w_q8_0, y); }
+static void dot_iq4_nl(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = dot_dw(n, x, sizeof(block_iq4_nl), w_iq4_nl, y);
 }
 
 /* Value d*q + m: the min multiplies Σy, taken from the codes (not `s`). */
@@ -159,52 +178,7 @@ static void dot_q5_1(int64_t n, float *s, const void *vx, const void *vy)
     *s = hsum_ps(acc);
 }
 
-static void dot_q8_0(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const block_q8_0 *x = vx, *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_SMALL; i++) {
-        __m256i sumi = dot_s8s8(load256(x[i].qs), load256(y[i].qs), ONES16);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(half(x[i].d) * half(y[i].d)), acc);
-    }
-    *s = hsum_ps(acc);
-}
-
-/* The IQ4 table in both 128-bit lanes, for _mm256_shuffle_epi8 lookups. */
-static inline __m256i iq4_table(void)
-{
-    __m128i t = _mm_loadu_si128((const __m128i *)quant_iq4nl_values);
-    return _mm256_set_m128i(t, t);
-}
-
-static void dot_iq4_nl(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const block_iq4_nl *x = vx;
-    const block_q8_0 *y = vy;
-    const __m256i table = iq4_table();
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_SMALL; i++) {
-        __m256i w = _mm256_shuffle_epi8(table, nibbles32(x[i].qs));
-        __m256i sumi = dot_s8s8(w, load256(y[i].qs), ONES16);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(half(x[i].d) * half(y[i].d)), acc);
-    }
-    *s = hsum_ps(acc);
-}
-
 /* ---- 256-value formats against Q8_K ---- */
-
-/* Q4_K/Q5_K: chunk c of 32 bytes gives sub-blocks 2c (low nibbles) and 2c+1
- * (high nibbles); hbits adds Q5_K's fifth bits (zero for Q4_K).  Returns
- * Σ_j sc_j·Σ q·y as int32 lanes. */
-static inline __m256i kq_chunk(const uint8_t *qs, __m256i hb_lo, __m256i hb_hi, const int8_t *a,
-                               int sc_lo, int sc_hi)
-{
-    __m256i bytes = load256(qs), f = _mm256_set1_epi8(15);
-    __m256i lo = _mm256_or_si256(_mm256_and_si256(bytes, f), hb_lo);
-    __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), f), hb_hi);
-    return _mm256_add_epi32(dot_u8s8(lo, load256(a), _mm256_set1_epi16((short)sc_lo)),
-                            dot_u8s8(hi, load256(a + 32), _mm256_set1_epi16((short)sc_hi)));
-}
 
 /* m_j · Σ y over sub-block j in 8 int32 lanes, from the bsums (adjacent
  * pairs of 16-value sums make the 32-value sums); `mins` packs m_0..m_7. */
@@ -214,23 +188,39 @@ static inline __m256i kq_mins(uint64_t mins, const int16_t bsums[16])
     return _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mins)), pairs);
 }
 
+/* One Q4_K/Q5_K super-block: chunk c of 32 bytes gives sub-blocks 2c (low
+ * nibbles) and 2c+1 (high nibbles); qh gives Q5_K's fifth bits (NULL for
+ * Q4_K).  Adds the scaled part to acc and the mins part to mins_acc. */
+static inline void kq_block(const uint8_t *qs, const uint8_t *scales, const uint8_t *qh, uint16_t d, uint16_t dmin,
+                            const block_q8_K *y, __m256 *acc, __m256 *mins_acc)
+{
+    uint32_t w[4]; /* scales 0-3, 4-7, mins 0-3, 4-7 */
+    quant_kscale_words(scales, w);
+    const uint8_t *sc = (const uint8_t *)w;
+    const __m256i f = _mm256_set1_epi8(15);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        __m256i bytes = load256(qs + 32 * c);
+        __m256i lo = _mm256_and_si256(bytes, f), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), f);
+        if (qh) {
+            __m256i h = load256(qh);
+            lo = _mm256_or_si256(lo, bit4_where(h, 1 << (2 * c)));
+            hi = _mm256_or_si256(hi, bit4_where(h, 2 << (2 * c)));
+        }
+        sumi = _mm256_add_epi32(sumi, dot_u8s8(lo, load256(y->qs + 64 * c), _mm256_set1_epi16(sc[2 * c])));
+        sumi = _mm256_add_epi32(sumi, dot_u8s8(hi, load256(y->qs + 64 * c + 32), _mm256_set1_epi16(sc[2 * c + 1])));
+    }
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y->d * half(d)), *acc);
+    __m256i mins = kq_mins(w[2] | (uint64_t)w[3] << 32, y->bsums);
+    *mins_acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(y->d * half(dmin)), *mins_acc);
+}
+
 static void dot_q4_K(int64_t n, float *s, const void *vx, const void *vy)
 {
     const block_q4_K *x = vx;
     const block_q8_K *y = vy;
-    const __m256i zero = _mm256_setzero_si256();
     __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        uint32_t w[4]; /* scales 0-3, 4-7, mins 0-3, 4-7 */
-        quant_kscale_words(x[i].scales, w);
-        const uint8_t *sc = (const uint8_t *)w;
-        uint64_t m = w[2] | (uint64_t)w[3] << 32;
-        __m256i sumi = zero;
-        for (int c = 0; c < 4; c++)
-            sumi = _mm256_add_epi32(sumi, kq_chunk(x[i].qs + 32 * c, zero, zero, y[i].qs + 64 * c, sc[2 * c], sc[2 * c + 1]));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * half(x[i].d)), acc);
-        mins = _mm256_fmadd_ps(_mm256_cvtepi32_ps(kq_mins(m, y[i].bsums)), _mm256_set1_ps(y[i].d * half(x[i].dmin)), mins);
-    }
+    for (int64_t i = 0; i < n / QK_K; i++) kq_block(x[i].qs, x[i].scales, NULL, x[i].d, x[i].dmin, &y[i], &acc, &mins);
     *s = hsum_ps(acc) - hsum_ps(mins);
 }
 
@@ -239,19 +229,7 @@ static void dot_q5_K(int64_t n, float *s, const void *vx, const void *vy)
     const block_q5_K *x = vx;
     const block_q8_K *y = vy;
     __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        uint32_t w[4]; /* scales 0-3, 4-7, mins 0-3, 4-7 */
-        quant_kscale_words(x[i].scales, w);
-        const uint8_t *sc = (const uint8_t *)w;
-        uint64_t m = w[2] | (uint64_t)w[3] << 32;
-        __m256i qh = load256(x[i].qh), sumi = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            __m256i hb_lo = bit4_where(qh, 1 << (2 * c)), hb_hi = bit4_where(qh, 2 << (2 * c));
-            sumi = _mm256_add_epi32(sumi, kq_chunk(x[i].qs + 32 * c, hb_lo, hb_hi, y[i].qs + 64 * c, sc[2 * c], sc[2 * c + 1]));
-        }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * half(x[i].d)), acc);
-        mins = _mm256_fmadd_ps(_mm256_cvtepi32_ps(kq_mins(m, y[i].bsums)), _mm256_set1_ps(y[i].d * half(x[i].dmin)), mins);
-    }
+    for (int64_t i = 0; i < n / QK_K; i++) kq_block(x[i].qs, x[i].scales, x[i].qh, x[i].d, x[i].dmin, &y[i], &acc, &mins);
     *s = hsum_ps(acc) - hsum_ps(mins);
 }
 

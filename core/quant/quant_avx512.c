@@ -100,18 +100,29 @@ static inline int64_t pair_of(int64_t i, int64_t nb) { return i + 1 < nb ? i + 1
 /* Scales of the pair: a's, and b's unless b is a again. */
 static inline __m512 pair_scales(float a, float b, bool twice) { return split_ps(a, twice ? 0.0f : b); }
 
-static void dot_q4_0(int64_t n, float *s, const void *vx, const void *vy)
+static inline float first_half(const uint8_t *b)
 {
-    const block_q4_0 *x = vx;
-    const block_q8_0 *y = vy;
+    uint16_t h;
+    memcpy(&h, b, 2);
+    return half(h);
+}
+
+/* Q4_0, Q5_0, Q8_0 and IQ4_NL against Q8_0: value d * (u - bias), u an
+ * unsigned code; the formats differ only in how two blocks' 64 codes are
+ * unpacked.  Always inlined, so `codes` is a constant. */
+static inline __attribute__((always_inline)) float dot_pairs(int64_t n, const uint8_t *x, size_t bsize,
+                                                             __m512i (*codes)(const uint8_t *, const uint8_t *),
+                                                             int bias, const block_q8_0 *y)
+{
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0, nb = n / QK_SMALL; i < nb; i += 2) {
         int64_t j = pair_of(i, nb);
-        __m512i sumi = dot_biased(nibbles64(x[i].qs, x[j].qs), act64(y[i].qs, y[j].qs), 8);
-        __m512 d = pair_scales(half(x[i].d) * half(y[i].d), half(x[j].d) * half(y[j].d), i == j);
+        const uint8_t *a = x + i * bsize, *b = x + j * bsize;
+        __m512i sumi = dot_biased(codes(a, b), act64(y[i].qs, y[j].qs), bias);
+        __m512 d = pair_scales(first_half(a) * half(y[i].d), first_half(b) * half(y[j].d), i == j);
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), d, acc);
     }
-    *s = _mm512_reduce_add_ps(acc);
+    return _mm512_reduce_add_ps(acc);
 }
 
 /* Q5 codes of blocks i and j: nibbles, plus 16 where the qh bit is set
@@ -125,19 +136,40 @@ static inline __m512i q5_codes(const uint8_t *qs_i, const uint8_t *qh_i, const u
     return _mm512_or_si512(nibbles64(qs_i, qs_j), _mm512_maskz_mov_epi8(bits, _mm512_set1_epi8(16)));
 }
 
-static void dot_q5_0(int64_t n, float *s, const void *vx, const void *vy)
+/* The IQ4 table biased by +128 (all values become unsigned), in every
+ * 128-bit lane for _mm512_shuffle_epi8 lookups. */
+static inline __m512i iq4_table_u8(void)
 {
-    const block_q5_0 *x = vx;
-    const block_q8_0 *y = vy;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0, nb = n / QK_SMALL; i < nb; i += 2) {
-        int64_t j = pair_of(i, nb);
-        __m512i q = q5_codes(x[i].qs, x[i].qh, x[j].qs, x[j].qh);
-        __m512i sumi = dot_biased(q, act64(y[i].qs, y[j].qs), 16);
-        __m512 d = pair_scales(half(x[i].d) * half(y[i].d), half(x[j].d) * half(y[j].d), i == j);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), d, acc);
-    }
-    *s = _mm512_reduce_add_ps(acc);
+    __m128i t = _mm_loadu_si128((const __m128i *)quant_iq4nl_values);
+    return _mm512_broadcast_i32x4(_mm_xor_si128(t, _mm_set1_epi8((char)0x80)));
+}
+
+static inline __m512i u_q4_0(const uint8_t *a, const uint8_t *b) { return nibbles64(a + 2, b + 2); }
+static inline __m512i u_q5_0(const uint8_t *a, const uint8_t *b) { return q5_codes(a + 6, a + 2, b + 6, b + 2); }
+static inline __m512i u_q8_0(const uint8_t *a, const uint8_t *b) /* w + 128 */
+{
+    return _mm512_xor_si512(act64((const int8_t *)a + 2, (const int8_t *)b + 2), _mm512_set1_epi8((char)0x80));
+}
+static inline __m512i u_iq4_nl(const uint8_t *a, const uint8_t *b)
+{
+    return _mm512_shuffle_epi8(iq4_table_u8(), nibbles64(a + 2, b + 2));
+}
+
+static void dot_q4_0(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = dot_pairs(n, x, sizeof(block_q4_0), u_q4_0, 8, y);
+}
+static void dot_q5_0(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = dot_pairs(n, x, sizeof(block_q5_0), u_q5_0, 16, y);
+}
+static void dot_q8_0(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = dot_pairs(n, x, sizeof(block_q8_0), u_q8_0, 128, y);
+}
+static void dot_iq4_nl(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = dot_pairs(n, x, sizeof(block_iq4_nl), u_iq4_nl, 128, y);
 }
 
 /* Value d*q + m: the min multiplies Σy, taken from the codes (not `s`). */
@@ -154,44 +186,6 @@ static void dot_q5_1(int64_t n, float *s, const void *vx, const void *vy)
         float dyi = half(y[i].d), dyj = i == j ? 0.0f : half(y[j].d);
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), split_ps(half(x[i].d) * dyi, half(x[j].d) * dyj), acc);
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumy), split_ps(half(x[i].m) * dyi, half(x[j].m) * dyj), acc);
-    }
-    *s = _mm512_reduce_add_ps(acc);
-}
-
-static void dot_q8_0(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const block_q8_0 *x = vx, *y = vy;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0, nb = n / QK_SMALL; i < nb; i += 2) {
-        int64_t j = pair_of(i, nb);
-        __m512i u = _mm512_xor_si512(act64(x[i].qs, x[j].qs), _mm512_set1_epi8((char)0x80)); /* w + 128 */
-        __m512i sumi = dot_biased(u, act64(y[i].qs, y[j].qs), 128);
-        __m512 d = pair_scales(half(x[i].d) * half(y[i].d), half(x[j].d) * half(y[j].d), i == j);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), d, acc);
-    }
-    *s = _mm512_reduce_add_ps(acc);
-}
-
-/* The IQ4 table biased by +128 (all values become unsigned), in every
- * 128-bit lane for _mm512_shuffle_epi8 lookups. */
-static inline __m512i iq4_table_u8(void)
-{
-    __m128i t = _mm_loadu_si128((const __m128i *)quant_iq4nl_values);
-    return _mm512_broadcast_i32x4(_mm_xor_si128(t, _mm_set1_epi8((char)0x80)));
-}
-
-static void dot_iq4_nl(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const block_iq4_nl *x = vx;
-    const block_q8_0 *y = vy;
-    const __m512i table = iq4_table_u8();
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0, nb = n / QK_SMALL; i < nb; i += 2) {
-        int64_t j = pair_of(i, nb);
-        __m512i u = _mm512_shuffle_epi8(table, nibbles64(x[i].qs, x[j].qs));
-        __m512i sumi = dot_biased(u, act64(y[i].qs, y[j].qs), 128);
-        __m512 d = pair_scales(half(x[i].d) * half(y[i].d), half(x[j].d) * half(y[j].d), i == j);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), d, acc);
     }
     *s = _mm512_reduce_add_ps(acc);
 }

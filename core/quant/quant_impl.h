@@ -115,14 +115,6 @@ static inline void quant_kscale_words(const uint8_t s[12], uint32_t w[4])
     w[3] = ((hi >> 4) & 0x0f0f0f0f) | ((mid >> 2) & 0x30303030);
 }
 
-static inline void quant_kscale_unpack_all(const uint8_t s[12], uint8_t sc[8], uint8_t m[8])
-{
-    uint32_t w[4];
-    quant_kscale_words(s, w);
-    memcpy(sc, w, 8);
-    memcpy(m, w + 2, 8);
-}
-
 /* Σ_j w[j] · (Σ of the 32 activation codes of sub-block j), from the Q8_K
  * bsums (sums of 16): how the K-quant dots fold in per-sub-block mins
  * (Q4_K, Q5_K) or the bias of unsigned codes (IQ4_XS) without a second pass

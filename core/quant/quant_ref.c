@@ -92,25 +92,62 @@ static inline int q5_code(const uint8_t qh[4], const uint8_t qs[16], int j)
 
 static inline int nib_code(const uint8_t qs[16], int j) { return j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4); }
 
-/* ---- decoders of the 32-value formats ---- */
+/* ---- the 32-value formats whose value is d * w, w an integer ----
+ * Q4_0, Q5_0, Q8_0, Q8_1 and IQ4_NL differ only in how value j's integer w
+ * is stored; the decoder and the dot with Q8_0 are written once, over a
+ * function that reads w from a block.  d is the first field of each. */
 
-static void q4_0_to_float(const void *src, float *y, int64_t n)
+typedef int (*weight_fn)(const uint8_t *blk, int j);
+
+static int w_q4_0(const uint8_t *b, int j) { return nib_code(b + 2, j) - 8; }
+static int w_q5_0(const uint8_t *b, int j) { return q5_code(b + 2, b + 6, j) - 16; }
+static int w_q8_0(const uint8_t *b, int j) { return (int8_t)b[2 + j]; }
+static int w_q8_1(const uint8_t *b, int j) { return (int8_t)b[4 + j]; }
+static int w_iq4_nl(const uint8_t *b, int j) { return quant_iq4nl_values[nib_code(b + 2, j)]; }
+
+static inline float first_half(const uint8_t *b)
 {
-    const block_q4_0 *b = src;
-    for (int64_t i = 0; i < n / QK_SMALL; i++, y += QK_SMALL) {
-        float d = quant_half_to_float(b[i].d);
-        for (int j = 0; j < 32; j++) y[j] = (float)(nib_code(b[i].qs, j) - 8) * d;
+    uint16_t h;
+    memcpy(&h, b, 2);
+    return quant_half_to_float(h);
+}
+
+static inline void decode_dw(const void *src, float *y, int64_t n, size_t bsize, weight_fn w)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK_SMALL; i++, b += bsize, y += QK_SMALL) {
+        float d = first_half(b);
+        for (int j = 0; j < 32; j++) y[j] = (float)w(b, j) * d;
     }
 }
 
-static void q5_0_to_float(const void *src, float *y, int64_t n)
+static inline float dot_dw(int64_t n, const void *vx, size_t bsize, weight_fn w, const block_q8_0 *y)
 {
-    const block_q5_0 *b = src;
-    for (int64_t i = 0; i < n / QK_SMALL; i++, y += QK_SMALL) {
-        float d = quant_half_to_float(b[i].d);
-        for (int j = 0; j < 32; j++) y[j] = (float)(q5_code(b[i].qh, b[i].qs, j) - 16) * d;
+    const uint8_t *b = vx;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_SMALL; i++, b += bsize) {
+        int sumi = 0;
+        for (int j = 0; j < 32; j++) sumi += w(b, j) * y[i].qs[j];
+        sum += (float)sumi * (first_half(b) * quant_half_to_float(y[i].d));
     }
+    return sum;
 }
+
+static void q4_0_to_float(const void *b, float *y, int64_t n) { decode_dw(b, y, n, sizeof(block_q4_0), w_q4_0); }
+static void q5_0_to_float(const void *b, float *y, int64_t n) { decode_dw(b, y, n, sizeof(block_q5_0), w_q5_0); }
+static void q8_0_to_float(const void *b, float *y, int64_t n) { decode_dw(b, y, n, sizeof(block_q8_0), w_q8_0); }
+static void q8_1_to_float(const void *b, float *y, int64_t n) { decode_dw(b, y, n, sizeof(block_q8_1), w_q8_1); }
+static void iq4_nl_to_float(const void *b, float *y, int64_t n) { decode_dw(b, y, n, sizeof(block_iq4_nl), w_iq4_nl); }
+
+static void dot_q4_0(int64_t n, float *s, const void *x, const void *y) { *s = dot_dw(n, x, sizeof(block_q4_0), w_q4_0, y); }
+static void dot_q5_0(int64_t n, float *s, const void *x, const void *y) { *s = dot_dw(n, x, sizeof(block_q5_0), w_q5_0, y); }
+static void dot_q8_0(int64_t n, float *s, const void *x, const void *y) { *s = dot_dw(n, x, sizeof(block_q8_0), w_q8_0, y); }
+static void dot_iq4_nl(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = dot_dw(n, x, sizeof(block_iq4_nl), w_iq4_nl, y);
+}
+
+/* ---- Q5_1: value d * q + m; dots with Q8_1 ---- */
 
 static void q5_1_to_float(const void *src, float *y, int64_t n)
 {
@@ -121,34 +158,24 @@ static void q5_1_to_float(const void *src, float *y, int64_t n)
     }
 }
 
-static void q8_0_to_float(const void *src, float *y, int64_t n)
+static void dot_q5_1(int64_t n, float *s, const void *vx, const void *vy)
 {
-    const block_q8_0 *b = src;
-    for (int64_t i = 0; i < n / QK_SMALL; i++, y += QK_SMALL) {
-        float d = quant_half_to_float(b[i].d);
-        for (int j = 0; j < 32; j++) y[j] = (float)b[i].qs[j] * d;
+    const block_q5_1 *x = vx;
+    const block_q8_1 *y = vy;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_SMALL; i++) {
+        int sumi = 0, sumy = 0;
+        for (int j = 0; j < 32; j++) {
+            sumi += q5_code(x[i].qh, x[i].qs, j) * y[i].qs[j];
+            sumy += y[i].qs[j];
+        }
+        float dy = quant_half_to_float(y[i].d);
+        sum += (float)sumi * (quant_half_to_float(x[i].d) * dy) + (float)sumy * (quant_half_to_float(x[i].m) * dy);
     }
+    *s = sum;
 }
 
-static void q8_1_to_float(const void *src, float *y, int64_t n)
-{
-    const block_q8_1 *b = src;
-    for (int64_t i = 0; i < n / QK_SMALL; i++, y += QK_SMALL) {
-        float d = quant_half_to_float(b[i].d);
-        for (int j = 0; j < 32; j++) y[j] = (float)b[i].qs[j] * d;
-    }
-}
-
-static void iq4_nl_to_float(const void *src, float *y, int64_t n)
-{
-    const block_iq4_nl *b = src;
-    for (int64_t i = 0; i < n / QK_SMALL; i++, y += QK_SMALL) {
-        float d = quant_half_to_float(b[i].d);
-        for (int j = 0; j < 32; j++) y[j] = d * (float)quant_iq4nl_values[nib_code(b[i].qs, j)];
-    }
-}
-
-/* ---- decoders of the 256-value formats ---- */
+/* ---- Q4_K, Q5_K: value d*sc*q - dmin*m per 32-value sub-block; dots with Q8_K ---- */
 
 /* Scale and min of each sub-block, one at a time: the definition, which the
  * SIMD kernels' branch-free quant_kscale_words is tested against. */
@@ -164,11 +191,64 @@ static inline int qk_nib(const uint8_t qs[128], int v)
     return (v % 64) < 32 ? (byte & 15) : (byte >> 4);
 }
 
-static inline int q5k_code(const block_q5_K *b, int v)
+/* Q4_K and Q5_K share their first 16 bytes (d, dmin, scales) and differ
+ * in how value v's code is stored; decoder and dot are written once over a
+ * function that reads the code. */
+typedef int (*kcode_fn)(const uint8_t *blk, int v);
+
+static int code_q4_K(const uint8_t *b, int v) { return qk_nib(((const block_q4_K *)(const void *)b)->qs, v); }
+
+static int code_q5_K(const uint8_t *b, int v)
 {
+    const block_q5_K *q = (const void *)b;
     int bit = 2 * (v / 64) + ((v % 64) >= 32);
-    return qk_nib(b->qs, v) | ((b->qh[v % 32] >> bit) & 1) << 4;
+    return qk_nib(q->qs, v) | ((q->qh[v % 32] >> bit) & 1) << 4;
 }
+
+static inline void decode_kq(const void *src, float *y, int64_t n, size_t bsize, kcode_fn code)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, b += bsize, y += QK_K) {
+        float d = first_half(b), dmin = first_half(b + 2);
+        uint8_t sc[8], m[8];
+        kscales(b + 4, sc, m);
+        for (int v = 0; v < QK_K; v++) {
+            float dl = d * sc[v / 32], ml = dmin * m[v / 32];
+            y[v] = dl * (float)code(b, v) - ml;
+        }
+    }
+}
+
+/* Per super-block: Σ_j sc_j·Σ q·y and Σ_j m_j·Σ y as integers, then the two
+ * fp16 super-scales and the fp32 activation scale. */
+static inline float dot_kq(int64_t n, const void *vx, size_t bsize, kcode_fn code, const block_q8_K *y)
+{
+    const uint8_t *b = vx;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++, b += bsize) {
+        uint8_t sc[8], m[8];
+        kscales(b + 4, sc, m);
+        int sumq = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            int dq = 0, sy = 0;
+            for (int k = 32 * j; k < 32 * j + 32; k++) {
+                dq += code(b, k) * y[i].qs[k];
+                sy += y[i].qs[k];
+            }
+            sumq += sc[j] * dq;
+            summ += m[j] * sy;
+        }
+        sum += y[i].d * first_half(b) * (float)sumq - y[i].d * first_half(b + 2) * (float)summ;
+    }
+    return sum;
+}
+
+static void q4_K_to_float(const void *b, float *y, int64_t n) { decode_kq(b, y, n, sizeof(block_q4_K), code_q4_K); }
+static void q5_K_to_float(const void *b, float *y, int64_t n) { decode_kq(b, y, n, sizeof(block_q5_K), code_q5_K); }
+static void dot_q4_K(int64_t n, float *s, const void *x, const void *y) { *s = dot_kq(n, x, sizeof(block_q4_K), code_q4_K, y); }
+static void dot_q5_K(int64_t n, float *s, const void *x, const void *y) { *s = dot_kq(n, x, sizeof(block_q5_K), code_q5_K, y); }
+
+/* ---- Q6_K and IQ4_XS: one fp16 scale times signed sub-block scales ---- */
 
 static inline int q6k_code(const block_q6_K *b, int v)
 {
@@ -183,34 +263,6 @@ static inline int iq4xs_scale(const block_iq4_xs *b, int j)
     int lo = (b->scales_l[j / 2] >> (4 * (j % 2))) & 15;
     int hi = (b->scales_h >> (2 * j)) & 3;
     return (lo | hi << 4) - 32;
-}
-
-static void q4_K_to_float(const void *src, float *y, int64_t n)
-{
-    const block_q4_K *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
-        float d = quant_half_to_float(b[i].d), dmin = quant_half_to_float(b[i].dmin);
-        uint8_t sc[8], m[8];
-        kscales(b[i].scales, sc, m);
-        for (int v = 0; v < QK_K; v++) {
-            float dl = d * sc[v / 32], ml = dmin * m[v / 32];
-            y[v] = dl * (float)qk_nib(b[i].qs, v) - ml;
-        }
-    }
-}
-
-static void q5_K_to_float(const void *src, float *y, int64_t n)
-{
-    const block_q5_K *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
-        float d = quant_half_to_float(b[i].d), dmin = quant_half_to_float(b[i].dmin);
-        uint8_t sc[8], m[8];
-        kscales(b[i].scales, sc, m);
-        for (int v = 0; v < QK_K; v++) {
-            float dl = d * sc[v / 32], ml = dmin * m[v / 32];
-            y[v] = dl * (float)q5k_code(&b[i], v) - ml;
-        }
-    }
 }
 
 static void q6_K_to_float(const void *src, float *y, int64_t n)
@@ -236,19 +288,54 @@ static void iq4_xs_to_float(const void *src, float *y, int64_t n)
     }
 }
 
+static void dot_q6_K(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q6_K *x = vx;
+    const block_q8_K *y = vy;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            int dq = 0;
+            for (int k = 16 * j; k < 16 * j + 16; k++) dq += (q6k_code(&x[i], k) - 32) * y[i].qs[k];
+            sumi += x[i].scales[j] * dq;
+        }
+        sum += y[i].d * quant_half_to_float(x[i].d) * (float)sumi;
+    }
+    *s = sum;
+}
+
+static void dot_iq4_xs(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_iq4_xs *x = vx;
+    const block_q8_K *y = vy;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 8; j++) {
+            int dq = 0;
+            for (int k = 0; k < 32; k++)
+                dq += quant_iq4nl_values[nib_code(x[i].qs + 16 * j, k)] * y[i].qs[32 * j + k];
+            sumi += iq4xs_scale(&x[i], j) * dq;
+        }
+        sum += y[i].d * quant_half_to_float(x[i].d) * (float)sumi;
+    }
+    *s = sum;
+}
+
+/* ---- activations: Q8_0, Q8_1, Q8_K ----
+ * Plain round-to-nearest from the block's absolute maximum, no search: they
+ * run on every activation row.  Codes stay in [-127, 127] (never -128), which
+ * the SIMD kernels rely on (they move signs between operands).  Q8_0/Q8_1
+ * divide by the fp16-rounded scale they store, so the per-value error is at
+ * most half a step of the scale that is actually decoded. */
+
 static void q8_K_to_float(const void *src, float *y, int64_t n)
 {
     const block_q8_K *b = src;
     for (int64_t i = 0; i < n / QK_K; i++, y += QK_K)
         for (int v = 0; v < QK_K; v++) y[v] = b[i].d * (float)b[i].qs[v];
 }
-
-/* ---- activation quantizers ----
- * Plain round-to-nearest from the block's absolute maximum, no search: they
- * run on every activation row.  Codes stay in [-127, 127] (never -128), which
- * the SIMD kernels rely on (they move signs between operands).  Q8_0/Q8_1
- * divide by the fp16-rounded scale they store, so the per-value error is at
- * most half a step of the scale that is actually decoded. */
 
 static float q8_block(const float *x, int8_t *q, uint16_t *d16)
 {
@@ -305,163 +392,6 @@ static void q8_K_from_float(const float *x, void *dst, int64_t n)
         }
         b[i].d = 1.0f / iscale;
     }
-}
-
-/* ---- dots of the 32-value formats with Q8_0 / Q8_1 ---- */
-
-static void dot_q4_0(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const block_q4_0 *x = vx;
-    const block_q8_0 *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_SMALL; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 32; j++) sumi += (nib_code(x[i].qs, j) - 8) * y[i].qs[j];
-        sum += (float)sumi * (quant_half_to_float(x[i].d) * quant_half_to_float(y[i].d));
-    }
-    *s = sum;
-}
-
-static void dot_q5_0(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const block_q5_0 *x = vx;
-    const block_q8_0 *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_SMALL; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 32; j++) sumi += (q5_code(x[i].qh, x[i].qs, j) - 16) * y[i].qs[j];
-        sum += (float)sumi * (quant_half_to_float(x[i].d) * quant_half_to_float(y[i].d));
-    }
-    *s = sum;
-}
-
-static void dot_q5_1(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const block_q5_1 *x = vx;
-    const block_q8_1 *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_SMALL; i++) {
-        int sumi = 0, sumy = 0;
-        for (int j = 0; j < 32; j++) {
-            sumi += q5_code(x[i].qh, x[i].qs, j) * y[i].qs[j];
-            sumy += y[i].qs[j];
-        }
-        float dy = quant_half_to_float(y[i].d);
-        sum += (float)sumi * (quant_half_to_float(x[i].d) * dy) + (float)sumy * (quant_half_to_float(x[i].m) * dy);
-    }
-    *s = sum;
-}
-
-static void dot_q8_0(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const block_q8_0 *x = vx, *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_SMALL; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 32; j++) sumi += x[i].qs[j] * y[i].qs[j];
-        sum += (float)sumi * (quant_half_to_float(x[i].d) * quant_half_to_float(y[i].d));
-    }
-    *s = sum;
-}
-
-static void dot_iq4_nl(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const block_iq4_nl *x = vx;
-    const block_q8_0 *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_SMALL; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 32; j++) sumi += quant_iq4nl_values[nib_code(x[i].qs, j)] * y[i].qs[j];
-        sum += (float)sumi * (quant_half_to_float(x[i].d) * quant_half_to_float(y[i].d));
-    }
-    *s = sum;
-}
-
-/* ---- dots of the 256-value formats with Q8_K ----
- * Per super-block: Σ_j sc_j·Σ q·y and Σ_j m_j·Σ y as integers, then the two
- * fp16 super-scales and the fp32 activation scale. */
-
-static void dot_q4_K(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const block_q4_K *x = vx;
-    const block_q8_K *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], m[8];
-        kscales(x[i].scales, sc, m);
-        int sumq = 0, summ = 0;
-        for (int j = 0; j < 8; j++) {
-            int dq = 0, sy = 0;
-            for (int k = 32 * j; k < 32 * j + 32; k++) {
-                dq += qk_nib(x[i].qs, k) * y[i].qs[k];
-                sy += y[i].qs[k];
-            }
-            sumq += sc[j] * dq;
-            summ += m[j] * sy;
-        }
-        sum += y[i].d * quant_half_to_float(x[i].d) * (float)sumq -
-               y[i].d * quant_half_to_float(x[i].dmin) * (float)summ;
-    }
-    *s = sum;
-}
-
-static void dot_q5_K(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const block_q5_K *x = vx;
-    const block_q8_K *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], m[8];
-        kscales(x[i].scales, sc, m);
-        int sumq = 0, summ = 0;
-        for (int j = 0; j < 8; j++) {
-            int dq = 0, sy = 0;
-            for (int k = 32 * j; k < 32 * j + 32; k++) {
-                dq += q5k_code(&x[i], k) * y[i].qs[k];
-                sy += y[i].qs[k];
-            }
-            sumq += sc[j] * dq;
-            summ += m[j] * sy;
-        }
-        sum += y[i].d * quant_half_to_float(x[i].d) * (float)sumq -
-               y[i].d * quant_half_to_float(x[i].dmin) * (float)summ;
-    }
-    *s = sum;
-}
-
-static void dot_q6_K(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const block_q6_K *x = vx;
-    const block_q8_K *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            int dq = 0;
-            for (int k = 16 * j; k < 16 * j + 16; k++) dq += (q6k_code(&x[i], k) - 32) * y[i].qs[k];
-            sumi += x[i].scales[j] * dq;
-        }
-        sum += y[i].d * quant_half_to_float(x[i].d) * (float)sumi;
-    }
-    *s = sum;
-}
-
-static void dot_iq4_xs(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const block_iq4_xs *x = vx;
-    const block_q8_K *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 8; j++) {
-            int dq = 0;
-            for (int k = 0; k < 32; k++)
-                dq += quant_iq4nl_values[nib_code(x[i].qs + 16 * j, k)] * y[i].qs[32 * j + k];
-            sumi += iq4xs_scale(&x[i], j) * dq;
-        }
-        sum += y[i].d * quant_half_to_float(x[i].d) * (float)sumi;
-    }
-    *s = sum;
 }
 
 /* ---- tables ---- */

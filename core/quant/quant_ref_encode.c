@@ -150,47 +150,40 @@ static void sym_search(const float *x, int n, const struct levels *lv, bool fp16
     }
 }
 
-void quant_encode_q4_0(const float *x, void *dst, int64_t n)
+/* The codes of a block: 32 nibbles (value j low nibble of byte j, value
+ * 16 + j high nibble), Q5_0 adds the fifth bits. */
+static void pack_nibbles(const uint8_t L[32], uint8_t qs[16])
 {
-    block_q4_0 *b = dst;
-    for (int64_t i = 0; i < n / QK_SMALL; i++) {
-        struct sym_best best;
-        sym_search(x + QK_SMALL * i, QK_SMALL, &q4_levels, true, &best);
-        b[i].d = quant_f32_to_f16(best.d);
-        for (int j = 0; j < 16; j++) b[i].qs[j] = (uint8_t)(best.L[j] | best.L[j + 16] << 4);
-    }
+    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)((L[j] & 15) | (L[j + 16] & 15) << 4);
 }
 
-/* The 32 five-bit codes L into nibbles and the qh bit field. */
 static void pack_q5(const uint8_t L[32], uint8_t qh[4], uint8_t qs[16])
 {
     uint32_t h = 0;
-    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)((L[j] & 15) | (L[j + 16] & 15) << 4);
+    pack_nibbles(L, qs);
     for (int j = 0; j < 32; j++) h |= (uint32_t)(L[j] >> 4) << j;
     memcpy(qh, &h, 4);
 }
 
-void quant_encode_q5_0(const float *x, void *dst, int64_t n)
+static void codes_q4(uint8_t *blk, const uint8_t L[32]) { pack_nibbles(L, blk + 2); }
+static void codes_q5_0(uint8_t *blk, const uint8_t L[32]) { pack_q5(L, blk + 2, blk + 6); }
+
+/* Q4_0, Q5_0, IQ4_NL: fp16 d first, then the codes. */
+static void sym_encode(const float *x, uint8_t *dst, int64_t n, size_t bsize, const struct levels *lv,
+                       void (*codes)(uint8_t *blk, const uint8_t L[32]))
 {
-    block_q5_0 *b = dst;
-    for (int64_t i = 0; i < n / QK_SMALL; i++) {
+    for (int64_t i = 0; i < n / QK_SMALL; i++, x += QK_SMALL, dst += bsize) {
         struct sym_best best;
-        sym_search(x + QK_SMALL * i, QK_SMALL, &q5_levels, true, &best);
-        b[i].d = quant_f32_to_f16(best.d);
-        pack_q5(best.L, b[i].qh, b[i].qs);
+        sym_search(x, QK_SMALL, lv, true, &best);
+        uint16_t d = quant_f32_to_f16(best.d); /* exact: best.d is an fp16 value */
+        memcpy(dst, &d, 2);
+        codes(dst, best.L);
     }
 }
 
-void quant_encode_iq4_nl(const float *x, void *dst, int64_t n)
-{
-    block_iq4_nl *b = dst;
-    for (int64_t i = 0; i < n / QK_SMALL; i++) {
-        struct sym_best best;
-        sym_search(x + QK_SMALL * i, QK_SMALL, &iq4_levels, true, &best);
-        b[i].d = quant_f32_to_f16(best.d);
-        for (int j = 0; j < 16; j++) b[i].qs[j] = (uint8_t)(best.L[j] | best.L[j + 16] << 4);
-    }
-}
+void quant_encode_q4_0(const float *x, void *dst, int64_t n) { sym_encode(x, dst, n, sizeof(block_q4_0), &q4_levels, codes_q4); }
+void quant_encode_q5_0(const float *x, void *dst, int64_t n) { sym_encode(x, dst, n, sizeof(block_q5_0), &q5_levels, codes_q5_0); }
+void quant_encode_iq4_nl(const float *x, void *dst, int64_t n) { sym_encode(x, dst, n, sizeof(block_iq4_nl), &iq4_levels, codes_q4); }
 
 /* ---- scale and offset: Q5_1 ---- */
 
@@ -496,7 +489,7 @@ static void pack_iq4_xs(void *blk, uint16_t d, const int *sc, const uint8_t *L)
         int ls = sc[j] + 32;
         b->scales_l[j / 2] |= (uint8_t)((ls & 15) << (4 * (j % 2)));
         b->scales_h |= (uint16_t)((ls >> 4) << (2 * j));
-        for (int k = 0; k < 16; k++) b->qs[16 * j + k] = (uint8_t)(L[32 * j + k] | L[32 * j + 16 + k] << 4);
+        pack_nibbles(L + 32 * j, b->qs + 16 * j);
     }
 }
 

@@ -11,6 +11,7 @@
  * the scalar reference.  Prints a Markdown table (tools/bench/run-bench.sh
  * appends it to docs/BENCHMARKS.md).
  * Exit status: 0 ok, 1 out of memory or a NaN result, 2 bad usage. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +51,7 @@ static int bad_usage(const char *why)
 static int parse_args(int argc, char **argv, struct options *opt)
 {
     *opt = (struct options){0.5, 64, -1};
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option but --help takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end;
         if (strcmp(a, "--help") == 0) {
@@ -66,9 +67,9 @@ static int parse_args(int argc, char **argv, struct options *opt)
             opt->only_type = quant_type_from_name(v);
             if (opt->only_type < 0) return bad_usage("unknown --type");
         } else {
-            return bad_usage(v || a[0] != '-' ? "unknown argument" : "missing value");
+            bool known = !strcmp(a, "--seconds") || !strcmp(a, "--mib") || !strcmp(a, "--type");
+            return bad_usage(known ? "missing value" : "unknown argument");
         }
-        i++;
     }
     return 0;
 }
