@@ -107,9 +107,18 @@ static inline __attribute__((always_inline)) float float_dot(int64_t n, const vo
     return sum;
 }
 
-static void dot_f32(int64_t n, float *s, const void *x, const void *y) { *s = float_dot(n, x, y, load8_f32, load1_f32); }
-static void dot_f16(int64_t n, float *s, const void *x, const void *y) { *s = float_dot(n, x, y, load8_f16, load1_f16); }
-static void dot_bf16(int64_t n, float *s, const void *x, const void *y) { *s = float_dot(n, x, y, load8_bf16, load1_bf16); }
+static void dot_f32(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = float_dot(n, x, y, load8_f32, load1_f32);
+}
+static void dot_f16(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = float_dot(n, x, y, load8_f16, load1_f16);
+}
+static void dot_bf16(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = float_dot(n, x, y, load8_bf16, load1_bf16);
+}
 
 /* ---- Q4_0, Q5_0, Q8_0, IQ4_NL against Q8_0 ----
  * Value d * w with w a signed integer: the formats differ only in how a
@@ -152,9 +161,18 @@ static inline __m256i w_q5_0(const uint8_t *b)
     return _mm256_sub_epi8(_mm256_or_si256(nibbles32(b + 6), bit4_from_bits(qh)), _mm256_set1_epi8(16));
 }
 
-static void dot_q4_0(int64_t n, float *s, const void *x, const void *y) { *s = dot_dw(n, x, sizeof(block_q4_0), w_q4_0, y); }
-static void dot_q5_0(int64_t n, float *s, const void *x, const void *y) { *s = dot_dw(n, x, sizeof(block_q5_0), w_q5_0, y); }
-static void dot_q8_0(int64_t n, float *s, const void *x, const void *y) { *s = dot_dw(n, x, sizeof(block_q8_0), w_q8_0, y); }
+static void dot_q4_0(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = dot_dw(n, x, sizeof(block_q4_0), w_q4_0, y);
+}
+static void dot_q5_0(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = dot_dw(n, x, sizeof(block_q5_0), w_q5_0, y);
+}
+static void dot_q8_0(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = dot_dw(n, x, sizeof(block_q8_0), w_q8_0, y);
+}
 static void dot_iq4_nl(int64_t n, float *s, const void *x, const void *y)
 {
     *s = dot_dw(n, x, sizeof(block_iq4_nl), w_iq4_nl, y);
@@ -220,7 +238,8 @@ static void dot_q4_K(int64_t n, float *s, const void *vx, const void *vy)
     const block_q4_K *x = vx;
     const block_q8_K *y = vy;
     __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) kq_block(x[i].qs, x[i].scales, NULL, x[i].d, x[i].dmin, &y[i], &acc, &mins);
+    for (int64_t i = 0; i < n / QK_K; i++)
+        kq_block(x[i].qs, x[i].scales, NULL, x[i].d, x[i].dmin, &y[i], &acc, &mins);
     *s = hsum_ps(acc) - hsum_ps(mins);
 }
 
@@ -229,7 +248,8 @@ static void dot_q5_K(int64_t n, float *s, const void *vx, const void *vy)
     const block_q5_K *x = vx;
     const block_q8_K *y = vy;
     __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) kq_block(x[i].qs, x[i].scales, x[i].qh, x[i].d, x[i].dmin, &y[i], &acc, &mins);
+    for (int64_t i = 0; i < n / QK_K; i++)
+        kq_block(x[i].qs, x[i].scales, x[i].qh, x[i].d, x[i].dmin, &y[i], &acc, &mins);
     *s = hsum_ps(acc) - hsum_ps(mins);
 }
 
@@ -265,7 +285,8 @@ static void dot_q6_K(int64_t n, float *s, const void *vx, const void *vy)
                 sumi = _mm256_add_epi32(sumi, dot_u8s8(q[k], load256(y[i].qs + 128 * h + 32 * k), scale));
             }
         }
-        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * quant_bsums16_dot(x[i].scales, y[i].bsums), 0, 0, 0, 0, 0, 0, 0));
+        int bias = 32 * quant_bsums16_dot(x[i].scales, y[i].bsums); /* the -32 of every code */
+        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(bias, 0, 0, 0, 0, 0, 0, 0));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * half(x[i].d)), acc);
     }
     *s = hsum_ps(acc);

@@ -29,7 +29,10 @@ static inline __m512i load512(const void *p) { return _mm512_loadu_si512(p); }
 static inline __m512i join256(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
 
 /* Lanes 0..7 = a, lanes 8..15 = b. */
-static inline __m512 split_ps(float a, float b) { return _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(a), _mm512_set1_ps(b)); }
+static inline __m512 split_ps(float a, float b)
+{
+    return _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(a), _mm512_set1_ps(b));
+}
 
 /* Σ (u - bias)·y in each int32 lane (4 bytes). */
 static inline __m512i dot_biased(__m512i u, __m512i y, int bias)
@@ -235,7 +238,8 @@ static inline void kq_dot(const uint8_t *qs, const uint8_t *scales, const uint8_
         sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(dot, per_quarter(sm, c)));
     }
     *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(y->d * half(d)), *acc);
-    *mins_acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(kq_mins(sm, y->bsums)), _mm256_set1_ps(y->d * half(dmin)), *mins_acc);
+    __m256 mins = _mm256_cvtepi32_ps(kq_mins(sm, y->bsums));
+    *mins_acc = _mm256_fmadd_ps(mins, _mm256_set1_ps(y->d * half(dmin)), *mins_acc);
 }
 
 static void dot_q4_K(int64_t n, float *s, const void *vx, const void *vy)
@@ -263,7 +267,8 @@ static void dot_q5_K(int64_t n, float *s, const void *vx, const void *vy)
 /* Scales of sub-blocks 4k..4k+3 (16 values = 4 lanes each) as 16 int32. */
 static inline __m512i q6_scales(__m128i sc, int k)
 {
-    __m128i idx = _mm_add_epi8(_mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), _mm_set1_epi8((char)(4 * k)));
+    const __m128i fours = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    __m128i idx = _mm_add_epi8(fours, _mm_set1_epi8((char)(4 * k)));
     return _mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc, idx));
 }
 

@@ -139,9 +139,18 @@ static void q8_0_to_float(const void *b, float *y, int64_t n) { decode_dw(b, y, 
 static void q8_1_to_float(const void *b, float *y, int64_t n) { decode_dw(b, y, n, sizeof(block_q8_1), w_q8_1); }
 static void iq4_nl_to_float(const void *b, float *y, int64_t n) { decode_dw(b, y, n, sizeof(block_iq4_nl), w_iq4_nl); }
 
-static void dot_q4_0(int64_t n, float *s, const void *x, const void *y) { *s = dot_dw(n, x, sizeof(block_q4_0), w_q4_0, y); }
-static void dot_q5_0(int64_t n, float *s, const void *x, const void *y) { *s = dot_dw(n, x, sizeof(block_q5_0), w_q5_0, y); }
-static void dot_q8_0(int64_t n, float *s, const void *x, const void *y) { *s = dot_dw(n, x, sizeof(block_q8_0), w_q8_0, y); }
+static void dot_q4_0(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = dot_dw(n, x, sizeof(block_q4_0), w_q4_0, y);
+}
+static void dot_q5_0(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = dot_dw(n, x, sizeof(block_q5_0), w_q5_0, y);
+}
+static void dot_q8_0(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = dot_dw(n, x, sizeof(block_q8_0), w_q8_0, y);
+}
 static void dot_iq4_nl(int64_t n, float *s, const void *x, const void *y)
 {
     *s = dot_dw(n, x, sizeof(block_iq4_nl), w_iq4_nl, y);
@@ -245,8 +254,14 @@ static inline float dot_kq(int64_t n, const void *vx, size_t bsize, kcode_fn cod
 
 static void q4_K_to_float(const void *b, float *y, int64_t n) { decode_kq(b, y, n, sizeof(block_q4_K), code_q4_K); }
 static void q5_K_to_float(const void *b, float *y, int64_t n) { decode_kq(b, y, n, sizeof(block_q5_K), code_q5_K); }
-static void dot_q4_K(int64_t n, float *s, const void *x, const void *y) { *s = dot_kq(n, x, sizeof(block_q4_K), code_q4_K, y); }
-static void dot_q5_K(int64_t n, float *s, const void *x, const void *y) { *s = dot_kq(n, x, sizeof(block_q5_K), code_q5_K, y); }
+static void dot_q4_K(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = dot_kq(n, x, sizeof(block_q4_K), code_q4_K, y);
+}
+static void dot_q5_K(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = dot_kq(n, x, sizeof(block_q5_K), code_q5_K, y);
+}
 
 /* ---- Q6_K and IQ4_XS: one fp16 scale times signed sub-block scales ---- */
 

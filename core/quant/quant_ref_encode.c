@@ -137,8 +137,12 @@ static float sym_consider(struct sym_best *b, const float *x, int n, const struc
 static void sym_search(const float *x, int n, const struct levels *lv, bool fp16, struct sym_best *b)
 {
     float xe, amax = abs_max(x, n, &xe);
+    /* All zero: the answer when x is, and the fallback if every error is
+     * NaN (a NaN in x): the block stays defined. */
     b->err = FLT_MAX;
-    sym_consider(b, x, n, lv, 0.0f); /* all zero: the answer when x is */
+    b->d = 0;
+    memset(b->L, nearest_level(lv, 0.0f), (size_t)n);
+    sym_consider(b, x, n, lv, 0.0f);
     if (amax == 0) return;
     /* xe on level t: from the most negative level t_lo to the mirror of the
      * top level t_hi (the safe candidate, k = 6), and a little beyond. */
@@ -181,9 +185,18 @@ static void sym_encode(const float *x, uint8_t *dst, int64_t n, size_t bsize, co
     }
 }
 
-void quant_encode_q4_0(const float *x, void *dst, int64_t n) { sym_encode(x, dst, n, sizeof(block_q4_0), &q4_levels, codes_q4); }
-void quant_encode_q5_0(const float *x, void *dst, int64_t n) { sym_encode(x, dst, n, sizeof(block_q5_0), &q5_levels, codes_q5_0); }
-void quant_encode_iq4_nl(const float *x, void *dst, int64_t n) { sym_encode(x, dst, n, sizeof(block_iq4_nl), &iq4_levels, codes_q4); }
+void quant_encode_q4_0(const float *x, void *dst, int64_t n)
+{
+    sym_encode(x, dst, n, sizeof(block_q4_0), &q4_levels, codes_q4);
+}
+void quant_encode_q5_0(const float *x, void *dst, int64_t n)
+{
+    sym_encode(x, dst, n, sizeof(block_q5_0), &q5_levels, codes_q5_0);
+}
+void quant_encode_iq4_nl(const float *x, void *dst, int64_t n)
+{
+    sym_encode(x, dst, n, sizeof(block_iq4_nl), &iq4_levels, codes_q4);
+}
 
 /* ---- scale and offset: Q5_1 ---- */
 
@@ -302,8 +315,8 @@ static void kq_codes_nearest(const float *x, int nmax, struct kq_codes *c)
     c->dmin = quant_f32_to_f16(omax / 63);
     float d = quant_half_to_float(c->d), dmin = quant_half_to_float(c->dmin);
     for (int j = 0; j < 8; j++) {
-        c->sc[j] = (uint8_t)(d > 0 ? fminf(63.0f, nearbyintf(s[j] / d)) : 0);
-        c->m[j] = (uint8_t)(dmin > 0 ? fminf(63.0f, nearbyintf(o[j] / dmin)) : 0);
+        c->sc[j] = (uint8_t)(d > 0 ? fmaxf(0.0f, fminf(63.0f, nearbyintf(s[j] / d))) : 0);
+        c->m[j] = (uint8_t)(dmin > 0 ? fmaxf(0.0f, fminf(63.0f, nearbyintf(o[j] / dmin))) : 0);
     }
 }
 
@@ -474,7 +487,8 @@ static void pack_q6_K(void *blk, uint16_t d, const int *sc, const uint8_t *L)
         for (int l = 0; l < 32; l++) {
             b->ql[64 * h + l] = (uint8_t)((q[l] & 15) | (q[l + 64] & 15) << 4);
             b->ql[64 * h + l + 32] = (uint8_t)((q[l + 32] & 15) | (q[l + 96] & 15) << 4);
-            b->qh[32 * h + l] = (uint8_t)(q[l] >> 4 | (q[l + 32] >> 4) << 2 | (q[l + 64] >> 4) << 4 | (q[l + 96] >> 4) << 6);
+            b->qh[32 * h + l] =
+                (uint8_t)(q[l] >> 4 | (q[l + 32] >> 4) << 2 | (q[l + 64] >> 4) << 4 | (q[l + 96] >> 4) << 6);
         }
     }
 }

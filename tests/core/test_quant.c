@@ -238,7 +238,8 @@ Test(quant_round_trip, typical_error_of_normal_data)
         q->from_float(x, row, n);
         q->to_float(row, y, n);
         double rel = rms(x, y, n) / rms(x, NULL, n);
-        cr_expect(rel < expect[k].max_rel, "%s: relative rms error %.4f, expected < %.3f", q->name, rel, expect[k].max_rel);
+        cr_expect(rel < expect[k].max_rel, "%s: relative rms error %.4f, expected < %.3f", q->name, rel,
+                  expect[k].max_rel);
     }
     free(x), free(y), free(row);
 }
