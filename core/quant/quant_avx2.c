@@ -89,9 +89,9 @@ static inline float load1_bf16(const void *p, int64_t i) { return quant_bf16_to_
 
 /* Four accumulators hide the FMA latency; the tail (n % 8) is scalar.  Always
  * inlined, so the loaders are constants and each caller is one tight loop. */
-static inline __attribute__((always_inline)) float float_dot(int64_t n, const void *x, const float *y,
-                                                             __m256 (*load8)(const void *, int64_t),
-                                                             float (*load1)(const void *, int64_t))
+QUANT_INLINE float float_dot(int64_t n, const void *x, const float *y,
+                             __m256 (*load8)(const void *, int64_t),
+                             float (*load1)(const void *, int64_t))
 {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
     int64_t i = 0;
@@ -132,9 +132,9 @@ static inline float first_half(const uint8_t *b)
     return half(h);
 }
 
-static inline __attribute__((always_inline)) float dot_dw(int64_t n, const uint8_t *x, size_t bsize,
-                                                          __m256i (*weights)(const uint8_t *),
-                                                          const block_q8_0 *y)
+QUANT_INLINE float dot_dw(int64_t n, const uint8_t *x, size_t bsize,
+                          __m256i (*weights)(const uint8_t *),
+                          const block_q8_0 *y)
 {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_SMALL; i++, x += bsize) {

@@ -71,9 +71,9 @@ static inline __m512 load16_bf16(const void *p, __mmask16 m)
 
 /* Four accumulators hide the FMA latency; the tail is a masked load, so
  * there is no scalar loop.  Always inlined: `load` is a constant. */
-static inline __attribute__((always_inline)) float float_dot(int64_t n, const uint8_t *x, size_t elem,
-                                                             const float *y,
-                                                             __m512 (*load)(const void *, __mmask16))
+QUANT_INLINE float float_dot(int64_t n, const uint8_t *x, size_t elem,
+                             const float *y,
+                             __m512 (*load)(const void *, __mmask16))
 {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
     int64_t i = 0;
@@ -113,9 +113,9 @@ static inline float first_half(const uint8_t *b)
 /* Q4_0, Q5_0, Q8_0 and IQ4_NL against Q8_0: value d * (u - bias), u an
  * unsigned code; the formats differ only in how two blocks' 64 codes are
  * unpacked.  Always inlined, so `codes` is a constant. */
-static inline __attribute__((always_inline)) float dot_pairs(int64_t n, const uint8_t *x, size_t bsize,
-                                                             __m512i (*codes)(const uint8_t *, const uint8_t *),
-                                                             int bias, const block_q8_0 *y)
+QUANT_INLINE float dot_pairs(int64_t n, const uint8_t *x, size_t bsize,
+                             __m512i (*codes)(const uint8_t *, const uint8_t *),
+                             int bias, const block_q8_0 *y)
 {
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0, nb = n / QK_SMALL; i < nb; i += 2) {

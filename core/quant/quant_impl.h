@@ -21,6 +21,10 @@
 
 #include <string.h>
 
+/* For the generic loops that take a per-format function: inlined into each
+ * caller, the function becomes a constant and each kernel one tight loop. */
+#define QUANT_INLINE static inline __attribute__((always_inline))
+
 #define QK_SMALL 32 /* values per block of the 32-value formats */
 #define QK_K 256    /* values per super-block of the K-quants and IQ4_XS */
 

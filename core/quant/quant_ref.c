@@ -112,7 +112,7 @@ static inline float first_half(const uint8_t *b)
     return quant_half_to_float(h);
 }
 
-static inline void decode_dw(const void *src, float *y, int64_t n, size_t bsize, weight_fn w)
+QUANT_INLINE void decode_dw(const void *src, float *y, int64_t n, size_t bsize, weight_fn w)
 {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / QK_SMALL; i++, b += bsize, y += QK_SMALL) {
@@ -121,7 +121,7 @@ static inline void decode_dw(const void *src, float *y, int64_t n, size_t bsize,
     }
 }
 
-static inline float dot_dw(int64_t n, const void *vx, size_t bsize, weight_fn w, const block_q8_0 *y)
+QUANT_INLINE float dot_dw(int64_t n, const void *vx, size_t bsize, weight_fn w, const block_q8_0 *y)
 {
     const uint8_t *b = vx;
     float sum = 0;
@@ -214,7 +214,7 @@ static int code_q5_K(const uint8_t *b, int v)
     return qk_nib(q->qs, v) | ((q->qh[v % 32] >> bit) & 1) << 4;
 }
 
-static inline void decode_kq(const void *src, float *y, int64_t n, size_t bsize, kcode_fn code)
+QUANT_INLINE void decode_kq(const void *src, float *y, int64_t n, size_t bsize, kcode_fn code)
 {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / QK_K; i++, b += bsize, y += QK_K) {
@@ -230,7 +230,7 @@ static inline void decode_kq(const void *src, float *y, int64_t n, size_t bsize,
 
 /* Per super-block: Σ_j sc_j·Σ q·y and Σ_j m_j·Σ y as integers, then the two
  * fp16 super-scales and the fp32 activation scale. */
-static inline float dot_kq(int64_t n, const void *vx, size_t bsize, kcode_fn code, const block_q8_K *y)
+QUANT_INLINE float dot_kq(int64_t n, const void *vx, size_t bsize, kcode_fn code, const block_q8_K *y)
 {
     const uint8_t *b = vx;
     float sum = 0;

@@ -24,15 +24,16 @@ if [ ! -f "$OUT" ]; then
 Dated results, newest last.  Each block says when, on which commit and machine,
 and with which command it was measured.  CPU-kernel figures from the 2-core
 development machine are for ratios between kernels, not absolute engine speed
-(see ../shared/BENCHMARKS.md for the protocol of engine runs).
+(the shared BENCHMARKS.md gives the protocol for engine runs).
 HEADER
 fi
 
 date=$(date -u +%Y-%m-%dT%H:%MZ)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD -- core tools 2>/dev/null || commit="$commit (with uncommitted changes)"
-cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)
-machine="$(uname -m), ${cpu:-unknown CPU}, $(nproc) cores"
+cpuinfo() { sed -n "s/^$1[[:space:]]*: //p" /proc/cpuinfo 2>/dev/null | head -n 1; }
+cpu="$(cpuinfo 'model name') (family $(cpuinfo 'cpu family'), model $(cpuinfo model))"
+machine="$(uname -m), $cpu, $(nproc) cores"
 
 status=0
 for bench in "${benches[@]}"; do
