@@ -77,7 +77,8 @@ bool quant_isa_supported(enum quant_isa isa);
  * quant_init() if needed. */
 const struct quant_traits *quant_traits_of(enum quant_type t);
 /* The dot kernel of a given ISA for a type (for tests and benchmarks); NULL if
- * that ISA has no specialised kernel for the type. */
+ * that ISA has no kernel for the type or this CPU cannot run the ISA.  The
+ * scalar one is the reference the others are tested against. */
 quant_vec_dot_fn quant_vec_dot_isa(enum quant_type t, enum quant_isa isa);
 
 /* Type by ggml name (case-insensitive), or -1. */
