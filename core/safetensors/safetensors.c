@@ -419,7 +419,10 @@ static int open_dir(st_set *s, const char *dir, char *err, size_t errlen)
     int rc;
     if (!index || !single) rc = nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     else if (access(index, F_OK) == 0) rc = open_index(s, dir, index, err, errlen);
-    else if (access(single, F_OK) == 0) rc = open_shard(s, single, err, errlen);
+    else if (access(single, F_OK) == 0) {
+        rc = open_shard(s, single, err, errlen);
+        if (!rc) rc = sort_tensors(s, err, errlen); /* lookups bsearch; files need not be in name order */
+    }
     else rc = nb_errf(err, errlen, NB_ENOENT, "%s: neither model.safetensors.index.json nor model.safetensors", dir);
     free(index);
     free(single);
