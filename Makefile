@@ -33,7 +33,7 @@ CORE_LIB  := $(BUILD)/lib/libnebula-core.a
 TOOL_DIRS := $(patsubst %/,%,$(wildcard tools/nebula-*/))
 TOOL_BINS := $(TOOL_DIRS:tools/%=$(BUILD)/bin/%)
 
-TEST_SRCS := $(shell find tests/core -name 'test_*.c' 2>/dev/null | sort)
+TEST_SRCS := $(shell find tests -name 'test_*.c' -not -path 'tests/fuzz/*' 2>/dev/null | sort)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_HELPERS := $(wildcard tests/common/*.c)
 

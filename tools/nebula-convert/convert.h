@@ -1,0 +1,80 @@
+/* convert.h — the converter's plan: which GGUF tensors to write, where each
+ * row of each comes from in the Hugging Face checkpoint, and the transform on
+ * the way (docs/CONVERSION.md §3).
+ *
+ * The one idea: every GGUF tensor is produced row by row (ne[0] values at a
+ * time) from rows of safetensors tensors, through a small "row map" (direct,
+ * value-head tiled, stacked from a list, sliced from fused experts, or two
+ * sources side by side) and an element-wise op (+1 fold, −exp).  So nothing is
+ * ever held whole: the 51B-parameter n-gram table streams like a norm does. */
+#ifndef NB_CONVERT_H
+#define NB_CONVERT_H
+
+#include "core/quant/quant.h"
+#include "core/safetensors/safetensors.h"
+#include "tools/nebula-convert/hfconfig.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum conv_role {
+    ROLE_F32,          /* norms, 1-D tensors, router, conv kernels, decay: always F32 */
+    ROLE_DENSE,        /* projections, embeddings, head */
+    ROLE_EXPERT_GATEUP,
+    ROLE_EXPERT_DOWN,
+    ROLE_INDEXER,
+    ROLE_PLE_TABLE,
+};
+
+enum conv_rowmap {
+    MAP_DIRECT,       /* source row = r + row_off */
+    MAP_TILE,         /* rows >= tile_from are value heads, re-ordered HF grouped → GGUF tiled */
+    MAP_LIST,         /* r / rows_per picks the source, r % rows_per its row */
+    MAP_FUSED_EXPERT, /* expert e's rows [fe_off, fe_off + fe_n) of rows_per rows */
+    MAP_CONCAT_COLS,  /* src[0] row r then src[1] row r (eh_proj) */
+};
+
+enum conv_op { OP_NONE, OP_FOLD, OP_NEG_EXP };
+
+struct conv_tensor {
+    char name[128];
+    int n_dims;
+    int64_t ne[4];
+    enum conv_role role;
+    enum quant_type type; /* chosen by conv_choose_types */
+    enum conv_rowmap map;
+    enum conv_op op;
+    const struct st_tensor **src; /* owned array */
+    int n_src;
+    int64_t row_off, rows_per, fe_off, fe_n;
+    /* value-head tiling: heads of `unit` rows (or columns) from row tile_from on */
+    int64_t tile_from, tile_unit, tile_hk, tile_g;
+    bool tile_cols; /* permute columns instead of rows (ssm_out, 1-D per-head vectors) */
+};
+
+struct conv_plan {
+    struct hf_config cfg;
+    const st_set *st;
+    char prefix[64]; /* "model." or "model.language_model." */
+    bool mtp;        /* MTP block exported as blk.{n_layers} */
+    struct conv_tensor *t;
+    int n, cap;
+    /* PLE constants (u64 in GGUF), from the checkpoint's int64 buffers */
+    uint64_t ple_mult[16], ple_offsets[64], ple_sizes[64];
+    int n_ple_mult, n_ple_heads;
+    int64_t ple_row_width;
+};
+
+enum conv_mode { MODE_F32, MODE_F16, MODE_BF16, MODE_Q8_0, MODE_MIX };
+
+int conv_plan_build(struct conv_plan *p, const st_set *st, const struct hf_config *cfg, bool want_mtp, char *err,
+                    size_t errlen);
+void conv_plan_free(struct conv_plan *p);
+/* Sets every tensor's output type for a mode, with block-size fallbacks. */
+void conv_choose_types(struct conv_plan *p, enum conv_mode mode);
+/* Produces output row r (ne[0] floats) of tensor t; scratch has ≥ 2·ne[0] floats. */
+int conv_row(const struct conv_tensor *t, int64_t r, float *out, float *scratch, char *err, size_t errlen);
+/* GGUF head h′ of a tiled axis holds HF head tile_src_head(h′). */
+int64_t conv_tile_src_head(int64_t h, int64_t hk, int64_t g);
+
+#endif
