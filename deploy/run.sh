@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# run.sh BUILD [MODEL] — what `make run` does after installing and building:
+# picks the model (MODEL, else the bundled demo model), prepares it if needed,
+# and starts Nebula on it.
+#
+# The demo model is tests/fixtures/tiny-a converted to GGUF: a tiny model with
+# random weights — its answers are noise; it exists so that everything can be
+# tried without downloading 110 GB.  A real Qwen3.8-Flash-Next GGUF is served
+# with `make run MODEL=/path/to/model.gguf`.
+set -euo pipefail
+BUILD=${1:-build}
+MODEL=${2:-}
+say() { printf 'nebula: %s\n' "$*"; }
+
+if [ -z "$MODEL" ]; then
+    MODEL=$BUILD/models/demo.gguf
+    if [ ! -s "$MODEL" ]; then
+        mkdir -p "$(dirname "$MODEL")"
+        say "preparing the demo model (tiny random weights: its output is noise) → $MODEL"
+        "$BUILD/bin/nebula-convert" tests/fixtures/tiny-a "$MODEL" --type f32 --name nebula-demo -q
+    fi
+    say "model: bundled demo (random weights, answers are noise)"
+else
+    [ -r "$MODEL" ] || { say "cannot read model file '$MODEL'"; exit 1; }
+    say "model: $MODEL"
+fi
+
+# Show what was loaded: the reader checks every offset of the file.
+"$BUILD/bin/nebula-gguf" info --no-tensors "$MODEL" | sed -n '1,12p'
+
+if [ -x "$BUILD/bin/nebula" ]; then
+    prompt=$(mktemp)
+    trap 'rm -f "$prompt"' EXIT
+    tr -s ' \n' '\n' <tests/fixtures/tiny-a/tokens.txt | head -n 32 >"$prompt"
+    say "generating 16 tokens greedily from the fixture's first 32 tokens:"
+    "$BUILD/bin/nebula" generate -m "$MODEL" --tokens-file "$prompt" -n 16 --greedy --print-ids
+else
+    say "the model is prepared and verified. The generation engine (nebula generate, chat, the web UI)"
+    say "is not built yet in this version; see README.md, 'State of the project'."
+fi
