@@ -1,0 +1,134 @@
+/* backend.c — the gw_* entry points: argument checks, then the backend's table.
+ *
+ * Checks live here once so every backend sees only well-formed calls: token
+ * ids in range, output buffers present for the rows asked for, positions
+ * that exist.  Chained MTP drafting is written here on top of gw_mtp_eval,
+ * so every backend drafts the same way (argmax, own wide state fed back). */
+#include "gpu-worker/backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/model/model.h"
+#include "core/util/err.h"
+#include "gpu-worker/backend_impl.h"
+
+static const struct gw_backend_ops *const backends[] = {&gw_cpu_ops};
+
+int gw_backend_create(const struct model *m, const struct gw_backend_params *p, gw_backend **out, char *err,
+                      size_t errlen)
+{
+    *out = NULL;
+    if (!m) return nb_errf(err, errlen, NB_EINVAL, "no model");
+    const char *kind = p && p->kind ? p->kind : "cpu";
+    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
+        if (strcmp(backends[i]->kind, kind) == 0) return backends[i]->create(m, p, out, err, errlen);
+    return nb_errf(err, errlen, NB_ENOTSUP, "backend \"%s\" is not built in (have: cpu)", kind);
+}
+
+void gw_backend_free(gw_backend *be)
+{
+    if (be) be->ops->free(be);
+}
+
+const char *gw_backend_kind(const gw_backend *be) { return be->ops->kind; }
+const struct model *gw_backend_model(const gw_backend *be) { return be->model; }
+
+int gw_seq_create(gw_backend *be, gw_seq **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    return be->ops->seq_create(be, out, err, errlen);
+}
+
+void gw_seq_free(gw_seq *s)
+{
+    if (s) s->be->ops->seq_free(s);
+}
+
+int64_t gw_seq_pos(const gw_seq *s) { return s->n_pos; }
+
+void gw_seq_reset(gw_seq *s) { s->be->ops->seq_reset(s); }
+
+int gw_seq_truncate(gw_seq *s, int64_t n_keep, char *err, size_t errlen)
+{
+    if (n_keep < 0 || n_keep > s->n_pos)
+        return nb_errf(err, errlen, NB_EINVAL, "truncate to %lld: the sequence has %lld positions", (long long)n_keep,
+                       (long long)s->n_pos);
+    if (n_keep == s->n_pos) return 0;
+    if (n_keep == 0) {
+        gw_seq_reset(s);
+        return 0;
+    }
+    return s->be->ops->seq_truncate(s, n_keep, err, errlen);
+}
+
+int gw_seq_copy(gw_seq *dst, const gw_seq *src, char *err, size_t errlen)
+{
+    if (dst->be != src->be) return nb_errf(err, errlen, NB_EINVAL, "copy between sequences of different backends");
+    if (dst == src) return 0;
+    return src->be->ops->seq_copy(dst, src, err, errlen);
+}
+
+static int check_tokens(const struct model *m, const int32_t *tokens, int n, char *err, size_t errlen)
+{
+    if (n <= 0 || !tokens) return nb_errf(err, errlen, NB_EINVAL, "no tokens (n = %d)", n);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
+            return nb_errf(err, errlen, NB_EINVAL, "token %d at row %d is outside the vocabulary (%lld)", tokens[i], i,
+                           (long long)m->hp.n_vocab);
+    return 0;
+}
+
+int gw_eval(gw_seq *s, const struct gw_eval_args *a, char *err, size_t errlen)
+{
+    int rc = check_tokens(s->be->model, a->tokens, a->n_tokens, err, errlen);
+    if (rc) return rc;
+    if (a->logits_rows != GW_ROWS_NONE && !a->logits) return nb_errf(err, errlen, NB_EINVAL, "logits asked, no buffer");
+    if (a->wide_rows != GW_ROWS_NONE && !a->wide) return nb_errf(err, errlen, NB_EINVAL, "wide state asked, no buffer");
+    return s->be->ops->eval(s, a, err, errlen);
+}
+
+int gw_mtp_eval(gw_seq *s, const struct gw_mtp_args *a, char *err, size_t errlen)
+{
+    if (s->be->model->hp.n_nextn == 0) return nb_errf(err, errlen, NB_ENOTSUP, "the model has no MTP block");
+    int rc = check_tokens(s->be->model, a->tokens, a->n_rows, err, errlen);
+    if (rc) return rc;
+    if (!a->wide_in) return nb_errf(err, errlen, NB_EINVAL, "MTP step without an input wide state");
+    if (a->pos < 0) return nb_errf(err, errlen, NB_EINVAL, "MTP position %lld", (long long)a->pos);
+    return s->be->ops->mtp_eval(s, a, err, errlen);
+}
+
+static int32_t argmax(const float *v, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
+    return (int32_t)best;
+}
+
+int gw_mtp_draft(gw_seq *s, int32_t token0, const float *wide0, int64_t pos, int n_draft, int32_t *drafted,
+                 float *logits, char *err, size_t errlen)
+{
+    const struct model_hparams *hp = &s->be->model->hp;
+    if (n_draft <= 0 || !drafted) return nb_errf(err, errlen, NB_EINVAL, "draft of %d tokens", n_draft);
+    int64_t wide = model_wide(hp);
+    float *state = malloc((size_t)wide * sizeof *state), *row = malloc((size_t)hp->n_vocab * sizeof *row);
+    if (!state || !row) {
+        free(state);
+        free(row);
+        return nb_errf(err, errlen, NB_ENOMEM, "draft buffers");
+    }
+    memcpy(state, wide0, (size_t)wide * sizeof *state);
+    int32_t token = token0;
+    int rc = 0;
+    for (int i = 0; i < n_draft && rc == 0; i++) {
+        /* The step's output state overwrites its input: wide_in is read before wide_out is written. */
+        float *out_logits = logits ? logits + (size_t)i * (size_t)hp->n_vocab : row;
+        struct gw_mtp_args a = {&token, state, 1, pos + i, out_logits, state};
+        rc = gw_mtp_eval(s, &a, err, errlen);
+        if (rc == 0) token = drafted[i] = argmax(out_logits, hp->n_vocab);
+    }
+    free(state);
+    free(row);
+    return rc;
+}

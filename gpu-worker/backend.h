@@ -1,0 +1,111 @@
+/* backend.h — the one C interface every gpu-worker backend implements.
+ *
+ * Two opaque types: a backend (one model's weights on one device) and a
+ * sequence (one conversation's state on it).  A sequence holds everything
+ * that carries from one token to the next:
+ *   - GDN layers: conv state (Kc-1 pre-conv columns) and the recurrent state
+ *     S (Hv × dk × dv, fp32), value heads in GGUF's tiled order;
+ *   - attention layers: K and V per position, and for QSA the raw (un-normed,
+ *     un-roped) indexer key per position;
+ *   - the PLE layer: the token history (n-gram hashing) and its dilated conv
+ *     state ((Kp-1)·N columns);
+ *   - the MTP block: its own K/V, indexed by the positions the caller gives.
+ *
+ * gw_eval() runs a batch of new tokens (a prefill chunk or one decode token)
+ * on top of that state, at positions gw_seq_pos() … +n-1, and returns logits
+ * for every row or only the last, and optionally the trunk's wide residual
+ * after the last layer (n·C floats per row, before the head mixer): the MTP
+ * input.  gw_mtp_eval() runs the MTP draft block.
+ *
+ * Rollback: gw_seq_truncate() shortens the position-indexed state (KV,
+ * indexer keys, token history).  GDN and PLE conv state cannot be rolled
+ * back yet (the block-start checkpoint + replay of ARCHITECTURE.md §5 will
+ * come later), so truncating a model that has them below the current length
+ * is refused with NB_ENOTSUP unless it truncates to 0; until then a caller
+ * that needs to undo tokens keeps a copy made with gw_seq_copy().
+ *
+ * Every call returns 0 or a negative NB_E* (core/util/err.h) and writes a
+ * one-line message into err.  Calls on one sequence must not overlap; calls
+ * on different sequences of one backend may not overlap either (a backend
+ * owns its scratch space). */
+#ifndef NB_GW_BACKEND_H
+#define NB_GW_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct model;
+typedef struct gw_backend gw_backend;
+typedef struct gw_seq gw_seq;
+
+struct gw_backend_params {
+    const char *kind; /* "cpu" (the reference); "cuda" later */
+    int n_threads;    /* 0: the backend's default (OpenMP's for cpu) */
+};
+
+/* Which rows of a batch an output is wanted for. */
+enum gw_rows { GW_ROWS_NONE = 0, GW_ROWS_LAST = 1, GW_ROWS_ALL = 2 };
+
+/* Called after each trunk layer with the wide residual of the batch
+ * (n_tokens × n·C floats, row-major).  Diagnostics only; a backend that
+ * cannot provide it fails the call with NB_ENOTSUP. */
+typedef void (*gw_layer_tap)(void *ctx, int layer, int n_tokens, const float *wide);
+
+struct gw_eval_args {
+    const int32_t *tokens;
+    int n_tokens;
+    enum gw_rows logits_rows; /* into logits: V floats per row (ALL: n_tokens rows) */
+    float *logits;
+    enum gw_rows wide_rows;   /* into wide: n·C floats per row, the MTP's input */
+    float *wide;
+    gw_layer_tap tap;         /* optional */
+    void *tap_ctx;
+};
+
+/* One MTP step over n rows: row i combines the trunk (or previous draft)
+ * wide state wide_in[i] with the embedding of tokens[i], at position
+ * pos + i.  The MTP K/V entries at positions ≥ pos are dropped first, then
+ * the n new ones appended, so the caller re-drafts from any point by
+ * passing its position.  Outputs per row: logits (V) and the block's output
+ * wide state (n·C), which feeds the next draft step. */
+struct gw_mtp_args {
+    const int32_t *tokens;
+    const float *wide_in;
+    int n_rows;
+    int64_t pos;
+    float *logits;    /* n_rows × V, or NULL */
+    float *wide_out;  /* n_rows × n·C, or NULL */
+};
+
+int gw_backend_create(const struct model *m, const struct gw_backend_params *p, gw_backend **out, char *err,
+                      size_t errlen);
+void gw_backend_free(gw_backend *be);
+const char *gw_backend_kind(const gw_backend *be);
+const struct model *gw_backend_model(const gw_backend *be);
+
+int gw_seq_create(gw_backend *be, gw_seq **out, char *err, size_t errlen);
+void gw_seq_free(gw_seq *s);
+/* Tokens evaluated so far = the position of the next token. */
+int64_t gw_seq_pos(const gw_seq *s);
+/* Back to an empty sequence (all state zero, MTP K/V dropped). */
+void gw_seq_reset(gw_seq *s);
+/* Keeps the first n_keep positions (see "Rollback" above). */
+int gw_seq_truncate(gw_seq *s, int64_t n_keep, char *err, size_t errlen);
+/* dst becomes an independent copy of src (same backend). */
+int gw_seq_copy(gw_seq *dst, const gw_seq *src, char *err, size_t errlen);
+
+int gw_eval(gw_seq *s, const struct gw_eval_args *a, char *err, size_t errlen);
+
+/* NB_ENOTSUP when the model has no MTP block. */
+int gw_mtp_eval(gw_seq *s, const struct gw_mtp_args *a, char *err, size_t errlen);
+
+/* Chained greedy drafting: starting from (token0, wide0) at position pos,
+ * runs n_draft MTP steps, each feeding back its own output wide state and
+ * the argmax of its logits.  Writes the n_draft drafted tokens and, if
+ * logits is not NULL, the n_draft × V logits that chose them.  Equal to
+ * n_draft single-row gw_mtp_eval calls done by hand. */
+int gw_mtp_draft(gw_seq *s, int32_t token0, const float *wide0, int64_t pos, int n_draft, int32_t *drafted,
+                 float *logits, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,40 @@
+/* backend_impl.h — what a backend implements behind backend.h.
+ *
+ * A backend is a table of functions plus two base structs that its own
+ * structs embed as their first member (so a `gw_seq *` converts to the
+ * backend's sequence type by a cast).  backend.c checks arguments once, for
+ * every backend, and then calls through the table; a backend may trust them.
+ * Private to gpu-worker/. */
+#ifndef NB_GW_BACKEND_IMPL_H
+#define NB_GW_BACKEND_IMPL_H
+
+#include "gpu-worker/backend.h"
+
+struct gw_backend_ops {
+    const char *kind;
+    int (*create)(const struct model *m, const struct gw_backend_params *p, gw_backend **out, char *err, size_t errlen);
+    void (*free)(gw_backend *be);
+    int (*seq_create)(gw_backend *be, gw_seq **out, char *err, size_t errlen);
+    void (*seq_free)(gw_seq *s);
+    void (*seq_reset)(gw_seq *s);
+    /* 0 < n_keep < pos (the trivial cases are handled by backend.c). */
+    int (*seq_truncate)(gw_seq *s, int64_t n_keep, char *err, size_t errlen);
+    int (*seq_copy)(gw_seq *dst, const gw_seq *src, char *err, size_t errlen);
+    /* Must advance s->n_pos by n_tokens on success. */
+    int (*eval)(gw_seq *s, const struct gw_eval_args *a, char *err, size_t errlen);
+    int (*mtp_eval)(gw_seq *s, const struct gw_mtp_args *a, char *err, size_t errlen);
+};
+
+struct gw_backend {
+    const struct gw_backend_ops *ops;
+    const struct model *model;
+};
+
+struct gw_seq {
+    gw_backend *be;
+    int64_t n_pos; /* tokens evaluated */
+};
+
+extern const struct gw_backend_ops gw_cpu_ops;
+
+#endif
