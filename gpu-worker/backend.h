@@ -41,7 +41,7 @@ typedef struct gw_seq gw_seq;
 
 struct gw_backend_params {
     const char *kind; /* "cpu" (the reference); "cuda" later */
-    int n_threads;    /* 0: the backend's default (OpenMP's for cpu) */
+    int n_threads;    /* 0: the backend's default (cpu: OpenMP's, set per calling thread) */
 };
 
 /* Which rows of a batch an output is wanted for. */
@@ -68,7 +68,12 @@ struct gw_eval_args {
  * pos + i.  The MTP K/V entries at positions ≥ pos are dropped first, then
  * the n new ones appended, so the caller re-drafts from any point by
  * passing its position.  Outputs per row: logits (V) and the block's output
- * wide state (n·C), which feeds the next draft step. */
+ * wide state (n·C), which feeds the next draft step; wide_out may be the
+ * same buffer as wide_in (the input is consumed before the output is
+ * written).  Where the positions come from is the caller's choice: the row
+ * pairing the trunk's state at position t with token t+1 is given position
+ * t+1 in the tests and in llama.cpp's draft driver as far as we know
+ * (docs/CONVERSION.md §8). */
 struct gw_mtp_args {
     const int32_t *tokens;
     const float *wide_in;

@@ -12,6 +12,7 @@
  * The MTP K/V is a list of entries with increasing positions; a call at
  * position pos first drops the entries at ≥ pos, so re-drafting from any
  * point is a call with that point's position. */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,6 +86,7 @@ int cpu_mtp_eval(gw_seq *gs, const struct gw_mtp_args *a, char *err, size_t errl
     const int T = a->n_rows;
     const int64_t wide = model_wide(hp);
     if (s->broken) return nb_errf(err, errlen, NB_EINVAL, "sequence state is inconsistent after a failed call: reset it");
+    if (be->n_threads > 0) omp_set_num_threads(be->n_threads);
     int64_t n_ctx = 0; /* entries before a->pos survive */
     while (n_ctx < s->mtp_n && s->mtp_pos[n_ctx] < a->pos) n_ctx++;
     if (cpu_mtp_reserve(s, n_ctx + T)) return nb_errf(err, errlen, NB_ENOMEM, "MTP cache of %lld", (long long)(n_ctx + T));
