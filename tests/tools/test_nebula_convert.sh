@@ -59,5 +59,15 @@ sed 's/"moe_intermediate_size": 32/"moe_intermediate_size": 40/' tests/fixtures/
 "$conv" "$tmp/shape" "$tmp/s.gguf" -q 2>"$tmp/e"; [ $? -eq 1 ] && ok || bad "shape mismatch should exit 1"
 has "$tmp/e" "shape" "shape mismatch message"
 
+# A synthetic model has the layout of a converted one: same names, types, shapes.
+"$conv" --synthetic tests/fixtures/tiny-b/config.json "$tmp/syn.gguf" --type f32 -q && ok || bad "synthetic model"
+"$conv" tests/fixtures/tiny-b "$tmp/real.gguf" --type f32 -q && ok || bad "tiny-b f32"
+table() { "$info" info "$1" | awk '/^tensors:/ {t=1; next} t && NF >= 4 && $1 ~ /^[0-9]+$/ {print $2, $3, $4}' | sort; }
+diff <(table "$tmp/syn.gguf") <(table "$tmp/real.gguf") >"$tmp/d" && ok || bad "synthetic layout differs: $(head -5 "$tmp/d")"
+[ "$(table "$tmp/syn.gguf" | wc -l)" -gt 100 ] && ok || bad "synthetic table too small"
+"$conv" --synthetic tests/fixtures/tiny-a/config.json "$tmp/syn2.gguf" --layers 2 --seed 7 -q && ok || bad "--layers 2"
+"$info" info --key qwen4exp.block_count "$tmp/syn2.gguf" | grep -q '^2$' && ok || bad "--layers 2 block_count"
+"$conv" tests/fixtures/tiny-a "$tmp/l.gguf" --layers 2 2>/dev/null; [ $? -eq 2 ] && ok || bad "--layers without --synthetic should exit 2"
+
 echo "$((n - fail)) passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -52,9 +52,22 @@ struct conv_tensor {
     bool tile_cols; /* permute columns instead of rows (ssm_out, 1-D per-head vectors) */
 };
 
+/* A synthetic model (nebula-convert --synthetic): no checkpoint; every
+ * source tensor the plan asks for is made up with the shape config.json
+ * implies, and its values are drawn from a seeded generator when rows are
+ * produced.  The layout therefore comes from the one plan, never from a copy. */
+struct conv_synth {
+    bool on;
+    uint64_t seed;
+    double router_skew; /* 0: uniform expert popularity */
+    struct st_tensor **virt;
+    int n_virt, cap_virt;
+};
+
 struct conv_plan {
     struct hf_config cfg;
-    const st_set *st;
+    const st_set *st; /* NULL for a synthetic model */
+    struct conv_synth synth;
     char prefix[64]; /* "model." or "model.language_model." */
     bool mtp;        /* MTP block exported as blk.{n_layers} */
     struct conv_tensor *t;
@@ -67,13 +80,16 @@ struct conv_plan {
 
 enum conv_mode { MODE_F32, MODE_F16, MODE_BF16, MODE_Q8_0, MODE_MIX };
 
-int conv_plan_build(struct conv_plan *p, const st_set *st, const struct hf_config *cfg, bool want_mtp, char *err,
-                    size_t errlen);
+/* st NULL with synth->on: a synthetic model. */
+int conv_plan_build(struct conv_plan *p, const st_set *st, const struct conv_synth *synth, const struct hf_config *cfg,
+                    bool want_mtp, char *err, size_t errlen);
 void conv_plan_free(struct conv_plan *p);
 /* Sets every tensor's output type for a mode, with block-size fallbacks. */
 void conv_choose_types(struct conv_plan *p, enum conv_mode mode);
+/* Values of a synthetic source tensor (data == NULL): n values from `first`. */
+void conv_synth_values(const struct conv_plan *p, const struct st_tensor *t, int64_t first, int64_t n, float *dst);
 /* Produces output row r (ne[0] floats) of tensor t; scratch has ≥ 2·ne[0] floats. */
-int conv_row(const struct conv_tensor *t, int64_t r, float *out, float *scratch, char *err, size_t errlen);
+int conv_row(const struct conv_plan *p, const struct conv_tensor *t, int64_t r, float *out, float *scratch, char *err, size_t errlen);
 /* GGUF head h′ of a tiled axis holds HF head tile_src_head(h′). */
 int64_t conv_tile_src_head(int64_t h, int64_t hk, int64_t g);
 

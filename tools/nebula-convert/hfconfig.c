@@ -83,6 +83,8 @@ static int get_int_list(const cJSON *o, const char *key, int64_t *out, int cap, 
     return 0;
 }
 
+static int64_t pattern_interval(const struct hf_config *c);
+
 static int read_layer_types(const cJSON *t, struct hf_config *c, char *err, size_t errlen)
 {
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(t, "layer_types"), *it;
@@ -103,16 +105,8 @@ static int read_layer_types(const cJSON *t, struct hf_config *c, char *err, size
             c->is_linear[i++] = strcmp(it->valuestring, "linear_attention") == 0;
         }
     }
-    /* GGUF stores a regular pattern as one interval; report 0 when irregular. */
-    c->full_attention_interval = 0;
-    for (int64_t iv = 1; iv <= c->n_layers; iv++) {
-        bool ok = true;
-        for (int64_t i = 0; i < c->n_layers && ok; i++) ok = c->is_linear[i] == (((i + 1) % iv) != 0);
-        if (ok) {
-            c->full_attention_interval = iv;
-            break;
-        }
-    }
+    /* GGUF stores a regular pattern as one interval; 0 when irregular. */
+    c->full_attention_interval = pattern_interval(c);
     return 0;
 }
 
@@ -201,8 +195,37 @@ static int read_text_fields(const cJSON *t, struct hf_config *c, char *err, size
 int hf_config_load(const char *dir, struct hf_config *c, char *err, size_t errlen)
 {
     char path[4096];
-    memset(c, 0, sizeof *c);
     snprintf(path, sizeof path, "%s/config.json", dir);
+    return hf_config_load_file(path, c, err, errlen);
+}
+
+/* The interval of a regular GDN/attention pattern, 0 when irregular. */
+static int64_t pattern_interval(const struct hf_config *c)
+{
+    for (int64_t iv = 1; iv <= c->n_layers; iv++) {
+        bool ok = true;
+        for (int64_t i = 0; i < c->n_layers && ok; i++) ok = c->is_linear[i] == (((i + 1) % iv) != 0);
+        if (ok) return iv;
+    }
+    return 0;
+}
+
+int hf_config_truncate(struct hf_config *c, int64_t n, char *err, size_t errlen)
+{
+    if (n < 1 || n > c->n_layers)
+        return nb_errf(err, errlen, NB_EINVAL, "--layers %lld: the config has %lld layers", (long long)n, (long long)c->n_layers);
+    c->n_layers = n;
+    int k = 0;
+    for (int i = 0; i < c->n_ple; i++)
+        if (c->ple_layers[i] < n) c->ple_layers[k++] = c->ple_layers[i];
+    c->n_ple = k;
+    c->full_attention_interval = pattern_interval(c);
+    return 0;
+}
+
+int hf_config_load_file(const char *path, struct hf_config *c, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
     char *text = read_text(path, 16 << 20);
     if (!text) return nb_errf(err, errlen, NB_EIO, "cannot read %s", path);
     cJSON *root = cJSON_Parse(text);

@@ -51,5 +51,10 @@ struct hf_config {
 /* Reads DIR/config.json. Missing required field or bad value → NB_EFORMAT
  * naming the field. */
 int hf_config_load(const char *dir, struct hf_config *cfg, char *err, size_t errlen);
+/* Same, from a config.json path. */
+int hf_config_load_file(const char *path, struct hf_config *cfg, char *err, size_t errlen);
+/* Keeps the first n layers (synthetic models emulate a slice of the full
+ * depth); PLE layers past them are dropped. NB_EINVAL if n is out of range. */
+int hf_config_truncate(struct hf_config *cfg, int64_t n, char *err, size_t errlen);
 
 #endif

@@ -19,6 +19,44 @@ struct ctx {
     size_t errlen;
 };
 
+/* A made-up source tensor for a synthetic model (owned by the plan). */
+static const struct st_tensor *virt(struct conv_plan *p, const char *name, int n_dims, const int64_t *shape)
+{
+    struct conv_synth *s = &p->synth;
+    for (int i = 0; i < s->n_virt; i++)
+        if (!strcmp(s->virt[i]->name, name)) return s->virt[i];
+    if (s->n_virt == s->cap_virt) {
+        int cap = s->cap_virt ? 2 * s->cap_virt : 256;
+        struct st_tensor **v = realloc(s->virt, (size_t)cap * sizeof *v);
+        if (!v) return NULL;
+        s->virt = v;
+        s->cap_virt = cap;
+    }
+    struct st_tensor *t = calloc(1, sizeof *t);
+    char *copy = strdup(name);
+    if (!t || !copy) {
+        free(t);
+        free(copy);
+        return NULL;
+    }
+    t->name = copy;
+    t->dtype = ST_F32;
+    t->n_dims = n_dims;
+    for (int i = 0; i < n_dims; i++) t->shape[i] = shape[i];
+    s->virt[s->n_virt++] = t;
+    return t; /* data stays NULL: rows.c draws its values */
+}
+
+/* Whether the checkpoint has a tensor; a synthetic model has the released
+ * layout's optional parts: fused experts, a head, MTP when configured. */
+static bool has(const struct conv_plan *p, const char *name)
+{
+    if (!p->synth.on) return st_find(p->st, name) != NULL;
+    if (strstr(name, "mtp.") == name) return p->cfg.mtp_layers > 0;
+    return strstr(name, "experts.gate_up_proj") || !strcmp(name, "lm_head.weight") ||
+           !strncmp(name, "model.embed_tokens", 18);
+}
+
 /* Finds a source tensor and checks its torch shape (dims outermost first;
  * n_dims 0 means "any shape"). */
 static const struct st_tensor *need(struct ctx *c, int n_dims, const int64_t *shape, const char *fmt, ...)
@@ -28,7 +66,7 @@ static const struct st_tensor *need(struct ctx *c, int n_dims, const int64_t *sh
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
-    const struct st_tensor *t = st_find(c->p->st, name);
+    const struct st_tensor *t = c->p->synth.on ? virt(c->p, name, n_dims, shape) : st_find(c->p->st, name);
     if (!t) {
         nb_errf(c->err, c->errlen, NB_ENOENT, "checkpoint has no tensor \"%s\"", name);
         return NULL;
@@ -180,7 +218,7 @@ static int add_moe(struct ctx *c, int blk, const char *L)
     char n[160], src[200];
     if (!add1(c, B("ffn_gate_inp.weight"), NE(C, E), ROLE_F32, need(c, SHAPE(E, C), "%smlp.gate.weight", L))) return -1;
     snprintf(src, sizeof src, "%smlp.experts.gate_up_proj", L);
-    if (st_find(c->p->st, src)) { /* fused layout of the released checkpoint */
+    if (has(c->p, src)) { /* fused layout of the released checkpoint */
         const struct st_tensor *gu = need(c, SHAPE(E, 2 * I, C), "%s", src);
         const struct st_tensor *dn = need(c, SHAPE(E, C, I), "%smlp.experts.down_proj", L);
         struct conv_tensor *g = add1(c, B("ffn_gate_exps.weight"), NE(C, I, E), ROLE_EXPERT_GATEUP, gu);
@@ -274,7 +312,7 @@ static void ple_derive(const struct hf_config *f, int j, uint64_t *mult, uint64_
 /* Reads an int64 buffer tensor into u64 (never through float). */
 static int read_i64(struct ctx *c, const char *name, int64_t n, uint64_t *out)
 {
-    const struct st_tensor *t = st_find(c->p->st, name);
+    const struct st_tensor *t = c->p->synth.on ? NULL : st_find(c->p->st, name);
     if (!t) return 1; /* absent: caller derives */
     if (t->dtype != ST_I64 || st_numel(t) != n)
         return nb_errf(c->err, c->errlen, NB_EFORMAT, "tensor \"%s\": expected %lld int64 values", name, (long long)n);
@@ -330,8 +368,20 @@ static int add_ple(struct ctx *c, int blk, const char *L)
     int64_t W = p->ple_row_width, S = 0, rows = 0;
     const struct st_tensor **shards = NULL;
     snprintf(name, sizeof name, "%sple.ple_embedding.ngram_embedding.weight", L);
-    const struct st_tensor *whole = st_find(p->st, name);
-    if (whole) {
+    const struct st_tensor *whole = p->synth.on ? NULL : st_find(p->st, name);
+    if (p->synth.on) { /* shards of the size the hash needs, padded as transformers pads */
+        int64_t total = (int64_t)(p->ple_offsets[nh - 1] + p->ple_sizes[nh - 1]), div = f->ngram_divisor > 0 ? f->ngram_divisor : 1;
+        S = f->split_ngram_parts > 0 ? f->split_ngram_parts : 1;
+        int64_t rows_all = (total + div - 1) / div * div, per = (rows_all + S - 1) / S;
+        shards = malloc((size_t)S * sizeof *shards);
+        for (int64_t s = 0; shards && s < S; s++) {
+            snprintf(name, sizeof name, "%sple.ple_embedding.ngram_embedding.shard_%lld.weight", L, (long long)s);
+            if (!(shards[s] = virt(p, name, 2, (int64_t[]){per, W}))) {
+                free(shards);
+                shards = NULL;
+            }
+        }
+    } else if (whole) {
         S = 1;
         shards = malloc(sizeof *shards);
         if (shards) shards[0] = whole;
@@ -393,13 +443,14 @@ static int add_mtp(struct ctx *c)
 }
 #undef B
 
-int conv_plan_build(struct conv_plan *p, const st_set *st, const struct hf_config *cfg, bool want_mtp, char *err,
-                    size_t errlen)
+int conv_plan_build(struct conv_plan *p, const st_set *st, const struct conv_synth *synth, const struct hf_config *cfg,
+                    bool want_mtp, char *err, size_t errlen)
 {
     struct ctx c = {p, err, errlen};
     memset(p, 0, sizeof *p);
     p->cfg = *cfg;
     p->st = st;
+    if (synth) p->synth = *synth;
     const struct hf_config *f = &p->cfg;
     int64_t C = f->hidden_size, V = f->vocab_size, nC = f->hc_count * C;
 
@@ -413,12 +464,12 @@ int conv_plan_build(struct conv_plan *p, const st_set *st, const struct hf_confi
     snprintf(p->prefix, sizeof p->prefix, "model.language_model.");
     char probe[128];
     snprintf(probe, sizeof probe, "%sembed_tokens.weight", p->prefix);
-    if (!st_find(st, probe)) snprintf(p->prefix, sizeof p->prefix, "model.");
-    p->mtp = want_mtp && st_find(st, "mtp.fc_embedding.weight") != NULL;
+    if (!has(p, probe)) snprintf(p->prefix, sizeof p->prefix, "model.");
+    p->mtp = want_mtp && has(p, "mtp.fc_embedding.weight");
 
     const char *pf = p->prefix;
     if (!add1(&c, "token_embd.weight", NE(C, V), ROLE_DENSE, need(&c, SHAPE(V, C), "%sembed_tokens.weight", pf))) goto fail;
-    if (st_find(st, "lm_head.weight")) {
+    if (has(p, "lm_head.weight")) {
         if (!add1(&c, "output.weight", NE(C, V), ROLE_DENSE, need(&c, SHAPE(V, C), "lm_head.weight"))) goto fail;
     } else if (!f->tie_embeddings) {
         nb_errf(err, errlen, NB_ENOENT, "checkpoint has no lm_head.weight and tie_word_embeddings is false");
@@ -444,6 +495,13 @@ fail:
 
 void conv_plan_free(struct conv_plan *p)
 {
+    for (int i = 0; i < p->synth.n_virt; i++) {
+        free((char *)p->synth.virt[i]->name);
+        free(p->synth.virt[i]);
+    }
+    free(p->synth.virt);
+    p->synth.virt = NULL;
+    p->synth.n_virt = 0;
     for (int i = 0; i < p->n; i++) free(p->t[i].src);
     free(p->t);
     p->t = NULL;

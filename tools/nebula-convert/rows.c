@@ -49,20 +49,80 @@ static void locate(const struct conv_tensor *t, int64_t r, const struct st_tenso
     }
 }
 
-int conv_row(const struct conv_tensor *t, int64_t r, float *out, float *scratch, char *err, size_t errlen)
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    while (*s) h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+    return h;
+}
+
+/* Approximately standard normal from one 64-bit hash: the sum of four
+ * 16-bit uniforms (Irwin–Hall), centred and scaled to unit variance. */
+static float normal_of(uint64_t h)
+{
+    float s = (float)(h & 0xffff) + (float)((h >> 16) & 0xffff) + (float)((h >> 32) & 0xffff) + (float)(h >> 48);
+    return (s / 65536.0f - 2.0f) * 1.7320508f;
+}
+
+void conv_synth_values(const struct conv_plan *p, const struct st_tensor *t, int64_t first, int64_t n, float *dst)
+{
+    /* Scales keep a random forward pass well-conditioned: projections
+     * N(0, 1/fan_in), norm weights near their folded value 1, decays in the
+     * range trained models use; router rows get a per-expert spread so expert
+     * popularity is skewed (--router-skew). */
+    const char *name = t->name;
+    int64_t fan_in = t->n_dims ? t->shape[t->n_dims - 1] : 1;
+    uint64_t h0 = mix64(p->synth.seed ^ name_hash(name));
+    float scale = 1.0f / sqrtf((float)fan_in), shift = 0.0f;
+    bool router = strstr(name, "mlp.gate.weight") != NULL;
+    if (strstr(name, "linear_attn.norm.weight")) shift = 1.0f, scale = 0.1f; /* used plain */
+    else if (strstr(name, "norm")) scale = 0.1f;                             /* folded: 1 + w */
+    else if (strstr(name, "A_log")) shift = 0.5f, scale = 0.3f;
+    else if (strstr(name, "dt_bias")) scale = 0.5f;
+    else if (strstr(name, "ngram_embedding") || strstr(name, "embed_tokens")) scale = 1.0f;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t idx = first + i;
+        float v = shift + scale * normal_of(mix64(h0 + (uint64_t)idx * 0xD1B54A32D192ED03ull));
+        if (router && p->synth.router_skew != 0.0) {
+            int64_t row = idx / fan_in;
+            v *= expf((float)p->synth.router_skew * normal_of(mix64(h0 ^ ((uint64_t)row + 0x5bd1e995ull))));
+        }
+        dst[i] = v;
+    }
+}
+
+/* n source values from element `first`: from the checkpoint, or made up. */
+static int read_src(const struct conv_plan *p, const struct st_tensor *s, int64_t first, int64_t n, float *dst, char *err,
+                    size_t errlen)
+{
+    if (s->data) return st_read_f32(s, first, n, dst, err, errlen);
+    conv_synth_values(p, s, first, n, dst);
+    return 0;
+}
+
+int conv_row(const struct conv_plan *p, const struct conv_tensor *t, int64_t r, float *out, float *scratch, char *err,
+             size_t errlen)
 {
     int64_t n = t->ne[0];
     int rc;
     if (t->map == MAP_CONCAT_COLS) {
         int64_t n0 = src_cols(t->src[0]);
-        if ((rc = st_read_f32(t->src[0], r * n0, n0, out, err, errlen))) return rc;
-        if ((rc = st_read_f32(t->src[1], r * (n - n0), n - n0, out + n0, err, errlen))) return rc;
+        if ((rc = read_src(p, t->src[0], r * n0, n0, out, err, errlen))) return rc;
+        if ((rc = read_src(p, t->src[1], r * (n - n0), n - n0, out + n0, err, errlen))) return rc;
     } else {
         const struct st_tensor *s;
         int64_t row;
         locate(t, r, &s, &row);
         float *dst = t->tile_cols ? scratch : out;
-        if ((rc = st_read_f32(s, row * n, n, dst, err, errlen))) return rc;
+        if ((rc = read_src(p, s, row * n, n, dst, err, errlen))) return rc;
         if (t->tile_cols) {
             for (int64_t c = 0; c < n; c++) {
                 int64_t head = c / t->tile_unit, in = c % t->tile_unit;
