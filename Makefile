@@ -36,7 +36,7 @@ GW_SRCS := $(sort $(wildcard gpu-worker/*.c gpu-worker/cpu/*.c))
 GW_OBJS := $(GW_SRCS:%.c=$(BUILD)/obj/%.o)
 GW_LIB  := $(BUILD)/lib/libnebula-gw.a
 
-TOOL_DIRS := $(patsubst %/,%,$(wildcard tools/nebula-*/))
+TOOL_DIRS := $(patsubst %/,%,$(wildcard tools/nebula/ tools/nebula-*/))
 TOOL_BINS := $(TOOL_DIRS:tools/%=$(BUILD)/bin/%)
 
 TEST_SRCS := $(shell find tests -name 'test_*.c' -not -path 'tests/fuzz/*' 2>/dev/null | sort)

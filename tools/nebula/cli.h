@@ -1,0 +1,57 @@
+/* cli.h — the pieces the `nebula` subcommands share: loading a model with its
+ * tokenizer, reading prompts, prefilling in chunks.  Single process for now;
+ * the coordinator will take these roles over (ARCHITECTURE.md §1). */
+#ifndef NB_CLI_H
+#define NB_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/model/model.h"
+#include "core/tokenizer/tokenizer.h"
+#include "gpu-worker/backend.h"
+
+/* Exit codes: 2 for anything the user can fix (flags, model file, prompt). */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+struct cli_model {
+    struct model *m;
+    tok_tokenizer *tok; /* NULL when the GGUF has no tokenizer */
+    gw_backend *be;
+    gw_seq *seq;
+};
+
+struct cli_common {
+    const char *model_path;
+    int threads;      /* 0: all cores */
+    int chunk;        /* prefill chunk, tokens */
+    int64_t ctx;      /* context limit, tokens (0: the model's) */
+};
+
+int cli_open(const struct cli_common *o, struct cli_model *cm);
+void cli_close(struct cli_model *cm);
+/* The context limit in force. */
+int64_t cli_ctx(const struct cli_common *o, const struct cli_model *cm);
+
+/* Whitespace-separated ids from a file; each checked against the vocabulary.
+ * Returns CLI_OK or CLI_USAGE with a message printed. */
+int cli_read_tokens(const char *path, int64_t n_vocab, int32_t **ids, size_t *n);
+/* Text → ids with special tokens recognised; CLI_USAGE if no tokenizer. */
+int cli_encode(const struct cli_model *cm, const char *text, int32_t **ids, size_t *n);
+
+/* Evaluates ids in chunks of o->chunk; the logits of every row go to
+ * `on_rows` (may be NULL), the last row's to last_logits (may be NULL). */
+typedef int (*cli_rows_fn)(void *ctx, const float *logits, int n_rows, int64_t n_vocab);
+int cli_prefill(const struct cli_common *o, struct cli_model *cm, const int32_t *ids, size_t n, cli_rows_fn on_rows,
+                void *ctx, float *last_logits);
+
+double cli_now(void);
+/* Parses a positive integer option; CLI_USAGE on error. */
+int cli_parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out);
+
+int cmd_generate(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+
+#endif

@@ -1,0 +1,261 @@
+/* generate.c — `nebula generate`: prompt → prefill → sample → stream text.
+ *
+ * The prompt is raw text (-p), one chat turn rendered with the model's
+ * ChatML template (--chat), or ids (--tokens-file).  Generation stops at
+ * -n tokens, at the context limit, or at <|im_end|> / <|endoftext|> (and the
+ * tokenizer's eos).  Text is streamed through the tokenizer's streaming
+ * decoder, which never prints half a UTF-8 character. */
+#include "core/chat/chat.h"
+#include "core/sampling/sampling.h"
+#include "core/util/err.h"
+#include "tools/nebula/cli.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: nebula generate -m MODEL (-p TEXT | --chat TEXT | --tokens-file F) [options]\n"
+            "\n"
+            "prompt:\n"
+            "  -p, --prompt TEXT      raw text (special tokens like <|im_start|> are recognised)\n"
+            "  --chat TEXT            one user turn in the model's chat template\n"
+            "  --system TEXT          a system message for --chat\n"
+            "  --think on|off         thinking block for --chat (default on)\n"
+            "  --tokens-file F        whitespace-separated token ids ('-' for stdin)\n"
+            "generation:\n"
+            "  -n, --n-predict N      tokens to generate (default 128)\n"
+            "  --greedy               always the most likely token\n"
+            "  --temp T, --top-k K, --top-p P, --min-p M, --presence-penalty X, --seed S\n"
+            "                         sampling (defaults: the model's for thinking on/off:\n"
+            "                         T 1.0 top-p 0.95 top-k 20 / T 0.7 top-p 0.8 top-k 20)\n"
+            "  --print-ids            print the generated ids, space-separated, as the last stdout line\n"
+            "engine:\n"
+            "  -m, --model FILE       qwen4exp GGUF (any shard of a split model)\n"
+            "  --ctx N                context limit in tokens (default: the model's)\n"
+            "  --chunk N              prefill chunk in tokens (default 512)\n"
+            "  --threads N            CPU threads (default: all cores)\n");
+}
+
+static int parse_float(const char *flag, const char *s, float lo, float hi, float *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "nebula: %s needs a number in [%g, %g], got '%s'\n", flag, lo, hi, s);
+        return CLI_USAGE;
+    }
+    *out = (float)v;
+    return CLI_OK;
+}
+
+struct gen_opts {
+    struct cli_common c;
+    const char *prompt, *chat, *system, *tokens_file;
+    bool think, greedy, print_ids;
+    long long n_predict;
+    struct sampling_params sp;
+    bool set_temp, set_top_k, set_top_p;
+};
+
+static int parse(int argc, char **argv, struct gen_opts *o)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
+        {"chat", required_argument, 0, 'C'},      {"system", required_argument, 0, 'S'},
+        {"think", required_argument, 0, 'T'},     {"tokens-file", required_argument, 0, 'f'},
+        {"n-predict", required_argument, 0, 'n'}, {"greedy", no_argument, 0, 'g'},
+        {"temp", required_argument, 0, 't'},      {"top-k", required_argument, 0, 'k'},
+        {"top-p", required_argument, 0, 'P'},     {"min-p", required_argument, 0, 'M'},
+        {"presence-penalty", required_argument, 0, 'r'}, {"seed", required_argument, 0, 's'},
+        {"print-ids", no_argument, 0, 'i'},       {"ctx", required_argument, 0, 'c'},
+        {"chunk", required_argument, 0, 'b'},     {"threads", required_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
+    long long v;
+    int c, rc = CLI_OK;
+    o->think = true;
+    o->n_predict = 128;
+    optind = 1;
+    while (rc == CLI_OK && (c = getopt_long(argc, argv, "m:p:n:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->c.model_path = optarg; break;
+        case 'p': o->prompt = optarg; break;
+        case 'C': o->chat = optarg; break;
+        case 'S': o->system = optarg; break;
+        case 'f': o->tokens_file = optarg; break;
+        case 'T':
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "nebula: --think takes on or off, got '%s'\n", optarg);
+                return CLI_USAGE;
+            }
+            o->think = !strcmp(optarg, "on");
+            break;
+        case 'n': rc = cli_parse_int("-n", optarg, 0, 1 << 24, &o->n_predict); break;
+        case 'g': o->greedy = true; break;
+        case 't': rc = parse_float("--temp", optarg, 0, 100, &o->sp.temperature), o->set_temp = true; break;
+        case 'k': rc = cli_parse_int("--top-k", optarg, 0, 1 << 30, &v), o->sp.top_k = (int)v, o->set_top_k = true; break;
+        case 'P': rc = parse_float("--top-p", optarg, 0, 1, &o->sp.top_p), o->set_top_p = true; break;
+        case 'M': rc = parse_float("--min-p", optarg, 0, 1, &o->sp.min_p); break;
+        case 'r': rc = parse_float("--presence-penalty", optarg, -2, 2, &o->sp.presence_penalty); break;
+        case 's': rc = cli_parse_int("--seed", optarg, 0, INT64_MAX, &v), o->sp.seed = (uint64_t)v; break;
+        case 'i': o->print_ids = true; break;
+        case 'c': rc = cli_parse_int("--ctx", optarg, 1, INT64_MAX, &v), o->c.ctx = v; break;
+        case 'b': rc = cli_parse_int("--chunk", optarg, 1, 1 << 20, &v), o->c.chunk = (int)v; break;
+        case 'j': rc = cli_parse_int("--threads", optarg, 1, 4096, &v), o->c.threads = (int)v; break;
+        case 'h': usage(stdout); return -1;
+        default: usage(stderr); return CLI_USAGE;
+        }
+    }
+    if (rc) return rc;
+    if (optind < argc) {
+        fprintf(stderr, "nebula: unexpected argument '%s' (try nebula generate --help)\n", argv[optind]);
+        return CLI_USAGE;
+    }
+    if (!!o->prompt + !!o->chat + !!o->tokens_file != 1) {
+        fprintf(stderr, "nebula: give exactly one of -p TEXT, --chat TEXT, --tokens-file F\n");
+        return CLI_USAGE;
+    }
+    if (o->system && !o->chat) {
+        fprintf(stderr, "nebula: --system goes with --chat\n");
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
+/* The prompt as ids, by whichever of the three ways was given. */
+static int prompt_ids(const struct gen_opts *o, const struct cli_model *cm, int32_t **ids, size_t *n)
+{
+    if (o->tokens_file) return cli_read_tokens(o->tokens_file, cm->m->hp.n_vocab, ids, n);
+    if (o->prompt) return cli_encode(cm, o->prompt, ids, n);
+    struct chat_msg msgs[2];
+    int k = 0;
+    if (o->system) msgs[k++] = (struct chat_msg){CHAT_SYSTEM, o->system, NULL};
+    msgs[k++] = (struct chat_msg){CHAT_USER, o->chat, NULL};
+    char *text, err[256];
+    size_t len;
+    if (chat_render(msgs, k, o->think, &text, &len, err, sizeof err)) {
+        fprintf(stderr, "nebula: %s\n", err);
+        return CLI_USAGE;
+    }
+    int rc = cli_encode(cm, text, ids, n);
+    free(text);
+    return rc;
+}
+
+static bool is_stop(const struct cli_model *cm, int32_t id)
+{
+    if (!cm->tok) return false; /* ids only: nothing is known to end a turn */
+    return id == tok_eos_id(cm->tok) || id == tok_im_end_id(cm->tok) || id == tok_id_of(cm->tok, "<|endoftext|>");
+}
+
+/* Streams one id's text (or the id itself without a tokenizer). */
+static void emit(tok_decoder *dec, int32_t id)
+{
+    const char *text;
+    size_t len;
+    char err[128];
+    if (!dec) {
+        printf("%d ", id);
+    } else if (tok_decoder_push(dec, id, &text, &len, err, sizeof err) == 0) {
+        fwrite(text, 1, len, stdout);
+    }
+    fflush(stdout);
+}
+
+int cmd_generate(int argc, char **argv)
+{
+    struct gen_opts o = {0};
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc < 0 ? CLI_OK : rc;
+    struct cli_model cm;
+    if ((rc = cli_open(&o.c, &cm))) return rc;
+
+    int32_t *ids = NULL, *out = NULL;
+    size_t n = 0;
+    float *logits = NULL;
+    sampler *smp = NULL;
+    tok_decoder *dec = NULL;
+    if ((rc = prompt_ids(&o, &cm, &ids, &n))) goto done;
+    int64_t ctx = cli_ctx(&o.c, &cm), V = cm.m->hp.n_vocab;
+    if ((int64_t)n >= ctx) {
+        fprintf(stderr, "nebula: the prompt has %zu tokens, the context holds %lld (raise --ctx or shorten it)\n", n,
+                (long long)ctx);
+        rc = CLI_USAGE;
+        goto done;
+    }
+    long long budget = o.n_predict;
+    if ((int64_t)n + budget > ctx) {
+        budget = ctx - (int64_t)n;
+        fprintf(stderr, "nebula: generating at most %lld tokens: the context ends there\n", budget);
+    }
+
+    struct sampling_params sp = sampling_defaults(o.think);
+    if (o.set_temp) sp.temperature = o.sp.temperature;
+    if (o.set_top_k) sp.top_k = o.sp.top_k;
+    if (o.set_top_p) sp.top_p = o.sp.top_p;
+    sp.min_p = o.sp.min_p, sp.presence_penalty = o.sp.presence_penalty, sp.seed = o.sp.seed;
+    if (o.greedy) sp.temperature = 0;
+    char err[256];
+    if (sp.temperature > 0 && sampling_validate(&sp, err, sizeof err)) {
+        fprintf(stderr, "nebula: %s\n", err);
+        rc = CLI_USAGE;
+        goto done;
+    }
+    logits = malloc((size_t)V * sizeof *logits);
+    out = malloc((size_t)(budget + 1) * sizeof *out);
+    smp = sampling_new(&sp, (int32_t)V);
+    if (!logits || !out || !smp || (cm.tok && tok_decoder_new(cm.tok, false, &dec, err, sizeof err))) {
+        fprintf(stderr, "nebula: out of memory\n");
+        rc = CLI_FAIL;
+        goto done;
+    }
+
+    double t0 = cli_now();
+    if ((rc = cli_prefill(&o.c, &cm, ids, n, NULL, NULL, logits))) goto done;
+    double t1 = cli_now();
+    long long made = 0;
+    const char *why = "length";
+    while (made < budget) {
+        int32_t id = sampling_sample(smp, logits);
+        out[made++] = id;
+        sampling_accept(smp, id);
+        if (is_stop(&cm, id)) {
+            why = "stop token";
+            break;
+        }
+        emit(dec, id);
+        if (made == budget) break;
+        struct gw_eval_args a = {.tokens = &id, .n_tokens = 1, .logits_rows = GW_ROWS_LAST, .logits = logits};
+        char e[1024];
+        if (gw_eval(cm.seq, &a, e, sizeof e)) {
+            fprintf(stderr, "\nnebula: evaluation failed: %s\n", e);
+            rc = CLI_FAIL;
+            goto done;
+        }
+    }
+    if (dec) {
+        const char *text;
+        size_t len;
+        tok_decoder_flush(dec, &text, &len);
+        fwrite(text, 1, len, stdout);
+    }
+    double t2 = cli_now();
+    printf("\n");
+    if (o.print_ids) {
+        for (long long i = 0; i < made; i++) printf(i ? " %d" : "%d", out[i]);
+        printf("\n");
+    }
+    fprintf(stderr, "nebula: prompt %zu tokens in %.2f s (%.2f tok/s), generated %lld in %.2f s (%.2f tok/s), stop: %s\n",
+            n, t1 - t0, (double)n / (t1 - t0), made, t2 - t1, made > 1 ? (double)(made - 1) / (t2 - t1) : 0.0, why);
+done:
+    tok_decoder_free(dec);
+    sampling_free(smp);
+    free(logits);
+    free(out);
+    free(ids);
+    cli_close(&cm);
+    return rc;
+}
