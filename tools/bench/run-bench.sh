@@ -16,6 +16,9 @@ if [ ${#benches[@]} -eq 0 ]; then
     exit 1
 fi
 
+# Models for the engine benchmarks (made once, kept in BUILD/bench-models).
+bash tools/bench/prepare-models.sh "$BUILD" || { echo "run-bench: preparing models failed" >&2; exit 1; }
+
 if [ ! -f "$OUT" ]; then
     mkdir -p "$(dirname "$OUT")"
     cat >"$OUT" <<'HEADER'
@@ -39,7 +42,9 @@ status=0
 for bench in "${benches[@]}"; do
     name=$(basename "$bench")
     echo "== $name"
-    if ! table=$("$bench"); then
+    args=()
+    [ "$name" = nebula-bench-reference ] && args=(--models-dir "$BUILD/bench-models")
+    if ! table=$("$bench" "${args[@]}"); then
         echo "run-bench: $name failed; nothing recorded" >&2
         status=1
         continue
@@ -47,7 +52,7 @@ for bench in "${benches[@]}"; do
     printf '%s\n' "$table"
     {
         printf '\n## %s — %s\n\n' "$name" "$date"
-        printf -- '- commit: %s\n- machine: %s\n- command: `%s`\n\n' "$commit" "$machine" "$bench"
+        printf -- '- commit: %s\n- machine: %s\n- command: `%s`\n\n' "$commit" "$machine" "$bench${args[*]:+ ${args[*]}}"
         printf '%s\n' "$table"
     } >>"$OUT"
 done
