@@ -52,6 +52,12 @@ enum gw_rows { GW_ROWS_NONE = 0, GW_ROWS_LAST = 1, GW_ROWS_ALL = 2 };
  * cannot provide it fails the call with NB_ENOTSUP. */
 typedef void (*gw_layer_tap)(void *ctx, int layer, int n_tokens, const float *wide);
 
+/* Called for each trunk MoE layer after routing, with the k experts chosen
+ * for each of the batch's rows (n_tokens × k ids, best first) and their
+ * routing weights (renormalised when the model says so).  For the hotlist
+ * campaign (ARCHITECTURE.md §3); optional, any backend provides it. */
+typedef void (*gw_route_tap)(void *ctx, int layer, int n_tokens, int k, const int32_t *experts, const float *weights);
+
 struct gw_eval_args {
     const int32_t *tokens;
     int n_tokens;
@@ -61,6 +67,8 @@ struct gw_eval_args {
     float *wide;
     gw_layer_tap tap;         /* optional */
     void *tap_ctx;
+    gw_route_tap route_tap;   /* optional */
+    void *route_ctx;
 };
 
 /* One MTP step over n rows: row i combines the trunk (or previous draft)

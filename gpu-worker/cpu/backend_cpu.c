@@ -289,7 +289,8 @@ int cpu_head(const struct cpu_backend *be, const struct model_hc *mixer, const f
 }
 
 /* One trunk layer over the T rows of X. */
-static int layer_forward(struct cpu_seq *s, int il, int64_t pos0, int T, float *X, float *x, float *y, float *inj)
+static int layer_forward(struct cpu_seq *s, const struct gw_eval_args *a, int il, int64_t pos0, int T, float *X, float *x,
+                         float *y, float *inj)
 {
     const struct cpu_backend *be = cpu_be(&s->base);
     const struct model *m = be->base.model;
@@ -306,7 +307,7 @@ static int layer_forward(struct cpu_seq *s, int il, int64_t pos0, int T, float *
     if (rc) return rc;
     cpu_hc_combine(hp, X, y, inj, T);
     if ((rc = cpu_hc_mix(hp, &l->hc_ffn, c->hc_ffn_norm, X, T, x, inj))) return rc;
-    if ((rc = cpu_moe_forward(hp, &l->moe, c, x, T, y))) return rc;
+    if ((rc = cpu_moe_forward(hp, &l->moe, c, x, T, y, a, il))) return rc;
     cpu_hc_combine(hp, X, y, inj, T);
     return 0;
 }
@@ -326,7 +327,7 @@ static int run_trunk(struct cpu_seq *s, const struct gw_eval_args *a, float *X)
         for (int i = 1; i < hp->hc_count; i++) memcpy(X + t * wide + i * C, X + t * wide, (size_t)C * sizeof *X);
     }
     for (int il = 0; il < hp->n_layer && rc == 0; il++) {
-        rc = layer_forward(s, il, pos0, T, X, x, y, inj);
+        rc = layer_forward(s, a, il, pos0, T, X, x, y, inj);
         if (rc == 0 && a->tap) a->tap(a->tap_ctx, il, T, X);
     }
     free(x);

@@ -153,7 +153,8 @@ int cpu_attn_forward_dense(const struct model_hparams *hp, const struct model_la
 
 /* moe.c: y = MoE(x) for T rows. */
 int cpu_moe_forward(const struct model_hparams *hp, const struct model_moe *w, const struct cpu_layer_consts *c,
-                    const float *x, int T, float *y);
+                    const float *x, int T, float *y,
+                    const struct gw_eval_args *tap, int layer);
 
 /* ple.c: X += PLE(X) for T rows; tokens = the whole history (n_pos0 + T
  * entries), rows are positions n_pos0…; updates the conv state. */

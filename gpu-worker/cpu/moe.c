@@ -82,7 +82,7 @@ static int run_expert(const struct model_hparams *hp, const struct model_moe *w,
 }
 
 int cpu_moe_forward(const struct model_hparams *hp, const struct model_moe *w, const struct cpu_layer_consts *c,
-                    const float *x, int T, float *y)
+                    const float *x, int T, float *y, const struct gw_eval_args *tap, int layer)
 {
     const int E = hp->n_expert, k = hp->n_expert_used;
     const int64_t C = hp->n_embd;
@@ -95,6 +95,7 @@ int cpu_moe_forward(const struct model_hparams *hp, const struct model_moe *w, c
     struct cpu_mat router = cpu_mat_of(&w->router);
     cpu_matmul(&router, x, T, probs);
     for (int t = 0; t < T; t++) route(hp, probs + (int64_t)t * E, ids + t * k, wts + t * k);
+    if (tap && tap->route_tap) tap->route_tap(tap->route_ctx, layer, T, k, ids, wts);
     memset(y, 0, (size_t)(T * C) * sizeof *y);
     for (int e = 0; e < E && rc == 0; e++) rc = run_expert(hp, w, e, x, T, ids, wts, y, xs, ys, sc, rows);
     if (rc) goto out;

@@ -68,7 +68,7 @@ static int run_block(struct cpu_seq *s, int64_t n_ctx, const int64_t *pos, int T
         cpu_hc_combine(hp, X, y, inj, T);
         rc = cpu_hc_mix(hp, &l->hc_ffn, c->hc_ffn_norm, X, T, x, inj);
     }
-    if (rc == 0) rc = cpu_moe_forward(hp, &l->moe, c, x, T, y);
+    if (rc == 0) rc = cpu_moe_forward(hp, &l->moe, c, x, T, y, NULL, -1);
     if (rc == 0) cpu_hc_combine(hp, X, y, inj, T);
     free(x);
     free(y);

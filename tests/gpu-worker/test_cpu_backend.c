@@ -168,7 +168,8 @@ static void full_sequence(const char *name)
     float *logits = malloc((size_t)f.T * (size_t)f.V * sizeof *logits);
     gw_seq *s = new_seq(&f);
     char err[256];
-    struct gw_eval_args a = {f.tok, f.T, GW_ROWS_ALL, logits, GW_ROWS_NONE, NULL, tap_layer, &diag};
+    struct gw_eval_args a = {.tokens = f.tok, .n_tokens = f.T, .logits_rows = GW_ROWS_ALL, .logits = logits,
+                             .tap = tap_layer, .tap_ctx = &diag};
     cr_assert_eq(gw_eval(s, &a, err, sizeof err), 0, "%s", err);
     int first_bad = -1;
     for (int l = 0; l < f.m->hp.n_layer; l++) {

@@ -50,8 +50,8 @@ static gw_seq *new_seq(const struct rig *r)
 static void eval(gw_seq *s, const int32_t *tok, int n, float *last_logits, float *wide_all)
 {
     char err[256];
-    struct gw_eval_args a = {tok, n, last_logits ? GW_ROWS_LAST : GW_ROWS_NONE, last_logits,
-                             wide_all ? GW_ROWS_ALL : GW_ROWS_NONE, wide_all, NULL, NULL};
+    struct gw_eval_args a = {.tokens = tok, .n_tokens = n, .logits_rows = last_logits ? GW_ROWS_LAST : GW_ROWS_NONE,
+                             .logits = last_logits, .wide_rows = wide_all ? GW_ROWS_ALL : GW_ROWS_NONE, .wide = wide_all};
     cr_assert_eq(gw_eval(s, &a, err, sizeof err), 0, "%s", err);
 }
 

@@ -43,6 +43,17 @@ cmp -s "$tmp/a" "$tmp/b" && ok || bad "same seed, different output"
 "$neb" generate -m "$tmp/tiny-a.gguf" -p "The quick brown fox" -n 4 --temp 0.8 --top-k 5 --top-p 0.9 --min-p 0.01 \
     --presence-penalty 0.5 >/dev/null 2>&1 && ok || bad "sampling flags"
 
+# Hotlist campaign: every expert of every layer once; counts add up to tokens × layers × top-k.
+printf 'What is the capital of France?\n# a comment\n\nTell me a story.\n' >"$tmp/prompts.txt"
+"$neb" hotlist -m "$tmp/tiny-a.gguf" --prompts "$tmp/prompts.txt" --out "$tmp/hot.tsv" --gen 3 2>"$tmp/hl" && ok || bad "hotlist"
+tokens=$(grep -o '[0-9]* tokens' "$tmp/hl" | grep -o '[0-9]*')
+[ "$(head -1 "$tmp/hot.tsv")" = "$(printf 'layer\texpert\tcount\tmean_weight')" ] && ok || bad "hotlist header"
+[ "$(tail -n +2 "$tmp/hot.tsv" | wc -l)" -eq $((4 * 8)) ] && ok || bad "hotlist rows: want 4 layers x 8 experts"
+[ "$(awk 'NR > 1 {s += $3} END {print s}' "$tmp/hot.tsv")" -eq $((tokens * 4 * 2)) ] && ok || bad "hotlist counts != $tokens tokens x 4 layers x top-2"
+awk 'NR > 1 && $3 > 0 && ($4 <= 0 || $4 > 1) {exit 1}' "$tmp/hot.tsv" && ok || bad "hotlist mean weights outside (0, 1]"
+head -c 300 tests/fixtures/tiny-b/tokens.txt | awk '{NF--; print}' >"$tmp/ids.txt"
+"$neb" hotlist -m "$tmp/tiny-b.gguf" --prompts "$tmp/ids.txt" --ids --out "$tmp/hot-b.tsv" 2>/dev/null && ok || bad "hotlist --ids"
+
 # Errors a user can fix: one line, exit 2.
 expect2() { local what=$1; shift; "$@" >/dev/null 2>"$tmp/e"; local rc=$?
     [ $rc -eq 2 ] && [ -s "$tmp/e" ] && ok || bad "$what: exit $rc, message '$(head -c 200 "$tmp/e")'"; }

@@ -53,5 +53,6 @@ int cli_parse_int(const char *flag, const char *s, long long lo, long long hi, l
 int cmd_generate(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_hotlist(int argc, char **argv);
 
 #endif

@@ -17,7 +17,8 @@ static void usage(FILE *f)
             "commands:\n"
             "  generate   stream text from a prompt, a chat turn or token ids\n"
             "  logits     write the full-sequence logits of token ids (float32, [tokens x vocab])\n"
-            "  tokenize   print the ids of a text\n");
+            "  tokenize   print the ids of a text\n"
+            "  hotlist    count expert activations over a prompt campaign (for nebula-prepare)\n");
 }
 
 int main(int argc, char **argv)
@@ -35,6 +36,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "hotlist")) return cmd_hotlist(argc - 1, argv + 1);
     fprintf(stderr, "nebula: unknown command '%s'\n", cmd);
     usage(stderr);
     return CLI_USAGE;

@@ -1,0 +1,209 @@
+/* hotlist.c — `nebula hotlist`: the expert-popularity campaign.
+ *
+ * Runs a file of prompts through the model and counts, per layer and expert,
+ * how often the router picks it and its mean routing weight (ARCHITECTURE.md
+ * §3): nebula-prepare ranks experts by count, then weight, to decide which
+ * live in VRAM, RAM or on the SSD.  The counts come from the backend's route
+ * tap, so the campaign measures exactly the routing the engine does. */
+#include "core/chat/chat.h"
+#include "core/sampling/sampling.h"
+#include "tools/nebula/cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct campaign {
+    int n_layer, n_expert;
+    uint64_t *count; /* n_layer × n_expert */
+    double *weight;  /* sums */
+    uint64_t tokens;
+};
+
+static void on_route(void *ctx, int layer, int n_tokens, int k, const int32_t *experts, const float *weights)
+{
+    struct campaign *c = ctx;
+    if (layer < 0 || layer >= c->n_layer) return;
+    for (int i = 0; i < n_tokens * k; i++) {
+        if (experts[i] < 0 || experts[i] >= c->n_expert) continue;
+        c->count[(size_t)layer * c->n_expert + experts[i]]++;
+        c->weight[(size_t)layer * c->n_expert + experts[i]] += weights[i];
+    }
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: nebula hotlist -m MODEL --prompts FILE --out hotlist.tsv [options]\n"
+               "\n"
+               "Counts, per layer and expert, how often the router picks it and its mean routing weight\n"
+               "over a campaign of prompts; nebula-prepare places experts on VRAM/RAM/SSD from it.\n"
+               "\n"
+               "  --prompts FILE   one prompt per line (empty lines and lines starting with # skipped)\n"
+               "  --raw            prompts are raw text (default: one chat turn each, thinking on)\n"
+               "  --ids            prompts are whitespace-separated token ids (models without tokenizer)\n"
+               "  --gen N          also generate N greedy tokens per prompt (default 0: prompts only)\n"
+               "  --out FILE       TSV: layer, expert, count, mean_weight (every expert of every layer)\n"
+               "  --chunk N, --threads N, --ctx N   as for generate\n");
+}
+
+/* One campaign line → ids. */
+static int line_ids(struct cli_model *cm, const char *line, int mode, int32_t **ids, size_t *n)
+{
+    if (mode == 2) { /* ids */
+        size_t cap = 64, k = 0;
+        int32_t *v = malloc(cap * sizeof *v);
+        const char *p = line;
+        char *end;
+        while (v) {
+            long long id = strtoll(p, &end, 10);
+            if (end == p) break;
+            if (id < 0 || id >= cm->m->hp.n_vocab) {
+                fprintf(stderr, "nebula: prompt id %lld is not in the vocabulary\n", id);
+                free(v);
+                return CLI_USAGE;
+            }
+            if (k == cap && !(v = realloc(v, (cap *= 2) * sizeof *v))) break;
+            v[k++] = (int32_t)id;
+            p = end;
+        }
+        if (!v) return CLI_FAIL;
+        *ids = v, *n = k;
+        return CLI_OK;
+    }
+    if (mode == 1) return cli_encode(cm, line, ids, n);
+    struct chat_msg msg = {CHAT_USER, line, NULL};
+    char *text, err[256];
+    size_t len;
+    if (chat_render(&msg, 1, true, &text, &len, err, sizeof err)) return CLI_FAIL;
+    int rc = cli_encode(cm, text, ids, n);
+    free(text);
+    return rc;
+}
+
+static int write_tsv(const char *path, const struct campaign *c)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        fprintf(stderr, "nebula: cannot write %s: %s\n", tmp, strerror(errno));
+        return CLI_USAGE;
+    }
+    fprintf(f, "layer\texpert\tcount\tmean_weight\n");
+    for (int l = 0; l < c->n_layer; l++)
+        for (int e = 0; e < c->n_expert; e++) {
+            size_t i = (size_t)l * c->n_expert + e;
+            fprintf(f, "%d\t%d\t%llu\t%.6f\n", l, e, (unsigned long long)c->count[i],
+                    c->count[i] ? c->weight[i] / (double)c->count[i] : 0.0);
+        }
+    if (fclose(f) || rename(tmp, path)) {
+        fprintf(stderr, "nebula: cannot write %s: %s\n", path, strerror(errno));
+        return CLI_FAIL;
+    }
+    return CLI_OK;
+}
+
+int cmd_hotlist(int argc, char **argv)
+{
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'}, {"prompts", required_argument, 0, 'P'},
+                                         {"out", required_argument, 0, 'o'},   {"raw", no_argument, 0, 'R'},
+                                         {"ids", no_argument, 0, 'I'},         {"gen", required_argument, 0, 'g'},
+                                         {"chunk", required_argument, 0, 'b'}, {"threads", required_argument, 0, 'j'},
+                                         {"ctx", required_argument, 0, 'c'},   {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    struct cli_common o = {0};
+    const char *prompts = NULL, *out = NULL;
+    int mode = 0, c, rc = CLI_OK;
+    long long gen = 0, v;
+    optind = 1;
+    while (rc == CLI_OK && (c = getopt_long(argc, argv, "m:o:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': o.model_path = optarg; break;
+        case 'P': prompts = optarg; break;
+        case 'o': out = optarg; break;
+        case 'R': mode = 1; break;
+        case 'I': mode = 2; break;
+        case 'g': rc = cli_parse_int("--gen", optarg, 0, 1 << 20, &gen); break;
+        case 'b': rc = cli_parse_int("--chunk", optarg, 1, 1 << 20, &v), o.chunk = (int)v; break;
+        case 'j': rc = cli_parse_int("--threads", optarg, 1, 4096, &v), o.threads = (int)v; break;
+        case 'c': rc = cli_parse_int("--ctx", optarg, 1, INT64_MAX, &v), o.ctx = v; break;
+        case 'h': usage(stdout); return CLI_OK;
+        default: usage(stderr); return CLI_USAGE;
+        }
+    }
+    if (rc) return rc;
+    if (!prompts || !out || optind < argc) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    FILE *pf = fopen(prompts, "r");
+    if (!pf) {
+        fprintf(stderr, "nebula: cannot read %s: %s\n", prompts, strerror(errno));
+        return CLI_USAGE;
+    }
+    struct cli_model cm;
+    if ((rc = cli_open(&o, &cm))) {
+        fclose(pf);
+        return rc;
+    }
+    struct campaign camp = {cm.m->hp.n_layer, cm.m->hp.n_expert, NULL, NULL, 0};
+    camp.count = calloc((size_t)camp.n_layer * camp.n_expert, sizeof *camp.count);
+    camp.weight = calloc((size_t)camp.n_layer * camp.n_expert, sizeof *camp.weight);
+    float *logits = malloc((size_t)cm.m->hp.n_vocab * sizeof *logits);
+    char *line = NULL;
+    size_t cap = 0, n_prompts = 0;
+    ssize_t len;
+    if (!camp.count || !camp.weight || !logits) rc = CLI_FAIL;
+    double t0 = cli_now();
+    while (rc == CLI_OK && (len = getline(&line, &cap, pf)) >= 0) {
+        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (!len || line[0] == '#') continue;
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if ((rc = line_ids(&cm, line, mode, &ids, &n))) break;
+        if (n == 0 || (int64_t)(n + (size_t)gen) > cli_ctx(&o, &cm)) {
+            fprintf(stderr, "nebula: prompt %zu: %zu tokens do not fit the context; skipped\n", n_prompts + 1, n);
+            free(ids);
+            continue;
+        }
+        gw_seq_reset(cm.seq);
+        /* Prefill with the route tap on, then the greedy continuation. */
+        int64_t chunk = o.chunk > 0 ? o.chunk : 512;
+        char err[1024];
+        for (size_t at = 0; rc == CLI_OK && at < n; at += (size_t)chunk) {
+            int nb = (int)(n - at < (size_t)chunk ? n - at : (size_t)chunk);
+            struct gw_eval_args a = {.tokens = ids + at, .n_tokens = nb, .logits_rows = GW_ROWS_LAST, .logits = logits,
+                                     .route_tap = on_route, .route_ctx = &camp};
+            if (gw_eval(cm.seq, &a, err, sizeof err)) rc = CLI_FAIL;
+        }
+        for (long long g = 0; rc == CLI_OK && g < gen; g++) {
+            int32_t id = sampling_argmax(logits, (int32_t)cm.m->hp.n_vocab);
+            struct gw_eval_args a = {.tokens = &id, .n_tokens = 1, .logits_rows = GW_ROWS_LAST, .logits = logits,
+                                     .route_tap = on_route, .route_ctx = &camp};
+            if (gw_eval(cm.seq, &a, err, sizeof err)) rc = CLI_FAIL;
+        }
+        if (rc) fprintf(stderr, "nebula: prompt %zu: %s\n", n_prompts + 1, err);
+        camp.tokens += n + (size_t)gen;
+        n_prompts++;
+        free(ids);
+        if (isatty(2)) fprintf(stderr, "\rnebula: hotlist: %zu prompts, %llu tokens", n_prompts, (unsigned long long)camp.tokens);
+    }
+    if (isatty(2)) fprintf(stderr, "\n");
+    if (rc == CLI_OK && n_prompts == 0) {
+        fprintf(stderr, "nebula: %s has no prompts\n", prompts);
+        rc = CLI_USAGE;
+    }
+    if (rc == CLI_OK && (rc = write_tsv(out, &camp)) == CLI_OK)
+        fprintf(stderr, "nebula: hotlist of %zu prompts, %llu tokens, %d layers × %d experts → %s in %.1f s\n", n_prompts,
+                (unsigned long long)camp.tokens, camp.n_layer, camp.n_expert, out, cli_now() - t0);
+    free(line);
+    fclose(pf);
+    free(logits);
+    free(camp.count);
+    free(camp.weight);
+    cli_close(&cm);
+    return rc;
+}
