@@ -31,6 +31,14 @@ void gw_backend_free(gw_backend *be)
     if (be) be->ops->free(be);
 }
 
+int gw_backend_set_moe_remote(gw_backend *be, const struct gw_moe_remote *r, char *err, size_t errlen)
+{
+    if (r && (!r->fn || !r->local)) return nb_errf(err, errlen, NB_EINVAL, "remote experts need a function and a local map");
+    if (r) be->remote = *r;
+    else memset(&be->remote, 0, sizeof be->remote);
+    return 0;
+}
+
 const char *gw_backend_kind(const gw_backend *be) { return be->ops->kind; }
 const struct model *gw_backend_model(const gw_backend *be) { return be->model; }
 

@@ -91,11 +91,45 @@ struct gw_mtp_args {
     float *wide_out;  /* n_rows × n·C, or NULL */
 };
 
+/* Routed experts computed outside the backend (ARCHITECTURE.md §4: the
+ * experts not resident on this worker go to the cpu-moe-worker).  `local`
+ * has one byte per (layer, expert) for layers 0 … n_layer+n_nextn-1: 1 =
+ * computed here.  For each MoE layer with remote pairs the backend calls fn
+ * once with the layer's input rows x (n_rows × C) and the (row, expert,
+ * weight) pairs whose expert is remote; fn writes out[i] (C floats) =
+ * weight_i · FFN_expert_i(x[row_i]), computed with gw_expert_ffn so that the
+ * result is the one the backend would have computed itself.  The backend then
+ * adds every token's k contributions in ascending expert order, local and
+ * remote alike: the output is bit for bit the same for every placement. */
+typedef int (*gw_moe_remote_fn)(void *ctx, int layer, int n_rows, const float *x, int n_pairs, const int32_t *rows,
+                                const int32_t *experts, const float *weights, float *out, char *err, size_t errlen);
+
+struct gw_moe_remote {
+    const uint8_t *local; /* (n_layer + n_nextn) × n_expert, owned by the caller */
+    gw_moe_remote_fn fn;
+    void *ctx;
+};
+
 int gw_backend_create(const struct model *m, const struct gw_backend_params *p, gw_backend **out, char *err,
                       size_t errlen);
 void gw_backend_free(gw_backend *be);
 const char *gw_backend_kind(const gw_backend *be);
 const struct model *gw_backend_model(const gw_backend *be);
+
+/* Installs (or with r == NULL removes) the remote-expert hook; r is copied,
+ * r->local must outlive the backend's use of it. */
+int gw_backend_set_moe_remote(gw_backend *be, const struct gw_moe_remote *r, char *err, size_t errlen);
+
+/* One expert's FFN, the reference way: out[i] = scale[i] · W_down(silu(W_gate
+ * x[i]) ⊙ W_up x[i]) for n rows of C floats; the three matrices are raw rows
+ * of their quant types (gate/up: I rows of C values; down: C rows of I).  What
+ * a worker outside the backend runs to produce remote contributions. */
+struct gw_expert {
+    const void *gate, *up, *down;
+    int gate_type, up_type, down_type; /* enum quant_type */
+    int64_t n_embd, n_ff;              /* C, I */
+};
+int gw_expert_ffn(const struct gw_expert *w, const float *x, int n, const float *scale, float *out);
 
 int gw_seq_create(gw_backend *be, gw_seq **out, char *err, size_t errlen);
 void gw_seq_free(gw_seq *s);

@@ -28,6 +28,7 @@ struct gw_backend_ops {
 struct gw_backend {
     const struct gw_backend_ops *ops;
     const struct model *model;
+    struct gw_moe_remote remote; /* remote.fn NULL: every expert is local */
 };
 
 struct gw_seq {

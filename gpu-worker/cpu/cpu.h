@@ -152,9 +152,16 @@ int cpu_attn_forward_dense(const struct model_hparams *hp, const struct model_la
                            int64_t n_ctx, const int64_t *row_pos, float *y);
 
 /* moe.c: y = MoE(x) for T rows. */
+/* Where a MoE call comes from: the route tap (trunk layers) and the remote
+ * experts of the backend (any layer, MTP included). */
+struct cpu_moe_ctx {
+    const struct gw_eval_args *tap; /* NULL: no route tap */
+    int layer;                      /* index into the remote map */
+    const struct gw_moe_remote *remote;
+};
+
 int cpu_moe_forward(const struct model_hparams *hp, const struct model_moe *w, const struct cpu_layer_consts *c,
-                    const float *x, int T, float *y,
-                    const struct gw_eval_args *tap, int layer);
+                    const float *x, int T, float *y, const struct cpu_moe_ctx *mc);
 
 /* ple.c: X += PLE(X) for T rows; tokens = the whole history (n_pos0 + T
  * entries), rows are positions n_pos0…; updates the conv state. */

@@ -57,9 +57,10 @@ static int ffn_add(const struct cpu_mat *gate, const struct cpu_mat *up, const s
     return rc;
 }
 
-/* Runs expert e on the tokens routed to it (gathered, weighted, scattered back). */
+/* Runs local expert e on the (token, slot) pairs routed to it and writes
+ * each pair's weighted output into contrib[t·k + j] (C floats). */
 static int run_expert(const struct model_hparams *hp, const struct model_moe *w, int e, const float *x, int T,
-                      const int *ids, const float *wts, float *y, float *xs, float *ys, float *sc, int *rows)
+                      const int *ids, const float *wts, float *contrib, float *xs, float *ys, float *sc, int *slot)
 {
     const int k = hp->n_expert_used;
     const int64_t C = hp->n_embd;
@@ -69,36 +70,93 @@ static int run_expert(const struct model_hparams *hp, const struct model_moe *w,
             if (ids[t * k + j] == e) {
                 memcpy(xs + (int64_t)n * C, x + (int64_t)t * C, (size_t)C * sizeof *xs);
                 sc[n] = wts[t * k + j];
-                rows[n++] = t;
+                slot[n++] = t * k + j;
             }
     if (n == 0) return 0;
     memset(ys, 0, (size_t)(n * C) * sizeof *ys);
     struct cpu_mat g = cpu_mat_expert(&w->gate_exps, e), u = cpu_mat_expert(&w->up_exps, e),
                    d = cpu_mat_expert(&w->down_exps, e);
     int rc = ffn_add(&g, &u, &d, xs, n, sc, ys);
-    for (int i = 0; rc == 0 && i < n; i++)
-        for (int64_t c = 0; c < C; c++) y[rows[i] * C + c] += ys[i * C + c];
+    for (int i = 0; rc == 0 && i < n; i++) memcpy(contrib + (int64_t)slot[i] * C, ys + (int64_t)i * C, (size_t)C * sizeof *ys);
+    return rc;
+}
+
+int gw_expert_ffn(const struct gw_expert *w, const float *x, int n, const float *scale, float *out)
+{
+    const struct quant_traits *tg = quant_traits_of(w->gate_type), *tu = quant_traits_of(w->up_type),
+                              *td = quant_traits_of(w->down_type);
+    if (!tg || !tu || !td || !tg->to_float || !tu->to_float || !td->to_float) return NB_ENOTSUP;
+    struct cpu_mat g = {w->gate, tg, w->n_embd, w->n_ff, quant_row_size(w->gate_type, w->n_embd)};
+    struct cpu_mat u = {w->up, tu, w->n_embd, w->n_ff, quant_row_size(w->up_type, w->n_embd)};
+    struct cpu_mat d = {w->down, td, w->n_ff, w->n_embd, quant_row_size(w->down_type, w->n_ff)};
+    memset(out, 0, (size_t)n * (size_t)w->n_embd * sizeof *out);
+    return ffn_add(&g, &u, &d, x, n, scale, out);
+}
+
+/* The pairs whose expert is remote, handed to the backend's remote hook. */
+static int run_remote(const struct model_hparams *hp, const struct cpu_moe_ctx *mc, const float *x, int T, const int *ids,
+                      const float *wts, float *contrib)
+{
+    const int k = hp->n_expert_used, E = hp->n_expert;
+    const int64_t C = hp->n_embd;
+    const uint8_t *local = mc->remote->local + (size_t)mc->layer * E;
+    int32_t *rows = malloc((size_t)T * k * sizeof *rows), *exps = malloc((size_t)T * k * sizeof *exps);
+    float *w = malloc((size_t)T * k * sizeof *w), *out = malloc((size_t)T * k * (size_t)C * sizeof *out);
+    int *slot = malloc((size_t)T * k * sizeof *slot), n = 0, rc = rows && exps && w && out && slot ? 0 : NB_ENOMEM;
+    for (int t = 0; rc == 0 && t < T; t++)
+        for (int j = 0; j < k; j++)
+            if (!local[ids[t * k + j]]) {
+                rows[n] = t, exps[n] = ids[t * k + j], w[n] = wts[t * k + j], slot[n++] = t * k + j;
+            }
+    char err[256] = "";
+    if (rc == 0 && n > 0) rc = mc->remote->fn(mc->remote->ctx, mc->layer, T, x, n, rows, exps, w, out, err, sizeof err);
+    for (int i = 0; rc == 0 && i < n; i++) memcpy(contrib + (int64_t)slot[i] * C, out + (int64_t)i * C, (size_t)C * sizeof *out);
+    free(rows);
+    free(exps);
+    free(w);
+    free(out);
+    free(slot);
     return rc;
 }
 
 int cpu_moe_forward(const struct model_hparams *hp, const struct model_moe *w, const struct cpu_layer_consts *c,
-                    const float *x, int T, float *y, const struct gw_eval_args *tap, int layer)
+                    const float *x, int T, float *y, const struct cpu_moe_ctx *mc)
 {
     const int E = hp->n_expert, k = hp->n_expert_used;
     const int64_t C = hp->n_embd;
+    const bool remote = mc && mc->remote && mc->remote->fn;
     float *probs = malloc((size_t)T * E * sizeof *probs), *wts = malloc((size_t)T * k * sizeof *wts);
-    int *ids = malloc((size_t)T * k * sizeof *ids), *rows = malloc((size_t)T * sizeof *rows);
+    int *ids = malloc((size_t)T * k * sizeof *ids), *slot = malloc((size_t)T * k * sizeof *slot);
     float *xs = malloc((size_t)(T * C) * sizeof *xs), *ys = malloc((size_t)(T * C) * sizeof *ys);
-    float *sc = malloc((size_t)T * sizeof *sc);
-    int rc = probs && wts && ids && rows && xs && ys && sc ? 0 : NB_ENOMEM;
+    float *sc = malloc((size_t)T * k * sizeof *sc), *contrib = malloc((size_t)T * k * (size_t)C * sizeof *contrib);
+    int rc = probs && wts && ids && slot && xs && ys && sc && contrib ? 0 : NB_ENOMEM;
     if (rc) goto out;
     struct cpu_mat router = cpu_mat_of(&w->router);
     cpu_matmul(&router, x, T, probs);
     for (int t = 0; t < T; t++) route(hp, probs + (int64_t)t * E, ids + t * k, wts + t * k);
-    if (tap && tap->route_tap) tap->route_tap(tap->route_ctx, layer, T, k, ids, wts);
-    memset(y, 0, (size_t)(T * C) * sizeof *y);
-    for (int e = 0; e < E && rc == 0; e++) rc = run_expert(hp, w, e, x, T, ids, wts, y, xs, ys, sc, rows);
+    if (mc && mc->tap && mc->tap->route_tap) mc->tap->route_tap(mc->tap->route_ctx, mc->layer, T, k, ids, wts);
+    const uint8_t *local = remote ? mc->remote->local + (size_t)mc->layer * E : NULL;
+    for (int e = 0; e < E && rc == 0; e++)
+        if (!local || local[e]) rc = run_expert(hp, w, e, x, T, ids, wts, contrib, xs, ys, sc, slot);
+    if (rc == 0 && remote) rc = run_remote(hp, mc, x, T, ids, wts, contrib);
     if (rc) goto out;
+    /* Each token's k contributions summed in ascending expert order, wherever
+     * they were computed: the order (so the float result) never depends on
+     * the placement. */
+    memset(y, 0, (size_t)(T * C) * sizeof *y);
+    for (int t = 0; t < T; t++) {
+        int *order = slot + t * k, nk = k; /* slot is free again: reuse it */
+        for (int j = 0; j < nk; j++) order[j] = j;
+        for (int a = 1; a < nk; a++)
+            for (int b = a; b > 0 && ids[t * k + order[b]] < ids[t * k + order[b - 1]]; b--) {
+                int tmp = order[b];
+                order[b] = order[b - 1], order[b - 1] = tmp;
+            }
+        for (int j = 0; j < nk; j++) {
+            const float *src = contrib + ((int64_t)t * k + order[j]) * C;
+            for (int64_t ci = 0; ci < C; ci++) y[t * C + ci] += src[ci];
+        }
+    }
     for (int t = 0; t < T; t++) sc[t] = cpu_sigmoid((float)cpu_dot(c->shexp_gate, x + t * C, C));
     struct cpu_mat g = cpu_mat_of(&w->gate_shexp), u = cpu_mat_of(&w->up_shexp), d = cpu_mat_of(&w->down_shexp);
     rc = ffn_add(&g, &u, &d, x, T, sc, y);
@@ -106,9 +164,10 @@ out:
     free(probs);
     free(wts);
     free(ids);
-    free(rows);
+    free(slot);
     free(xs);
     free(ys);
     free(sc);
+    free(contrib);
     return rc;
 }

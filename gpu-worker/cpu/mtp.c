@@ -68,7 +68,8 @@ static int run_block(struct cpu_seq *s, int64_t n_ctx, const int64_t *pos, int T
         cpu_hc_combine(hp, X, y, inj, T);
         rc = cpu_hc_mix(hp, &l->hc_ffn, c->hc_ffn_norm, X, T, x, inj);
     }
-    if (rc == 0) rc = cpu_moe_forward(hp, &l->moe, c, x, T, y, NULL, -1);
+    struct cpu_moe_ctx mc = {NULL, il, &be->base.remote};
+    if (rc == 0) rc = cpu_moe_forward(hp, &l->moe, c, x, T, y, &mc);
     if (rc == 0) cpu_hc_combine(hp, X, y, inj, T);
     free(x);
     free(y);
