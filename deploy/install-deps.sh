@@ -18,6 +18,7 @@ PACKAGES=(
   "libcjson-dev      JSON parsing: safetensors headers, config.json, index.json"
   "libcriterion-dev  C unit tests (make test)"
   "libutf8proc-dev   Unicode categories for the tokenizer's pre-split"
+  "libzmq3-dev       the control plane between the coordinator, the workers and nebulactl"
   "python3           small build/test scripts (standard library only)"
 )
 
