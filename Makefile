@@ -8,7 +8,8 @@
 #
 # Sources are discovered by folder: core/**.c form libnebula-core.a;
 # gpu-worker/*.c and gpu-worker/cpu/*.c (the backend interface and the CPU
-# reference backend) form libnebula-gw.a; each tools/nebula-*/ folder is one
+# reference backend) form libnebula-gw.a; shm/*.c (regions, rings, stats)
+# form libnebula-shm.a; each tools/nebula-*/ folder is one
 # binary; tests/**/test_*.c (outside tests/fuzz) are Criterion suites;
 # tests/fuzz/fuzz_*.c are libFuzzer targets.  Files named *_avx2.c and
 # *_avx512.c get their ISA flags here and nowhere else (dispatch is at run time).
@@ -36,6 +37,10 @@ GW_SRCS := $(sort $(wildcard gpu-worker/*.c gpu-worker/cpu/*.c))
 GW_OBJS := $(GW_SRCS:%.c=$(BUILD)/obj/%.o)
 GW_LIB  := $(BUILD)/lib/libnebula-gw.a
 
+SHM_SRCS := $(sort $(wildcard shm/*.c))
+SHM_OBJS := $(SHM_SRCS:%.c=$(BUILD)/obj/%.o)
+SHM_LIB  := $(BUILD)/lib/libnebula-shm.a
+
 TOOL_DIRS := $(patsubst %/,%,$(wildcard tools/nebula/ tools/nebula-*/))
 TOOL_BINS := $(TOOL_DIRS:tools/%=$(BUILD)/bin/%)
 
@@ -58,7 +63,7 @@ NVCC_FLAGS ?= -O2 -std=c++17 -I. -gencode arch=compute_86,code=sm_86 -gencode ar
               -gencode arch=compute_90,code=sm_90
 
 .PHONY: all test test-build deps run bench fuzz clean cuda unit
-all: $(CORE_LIB) $(GW_LIB) $(TOOL_BINS) cuda
+all: $(CORE_LIB) $(GW_LIB) $(SHM_LIB) $(TOOL_BINS) cuda
 
 # Installs missing Debian packages (a no-op when all are present).
 deps:
@@ -84,16 +89,20 @@ $(GW_LIB): $(GW_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+$(SHM_LIB): $(SHM_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
 # One binary per tools/nebula-NAME/ folder.
 .SECONDEXPANSION:
 # (No '%' inside the list: make would replace it with the stem.)
-$(BUILD)/bin/%: $$(addprefix $(BUILD)/obj/,$$(addsuffix .o,$$(basename $$(wildcard tools/$$*/*.c)))) $(GW_LIB) $(CORE_LIB)
+$(BUILD)/bin/%: $$(addprefix $(BUILD)/obj/,$$(addsuffix .o,$$(basename $$(wildcard tools/$$*/*.c)))) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(filter %.o,$^) $(GW_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
+	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
 
-$(BUILD)/tests/%: tests/%.c $(TEST_HELPERS) $(GW_LIB) $(CORE_LIB)
+$(BUILD)/tests/%: tests/%.c $(TEST_HELPERS) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(TEST_HELPERS) $(GW_LIB) $(CORE_LIB) $(LDLIBS_BASE) -lcriterion -o $@
+	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(TEST_HELPERS) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -lcriterion -o $@
 
 # The model and backend suites convert the HF fixtures to GGUF on first use (build/fixtures/).
 $(filter $(BUILD)/tests/gpu-worker/% $(BUILD)/tests/core/test_model,$(TEST_BINS)): | $(filter $(BUILD)/bin/nebula-convert,$(TOOL_BINS))
