@@ -1,0 +1,142 @@
+/* test_ctl.c — control messages between processes over ZeroMQ ipc sockets:
+ * identities, replies, timeouts, malformed messages, socket permissions. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "core/ctl/ctl.h"
+#include "core/util/err.h"
+#include "tests/core/tmpfiles.h"
+
+TestSuite(ctl, .init = tmp_setup, .fini = tmp_teardown, .timeout = 30);
+
+/* A worker process: says hello, answers one "ping" with "pong", exits. */
+static void worker(const char *ep, const char *role)
+{
+    ctl_sock *s;
+    char err[256];
+    ctl_after_fork();
+    if (ctl_open(CTL_DEALER, ep, role, &s, err, sizeof err)) _exit(10);
+    cJSON *hello = ctl_msg("hello");
+    cJSON_AddStringToObject(hello, "role", role);
+    cJSON_AddNumberToObject(hello, "version", CTL_PROTOCOL_VERSION);
+    if (ctl_send(s, NULL, hello, err, sizeof err)) _exit(11);
+    cJSON_Delete(hello);
+    cJSON *m;
+    if (ctl_recv(s, 5000, NULL, 0, &m, err, sizeof err)) _exit(12);
+    if (strcmp(ctl_type(m), "ping")) _exit(13);
+    cJSON *pong = ctl_msg("pong");
+    cJSON_AddNumberToObject(pong, "seq", cJSON_GetObjectItem(m, "seq")->valuedouble);
+    if (ctl_send(s, NULL, pong, err, sizeof err)) _exit(14);
+    cJSON_Delete(pong);
+    cJSON_Delete(m);
+    ctl_close(s);
+    ctl_term(); /* without it the pong may die with the process */
+    _exit(0);
+}
+
+Test(ctl, router_addresses_workers_by_role)
+{
+    char ep[512], err[256], peer[64];
+    ctl_endpoint(ep, sizeof ep, tmp_dir, "control.sock");
+    ctl_sock *r;
+    cr_assert_eq(ctl_open(CTL_ROUTER, ep, NULL, &r, err, sizeof err), 0, "%s", err);
+    struct stat st;
+    cr_assert_eq(stat(ep + 6, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0600, "socket mode %o", st.st_mode & 0777);
+    const char *roles[2] = {"gpu-worker", "cpu-moe-worker"};
+    pid_t pids[2];
+    for (int i = 0; i < 2; i++)
+        if ((pids[i] = fork()) == 0) worker(ep, roles[i]);
+    int seen = 0;
+    for (int i = 0; i < 2; i++) {
+        cJSON *m;
+        cr_assert_eq(ctl_recv(r, 5000, peer, sizeof peer, &m, err, sizeof err), 0, "%s", err);
+        cr_assert_str_eq(ctl_type(m), "hello");
+        cr_assert_str_eq(cJSON_GetObjectItem(m, "role")->valuestring, peer, "identity must be the role");
+        seen |= !strcmp(peer, roles[0]) ? 1 : 2;
+        cJSON_Delete(m);
+    }
+    cr_assert_eq(seen, 3);
+    for (int i = 0; i < 2; i++) { /* each gets its own ping and answers it */
+        cJSON *ping = ctl_msg("ping");
+        cJSON_AddNumberToObject(ping, "seq", 40 + i);
+        cr_assert_eq(ctl_send(r, roles[i], ping, err, sizeof err), 0, "%s", err);
+        cJSON_Delete(ping);
+        cJSON *m;
+        if (ctl_recv(r, 5000, peer, sizeof peer, &m, err, sizeof err)) {
+            int st0 = -1, st1 = -1;
+            waitpid(pids[0], &st0, WNOHANG);
+            waitpid(pids[1], &st1, WNOHANG);
+            cr_assert_fail("no pong from %s: %s (worker statuses %x %x)", roles[i], err, st0, st1);
+        }
+        cr_assert_str_eq(peer, roles[i]);
+        cr_assert_eq(cJSON_GetObjectItem(m, "seq")->valueint, 40 + i);
+        cJSON_Delete(m);
+    }
+    for (int i = 0; i < 2; i++) {
+        int status;
+        waitpid(pids[i], &status, 0);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker %d exit %d", i, WEXITSTATUS(status));
+    }
+    /* Sending to a worker that is not connected is an error, not a silent drop. */
+    cJSON *ping = ctl_msg("ping");
+    cr_assert_lt(ctl_send(r, "ssd-pager", ping, err, sizeof err), 0);
+    cJSON_Delete(ping);
+    ctl_close(r);
+}
+
+Test(ctl, receive_times_out)
+{
+    char ep[512], err[256];
+    ctl_endpoint(ep, sizeof ep, tmp_dir, "quiet.sock");
+    ctl_sock *r;
+    cJSON *m;
+    cr_assert_eq(ctl_open(CTL_ROUTER, ep, NULL, &r, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(ctl_recv(r, 50, NULL, 0, &m, err, sizeof err), NB_EIO);
+    cr_assert_str_eq(err, "timeout");
+    cr_assert_null(m);
+    ctl_close(r);
+}
+
+Test(ctl, malformed_messages_are_rejected)
+{
+    char ep[512], err[256];
+    ctl_endpoint(ep, sizeof ep, tmp_dir, "rep.sock");
+    ctl_sock *rep;
+    cr_assert_eq(ctl_open(CTL_REP, ep, NULL, &rep, err, sizeof err), 0, "%s", err);
+    /* A raw ZeroMQ REQ sends bytes that are not JSON, then JSON without a type. */
+    void *zc = zmq_ctx_new(), *req = zmq_socket(zc, ZMQ_REQ);
+    cr_assert_eq(zmq_connect(req, ep), 0);
+    zmq_send(req, "not json", 8, 0);
+    cJSON *m;
+    cr_assert_eq(ctl_recv(rep, 2000, NULL, 0, &m, err, sizeof err), NB_EFORMAT);
+    cJSON *e = ctl_msg("error");
+    cr_assert_eq(ctl_send(rep, NULL, e, err, sizeof err), 0, "%s", err);
+    char buf[256];
+    cr_assert_gt(zmq_recv(req, buf, sizeof buf, 0), 0);
+    zmq_send(req, "{\"x\": 1}", 8, 0);
+    cr_assert_eq(ctl_recv(rep, 2000, NULL, 0, &m, err, sizeof err), NB_EFORMAT);
+    cr_assert(strstr(err, "type"));
+    cr_assert_eq(ctl_send(rep, NULL, e, err, sizeof err), 0, "%s", err);
+    cr_assert_gt(zmq_recv(req, buf, sizeof buf, 0), 0);
+    /* And a good request through the ctl REQ wrapper. */
+    zmq_close(req);
+    zmq_ctx_term(zc);
+    ctl_sock *q;
+    cr_assert_eq(ctl_open(CTL_REQ, ep, NULL, &q, err, sizeof err), 0, "%s", err);
+    cJSON *st = ctl_msg("status");
+    cr_assert_eq(ctl_send(q, NULL, st, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(ctl_recv(rep, 2000, NULL, 0, &m, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(ctl_type(m), "status");
+    cJSON_Delete(m);
+    cJSON_Delete(st);
+    cJSON_Delete(e);
+    ctl_close(q);
+    ctl_close(rep);
+}
