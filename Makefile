@@ -24,7 +24,7 @@ FUZZ_SECONDS ?= 60
 OPT      ?= -O2
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -g $(OPT) -fopenmp -I. \
                $(shell pkg-config --cflags libcjson 2>/dev/null)
-LDLIBS_BASE := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson) $(shell pkg-config --libs libutf8proc) $(shell pkg-config --libs libzmq) -lm -lpthread -fopenmp
+LDLIBS_BASE := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson) $(shell pkg-config --libs libutf8proc) $(shell pkg-config --libs libzmq) $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) -lm -lpthread -fopenmp
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mavx2 -mfma -mf16c

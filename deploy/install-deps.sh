@@ -19,6 +19,7 @@ PACKAGES=(
   "libcriterion-dev  C unit tests (make test)"
   "libutf8proc-dev   Unicode categories for the tokenizer's pre-split"
   "libzmq3-dev       the control plane between the coordinator, the workers and nebulactl"
+  "libssl-dev        SHA-256 (OpenSSL EVP) for the checksums of nebula-prepare's outputs"
   "python3           small build/test scripts (standard library only)"
 )
 
