@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "core/util/err.h"
+#include "core/util/mapfile.h"
 
 /* Smallest encodings, used to bound counts by the bytes left: a key/value is
  * a key length, one key byte, a type and a one-byte value; a tensor entry is a
@@ -395,28 +396,17 @@ int gguf_open_mem(const void *buf, size_t len, gguf_file **out, char *err, size_
 static int open_one(const char *path, gguf_file **out, char *err, size_t errlen)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return nb_errf(err, errlen, errno == ENOENT ? NB_ENOENT : NB_EIO, "%s: %s", path, strerror(errno));
-    struct stat st;
-    const char *bad = fstat(fd, &st) != 0 ? strerror(errno)
-                      : !S_ISREG(st.st_mode) ? "not a regular file"
-                      : st.st_size == 0      ? "empty file"
-                                             : NULL;
-    if (bad) {
-        close(fd);
-        return nb_errf(err, errlen, NB_EIO, "%s: %s", path, bad);
-    }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int map_errno = errno;
-    close(fd);
-    if (map == MAP_FAILED) return nb_errf(err, errlen, NB_EIO, "%s: mmap: %s", path, strerror(map_errno));
-    gguf_file *g = new_handle(map, (size_t)st.st_size);
+    void *map;
+    size_t size;
+    int rc = nb_map_file(path, 1, NB_EIO, "empty file", &map, &size, err, errlen);
+    if (rc) return rc;
+    gguf_file *g = new_handle(map, size);
     if (!g) {
-        munmap(map, (size_t)st.st_size);
+        munmap(map, size);
         return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     }
     char why[512];
-    int rc = parse_image(g, map, (uint64_t)st.st_size, why, sizeof why);
+    rc = parse_image(g, map, (uint64_t)size, why, sizeof why);
     if (rc) {
         gguf_close(g);
         return nb_errf(err, errlen, rc, "%s: %s", path, why);

@@ -27,6 +27,7 @@
 
 #include "core/quant/quant.h"
 #include "core/util/err.h"
+#include "core/util/mapfile.h"
 
 #define ST_MAX_HEADER_BYTES (100u * 1000 * 1000) /* the reference implementation's limit */
 #define ST_MAX_INDEX_BYTES (100u * 1000 * 1000)
@@ -315,26 +316,15 @@ int st_open_mem(const void *buf, size_t len, st_set **out, char *err, size_t err
 /* Maps one shard file and parses it into s. */
 static int open_shard(st_set *s, const char *path, char *err, size_t errlen)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return nb_errf(err, errlen, errno == ENOENT ? NB_ENOENT : NB_EIO, "%s: %s", path, strerror(errno));
-    struct stat st;
-    const char *bad = fstat(fd, &st) != 0 ? strerror(errno)
-                      : !S_ISREG(st.st_mode) ? "not a regular file"
-                      : st.st_size < 8       ? "too short for a safetensors header (8 bytes)"
-                                             : NULL;
-    if (bad) {
-        close(fd);
-        return nb_errf(err, errlen, NB_EFORMAT, "%s: %s", path, bad);
-    }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int map_errno = errno;
-    close(fd);
-    if (map == MAP_FAILED) return nb_errf(err, errlen, NB_EIO, "%s: mmap: %s", path, strerror(map_errno));
-    if (add_shard(s, map, (size_t)st.st_size, path)) {
-        munmap(map, (size_t)st.st_size);
+    void *map;
+    size_t size;
+    int rc = nb_map_file(path, 8, NB_EFORMAT, "too short for a safetensors header (8 bytes)", &map, &size, err, errlen);
+    if (rc) return rc;
+    if (add_shard(s, map, size, path)) {
+        munmap(map, size);
         return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     }
-    return parse_shard(s, s->n_shards - 1, map, (uint64_t)st.st_size, err, errlen);
+    return parse_shard(s, s->n_shards - 1, map, (uint64_t)size, err, errlen);
 }
 
 /* A shard name from index.json must name a file inside the directory. */

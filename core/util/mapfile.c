@@ -1,0 +1,35 @@
+/* mapfile.c — read-only whole-file mappings (see mapfile.h). */
+#include "core/util/mapfile.h"
+
+#include "core/util/err.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int nb_map_file(const char *path, size_t min_bytes, int short_code, const char *why_short, void **map, size_t *size,
+                char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return nb_errf(err, errlen, errno == ENOENT ? NB_ENOENT : NB_EIO, "%s: %s", path, strerror(errno));
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) != 0) rc = nb_errf(err, errlen, NB_EIO, "%s: %s", path, strerror(errno));
+    else if (!S_ISREG(st.st_mode)) rc = nb_errf(err, errlen, NB_EIO, "%s: not a regular file", path);
+    else if ((size_t)st.st_size < min_bytes || st.st_size == 0)
+        rc = nb_errf(err, errlen, short_code, "%s: %s", path, why_short);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int map_errno = errno;
+    close(fd); /* the mapping keeps the file */
+    if (m == MAP_FAILED) return nb_errf(err, errlen, NB_EIO, "%s: mmap: %s", path, strerror(map_errno));
+    *map = m;
+    *size = (size_t)st.st_size;
+    return 0;
+}
