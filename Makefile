@@ -24,7 +24,7 @@ FUZZ_SECONDS ?= 60
 OPT      ?= -O2
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -g $(OPT) -fopenmp -I. \
                $(shell pkg-config --cflags libcjson 2>/dev/null)
-LDLIBS_BASE := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson) $(shell pkg-config --libs libutf8proc) $(shell pkg-config --libs libzmq) $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) -lm -lpthread -fopenmp
+LDLIBS_BASE := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson) $(shell pkg-config --libs libutf8proc) $(shell pkg-config --libs libzmq) $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) $(shell pkg-config --libs liburing 2>/dev/null || echo -luring) -lm -lpthread -fopenmp
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mavx2 -mfma -mf16c
@@ -43,6 +43,11 @@ SHM_LIB  := $(BUILD)/lib/libnebula-shm.a
 
 TOOL_DIRS := $(patsubst %/,%,$(wildcard tools/nebula/ tools/nebula-*/))
 TOOL_BINS := $(TOOL_DIRS:tools/%=$(BUILD)/bin/%)
+
+# Worker processes whose code lives in their room's folder (one binary each,
+# built once the folder has sources).
+PROC_BINS := $(if $(wildcard cpu-moe-worker/*.c),$(BUILD)/bin/nebula-cpu-moe-worker) \
+             $(if $(wildcard ssd-pager/*.c),$(BUILD)/bin/nebula-ssd-pager)
 
 TEST_SRCS := $(shell find tests -name 'test_*.c' -not -path 'tests/fuzz/*' 2>/dev/null | sort)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
@@ -63,7 +68,7 @@ NVCC_FLAGS ?= -O2 -std=c++17 -I. -gencode arch=compute_86,code=sm_86 -gencode ar
               -gencode arch=compute_90,code=sm_90
 
 .PHONY: all test test-build deps run bench fuzz clean cuda unit
-all: $(CORE_LIB) $(GW_LIB) $(SHM_LIB) $(TOOL_BINS) cuda
+all: $(CORE_LIB) $(GW_LIB) $(SHM_LIB) $(TOOL_BINS) $(PROC_BINS) cuda
 
 # Installs missing Debian packages (a no-op when all are present).
 deps:
@@ -99,6 +104,14 @@ $(SHM_LIB): $(SHM_OBJS)
 $(BUILD)/bin/%: $$(addprefix $(BUILD)/obj/,$$(addsuffix .o,$$(basename $$(wildcard tools/$$*/*.c)))) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
+
+$(BUILD)/bin/nebula-cpu-moe-worker: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cpu-moe-worker/*.c)) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
+
+$(BUILD)/bin/nebula-ssd-pager: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard ssd-pager/*.c)) $(SHM_LIB) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(filter %.o,$^) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
 
 $(BUILD)/tests/%: tests/%.c $(TEST_HELPERS) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)

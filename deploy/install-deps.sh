@@ -20,6 +20,7 @@ PACKAGES=(
   "libutf8proc-dev   Unicode categories for the tokenizer's pre-split"
   "libzmq3-dev       the control plane between the coordinator, the workers and nebulactl"
   "libssl-dev        SHA-256 (OpenSSL EVP) for the checksums of nebula-prepare's outputs"
+  "liburing-dev      io_uring reads of cold experts and n-gram pages (nebula-ssd-pager)"
   "python3           small build/test scripts (standard library only)"
 )
 
