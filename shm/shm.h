@@ -30,6 +30,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/util/err.h"
+
 /* Codes beyond core/util/err.h's, for what only shared memory has. */
 enum {
     SHM_EEXIST = -32,    /* a region of that name exists already */
