@@ -1,8 +1,11 @@
-/* encode.c — text to ids: special-token partition, pre-split, BPE merges.
+/* encode.c — text to ids: special-token partition, NFC, pre-split, BPE merges.
  *
  * Partition: as llama.cpp does it, each special token in turn (longest text
  * first) cuts every still-raw fragment at each of its occurrences, so a longer
- * token always wins over a shorter one it contains or overlaps.
+ * token always wins over a shorter one it contains or overlaps.  The cut is
+ * made on the raw text, and each raw fragment is normalized afterwards on its
+ * own, which is the order Hugging Face follows for added tokens marked
+ * "normalized": false (normalize.c says how).
  *
  * BPE: a word starts as one symbol per byte (the byte's token).  Candidate
  * merges of adjacent symbols sit in a binary heap ordered by (rank, position);
@@ -43,6 +46,7 @@ struct encoder {
     size_t sym_cap;
     struct heap_entry *heap;
     size_t heap_n, heap_cap;
+    struct tok_nfc_buf nfc; /* the normalized fragment, when normalization changes it */
 };
 
 static void emit(struct encoder *e, int32_t id)
@@ -51,7 +55,7 @@ static void emit(struct encoder *e, int32_t id)
     e->n++;
 }
 
-static bool grow(void **p, size_t *cap, size_t need, size_t elem)
+bool tok_grow(void **p, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap) return true;
     size_t n = *cap ? *cap : 64;
@@ -72,7 +76,7 @@ static bool entry_less(const struct heap_entry *a, const struct heap_entry *b)
 
 static bool heap_push(struct encoder *e, struct heap_entry x)
 {
-    if (!grow((void **)&e->heap, &e->heap_cap, e->heap_n + 1, sizeof *e->heap)) return false;
+    if (!tok_grow((void **)&e->heap, &e->heap_cap, e->heap_n + 1, sizeof *e->heap)) return false;
     size_t i = e->heap_n++;
     while (i > 0 && entry_less(&x, &e->heap[(i - 1) / 2])) {
         e->heap[i] = e->heap[(i - 1) / 2];
@@ -123,7 +127,7 @@ static int bpe_word(struct encoder *e, const uint8_t *w, size_t n)
         if (e->t->byte_id[w[0]] >= 0) emit(e, e->t->byte_id[w[0]]);
         return 0;
     }
-    if (n > INT32_MAX || !grow((void **)&e->sym, &e->sym_cap, n, sizeof *e->sym)) return NB_ENOMEM;
+    if (n > INT32_MAX || !tok_grow((void **)&e->sym, &e->sym_cap, n, sizeof *e->sym)) return NB_ENOMEM;
     for (size_t i = 0; i < n; i++)
         e->sym[i] = (struct symbol){ e->t->byte_id[w[i]], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1 };
     e->heap_n = 0;
@@ -155,6 +159,31 @@ static int encode_raw(struct encoder *e, const uint8_t *s, size_t len)
     return 0;
 }
 
+/* A raw fragment as the split sees it: s itself, or its NFC in e->nfc. */
+static int normalize_fragment(struct encoder *e, const uint8_t **s, size_t *len)
+{
+    if (!e->t->nfc || tok_nfc_is_inert(*s, *len)) return 0;
+    e->nfc.len = 0;
+    int rc = tok_nfc_append(&e->nfc, *s, *len);
+    if (rc) return rc;
+    *s = e->nfc.bytes;
+    *len = e->nfc.len;
+    return 0;
+}
+
+static int encode_fragment(struct encoder *e, const uint8_t *s, size_t len)
+{
+    int rc = normalize_fragment(e, &s, &len);
+    return rc ? rc : encode_raw(e, s, len);
+}
+
+/* The message for a failed encode or normalize of len bytes. */
+static int encode_error(int rc, size_t len, char *err, size_t errlen)
+{
+    if (rc == NB_ENOMEM) return nb_errf(err, errlen, rc, "out of memory encoding %zu bytes", len);
+    return nb_errf(err, errlen, rc, "libutf8proc refused to normalize valid UTF-8 in %zu bytes of text", len);
+}
+
 /* ---------- special-token partition ---------- */
 
 struct fragments {
@@ -164,7 +193,7 @@ struct fragments {
 
 static bool frag_add(struct fragments *f, size_t off, size_t len, int32_t id)
 {
-    if (!grow((void **)&f->v, &f->cap, f->n + 1, sizeof *f->v)) return false;
+    if (!tok_grow((void **)&f->v, &f->cap, f->n + 1, sizeof *f->v)) return false;
     f->v[f->n++] = (struct fragment){ off, len, id };
     return true;
 }
@@ -220,12 +249,41 @@ int tok_encode(const tok_tokenizer *t, const char *text, size_t len, bool parse_
     int rc = partition(t, text, len, parse_special, &frags) ? 0 : NB_ENOMEM;
     for (size_t i = 0; i < frags.n && !rc; i++) {
         if (frags.v[i].id >= 0) emit(&e, frags.v[i].id);
-        else rc = encode_raw(&e, (const uint8_t *)text + frags.v[i].off, frags.v[i].len);
+        else rc = encode_fragment(&e, (const uint8_t *)text + frags.v[i].off, frags.v[i].len);
     }
     free(frags.v);
     free(e.sym);
     free(e.heap);
-    if (rc) return nb_errf(err, errlen, rc, "out of memory encoding %zu bytes", len);
+    tok_nfc_buf_free(&e.nfc);
+    if (rc) return encode_error(rc, len, err, errlen);
     *n_ids = e.n;
+    return 0;
+}
+
+int tok_normalize(const tok_tokenizer *t, const char *text, size_t len, bool parse_special, char **out,
+                  size_t *out_len, char *err, size_t errlen)
+{
+    *out = NULL;
+    *out_len = 0;
+    if (!t || (!text && len)) return nb_errf(err, errlen, NB_EINVAL, "tok_normalize: bad arguments");
+    struct encoder e = { .t = t };
+    struct tok_nfc_buf b = { 0 };
+    struct fragments frags = { 0 };
+    int rc = partition(t, text, len, parse_special, &frags) ? 0 : NB_ENOMEM;
+    for (size_t i = 0; i < frags.n && !rc; i++) {
+        const uint8_t *s = (const uint8_t *)text + frags.v[i].off;
+        size_t n = frags.v[i].len;
+        if (frags.v[i].id < 0) rc = normalize_fragment(&e, &s, &n);
+        if (!rc && !tok_nfc_copy(&b, s, n)) rc = NB_ENOMEM;
+    }
+    if (!rc && !tok_nfc_copy(&b, "", 1)) rc = NB_ENOMEM; /* the NUL, not counted */
+    free(frags.v);
+    tok_nfc_buf_free(&e.nfc);
+    if (rc) {
+        tok_nfc_buf_free(&b);
+        return encode_error(rc, len, err, errlen);
+    }
+    *out = (char *)b.bytes;
+    *out_len = b.len - 1;
     return 0;
 }

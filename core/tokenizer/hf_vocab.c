@@ -18,6 +18,9 @@
  *     then config.json's *_token_id for those still unset; add_*_token flags;
  *   - chat_template from tokenizer_config.json, else chat_template.jinja,
  *     else chat_template.json.
+ * Added by us (llama.cpp has no such key): tokenizer.ggml.normalizer, "nfc"
+ * or "none" from tokenizer.json's normalizer; any other normalizer is
+ * refused, since ignoring it would change the ids.
  * Not reproduced: re-encoding non-normalized added tokens through
  * transformers (an identity for the Qwen vocabularies), and guessing the
  * add_*_token flags from a TemplateProcessing post-processor. */
@@ -31,6 +34,11 @@
 #include <string.h>
 
 static const char *const special_names[TOK_SP_COUNT] = { "bos", "eos", "unk", "sep", "pad", "cls", "mask" };
+
+/* Largest vocabulary accepted, 16 times the largest published one (Gemma's
+ * 262,144): ids are array indices, so without a bound a 30-byte file saying
+ * {"a": 2147483647} would make us allocate 16 GiB. */
+#define HF_MAX_TOKENS (1u << 22)
 
 /* ---------- small helpers ---------- */
 
@@ -72,6 +80,23 @@ static int read_text_file(const char *dir, const char *name, char **out, size_t 
     return 0;
 }
 
+/* The JSON value that fills text[0..len) (no NUL needed), or NULL.  Like
+ * serde_json, which reads these files for Hugging Face, anything but
+ * whitespace after the value is an error (cJSON would ignore it). */
+static cJSON *parse_whole(const char *text, size_t len)
+{
+    const char *end = NULL;
+    cJSON *json = text && len ? cJSON_ParseWithLengthOpts(text, len, &end, false) : NULL;
+    if (!json) return NULL;
+    for (const char *p = end; p < text + len; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            cJSON_Delete(json);
+            return NULL;
+        }
+    }
+    return json;
+}
+
 /* Parses dir/name; *json is NULL (and 0 returned) when the file is absent and
  * not required. */
 static int read_json(const char *dir, const char *name, bool required, cJSON **json, char *err, size_t errlen)
@@ -82,7 +107,7 @@ static int read_json(const char *dir, const char *name, bool required, cJSON **j
     int rc = read_text_file(dir, name, &text, &len, err, errlen);
     if (rc == NB_ENOENT && !required) return 0;
     if (rc) return rc;
-    *json = cJSON_ParseWithLength(text, len);
+    *json = parse_whole(text, len);
     free(text);
     if (!*json) return nb_errf(err, errlen, NB_EFORMAT, "%s/%s is not valid JSON", dir, name);
     return 0;
@@ -148,7 +173,7 @@ static int check_model(struct hf_src *s, char *err, size_t errlen)
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(s->tok, "model");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");
     const cJSON *fallback = cJSON_GetObjectItemCaseSensitive(model, "byte_fallback");
-    if (!cJSON_IsObject(model)) return nb_errf(err, errlen, NB_EFORMAT, "%s/tokenizer.json has no model", s->dir);
+    if (!cJSON_IsObject(model)) return nb_errf(err, errlen, NB_EFORMAT, "tokenizer.json has no model");
     if (cJSON_IsString(type) && strcmp(type->valuestring, "BPE"))
         return nb_errf(err, errlen, NB_ENOTSUP, "tokenizer model type \"%s\" is not BPE", type->valuestring);
     if (cJSON_IsTrue(fallback))
@@ -165,10 +190,14 @@ static int vocab_size(const struct hf_src *s, int32_t max_id, uint32_t *n, char 
 {
     const cJSON *vs = cJSON_GetObjectItemCaseSensitive(s->cfg, "vocab_size");
     if (!vs) vs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(s->cfg, "text_config"), "vocab_size");
-    int32_t size = vs ? json_id(vs) : max_id + 1;
-    if (size <= 0) return nb_errf(err, errlen, NB_EFORMAT, "config.json: bad vocab_size");
+    int64_t size = vs ? json_id(vs) : (int64_t)max_id + 1;
+    if (size <= 0) return nb_errf(err, errlen, NB_EFORMAT, vs ? "config.json: bad vocab_size" : "tokenizer.json has no tokens");
     if (max_id >= size)
-        return nb_errf(err, errlen, NB_EFORMAT, "token id %d is not below config.json's vocab_size %d", max_id, size);
+        return nb_errf(err, errlen, NB_EFORMAT, "token id %d is not below config.json's vocab_size %lld", max_id,
+                       (long long)size);
+    if (size > HF_MAX_TOKENS)
+        return nb_errf(err, errlen, NB_EFORMAT, "a vocabulary of %lld tokens is more than the %u accepted", (long long)size,
+                       HF_MAX_TOKENS);
     *n = (uint32_t)size;
     return 0;
 }
@@ -243,6 +272,39 @@ static int collect_tokens(const struct hf_src *s, struct tok_hf_vocab *v, char *
         v->types[i] = TOK_TYPE_UNUSED;
     }
     return 0;
+}
+
+/* ---------- normalizer ---------- */
+
+/* tokenizer.json's normalizer as tok_desc names it: "none", "nfc", or NULL
+ * for one we do not run.  Absent and null mean none; a Sequence is NFC if
+ * any member is and every member is NFC or none (NFC twice is NFC). */
+static const char *normalizer_kind(const cJSON *n)
+{
+    if (!n || cJSON_IsNull(n)) return "none";
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(n, "type");
+    if (!cJSON_IsString(type)) return NULL;
+    if (!strcmp(type->valuestring, "NFC")) return "nfc";
+    const cJSON *members = cJSON_GetObjectItemCaseSensitive(n, "normalizers");
+    if (strcmp(type->valuestring, "Sequence") || !cJSON_IsArray(members)) return NULL;
+    const char *kind = "none";
+    const cJSON *e;
+    cJSON_ArrayForEach(e, members) { /* depth is bounded by cJSON's nesting limit */
+        const char *k = normalizer_kind(e);
+        if (!k) return NULL;
+        if (!strcmp(k, "nfc")) kind = "nfc";
+    }
+    return kind;
+}
+
+static int read_normalizer(const struct hf_src *s, struct tok_hf_vocab *v, char *err, size_t errlen)
+{
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(s->tok, "normalizer");
+    v->normalizer = normalizer_kind(n);
+    if (v->normalizer) return 0;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(n, "type");
+    return nb_errf(err, errlen, NB_ENOTSUP, "tokenizer.json: normalizer \"%s\" is not supported (only NFC, or none)",
+                   cJSON_IsString(type) ? type->valuestring : "(without a type)");
 }
 
 /* ---------- merges ---------- */
@@ -408,18 +470,31 @@ void tok_hf_vocab_free(struct tok_hf_vocab *v)
     memset(v, 0, sizeof *v);
 }
 
-int tok_hf_vocab_read(const char *dir, struct tok_hf_vocab *v, char *err, size_t errlen)
+static void vocab_init(struct tok_hf_vocab *v)
 {
     memset(v, 0, sizeof *v);
     memset(v->special_ids, 0xFF, sizeof v->special_ids);
     memset(v->add_special, 0xFF, sizeof v->add_special);
+}
+
+/* What tokenizer.json alone says: tokens, types, merges, normalizer. */
+static int from_tokenizer_json(struct hf_src *s, struct tok_hf_vocab *v, char *err, size_t errlen)
+{
+    int rc = check_model(s, err, errlen);
+    if (!rc) rc = read_normalizer(s, v, err, errlen);
+    if (!rc) rc = collect_tokens(s, v, err, errlen);
+    if (!rc) rc = collect_merges(s, v, err, errlen);
+    return rc;
+}
+
+int tok_hf_vocab_read(const char *dir, struct tok_hf_vocab *v, char *err, size_t errlen)
+{
+    vocab_init(v);
     struct hf_src s = { .dir = dir };
     int rc = read_json(dir, "tokenizer.json", true, &s.tok, err, errlen);
     if (!rc) rc = read_json(dir, "tokenizer_config.json", false, &s.tcfg, err, errlen);
     if (!rc) rc = read_json(dir, "config.json", false, &s.cfg, err, errlen);
-    if (!rc) rc = check_model(&s, err, errlen);
-    if (!rc) rc = collect_tokens(&s, v, err, errlen);
-    if (!rc) rc = collect_merges(&s, v, err, errlen);
+    if (!rc) rc = from_tokenizer_json(&s, v, err, errlen);
     if (!rc && s.tcfg) {
         specials_from_tokenizer_config(&s, v);
         rc = read_chat_template(&s, v, err, errlen);
@@ -428,6 +503,18 @@ int tok_hf_vocab_read(const char *dir, struct tok_hf_vocab *v, char *err, size_t
     cJSON_Delete(s.tok);
     cJSON_Delete(s.tcfg);
     cJSON_Delete(s.cfg);
+    if (rc) tok_hf_vocab_free(v);
+    return rc;
+}
+
+int tok_hf_vocab_parse(const char *json, size_t len, struct tok_hf_vocab *v, char *err, size_t errlen)
+{
+    vocab_init(v);
+    struct hf_src s = { 0 }; /* no folder: nothing else is read */
+    s.tok = parse_whole(json, len);
+    if (!s.tok) return nb_errf(err, errlen, NB_EFORMAT, "tokenizer.json is not valid JSON");
+    int rc = from_tokenizer_json(&s, v, err, errlen);
+    cJSON_Delete(s.tok);
     if (rc) tok_hf_vocab_free(v);
     return rc;
 }
@@ -475,6 +562,7 @@ int tok_hf_write_gguf_keys(gguf_writer *w, const char *dir, const char *pre_name
     if (rc) return rc;
     rc = gguf_w_set_str(w, "tokenizer.ggml.model", "gpt2");
     if (!rc) rc = gguf_w_set_str(w, "tokenizer.ggml.pre", pre_name);
+    if (!rc) rc = gguf_w_set_str(w, "tokenizer.ggml.normalizer", v.normalizer);
     if (!rc) rc = gguf_w_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tokens, v.n_tokens);
     if (!rc) rc = gguf_w_set_arr(w, "tokenizer.ggml.token_type", GGUF_VT_INT32, v.types, v.n_tokens);
     if (!rc && v.n_merges)

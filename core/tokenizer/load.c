@@ -79,6 +79,10 @@ static int read_header_keys(const gguf_file *g, struct tok_desc *d, char *err, s
     if (!rc) rc = get_optional_id(g, "tokenizer.ggml.padding_token_id", &d->pad_id, err, errlen);
     if (!rc && gguf_find_key(g, "tokenizer.ggml.add_bos_token") >= 0)
         rc = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &d->add_bos, err, errlen);
+    /* Our own key (tokenizer.h): absent from llama.cpp's files, where the
+     * pre-tokenizer's default applies. */
+    if (!rc && gguf_find_key(g, "tokenizer.ggml.normalizer") >= 0)
+        rc = gguf_get_str(g, "tokenizer.ggml.normalizer", &d->normalizer, err, errlen);
     return rc;
 }
 
@@ -113,7 +117,7 @@ int tok_load_hf(const char *dir, const char *pre, tok_tokenizer **out, char *err
         .tokens = (const char *const *)v.tokens, .n_tokens = v.n_tokens, .types = v.types,
         .merges = (const char *const *)v.merges, .n_merges = v.n_merges,
         .bos_id = v.special_ids[TOK_SP_BOS], .eos_id = v.special_ids[TOK_SP_EOS], .pad_id = v.special_ids[TOK_SP_PAD],
-        .add_bos = v.add_special[TOK_SP_BOS] == 1,
+        .add_bos = v.add_special[TOK_SP_BOS] == 1, .normalizer = v.normalizer,
     };
     rc = tok_load_desc(&d, out, err, errlen);
     tok_hf_vocab_free(&v);

@@ -50,6 +50,7 @@ struct tok_tokenizer {
 
     int32_t bos, eos, pad, im_start, im_end;
     bool add_bos;
+    bool nfc; /* raw fragments are NFC-normalized before the split */
 };
 
 /* ---- byte-level alphabet (GPT-2): every byte is a printable code point ---- */
@@ -74,6 +75,32 @@ bool tok_pre_from_name(const char *name, enum tok_pre_kind *kind);
 /* Length in bytes (> 0) of the word starting at s[pos] of a fragment s[0..len)
  * (pos < len), as the pre-tokenizer's regex would match it there. */
 size_t tok_pretok_word(enum tok_pre_kind pre, const uint8_t *s, size_t len, size_t pos);
+
+/* ---- normalization (normalize.c) ---- */
+
+/* Scratch of the normalizer: the output bytes and a code point buffer. */
+struct tok_nfc_buf {
+    uint8_t *bytes;
+    size_t len, cap;
+    int32_t *cps;
+    size_t cps_cap;
+};
+
+/* True when s[0..len) is certainly in NFC already (every code point is in
+ * a range NFC never touches; invalid bytes count as inert). */
+bool tok_nfc_is_inert(const uint8_t *s, size_t len);
+/* Appends NFC(s[0..len)) to b: each maximal valid UTF-8 run normalized,
+ * invalid bytes copied.  0, NB_ENOMEM, or NB_EFORMAT if libutf8proc refuses
+ * a run tok_utf8_decode accepted (it should not). */
+int tok_nfc_append(struct tok_nfc_buf *b, const uint8_t *s, size_t len);
+/* Appends len bytes as they are; false when out of memory. */
+bool tok_nfc_copy(struct tok_nfc_buf *b, const void *s, size_t len);
+void tok_nfc_buf_free(struct tok_nfc_buf *b);
+
+/* ---- scratch ---- */
+
+/* Grows *p (elements of elem bytes, *cap of them) to hold need, doubling. */
+bool tok_grow(void **p, size_t *cap, size_t need, size_t elem);
 
 /* ---- lookups ---- */
 

@@ -231,6 +231,16 @@ static int check_special_id(const struct tok_desc *d, const char *what, int32_t 
     return 0;
 }
 
+/* "nfc" / "none" as given, or the default: every pre-tokenizer we implement
+ * is a Qwen one, and every Qwen tokenizer.json declares NFC (tokenizer.h). */
+static int pick_normalizer(const struct tok_desc *d, bool *nfc, char *err, size_t errlen)
+{
+    if (!d->normalizer || !strcmp(d->normalizer, "nfc")) *nfc = true;
+    else if (!strcmp(d->normalizer, "none")) *nfc = false;
+    else return nb_errf(err, errlen, NB_ENOTSUP, "unknown normalizer \"%s\" (supported: nfc, none)", d->normalizer);
+    return 0;
+}
+
 static int check_desc(const struct tok_desc *d, enum tok_pre_kind *pre, char *err, size_t errlen)
 {
     if (!d->model || strcmp(d->model, "gpt2"))
@@ -261,11 +271,14 @@ int tok_load_desc(const struct tok_desc *d, tok_tokenizer **out, char *err, size
 {
     *out = NULL;
     enum tok_pre_kind pre;
+    bool nfc = true;
     int rc = check_desc(d, &pre, err, errlen);
+    if (!rc) rc = pick_normalizer(d, &nfc, err, errlen);
     if (rc) return rc;
     tok_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     t->pre = pre;
+    t->nfc = nfc;
     snprintf(t->pre_name, sizeof t->pre_name, "%s", d->pre);
     t->n_tokens = d->n_tokens;
     rc = build_texts(t, d, err, errlen);
@@ -302,6 +315,7 @@ void tok_free(tok_tokenizer *t)
 
 uint32_t tok_vocab_size(const tok_tokenizer *t) { return t->n_tokens; }
 const char *tok_pre_name(const tok_tokenizer *t) { return t->pre_name; }
+const char *tok_normalizer_name(const tok_tokenizer *t) { return t->nfc ? "nfc" : "none"; }
 
 static bool id_ok(const tok_tokenizer *t, int32_t id) { return id >= 0 && (uint32_t)id < t->n_tokens; }
 

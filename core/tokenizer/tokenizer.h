@@ -1,17 +1,39 @@
 /* tokenizer.h — text <-> token ids for byte-level BPE vocabularies ("gpt2"
  * model in GGUF terms), as llama.cpp runs them for the Qwen pre-tokenizers.
  *
- * Encoding is four steps, each exact with respect to llama.cpp / Hugging Face:
+ * Encoding is five steps, each exact with respect to Hugging Face (and to
+ * llama.cpp where it normalizes alike, see below):
  *   1. control and user-defined tokens are cut out of the raw text whole,
  *      longest token first (control tokens only when parse_special is set);
- *   2. each remaining fragment is split into words by the pre-tokenizer's
- *      regex, implemented as a hand-written scanner over code points whose
- *      Unicode categories come from libutf8proc;
- *   3. each word's bytes become the byte tokens of the GPT-2 alphabet;
- *   4. adjacent pairs are merged lowest merge rank first (leftmost on ties).
+ *   2. each remaining fragment is normalized to NFC when the tokenizer says
+ *      so (the rule is below);
+ *   3. each fragment is split into words by the pre-tokenizer's regex,
+ *      implemented as a hand-written scanner over code points whose Unicode
+ *      categories come from libutf8proc;
+ *   4. each word's bytes become the byte tokens of the GPT-2 alphabet;
+ *   5. adjacent pairs are merged lowest merge rank first (leftmost on ties).
  * Merge ranks are keyed by the pair of token ids, so encoding never hashes a
- * string.  No normalization is applied (llama.cpp applies none; Hugging Face
- * applies NFC for Qwen, so decomposed input can differ from transformers).
+ * string.
+ *
+ * Normalization.  tokenizer.json names the normalizer Hugging Face runs
+ * before the split; every Qwen tokenizer.json says {"type": "NFC"}.  GGUF has
+ * no standard key for it, so the rule is:
+ *   - tokenizer.ggml.normalizer ("nfc" or "none"), which our converter writes
+ *     from tokenizer.json, is obeyed when present;
+ *   - without it the pre-tokenizer decides: qwen2 and qwen35 mean NFC.  A
+ *     GGUF made by llama.cpp has no such key, and llama.cpp normalizes
+ *     nothing; we follow the full model's tokenizer, which is Hugging Face's,
+ *     so decomposed input ("e" + U+0301) gets the ids transformers gives it.
+ * NFC is canonical only: compatibility characters (U+FB01 "ﬁ", "²", full-
+ * width forms) stay as they are.  As in Hugging Face, added tokens are cut
+ * out of the raw text first and each fragment between them is normalized on
+ * its own (Qwen's added tokens are all "normalized": false; one marked
+ * "normalized": true would be matched after NFC there and is matched on the
+ * raw text here, which differs only if NFC changes it or fuses it with a
+ * neighbouring character).  Invalid UTF-8 is kept byte for byte: each valid
+ * run around it is normalized on its own.  So decode(encode(s)) is NFC(s)
+ * (fragment by fragment, see tok_normalize), and s itself for text already
+ * in NFC.
  *
  * Decoding goes through a streaming decoder that emits only complete UTF-8
  * characters, so a chat front end can print as tokens arrive.
@@ -53,6 +75,7 @@ struct tok_desc {
     uint32_t n_merges;
     int32_t bos_id, eos_id, pad_id; /* -1 when absent */
     bool add_bos;
+    const char *normalizer;     /* "nfc", "none", or NULL for the pre-tokenizer's default (nfc) */
 };
 
 /* Pre-tokenizer names this tokenizer implements, for error messages: "qwen2, qwen35". */
@@ -61,7 +84,7 @@ bool tok_pre_is_supported(const char *name);
 
 int tok_load_desc(const struct tok_desc *d, tok_tokenizer **out, char *err, size_t errlen);
 /* Reads tokenizer.ggml.{model,pre,tokens,token_type,merges,bos_token_id,
- * eos_token_id,padding_token_id,add_bos_token} from an open GGUF. */
+ * eos_token_id,padding_token_id,add_bos_token,normalizer} from an open GGUF. */
 int tok_load_gguf(const gguf_file *g, tok_tokenizer **out, char *err, size_t errlen);
 /* Builds the tokenizer straight from a Hugging Face folder (tokenizer.json and
  * friends), through the same arrays tok_hf_write_gguf_keys would write. */
@@ -72,13 +95,24 @@ void tok_free(tok_tokenizer *t);
  * and encoded as their byte tokens).  Two-pass contract, like snprintf: the
  * first min(cap, total) ids are written to ids and *n_ids is set to the total;
  * when *n_ids > cap, call again with a buffer of *n_ids (ids may be NULL when
- * cap is 0).  Every id covers at least one byte, so a buffer of len ids is
- * always enough.  No BOS is added: callers add tok_bos_id() when tok_add_bos(). */
+ * cap is 0).  Every id covers at least one byte of the normalized text, and
+ * NFC makes a text at most 3 times longer in UTF-8 (UAX #15), so 3 * len ids
+ * are always enough (len without normalization).  No BOS is added: callers
+ * add tok_bos_id() when tok_add_bos(). */
 int tok_encode(const tok_tokenizer *t, const char *text, size_t len, bool parse_special, int32_t *ids,
                size_t cap, size_t *n_ids, char *err, size_t errlen);
 
+/* The bytes tok_encode's ids stand for: the special tokens it would cut out
+ * (same parse_special), as they are, and the text between them normalized.
+ * The concatenated tok_token_bytes of tok_encode's ids are exactly these
+ * bytes (for a vocabulary with all 256 byte tokens).  *out is malloc'ed
+ * (free() it; NUL-terminated, *out_len excludes the NUL). */
+int tok_normalize(const tok_tokenizer *t, const char *text, size_t len, bool parse_special, char **out,
+                  size_t *out_len, char *err, size_t errlen);
+
 uint32_t tok_vocab_size(const tok_tokenizer *t);
 const char *tok_pre_name(const tok_tokenizer *t);
+const char *tok_normalizer_name(const tok_tokenizer *t); /* "nfc" or "none" */
 /* The token's text as stored in the vocabulary (byte-level alphabet for
  * normal tokens); NULL when id is out of range. */
 const char *tok_token_text(const tok_tokenizer *t, int32_t id);
@@ -130,6 +164,7 @@ struct tok_hf_vocab {
     int32_t special_ids[7];
     /* add_bos_token, add_eos_token, ...: -1 unset, 0 false, 1 true (same order) */
     int8_t add_special[7];
+    const char *normalizer; /* "nfc" or "none" (a static string), from tokenizer.json's normalizer */
     char *chat_template; /* NULL when absent */
     uint32_t n_named_templates; /* chat_template given as a list of {name, template} */
     char **template_names;
@@ -139,10 +174,16 @@ struct tok_hf_vocab {
 enum { TOK_SP_BOS, TOK_SP_EOS, TOK_SP_UNK, TOK_SP_SEP, TOK_SP_PAD, TOK_SP_CLS, TOK_SP_MASK, TOK_SP_COUNT };
 
 /* Reads dir/tokenizer.json (required), dir/tokenizer_config.json,
- * dir/config.json (vocab_size, *_token_id) and dir/chat_template.jinja. */
+ * dir/config.json (vocab_size, *_token_id) and dir/chat_template.jinja.
+ * tokenizer.json's normalizer must be NFC or none (null, absent, or a
+ * Sequence of those): any other would change the ids, so it is refused. */
 int tok_hf_vocab_read(const char *dir, struct tok_hf_vocab *v, char *err, size_t errlen);
+/* The same from the text of a tokenizer.json alone (len bytes, no NUL
+ * needed): no config files, so the vocabulary size is the largest id + 1 and
+ * no special ids or chat template are set. */
+int tok_hf_vocab_parse(const char *json, size_t len, struct tok_hf_vocab *v, char *err, size_t errlen);
 void tok_hf_vocab_free(struct tok_hf_vocab *v);
-/* Writes tokenizer.ggml.* (model "gpt2", pre = pre_name) and
+/* Writes tokenizer.ggml.* (model "gpt2", pre = pre_name, normalizer) and
  * tokenizer.chat_template into a GGUF writer, from the files in dir. */
 int tok_hf_write_gguf_keys(gguf_writer *w, const char *dir, const char *pre_name, char *err, size_t errlen);
 

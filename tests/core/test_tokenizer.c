@@ -1,13 +1,14 @@
 /* test_tokenizer.c — the tokenizer's pieces that need no reference
  * implementation: the byte-level alphabet, the pre-split (hand-written
  * expected words for the tricky cases), merges on a tiny hand-made
- * vocabulary, special-token matching, the two-pass encode contract, the
- * streaming decoder on characters split across tokens, and the Hugging Face
- * -> GGUF metadata path.  Parity with an independent tokenizer on the real
+ * vocabulary, special-token matching, NFC before the split (and the rule
+ * that picks it), the two-pass encode contract, the streaming decoder on
+ * characters split across tokens, and the Hugging Face -> GGUF metadata path.  Parity with an independent tokenizer on the real
  * Qwen vocabulary is tests/tools/test_tokenizer_parity.sh. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "core/tokenizer/tok_internal.h"
 #include "core/util/err.h"
@@ -78,15 +79,23 @@ static void vocab_merge(struct vocab *v, const char *left, const char *right)
     v->merges[v->n_merges++] = strdup(buf);
 }
 
-static tok_tokenizer *vocab_load(struct vocab *v, const char *pre)
+static struct tok_desc vocab_desc(struct vocab *v, const char *pre, const char *normalizer)
 {
-    struct tok_desc d = { "gpt2", pre, (const char *const *)v->tokens, v->n, v->types,
-                          (const char *const *)v->merges, v->n_merges, -1, -1, -1, false };
+    return (struct tok_desc){ .model = "gpt2", .pre = pre, .tokens = (const char *const *)v->tokens, .n_tokens = v->n,
+                              .types = v->types, .merges = (const char *const *)v->merges, .n_merges = v->n_merges,
+                              .bos_id = -1, .eos_id = -1, .pad_id = -1, .normalizer = normalizer };
+}
+
+static tok_tokenizer *vocab_load_norm(struct vocab *v, const char *pre, const char *normalizer)
+{
+    struct tok_desc d = vocab_desc(v, pre, normalizer);
     char err[256];
     tok_tokenizer *t;
     cr_assert_eq(tok_load_desc(&d, &t, err, sizeof err), 0, "%s", err);
     return t;
 }
+
+static tok_tokenizer *vocab_load(struct vocab *v, const char *pre) { return vocab_load_norm(v, pre, NULL); }
 
 static void vocab_free(struct vocab *v)
 {
@@ -310,8 +319,7 @@ Test(tokenizer, load_errors_are_named)
     struct vocab v;
     vocab_init(&v);
     vocab_merge(&v, "x", "y"); /* "xy" is not a token */
-    struct tok_desc d = { "gpt2", "qwen2", (const char *const *)v.tokens, v.n, v.types,
-                          (const char *const *)v.merges, v.n_merges, -1, -1, -1, false };
+    struct tok_desc d = vocab_desc(&v, "qwen2", NULL);
     char err[256];
     tok_tokenizer *t;
     cr_assert_eq(tok_load_desc(&d, &t, err, sizeof err), NB_EFORMAT);
@@ -325,6 +333,9 @@ Test(tokenizer, load_errors_are_named)
     d.model = "gpt2", d.eos_id = 999;
     cr_assert_eq(tok_load_desc(&d, &t, err, sizeof err), NB_EFORMAT);
     cr_assert(strstr(err, "eos_token_id 999"), "%s", err);
+    d.eos_id = -1, d.normalizer = "nfkc";
+    cr_assert_eq(tok_load_desc(&d, &t, err, sizeof err), NB_ENOTSUP);
+    cr_assert(strstr(err, "unknown normalizer \"nfkc\" (supported: nfc, none)"), "%s", err);
     vocab_free(&v);
 }
 
@@ -359,6 +370,171 @@ Test(tokenizer, special_tokens_matched_whole)
     /* unused placeholders are never matched */
     cr_assert_str_eq(enc(t, "[PAD9]", 6, true), "91 80 65 68 57 93");
     tok_free(t);
+    vocab_free(&v);
+}
+
+/* ---------- normalization ---------- */
+
+/* tok_normalize of s (parse_special on unless told); 4 rotating buffers. */
+static const char *norm_sp(const tok_tokenizer *t, const char *s, size_t len, bool special)
+{
+    static char bufs[4][256];
+    static int next;
+    char *out = bufs[next++ & 3], *got, err[256];
+    size_t n;
+    cr_assert_eq(tok_normalize(t, s, len, special, &got, &n, err, sizeof err), 0, "%s", err);
+    cr_assert(n < sizeof bufs[0] && got[n] == '\0');
+    memcpy(out, got, n + 1);
+    free(got);
+    return out;
+}
+
+static const char *norm(const tok_tokenizer *t, const char *s) { return norm_sp(t, s, strlen(s), true); }
+
+/* Every code point tok_nfc_is_inert lets through unnormalized must be one
+ * NFC cannot touch, by libutf8proc's own tables: combining class 0, its own
+ * NFC, and (the first code point of its decomposition) never found after the
+ * first position of any canonical decomposition, i.e. never the second half
+ * of a composition. */
+Test(tokenizer, nfc_inert_code_points_are_quick_check_yes)
+{
+    static bool follows[0x110000];
+    for (int32_t c = 0; c < 0x110000; c++) {
+        utf8proc_int32_t d[32];
+        int boundclass = 0;
+        utf8proc_ssize_t n = utf8proc_decompose_char(c, d, 32, UTF8PROC_DECOMPOSE, &boundclass);
+        cr_assert(n >= 1 && n <= 32, "U+%04X decomposes into %zd", c, (ssize_t)n);
+        for (utf8proc_ssize_t i = 1; i < n; i++) follows[d[i]] = true;
+    }
+    size_t inert = 0;
+    for (int32_t c = 0; c < 0x110000; c++) {
+        if (c >= 0xD800 && c <= 0xDFFF) continue;
+        char u[4];
+        size_t len = tok_utf8_encode((uint32_t)c, u);
+        if (!tok_nfc_is_inert((const uint8_t *)u, len)) continue;
+        inert++;
+        utf8proc_int32_t d[32];
+        int boundclass = 0;
+        utf8proc_decompose_char(c, d, 32, UTF8PROC_DECOMPOSE, &boundclass);
+        cr_assert_eq(utf8proc_get_property(c)->combining_class, 0, "U+%04X", c);
+        cr_assert(!follows[d[0]], "U+%04X can join the character before it", c);
+        utf8proc_int32_t one = c;
+        cr_assert_eq(utf8proc_normalize_utf32(&one, 1, UTF8PROC_STABLE | UTF8PROC_COMPOSE), 1);
+        cr_assert_eq(one, c, "U+%04X", c);
+    }
+    cr_assert_gt(inert, 33000); /* the fast path covers ASCII, Latin, CJK, Hangul, kana */
+    cr_assert(follows[0x301] && follows[0x11A8] && follows[0x3099] && follows[0x0BBE], "second halves are seen");
+}
+
+Test(tokenizer, nfc_composes_reorders_and_keeps_compatibility_characters)
+{
+    struct vocab v;
+    vocab_init(&v);
+    tok_tokenizer *t = vocab_load(&v, "qwen2");
+    cr_assert_str_eq(tok_normalizer_name(t), "nfc"); /* the default for the Qwen pre-tokenizers */
+    cr_assert_str_eq(norm(t, "Cafe\xCC\x81"), "Caf\xC3\xA9");
+    cr_assert_str_eq(norm(t, "a\xCC\x81\xCC\xA3"), "\xE1\xBA\xA1\xCC\x81"); /* below before above: U+1EA1 U+0301 */
+    cr_assert_str_eq(norm(t, "a\xCC\xA3\xCC\x81"), "\xE1\xBA\xA1\xCC\x81");
+    cr_assert_str_eq(norm(t, "\xCC\x81\xCC\xA7"), "\xCC\xA7\xCC\x81");        /* marks reorder with no base too */
+    cr_assert_str_eq(norm(t, "\xE2\x84\xAA"), "K");                           /* KELVIN SIGN, a singleton */
+    cr_assert_str_eq(norm(t, "\xE2\x84\xAB"), "\xC3\x85");                   /* ANGSTROM SIGN -> U+00C5 */
+    cr_assert_str_eq(norm(t, "\xE0\xA5\x98"), "\xE0\xA4\x95\xE0\xA4\xBC");   /* U+0958 is excluded from composition */
+    cr_assert_str_eq(norm(t, "\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "\xEA\xB0\x81"); /* jamo L V T -> U+AC01 */
+    cr_assert_str_eq(norm(t, "\xEA\xB0\x80\xE1\x86\xA8"), "\xEA\xB0\x81");   /* LV syllable + T */
+    cr_assert_str_eq(norm(t, "\xEA\xB0\x80\xE1\x86\xA7"), "\xEA\xB0\x80\xE1\x86\xA7"); /* U+11A7 is no T (utf8proc#317) */
+    cr_assert_str_eq(norm(t, "\xE3\x81\x8B\xE3\x82\x99"), "\xE3\x81\x8C");   /* U+304B U+3099 -> U+304C */
+    /* NFC, not NFKC: ligatures, superscripts, full-width and half-width forms stay */
+    const char *compat = "\xEF\xAC\x81 x\xC2\xB2 \xEF\xBC\xA1 \xEF\xBD\xB6\xEF\xBE\x9E \xE2\x84\x83 \xE2\x91\xA0";
+    cr_assert_str_eq(norm(t, compat), compat);
+    tok_free(t);
+    vocab_free(&v);
+}
+
+Test(tokenizer, nfc_around_special_tokens_and_invalid_bytes)
+{
+    struct vocab v;
+    vocab_init(&v);
+    vocab_add(&v, "<|x|>", TOK_TYPE_CONTROL);
+    tok_tokenizer *t = vocab_load(&v, "qwen35");
+    /* as Hugging Face does: the token is cut from the raw text, so '>' never
+     * meets the U+0338 after it; without special parsing they compose (U+226F) */
+    const char *s = "<|x|>\xCC\xB8";
+    cr_assert_str_eq(norm_sp(t, s, strlen(s), true), s);
+    cr_assert_str_eq(norm_sp(t, s, strlen(s), false), "<|x|\xE2\x89\xAF");
+    cr_assert_str_eq(norm(t, "e\xCC\x81<|x|>e\xCC\x81"), "\xC3\xA9<|x|>\xC3\xA9");
+    /* an invalid byte stays, and nothing composes across it */
+    cr_assert_str_eq(norm(t, "e\xFF\xCC\x81"), "e\xFF\xCC\x81");
+    cr_assert_str_eq(norm(t, "e\xCC\x81\xFF" "e\xCC\x81\xC3"), "\xC3\xA9\xFF\xC3\xA9\xC3");
+    const char nul[] = "e\xCC\x81\0e\xCC\x81";
+    cr_assert(!memcmp(norm_sp(t, nul, sizeof nul - 1, true), "\xC3\xA9\0\xC3\xA9", 5));
+    tok_free(t);
+    vocab_free(&v);
+}
+
+Test(tokenizer, nfc_changes_the_ids_and_can_need_more_ids_than_bytes)
+{
+    struct vocab v;
+    vocab_init(&v);
+    int32_t e_acute = vocab_add(&v, "\xC3\xA9", 1);
+    vocab_merge(&v, "\xC3", "\xA9");
+    tok_tokenizer *nfc = vocab_load_norm(&v, "qwen35", "nfc"), *none = vocab_load_norm(&v, "qwen35", "none");
+    cr_assert_str_eq(tok_normalizer_name(none), "none");
+    char want[64];
+    snprintf(want, sizeof want, "%d", e_acute);
+    cr_assert_str_eq(enc(nfc, "e\xCC\x81", 3, true), want);
+    cr_assert_str_eq(enc(none, "e\xCC\x81", 3, true), "101 204 129");
+    cr_assert_str_eq(norm(none, "e\xCC\x81"), "e\xCC\x81");
+    /* U+0958 (3 bytes) becomes U+0915 U+093C (6 bytes): 6 byte tokens for 3 bytes of input */
+    int32_t ids[6];
+    size_t n;
+    cr_assert_eq(tok_encode(nfc, "\xE0\xA5\x98", 3, true, ids, 3, &n, NULL, 0), 0);
+    cr_assert_eq(n, 6);
+    cr_assert_eq(tok_encode(nfc, "\xE0\xA5\x98", 3, true, ids, 6, &n, NULL, 0), 0);
+    const uint8_t bytes[6] = { 0xE0, 0xA4, 0x95, 0xE0, 0xA4, 0xBC };
+    for (int i = 0; i < 6; i++) cr_assert_eq(ids[i], bytes[i]);
+    tok_free(nfc);
+    tok_free(none);
+    vocab_free(&v);
+}
+
+/* A vocab-only GGUF of the test vocabulary, with tokenizer.ggml.normalizer
+ * set to normalizer (NULL: no key, as in a GGUF made by llama.cpp). */
+static tok_tokenizer *load_through_gguf(struct vocab *v, const char *normalizer)
+{
+    char err[256];
+    gguf_writer *w;
+    cr_assert_eq(gguf_writer_open(tmp_path("norm.gguf"), &w, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(gguf_w_set_str(w, "tokenizer.ggml.model", "gpt2"), 0);
+    cr_assert_eq(gguf_w_set_str(w, "tokenizer.ggml.pre", "qwen2"), 0);
+    cr_assert_eq(gguf_w_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tokens, v->n), 0);
+    if (normalizer) cr_assert_eq(gguf_w_set_str(w, "tokenizer.ggml.normalizer", normalizer), 0);
+    cr_assert_eq(gguf_w_write_header(w), 0);
+    cr_assert_eq(gguf_writer_finish(w), 0, "%s", gguf_writer_error(w));
+    gguf_writer_free(w);
+    gguf_file *g;
+    cr_assert_eq(gguf_open(tmp_path("norm.gguf"), &g, err, sizeof err), 0, "%s", err);
+    tok_tokenizer *t = NULL;
+    int rc = tok_load_gguf(g, &t, err, sizeof err);
+    gguf_close(g);
+    if (rc) cr_assert(strstr(err, "unknown normalizer"), "%s", err);
+    return t;
+}
+
+Test(tokenizer, normalizer_key_in_gguf, .init = tmp_setup, .fini = tmp_teardown)
+{
+    struct vocab v;
+    vocab_init(&v);
+    tok_tokenizer *t = load_through_gguf(&v, NULL);
+    cr_assert_str_eq(tok_normalizer_name(t), "nfc");
+    tok_free(t);
+    t = load_through_gguf(&v, "none");
+    cr_assert_str_eq(tok_normalizer_name(t), "none");
+    cr_assert_str_eq(enc(t, "e\xCC\x81", 3, true), "101 204 129");
+    tok_free(t);
+    t = load_through_gguf(&v, "nfc");
+    cr_assert_str_eq(enc(t, "e\xCC\x81", 3, true), "195 169");
+    tok_free(t);
+    cr_assert_null(load_through_gguf(&v, "NFKC"));
     vocab_free(&v);
 }
 
@@ -485,7 +661,70 @@ Test(tokenizer, hf_vocab_like_the_llama_cpp_converter, .init = tmp_setup, .fini 
     cr_assert_eq(v.add_special[TOK_SP_BOS], 0);
     cr_assert_eq(v.add_special[TOK_SP_EOS], -1);
     cr_assert_str_eq(v.chat_template, "{{ messages }}");
+    cr_assert_str_eq(v.normalizer, "none"); /* tokenizer.json has no normalizer */
     tok_hf_vocab_free(&v);
+}
+
+/* A minimal tokenizer.json with the given normalizer JSON. */
+static int parse_with_normalizer(const char *normalizer, struct tok_hf_vocab *v, char *err, size_t errlen)
+{
+    char json[512];
+    snprintf(json, sizeof json, "{\"normalizer\": %s, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}", normalizer);
+    return tok_hf_vocab_parse(json, strlen(json), v, err, errlen);
+}
+
+Test(tokenizer, hf_normalizer_nfc_or_none_else_refused)
+{
+    static const struct { const char *json, *kind; } ok[] = {
+        { "null", "none" },
+        { "{\"type\": \"NFC\"}", "nfc" },
+        { "{\"type\": \"Sequence\", \"normalizers\": []}", "none" },
+        { "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}, {\"type\": \"NFC\"}]}", "nfc" },
+    };
+    struct tok_hf_vocab v;
+    char err[256];
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        cr_assert_eq(parse_with_normalizer(ok[i].json, &v, err, sizeof err), 0, "%s: %s", ok[i].json, err);
+        cr_assert_str_eq(v.normalizer, ok[i].kind, "%s", ok[i].json);
+        tok_hf_vocab_free(&v);
+    }
+    cr_assert_eq(parse_with_normalizer("{\"type\": \"NFKC\"}", &v, err, sizeof err), NB_ENOTSUP);
+    cr_assert(strstr(err, "normalizer \"NFKC\" is not supported"), "%s", err);
+    cr_assert_eq(parse_with_normalizer("{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}, "
+                                       "{\"type\": \"Lowercase\"}]}", &v, err, sizeof err), NB_ENOTSUP);
+    cr_assert(strstr(err, "\"Sequence\""), "%s", err);
+    cr_assert_eq(parse_with_normalizer("{\"kind\": \"NFC\"}", &v, err, sizeof err), NB_ENOTSUP);
+    cr_assert(strstr(err, "(without a type)"), "%s", err);
+    cr_assert_null(v.tokens); /* freed on error */
+}
+
+Test(tokenizer, hf_vocab_parse_from_memory)
+{
+    /* not NUL-terminated: the parser must stop at len */
+    const char text[] = "{\"model\": {\"vocab\": {\"a\": 0, \"b\": 2, \"ab\": 3}, \"merges\": [\"a b\"]},"
+                        " \"normalizer\": {\"type\": \"NFC\"}}GARBAGE";
+    char *buf = malloc(sizeof text - 1);
+    memcpy(buf, text, sizeof text - 1);
+    struct tok_hf_vocab v;
+    char err[256];
+    cr_assert_eq(tok_hf_vocab_parse(buf, sizeof text - 1 - 7, &v, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(v.n_tokens, 4);
+    cr_assert_str_eq(v.tokens[1], "[PAD1]");
+    cr_assert_eq(v.types[1], TOK_TYPE_UNUSED);
+    cr_assert_eq(v.n_merges, 1);
+    cr_assert_str_eq(v.normalizer, "nfc");
+    cr_assert_eq(v.special_ids[TOK_SP_EOS], -1);
+    tok_hf_vocab_free(&v);
+    cr_assert_eq(tok_hf_vocab_parse(buf, sizeof text - 1, &v, err, sizeof err), NB_EFORMAT); /* with the garbage */
+    cr_assert(strstr(err, "not valid JSON"), "%s", err);
+    free(buf);
+    const char *huge = "{\"model\": {\"vocab\": {\"a\": 2147483647}}}";
+    cr_assert_eq(tok_hf_vocab_parse(huge, strlen(huge), &v, err, sizeof err), NB_EFORMAT);
+    cr_assert(strstr(err, "2147483648 tokens is more than"), "%s", err);
+    const char *empty = "{\"model\": {\"vocab\": {}}}";
+    cr_assert_eq(tok_hf_vocab_parse(empty, strlen(empty), &v, err, sizeof err), NB_EFORMAT);
+    cr_assert(strstr(err, "no tokens"), "%s", err);
+    cr_assert_eq(tok_hf_vocab_parse(NULL, 0, &v, err, sizeof err), NB_EFORMAT);
 }
 
 Test(tokenizer, hf_to_gguf_round_trip, .init = tmp_setup, .fini = tmp_teardown)
@@ -511,6 +750,8 @@ Test(tokenizer, hf_to_gguf_round_trip, .init = tmp_setup, .fini = tmp_teardown)
     uint32_t id;
     cr_assert_eq(gguf_get_u32(g, "tokenizer.ggml.padding_token_id", &id, NULL, 0), 0);
     cr_assert_eq(id, 8);
+    cr_assert_eq(gguf_get_str(g, "tokenizer.ggml.normalizer", &s, NULL, 0), 0);
+    cr_assert_str_eq(s, "none");
     tok_tokenizer *t;
     cr_assert_eq(tok_load_gguf(g, &t, err, sizeof err), 0, "%s", err);
     cr_assert_eq(tok_vocab_size(t), 11);
@@ -525,5 +766,6 @@ Test(tokenizer, hf_to_gguf_round_trip, .init = tmp_setup, .fini = tmp_teardown)
 
     cr_assert_eq(tok_load_hf(tmp_dir, "qwen2", &t, err, sizeof err), 0, "%s", err);
     cr_assert_str_eq(enc(t, "ab a<|im_end|>", 14, true), "2 3 0 7");
+    cr_assert_str_eq(tok_normalizer_name(t), "none"); /* tokenizer.json's word, not the qwen2 default */
     tok_free(t);
 }

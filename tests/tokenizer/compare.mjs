@@ -3,8 +3,8 @@
 //
 //   node compare.mjs LABEL CORPUS.jsonl REFERENCE.txt OURS.txt
 //
-// A reference line "-" means "not comparable" (skipped).  Exit 1 on any
-// mismatch or a differing line count.
+// Every line is compared (nothing is skipped).  Exit 1 on any mismatch or a
+// differing line count.
 import fs from "node:fs";
 
 const [label, corpus_path, ref_path, ours_path] = process.argv.slice(2);
@@ -22,13 +22,8 @@ if (ref.length !== corpus.length || ours.length !== corpus.length) {
   process.exit(1);
 }
 
-let compared = 0, skipped = 0, mismatches = 0;
+let mismatches = 0;
 for (let i = 0; i < corpus.length; i++) {
-  if (ref[i] === "-") {
-    skipped++;
-    continue;
-  }
-  compared++;
   if (ref[i] === ours[i]) continue;
   if (++mismatches <= 10) {
     console.log(`${label}: MISMATCH line ${i + 1}: ${corpus[i].slice(0, 300)}`);
@@ -36,5 +31,5 @@ for (let i = 0; i < corpus.length; i++) {
     console.log(`  nebula:    ${ours[i].slice(0, 300)}`);
   }
 }
-console.log(`${label}: ${compared} strings compared, ${skipped} skipped, ${mismatches} mismatches`);
+console.log(`${label}: ${corpus.length} strings compared, ${mismatches} mismatches`);
 process.exit(mismatches ? 1 : 0);

@@ -28,7 +28,7 @@ static void usage(FILE *f)
           "Diagnostics:\n"
           "  nebula-tokenize --make-gguf HF_DIR OUT.gguf [--pre qwen35]\n"
           "                vocab-only GGUF from a Hugging Face tokenizer folder\n"
-          "  nebula-tokenize -m MODEL.gguf --roundtrip FILE.jsonl   checks decode(encode(s)) == s\n"
+          "  nebula-tokenize -m MODEL.gguf --roundtrip FILE.jsonl   checks decode(encode(s)) == s as normalized\n"
           "  nebula-tokenize -m MODEL.gguf --bench FILE             encode speed in MB/s\n",
           f);
 }
@@ -155,15 +155,21 @@ static int for_each_line(const char *path, int (*fn)(const char *, size_t, void 
 
 /* ---------- modes ---------- */
 
-/* Encodes into a growing buffer (a text of len bytes never has more than len ids). */
+/* Encodes into a malloc'ed buffer, with the two-pass contract of tok_encode
+ * (normalization can make a text longer, so len ids may not be enough). */
 static int encode(const tok_tokenizer *t, const char *text, size_t len, bool special, int32_t **ids, size_t *n)
 {
     char err[256];
-    *ids = malloc((len + 1) * sizeof **ids);
-    if (!*ids) return NB_ENOMEM;
-    int rc = tok_encode(t, text, len, special, *ids, len + 1, n, err, sizeof err);
+    size_t cap = len + 16;
+    *ids = malloc(cap * sizeof **ids);
+    int rc = *ids ? tok_encode(t, text, len, special, *ids, cap, n, err, sizeof err) : NB_ENOMEM;
+    if (!rc && *n > cap) {
+        int32_t *more = realloc(*ids, *n * sizeof **ids);
+        if (more) *ids = more;
+        rc = more ? tok_encode(t, text, len, special, *ids, *n, n, err, sizeof err) : NB_ENOMEM;
+    }
     if (rc) {
-        fprintf(stderr, "nebula-tokenize: %s\n", err);
+        fprintf(stderr, "nebula-tokenize: %s\n", rc == NB_ENOMEM ? "out of memory" : err);
         free(*ids);
         *ids = NULL;
     }
@@ -244,23 +250,29 @@ static int cmd_decode(const tok_tokenizer *t, char **args, int n_args)
 
 struct roundtrip_ctx {
     const tok_tokenizer *t;
-    size_t strings, failures;
+    size_t strings, failures, normalized;
 };
 
+/* decode(encode(s)) must give back s as the tokenizer normalizes it (s
+ * itself when the normalizer leaves it alone); counts the strings it changes. */
 static int check_roundtrip(const char *text, size_t len, void *p)
 {
     struct roundtrip_ctx *c = p;
     int32_t *ids;
-    size_t n, dlen;
-    char *back = NULL;
+    size_t n, dlen, wlen;
+    char *back = NULL, *want = NULL, err[256];
     int rc = encode(c->t, text, len, true, &ids, &n);
     if (!rc) rc = decode_ids(c->t, ids, n, &back, &dlen);
-    if (!rc && (dlen != len || memcmp(back, text, len))) {
+    if (!rc && (rc = tok_normalize(c->t, text, len, true, &want, &wlen, err, sizeof err)))
+        fprintf(stderr, "nebula-tokenize: %s\n", err);
+    if (!rc && (dlen != wlen || memcmp(back, want, wlen))) {
         if (c->failures++ < 5) fprintf(stderr, "round trip differs for line %zu: \"%.*s\"\n", c->strings + 1, (int)len, text);
     }
+    if (!rc && (wlen != len || memcmp(want, text, len))) c->normalized++;
     c->strings++;
     free(ids);
     free(back);
+    free(want);
     return rc;
 }
 
@@ -364,9 +376,10 @@ static int run(const struct args *a, const tok_tokenizer *t)
     if (a->decode) return cmd_decode(t, a->decode_ids, a->n_decode);
     if (a->bench) return cmd_bench(t, a->bench);
     if (a->roundtrip) {
-        struct roundtrip_ctx rc = { t, 0, 0 };
+        struct roundtrip_ctx rc = { t, 0, 0, 0 };
         int err = for_each_line(a->roundtrip, check_roundtrip, &rc);
-        printf("round trip: %zu strings, %zu differ\n", rc.strings, rc.failures);
+        printf("round trip: %zu strings, %zu differ; %zu changed by the normalizer (%s)\n", rc.strings, rc.failures,
+               rc.normalized, tok_normalizer_name(t));
         return err ? err : rc.failures ? NB_EFORMAT : 0;
     }
     char *text;

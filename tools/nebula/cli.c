@@ -121,9 +121,19 @@ int cli_encode(const struct cli_model *cm, const char *text, int32_t **ids, size
         return CLI_USAGE;
     }
     size_t len = strlen(text), cap = len + 16, got = 0;
-    int32_t *v = malloc(cap * sizeof *v); /* a byte-level BPE never makes more ids than bytes */
+    int32_t *v = malloc(cap * sizeof *v);
     if (!v) return CLI_FAIL;
-    if (tok_encode(cm->tok, text, len, true, v, cap, &got, err, sizeof err)) {
+    int rc = tok_encode(cm->tok, text, len, true, v, cap, &got, err, sizeof err);
+    if (!rc && got > cap) { /* NFC can lengthen a text: the two-pass contract of tok_encode */
+        int32_t *more = realloc(v, got * sizeof *v);
+        if (!more) {
+            free(v);
+            return CLI_FAIL;
+        }
+        v = more;
+        rc = tok_encode(cm->tok, text, len, true, v, got, &got, err, sizeof err);
+    }
+    if (rc) {
         fprintf(stderr, "nebula: cannot tokenize the prompt: %s\n", err);
         free(v);
         return CLI_USAGE;
