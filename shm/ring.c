@@ -22,7 +22,7 @@
 #include "core/util/err.h"
 #include "shm/shm_impl.h"
 
-#define RING_MAGIC 0x47524e4eu /* "NNRG" little-endian */
+#define RING_MAGIC 0x4752424eu /* "NBRG" little-endian */
 #define RING_VERSION 1u
 #define SLOTS_OFFSET 512u
 #define SLOT_IDS_OFFSET 64u

@@ -61,7 +61,7 @@ Test(ring, words_sit_at_their_documented_offsets)
     cr_assert_eq(ring_bytes(&g), 512 + 8 * 165184);
     shm_instance *inst = fx_instance();
     struct shm_region reg = ring_region(inst, &g), rp, rc;
-    cr_assert_eq(word(&reg, 0), 0x47524e4e, "magic");
+    cr_assert_eq(word(&reg, 0), 0x4752424e, "magic \"NBRG\"");
     cr_assert_eq(word(&reg, 4), 1, "version");
     cr_assert_eq(word(&reg, 8), 8, "n_slots");
     cr_assert_eq(word(&reg, 12), 16, "max_tokens");
