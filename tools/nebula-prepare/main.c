@@ -1,0 +1,441 @@
+/* nebula-prepare — turns a qwen4exp GGUF into the prepared directory the
+ * engine runs from (docs/FILES.md; ARCHITECTURE.md §3, §7).
+ *
+ * This file parses the command line and runs the parts in dependency
+ * order: manifest.json (input identity) → experts.idx → experts.bin →
+ * ple.bin → dense.gguf (records the checksums of the three before it) →
+ * hotlist.tsv → placement.json (records dense.gguf's checksum) →
+ * checksums.sha256, updated after every part.  Each part is first verified
+ * (small files: regenerated and compared byte for byte; large ones: hashed
+ * and compared with checksums.sha256) and rebuilt only when that fails, so
+ * a re-run touches nothing that is intact and an interrupted run redoes
+ * only what is missing. */
+#include "tools/nebula-prepare/prepare.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/util/err.h"
+
+enum { EXIT_IO = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: nebula-prepare MODEL.gguf OUTDIR [options]\n"
+            "\n"
+            "Splits a qwen4exp GGUF (one file or any shard of a split set) into the files the engine\n"
+            "reads (layouts in docs/FILES.md):\n"
+            "  dense.gguf         everything but the routed experts and the n-gram table\n"
+            "  experts.bin, .idx  one 4 KiB-aligned blob per expert (gate | up | down rows): one read each\n"
+            "  ple.bin            the n-gram table, rows packed into 4 KiB pages (if the model has one)\n"
+            "  hotlist.tsv        activation count and mean router weight per expert (--hotlist, or neutral)\n"
+            "  placement.json     each expert's one tier (vram, ram, ssd) from the hotlist and the budgets\n"
+            "  manifest.json      the input's identity; checksums.sha256 (`sha256sum -c` checks the lot)\n"
+            "Re-running verifies every file and rebuilds only what is missing, corrupt or stale; an\n"
+            "interrupted run resumes (experts.bin from its last complete layer).\n"
+            "\n"
+            "options:\n"
+            "  --vram-budget B     VRAM for weights: the dense tensors are paid first, the rest buys\n"
+            "                      expert slots (default 0: no expert in VRAM; all: every expert)\n"
+            "  --ram-budget B      RAM for the expert arena and victim cache (default 0; all: every expert\n"
+            "                      VRAM did not take)\n"
+            "  --victim-cache B    part of the RAM budget kept for a victim cache of SSD experts (default 0)\n"
+            "  --early-quota W[:N] VRAM quota weight W in [0, 1] for trunk layer 0, rising linearly to 1 at\n"
+            "                      layer N (default N = layers / 4); W = 1 (default) gives equal quotas\n"
+            "  --mtp-experts M     vram-first (default: the MTP block's experts take VRAM before the trunk's\n"
+            "                      quotas) or shared (the MTP block is one more layer with a quota)\n"
+            "  --hotlist F         a measured hotlist, TSV: layer expert count mean_weight\n"
+            "  -q, --quiet         errors only\n"
+            "  -h, --help          this text\n"
+            "Sizes are bytes or take K, M, G, T (binary: 12G = 12 GiB). Placement options left out on a\n"
+            "re-run keep the values recorded in placement.json.\n"
+            "Exit status: 0 done, 1 input or I/O error, 2 usage error (option, budget, hotlist), 130 interrupted.\n");
+}
+
+static void on_signal(int sig) { prep_interrupted = sig; }
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+struct run {
+    const char *in_path, *dir, *hotlist_path;
+    struct model *m;
+    struct expert_layout x;
+    struct ple_layout ple;
+    struct sums sums;
+    char input_id[1024];
+    struct placement_opts popts;
+    bool given_vram, given_ram, given_victim, given_early, given_mtp;
+    int verified, written;
+    char err[1024];
+};
+
+/* Removes leftovers of an interrupted write of a part that is now complete. */
+static void drop_partial(const struct run *r, const char *name)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s.tmp", r->dir, name);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/%s.state", r->dir, name);
+    unlink(path);
+}
+
+static int save_sums(struct run *r) { return sums_save(&r->sums, r->dir, r->err, sizeof r->err); }
+
+/* A large part is verified when checksums.sha256 lists it and its hash matches. */
+static int verify_big(struct run *r, const char *name, bool *ok)
+{
+    *ok = false;
+    const char *want = sums_get(&r->sums, name);
+    char path[4200], hex[PREP_SHA_HEX];
+    snprintf(path, sizeof path, "%s/%s", r->dir, name);
+    struct stat st;
+    if (!want || stat(path, &st) != 0) {
+        if (want) sums_drop(&r->sums, name);
+        return 0;
+    }
+    struct progress p;
+    progress_begin(&p, name, (uint64_t)st.st_size);
+    int rc = sha_file(path, UINT64_MAX, &p, hex, r->err, sizeof r->err);
+    if (rc == NB_ENOENT) return 0;
+    if (rc) return rc;
+    if (strcmp(hex, want) == 0) {
+        progress_end(&p, "verified");
+        drop_partial(r, name);
+        *ok = true;
+        r->verified++;
+        return 0;
+    }
+    progress_end(&p, "checksum mismatch: rebuilding");
+    sums_drop(&r->sums, name);
+    return save_sums(r);
+}
+
+/* A small part is verified when the file holds exactly `data` (regenerated). */
+static int small_part(struct run *r, const char *name, const char *data, size_t n, const char *how)
+{
+    char path[4200], *old = NULL, hex[PREP_SHA_HEX];
+    size_t old_n = 0;
+    snprintf(path, sizeof path, "%s/%s", r->dir, name);
+    sha_buf_hex(data, n, hex);
+    const char *listed = sums_get(&r->sums, name);
+    bool same = read_file(path, &old, &old_n, NULL, 0) == 0 && old_n == n && memcmp(old, data, n) == 0;
+    free(old);
+    if (same && listed && strcmp(listed, hex) == 0) {
+        say("%s: verified", name);
+        r->verified++;
+        return 0;
+    }
+    int rc = write_file_atomic(r->dir, name, data, n, r->err, sizeof r->err);
+    if (rc) return rc;
+    say("%s: %s", name, how ? how : "written");
+    r->written++;
+    sums_set(&r->sums, name, hex);
+    return save_sums(r);
+}
+
+/* manifest.json: if the input is not the one the directory was made from,
+ * no checksum in it can be trusted. */
+static int part_manifest(struct run *r)
+{
+    char *text = NULL, *old = NULL, path[4200];
+    size_t old_n = 0;
+    int rc = input_identity(r->in_path, gguf_shard_count(r->m->gguf), r->input_id, sizeof r->input_id, &text, r->err,
+                            sizeof r->err);
+    if (rc) return rc;
+    snprintf(path, sizeof path, "%s/manifest.json", r->dir);
+    bool same_input = false;
+    if (read_file(path, &old, &old_n, NULL, 0) == 0) {
+        cJSON *j = cJSON_Parse(old);
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "identity");
+        same_input = cJSON_IsString(id) && strcmp(id->valuestring, r->input_id) == 0;
+        if (!same_input) say("the input differs from the one %s was prepared from: rebuilding every part", r->dir);
+        cJSON_Delete(j);
+    }
+    free(old);
+    if (!same_input) {
+        r->sums.n = 0; /* saved before the new manifest: stale sums never pair with it */
+        if ((rc = save_sums(r))) goto done;
+    }
+    rc = small_part(r, "manifest.json", text, strlen(text), NULL);
+done:
+    free(text);
+    return rc;
+}
+
+static int part_experts(struct run *r, char sha[PREP_SHA_HEX])
+{
+    bool ok;
+    int rc = verify_big(r, "experts.bin", &ok);
+    if (rc || ok) {
+        if (ok) snprintf(sha, PREP_SHA_HEX, "%s", sums_get(&r->sums, "experts.bin"));
+        return rc;
+    }
+    if ((rc = experts_write(&r->x, r->dir, r->input_id, sha, r->err, sizeof r->err))) return rc;
+    r->written++;
+    sums_set(&r->sums, "experts.bin", sha);
+    return save_sums(r);
+}
+
+static int part_ple(struct run *r, char sha[PREP_SHA_HEX])
+{
+    sha[0] = 0;
+    if (!r->ple.present) { /* a table-less model: no stale table may stay listed */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/ple.bin", r->dir);
+        unlink(path);
+        drop_partial(r, "ple.bin");
+        sums_drop(&r->sums, "ple.bin");
+        return save_sums(r);
+    }
+    bool ok;
+    int rc = verify_big(r, "ple.bin", &ok);
+    if (rc || ok) {
+        if (ok) snprintf(sha, PREP_SHA_HEX, "%s", sums_get(&r->sums, "ple.bin"));
+        return rc;
+    }
+    if ((rc = ple_write(&r->ple, r->dir, r->input_id, sha, r->err, sizeof r->err))) return rc;
+    r->written++;
+    sums_set(&r->sums, "ple.bin", sha);
+    return save_sums(r);
+}
+
+static int part_dense(struct run *r, const struct dense_refs *refs, char sha[PREP_SHA_HEX])
+{
+    bool ok;
+    char why[512];
+    int rc = verify_big(r, "dense.gguf", &ok);
+    if (rc) return rc;
+    if (ok && dense_check_refs(r->dir, refs, why, sizeof why) == 0) {
+        snprintf(sha, PREP_SHA_HEX, "%s", sums_get(&r->sums, "dense.gguf"));
+        return 0;
+    }
+    if (ok) { /* intact, but made alongside other experts/table files */
+        say("dense.gguf: %s: rebuilding", why);
+        r->verified--;
+    }
+    if ((rc = dense_write(r->m->gguf, r->dir, refs, r->err, sizeof r->err))) return rc;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/dense.gguf", r->dir);
+    if ((rc = sha_file(path, UINT64_MAX, NULL, sha, r->err, sizeof r->err))) return rc;
+    r->written++;
+    sums_set(&r->sums, "dense.gguf", sha);
+    return save_sums(r);
+}
+
+/* hotlist.tsv: a copy of --hotlist, else the previous (verified) one, else neutral. */
+static int part_hotlist(struct run *r, struct hotlist *h, char sha[PREP_SHA_HEX])
+{
+    char *text = NULL, path[4200], how[600];
+    size_t n = 0;
+    int rc = 0;
+    snprintf(path, sizeof path, "%s/hotlist.tsv", r->dir);
+    if (r->hotlist_path) {
+        if ((rc = read_file(r->hotlist_path, &text, &n, r->err, sizeof r->err))) return rc == NB_ENOENT ? NB_EINVAL : rc;
+        if ((rc = hotlist_parse(h, &r->x, text, n, r->hotlist_path, r->err, sizeof r->err))) goto done;
+        snprintf(how, sizeof how, "written (copied from %s)", r->hotlist_path);
+    } else if (sums_get(&r->sums, "hotlist.tsv") && read_file(path, &text, &n, NULL, 0) == 0) {
+        sha_buf_hex(text, n, sha);
+        if (strcmp(sha, sums_get(&r->sums, "hotlist.tsv")) == 0 &&
+            hotlist_parse(h, &r->x, text, n, "hotlist.tsv", NULL, 0) == 0) {
+            snprintf(how, sizeof how, "written (kept from the previous run)");
+            goto have;
+        }
+        free(text);
+        text = NULL;
+    }
+    if (!text) {
+        struct stat st;
+        if (stat(path, &st) == 0)
+            say("hotlist.tsv: the existing one is not verified for this input; replacing it with a neutral one "
+                "(pass --hotlist to use a measured one)");
+        if (!(text = hotlist_neutral_text(&r->x, &n))) return nb_errf(r->err, sizeof r->err, NB_ENOMEM, "out of memory");
+        if ((rc = hotlist_parse(h, &r->x, text, n, "neutral hotlist", r->err, sizeof r->err))) goto done;
+        snprintf(how, sizeof how, "written: neutral (no --hotlist given; placement keeps expert order)");
+    }
+have:
+    sha_buf_hex(text, n, sha);
+    rc = small_part(r, "hotlist.tsv", text, n, how);
+done:
+    free(text);
+    return rc;
+}
+
+static int part_placement(struct run *r, const struct hotlist *h, const char *dense_sha, const char *experts_sha,
+                          const char *hot_sha)
+{
+    struct placement_opts o = {.early_weight = 1.0, .mtp_first = true};
+    char path[4200], *old = NULL, idx_sha[PREP_SHA_HEX], summary[256];
+    size_t old_n = 0;
+    snprintf(path, sizeof path, "%s/placement.json", r->dir);
+    struct placement_opts defaults = o;
+    if (read_file(path, &old, &old_n, NULL, 0) == 0 && placement_read_opts(old, &o) == 0 &&
+        memcmp(&o, &defaults, sizeof o) != 0 &&
+        !(r->given_vram && r->given_ram && r->given_victim && r->given_early && r->given_mtp))
+        say("placement.json: options not given keep the previous run's values");
+    free(old);
+    if (r->given_vram) o.vram_bytes = r->popts.vram_bytes;
+    if (r->given_ram) o.ram_bytes = r->popts.ram_bytes;
+    if (r->given_victim) o.victim_bytes = r->popts.victim_bytes;
+    if (r->given_early) o.early_weight = r->popts.early_weight, o.early_layers = r->popts.early_layers;
+    if (r->given_mtp) o.mtp_first = r->popts.mtp_first;
+    sha_buf_hex(r->x.idx, r->x.idx_bytes, idx_sha);
+    struct placement_ids ids = {.dense_sha = dense_sha, .experts_sha = experts_sha, .idx_sha = idx_sha,
+                                .hotlist_sha = hot_sha, .dense_tensor_bytes = dense_tensor_bytes(r->m->gguf)};
+    char *json = NULL;
+    int rc = placement_build(&r->x, h, &o, &ids, &json, summary, sizeof summary, r->err, sizeof r->err);
+    if (!rc) rc = small_part(r, "placement.json", json, strlen(json), NULL);
+    if (!rc) say("placement: %s", summary);
+    free(json);
+    return rc;
+}
+
+/* Refuses to start a write the disk cannot hold. */
+static int check_space(struct run *r)
+{
+    uint64_t need = 0;
+    const char *big[] = {"experts.bin", "ple.bin", "dense.gguf"};
+    uint64_t size[] = {r->x.file_bytes, r->ple.present ? r->ple.file_bytes : 0, dense_tensor_bytes(r->m->gguf)};
+    for (int i = 0; i < 3; i++) {
+        char path[4200];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s.tmp", r->dir, big[i]);
+        uint64_t partial = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+        if (!sums_get(&r->sums, big[i]) && size[i] > partial) need += size[i] - partial;
+    }
+    struct statvfs vfs;
+    if (statvfs(r->dir, &vfs) != 0) return 0; /* unknown: let the writes tell */
+    uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+    if (need <= avail) return 0;
+    char a[32], b[32];
+    fmt_bytes(need, a, sizeof a);
+    fmt_bytes(avail, b, sizeof b);
+    return nb_errf(r->err, sizeof r->err, NB_EIO, "%s: not enough disk space: %s to write, %s free", r->dir, a, b);
+}
+
+static int run_parts(struct run *r)
+{
+    int rc = mkdir(r->dir, 0755);
+    if (rc && errno != EEXIST) return nb_errf(r->err, sizeof r->err, NB_EIO, "%s: %s", r->dir, strerror(errno));
+    struct stat st;
+    if (stat(r->dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return nb_errf(r->err, sizeof r->err, NB_EIO, "%s: not a directory", r->dir);
+    sums_load(&r->sums, r->dir);
+    if ((rc = part_manifest(r))) return rc;
+    if ((rc = expert_layout_build(&r->x, r->m, r->err, sizeof r->err))) return rc;
+    if ((rc = ple_layout_build(&r->ple, r->m, r->err, sizeof r->err))) return rc;
+    if ((rc = check_space(r))) return rc;
+    struct dense_refs refs = {0};
+    sha_buf_hex(r->x.idx, r->x.idx_bytes, refs.idx_sha);
+    if ((rc = small_part(r, "experts.idx", (const char *)r->x.idx, r->x.idx_bytes, NULL))) return rc;
+    if ((rc = part_experts(r, refs.experts_sha))) return rc;
+    if ((rc = part_ple(r, refs.ple_sha))) return rc;
+    char dense_sha[PREP_SHA_HEX], hot_sha[PREP_SHA_HEX];
+    if ((rc = part_dense(r, &refs, dense_sha))) return rc;
+    struct hotlist h = {0};
+    if (!(rc = part_hotlist(r, &h, hot_sha))) rc = part_placement(r, &h, dense_sha, refs.experts_sha, hot_sha);
+    hotlist_free(&h);
+    return rc;
+}
+
+/* "W" or "W:N" of --early-quota. */
+static int parse_early(const char *s, struct placement_opts *o)
+{
+    char *end;
+    errno = 0;
+    o->early_weight = strtod(s, &end);
+    if (errno || end == s || !(o->early_weight >= 0 && o->early_weight <= 1)) return -1;
+    o->early_layers = 0;
+    if (*end == ':') {
+        long n = strtol(end + 1, &end, 10);
+        if (n < 1 || n > 100000) return -1;
+        o->early_layers = (int)n;
+    }
+    return *end ? -1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct run r = {0};
+    bool quiet = false;
+    enum { O_VRAM = 1000, O_RAM, O_VICTIM, O_EARLY, O_MTP, O_HOT, O_KILL };
+    static const struct option opts[] = {
+        {"vram-budget", required_argument, 0, O_VRAM}, {"ram-budget", required_argument, 0, O_RAM},
+        {"victim-cache", required_argument, 0, O_VICTIM}, {"early-quota", required_argument, 0, O_EARLY},
+        {"mtp-experts", required_argument, 0, O_MTP},    {"hotlist", required_argument, 0, O_HOT},
+        {"test-kill-after-units", required_argument, 0, O_KILL}, /* tests only: simulate a crash */
+        {"quiet", no_argument, 0, 'q'},                   {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    int o;
+    while ((o = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
+        const char *bad = NULL;
+        switch (o) {
+        case O_VRAM: r.given_vram = true; bad = parse_size(optarg, &r.popts.vram_bytes) ? "--vram-budget" : NULL; break;
+        case O_RAM: r.given_ram = true; bad = parse_size(optarg, &r.popts.ram_bytes) ? "--ram-budget" : NULL; break;
+        case O_VICTIM:
+            r.given_victim = true;
+            bad = parse_size(optarg, &r.popts.victim_bytes) || r.popts.victim_bytes == BUDGET_ALL ? "--victim-cache" : NULL;
+            break;
+        case O_EARLY: r.given_early = true; bad = parse_early(optarg, &r.popts) ? "--early-quota" : NULL; break;
+        case O_MTP:
+            r.given_mtp = true;
+            r.popts.mtp_first = strcmp(optarg, "vram-first") == 0;
+            bad = !r.popts.mtp_first && strcmp(optarg, "shared") != 0 ? "--mtp-experts" : NULL;
+            break;
+        case O_HOT: r.hotlist_path = optarg; break;
+        case O_KILL: ckpt_set_test_kill(atoi(optarg)); break;
+        case 'q': quiet = true; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return EXIT_USAGE;
+        }
+        if (bad) {
+            fprintf(stderr, "nebula-prepare: %s: cannot use \"%s\" (see --help)\n", bad, optarg);
+            return EXIT_USAGE;
+        }
+    }
+    if (argc - optind != 2) {
+        fprintf(stderr, "nebula-prepare: expected MODEL.gguf and OUTDIR\n");
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    r.in_path = argv[optind];
+    r.dir = argv[optind + 1];
+    progress_setup(quiet);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    double t0 = now_s();
+    int rc = model_open(r.in_path, &r.m, r.err, sizeof r.err);
+    if (rc) {
+        fprintf(stderr, "nebula-prepare: %s: %s\n", r.in_path, r.err);
+        return EXIT_IO;
+    }
+    rc = run_parts(&r);
+    expert_layout_free(&r.x);
+    model_close(r.m);
+    if (prep_interrupted) {
+        fprintf(stderr, "nebula-prepare: interrupted; run the same command again to resume\n");
+        return EXIT_INTERRUPTED;
+    }
+    if (rc) {
+        fprintf(stderr, "nebula-prepare: %s\n", r.err[0] ? r.err : nb_strerror(rc));
+        return rc == NB_EINVAL ? EXIT_USAGE : EXIT_IO;
+    }
+    say("%s: done in %.1f s (%d parts verified, %d written)", r.dir, now_s() - t0, r.verified, r.written);
+    return 0;
+}
