@@ -142,7 +142,9 @@ static bool instance_dead(const char *id, long pid)
     return dead;
 }
 
-/* Our entries in SHM_DIR, as (id, name) pairs. */
+/* Our entries in SHM_DIR, as (id, name) pairs: named like ours and owned by
+ * our uid (root sees everyone's), so another user's leftovers never make our
+ * cleanup fail. */
 struct entry {
     char id[SHM_ID_MAX];
     char name[SHM_NAME_MAX];
@@ -156,11 +158,15 @@ static int list_entries(struct entry **out, int *n_out, const char *only_id, cha
     if (!d) return nb_errf(err, errlen, NB_EIO, "cannot list %s: %s", SHM_DIR, strerror(errno));
     struct entry *v = NULL;
     int n = 0, cap = 0;
+    uid_t euid = geteuid();
     struct dirent *de;
     while ((de = readdir(d))) {
         struct entry e;
         const char *what = parse_entry(de->d_name, e.id, &e.pid);
         if (!what || (only_id && strcmp(e.id, only_id) != 0) || strlen(de->d_name) + 2 > SHM_NAME_MAX) continue;
+        struct stat st;
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || (euid != 0 && st.st_uid != euid))
+            continue;
         snprintf(e.name, sizeof e.name, "/%s", de->d_name);
         e.is_owner = strcmp(what, OWNER_WHAT) == 0;
         if (n == cap) {

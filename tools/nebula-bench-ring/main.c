@@ -182,6 +182,9 @@ static int measure(const struct shm_region *reg, const char *id, const struct wa
         return nb_errf(err, errlen, NB_EIO, "fork failed");
     }
     if (pid == 0) {
+        /* Drop the inherited descriptor: it shares the client's attach locks,
+         * which would keep the client "alive" here after its death. */
+        close(reg->fd);
         char cerr[256];
         int crc = echo(id, &wk->opt, cerr, sizeof cerr);
         if (crc != 0) fprintf(stderr, "nebula-bench-ring: echo server: %s\n", cerr);
