@@ -26,9 +26,13 @@
 #define CHUNK_BYTES ((size_t)64 << 20)
 
 volatile int prep_interrupted;
-static int test_kill_after = -1;
+static int test_kill_after = -1, test_kill_signal;
 
-void ckpt_set_test_kill(int after_units) { test_kill_after = after_units; }
+void ckpt_set_test_kill(int after_units, int sig)
+{
+    test_kill_after = after_units;
+    test_kill_signal = sig;
+}
 
 struct ckpt {
     const char *dir, *name;
@@ -151,7 +155,7 @@ static int write_rest(struct ckpt *c, uint64_t from, char *err, size_t errlen)
             sha_update(c->sha, c->buf, n);
             progress_add(&c->prog, n);
             o += n;
-            if (u == test_kill_after) raise(SIGKILL); /* test hook: a crash before the unit's checkpoint */
+            if (u == test_kill_after) raise(test_kill_signal); /* test hook: a signal before the unit's checkpoint */
             if (prep_interrupted) return nb_errf(err, errlen, NB_EIO, "interrupted");
         }
         /* Checkpoint: the unit is on disk before the state says so. */

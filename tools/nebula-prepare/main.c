@@ -372,12 +372,13 @@ int main(int argc, char **argv)
 {
     struct run r = {0};
     bool quiet = false;
-    enum { O_VRAM = 1000, O_RAM, O_VICTIM, O_EARLY, O_MTP, O_HOT, O_KILL };
+    enum { O_VRAM = 1000, O_RAM, O_VICTIM, O_EARLY, O_MTP, O_HOT, O_KILL, O_INT };
     static const struct option opts[] = {
         {"vram-budget", required_argument, 0, O_VRAM}, {"ram-budget", required_argument, 0, O_RAM},
         {"victim-cache", required_argument, 0, O_VICTIM}, {"early-quota", required_argument, 0, O_EARLY},
         {"mtp-experts", required_argument, 0, O_MTP},    {"hotlist", required_argument, 0, O_HOT},
-        {"test-kill-after-units", required_argument, 0, O_KILL}, /* tests only: simulate a crash */
+        /* tests only: a crash (SIGKILL) or a Ctrl-C (SIGINT) in the middle of the unit after N */
+        {"test-kill-after-units", required_argument, 0, O_KILL}, {"test-interrupt-after-units", required_argument, 0, O_INT},
         {"quiet", no_argument, 0, 'q'},                   {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     int o;
@@ -397,7 +398,8 @@ int main(int argc, char **argv)
             bad = !r.popts.mtp_first && strcmp(optarg, "shared") != 0 ? "--mtp-experts" : NULL;
             break;
         case O_HOT: r.hotlist_path = optarg; break;
-        case O_KILL: ckpt_set_test_kill(atoi(optarg)); break;
+        case O_KILL: ckpt_set_test_kill(atoi(optarg), SIGKILL); break;
+        case O_INT: ckpt_set_test_kill(atoi(optarg), SIGINT); break;
         case 'q': quiet = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return EXIT_USAGE;

@@ -110,8 +110,9 @@ struct ckpt_source {
 int ckpt_write_file(const char *dir, const char *name, const char *identity, const struct ckpt_source *src,
                     char hex[PREP_SHA_HEX], int *resumed_units, char *err, size_t errlen);
 /* Test hook: after this many units are checkpointed and part of the next one
- * is written, the process kills itself with SIGKILL (a crash mid-unit). */
-void ckpt_set_test_kill(int after_units);
+ * is written, the process sends itself `sig` (SIGKILL: a crash mid-unit;
+ * SIGINT: a user's Ctrl-C). */
+void ckpt_set_test_kill(int after_units, int sig);
 /* Set by SIGINT/SIGTERM: writers stop at the next chunk and keep their state. */
 extern volatile int prep_interrupted;
 
