@@ -47,7 +47,10 @@ TOOL_BINS := $(TOOL_DIRS:tools/%=$(BUILD)/bin/%)
 # Worker processes whose code lives in their room's folder (one binary each,
 # built once the folder has sources).
 PROC_BINS := $(if $(wildcard cpu-moe-worker/*.c),$(BUILD)/bin/nebula-cpu-moe-worker) \
-             $(if $(wildcard ssd-pager/*.c),$(BUILD)/bin/nebula-ssd-pager)
+             $(if $(wildcard ssd-pager/*.c),$(BUILD)/bin/nebula-ssd-pager) \
+             $(if $(wildcard coordinator/*.c),$(BUILD)/bin/nebula-coordinator) \
+             $(if $(wildcard gpu-worker/proc/*.c),$(BUILD)/bin/nebula-gpu-worker) \
+             $(if $(wildcard tools/nebulactl/*.c),$(BUILD)/bin/nebulactl)
 
 TEST_SRCS := $(shell find tests -name 'test_*.c' -not -path 'tests/fuzz/*' 2>/dev/null | sort)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
@@ -112,6 +115,17 @@ $(BUILD)/bin/nebula-cpu-moe-worker: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard c
 $(BUILD)/bin/nebula-ssd-pager: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard ssd-pager/*.c)) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(filter %.o,$^) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
+
+# The coordinator (coordinator/*.c) and the gpu-worker process (its main in
+# gpu-worker/proc/; gpu-worker/*.c stay the backend library).  nebulactl
+# (tools/nebulactl/) is built by the tools rule below.
+$(BUILD)/bin/nebula-coordinator: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard coordinator/*.c)) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
+
+$(BUILD)/bin/nebula-gpu-worker: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard gpu-worker/proc/*.c)) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
 
 $(BUILD)/tests/%: tests/%.c $(TEST_HELPERS) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
