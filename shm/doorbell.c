@@ -75,7 +75,8 @@ bool shm_byte_locked(int fd, off_t at)
 
 static inline bool ready(const struct doorbell_wait *w)
 {
-    return (int32_t)(atomic_load_explicit(w->word, memory_order_acquire) - w->target) >= 0;
+    uint32_t v = atomic_load_explicit(w->word, memory_order_acquire);
+    return w->exact ? v == w->target : (int32_t)(v - w->target) >= 0;
 }
 
 static bool peer_gone(const struct doorbell_wait *w)

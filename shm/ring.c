@@ -4,10 +4,10 @@
  * line, and the only hand-over is a release store answered by an acquire
  * load.  The producer fills slot (m mod n), stores the slot's seq = m + 1
  * (release) and then head = m + 1, the doorbell; the consumer waits until the
- * slot's seq reaches m + 1 (acquire), reads it, and stores tail = m + 1
+ * slot's seq is m + 1 (acquire), reads it, and stores tail = m + 1
  * (release) to give it back.  The producer may fill message m once
- * m - tail < n.  Counters are 32-bit and wrap (all comparisons are cyclic,
- * as cuStreamWaitValue32's GEQ is), which is why n must be a power of two.
+ * m - tail < n.  Counters are 32-bit and wrap (tail is compared cyclically,
+ * as cuStreamWaitValue32's GEQ does), which is why n must be a power of two.
  *
  * Everything shared is described by struct ring_header and struct
  * ring_slot_header: plain words at fixed offsets (docs/PROTOCOL.md), no
@@ -243,7 +243,9 @@ void ring_detach(ring *r)
     free(r);
 }
 
-/* A wait on this ring's doorbell for the peer's side. */
+/* A wait on this ring's doorbell for the peer's side: the producer for tail
+ * ≥ target (cyclic), the consumer for a slot's seq == target exactly (so a
+ * header the producer is still writing, seq included, is never taken). */
 static struct doorbell_wait wait_for(const ring *r, shm_word *word, uint32_t target)
 {
     bool producer = r->role == RING_PRODUCER;
@@ -251,6 +253,7 @@ static struct doorbell_wait wait_for(const ring *r, shm_word *word, uint32_t tar
     return (struct doorbell_wait){
         .word = word,
         .target = target,
+        .exact = !producer,
         .bell = producer ? &h->tail : &h->head,
         .sleeping = producer ? &h->producer_sleeping : &h->consumer_sleeping,
         .peer_pid = producer ? &h->consumer_pid : &h->producer_pid,
@@ -333,10 +336,6 @@ int ring_wait(ring *r, struct ring_slot *slot, uint64_t timeout_ns, char *err, s
         r->holding = true;
     }
     view(r, slot);
-    uint32_t seq = atomic_load_explicit(seq_of(s), memory_order_acquire);
-    if (seq != r->next + 1) /* the producer ran over a slot it did not own */
-        return nb_errf(err, errlen, NB_EFORMAT, "ring slot %u carries message %u, expected %u",
-                       r->next & (r->g.n_slots - 1), seq - 1, r->next);
     return check_slot(r, s, err, errlen);
 }
 

@@ -104,8 +104,10 @@ struct ring_geometry {
 };
 
 /* A slot's header as it lies in shared memory (offsets in docs/PROTOCOL.md;
- * slot starts are 64-byte aligned).  seq is written by the ring, the rest by
- * the producer between ring_reserve() and ring_publish(). */
+ * slot starts are 64-byte aligned).  seq is written by ring_publish(), the
+ * rest by the producer between ring_reserve() and ring_publish() (assigning
+ * the whole struct is fine: the consumer takes the slot only when seq is
+ * exactly its message's). */
 struct ring_slot_header {
     uint32_t seq;           /*  0: message number + 1, stored last (release) */
     uint32_t layer;         /*  4 */

@@ -25,12 +25,14 @@ int shm_lock_byte(int fd, off_t at);          /* 0, or SHM_EBUSY when someone el
 void shm_unlock_byte(int fd, off_t at);
 bool shm_byte_locked(int fd, off_t at);       /* by another open file description */
 
-/* One wait on a doorbell: until (int32_t)(*word - target) >= 0, sleeping on
- * *bell (which the other side bumps before it rings).  *sleeping is this
- * side's "I am asleep" flag; the other side reads it in doorbell_ring(). */
+/* One wait on a doorbell: until *word == target (exact) or, cyclically,
+ * *word >= target ((int32_t)(*word - target) >= 0), sleeping on *bell (which
+ * the other side bumps before it rings).  *sleeping is this side's "I am
+ * asleep" flag; the other side reads it in doorbell_ring(). */
 struct doorbell_wait {
     shm_word *word;
     uint32_t target;
+    bool exact;
     shm_word *bell;
     shm_word *sleeping;
     shm_word *peer_pid; /* 0 while the peer never attached: nothing to judge yet */

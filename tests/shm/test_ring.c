@@ -159,7 +159,11 @@ Test(ring, headers_that_do_not_fit_the_geometry_are_refused)
     cr_assert(p && c, "%s", fx_err);
     struct ring_slot s;
     cr_assert_eq(ring_reserve(p, &s, 0, fx_err, sizeof fx_err), 0);
-    s.hdr->n_tokens = 17;
+    /* Whatever lands in seq while the producer fills the header is not a publish. */
+    s.hdr->seq = 0x80000001u;
+    cr_assert_eq(ring_wait(c, &s, 0, fx_err, sizeof fx_err), SHM_ETIMEDOUT, "seq far ahead");
+    *s.hdr = (struct ring_slot_header){.n_tokens = 17};
+    cr_assert_eq(ring_wait(c, &s, 0, fx_err, sizeof fx_err), SHM_ETIMEDOUT, "seq 0");
     cr_assert_eq(ring_publish(p, fx_err, sizeof fx_err), NB_EINVAL, "17 rows > max_tokens 16");
     s.hdr->n_tokens = 16;
     s.hdr->payload_bytes = small.payload_bytes + 4;
@@ -221,7 +225,7 @@ static void stream_test(const struct ring_options *opt, uint32_t start, uint32_t
     shm_instance *inst = fx_instance();
     struct shm_region reg = ring_region(inst, &small), rc;
     /* As if the ring had carried messages up to start: counters and the seq of
-     * each slot's last message (a fresh slot's 0 would look cyclically ahead). */
+     * each slot's last message. */
     set_word(&reg, 64, start);  /* head */
     set_word(&reg, 128, start); /* tail */
     size_t slot_bytes = word(&reg, 24);
