@@ -76,6 +76,7 @@ bool tok_nfc_is_inert(const uint8_t *s, size_t len)
 
 bool tok_nfc_copy(struct tok_nfc_buf *b, const void *s, size_t len)
 {
+    if (len == 0) return true; /* b->bytes may still be NULL: no pointer arithmetic on it */
     if (!tok_grow((void **)&b->bytes, &b->cap, b->len + len, 1)) return false;
     memcpy(b->bytes + b->len, s, len);
     b->len += len;

@@ -3,7 +3,9 @@
 
     python3 tests/fuzz/make-seeds.py [OUT_DIR]   (default: tests/fuzz/corpus)
 
-GGUF seeds go to OUT_DIR/gguf/, safetensors seeds to OUT_DIR/safetensors/.
+GGUF seeds go to OUT_DIR/gguf/, safetensors seeds to OUT_DIR/safetensors/,
+tokenizer texts to OUT_DIR/tokenizer/ (first byte: fuzz_tokenizer.c's
+configuration) and tokenizer.json files to OUT_DIR/hf_tokenizer_json/.
 The layouts are written here from the format descriptions, independently of
 core/gguf's writer, so the seeds also check that the reader accepts files it
 did not write.  Standard library only; the output is deterministic, so the
@@ -132,9 +134,72 @@ def st_seeds():
     }
 
 
+def tokenizer_seeds():
+    # first byte: bit 0 qwen35 (else qwen2), bit 1 no normalizer (else NFC), bit 2 parse control tokens
+    def seed(config, text):
+        return bytes([config]) + (text.encode() if isinstance(text, str) else text)
+    return {
+        "ascii.txt": seed(0, "Hello world, the thing's ending!\n\n  and  the world"),
+        "chat-marks.txt": seed(5, "<|im_start|>user\ne\u0301<|im_end|>\u0338 <think>a\u0323\u0301</think>"),
+        "decomposed-nfc.txt": seed(1, "Cafe\u0301 a\u0323\u0301 \u1100\u1161\u11a8 \u304b\u3099 \u0301\u0327"),
+        "decomposed-none.txt": seed(2, "Tie\u0302\u0301ng Vie\u0323\u0302t \u1100\u1161\u11a8 \u212b"),
+        "jamo-invalid.txt": seed(7, b"\xea\xb0\x80\xe1\x86\xa7 \xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8 e\xff\xcc\x81\xc3"),
+        "emoji-compat.txt": seed(4, "\U0001F468\u200d\U0001F469 \U0001F600\ufe0f \ufb01 x\u00b2 \uff76\uff9e \u0958"),
+        "invalid.txt": seed(1, b"\xc0\xaf\xed\xa0\x80\xf4\x90\x80\x80\xe6\x97 \x80 e\xcc"),
+    }
+
+
+def hf_json_seeds():
+    # The GPT-2 byte alphabet: printable Latin-1 bytes stand for themselves,
+    # the other 68 are shifted to U+0100.. in byte order.
+    printable = [b for b in range(256) if 0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or 0xAE <= b <= 0xFF]
+    alphabet, shift = {}, 0
+    for b in range(256):
+        if b in printable:
+            alphabet[b] = chr(b)
+        else:
+            alphabet[b] = chr(256 + shift)
+            shift += 1
+
+    def spell(data):  # bytes -> their byte-level spelling
+        return "".join(alphabet[b] for b in data)
+
+    vocab = {alphabet[b]: b for b in range(256)}
+    merges = []
+    for word in ("the", " the", " world", "\u00e9", "e\u0301"):
+        data = word.encode()
+        for k in range(2, len(data) + 1):  # every prefix, made from the one before and one byte
+            merges.append(spell(data[:k - 1]) + " " + spell(data[k - 1:k]))
+            vocab.setdefault(spell(data[:k]), len(vocab))
+    added = [
+        {"id": len(vocab), "content": "<|im_start|>", "special": True, "normalized": False},
+        {"id": len(vocab) + 1, "content": "<|im_end|>", "special": True, "normalized": False},
+        {"id": len(vocab) + 2, "content": "<think>", "special": False, "normalized": False},
+        {"id": len(vocab) + 4, "content": "\u2581x\u2581", "special": False, "normalized": True},
+    ]
+
+    def tokenizer(normalizer, merges=merges, model_extra=None):
+        model = {"type": "BPE", "vocab": vocab, "merges": merges}
+        model.update(model_extra or {})
+        return json.dumps({"version": "1.0", "added_tokens": added, "normalizer": normalizer,
+                           "pre_tokenizer": {"type": "ByteLevel"}, "model": model}, ensure_ascii=False).encode()
+
+    pairs = [m.split(" ") for m in merges]
+    return {
+        "bytes-nfc.json": tokenizer({"type": "NFC"}),
+        "pairs-none.json": tokenizer(None, merges=pairs),
+        "sequence.json": tokenizer({"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Sequence", "normalizers": []}]}),
+        "nfkc.json": tokenizer({"type": "NFKC"}),
+        "byte-fallback.json": tokenizer(None, model_extra={"byte_fallback": True}),
+        "bad-merge.json": tokenizer(None, merges=merges + ["x yz"]),
+        "tiny.json": b'{"model": {"vocab": {"a": 0, "b": 1, "ab": 3}, "merges": [["a", "b"]]}, "normalizer": null}',
+    }
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "corpus")
-    for sub, files in (("gguf", gguf_seeds()), ("safetensors", st_seeds())):
+    for sub, files in (("gguf", gguf_seeds()), ("safetensors", st_seeds()), ("tokenizer", tokenizer_seeds()),
+                       ("hf_tokenizer_json", hf_json_seeds())):
         os.makedirs(os.path.join(out, sub), exist_ok=True)
         for name, blob in files.items():
             with open(os.path.join(out, sub, name), "wb") as f:
