@@ -19,8 +19,8 @@ check() { # $1 = description, rest = command that must succeed
 pid=$!
 wait $pid; check "short run exits 0" [ $? -eq 0 ]
 check "table header" grep -q '^| rows | payload KiB | wait ' "$out"
-rows=$(grep -Ec '^\| +(1|16) \| ' "$out")
-check "six rows: 1 and 16 rows x three waits (got $rows)" [ "$rows" -eq 6 ]
+rows=$(grep -Ec '^\| +(0|1|16) \| ' "$out")
+check "nine rows: 0, 1 and 16 rows x three waits (got $rows)" [ "$rows" -eq 9 ]
 check "every row counted round trips" bash -c "! grep -Eq '^\| +[0-9]+ \| +[0-9]+ \| [a-z, ]+ \| +0 \|' '$out'"
 left=$(ls /dev/shm | grep -c "^nebula-$pid-")
 check "nothing of the run left in /dev/shm (found $left)" [ "$left" -eq 0 ]
