@@ -566,3 +566,67 @@ Test(prepare, hotlist_ranking)
         cr_assert_eq(pl.n_tier[l][1], 2);
     }
 }
+
+/* A split input (gguf-split naming) prepares to the same files as the whole
+ * one; the manifest names every shard and dense.gguf has no split.* keys. */
+struct split_ctx {
+    int shard;       /* 0 or 1 */
+    int64_t half;    /* tensors of shard 0 */
+    int64_t seen;
+    int64_t total;
+};
+
+static bool split_keep_key(const char *key, void *ctx) { return ((struct split_ctx *)ctx)->shard == 0 && key; }
+
+static void split_add_keys(gguf_writer *w, void *ctx)
+{
+    struct split_ctx *c = ctx;
+    cr_assert_eq(gguf_w_set_u16(w, "split.no", (uint16_t)c->shard), 0);
+    cr_assert_eq(gguf_w_set_u16(w, "split.count", 2), 0);
+    cr_assert_eq(gguf_w_set_i32(w, "split.tensors.count", (int32_t)c->total), 0);
+}
+
+static bool split_edit(struct fx_tensor *t, const gguf_file *src, void *ctx)
+{
+    (void)t, (void)src;
+    struct split_ctx *c = ctx;
+    bool first = c->seen++ < c->half;
+    return c->shard == 0 ? first : !first;
+}
+
+Test(prepare, split_input)
+{
+    const char *g = fixture_gguf_typed("tiny-a", "q8_0");
+    gguf_file *f;
+    char err[256];
+    cr_assert_eq(gguf_open(g, &f, err, sizeof err), 0, "%s", err);
+    int64_t total = gguf_tensor_count(f);
+    gguf_close(f);
+    for (int s = 0; s < 2; s++) {
+        struct split_ctx c = {.shard = s, .half = total / 2, .total = total};
+        struct fx_edits ed = {.keep_key = split_keep_key, .edit_tensor = split_edit, .add_keys = split_add_keys, .ctx = &c};
+        char name[64];
+        snprintf(name, sizeof name, "m-%05d-of-00002.gguf", s + 1);
+        fx_gguf_copy(g, tmp_path(name), &ed);
+    }
+    prepare(tmp_path("m-00002-of-00002.gguf"), tmp_path("split"), NULL);
+    prepare(g, tmp_path("whole"), NULL);
+    check_experts(tmp_path("m-00001-of-00002.gguf"), tmp_path("split"));
+    check_dense(tmp_path("m-00001-of-00002.gguf"), tmp_path("split"));
+    static const char *same[] = {"experts.bin", "experts.idx", "ple.bin", "dense.gguf", "placement.json"};
+    for (int i = 0; i < 5; i++) {
+        char a[256], b[256];
+        size_t na, nb;
+        snprintf(a, sizeof a, "%s/%s", tmp_path("split"), same[i]);
+        snprintf(b, sizeof b, "%s/%s", tmp_path("whole"), same[i]);
+        void *x = slurp(a, &na), *y = slurp(b, &nb);
+        cr_assert(na == nb && memcmp(x, y, na) == 0, "%s differs between the split and the whole input", same[i]);
+        free(x);
+        free(y);
+    }
+    size_t n;
+    char *manifest = slurp(tmp_path("split/manifest.json"), &n);
+    cr_assert(strstr(manifest, "m-00001-of-00002.gguf") && strstr(manifest, "m-00002-of-00002.gguf"),
+              "the manifest names both shards");
+    free(manifest);
+}

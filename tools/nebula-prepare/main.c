@@ -96,15 +96,24 @@ static void drop_partial(const struct run *r, const char *name)
 
 static int save_sums(struct run *r) { return sums_save(&r->sums, r->dir, r->err, sizeof r->err); }
 
+/* A part was (re)written: list it at once, so an interruption loses nothing done. */
+static int record(struct run *r, const char *name, const char *sha)
+{
+    r->written++;
+    sums_set(&r->sums, name, sha);
+    return save_sums(r);
+}
+
 /* A large part is verified when checksums.sha256 lists it and its hash matches. */
-static int verify_big(struct run *r, const char *name, bool *ok)
+static int verify_big(struct run *r, const char *name, char hex[PREP_SHA_HEX], bool *ok)
 {
     *ok = false;
     const char *want = sums_get(&r->sums, name);
-    char path[4200], hex[PREP_SHA_HEX];
+    char path[4200];
     snprintf(path, sizeof path, "%s/%s", r->dir, name);
     struct stat st;
     if (!want || stat(path, &st) != 0) {
+        if (want) say("%s: missing: rebuilding", name);
         if (want) sums_drop(&r->sums, name);
         return 0;
     }
@@ -135,17 +144,17 @@ static int small_part(struct run *r, const char *name, const char *data, size_t 
     const char *listed = sums_get(&r->sums, name);
     bool same = read_file(path, &old, &old_n, NULL, 0) == 0 && old_n == n && memcmp(old, data, n) == 0;
     free(old);
-    if (same && listed && strcmp(listed, hex) == 0) {
+    if (same) { /* regenerated and equal: needs no checksum to be trusted, only to be listed */
         say("%s: verified", name);
         r->verified++;
-        return 0;
+        if (listed && strcmp(listed, hex) == 0) return 0;
+        sums_set(&r->sums, name, hex);
+        return save_sums(r);
     }
     int rc = write_file_atomic(r->dir, name, data, n, r->err, sizeof r->err);
     if (rc) return rc;
     say("%s: %s", name, how ? how : "written");
-    r->written++;
-    sums_set(&r->sums, name, hex);
-    return save_sums(r);
+    return record(r, name, hex);
 }
 
 /* manifest.json: if the input is not the one the directory was made from,
@@ -177,40 +186,27 @@ done:
     return rc;
 }
 
-static int part_experts(struct run *r, char sha[PREP_SHA_HEX])
+/* experts.bin or ple.bin: verified, or written through the resumable writer. */
+static int stream_part(struct run *r, const char *name, char sha[PREP_SHA_HEX])
 {
     bool ok;
-    int rc = verify_big(r, "experts.bin", &ok);
-    if (rc || ok) {
-        if (ok) snprintf(sha, PREP_SHA_HEX, "%s", sums_get(&r->sums, "experts.bin"));
-        return rc;
-    }
-    if ((rc = experts_write(&r->x, r->dir, r->input_id, sha, r->err, sizeof r->err))) return rc;
-    r->written++;
-    sums_set(&r->sums, "experts.bin", sha);
-    return save_sums(r);
+    int rc = verify_big(r, name, sha, &ok);
+    if (rc || ok) return rc;
+    if (strcmp(name, "ple.bin") == 0) rc = ple_write(&r->ple, r->dir, r->input_id, sha, r->err, sizeof r->err);
+    else rc = experts_write(&r->x, r->dir, r->input_id, sha, r->err, sizeof r->err);
+    return rc ? rc : record(r, name, sha);
 }
 
 static int part_ple(struct run *r, char sha[PREP_SHA_HEX])
 {
     sha[0] = 0;
-    if (!r->ple.present) { /* a table-less model: no stale table may stay listed */
-        char path[4200];
-        snprintf(path, sizeof path, "%s/ple.bin", r->dir);
-        unlink(path);
-        drop_partial(r, "ple.bin");
-        sums_drop(&r->sums, "ple.bin");
-        return save_sums(r);
-    }
-    bool ok;
-    int rc = verify_big(r, "ple.bin", &ok);
-    if (rc || ok) {
-        if (ok) snprintf(sha, PREP_SHA_HEX, "%s", sums_get(&r->sums, "ple.bin"));
-        return rc;
-    }
-    if ((rc = ple_write(&r->ple, r->dir, r->input_id, sha, r->err, sizeof r->err))) return rc;
-    r->written++;
-    sums_set(&r->sums, "ple.bin", sha);
+    if (r->ple.present) return stream_part(r, "ple.bin", sha);
+    /* A table-less model: no stale table may stay listed. */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/ple.bin", r->dir);
+    unlink(path);
+    drop_partial(r, "ple.bin");
+    sums_drop(&r->sums, "ple.bin");
     return save_sums(r);
 }
 
@@ -218,12 +214,9 @@ static int part_dense(struct run *r, const struct dense_refs *refs, char sha[PRE
 {
     bool ok;
     char why[512];
-    int rc = verify_big(r, "dense.gguf", &ok);
+    int rc = verify_big(r, "dense.gguf", sha, &ok);
     if (rc) return rc;
-    if (ok && dense_check_refs(r->dir, refs, why, sizeof why) == 0) {
-        snprintf(sha, PREP_SHA_HEX, "%s", sums_get(&r->sums, "dense.gguf"));
-        return 0;
-    }
+    if (ok && dense_check_refs(r->dir, refs, why, sizeof why) == 0) return 0;
     if (ok) { /* intact, but made alongside other experts/table files */
         say("dense.gguf: %s: rebuilding", why);
         r->verified--;
@@ -232,9 +225,7 @@ static int part_dense(struct run *r, const struct dense_refs *refs, char sha[PRE
     char path[4200];
     snprintf(path, sizeof path, "%s/dense.gguf", r->dir);
     if ((rc = sha_file(path, UINT64_MAX, NULL, sha, r->err, sizeof r->err))) return rc;
-    r->written++;
-    sums_set(&r->sums, "dense.gguf", sha);
-    return save_sums(r);
+    return record(r, "dense.gguf", sha);
 }
 
 /* hotlist.tsv: a copy of --hotlist, else the previous (verified) one, else neutral. */
@@ -342,7 +333,7 @@ static int run_parts(struct run *r)
     struct dense_refs refs = {0};
     sha_buf_hex(r->x.idx, r->x.idx_bytes, refs.idx_sha);
     if ((rc = small_part(r, "experts.idx", (const char *)r->x.idx, r->x.idx_bytes, NULL))) return rc;
-    if ((rc = part_experts(r, refs.experts_sha))) return rc;
+    if ((rc = stream_part(r, "experts.bin", refs.experts_sha))) return rc;
     if ((rc = part_ple(r, refs.ple_sha))) return rc;
     char dense_sha[PREP_SHA_HEX], hot_sha[PREP_SHA_HEX];
     if ((rc = part_dense(r, &refs, dense_sha))) return rc;
