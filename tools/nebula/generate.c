@@ -4,8 +4,13 @@
  * ChatML template (--chat), or ids (--tokens-file).  Generation stops at
  * -n tokens, at the context limit, or at <|im_end|> / <|endoftext|> (and the
  * tokenizer's eos).  Text is streamed through the tokenizer's streaming
- * decoder, which never prints half a UTF-8 character. */
+ * decoder, which never prints half a UTF-8 character.
+ *
+ * With --server RUNDIR the same request goes to a running coordinator's
+ * ctl.sock instead (it tokenizes, samples and steps the gpu-worker); the
+ * output is the same, printed when the reply arrives. */
 #include "core/chat/chat.h"
+#include "core/ctl/ctl.h"
 #include "core/sampling/sampling.h"
 #include "core/util/err.h"
 #include "tools/nebula/cli.h"
@@ -14,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(FILE *f)
 {
@@ -37,7 +43,9 @@ static void usage(FILE *f)
             "  -m, --model FILE       qwen4exp GGUF (any shard of a split model)\n"
             "  --ctx N                context limit in tokens (default: the model's)\n"
             "  --chunk N              prefill chunk in tokens (default 512)\n"
-            "  --threads N            CPU threads (default: all cores)\n");
+            "  --threads N            CPU threads (default: all cores)\n"
+            "  --server RUNDIR        send the request to the coordinator running in RUNDIR\n"
+            "                         (its ctl.sock) instead of loading the model here; -m not needed\n");
 }
 
 static int parse_float(const char *flag, const char *s, float lo, float hi, float *out)
@@ -54,7 +62,7 @@ static int parse_float(const char *flag, const char *s, float lo, float hi, floa
 
 struct gen_opts {
     struct cli_common c;
-    const char *prompt, *chat, *system, *tokens_file;
+    const char *prompt, *chat, *system, *tokens_file, *server;
     bool think, greedy, print_ids;
     long long n_predict;
     struct sampling_params sp;
@@ -73,7 +81,8 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         {"presence-penalty", required_argument, 0, 'r'}, {"seed", required_argument, 0, 's'},
         {"print-ids", no_argument, 0, 'i'},       {"ctx", required_argument, 0, 'c'},
         {"chunk", required_argument, 0, 'b'},     {"threads", required_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
+        {"server", required_argument, 0, 'R'},    {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     long long v;
     int c, rc = CLI_OK;
     o->think = true;
@@ -105,6 +114,7 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         case 'c': rc = cli_parse_int("--ctx", optarg, 1, INT64_MAX, &v), o->c.ctx = v; break;
         case 'b': rc = cli_parse_int("--chunk", optarg, 1, 1 << 20, &v), o->c.chunk = (int)v; break;
         case 'j': rc = cli_parse_int("--threads", optarg, 1, 4096, &v), o->c.threads = (int)v; break;
+        case 'R': o->server = optarg; break;
         case 'h': usage(stdout); return -1;
         default: usage(stderr); return CLI_USAGE;
         }
@@ -165,11 +175,93 @@ static void emit(tok_decoder *dec, int32_t id)
     fflush(stdout);
 }
 
+/* ---- --server: the request as JSON to the coordinator's ctl.sock ---- */
+
+static cJSON *server_request(const struct gen_opts *o)
+{
+    cJSON *r = ctl_msg("generate"), *s;
+    if (o->tokens_file) {
+        int32_t *ids;
+        size_t n;
+        if (cli_read_tokens(o->tokens_file, INT32_MAX, &ids, &n)) return cJSON_Delete(r), NULL; /* the server checks the vocabulary */
+        cJSON *a = cJSON_AddArrayToObject(r, "tokens");
+        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
+        free(ids);
+    }
+    if (o->prompt) cJSON_AddStringToObject(r, "prompt", o->prompt);
+    if (o->chat) cJSON_AddStringToObject(r, "chat", o->chat);
+    if (o->system) cJSON_AddStringToObject(r, "system", o->system);
+    cJSON_AddBoolToObject(r, "think", o->think);
+    cJSON_AddNumberToObject(r, "n", (double)o->n_predict);
+    s = cJSON_AddObjectToObject(r, "sampling");
+    cJSON_AddBoolToObject(s, "greedy", o->greedy);
+    if (o->set_temp) cJSON_AddNumberToObject(s, "temperature", o->sp.temperature);
+    if (o->set_top_k) cJSON_AddNumberToObject(s, "top_k", o->sp.top_k);
+    if (o->set_top_p) cJSON_AddNumberToObject(s, "top_p", o->sp.top_p);
+    cJSON_AddNumberToObject(s, "min_p", o->sp.min_p);
+    cJSON_AddNumberToObject(s, "presence_penalty", o->sp.presence_penalty);
+    cJSON_AddNumberToObject(s, "seed", (double)o->sp.seed);
+    return r;
+}
+
+static void print_result(const struct gen_opts *o, const cJSON *r)
+{
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(r, "ids"), *t = cJSON_GetObjectItemCaseSensitive(r, "timings"), *id;
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(r, "text"), *warn = cJSON_GetObjectItemCaseSensitive(r, "warning");
+    if (cJSON_IsString(warn)) fprintf(stderr, "nebula: %s\n", warn->valuestring);
+    printf("%s\n", cJSON_IsString(text) ? text->valuestring : "");
+    int made = cJSON_GetArraySize(ids), i = 0;
+    if (o->print_ids) {
+        cJSON_ArrayForEach(id, ids) printf(i++ ? " %d" : "%d", (int)id->valuedouble);
+        printf("\n");
+    }
+    double pn = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "n_prompt"));
+    double ps = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "prompt_s"));
+    double gs = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "gen_s"));
+    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(r, "stop");
+    fprintf(stderr, "nebula: prompt %.0f tokens in %.2f s (%.2f tok/s), generated %d in %.2f s (%.2f tok/s), stop: %s (server)\n",
+            pn, ps, ps > 0 ? pn / ps : 0.0, made, gs, made > 1 && gs > 0 ? (made - 1) / gs : 0.0,
+            cJSON_IsString(stop) ? stop->valuestring : "?");
+}
+
+static int generate_on_server(const struct gen_opts *o)
+{
+    char ep[4200], err[256];
+    if (access(o->server, F_OK)) {
+        fprintf(stderr, "nebula: no coordinator at %s (the directory does not exist)\n", o->server);
+        return CLI_USAGE;
+    }
+    cJSON *req = server_request(o), *reply = NULL;
+    if (!req) return CLI_USAGE;
+    ctl_sock *s = NULL;
+    snprintf(ep, sizeof ep, "ipc://%.4000s/ctl.sock", o->server);
+    int rc = ctl_open(CTL_REQ, ep, NULL, &s, err, sizeof err);
+    if (!rc) rc = ctl_send(s, NULL, req, err, sizeof err);
+    if (!rc) rc = ctl_recv(s, 3600 * 1000, NULL, 0, &reply, err, sizeof err);
+    cJSON_Delete(req);
+    ctl_close(s);
+    ctl_term();
+    if (rc) {
+        fprintf(stderr, "nebula: the coordinator at %s does not answer: %s\n", o->server, err);
+        return CLI_FAIL;
+    }
+    if (!strcmp(ctl_type(reply), "result")) {
+        print_result(o, reply);
+    } else {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(reply, "message");
+        fprintf(stderr, "nebula: server: %s\n", cJSON_IsString(m) ? m->valuestring : "unexpected reply");
+        rc = CLI_FAIL;
+    }
+    cJSON_Delete(reply);
+    return rc ? CLI_FAIL : CLI_OK;
+}
+
 int cmd_generate(int argc, char **argv)
 {
     struct gen_opts o = {0};
     int rc = parse(argc, argv, &o);
     if (rc) return rc < 0 ? CLI_OK : rc;
+    if (o.server) return generate_on_server(&o);
     struct cli_model cm;
     if ((rc = cli_open(&o.c, &cm))) return rc;
 

@@ -1,0 +1,145 @@
+/* control.c — the requests nebulactl (and `nebula generate --server`) send
+ * to ctl.sock, each answered with one JSON object.
+ *
+ * Counters come from the stats region, which every worker writes and anyone
+ * can read: status and stats never ask a worker anything, so they answer
+ * while a worker is busy or restarting.  A request of unknown type gets an
+ * "error" reply naming the known ones. */
+#include "coordinator/coord.h"
+
+#include "core/model/model.h"
+#include "core/util/log.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *const stat_names[SHM_STAT_COUNT] = {
+    "steps", "tokens", "expert_hits", "expert_misses", "bytes_read", "bytes_copied",
+    "ring_messages", "ring_wait_ns", "ring_sleeps", "busy_ns", "errors"};
+
+static cJSON *error_reply(const char *message)
+{
+    cJSON *r = ctl_msg("error");
+    cJSON_AddStringToObject(r, "message", message);
+    return r;
+}
+
+static cJSON *worker_json(const struct coord *c, const struct coord_worker *w)
+{
+    cJSON *o = cJSON_CreateObject();
+    double now = coord_now();
+    cJSON_AddStringToObject(o, "role", w->role);
+    cJSON_AddNumberToObject(o, "pid", w->pid);
+    cJSON_AddStringToObject(o, "state", coord_wstate_name(w->state));
+    cJSON_AddNumberToObject(o, "restarts", w->restarts);
+    cJSON_AddNumberToObject(o, "uptime_s", w->pid > 0 ? now - w->started_at : 0);
+    cJSON_AddNumberToObject(o, "last_heartbeat_s", w->pid > 0 ? now - w->last_beat : -1);
+    cJSON_AddStringToObject(o, "log", w->log_path);
+    (void)c;
+    return o;
+}
+
+static cJSON *status(struct coord *c)
+{
+    cJSON *r = ctl_msg("status"), *ws = cJSON_AddArrayToObject(r, "workers"), *tiers = cJSON_AddObjectToObject(r, "tiers");
+    cJSON_AddStringToObject(r, "instance", shm_instance_id(c->inst));
+    cJSON_AddNumberToObject(r, "pid", getpid());
+    cJSON_AddNumberToObject(r, "uptime_s", coord_now() - c->t_start);
+    cJSON_AddStringToObject(r, "runtime", c->rundir);
+    cJSON_AddStringToObject(r, "model", c->model_path);
+    cJSON_AddStringToObject(r, "placement", c->placement_path[0] ? c->placement_path : "(none: every expert local)");
+    for (int i = 0; i < c->n_workers; i++) cJSON_AddItemToArray(ws, worker_json(c, &c->w[i]));
+    static const char *names[] = {"vram", "ram", "ssd"};
+    for (int t = 0; t < 3; t++) {
+        cJSON *o = cJSON_AddObjectToObject(tiers, names[t]);
+        cJSON_AddNumberToObject(o, "experts", (double)c->tiers.experts[t]);
+        cJSON_AddNumberToObject(o, "bytes", (double)c->tiers.bytes[t]);
+    }
+    /* Routed experts found resident (VRAM tier) by the gpu-worker, and SSD reads by the pager. */
+    uint64_t hits = shm_stats_get(c->stats, 0, SHM_STAT_EXPERT_HITS), misses = shm_stats_get(c->stats, 0, SHM_STAT_EXPERT_MISSES);
+    cJSON_AddNumberToObject(r, "expert_hits", (double)hits);
+    cJSON_AddNumberToObject(r, "expert_misses", (double)misses);
+    cJSON_AddNumberToObject(r, "vram_hit_rate", hits + misses ? (double)hits / (double)(hits + misses) : 0);
+    uint64_t ram_hits = shm_stats_get(c->stats, 1, SHM_STAT_EXPERT_HITS), ram_misses = shm_stats_get(c->stats, 1, SHM_STAT_EXPERT_MISSES);
+    cJSON_AddNumberToObject(r, "ram_hit_rate", ram_hits + ram_misses ? (double)ram_hits / (double)(ram_hits + ram_misses) : 0);
+    return r;
+}
+
+static cJSON *stats(struct coord *c)
+{
+    cJSON *r = ctl_msg("stats"), *ws = cJSON_AddArrayToObject(r, "workers");
+    for (uint32_t b = 0; b < shm_stats_n_workers(c->stats); b++) {
+        struct shm_stats_worker info = shm_stats_worker_info(c->stats, b);
+        if (!info.pid) continue;
+        cJSON *o = cJSON_CreateObject(), *cs = cJSON_AddObjectToObject(o, "counters");
+        cJSON_AddStringToObject(o, "name", info.name);
+        cJSON_AddNumberToObject(o, "pid", info.pid);
+        cJSON_AddBoolToObject(o, "alive", info.alive);
+        cJSON_AddNumberToObject(o, "epoch", info.epoch);
+        for (int k = 0; k < SHM_STAT_COUNT; k++) cJSON_AddNumberToObject(cs, stat_names[k], (double)shm_stats_get(c->stats, b, (enum shm_stat)k));
+        cJSON_AddItemToArray(ws, o);
+    }
+    return r;
+}
+
+/* Per-stage times of one worker: its busy and ring-wait totals and time per layer. */
+static cJSON *profile(struct coord *c, const cJSON *req)
+{
+    const cJSON *wn = cJSON_GetObjectItemCaseSensitive(req, "worker");
+    struct coord_worker *w = cJSON_IsString(wn) ? coord_worker_by_role(c, wn->valuestring) : NULL;
+    if (!w) return error_reply("profile needs \"worker\": one of the roles in status");
+    cJSON *r = ctl_msg("profile"), *ls = cJSON_AddArrayToObject(r, "layers");
+    uint32_t b = w->stats_block;
+    cJSON_AddStringToObject(r, "worker", w->role);
+    cJSON_AddNumberToObject(r, "steps", (double)shm_stats_get(c->stats, b, SHM_STAT_STEPS));
+    cJSON_AddNumberToObject(r, "tokens", (double)shm_stats_get(c->stats, b, SHM_STAT_TOKENS));
+    cJSON_AddNumberToObject(r, "busy_ns", (double)shm_stats_get(c->stats, b, SHM_STAT_BUSY_NS));
+    cJSON_AddNumberToObject(r, "ring_wait_ns", (double)shm_stats_get(c->stats, b, SHM_STAT_RING_WAIT_NS));
+    for (uint32_t l = 0; l < shm_stats_n_layers(c->stats); l++) {
+        uint64_t calls = shm_stats_layer_calls(c->stats, b, l), ns = shm_stats_layer_ns(c->stats, b, l);
+        if (!calls) continue;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "layer", l);
+        cJSON_AddNumberToObject(o, "calls", (double)calls);
+        cJSON_AddNumberToObject(o, "ns", (double)ns);
+        cJSON_AddItemToArray(ls, o);
+    }
+    return r;
+}
+
+/* Kills the worker and waits until its successor is ready. */
+static cJSON *restart(struct coord *c, const cJSON *req)
+{
+    const cJSON *wn = cJSON_GetObjectItemCaseSensitive(req, "worker");
+    struct coord_worker *w = cJSON_IsString(wn) ? coord_worker_by_role(c, wn->valuestring) : NULL;
+    if (!w) return error_reply("restart needs \"worker\": one of the roles in status");
+    pid_t old = w->pid;
+    coord_restart(c, w);
+    double t0 = coord_now();
+    while ((w->pid == old && old > 0) || w->state != W_READY) {
+        if (w->state == W_FAILED || coord_now() - t0 > COORD_READY_TIMEOUT_S) return error_reply("the worker did not come back (see its log)");
+        coord_tick(c, 50, false);
+    }
+    cJSON *r = ctl_msg("ok");
+    cJSON_AddItemToObject(r, "worker", worker_json(c, w));
+    return r;
+}
+
+cJSON *coord_handle_ctl(struct coord *c, const cJSON *req)
+{
+    const char *t = ctl_type(req);
+    if (!strcmp(t, "status")) return status(c);
+    if (!strcmp(t, "stats")) return stats(c);
+    if (!strcmp(t, "profile")) return profile(c, req);
+    if (!strcmp(t, "restart")) return restart(c, req);
+    if (!strcmp(t, "generate")) return coord_generate(c, req);
+    if (!strcmp(t, "shutdown")) {
+        nb_log("shutdown requested on ctl.sock");
+        c->stop = true;
+        return ctl_msg("ok");
+    }
+    char msg[160];
+    snprintf(msg, sizeof msg, "unknown request '%.40s' (status, stats, profile, restart, generate, shutdown)", t);
+    return error_reply(msg);
+}

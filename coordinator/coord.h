@@ -1,0 +1,116 @@
+/* coord.h — the pieces of nebula-coordinator and the state they share.
+ *
+ * main.c: flags, the instance, runtime directory and regions, the event loop
+ * and the teardown.  workers.c: spawning, handshake (hello → configure →
+ * ready), heartbeats and restarts.  control.c: the ctl.sock requests of
+ * nebulactl (status, stats, profile, restart, shutdown).  generate.c: the
+ * generate request — tokenizer, chat template and sampling here, the model's
+ * forward pass in the gpu-worker over the `step` ring.
+ *
+ * One thread.  coord_tick() is the loop's body: it serves the control
+ * sockets and supervises the workers; long operations (a generation, a
+ * restart) call it between their own waits so heartbeats keep flowing. */
+#ifndef NB_COORD_H
+#define NB_COORD_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include <cJSON.h>
+
+#include "core/ctl/ctl.h"
+#include "shm/shm.h"
+
+struct model;
+typedef struct tok_tokenizer tok_tokenizer;
+
+#define COORD_MAX_WORKERS 3
+#define COORD_STATS_BLOCKS 4  /* gpu-worker, cpu-moe-worker, ssd-pager, (coordinator, reserved) */
+#define COORD_HEARTBEAT_MISS_S 3.0
+#define COORD_READY_TIMEOUT_S 60.0
+#define COORD_MAX_FAILED_STARTS 5
+
+enum coord_wstate { W_DOWN, W_STARTING, W_CONFIGURING, W_READY, W_FAILED };
+
+struct coord_worker {
+    const char *role;     /* the DEALER identity, "gpu-worker" */
+    char binary[PATH_MAX];
+    uint32_t stats_block;
+    pid_t pid;
+    enum coord_wstate state;
+    double started_at, last_beat, down_since;
+    int restarts;         /* over the instance's life */
+    int failed_starts;    /* in a row, without reaching ready */
+    char log_path[PATH_MAX];
+};
+
+struct coord_tiers {
+    int64_t experts[3];   /* vram, ram, ssd */
+    uint64_t bytes[3];
+};
+
+struct coord {
+    /* configuration */
+    char exe_dir[PATH_MAX];
+    const char *model_path, *prepared;
+    char placement_path[PATH_MAX]; /* "" without --prepared: every expert local */
+    int threads;
+    int chunk;                     /* prefill tokens per step message */
+    /* the instance */
+    shm_instance *inst;
+    char rundir[PATH_MAX];
+    bool rundir_made;
+    struct shm_region step_reg, moe_reg, stats_reg;
+    struct ring_pair step;
+    shm_stats *stats;
+    ctl_sock *router, *rep;
+    /* the model as the coordinator sees it: sizes and the tokenizer */
+    struct model *m;
+    tok_tokenizer *tok;
+    struct coord_tiers tiers;
+    /* workers */
+    struct coord_worker w[COORD_MAX_WORKERS];
+    int n_workers;
+    double t_start;
+    uint64_t next_tag;
+    bool gpu_died;                 /* set by a step whose gpu-worker died: the generation is retried once */
+    bool step_in_flight;           /* the gpu-worker is busy for us: its heartbeats may be late */
+    bool stop;                     /* shutdown requested */
+    volatile int got_sigchld;
+};
+
+double coord_now(void);
+/* dst = DIR/NAME; NB_EINVAL when it does not fit. */
+int coord_path(char *dst, size_t len, const char *dir, const char *name);
+
+/* main.c */
+/* One round of the loop: waits up to timeout_ms for a control message, serves
+ * it (ctl.sock only when serve_ctl), then supervises the workers. */
+void coord_tick(struct coord *c, int timeout_ms, bool serve_ctl);
+
+/* workers.c */
+int coord_workers_init(struct coord *c, char *err, size_t errlen);
+int coord_spawn(struct coord *c, struct coord_worker *w);
+void coord_on_worker_msg(struct coord *c, const char *peer, const cJSON *msg);
+void coord_supervise(struct coord *c);
+struct coord_worker *coord_worker_by_role(struct coord *c, const char *role);
+/* Ticks until every worker is ready (or one failed for good); 0 or NB_EIO. */
+int coord_wait_ready(struct coord *c, double timeout_s, char *err, size_t errlen);
+/* Kills the worker (SIGKILL); supervision restarts it. */
+void coord_restart(struct coord *c, struct coord_worker *w);
+void coord_stop_workers(struct coord *c);
+const char *coord_wstate_name(enum coord_wstate s);
+
+/* control.c: one ctl.sock request → its reply (never NULL). */
+cJSON *coord_handle_ctl(struct coord *c, const cJSON *req);
+
+/* main.c: the step ring's geometry for this model and prefill chunk. */
+struct ring_geometry coord_step_geometry(const struct model *m, int chunk);
+
+/* generate.c: a generate request → result (or error) reply. */
+cJSON *coord_generate(struct coord *c, const cJSON *req);
+
+#endif

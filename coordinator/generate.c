@@ -1,0 +1,300 @@
+/* generate.c — the coordinator's generate request: prompt → ids → steps on
+ * the gpu-worker → sampled ids and text.
+ *
+ * The same loop as the single-process `nebula generate` (tools/nebula), with
+ * gw_eval replaced by a round trip on the `step` ring: RESET, the prompt in
+ * chunks (logits of the last row only), then one EVAL per generated token.
+ * Same tokenizer, chat template, sampler and stop tokens, so the ids are bit
+ * for bit those of the single process.  The text is what that CLI prints:
+ * the decoded ids up to (not including) a stop token, or "ID " per id for a
+ * model without a tokenizer.  While it waits for the worker it keeps ticking
+ * the loop (heartbeats, supervision); a worker that dies mid-request fails the
+ * attempt, supervision restarts it, and the request is run once more from
+ * the start (RESET, fresh sampler: the same ids); a second death is a clear
+ * error. */
+#include "coordinator/coord.h"
+
+#include "core/chat/chat.h"
+#include "core/model/model.h"
+#include "core/sampling/sampling.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/util/err.h"
+#include "core/util/log.h"
+#include "gpu-worker/step_proto.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STEP_TIMEOUT_S 600.0
+
+struct gen_req {
+    int32_t *ids;
+    size_t n;
+    long long n_predict;
+    struct sampling_params sp;
+};
+
+static cJSON *error_reply(const char *fmt, const char *detail)
+{
+    char msg[1200];
+    snprintf(msg, sizeof msg, fmt, detail);
+    cJSON *r = ctl_msg("error");
+    cJSON_AddStringToObject(r, "message", msg);
+    return r;
+}
+
+/* Waits for the gpu-worker to be ready (it may be restarting). */
+static int need_gpu_worker(struct coord *c, char *err, size_t errlen)
+{
+    struct coord_worker *w = coord_worker_by_role(c, "gpu-worker");
+    double t0 = coord_now();
+    while (w->state != W_READY) {
+        if (w->state == W_FAILED) return nb_errf(err, errlen, NB_EIO, "the gpu-worker cannot start (see %s)", w->log_path);
+        if (coord_now() - t0 > COORD_READY_TIMEOUT_S) return nb_errf(err, errlen, NB_EIO, "the gpu-worker is not ready");
+        coord_tick(c, 50, false);
+    }
+    return 0;
+}
+
+/* One round trip: op with n ids; for EVAL the last row's logits into logits. */
+static int step_call(struct coord *c, uint32_t op, const int32_t *ids, int n, float *logits, char *err, size_t errlen)
+{
+    struct coord_worker *w = coord_worker_by_role(c, "gpu-worker");
+    pid_t pid = w->pid;
+    struct ring_slot s;
+    int rc = ring_reserve(c->step.req, &s, 1000000000ull, err, errlen);
+    if (rc) return nb_errf(err, errlen, NB_EIO, "step ring: no free slot (%s)", shm_strerror(rc));
+    uint64_t tag = ++c->next_tag;
+    *s.hdr = (struct ring_slot_header){.layer = op, .n_tokens = (uint32_t)n, .payload_bytes = (uint32_t)n * 4, .tag = tag};
+    if (n) memcpy(s.payload, ids, (size_t)n * sizeof *ids);
+    if ((rc = ring_publish(c->step.req, err, errlen))) return rc;
+    c->step_in_flight = true;
+    double t0 = coord_now();
+    for (;;) {
+        rc = ring_wait(c->step.resp, &s, 50000000ull, err, errlen);
+        if (rc == 0 && s.hdr->tag != tag) { /* the answer to a request given up on: drop it */
+            ring_release(c->step.resp, err, errlen);
+            continue;
+        }
+        if (rc == 0) break;
+        if (rc != SHM_ETIMEDOUT && rc != SHM_EPEER) break;
+        coord_tick(c, rc == SHM_EPEER ? 20 : 0, false); /* EPEER returns at once: do not spin */
+        if (w->pid != pid || w->state != W_READY) c->gpu_died = true, rc = nb_errf(err, errlen, NB_EIO, "the gpu-worker (pid %d) died during the request; it is being restarted", (int)pid);
+        else if (coord_now() - t0 > STEP_TIMEOUT_S) rc = nb_errf(err, errlen, NB_EIO, "no answer from the gpu-worker in %.0f s", STEP_TIMEOUT_S);
+        else continue;
+        break;
+    }
+    c->step_in_flight = false;
+    if (rc) return rc;
+    if (s.hdr->flags & RING_FLAG_ERROR) rc = nb_errf(err, errlen, NB_EIO, "gpu-worker: %.*s", (int)STEP_ERR_BYTES, (const char *)s.payload);
+    else if (op == STEP_EVAL && s.hdr->payload_bytes != (uint32_t)c->m->hp.n_vocab * 4) rc = nb_errf(err, errlen, NB_EFORMAT, "gpu-worker: logits of %u bytes", s.hdr->payload_bytes);
+    else if (op == STEP_EVAL) memcpy(logits, s.payload, (size_t)c->m->hp.n_vocab * sizeof *logits);
+    int rc2 = ring_release(c->step.resp, err, errlen);
+    return rc ? rc : rc2;
+}
+
+static int encode(const struct coord *c, const char *text, struct gen_req *g, char *err, size_t errlen)
+{
+    if (!c->tok) return nb_errf(err, errlen, NB_EINVAL, "this model has no tokenizer; send token ids");
+    size_t len = strlen(text), cap = len + 16, got = 0;
+    g->ids = malloc(cap * sizeof *g->ids);
+    if (!g->ids) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    int rc = tok_encode(c->tok, text, len, true, g->ids, cap, &got, err, errlen);
+    if (!rc && got > cap) { /* tok_encode's two-pass contract: normalisation can lengthen a text */
+        int32_t *more = realloc(g->ids, got * sizeof *more);
+        if (!more) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+        g->ids = more;
+        rc = tok_encode(c->tok, text, len, true, g->ids, got, &got, err, errlen);
+    }
+    g->n = got;
+    return rc;
+}
+
+/* The prompt: "tokens" (ids), "prompt" (text) or "chat" (+ "system", "think"). */
+static int prompt_ids(const struct coord *c, const cJSON *req, bool think, struct gen_req *g, char *err, size_t errlen)
+{
+    const cJSON *toks = cJSON_GetObjectItemCaseSensitive(req, "tokens"), *it;
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(req, "prompt"), *chat = cJSON_GetObjectItemCaseSensitive(req, "chat");
+    const cJSON *system = cJSON_GetObjectItemCaseSensitive(req, "system");
+    if (!!toks + !!prompt + !!chat != 1) return nb_errf(err, errlen, NB_EINVAL, "give exactly one of tokens, prompt, chat");
+    if (cJSON_IsString(prompt)) return encode(c, prompt->valuestring, g, err, errlen);
+    if (cJSON_IsString(chat)) {
+        struct chat_msg msgs[2];
+        int k = 0;
+        if (cJSON_IsString(system)) msgs[k++] = (struct chat_msg){CHAT_SYSTEM, system->valuestring, NULL};
+        msgs[k++] = (struct chat_msg){CHAT_USER, chat->valuestring, NULL};
+        char *text;
+        size_t len;
+        int rc = chat_render(msgs, k, think, &text, &len, err, errlen);
+        if (!rc) rc = encode(c, text, g, err, errlen), free(text);
+        return rc;
+    }
+    int n = cJSON_GetArraySize(toks);
+    if (!cJSON_IsArray(toks) || n == 0) return nb_errf(err, errlen, NB_EINVAL, "tokens must be a non-empty list of ids");
+    if (!(g->ids = malloc((size_t)n * sizeof *g->ids))) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    cJSON_ArrayForEach(it, toks)
+    {
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= (double)c->m->hp.n_vocab)
+            return nb_errf(err, errlen, NB_EINVAL, "token %zu is not an id in [0, %lld)", g->n + 1, (long long)c->m->hp.n_vocab);
+        g->ids[g->n++] = (int32_t)it->valuedouble;
+    }
+    return 0;
+}
+
+static double num(const cJSON *o, const char *name, double dflt)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+/* The model's defaults for think on/off, then the fields the request sets
+ * (the rule of `nebula generate`). */
+static int sampling_from(const cJSON *req, bool think, struct sampling_params *sp, char *err, size_t errlen)
+{
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(req, "sampling");
+    *sp = sampling_defaults(think);
+    if (!s) return 0;
+    sp->temperature = (float)num(s, "temperature", sp->temperature);
+    sp->top_k = (int)num(s, "top_k", sp->top_k);
+    sp->top_p = (float)num(s, "top_p", sp->top_p);
+    sp->min_p = (float)num(s, "min_p", 0);
+    sp->presence_penalty = (float)num(s, "presence_penalty", 0);
+    sp->seed = (uint64_t)num(s, "seed", 0);
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s, "greedy"))) sp->temperature = 0;
+    return sp->temperature > 0 ? sampling_validate(sp, err, errlen) : 0;
+}
+
+static bool is_stop(const struct coord *c, int32_t id)
+{
+    if (!c->tok) return false;
+    return id == tok_eos_id(c->tok) || id == tok_im_end_id(c->tok) || id == tok_id_of(c->tok, "<|endoftext|>");
+}
+
+/* What `nebula generate` prints for these ids (the stop token excluded). */
+static char *render_text(const struct coord *c, const int32_t *ids, long long n)
+{
+    size_t cap = 256, len = 0;
+    char *out = malloc(cap), err[128];
+    tok_decoder *dec = NULL;
+    if (!out || (c->tok && tok_decoder_new(c->tok, false, &dec, err, sizeof err))) return free(out), NULL;
+    for (long long i = 0; i <= n; i++) {
+        const char *t = "";
+        size_t tl = 0;
+        char num_buf[16];
+        if (i == n && dec) tok_decoder_flush(dec, &t, &tl);
+        else if (i < n && is_stop(c, ids[i])) continue;
+        else if (i < n && dec && tok_decoder_push(dec, ids[i], &t, &tl, err, sizeof err)) tl = 0;
+        else if (i < n && !dec) tl = (size_t)snprintf(num_buf, sizeof num_buf, "%d ", ids[i]), t = num_buf;
+        while (len + tl + 1 > cap) {
+            char *more = realloc(out, cap *= 2);
+            if (!more) return tok_decoder_free(dec), free(out), NULL;
+            out = more;
+        }
+        memcpy(out + len, t, tl), len += tl;
+    }
+    out[len] = 0;
+    tok_decoder_free(dec);
+    return out;
+}
+
+/* Prefill in chunks, then sample and step until n_predict, a stop token or
+ * the context's end.  *made gets the ids produced. */
+static int run(struct coord *c, struct gen_req *g, int32_t *out, long long budget, long long *made, double *t_prompt,
+               const char **why, char *err, size_t errlen)
+{
+    int64_t V = c->m->hp.n_vocab;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    sampler *smp = sampling_new(&g->sp, (int32_t)V);
+    int rc = !logits || !smp ? nb_errf(err, errlen, NB_ENOMEM, "out of memory") : 0;
+    double t0 = coord_now();
+    if (!rc) rc = step_call(c, STEP_RESET, NULL, 0, NULL, err, errlen);
+    for (size_t at = 0; !rc && at < g->n; at += (size_t)c->chunk) {
+        int nb = (int)(g->n - at < (size_t)c->chunk ? g->n - at : (size_t)c->chunk);
+        rc = step_call(c, STEP_EVAL, g->ids + at, nb, logits, err, errlen);
+    }
+    *t_prompt = coord_now() - t0;
+    *made = 0, *why = "length";
+    while (!rc && *made < budget) {
+        int32_t id = sampling_sample(smp, logits);
+        out[(*made)++] = id;
+        sampling_accept(smp, id);
+        if (is_stop(c, id)) {
+            *why = "stop token";
+            break;
+        }
+        if (*made < budget) rc = step_call(c, STEP_EVAL, &id, 1, logits, err, errlen);
+    }
+    sampling_free(smp);
+    free(logits);
+    return rc;
+}
+
+static cJSON *result_reply(const struct coord *c, const int32_t *out, long long made, size_t n_prompt, double t_prompt,
+                           double t_gen, const char *why, const char *warning)
+{
+    char *text = render_text(c, out, made);
+    if (!text) return error_reply("%s", "out of memory");
+    cJSON *r = ctl_msg("result"), *ids = cJSON_AddArrayToObject(r, "ids"), *t;
+    for (long long i = 0; i < made; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(out[i]));
+    cJSON_AddStringToObject(r, "text", text);
+    cJSON_AddNumberToObject(r, "n_prompt", (double)n_prompt);
+    cJSON_AddStringToObject(r, "stop", why);
+    if (warning) cJSON_AddStringToObject(r, "warning", warning);
+    t = cJSON_AddObjectToObject(r, "timings");
+    cJSON_AddNumberToObject(t, "prompt_s", t_prompt);
+    cJSON_AddNumberToObject(t, "gen_s", t_gen);
+    cJSON_AddNumberToObject(t, "prompt_tok_s", t_prompt > 0 ? (double)n_prompt / t_prompt : 0);
+    cJSON_AddNumberToObject(t, "gen_tok_s", made > 1 && t_gen > 0 ? (double)(made - 1) / t_gen : 0);
+    free(text);
+    return r;
+}
+
+cJSON *coord_generate(struct coord *c, const cJSON *req)
+{
+    char err[1024], warning[160] = "";
+    struct gen_req g = {0};
+    const cJSON *think = cJSON_GetObjectItemCaseSensitive(req, "think");
+    bool th = !cJSON_IsFalse(think);
+    long long n_predict = (long long)num(req, "n", 128);
+    cJSON *reply = NULL;
+    int32_t *out = NULL;
+    if (n_predict < 0 || n_predict > (1 << 24)) return error_reply("%s", "n must be in [0, 16777216]");
+    if (prompt_ids(c, req, th, &g, err, sizeof err) || sampling_from(req, th, &g.sp, err, sizeof err)) goto fail;
+    int64_t ctx = c->m->hp.n_ctx_train > 0 ? c->m->hp.n_ctx_train : 32768;
+    if ((int64_t)g.n >= ctx) {
+        snprintf(err, sizeof err, "the prompt has %zu tokens, the context holds %lld", g.n, (long long)ctx);
+        goto fail;
+    }
+    long long budget = n_predict, made;
+    if ((int64_t)g.n + budget > ctx) {
+        budget = ctx - (int64_t)g.n;
+        snprintf(warning, sizeof warning, "generating at most %lld tokens: the context ends there", budget);
+    }
+    double t_prompt, t0;
+    const char *why;
+    if (!(out = malloc((size_t)(budget + 1) * sizeof *out))) {
+        snprintf(err, sizeof err, "out of memory");
+        goto fail;
+    }
+    /* A generation starts from RESET and a fresh sampler, so running it again
+     * on a restarted gpu-worker gives the same ids: one retry when it died. */
+    for (int attempt = 0;; attempt++) {
+        c->gpu_died = false;
+        if (need_gpu_worker(c, err, sizeof err)) goto fail;
+        t0 = coord_now();
+        if (!run(c, &g, out, budget, &made, &t_prompt, &why, err, sizeof err)) break;
+        if (!c->gpu_died || attempt == 1) goto fail;
+        nb_log("generate: %s; retrying once", err);
+    }
+    reply = result_reply(c, out, made, g.n, t_prompt, coord_now() - t0 - t_prompt, why, warning[0] ? warning : NULL);
+    nb_log("generate: prompt %zu tokens, %lld generated in %.2f s, stop: %s", g.n, made, coord_now() - t0, why);
+    free(out);
+    free(g.ids);
+    return reply;
+fail:
+    nb_log("generate failed: %s", err);
+    free(out);
+    free(g.ids);
+    return error_reply("%s", err);
+}

@@ -1,0 +1,294 @@
+/* main.c — nebula-coordinator: one instance of the pipeline (docs/PIPELINE.md).
+ *
+ * Start-up, in order: the instance (shm_instance_create removes regions of
+ * dead instances first), the runtime directory (0700) with control.sock
+ * (ROUTER, workers) and ctl.sock (REP, nebulactl and `nebula generate
+ * --server`), the regions (`step` and `moe` ring pairs, `stats`), the model's
+ * tokenizer and sizes, then the workers, each configured on its hello.  The
+ * loop serves both sockets and supervises.  shutdown (or SIGINT/SIGTERM)
+ * stops the workers, destroys every region and removes the runtime
+ * directory: nothing stays in /dev/shm. */
+#include "coordinator/coord.h"
+
+#include "core/model/model.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/util/err.h"
+#include "core/util/log.h"
+#include "cpu-moe-worker/moe_proto.h"
+#include "gpu-worker/step_proto.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define MOE_RING_ROWS 64u /* rows per moe message: a prefill chunk goes as several pieces */
+
+static struct coord *the_coord; /* for the signal handlers */
+static void on_stop(int sig) { (void)sig, the_coord->stop = true; }
+static void on_child(int sig) { (void)sig, the_coord->got_sigchld = 1; }
+
+double coord_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int coord_path(char *dst, size_t len, const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    if (a + 1 + b + 1 > len) return NB_EINVAL;
+    memmove(dst, dir, a); /* dir may be dst's own prefix */
+    dst[a] = '/';
+    memcpy(dst + a + 1, name, b + 1);
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: nebula-coordinator --model M.gguf [--prepared DIR] [--runtime DIR] [--threads N]\n"
+               "\n"
+               "Runs one instance of the Nebula pipeline: creates its shared-memory regions and runtime\n"
+               "directory, starts and supervises the workers (binaries next to this one), and serves\n"
+               "requests on RUNDIR/ctl.sock (nebulactl, nebula generate --server RUNDIR).\n"
+               "\n"
+               "  --model FILE     qwen4exp GGUF the gpu-worker runs\n"
+               "  --prepared DIR   output of nebula-prepare: DIR/placement.json says which experts are not\n"
+               "                   VRAM-tier (those go to the cpu-moe-worker); without it every expert is local\n"
+               "  --runtime DIR    runtime directory (created 0700, removed at shutdown); default\n"
+               "                   $XDG_RUNTIME_DIR/nebula/<instance> or /tmp/nebula-<uid>/<instance>\n"
+               "  --threads N      CPU threads of the gpu-worker's backend (default: all cores)\n"
+               "  --chunk N        prefill tokens per step message (default 512)\n");
+}
+
+static int parse(int argc, char **argv, struct coord *c, const char **runtime)
+{
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},   {"prepared", required_argument, 0, 'p'},
+                                         {"runtime", required_argument, 0, 'r'}, {"threads", required_argument, 0, 't'},
+                                         {"chunk", required_argument, 0, 'c'},   {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int ch;
+    c->chunk = 512;
+    while ((ch = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
+        char *end = NULL;
+        switch (ch) {
+        case 'm': c->model_path = optarg; break;
+        case 'p': c->prepared = optarg; break;
+        case 'r': *runtime = optarg; break;
+        case 't': c->threads = (int)strtol(optarg, &end, 10); break;
+        case 'c': c->chunk = (int)strtol(optarg, &end, 10); break;
+        case 'h': usage(stdout); return -1;
+        default: usage(stderr); return 2;
+        }
+        if (end && (*end || c->threads < 0 || c->chunk < 1 || c->chunk > 4096)) {
+            fprintf(stderr, "nebula-coordinator: bad number '%s' (--threads ≥ 0, --chunk in [1, 4096])\n", optarg);
+            return 2;
+        }
+    }
+    if (optind < argc || !c->model_path) {
+        fprintf(stderr, "nebula-coordinator: %s\n", optind < argc ? "unexpected argument" : "--model is required");
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+/* Tier totals of the placement (docs/FILES.md "totals"); all VRAM without one. */
+static int read_tiers(struct coord *c, char *err, size_t errlen)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    if (!c->prepared) {
+        c->tiers.experts[0] = (int64_t)(hp->n_layer + hp->n_nextn) * hp->n_expert;
+        return 0;
+    }
+    if (coord_path(c->placement_path, sizeof c->placement_path, c->prepared, "placement.json"))
+        return nb_errf(err, errlen, NB_EINVAL, "--prepared path too long");
+    FILE *f = fopen(c->placement_path, "rb");
+    if (!f) return nb_errf(err, errlen, NB_ENOENT, "cannot open %s: %s", c->placement_path, strerror(errno));
+    static char buf[1 << 22];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *root = cJSON_Parse(buf), *totals = cJSON_GetObjectItemCaseSensitive(root, "totals");
+    static const char *names[] = {"vram", "ram", "ssd"};
+    int rc = cJSON_IsObject(totals) ? 0 : nb_errf(err, errlen, NB_EFORMAT, "%s: no \"totals\"", c->placement_path);
+    for (int t = 0; !rc && t < 3; t++) {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(totals, names[t]);
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "experts"), *b = cJSON_GetObjectItemCaseSensitive(o, "bytes");
+        if (!cJSON_IsNumber(e) || !cJSON_IsNumber(b))
+            rc = nb_errf(err, errlen, NB_EFORMAT, "%s: totals.%s lacks experts/bytes", c->placement_path, names[t]);
+        else c->tiers.experts[t] = (int64_t)e->valuedouble, c->tiers.bytes[t] = (uint64_t)b->valuedouble;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+static int make_rundir(struct coord *c, const char *runtime, char *err, size_t errlen)
+{
+    if (runtime) {
+        if (strlen(runtime) >= sizeof c->rundir) return nb_errf(err, errlen, NB_EINVAL, "--runtime path too long");
+        memcpy(c->rundir, runtime, strlen(runtime) + 1);
+    } else {
+        const char *xdg = getenv("XDG_RUNTIME_DIR");
+        char base[PATH_MAX];
+        if (xdg && *xdg) snprintf(base, sizeof base, "%s/nebula", xdg);
+        else snprintf(base, sizeof base, "/tmp/nebula-%d", (int)getuid());
+        if (mkdir(base, 0700) && errno != EEXIST) return nb_errf(err, errlen, NB_EIO, "mkdir %s: %s", base, strerror(errno));
+        if (coord_path(c->rundir, sizeof c->rundir, base, shm_instance_id(c->inst)))
+            return nb_errf(err, errlen, NB_EINVAL, "runtime path too long");
+    }
+    if (mkdir(c->rundir, 0700)) return nb_errf(err, errlen, NB_EIO, "cannot create runtime directory %s: %s", c->rundir, strerror(errno));
+    c->rundir_made = true;
+    char ep[PATH_MAX + 16];
+    ctl_endpoint(ep, sizeof ep, c->rundir, "control.sock");
+    int rc = ctl_open(CTL_ROUTER, ep, NULL, &c->router, err, errlen);
+    if (rc) return rc;
+    int one = 1; /* a restarted worker takes its role's identity over at once */
+    zmq_setsockopt(ctl_zmq_socket(c->router), ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+    ctl_endpoint(ep, sizeof ep, c->rundir, "ctl.sock");
+    return ctl_open(CTL_REP, ep, NULL, &c->rep, err, errlen);
+}
+
+struct ring_geometry coord_step_geometry(const struct model *m, int chunk)
+{
+    return (struct ring_geometry){.n_slots = 2, .max_tokens = (uint32_t)chunk, .max_experts = 0,
+                                  .payload_bytes = (uint32_t)step_payload_bytes((uint32_t)chunk, (uint64_t)m->hp.n_vocab)};
+}
+
+static int make_regions(struct coord *c, char *err, size_t errlen)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    struct ring_geometry sg = coord_step_geometry(c->m, c->chunk);
+    struct ring_geometry mg = {.n_slots = 2, .max_tokens = MOE_RING_ROWS, .max_experts = (uint32_t)hp->n_expert_used,
+                               .payload_bytes = (uint32_t)moe_payload_bytes(MOE_RING_ROWS, (uint32_t)hp->n_expert_used,
+                                                                             (uint64_t)hp->n_embd)};
+    uint32_t n_layers = (uint32_t)(hp->n_layer + hp->n_nextn);
+    int rc = shm_region_create(c->inst, "step", ring_pair_bytes(&sg), &c->step_reg, err, errlen);
+    if (!rc) rc = ring_pair_format(&c->step_reg, 0, &sg, err, errlen);
+    if (!rc) rc = ring_pair_attach(&c->step, &c->step_reg, 0, RING_CLIENT, NULL, err, errlen);
+    if (!rc) rc = shm_region_create(c->inst, "moe", ring_pair_bytes(&mg), &c->moe_reg, err, errlen);
+    if (!rc) rc = ring_pair_format(&c->moe_reg, 0, &mg, err, errlen);
+    if (!rc) rc = shm_region_create(c->inst, "stats", shm_stats_bytes(COORD_STATS_BLOCKS, n_layers), &c->stats_reg, err, errlen);
+    if (!rc) rc = shm_stats_format(&c->stats_reg, COORD_STATS_BLOCKS, n_layers, err, errlen);
+    if (!rc) rc = shm_stats_open(&c->stats, &c->stats_reg, err, errlen);
+    return rc;
+}
+
+void coord_tick(struct coord *c, int timeout_ms, bool serve_ctl)
+{
+    zmq_pollitem_t items[2] = {{ctl_zmq_socket(c->router), 0, ZMQ_POLLIN, 0}, {ctl_zmq_socket(c->rep), 0, ZMQ_POLLIN, 0}};
+    char err[256], peer[64];
+    cJSON *msg;
+    if (zmq_poll(items, serve_ctl ? 2 : 1, timeout_ms) > 0) {
+        while (ctl_recv(c->router, 0, peer, sizeof peer, &msg, err, sizeof err) == 0) {
+            coord_on_worker_msg(c, peer, msg);
+            cJSON_Delete(msg);
+        }
+        if (serve_ctl && (items[1].revents & ZMQ_POLLIN)) {
+            cJSON *reply;
+            if (ctl_recv(c->rep, 0, NULL, 0, &msg, err, sizeof err) == 0) {
+                reply = coord_handle_ctl(c, msg);
+                cJSON_Delete(msg);
+            } else { /* a malformed request still gets its one reply: REP must answer */
+                reply = ctl_msg("error");
+                cJSON_AddStringToObject(reply, "message", err);
+            }
+            if (ctl_send(c->rep, NULL, reply, err, sizeof err)) nb_log("cannot reply on ctl.sock: %s", err);
+            cJSON_Delete(reply);
+        }
+    }
+    coord_supervise(c);
+}
+
+/* Removes the runtime directory and what is in it (sockets, logs). */
+static void remove_rundir(struct coord *c)
+{
+    DIR *d = opendir(c->rundir);
+    struct dirent *e;
+    char path[PATH_MAX * 2];
+    while (d && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(path, sizeof path, "%s/%s", c->rundir, e->d_name);
+        if (unlink(path)) nb_log("cannot remove %s: %s", path, strerror(errno));
+    }
+    if (d) closedir(d);
+    if (rmdir(c->rundir)) nb_log("cannot remove %s: %s", c->rundir, strerror(errno));
+}
+
+static void teardown(struct coord *c)
+{
+    char err[256];
+    coord_stop_workers(c);
+    ring_pair_detach(&c->step);
+    shm_stats_close(c->stats);
+    struct shm_region *regs[] = {&c->step_reg, &c->moe_reg, &c->stats_reg};
+    for (int i = 0; i < 3; i++)
+        if (regs[i]->base) shm_region_close(regs[i]);
+    if (c->inst && shm_instance_destroy(c->inst, err, sizeof err)) nb_log("removing the regions: %s", err);
+    ctl_close(c->router);
+    ctl_close(c->rep);
+    ctl_term(); /* delivers the last reply (shutdown's) */
+    if (c->rundir_made) remove_rundir(c);
+    if (c->tok) tok_free(c->tok);
+    if (c->m) model_close(c->m);
+}
+
+static int start(struct coord *c, const char *runtime, char *err, size_t errlen)
+{
+    int n_stale = 0, rc;
+    if ((rc = model_open(c->model_path, &c->m, err, errlen))) return rc;
+    if (gguf_find_key(c->m->gguf, "tokenizer.ggml.tokens") >= 0 && (rc = tok_load_gguf(c->m->gguf, &c->tok, err, errlen)))
+        return rc;
+    if ((rc = read_tiers(c, err, errlen))) return rc;
+    if ((rc = shm_instance_create(&c->inst, &n_stale, err, errlen))) return rc;
+    if (n_stale) nb_log("removed %d stale shared-memory objects of dead instances", n_stale);
+    if ((rc = make_rundir(c, runtime, err, errlen))) return rc;
+    if ((rc = make_regions(c, err, errlen))) return rc;
+    if ((rc = coord_workers_init(c, err, errlen))) return rc;
+    for (int i = 0; i < c->n_workers; i++)
+        if ((rc = coord_spawn(c, &c->w[i]))) return nb_errf(err, errlen, rc, "cannot start %s", c->w[i].role);
+    return coord_wait_ready(c, COORD_READY_TIMEOUT_S, err, errlen);
+}
+
+int main(int argc, char **argv)
+{
+    nb_log_set_name("coordinator");
+    static struct coord c;
+    const char *runtime = NULL;
+    int rc = parse(argc, argv, &c, &runtime);
+    if (rc) return rc < 0 ? 0 : rc;
+    char exe[PATH_MAX], err[1024];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        fprintf(stderr, "nebula-coordinator: cannot find its own executable: %s\n", strerror(errno));
+        return 1;
+    }
+    exe[n] = 0;
+    const char *dir = dirname(exe);
+    memcpy(c.exe_dir, dir, strlen(dir) + 1); /* shorter than exe, which fits */
+    the_coord = &c;
+    c.t_start = coord_now();
+    struct sigaction sa = {.sa_handler = on_stop}, sc = {.sa_handler = on_child, .sa_flags = SA_NOCLDSTOP};
+    sigaction(SIGINT, &sa, NULL), sigaction(SIGTERM, &sa, NULL), sigaction(SIGCHLD, &sc, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if ((rc = start(&c, runtime, err, sizeof err))) {
+        nb_log("cannot start: %s", err);
+        teardown(&c);
+        return rc == NB_EINVAL || rc == NB_ENOENT || rc == NB_EFORMAT ? 2 : 1;
+    }
+    nb_log("instance %s ready: %s (ctl.sock), %d workers", shm_instance_id(c.inst), c.rundir, c.n_workers);
+    while (!c.stop) coord_tick(&c, 100, true);
+    nb_log("shutting down");
+    teardown(&c);
+    nb_log("stopped");
+    return 0;
+}

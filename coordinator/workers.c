@@ -1,0 +1,249 @@
+/* workers.c — the coordinator's worker supervision.
+ *
+ * Each worker is a binary next to the coordinator's own executable, started
+ * with fork+exec (stdout/stderr appended to RUNDIR/<role>.log, and
+ * PR_SET_PDEATHSIG so it never outlives a crashed coordinator).  Its life:
+ * STARTING (spawned, waiting for hello) → CONFIGURING (configure sent) →
+ * READY (ready received, heartbeats expected every second).  A worker whose
+ * pid is reaped, or that misses heartbeats for COORD_HEARTBEAT_MISS_S while
+ * it is not busy for us, is killed if needed and started again with the same
+ * argv; its hello gets the same configure.  A worker that fails to become
+ * ready COORD_MAX_FAILED_STARTS times in a row is marked FAILED (its log
+ * says why) instead of being restarted forever. */
+#include "coordinator/coord.h"
+
+#include "core/util/err.h"
+#include "core/util/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+const char *coord_wstate_name(enum coord_wstate s)
+{
+    static const char *names[] = {"down", "starting", "configuring", "ready", "failed"};
+    return names[s];
+}
+
+struct coord_worker *coord_worker_by_role(struct coord *c, const char *role)
+{
+    for (int i = 0; i < c->n_workers; i++)
+        if (!strcmp(c->w[i].role, role)) return &c->w[i];
+    return NULL;
+}
+
+static int add_worker(struct coord *c, const char *role, const char *binary, uint32_t block, char *err, size_t errlen)
+{
+    struct coord_worker *w = &c->w[c->n_workers++];
+    memset(w, 0, sizeof *w);
+    w->role = role, w->stats_block = block, w->state = W_DOWN;
+    char log_name[64];
+    snprintf(log_name, sizeof log_name, "%s.log", role);
+    if (coord_path(w->binary, sizeof w->binary, c->exe_dir, binary) ||
+        coord_path(w->log_path, sizeof w->log_path, c->rundir, log_name))
+        return nb_errf(err, errlen, NB_EINVAL, "path of %s too long", role);
+    if (access(w->binary, X_OK))
+        return nb_errf(err, errlen, NB_ENOENT, "%s is needed (%s) but %s is not there", binary,
+                       block == 0 ? "it runs the model" : "the placement puts experts outside VRAM", w->binary);
+    return 0;
+}
+
+/* The gpu-worker always; the cpu-moe-worker when experts live in RAM or on
+ * SSD; the pager when some live on SSD. */
+int coord_workers_init(struct coord *c, char *err, size_t errlen)
+{
+    int rc = add_worker(c, "gpu-worker", "nebula-gpu-worker", 0, err, errlen);
+    if (!rc && c->tiers.experts[1] + c->tiers.experts[2] > 0)
+        rc = add_worker(c, "cpu-moe-worker", "nebula-cpu-moe-worker", 1, err, errlen);
+    if (!rc && c->tiers.experts[2] > 0) rc = add_worker(c, "ssd-pager", "nebula-ssd-pager", 2, err, errlen);
+    return rc;
+}
+
+int coord_spawn(struct coord *c, struct coord_worker *w)
+{
+    char endpoint[PATH_MAX + 16];
+    ctl_endpoint(endpoint, sizeof endpoint, c->rundir, "control.sock");
+    pid_t parent = getpid(), pid = fork();
+    if (pid < 0) {
+        nb_log("cannot fork for %s: %s", w->role, strerror(errno));
+        return NB_EIO;
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127); /* the coordinator died before prctl */
+        int fd = open(w->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull >= 0) dup2(devnull, 0);
+        char *argv[] = {w->binary, "--control", endpoint, NULL};
+        execv(w->binary, argv);
+        fprintf(stderr, "cannot exec %s: %s\n", w->binary, strerror(errno));
+        _exit(127);
+    }
+    w->pid = pid, w->state = W_STARTING;
+    w->started_at = w->last_beat = coord_now();
+    nb_log("started %s (pid %d, log %s)", w->role, (int)pid, w->log_path);
+    return 0;
+}
+
+static void send_configure(struct coord *c, struct coord_worker *w)
+{
+    char err[256];
+    cJSON *m = ctl_msg("configure");
+    cJSON_AddStringToObject(m, "instance", shm_instance_id(c->inst));
+    cJSON_AddStringToObject(m, "model", c->model_path);
+    cJSON_AddStringToObject(m, "prepared", c->prepared ? c->prepared : "");
+    cJSON_AddStringToObject(m, "placement", c->placement_path);
+    cJSON_AddNumberToObject(m, "threads", c->threads);
+    cJSON_AddNumberToObject(m, "stats_worker", w->stats_block);
+    /* Regions by name and size; each ring pair at offset 0 of the region of
+     * its name; staging slots (none until the pager side is wired). */
+    cJSON *regions = cJSON_AddObjectToObject(m, "regions"), *rings = cJSON_AddObjectToObject(m, "rings");
+    const struct shm_region *regs[] = {&c->step_reg, &c->moe_reg, &c->stats_reg};
+    const char *names[] = {"step", "moe", "stats"};
+    for (int i = 0; i < 3; i++)
+        if (regs[i]->base) cJSON_AddNumberToObject(regions, names[i], (double)regs[i]->bytes);
+    cJSON_AddNumberToObject(rings, "step", 0);
+    cJSON_AddNumberToObject(rings, "moe", 0);
+    cJSON_AddNumberToObject(rings, "pager", 0);
+    cJSON *st = cJSON_AddObjectToObject(m, "staging");
+    cJSON_AddNumberToObject(st, "slot_bytes", 0);
+    cJSON_AddNumberToObject(st, "slots", 0);
+    cJSON_AddNumberToObject(st, "first", 0);
+    cJSON_AddNumberToObject(st, "count", 0);
+    if (ctl_send(c->router, w->role, m, err, sizeof err)) nb_log("cannot configure %s: %s", w->role, err);
+    cJSON_Delete(m);
+}
+
+void coord_on_worker_msg(struct coord *c, const char *peer, const cJSON *msg)
+{
+    struct coord_worker *w = coord_worker_by_role(c, peer);
+    const char *t = ctl_type(msg);
+    if (!w) {
+        nb_log("message '%s' from unknown peer '%s' ignored", t, peer);
+        return;
+    }
+    w->last_beat = coord_now();
+    if (!strcmp(t, "hello")) {
+        const cJSON *pid = cJSON_GetObjectItemCaseSensitive(msg, "pid");
+        if (cJSON_IsNumber(pid) && (pid_t)pid->valueint != w->pid) {
+            nb_log("hello from %s pid %d, expected %d: ignored", peer, pid->valueint, (int)w->pid);
+            return;
+        }
+        send_configure(c, w);
+        w->state = W_CONFIGURING;
+    } else if (!strcmp(t, "ready")) {
+        if (w->state != W_READY) nb_log("%s ready (pid %d, %.2f s after start)", peer, (int)w->pid, coord_now() - w->started_at);
+        w->state = W_READY, w->failed_starts = 0;
+    } else if (!strcmp(t, "error")) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(msg, "message");
+        nb_log("%s reports an error: %s", peer, cJSON_IsString(m) ? m->valuestring : "(no message)");
+    } else if (strcmp(t, "heartbeat")) {
+        nb_log("unexpected '%s' from %s", t, peer);
+    }
+}
+
+/* Reaps every child that exited; marks its worker down. */
+static void reap(struct coord *c)
+{
+    int status;
+    pid_t pid;
+    c->got_sigchld = 0;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (int i = 0; i < c->n_workers; i++) {
+            struct coord_worker *w = &c->w[i];
+            if (w->pid != pid) continue;
+            if (WIFSIGNALED(status)) nb_log("%s (pid %d) killed by signal %d", w->role, (int)pid, WTERMSIG(status));
+            else nb_log("%s (pid %d) exited with status %d", w->role, (int)pid, WEXITSTATUS(status));
+            if (w->state != W_READY) w->failed_starts++;
+            w->pid = 0, w->state = w->failed_starts >= COORD_MAX_FAILED_STARTS ? W_FAILED : W_DOWN;
+            w->down_since = coord_now();
+            if (w->state == W_FAILED) nb_log("%s failed %d starts in a row: giving up (see %s)", w->role, w->failed_starts, w->log_path);
+        }
+    }
+}
+
+void coord_supervise(struct coord *c)
+{
+    reap(c);
+    double now = coord_now();
+    for (int i = 0; i < c->n_workers && !c->stop; i++) {
+        struct coord_worker *w = &c->w[i];
+        bool busy = c->step_in_flight && w->stats_block == 0;
+        if (w->state == W_DOWN && now - w->down_since >= 0.2 * (1 + w->failed_starts)) {
+            w->restarts += w->started_at > 0;
+            coord_spawn(c, w);
+        } else if (w->pid > 0 && !busy && w->state != W_STARTING && now - w->last_beat > COORD_HEARTBEAT_MISS_S) {
+            nb_log("%s (pid %d) missed heartbeats for %.1f s: killing it", w->role, (int)w->pid, now - w->last_beat);
+            kill(w->pid, SIGKILL);
+            w->last_beat = now; /* reaped on a later tick */
+        } else if (w->state == W_STARTING && now - w->started_at > COORD_READY_TIMEOUT_S) {
+            nb_log("%s (pid %d) sent no hello in %.0f s: killing it", w->role, (int)w->pid, COORD_READY_TIMEOUT_S);
+            kill(w->pid, SIGKILL);
+            w->started_at = now;
+        }
+    }
+}
+
+int coord_wait_ready(struct coord *c, double timeout_s, char *err, size_t errlen)
+{
+    double t0 = coord_now();
+    for (;;) {
+        int ready = 0;
+        for (int i = 0; i < c->n_workers; i++) {
+            if (c->w[i].state == W_FAILED)
+                return nb_errf(err, errlen, NB_EIO, "%s cannot start (see %s)", c->w[i].role, c->w[i].log_path);
+            ready += c->w[i].state == W_READY;
+        }
+        if (ready == c->n_workers) return 0;
+        if (coord_now() - t0 > timeout_s) return nb_errf(err, errlen, NB_EIO, "workers not ready after %.0f s", timeout_s);
+        coord_tick(c, 50, false);
+    }
+}
+
+void coord_restart(struct coord *c, struct coord_worker *w)
+{
+    (void)c;
+    if (w->pid > 0) {
+        nb_log("restarting %s (pid %d) on request", w->role, (int)w->pid);
+        kill(w->pid, SIGKILL);
+    }
+    if (w->state == W_FAILED) w->state = W_DOWN, w->failed_starts = 0;
+}
+
+/* shutdown to each, 3 s to exit, then SIGKILL; every child reaped. */
+void coord_stop_workers(struct coord *c)
+{
+    char err[256];
+    cJSON *m = ctl_msg("shutdown");
+    for (int i = 0; i < c->n_workers; i++)
+        if (c->w[i].pid > 0) ctl_send(c->router, c->w[i].role, m, err, sizeof err);
+    cJSON_Delete(m);
+    double t0 = coord_now();
+    for (;;) {
+        int alive = 0;
+        for (int i = 0; i < c->n_workers; i++) {
+            struct coord_worker *w = &c->w[i];
+            if (w->pid <= 0) continue;
+            int status;
+            if (waitpid(w->pid, &status, WNOHANG) == w->pid) {
+                nb_log("%s (pid %d) stopped", w->role, (int)w->pid);
+                w->pid = 0, w->state = W_DOWN;
+            } else if (coord_now() - t0 > 3.0) {
+                kill(w->pid, SIGKILL);
+                waitpid(w->pid, &status, 0);
+                nb_log("%s (pid %d) killed: it did not stop in 3 s", w->role, (int)w->pid);
+                w->pid = 0, w->state = W_DOWN;
+            } else {
+                alive++;
+            }
+        }
+        if (!alive) return;
+        usleep(20000);
+    }
+}

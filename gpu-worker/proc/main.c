@@ -1,0 +1,296 @@
+/* main.c — nebula-gpu-worker: the process around a gpu-worker backend.
+ *
+ * Started by the coordinator with the control endpoint; everything else comes
+ * in the configure message (docs/PIPELINE.md): hello → configure → ready, then
+ * a heartbeat every second.  It serves the `step` ring (EVAL: tokens → logits
+ * of the last row; RESET) with one sequence, and, when the placement leaves
+ * experts outside the VRAM tier, installs the remote hook that sends them to
+ * the cpu-moe-worker over the `moe` ring (remote.c).  One thread: it waits on
+ * the step ring in short slices and looks at the control socket in between,
+ * so a heartbeat is late only while an eval runs (the coordinator, which is
+ * waiting for that eval, knows). */
+#include "core/ctl/ctl.h"
+#include "core/model/model.h"
+#include "core/util/err.h"
+#include "core/util/log.h"
+#include "gpu-worker/proc/gw_proc.h"
+#include "gpu-worker/step_proto.h"
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ROLE "gpu-worker"
+#define STATS_KIND_GPU 1u
+
+struct gwp {
+    ctl_sock *ctl;
+    struct model *m;
+    gw_backend *be;
+    gw_seq *seq;
+    uint8_t *local;
+    struct shm_region step_reg, moe_reg, stats_reg;
+    struct ring_pair step;
+    struct gwp_moe_client moe;
+    bool have_moe;
+    shm_stats *stats;
+    uint32_t block;
+    uint64_t layer_t0; /* per-layer timing through the layer tap */
+};
+
+static volatile sig_atomic_t stop_requested;
+static void on_signal(int sig) { (void)sig, stop_requested = 1; }
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: nebula-gpu-worker --control ENDPOINT\n"
+               "\n"
+               "A worker of the Nebula pipeline, started by nebula-coordinator: it connects to the\n"
+               "coordinator's control socket (ipc://RUNDIR/control.sock), says hello and waits for\n"
+               "its configuration (model, placement, shared-memory regions).  Not run by hand.\n");
+}
+
+static int send_simple(struct gwp *w, const char *type, const char *message)
+{
+    char err[256];
+    cJSON *m = ctl_msg(type);
+    cJSON_AddStringToObject(m, "role", ROLE);
+    if (message) cJSON_AddStringToObject(m, "message", message);
+    if (!strcmp(type, "hello")) {
+        cJSON_AddNumberToObject(m, "pid", getpid());
+        cJSON_AddNumberToObject(m, "version", CTL_PROTOCOL_VERSION);
+    }
+    if (!strcmp(type, "heartbeat")) cJSON_AddNumberToObject(m, "t", (double)now_ns() / 1e9);
+    int rc = ctl_send(w->ctl, NULL, m, err, sizeof err);
+    cJSON_Delete(m);
+    if (rc) nb_log("cannot send %s: %s", type, err);
+    return rc;
+}
+
+/* ---- taps: hits/misses against the placement, time per layer ---- */
+
+static void route_tap(void *ctx, int layer, int n_tokens, int k, const int32_t *experts, const float *weights)
+{
+    struct gwp *w = ctx;
+    (void)weights;
+    uint64_t hits = 0, n = (uint64_t)n_tokens * (uint64_t)k;
+    for (uint64_t i = 0; i < n; i++) hits += w->local[(size_t)layer * (size_t)w->m->hp.n_expert + (size_t)experts[i]];
+    shm_stats_add(w->stats, w->block, SHM_STAT_EXPERT_HITS, hits);
+    shm_stats_add(w->stats, w->block, SHM_STAT_EXPERT_MISSES, n - hits);
+}
+
+static void layer_tap(void *ctx, int layer, int n_tokens, const float *wide)
+{
+    struct gwp *w = ctx;
+    (void)n_tokens, (void)wide;
+    uint64_t t = now_ns();
+    shm_stats_add_layer(w->stats, w->block, (uint32_t)layer, t - w->layer_t0);
+    w->layer_t0 = t;
+}
+
+/* ---- configure ---- */
+
+static const char *str_field(const cJSON *m, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, name);
+    return cJSON_IsString(v) && v->valuestring[0] ? v->valuestring : NULL;
+}
+
+static int open_regions(struct gwp *w, const char *inst, int64_t n_remote, char *err, size_t errlen)
+{
+    int rc = shm_region_open(inst, "step", &w->step_reg, err, errlen);
+    if (!rc) rc = ring_pair_attach(&w->step, &w->step_reg, 0, RING_SERVER, NULL, err, errlen);
+    if (!rc) rc = shm_region_open(inst, "stats", &w->stats_reg, err, errlen);
+    if (!rc) rc = shm_stats_open(&w->stats, &w->stats_reg, err, errlen);
+    if (!rc) rc = shm_stats_claim(w->stats, w->block, ROLE, STATS_KIND_GPU, err, errlen);
+    if (rc || n_remote == 0) return rc;
+    if ((rc = shm_region_open(inst, "moe", &w->moe_reg, err, errlen))) return rc;
+    if ((rc = gwp_moe_client_open(&w->moe, &w->moe_reg, w->m, err, errlen))) return rc;
+    w->have_moe = true;
+    w->moe.stats = w->stats, w->moe.stats_block = w->block;
+    struct gw_moe_remote r = {.local = w->local, .fn = gwp_moe_remote, .ctx = &w->moe};
+    return gw_backend_set_moe_remote(w->be, &r, err, errlen);
+}
+
+static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
+{
+    const char *inst = str_field(msg, "instance"), *model = str_field(msg, "model");
+    const char *placement = str_field(msg, "placement");
+    const cJSON *threads = cJSON_GetObjectItemCaseSensitive(msg, "threads");
+    const cJSON *block = cJSON_GetObjectItemCaseSensitive(msg, "stats_worker");
+    if (!inst || !model || !cJSON_IsNumber(block))
+        return nb_errf(err, errlen, NB_EINVAL, "configure lacks instance, model or stats_worker");
+    w->block = (uint32_t)block->valueint;
+    int rc = model_open(model, &w->m, err, errlen);
+    if (rc) return rc;
+    struct gw_backend_params bp = {.kind = "cpu", .n_threads = cJSON_IsNumber(threads) ? threads->valueint : 0};
+    int64_t n_remote = 0;
+    if ((rc = gw_backend_create(w->m, &bp, &w->be, err, errlen))) return rc;
+    if ((rc = gw_seq_create(w->be, &w->seq, err, errlen))) return rc;
+    if ((rc = gwp_placement_local(placement, w->m, &w->local, &n_remote, err, errlen))) return rc;
+    if ((rc = open_regions(w, inst, n_remote, err, errlen))) return rc;
+    nb_log("configured: model %s, %lld experts remote%s, %d threads", model, (long long)n_remote,
+           placement ? "" : " (no placement: all local)", bp.n_threads);
+    return 0;
+}
+
+/* ---- the step server ---- */
+
+/* Serves one request into the reserved response slot. */
+static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slot *resp, char *err, size_t errlen)
+{
+    uint32_t op = req->hdr->layer, n = req->hdr->n_tokens;
+    resp->hdr->n_tokens = 0, resp->hdr->payload_bytes = 0;
+    if (op == STEP_RESET) {
+        gw_seq_reset(w->seq);
+        return 0;
+    }
+    if (op != STEP_EVAL || n == 0 || req->hdr->payload_bytes < n * 4)
+        return nb_errf(err, errlen, NB_EINVAL, "bad step request (op %u, %u tokens)", op, n);
+    const int32_t *ids = req->payload;
+    for (uint32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= w->m->hp.n_vocab) return nb_errf(err, errlen, NB_EINVAL, "token %d out of vocabulary", ids[i]);
+    struct gw_eval_args a = {.tokens = ids, .n_tokens = (int)n, .logits_rows = GW_ROWS_LAST, .logits = resp->payload,
+                             .tap = layer_tap, .tap_ctx = w, .route_tap = route_tap, .route_ctx = w};
+    uint64_t t0 = now_ns();
+    w->layer_t0 = t0;
+    int rc = gw_eval(w->seq, &a, err, errlen);
+    shm_stats_add(w->stats, w->block, SHM_STAT_BUSY_NS, now_ns() - t0);
+    shm_stats_add(w->stats, w->block, SHM_STAT_TOKENS, n);
+    if (rc) return rc;
+    resp->hdr->n_tokens = 1, resp->hdr->payload_bytes = (uint32_t)(w->m->hp.n_vocab * 4);
+    return 0;
+}
+
+/* Waits up to 100 ms for a request and answers it.  SHM_EPEER: the coordinator is gone. */
+static int step_poll(struct gwp *w)
+{
+    char err[STEP_ERR_BYTES];
+    struct ring_slot req, resp;
+    int rc = ring_wait(w->step.req, &req, 100000000ull, err, sizeof err);
+    if (rc == SHM_ETIMEDOUT) return 0;
+    if (rc) return rc;
+    if ((rc = ring_reserve(w->step.resp, &resp, RING_FOREVER, err, sizeof err))) return rc;
+    resp.hdr->tag = req.hdr->tag, resp.hdr->flags = 0, resp.hdr->layer = req.hdr->layer;
+    resp.hdr->n_experts = 0;
+    if (serve_one(w, &req, &resp, err, sizeof err)) {
+        nb_log("step %llu failed: %s", (unsigned long long)req.hdr->tag, err);
+        shm_stats_add(w->stats, w->block, SHM_STAT_ERRORS, 1);
+        snprintf(resp.payload, STEP_ERR_BYTES, "%s", err);
+        resp.hdr->flags = RING_FLAG_ERROR, resp.hdr->n_tokens = 0;
+        resp.hdr->payload_bytes = (uint32_t)strlen(err) + 1;
+    }
+    shm_stats_add(w->stats, w->block, SHM_STAT_STEPS, 1);
+    shm_stats_add(w->stats, w->block, SHM_STAT_RING_MESSAGES, 2);
+    if ((rc = ring_release(w->step.req, err, sizeof err)) || (rc = ring_publish(w->step.resp, err, sizeof err)))
+        nb_log("step ring: %s", err);
+    return rc;
+}
+
+/* Control messages waiting now; returns 1 on shutdown. */
+static int control_poll(struct gwp *w, int timeout_ms)
+{
+    cJSON *m;
+    char err[256];
+    while (ctl_recv(w->ctl, timeout_ms, NULL, 0, &m, err, sizeof err) == 0) {
+        const char *t = ctl_type(m);
+        int stop = !strcmp(t, "shutdown");
+        if (!strcmp(t, "configure")) send_simple(w, "ready", NULL); /* already configured: a resend */
+        else if (!strcmp(t, "reset")) gw_seq_reset(w->seq);
+        cJSON_Delete(m);
+        if (stop) return 1;
+        timeout_ms = 0;
+    }
+    return 0;
+}
+
+static int serve(struct gwp *w)
+{
+    uint64_t last_beat = 0;
+    while (!stop_requested) {
+        if (now_ns() - last_beat >= 1000000000ull) send_simple(w, "heartbeat", NULL), last_beat = now_ns();
+        if (control_poll(w, 0)) {
+            nb_log("shutdown requested");
+            return 0;
+        }
+        int rc = step_poll(w);
+        if (rc == SHM_EPEER) {
+            nb_log("the coordinator left the step ring: exiting");
+            return 1;
+        }
+        if (rc) return 1;
+    }
+    nb_log("signal: exiting");
+    return 0;
+}
+
+/* hello, then wait for configure (30 s). */
+static int handshake(struct gwp *w)
+{
+    char err[1024];
+    cJSON *m = NULL;
+    if (send_simple(w, "hello", NULL)) return 1;
+    for (int waited = 0; waited < 30 && !stop_requested; waited++) {
+        if (ctl_recv(w->ctl, 1000, NULL, 0, &m, err, sizeof err)) continue;
+        int is_conf = !strcmp(ctl_type(m), "configure"), rc = 0;
+        if (is_conf && (rc = configure(w, m, err, sizeof err))) {
+            nb_log("configure failed: %s", err);
+            send_simple(w, "error", err);
+        }
+        cJSON_Delete(m);
+        if (is_conf) return rc ? 1 : send_simple(w, "ready", NULL);
+    }
+    nb_log("no configure message within 30 s");
+    return 1;
+}
+
+static void teardown(struct gwp *w)
+{
+    ring_pair_detach(&w->step);
+    if (w->have_moe) gwp_moe_client_close(&w->moe);
+    shm_stats_close(w->stats);
+    if (w->stats_reg.base) shm_region_close(&w->stats_reg);
+    if (w->step_reg.base) shm_region_close(&w->step_reg);
+    if (w->moe_reg.base) shm_region_close(&w->moe_reg);
+    if (w->seq) gw_seq_free(w->seq);
+    if (w->be) gw_backend_free(w->be);
+    if (w->m) model_close(w->m);
+    free(w->local);
+    ctl_close(w->ctl);
+    ctl_term();
+}
+
+int main(int argc, char **argv)
+{
+    nb_log_set_name(ROLE);
+    const char *endpoint = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
+        if (!strcmp(argv[i], "--control") && i + 1 < argc) endpoint = argv[++i];
+        else return usage(stderr), 2;
+    }
+    if (!endpoint) return usage(stderr), 2;
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGTERM, &sa, NULL), sigaction(SIGINT, &sa, NULL);
+    struct gwp w = {0};
+    char err[512];
+    if (ctl_open(CTL_DEALER, endpoint, ROLE, &w.ctl, err, sizeof err)) {
+        nb_log("cannot connect to %s: %s", endpoint, err);
+        return 1;
+    }
+    int rc = handshake(&w);
+    if (!rc) nb_log("ready (pid %d)", (int)getpid()), rc = serve(&w);
+    teardown(&w);
+    return rc;
+}

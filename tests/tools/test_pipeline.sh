@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The multi-process pipeline on tiny-a (f32) with an all-VRAM placement:
+# nebula-coordinator + nebula-gpu-worker, driven by `nebula generate --server`
+# and nebulactl.  Greedy ids equal the fixture's and the single-process CLI's
+# output bit for bit; status shows the worker; a worker killed with -9 is
+# restarted and the next request (even one sent at once) succeeds; shutdown
+# leaves no process, no /dev/shm object and no runtime directory.  Whatever
+# happens, the trap kills the processes this test started (by pid) and
+# removes the instance's /dev/shm objects.
+set -u
+BUILD=${BUILD:-build}
+bin=$BUILD/bin
+tmp=$(mktemp -d)
+run=$tmp/run
+coord_pid= inst=
+cleanup() {
+    local p
+    for p in $(cat "$tmp/pids" 2>/dev/null) $coord_pid; do kill -9 "$p" 2>/dev/null; done
+    [ -n "$coord_pid" ] && wait "$coord_pid" 2>/dev/null
+    [ -n "$inst" ] && rm -f /dev/shm/nebula-"$inst"-*
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail=0 n=0
+ok() { n=$((n + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); n=$((n + 1)); }
+ctl() { "$bin/nebulactl" --runtime "$run" "$@"; }
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+# Worker pids, remembered for the cleanup.
+note_pids() { ctl --json status 2>/dev/null | json "' '.join(str(w['pid']) for w in d['workers'])" >>"$tmp/pids"; }
+# Waits (15 s) until every worker is ready and the gpu-worker's pid is not $1.
+wait_ready() {
+    for _ in $(seq 150); do
+        ctl --json status 2>/dev/null | json "all(w['state'] == 'ready' for w in d['workers']) and str(d['workers'][0]['pid']) != '$1' or sys.exit(1)" \
+            >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+fx=tests/fixtures/tiny-a
+"$bin/nebula-convert" "$fx" "$tmp/a.gguf" --type f32 -q || { echo "FAIL: convert"; exit 1; }
+prefix=$(grep -o '"prefix_len": *[0-9]*' "$fx/manifest.json" | grep -o '[0-9]*$')
+tr -s ' \n' '\n' <"$fx/tokens.txt" | head -n "$prefix" >"$tmp/prefix.txt"
+want=$(echo $(cat "$fx/greedy.txt"))
+
+# An all-VRAM placement (docs/FILES.md) for tiny-a: 4 layers x 8 experts.
+mkdir -p "$tmp/prep"
+python3 - "$tmp/prep/placement.json" <<'PY'
+import json, sys
+layers = [{"layer": l, "mtp": False, "blob_bytes": 0, "vram": list(range(8)), "ram": [], "ssd": []} for l in range(4)]
+tot = {"vram": {"experts": 32, "bytes": 0}, "ram": {"experts": 0, "bytes": 0}, "ssd": {"experts": 0, "bytes": 0}}
+json.dump({"format": "nebula.placement/1", "totals": tot, "layers": layers}, open(sys.argv[1], "w"))
+PY
+
+# No coordinator yet: clear errors.
+"$bin/nebulactl" --runtime "$run" status >/dev/null 2>"$tmp/e"; rc=$?
+[ $rc -eq 1 ] && grep -q "no coordinator" "$tmp/e" && ok || bad "nebulactl without coordinator: exit $rc, '$(cat "$tmp/e")'"
+"$bin/nebula" generate --server "$run" --tokens-file "$tmp/prefix.txt" >/dev/null 2>"$tmp/e"
+grep -q "no coordinator" "$tmp/e" && ok || bad "generate --server without coordinator: '$(cat "$tmp/e")'"
+"$bin/nebula-coordinator" --help | grep -q -- "--prepared" && ok || bad "coordinator --help"
+"$bin/nebula-gpu-worker" --help | grep -q -- "--control" && ok || bad "gpu-worker --help"
+
+"$bin/nebula-coordinator" --model "$tmp/a.gguf" --prepared "$tmp/prep" --runtime "$run" --threads 2 2>"$tmp/coord.log" &
+coord_pid=$!
+for _ in $(seq 100); do [ -S "$run/ctl.sock" ] && break; sleep 0.1; done
+wait_ready none && ok || bad "workers not ready: $(cat "$tmp/coord.log")"
+inst=$(ctl --json status | json "d['instance']")
+note_pids
+[ "$(stat -c %a "$run")" = 700 ] && ok || bad "runtime directory mode $(stat -c %a "$run")"
+ctl status >"$tmp/status" && grep -q "^gpu-worker .* ready" "$tmp/status" && ok || bad "status: $(cat "$tmp/status")"
+grep -q "vram 32 experts" "$tmp/status" && ok || bad "status tiers: $(cat "$tmp/status")"
+
+gen() { "$bin/nebula" generate --server "$run" --tokens-file "$tmp/prefix.txt" --greedy -n 32 --print-ids 2>>"$tmp/gen.err"; }
+"$bin/nebula" generate -m "$tmp/a.gguf" --tokens-file "$tmp/prefix.txt" --greedy -n 32 --print-ids >"$tmp/local.out" 2>/dev/null
+gen >"$tmp/server.out" && ok || bad "generate --server: $(tail -2 "$tmp/gen.err")"
+[ "$(tail -n 1 "$tmp/server.out")" = "$want" ] && ok || bad "server greedy ids differ from greedy.txt:
+  got  $(tail -n 1 "$tmp/server.out")
+  want $want"
+cmp -s "$tmp/server.out" "$tmp/local.out" && ok || bad "server output differs from the single process's"
+# A chat turn with sampling: tokenizer, template and sampler in the coordinator.
+"$bin/nebula" generate -m "$tmp/a.gguf" --chat Hello -n 12 --seed 7 --temp 0.8 --print-ids >"$tmp/l2" 2>/dev/null
+"$bin/nebula" generate --server "$run" --chat Hello -n 12 --seed 7 --temp 0.8 --print-ids >"$tmp/s2" 2>/dev/null
+cmp -s "$tmp/l2" "$tmp/s2" && ok || bad "sampled chat differs: $(tail -1 "$tmp/s2") vs $(tail -1 "$tmp/l2")"
+ctl stats | grep -q "tokens" && ok || bad "stats"
+ctl profile gpu-worker | grep -qE "^ +3 +[1-9]" && ok || bad "profile: no time for layer 3: $(ctl profile gpu-worker)"
+ctl profile nobody >/dev/null 2>&1 && bad "profile of an unknown worker succeeded" || ok
+
+# kill -9: restarted, the next request succeeds (waiting for it, and sent at once).
+old=$(ctl --json status | json "d['workers'][0]['pid']")
+kill -9 "$old"
+wait_ready "$old" && ok || bad "gpu-worker not restarted after kill -9: $(tail -5 "$tmp/coord.log")"
+note_pids
+gen >"$tmp/after.out" && cmp -s "$tmp/after.out" "$tmp/local.out" && ok || bad "request after restart: $(tail -2 "$tmp/gen.err")"
+old=$(ctl --json status | json "d['workers'][0]['pid']")
+kill -9 "$old"
+gen >"$tmp/at-once.out" && cmp -s "$tmp/at-once.out" "$tmp/local.out" && ok || bad "request right after kill -9: $(tail -2 "$tmp/gen.err")"
+note_pids
+[ "$(ctl --json status | json "d['workers'][0]['restarts']")" -ge 2 ] && ok || bad "restarts not counted"
+old=$(ctl --json status | json "d['workers'][0]['pid']")
+ctl restart gpu-worker >/dev/null && ok || bad "nebulactl restart"
+note_pids
+[ "$(ctl --json status | json "d['workers'][0]['pid']")" != "$old" ] && ok || bad "restart kept the old pid"
+gen >"$tmp/r.out" && cmp -s "$tmp/r.out" "$tmp/local.out" && ok || bad "request after nebulactl restart"
+
+# shutdown: nothing left.
+ctl shutdown >/dev/null && ok || bad "nebulactl shutdown"
+for _ in $(seq 50); do kill -0 "$coord_pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$coord_pid" 2>/dev/null && bad "coordinator still running after shutdown" || ok
+wait "$coord_pid" && ok || bad "coordinator exit status $?"
+coord_pid=
+left=$(ls /dev/shm | grep -c "^nebula-$inst-")
+[ "$left" -eq 0 ] && ok || bad "$left /dev/shm objects left: $(ls /dev/shm | grep "^nebula-$inst-")"
+[ ! -e "$run" ] && ok || bad "runtime directory left: $(ls "$run")"
+alive=0
+for p in $(cat "$tmp/pids"); do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
+[ "$alive" -eq 0 ] && ok || bad "$alive worker processes left"
+
+[ "$fail" -eq 0 ] || { echo "--- coordinator log"; cat "$tmp/coord.log"; cat "$run"/*.log 2>/dev/null; }
+echo "$((n - fail)) passed, $fail failed"
+[ "$fail" -eq 0 ]
