@@ -76,6 +76,52 @@ static inline void fx_detach(ring *r, struct shm_region *reg)
     shm_region_close(reg);
 }
 
+/* An instance with a ring formatted at offset 0 of its region "ring". */
+struct fx_ring {
+    shm_instance *inst;
+    struct shm_region reg;
+    char id[SHM_ID_MAX];
+};
+
+static inline struct fx_ring fx_ring_new(const struct ring_geometry *g)
+{
+    struct fx_ring f;
+    f.inst = fx_instance();
+    f.reg = fx_region(f.inst, "ring", ring_bytes(g));
+    cr_assert_eq(ring_format(&f.reg, 0, g, fx_err, sizeof fx_err), 0, "%s", fx_err);
+    snprintf(f.id, sizeof f.id, "%s", shm_instance_id(f.inst));
+    return f;
+}
+
+static inline void fx_ring_end(struct fx_ring *f)
+{
+    shm_region_close(&f->reg);
+    fx_instance_end(f->inst);
+}
+
+/* Both sides of that ring in this process, each through its own handle (so
+ * each holds its own attach lock and sees the other's). */
+struct fx_sides {
+    ring *p, *c;
+    struct shm_region rp, rc;
+};
+
+static inline struct fx_sides fx_sides_attach(const char *id, const struct ring_options *opt)
+{
+    struct fx_sides s;
+    s.p = fx_attach(id, "ring", RING_PRODUCER, opt, &s.rp);
+    cr_assert(s.p, "producer: %s", fx_err);
+    s.c = fx_attach(id, "ring", RING_CONSUMER, opt, &s.rc);
+    cr_assert(s.c, "consumer: %s", fx_err);
+    return s;
+}
+
+static inline void fx_sides_detach(struct fx_sides *s)
+{
+    fx_detach(s->p, &s->rp);
+    fx_detach(s->c, &s->rc);
+}
+
 /* Runs fn(arg) in a child that exits with its return value (0..255). */
 static inline pid_t fx_spawn(int (*fn)(void *), void *arg)
 {

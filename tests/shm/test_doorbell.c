@@ -13,28 +13,6 @@ static const struct ring_geometry geo = {2, 1, 0, 256};
 
 static uint32_t word(const struct shm_region *r, size_t off) { return *(volatile uint32_t *)(r->base + off); }
 
-struct fx_setup {
-    shm_instance *inst;
-    struct shm_region reg;
-    char id[SHM_ID_MAX];
-};
-
-static struct fx_setup setup(void)
-{
-    struct fx_setup s;
-    s.inst = fx_instance();
-    s.reg = fx_region(s.inst, "ring", ring_bytes(&geo));
-    cr_assert_eq(ring_format(&s.reg, 0, &geo, fx_err, sizeof fx_err), 0, "%s", fx_err);
-    snprintf(s.id, sizeof s.id, "%s", shm_instance_id(s.inst));
-    return s;
-}
-
-static void teardown(struct fx_setup *s)
-{
-    shm_region_close(&s->reg);
-    fx_instance_end(s->inst);
-}
-
 /* The state letter of /proc/<pid>/stat ('S': asleep in the kernel). */
 static char proc_state(pid_t pid)
 {
@@ -94,7 +72,7 @@ static int wake_parent(void *arg)
 
 Test(doorbell, a_consumer_asleep_in_futex_wait_is_woken, .timeout = 30)
 {
-    struct fx_setup f = setup();
+    struct fx_ring f = fx_ring_new(&geo);
     struct shm_region rc;
     ring *c = fx_attach(f.id, "ring", RING_CONSUMER, &sleep_at_once, &rc);
     cr_assert(c, "%s", fx_err);
@@ -113,12 +91,12 @@ Test(doorbell, a_consumer_asleep_in_futex_wait_is_woken, .timeout = 30)
     cr_assert_eq(fx_send(&w.done, "", 1), 0);
     cr_assert_eq(fx_reap(pid), 0, "the producer saw us asleep and made one wake call");
     fx_detach(c, &rc);
-    teardown(&f);
+    fx_ring_end(&f);
 }
 
 Test(doorbell, a_producer_asleep_on_a_full_ring_is_woken, .timeout = 30)
 {
-    struct fx_setup f = setup();
+    struct fx_ring f = fx_ring_new(&geo);
     struct shm_region rp;
     ring *p = fx_attach(f.id, "ring", RING_PRODUCER, &sleep_at_once, &rp);
     cr_assert(p, "%s", fx_err);
@@ -139,15 +117,14 @@ Test(doorbell, a_producer_asleep_on_a_full_ring_is_woken, .timeout = 30)
     cr_assert_eq(fx_send(&w.done, "", 1), 0);
     cr_assert_eq(fx_reap(pid), 0, "the consumer saw us asleep and made one wake call");
     fx_detach(p, &rp);
-    teardown(&f);
+    fx_ring_end(&f);
 }
 
 Test(doorbell, no_wake_calls_when_nobody_sleeps)
 {
-    struct fx_setup f = setup();
-    struct shm_region rp, rc;
-    ring *p = fx_attach(f.id, "ring", RING_PRODUCER, NULL, &rp), *c = fx_attach(f.id, "ring", RING_CONSUMER, NULL, &rc);
-    cr_assert(p && c, "%s", fx_err);
+    struct fx_ring f = fx_ring_new(&geo);
+    struct fx_sides sd = fx_sides_attach(f.id, NULL);
+    ring *p = sd.p, *c = sd.c;
     struct ring_slot s;
     for (int k = 0; k < 100; k++) {
         cr_assert_eq(ring_reserve(p, &s, 0, fx_err, sizeof fx_err), 0);
@@ -158,9 +135,8 @@ Test(doorbell, no_wake_calls_when_nobody_sleeps)
     cr_assert_eq(ring_get_counters(p).wakes, 0);
     cr_assert_eq(ring_get_counters(c).wakes, 0);
     cr_assert_eq(ring_get_counters(p).messages, 100);
-    fx_detach(p, &rp);
-    fx_detach(c, &rc);
-    teardown(&f);
+    fx_sides_detach(&sd);
+    fx_ring_end(&f);
 }
 
 /* Child: attaches to `role`, says so, then is killed (SIGKILL) or detaches
@@ -191,7 +167,7 @@ static int leave(void *arg)
 /* The test process waits as the peer of child_role while the child leaves `how`. */
 static void peer_leaves(enum ring_role child_role, enum exit_kind how, const struct ring_options *opt)
 {
-    struct fx_setup f = setup();
+    struct fx_ring f = fx_ring_new(&geo);
     struct leaver l = {f.id, child_role, how, {{0}}};
     fx_pipe_open(&l.ready);
     struct shm_region reg;
@@ -218,7 +194,7 @@ static void peer_leaves(enum ring_role child_role, enum exit_kind how, const str
     int status = fx_reap(pid); /* reaped only now: while we waited it was a zombie */
     cr_assert_eq(status, how == DETACHES ? 0 : -SIGKILL);
     fx_detach(r, &reg);
-    teardown(&f);
+    fx_ring_end(&f);
 }
 
 static const struct ring_options futex_default = {.mode = RING_WAIT_FUTEX};
@@ -249,7 +225,7 @@ Test(doorbell, a_clean_detach_wakes_the_sleeping_peer_at_once, .timeout = 30)
 Test(doorbell, a_silent_live_peer_times_out, .timeout = 30)
 {
     struct ring_options quick = {.mode = RING_WAIT_FUTEX};
-    struct fx_setup f = setup();
+    struct fx_ring f = fx_ring_new(&geo);
     struct leaver l = {f.id, RING_PRODUCER, STAYS_SILENT, {{0}}};
     fx_pipe_open(&l.ready);
     struct shm_region reg;
@@ -267,17 +243,17 @@ Test(doorbell, a_silent_live_peer_times_out, .timeout = 30)
     kill(pid, SIGKILL);
     fx_reap(pid);
     fx_detach(c, &reg);
-    teardown(&f);
+    fx_ring_end(&f);
 }
 
 Test(doorbell, a_peer_that_never_attached_is_waited_for_until_the_timeout)
 {
-    struct fx_setup f = setup();
+    struct fx_ring f = fx_ring_new(&geo);
     struct shm_region reg;
     ring *c = fx_attach(f.id, "ring", RING_CONSUMER, NULL, &reg);
     cr_assert(c, "%s", fx_err);
     struct ring_slot s;
     cr_assert_eq(ring_wait(c, &s, 50000000ull, fx_err, sizeof fx_err), SHM_ETIMEDOUT, "%s", fx_err);
     fx_detach(c, &reg);
-    teardown(&f);
+    fx_ring_end(&f);
 }

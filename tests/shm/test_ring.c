@@ -15,13 +15,6 @@ static const struct ring_geometry small = {8, 16, 10, 16 * ROW_FLOATS * 4};
 static uint32_t word(const struct shm_region *r, size_t off) { return *(volatile uint32_t *)(r->base + off); }
 static void set_word(struct shm_region *r, size_t off, uint32_t v) { *(volatile uint32_t *)(r->base + off) = v; }
 
-static struct shm_region ring_region(shm_instance *inst, const struct ring_geometry *g)
-{
-    struct shm_region reg = fx_region(inst, "ring", ring_bytes(g));
-    cr_assert_eq(ring_format(&reg, 0, g, fx_err, sizeof fx_err), 0, "%s", fx_err);
-    return reg;
-}
-
 /* Message k, deterministic in every field, so the receiver can check it all. */
 static void fill(struct ring_slot *s, uint32_t k)
 {
@@ -59,58 +52,52 @@ Test(ring, words_sit_at_their_documented_offsets)
 {
     const struct ring_geometry g = {8, 16, 10, 16 * 2560 * 4};
     cr_assert_eq(ring_bytes(&g), 512 + 8 * 165184);
-    shm_instance *inst = fx_instance();
-    struct shm_region reg = ring_region(inst, &g), rp, rc;
-    cr_assert_eq(word(&reg, 0), 0x4752424e, "magic \"NBRG\"");
-    cr_assert_eq(word(&reg, 4), 1, "version");
-    cr_assert_eq(word(&reg, 8), 8, "n_slots");
-    cr_assert_eq(word(&reg, 12), 16, "max_tokens");
-    cr_assert_eq(word(&reg, 16), 10, "max_experts");
-    cr_assert_eq(word(&reg, 20), 16 * 2560 * 4, "payload_bytes");
-    cr_assert_eq(word(&reg, 24), 165184, "slot_bytes");
-    cr_assert_eq(word(&reg, 28), 512, "slots_offset");
-    cr_assert_eq(word(&reg, 32), 64, "ids_offset");
-    cr_assert_eq(word(&reg, 36), 704, "weights_offset");
-    cr_assert_eq(word(&reg, 40), 1344, "payload_offset");
-    cr_assert_eq(*(uint64_t *)(reg.base + 48), 512 + 8 * 165184, "ring_bytes");
+    struct fx_ring f = fx_ring_new(&g);
+    cr_assert_eq(word(&f.reg, 0), 0x4752424e, "magic \"NBRG\"");
+    cr_assert_eq(word(&f.reg, 4), 1, "version");
+    cr_assert_eq(word(&f.reg, 8), 8, "n_slots");
+    cr_assert_eq(word(&f.reg, 12), 16, "max_tokens");
+    cr_assert_eq(word(&f.reg, 16), 10, "max_experts");
+    cr_assert_eq(word(&f.reg, 20), 16 * 2560 * 4, "payload_bytes");
+    cr_assert_eq(word(&f.reg, 24), 165184, "slot_bytes");
+    cr_assert_eq(word(&f.reg, 28), 512, "slots_offset");
+    cr_assert_eq(word(&f.reg, 32), 64, "ids_offset");
+    cr_assert_eq(word(&f.reg, 36), 704, "weights_offset");
+    cr_assert_eq(word(&f.reg, 40), 1344, "payload_offset");
+    cr_assert_eq(*(uint64_t *)(f.reg.base + 48), 512 + 8 * 165184, "ring_bytes");
 
-    const char *id = shm_instance_id(inst);
-    ring *p = fx_attach(id, "ring", RING_PRODUCER, NULL, &rp), *c = fx_attach(id, "ring", RING_CONSUMER, NULL, &rc);
-    cr_assert(p && c, "%s", fx_err);
-    cr_assert_eq(word(&reg, 68), (uint32_t)getpid(), "producer_pid");
-    cr_assert_eq(word(&reg, 72), 1, "producer_epoch");
-    cr_assert_eq(word(&reg, 132), (uint32_t)getpid(), "consumer_pid");
+    struct fx_sides sd = fx_sides_attach(f.id, NULL);
+    ring *p = sd.p, *c = sd.c;
+    cr_assert_eq(word(&f.reg, 68), (uint32_t)getpid(), "producer_pid");
+    cr_assert_eq(word(&f.reg, 72), 1, "producer_epoch");
+    cr_assert_eq(word(&f.reg, 132), (uint32_t)getpid(), "consumer_pid");
     struct ring_slot s;
     for (uint32_t k = 0; k < 3; k++) {
         cr_assert_eq(ring_reserve(p, &s, 0, fx_err, sizeof fx_err), 0);
-        cr_assert_eq((uint8_t *)s.hdr, rp.base + 512 + k * 165184, "slot %u", k);
+        cr_assert_eq((uint8_t *)s.hdr, sd.rp.base + 512 + k * 165184, "slot %u", k);
         cr_assert_eq((uint8_t *)s.expert_weights, (uint8_t *)s.hdr + 704);
         cr_assert_eq((uint8_t *)s.payload, (uint8_t *)s.hdr + 1344);
         s.hdr->layer = 40 + k;
         cr_assert_eq(ring_publish(p, fx_err, sizeof fx_err), 0);
     }
-    cr_assert_eq(word(&reg, 64), 3, "head");
-    cr_assert_eq(word(&reg, 512 + 2 * 165184), 3, "seq of slot 2");
-    cr_assert_eq(word(&reg, 512 + 2 * 165184 + 4), 42, "layer of slot 2");
+    cr_assert_eq(word(&f.reg, 64), 3, "head");
+    cr_assert_eq(word(&f.reg, 512 + 2 * 165184), 3, "seq of slot 2");
+    cr_assert_eq(word(&f.reg, 512 + 2 * 165184 + 4), 42, "layer of slot 2");
     for (int k = 0; k < 2; k++) {
         cr_assert_eq(ring_wait(c, &s, 0, fx_err, sizeof fx_err), 0);
         cr_assert_eq(ring_release(c, fx_err, sizeof fx_err), 0);
     }
-    cr_assert_eq(word(&reg, 128), 2, "tail");
-    fx_detach(p, &rp);
-    fx_detach(c, &rc);
-    shm_region_close(&reg);
-    fx_instance_end(inst);
+    cr_assert_eq(word(&f.reg, 128), 2, "tail");
+    fx_sides_detach(&sd);
+    fx_ring_end(&f);
 }
 
 Test(ring, full_and_empty)
 {
     const struct ring_geometry g = {4, 1, 0, 64};
-    shm_instance *inst = fx_instance();
-    struct shm_region reg = ring_region(inst, &g), rp, rc;
-    ring *p = fx_attach(shm_instance_id(inst), "ring", RING_PRODUCER, NULL, &rp);
-    ring *c = fx_attach(shm_instance_id(inst), "ring", RING_CONSUMER, NULL, &rc);
-    cr_assert(p && c, "%s", fx_err);
+    struct fx_ring f = fx_ring_new(&g);
+    struct fx_sides sd = fx_sides_attach(f.id, NULL);
+    ring *p = sd.p, *c = sd.c;
     struct ring_slot s, s2;
 
     cr_assert_eq(ring_wait(c, &s, 0, fx_err, sizeof fx_err), SHM_ETIMEDOUT, "empty: a poll finds nothing");
@@ -144,19 +131,15 @@ Test(ring, full_and_empty)
     cr_assert_eq(ring_release(c, fx_err, sizeof fx_err), 0);
     cr_assert_eq(ring_reserve(p, &s, 0, fx_err, sizeof fx_err), 0, "released: one free slot");
     cr_assert_eq(s.hdr->tag, 0, "reserve clears the slot's last header");
-    fx_detach(p, &rp);
-    fx_detach(c, &rc);
-    shm_region_close(&reg);
-    fx_instance_end(inst);
+    fx_sides_detach(&sd);
+    fx_ring_end(&f);
 }
 
 Test(ring, headers_that_do_not_fit_the_geometry_are_refused)
 {
-    shm_instance *inst = fx_instance();
-    struct shm_region reg = ring_region(inst, &small), rp, rc;
-    ring *p = fx_attach(shm_instance_id(inst), "ring", RING_PRODUCER, NULL, &rp);
-    ring *c = fx_attach(shm_instance_id(inst), "ring", RING_CONSUMER, NULL, &rc);
-    cr_assert(p && c, "%s", fx_err);
+    struct fx_ring f = fx_ring_new(&small);
+    struct fx_sides sd = fx_sides_attach(f.id, NULL);
+    ring *p = sd.p, *c = sd.c;
     struct ring_slot s;
     cr_assert_eq(ring_reserve(p, &s, 0, fx_err, sizeof fx_err), 0);
     /* Whatever lands in seq while the producer fills the header is not a publish. */
@@ -178,19 +161,17 @@ Test(ring, headers_that_do_not_fit_the_geometry_are_refused)
     struct ring_geometry bad = small;
     bad.n_slots = 6;
     cr_assert_eq(ring_bytes(&bad), 0, "6 slots: not a power of two");
-    cr_assert_eq(ring_format(&reg, 0, &bad, fx_err, sizeof fx_err), NB_EINVAL);
-    cr_assert_eq(ring_format(&reg, 8, &small, fx_err, sizeof fx_err), NB_EINVAL, "unaligned offset");
-    cr_assert_eq(ring_format(&reg, 64, &small, fx_err, sizeof fx_err), NB_EINVAL, "does not fit");
-    cr_assert_eq(ring_format(&reg, 0, &small, fx_err, sizeof fx_err), SHM_EBUSY, "formatting under attached sides");
-    fx_detach(p, &rp);
-    fx_detach(c, &rc);
-    set_word(&reg, 4, 2);
+    cr_assert_eq(ring_format(&f.reg, 0, &bad, fx_err, sizeof fx_err), NB_EINVAL);
+    cr_assert_eq(ring_format(&f.reg, 8, &small, fx_err, sizeof fx_err), NB_EINVAL, "unaligned offset");
+    cr_assert_eq(ring_format(&f.reg, 64, &small, fx_err, sizeof fx_err), NB_EINVAL, "does not fit");
+    cr_assert_eq(ring_format(&f.reg, 0, &small, fx_err, sizeof fx_err), SHM_EBUSY, "formatting under attached sides");
+    fx_sides_detach(&sd);
+    set_word(&f.reg, 4, 2);
     ring *r;
-    cr_assert_eq(ring_attach(&r, &reg, 0, RING_CONSUMER, NULL, fx_err, sizeof fx_err), NB_ENOTSUP, "version 2");
-    set_word(&reg, 0, 0);
-    cr_assert_eq(ring_attach(&r, &reg, 0, RING_CONSUMER, NULL, fx_err, sizeof fx_err), NB_EFORMAT, "no magic");
-    shm_region_close(&reg);
-    fx_instance_end(inst);
+    cr_assert_eq(ring_attach(&r, &f.reg, 0, RING_CONSUMER, NULL, fx_err, sizeof fx_err), NB_ENOTSUP, "version 2");
+    set_word(&f.reg, 0, 0);
+    cr_assert_eq(ring_attach(&r, &f.reg, 0, RING_CONSUMER, NULL, fx_err, sizeof fx_err), NB_EFORMAT, "no magic");
+    fx_ring_end(&f);
 }
 
 /* ---- two processes ---- */
@@ -222,16 +203,16 @@ static int produce(void *arg)
  * that `n` messages cross the 32-bit wrap. */
 static void stream_test(const struct ring_options *opt, uint32_t start, uint32_t n)
 {
-    shm_instance *inst = fx_instance();
-    struct shm_region reg = ring_region(inst, &small), rc;
+    struct fx_ring f = fx_ring_new(&small);
+    struct shm_region *reg = &f.reg, rc;
     /* As if the ring had carried messages up to start: counters and the seq of
      * each slot's last message. */
-    set_word(&reg, 64, start);  /* head */
-    set_word(&reg, 128, start); /* tail */
-    size_t slot_bytes = word(&reg, 24);
+    set_word(reg, 64, start);  /* head */
+    set_word(reg, 128, start); /* tail */
+    size_t slot_bytes = word(reg, 24);
     for (uint32_t m = start - small.n_slots; m != start; m++)
-        set_word(&reg, 512 + (m & (small.n_slots - 1)) * slot_bytes, m + 1);
-    struct stream st = {shm_instance_id(inst), start, n, *opt};
+        set_word(reg, 512 + (m & (small.n_slots - 1)) * slot_bytes, m + 1);
+    struct stream st = {f.id, start, n, *opt};
     ring *c = fx_attach(st.id, "ring", RING_CONSUMER, opt, &rc);
     cr_assert(c, "%s", fx_err);
     pid_t pid = fx_spawn(produce, &st);
@@ -247,10 +228,9 @@ static void stream_test(const struct ring_options *opt, uint32_t start, uint32_t
     cr_assert_eq(fx_reap(pid), 0, "producer: %s", fx_err);
     cr_assert_eq(ring_wait(c, &s, 1000000000ull, fx_err, sizeof fx_err), SHM_EPEER, "the producer left: drained");
     cr_assert_eq(ring_get_counters(c).messages, n);
-    cr_assert_eq(word(&reg, 128), start + n, "tail");
+    cr_assert_eq(word(reg, 128), start + n, "tail");
     fx_detach(c, &rc);
-    shm_region_close(&reg);
-    fx_instance_end(inst);
+    fx_ring_end(&f);
 }
 
 Test(ring, order_and_payload_across_processes_spin, .timeout = 60)
@@ -348,9 +328,9 @@ static int try_attach_producer(void *arg)
 
 Test(ring, a_second_producer_is_refused_while_the_first_lives)
 {
-    shm_instance *inst = fx_instance();
-    struct shm_region reg = ring_region(inst, &small), rp, rc;
-    const char *id = shm_instance_id(inst);
+    struct fx_ring f = fx_ring_new(&small);
+    struct shm_region rp, rc;
+    const char *id = f.id;
     ring *p = fx_attach(id, "ring", RING_PRODUCER, NULL, &rp);
     cr_assert(p, "%s", fx_err);
     cr_assert_eq(fx_reap(fx_spawn(try_attach_producer, (void *)id)), 0, "another process");
@@ -367,7 +347,7 @@ Test(ring, a_second_producer_is_refused_while_the_first_lives)
     fx_detach(p, &rp);
     p = fx_attach(id, "ring", RING_PRODUCER, NULL, &rp);
     cr_assert(p, "after detach: %s", fx_err);
-    cr_assert_eq(word(&reg, 72), 2, "producer_epoch counts attaches");
+    cr_assert_eq(word(&f.reg, 72), 2, "producer_epoch counts attaches");
     cr_assert_eq(ring_reserve(p, &s, 0, fx_err, sizeof fx_err), 0);
     fill(&s, 2);
     cr_assert_eq(ring_publish(p, fx_err, sizeof fx_err), 0);
@@ -381,17 +361,15 @@ Test(ring, a_second_producer_is_refused_while_the_first_lives)
     }
     fx_detach(p, &rp);
     fx_detach(c, &rc);
-    shm_region_close(&reg);
-    fx_instance_end(inst);
+    fx_ring_end(&f);
 }
 
 Test(ring, restarted_sides_resume_where_the_dead_ones_stopped)
 {
-    shm_instance *inst = fx_instance();
-    struct shm_region reg = ring_region(inst, &small), rp, rc;
-    const char *id = shm_instance_id(inst);
-    ring *p = fx_attach(id, "ring", RING_PRODUCER, NULL, &rp), *c = fx_attach(id, "ring", RING_CONSUMER, NULL, &rc);
-    cr_assert(p && c, "%s", fx_err);
+    struct fx_ring f = fx_ring_new(&small);
+    struct fx_sides sd = fx_sides_attach(f.id, NULL);
+    const char *id = f.id;
+    ring *p = sd.p, *c = sd.c;
     struct ring_slot s;
     for (uint32_t k = 0; k < 3; k++) {
         cr_assert_eq(ring_reserve(p, &s, 0, fx_err, sizeof fx_err), 0);
@@ -402,8 +380,8 @@ Test(ring, restarted_sides_resume_where_the_dead_ones_stopped)
     cr_assert_eq(ring_wait(c, &s, 0, fx_err, sizeof fx_err), 0);
     cr_assert_eq(ring_release(c, fx_err, sizeof fx_err), 0);
     cr_assert_eq(ring_wait(c, &s, 0, fx_err, sizeof fx_err), 0);
-    fx_detach(c, &rc);
-    c = fx_attach(id, "ring", RING_CONSUMER, NULL, &rc);
+    fx_detach(c, &sd.rc);
+    c = fx_attach(id, "ring", RING_CONSUMER, NULL, &sd.rc);
     cr_assert(c, "%s", fx_err);
     cr_assert_eq(ring_wait(c, &s, 0, fx_err, sizeof fx_err), 0);
     cr_assert_eq(check(&s, 1), 0, "message 1 comes again");
@@ -413,11 +391,11 @@ Test(ring, restarted_sides_resume_where_the_dead_ones_stopped)
     cr_assert_eq(ring_reserve(p, &s, 0, fx_err, sizeof fx_err), 0);
     fill(&s, 3);
     s.hdr->seq = 4;
-    fx_detach(p, &rp);
-    cr_assert_eq(word(&reg, 64), 3, "head not bumped");
-    p = fx_attach(id, "ring", RING_PRODUCER, NULL, &rp);
+    fx_detach(p, &sd.rp);
+    cr_assert_eq(word(&f.reg, 64), 3, "head not bumped");
+    p = fx_attach(id, "ring", RING_PRODUCER, NULL, &sd.rp);
     cr_assert(p, "%s", fx_err);
-    cr_assert_eq(word(&reg, 64), 4, "the new producer finished the publish");
+    cr_assert_eq(word(&f.reg, 64), 4, "the new producer finished the publish");
     cr_assert_eq(ring_reserve(p, &s, 0, fx_err, sizeof fx_err), 0);
     fill(&s, 4);
     cr_assert_eq(ring_publish(p, fx_err, sizeof fx_err), 0);
@@ -426,10 +404,9 @@ Test(ring, restarted_sides_resume_where_the_dead_ones_stopped)
         cr_assert_eq(check(&s, k), 0, "message %u", k);
         cr_assert_eq(ring_release(c, fx_err, sizeof fx_err), 0);
     }
-    fx_detach(p, &rp);
-    fx_detach(c, &rc);
-    shm_region_close(&reg);
-    fx_instance_end(inst);
+    fx_detach(p, &sd.rp);
+    fx_detach(c, &sd.rc);
+    fx_ring_end(&f);
 }
 
 static struct shm_region inherited;
@@ -443,9 +420,8 @@ static int attach_through_parent_handle(void *arg)
 
 Test(ring, a_handle_does_not_cross_fork)
 {
-    shm_instance *inst = fx_instance();
-    inherited = ring_region(inst, &small);
+    struct fx_ring f = fx_ring_new(&small);
+    inherited = f.reg;
     cr_assert_eq(fx_reap(fx_spawn(attach_through_parent_handle, NULL)), 0);
-    shm_region_close(&inherited);
-    fx_instance_end(inst);
+    fx_ring_end(&f);
 }
