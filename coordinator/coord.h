@@ -50,7 +50,12 @@ struct coord_worker {
 struct coord_tiers {
     int64_t experts[3];   /* vram, ram, ssd */
     uint64_t bytes[3];
+    uint64_t arena_bytes;    /* the `experts` region: a header page + Σ RAM-tier blobs */
+    uint64_t max_blob_bytes; /* a staging slot holds the largest blob */
 };
+
+#define COORD_ARENA_HEADER 4096u  /* core/prepared's arena header page */
+#define COORD_STAGING_SLOTS 4u    /* slot 0 kept for the gpu-worker's PLE rows; 1-3 the cpu-moe-worker's */
 
 struct coord {
     /* configuration */
@@ -63,7 +68,7 @@ struct coord {
     shm_instance *inst;
     char rundir[PATH_MAX];
     bool rundir_made;
-    struct shm_region step_reg, moe_reg, stats_reg;
+    struct shm_region step_reg, moe_reg, stats_reg, experts_reg, staging_reg, pager_reg;
     struct ring_pair step;
     shm_stats *stats;
     ctl_sock *router, *rep;
@@ -76,7 +81,7 @@ struct coord {
     int n_workers;
     double t_start;
     uint64_t next_tag;
-    bool gpu_died;                 /* set by a step whose gpu-worker died: the generation is retried once */
+    uint64_t deaths;               /* workers reaped so far: a request that failed while one died is retried once */
     bool step_in_flight;           /* the gpu-worker is busy for us: its heartbeats may be late */
     bool stop;                     /* shutdown requested */
     volatile int got_sigchld;

@@ -8,10 +8,10 @@
  * for bit those of the single process.  The text is what that CLI prints:
  * the decoded ids up to (not including) a stop token, or "ID " per id for a
  * model without a tokenizer.  While it waits for the worker it keeps ticking
- * the loop (heartbeats, supervision); a worker that dies mid-request fails the
- * attempt, supervision restarts it, and the request is run once more from
- * the start (RESET, fresh sampler: the same ids); a second death is a clear
- * error. */
+ * the loop (heartbeats, supervision).  A worker (gpu-worker, cpu-moe-worker
+ * or pager) that dies mid-request fails the attempt, supervision restarts it,
+ * and the request is run once more from the start (RESET, fresh sampler: the
+ * same ids); a second death is a clear error. */
 #include "coordinator/coord.h"
 
 #include "core/chat/chat.h"
@@ -44,16 +44,11 @@ static cJSON *error_reply(const char *fmt, const char *detail)
     return r;
 }
 
-/* Waits for the gpu-worker to be ready (it may be restarting). */
-static int need_gpu_worker(struct coord *c, char *err, size_t errlen)
+/* Waits for every worker to be ready (one may be restarting). */
+static int need_workers(struct coord *c, char *err, size_t errlen)
 {
-    struct coord_worker *w = coord_worker_by_role(c, "gpu-worker");
-    double t0 = coord_now();
-    while (w->state != W_READY) {
-        if (w->state == W_FAILED) return nb_errf(err, errlen, NB_EIO, "the gpu-worker cannot start (see %s)", w->log_path);
-        if (coord_now() - t0 > COORD_READY_TIMEOUT_S) return nb_errf(err, errlen, NB_EIO, "the gpu-worker is not ready");
-        coord_tick(c, 50, false);
-    }
+    for (int i = 0; i < c->n_workers; i++)
+        if (c->w[i].state != W_READY) return coord_wait_ready(c, COORD_READY_TIMEOUT_S, err, errlen);
     return 0;
 }
 
@@ -80,13 +75,14 @@ static int step_call(struct coord *c, uint32_t op, const int32_t *ids, int n, fl
         if (rc == 0) break;
         if (rc != SHM_ETIMEDOUT && rc != SHM_EPEER) break;
         coord_tick(c, rc == SHM_EPEER ? 20 : 0, false); /* EPEER returns at once: do not spin */
-        if (w->pid != pid || w->state != W_READY) c->gpu_died = true, rc = nb_errf(err, errlen, NB_EIO, "the gpu-worker (pid %d) died during the request; it is being restarted", (int)pid);
+        if (w->pid != pid || w->state != W_READY) rc = nb_errf(err, errlen, NB_EIO, "the gpu-worker (pid %d) died during the request; it is being restarted", (int)pid);
         else if (coord_now() - t0 > STEP_TIMEOUT_S) rc = nb_errf(err, errlen, NB_EIO, "no answer from the gpu-worker in %.0f s", STEP_TIMEOUT_S);
         else continue;
         break;
     }
     c->step_in_flight = false;
     if (rc) return rc;
+    w->last_beat = coord_now(); /* an answer is a sign of life: its heartbeat may still be queued after a long eval */
     if (s.hdr->flags & RING_FLAG_ERROR) rc = nb_errf(err, errlen, NB_EIO, "gpu-worker: %.*s", (int)STEP_ERR_BYTES, (const char *)s.payload);
     else if (op == STEP_EVAL && s.hdr->payload_bytes != (uint32_t)c->m->hp.n_vocab * 4) rc = nb_errf(err, errlen, NB_EFORMAT, "gpu-worker: logits of %u bytes", s.hdr->payload_bytes);
     else if (op == STEP_EVAL) memcpy(logits, s.payload, (size_t)c->m->hp.n_vocab * sizeof *logits);
@@ -278,14 +274,16 @@ cJSON *coord_generate(struct coord *c, const cJSON *req)
         goto fail;
     }
     /* A generation starts from RESET and a fresh sampler, so running it again
-     * on a restarted gpu-worker gives the same ids: one retry when it died. */
+     * once every worker is back gives the same ids: one retry when a worker
+     * died during the attempt (the 200 ms of ticks let its death be seen). */
     for (int attempt = 0;; attempt++) {
-        c->gpu_died = false;
-        if (need_gpu_worker(c, err, sizeof err)) goto fail;
+        uint64_t deaths = c->deaths;
+        if (need_workers(c, err, sizeof err)) goto fail;
         t0 = coord_now();
         if (!run(c, &g, out, budget, &made, &t_prompt, &why, err, sizeof err)) break;
-        if (!c->gpu_died || attempt == 1) goto fail;
-        nb_log("generate: %s; retrying once", err);
+        for (int i = 0; i < 10 && c->deaths == deaths; i++) coord_tick(c, 20, false);
+        if (c->deaths == deaths || attempt == 1) goto fail;
+        nb_log("generate: %s; a worker died: retrying once", err);
     }
     reply = result_reply(c, out, made, g.n, t_prompt, coord_now() - t0 - t_prompt, why, warning[0] ? warning : NULL);
     nb_log("generate: prompt %zu tokens, %lld generated in %.2f s, stop: %s", g.n, made, coord_now() - t0, why);

@@ -128,6 +128,16 @@ static int read_tiers(struct coord *c, char *err, size_t errlen)
             rc = nb_errf(err, errlen, NB_EFORMAT, "%s: totals.%s lacks experts/bytes", c->placement_path, names[t]);
         else c->tiers.experts[t] = (int64_t)e->valuedouble, c->tiers.bytes[t] = (uint64_t)b->valuedouble;
     }
+    /* The arena and staging sizes: blob bytes per layer and its RAM list. */
+    const cJSON *lo, *layers = rc ? NULL : cJSON_GetObjectItemCaseSensitive(root, "layers");
+    c->tiers.arena_bytes = COORD_ARENA_HEADER;
+    cJSON_ArrayForEach(lo, layers)
+    {
+        double blob = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(lo, "blob_bytes"));
+        uint64_t b = blob > 0 ? (uint64_t)blob : 0;
+        c->tiers.arena_bytes += b * (uint64_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(lo, "ram"));
+        if (b > c->tiers.max_blob_bytes) c->tiers.max_blob_bytes = b;
+    }
     cJSON_Delete(root);
     return rc;
 }
@@ -180,6 +190,14 @@ static int make_regions(struct coord *c, char *err, size_t errlen)
     if (!rc) rc = shm_region_create(c->inst, "stats", shm_stats_bytes(COORD_STATS_BLOCKS, n_layers), &c->stats_reg, err, errlen);
     if (!rc) rc = shm_stats_format(&c->stats_reg, COORD_STATS_BLOCKS, n_layers, err, errlen);
     if (!rc) rc = shm_stats_open(&c->stats, &c->stats_reg, err, errlen);
+    if (rc || c->tiers.experts[1] + c->tiers.experts[2] == 0) return rc;
+    /* The cpu-moe-worker's side: the RAM arena, staging slots and the pager ring. */
+    struct ring_geometry pg = {.n_slots = 8, .max_tokens = 1, .max_experts = 2, .payload_bytes = 256};
+    uint64_t slot = (c->tiers.max_blob_bytes + 4095) / 4096 * 4096;
+    rc = shm_region_create(c->inst, "experts", c->tiers.arena_bytes, &c->experts_reg, err, errlen);
+    if (!rc) rc = shm_region_create(c->inst, "staging", COORD_STAGING_SLOTS * (slot ? slot : 4096), &c->staging_reg, err, errlen);
+    if (!rc) rc = shm_region_create(c->inst, "pager", ring_pair_bytes(&pg), &c->pager_reg, err, errlen);
+    if (!rc) rc = ring_pair_format(&c->pager_reg, 0, &pg, err, errlen);
     return rc;
 }
 
@@ -230,8 +248,8 @@ static void teardown(struct coord *c)
     coord_stop_workers(c);
     ring_pair_detach(&c->step);
     shm_stats_close(c->stats);
-    struct shm_region *regs[] = {&c->step_reg, &c->moe_reg, &c->stats_reg};
-    for (int i = 0; i < 3; i++)
+    struct shm_region *regs[] = {&c->step_reg, &c->moe_reg, &c->stats_reg, &c->experts_reg, &c->staging_reg, &c->pager_reg};
+    for (int i = 0; i < 6; i++)
         if (regs[i]->base) shm_region_close(regs[i]);
     if (c->inst && shm_instance_destroy(c->inst, err, sizeof err)) nb_log("removing the regions: %s", err);
     ctl_close(c->router);

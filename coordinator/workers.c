@@ -104,18 +104,21 @@ static void send_configure(struct coord *c, struct coord_worker *w)
     /* Regions by name and size; each ring pair at offset 0 of the region of
      * its name; staging slots (none until the pager side is wired). */
     cJSON *regions = cJSON_AddObjectToObject(m, "regions"), *rings = cJSON_AddObjectToObject(m, "rings");
-    const struct shm_region *regs[] = {&c->step_reg, &c->moe_reg, &c->stats_reg};
-    const char *names[] = {"step", "moe", "stats"};
-    for (int i = 0; i < 3; i++)
+    const struct shm_region *regs[] = {&c->step_reg, &c->moe_reg, &c->stats_reg, &c->experts_reg, &c->staging_reg, &c->pager_reg};
+    const char *names[] = {"step", "moe", "stats", "experts", "staging", "pager"};
+    for (int i = 0; i < 6; i++)
         if (regs[i]->base) cJSON_AddNumberToObject(regions, names[i], (double)regs[i]->bytes);
     cJSON_AddNumberToObject(rings, "step", 0);
     cJSON_AddNumberToObject(rings, "moe", 0);
     cJSON_AddNumberToObject(rings, "pager", 0);
+    /* Staging slots: the pager serves them all; the cpu-moe-worker owns 1-3. */
+    uint64_t slot_bytes = (c->tiers.max_blob_bytes + 4095) / 4096 * 4096;
+    bool has = c->staging_reg.base != NULL, pager = w->stats_block == 2;
     cJSON *st = cJSON_AddObjectToObject(m, "staging");
-    cJSON_AddNumberToObject(st, "slot_bytes", 0);
-    cJSON_AddNumberToObject(st, "slots", 0);
-    cJSON_AddNumberToObject(st, "first", 0);
-    cJSON_AddNumberToObject(st, "count", 0);
+    cJSON_AddNumberToObject(st, "slot_bytes", has ? (double)slot_bytes : 0);
+    cJSON_AddNumberToObject(st, "slots", has ? COORD_STAGING_SLOTS : 0);
+    cJSON_AddNumberToObject(st, "first", has && !pager ? 1 : 0);
+    cJSON_AddNumberToObject(st, "count", has ? (pager ? COORD_STAGING_SLOTS : COORD_STAGING_SLOTS - 1) : 0);
     if (ctl_send(c->router, w->role, m, err, sizeof err)) nb_log("cannot configure %s: %s", w->role, err);
     cJSON_Delete(m);
 }
@@ -160,6 +163,7 @@ static void reap(struct coord *c)
             if (w->pid != pid) continue;
             if (WIFSIGNALED(status)) nb_log("%s (pid %d) killed by signal %d", w->role, (int)pid, WTERMSIG(status));
             else nb_log("%s (pid %d) exited with status %d", w->role, (int)pid, WEXITSTATUS(status));
+            c->deaths++;
             if (w->state != W_READY) w->failed_starts++;
             w->pid = 0, w->state = w->failed_starts >= COORD_MAX_FAILED_STARTS ? W_FAILED : W_DOWN;
             w->down_since = coord_now();

@@ -116,6 +116,47 @@ alive=0
 for p in $(cat "$tmp/pids"); do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
 [ "$alive" -eq 0 ] && ok || bad "$alive worker processes left"
 
+# All-RAM and mixed (VRAM + RAM + SSD) placements from nebula-prepare, when the
+# worker side is built: the same ids; a killed cpu-moe-worker or pager is
+# restarted and a request sent at once still gives them.
+pid_of() { ctl --json status | json "[w['pid'] for w in d['workers'] if w['role'] == '$1'][0]"; }
+placement_case() { # $1 = name, $2 = prepared dir, then the roles to kill
+    local name=$1 prep=$2 role; shift 2
+    rm -rf "$run"
+    "$bin/nebula-coordinator" --model "$tmp/a.gguf" --prepared "$prep" --runtime "$run" --threads 2 2>"$tmp/coord.log" &
+    coord_pid=$!
+    for _ in $(seq 100); do [ -S "$run/ctl.sock" ] && break; sleep 0.1; done
+    wait_ready none || { bad "$name: workers not ready: $(cat "$tmp/coord.log" "$run"/*.log)"; return; }
+    inst=$(ctl --json status | json "d['instance']")
+    note_pids
+    gen >"$tmp/$name.out" && cmp -s "$tmp/$name.out" "$tmp/local.out" && ok || bad "$name: output differs: $(tail -1 "$tmp/$name.out")"
+    for role in "$@"; do
+        kill -9 "$(pid_of "$role")"
+        gen >"$tmp/$name-$role.out" && cmp -s "$tmp/$name-$role.out" "$tmp/local.out" && ok \
+            || bad "$name: request after kill -9 of $role: $(tail -2 "$tmp/gen.err")"
+        note_pids
+    done
+    ctl shutdown >/dev/null && wait "$coord_pid" && ok || bad "$name: shutdown"
+    coord_pid=
+    [ "$(ls /dev/shm | grep -c "^nebula-$inst-")" -eq 0 ] && ok || bad "$name: /dev/shm objects left"
+}
+if [ -x "$bin/nebula-cpu-moe-worker" ] && [ -x "$bin/nebula-ssd-pager" ] && [ -x "$bin/nebula-prepare" ]; then
+    "$bin/nebula-prepare" "$tmp/a.gguf" "$tmp/prep-ram" --vram-budget 0 --ram-budget all -q && ok || bad "prepare all-RAM"
+    placement_case all-ram "$tmp/prep-ram" cpu-moe-worker gpu-worker
+    blob=$(python3 -c "import json; d=json.load(open('$tmp/prep-ram/placement.json')); print(d['layers'][0]['blob_bytes'], d['model']['dense_tensor_bytes'])")
+    set -- $blob
+    "$bin/nebula-prepare" "$tmp/a.gguf" "$tmp/prep-mix" --vram-budget $(($2 + 12 * $1)) --ram-budget $((12 * $1)) -q && ok || bad "prepare mixed"
+    python3 -c "import json,sys; t=json.load(open('$tmp/prep-mix/placement.json'))['totals']; sys.exit(not all(t[k]['experts'] > 0 for k in ('vram','ram','ssd')))" \
+        && ok || bad "mixed placement does not use all three tiers"
+    placement_case mixed "$tmp/prep-mix" ssd-pager cpu-moe-worker
+else
+    echo "SKIP: all-RAM and mixed placements (nebula-cpu-moe-worker / nebula-ssd-pager not built)"
+fi
+
+alive=0
+for p in $(cat "$tmp/pids"); do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
+[ "$alive" -eq 0 ] && ok || bad "$alive worker processes left at the end"
+
 [ "$fail" -eq 0 ] || { echo "--- coordinator log"; cat "$tmp/coord.log"; cat "$run"/*.log 2>/dev/null; }
 echo "$((n - fail)) passed, $fail failed"
 [ "$fail" -eq 0 ]
