@@ -145,6 +145,7 @@ static void fill_layer(const struct expert_layer *l, uint64_t off, uint8_t *buf,
             uint64_t left = q->offset + q->bytes - in;
             take = left < n ? (size_t)left : n;
             memcpy(buf, q->data + e * q->stride + (in - q->offset), take);
+            if (take == left) release_input(q->data + e * q->stride, q->bytes); /* slice done: keep the RSS small */
         }
         if (!take) { /* the padding after the down rows */
             uint64_t left = l->blob_bytes - in;
