@@ -120,35 +120,60 @@ for p in $(cat "$tmp/pids"); do kill -0 "$p" 2>/dev/null && alive=$((alive + 1))
 # worker side is built: the same ids; a killed cpu-moe-worker or pager is
 # restarted and a request sent at once still gives them.
 pid_of() { ctl --json status | json "[w['pid'] for w in d['workers'] if w['role'] == '$1'][0]"; }
-placement_case() { # $1 = name, $2 = prepared dir, then the roles to kill
-    local name=$1 prep=$2 role; shift 2
+# Waits (10 s) until the worker of role $1 has a pid other than $2 and is ready.
+wait_replaced() {
+    for _ in $(seq 100); do
+        ctl --json status 2>/dev/null | json "[w for w in d['workers'] if w['role'] == '$1' and w['state'] == 'ready' and str(w['pid']) != '$2'] or sys.exit(1)" \
+            >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    return 1
+}
+placement_case() { # $1 = name, $2 = model, $3 = prepared dir, $4 = prefix ids, $5 = expected output, then roles to kill -9
+    local name=$1 model=$2 prep=$3 ids=$4 want_out=$5 role; shift 5
     rm -rf "$run"
-    "$bin/nebula-coordinator" --model "$tmp/a.gguf" --prepared "$prep" --runtime "$run" --threads 2 2>"$tmp/coord.log" &
+    "$bin/nebula-coordinator" --model "$model" --prepared "$prep" --runtime "$run" --threads 2 2>"$tmp/coord.log" &
     coord_pid=$!
     for _ in $(seq 100); do [ -S "$run/ctl.sock" ] && break; sleep 0.1; done
     wait_ready none || { bad "$name: workers not ready: $(cat "$tmp/coord.log" "$run"/*.log)"; return; }
     inst=$(ctl --json status | json "d['instance']")
     note_pids
-    gen >"$tmp/$name.out" && cmp -s "$tmp/$name.out" "$tmp/local.out" && ok || bad "$name: output differs: $(tail -1 "$tmp/$name.out")"
+    sgen() { "$bin/nebula" generate --server "$run" --tokens-file "$ids" --greedy -n 32 --print-ids 2>>"$tmp/gen.err"; }
+    sgen >"$tmp/$name.out" && cmp -s "$tmp/$name.out" "$want_out" && ok || bad "$name: output differs: $(tail -1 "$tmp/$name.out")"
     for role in "$@"; do
         kill -9 "$(pid_of "$role")"
-        gen >"$tmp/$name-$role.out" && cmp -s "$tmp/$name-$role.out" "$tmp/local.out" && ok \
+        sgen >"$tmp/$name-$role.out" && cmp -s "$tmp/$name-$role.out" "$want_out" && ok \
             || bad "$name: request after kill -9 of $role: $(tail -2 "$tmp/gen.err")"
         note_pids
     done
+    if [ "$name" = all-ram ]; then # a hung worker (SIGSTOP): missed heartbeats, killed and replaced
+        local hung; hung=$(pid_of cpu-moe-worker)
+        kill -STOP "$hung"
+        wait_replaced cpu-moe-worker "$hung" && ok || bad "$name: a stopped cpu-moe-worker was not replaced"
+        note_pids
+        sgen >"$tmp/$name-hung.out" && cmp -s "$tmp/$name-hung.out" "$want_out" && ok || bad "$name: request after the hang"
+    fi
     ctl shutdown >/dev/null && wait "$coord_pid" && ok || bad "$name: shutdown"
     coord_pid=
     [ "$(ls /dev/shm | grep -c "^nebula-$inst-")" -eq 0 ] && ok || bad "$name: /dev/shm objects left"
 }
 if [ -x "$bin/nebula-cpu-moe-worker" ] && [ -x "$bin/nebula-ssd-pager" ] && [ -x "$bin/nebula-prepare" ]; then
     "$bin/nebula-prepare" "$tmp/a.gguf" "$tmp/prep-ram" --vram-budget 0 --ram-budget all -q && ok || bad "prepare all-RAM"
-    placement_case all-ram "$tmp/prep-ram" cpu-moe-worker gpu-worker
+    placement_case all-ram "$tmp/a.gguf" "$tmp/prep-ram" "$tmp/prefix.txt" "$tmp/local.out" cpu-moe-worker gpu-worker
     blob=$(python3 -c "import json; d=json.load(open('$tmp/prep-ram/placement.json')); print(d['layers'][0]['blob_bytes'], d['model']['dense_tensor_bytes'])")
     set -- $blob
     "$bin/nebula-prepare" "$tmp/a.gguf" "$tmp/prep-mix" --vram-budget $(($2 + 12 * $1)) --ram-budget $((12 * $1)) -q && ok || bad "prepare mixed"
     python3 -c "import json,sys; t=json.load(open('$tmp/prep-mix/placement.json'))['totals']; sys.exit(not all(t[k]['experts'] > 0 for k in ('vram','ram','ssd')))" \
         && ok || bad "mixed placement does not use all three tiers"
-    placement_case mixed "$tmp/prep-mix" ssd-pager cpu-moe-worker
+    placement_case mixed "$tmp/a.gguf" "$tmp/prep-mix" "$tmp/prefix.txt" "$tmp/local.out" ssd-pager cpu-moe-worker
+    # tiny-b (fused gate_up, an MTP block, no tokenizer) with every expert on SSD.
+    fb=tests/fixtures/tiny-b
+    "$bin/nebula-convert" "$fb" "$tmp/b.gguf" --type f32 -q && ok || bad "convert tiny-b"
+    pb=$(grep -o '"prefix_len": *[0-9]*' "$fb/manifest.json" | grep -o '[0-9]*$')
+    tr -s ' \n' '\n' <"$fb/tokens.txt" | head -n "$pb" >"$tmp/prefix-b.txt"
+    "$bin/nebula" generate -m "$tmp/b.gguf" --tokens-file "$tmp/prefix-b.txt" --greedy -n 32 --print-ids >"$tmp/local-b.out" 2>/dev/null
+    "$bin/nebula-prepare" "$tmp/b.gguf" "$tmp/prep-b" --vram-budget 0 --ram-budget 0 -q && ok || bad "prepare tiny-b all-SSD"
+    placement_case tiny-b-ssd "$tmp/b.gguf" "$tmp/prep-b" "$tmp/prefix-b.txt" "$tmp/local-b.out"
 else
     echo "SKIP: all-RAM and mixed placements (nebula-cpu-moe-worker / nebula-ssd-pager not built)"
 fi
