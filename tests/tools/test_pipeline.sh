@@ -116,6 +116,21 @@ alive=0
 for p in $(cat "$tmp/pids"); do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
 [ "$alive" -eq 0 ] && ok || bad "$alive worker processes left"
 
+# The default runtime directory ($XDG_RUNTIME_DIR/nebula/<instance>), found by
+# nebulactl alone and by --instance.
+XDG_RUNTIME_DIR=$tmp/xdg "$bin/nebula-coordinator" --model "$tmp/a.gguf" 2>"$tmp/coord.log" &
+coord_pid=$!
+mkdir -p "$tmp/xdg"
+for _ in $(seq 100); do ls "$tmp"/xdg/nebula/*/ctl.sock >/dev/null 2>&1 && break; sleep 0.1; done
+inst=$(XDG_RUNTIME_DIR=$tmp/xdg "$bin/nebulactl" --json status 2>/dev/null | json "d['instance']")
+[ -n "$inst" ] && ok || bad "nebulactl found no instance under \$XDG_RUNTIME_DIR/nebula: $(cat "$tmp/coord.log")"
+XDG_RUNTIME_DIR=$tmp/xdg "$bin/nebulactl" --instance "$inst" status | grep -q "^gpu-worker" && ok || bad "nebulactl --instance"
+XDG_RUNTIME_DIR=$tmp/xdg "$bin/nebulactl" --instance "$inst" shutdown >/dev/null && wait "$coord_pid" && ok || bad "shutdown by --instance"
+coord_pid=
+[ ! -e "$tmp/xdg/nebula/$inst" ] && [ "$(ls /dev/shm | grep -c "^nebula-$inst-")" -eq 0 ] && ok || bad "default runtime dir or regions left"
+XDG_RUNTIME_DIR=$tmp/xdg "$bin/nebulactl" status >/dev/null 2>"$tmp/e"
+grep -q "no coordinator is running" "$tmp/e" && ok || bad "nebulactl with no instance: '$(cat "$tmp/e")'"
+
 # All-RAM and mixed (VRAM + RAM + SSD) placements from nebula-prepare, when the
 # worker side is built: the same ids; a killed cpu-moe-worker or pager is
 # restarted and a request sent at once still gives them.
