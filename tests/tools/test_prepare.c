@@ -630,3 +630,40 @@ Test(prepare, split_input)
               "the manifest names both shards");
     free(manifest);
 }
+
+/* Key/values of every type reach dense.gguf with their type and exact value
+ * (a f64 that no f32 can hold included). */
+static void extra_keys(gguf_writer *w, void *ctx)
+{
+    (void)ctx;
+    const double d[2] = {0.1, -1e300};
+    const int16_t s[3] = {-3, 0, 7};
+    cr_assert_eq(gguf_w_set_f64(w, "test.f64", 0.1), 0);
+    cr_assert_eq(gguf_w_set_u8(w, "test.u8", 250), 0);
+    cr_assert_eq(gguf_w_set_i8(w, "test.i8", -100), 0);
+    cr_assert_eq(gguf_w_set_u16(w, "test.u16", 65000), 0);
+    cr_assert_eq(gguf_w_set_i16(w, "test.i16", -32000), 0);
+    cr_assert_eq(gguf_w_set_i64(w, "test.i64", -((int64_t)1 << 62)), 0);
+    cr_assert_eq(gguf_w_set_u64(w, "test.u64", UINT64_MAX), 0);
+    cr_assert_eq(gguf_w_set_arr(w, "test.arr_f64", GGUF_VT_FLOAT64, d, 2), 0);
+    cr_assert_eq(gguf_w_set_arr(w, "test.arr_i16", GGUF_VT_INT16, s, 3), 0);
+    cr_assert_eq(gguf_w_set_arr(w, "test.arr_empty", GGUF_VT_UINT32, NULL, 0), 0);
+    cr_assert_eq(gguf_w_set_u32(w, "general.alignment", 64), 0);
+}
+
+Test(prepare, every_key_type)
+{
+    const char *g = fixture_gguf_typed("tiny-a", "q8_0");
+    struct fx_edits ed = {.add_keys = extra_keys};
+    fx_gguf_copy(g, tmp_path("keys.gguf"), &ed);
+    prepare(tmp_path("keys.gguf"), tmp_path("out"), NULL);
+    check_dense(tmp_path("keys.gguf"), tmp_path("out"));
+    gguf_file *d;
+    char err[256];
+    cr_assert_eq(gguf_open(tmp_path("out/dense.gguf"), &d, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(gguf_alignment(d), 64, "the input's alignment is kept");
+    char v[64];
+    gguf_kv_format(d, gguf_find_key(d, "test.f64"), v, sizeof v);
+    cr_assert_str_eq(v, "0.1");
+    gguf_close(d);
+}

@@ -149,7 +149,8 @@ static int replay(struct ckpt *c, int units, uint64_t *good, char *err, size_t e
     return 0;
 }
 
-/* Writes from byte `from` (inside unit `u0`, or at its start) to the end. */
+/* Writes from byte `from` (a unit's start, or inside it after a replay
+ * that stopped there) to the end, checkpointing after every unit. */
 static int write_rest(struct ckpt *c, uint64_t from, char *err, size_t errlen)
 {
     uint64_t unit_start = 0;
@@ -216,9 +217,12 @@ int ckpt_write_file(const char *dir, const char *name, const char *identity, con
         rc = replay(&c, units, &good, err, errlen);
         if (!rc) progress_end(&c.prog, "partial file checked");
         int whole = 0;
-        for (uint64_t off = 0; whole < units && off + src->unit_bytes(src->ctx, whole) <= good; whole++)
-            off += src->unit_bytes(src->ctx, whole);
+        uint64_t whole_bytes = 0;
+        for (; whole < units && whole_bytes + src->unit_bytes(src->ctx, whole) <= good; whole++)
+            whole_bytes += src->unit_bytes(src->ctx, whole);
         *resumed_units = whole;
+        /* A damaged prefix: the state must not promise more than is left. */
+        if (!rc && whole < units) rc = state_save(&c, whole, whole_bytes, err, errlen);
     }
     /* Nothing after the verified prefix is trusted. */
     if (!rc && ftruncate(c.fd, (off_t)good) != 0) rc = nb_errf(err, errlen, NB_EIO, "%s: truncate: %s", c.tmp, strerror(errno));
