@@ -1,0 +1,63 @@
+/* worker.h — a worker's side of the control plane, and the one definition of
+ * the `configure` message (docs/PIPELINE.md, "Control messages").
+ *
+ * Every worker process runs the same conversation with the coordinator:
+ * connect a DEALER named by its role, send hello, wait for configure, set
+ * itself up, send ready, then heartbeat every second until shutdown.  The
+ * key idea: after ready, one thread of the worker owns the socket (heartbeats
+ * out, shutdown in) and the serving loop only polls a flag, so control never
+ * waits behind a ring and a ring never waits behind control.  The configure
+ * fields live in struct ctl_configure and its two converters, used by the
+ * coordinator (or a test) to build the message and by workers to read it. */
+#ifndef NB_CTL_WORKER_H
+#define NB_CTL_WORKER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cJSON.h>
+
+#define CTL_PATH_MAX 1024
+
+/* Fields of `configure`.  Each ring pair lies in the region of its name
+ * ("moe", "pager") at the given byte offset. */
+struct ctl_configure {
+    char instance[32];             /* shm instance id */
+    char model[CTL_PATH_MAX];      /* the input GGUF ("" if the worker needs none) */
+    char prepared[CTL_PATH_MAX];   /* the nebula-prepare directory */
+    char placement[CTL_PATH_MAX];  /* placement.json ("": PREPARED/placement.json) */
+    int threads;                   /* compute threads (0: the worker's default) */
+    uint32_t stats_worker;         /* this worker's block in the stats region */
+    uint64_t moe_offset;           /* ring pair `moe` in region "moe" */
+    uint64_t pager_offset;         /* ring pair `pager` in region "pager" */
+    uint64_t staging_slot_bytes;   /* region "staging": slot s at s · staging_slot_bytes */
+    uint32_t staging_slots;        /* slots in the region */
+    uint32_t staging_first;        /* this worker's slots, when it is a pager client */
+    uint32_t staging_count;
+};
+
+/* configure → JSON ({"type": "configure", ...}); NULL when out of memory. */
+cJSON *ctl_configure_to_json(const struct ctl_configure *c);
+/* JSON → configure; NB_EFORMAT naming the first missing or bad field. */
+int ctl_configure_parse(const cJSON *msg, struct ctl_configure *c, char *err, size_t errlen);
+
+typedef struct ctl_worker ctl_worker;
+
+/* Connects to endpoint as `role`, sends hello {role, pid, version} and waits
+ * up to timeout_ms for configure.  A shutdown instead of configure is
+ * NB_EINVAL with err "shutdown". */
+int ctl_worker_start(const char *endpoint, const char *role, int timeout_ms, ctl_worker **out,
+                     struct ctl_configure *conf, char *err, size_t errlen);
+/* Sends ready {role} and starts the heartbeat thread (heartbeat {role, t}
+ * every second; a shutdown message sets the stop flag). */
+int ctl_worker_ready(ctl_worker *w, char *err, size_t errlen);
+/* Sends error {role, message} (thread-safe). */
+void ctl_worker_error(ctl_worker *w, const char *message);
+/* True once shutdown arrived (or the worker asked to stop). */
+bool ctl_worker_stopping(const ctl_worker *w);
+void ctl_worker_request_stop(ctl_worker *w);
+/* Stops the thread, closes the socket and ends ZeroMQ (ctl_term). */
+void ctl_worker_close(ctl_worker *w);
+
+#endif

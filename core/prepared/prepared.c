@@ -1,0 +1,216 @@
+/* prepared.c — experts.idx, placement.json and ple.bin readers (prepared.h).
+ *
+ * Binary headers are read field by field at their documented little-endian
+ * offsets (docs/FILES.md), never through a packed struct, so the reader does
+ * not depend on the compiler's layout. */
+#include "core/prepared/prepared.h"
+
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util/err.h"
+
+static uint32_t rd32(const uint8_t *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint64_t rd64(const uint8_t *p) { return rd32(p) | (uint64_t)rd32(p + 4) << 32; }
+
+static int read_whole(const char *path, uint8_t **data, size_t *n, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return nb_errf(err, errlen, NB_ENOENT, "%s: cannot open", path);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *data = malloc(len > 0 ? (size_t)len + 1 : 1);
+    if (!*data) return fclose(f), nb_errf(err, errlen, NB_ENOMEM, "%s: out of memory", path);
+    size_t got = len > 0 ? fread(*data, 1, (size_t)len, f) : 0;
+    fclose(f);
+    if (len < 0 || got != (size_t)len) return free(*data), nb_errf(err, errlen, NB_EIO, "%s: read failed", path);
+    (*data)[len] = 0;
+    *n = (size_t)len;
+    return 0;
+}
+
+static int parse_layer(const uint8_t *r, struct prepared_layer *l, uint64_t file_bytes, int i, char *err,
+                       size_t errlen)
+{
+    l->block = rd32(r);
+    l->mtp = rd32(r + 4) & 1;
+    l->n_expert = rd32(r + 8);
+    l->offset = rd64(r + 16);
+    l->blob_bytes = rd64(r + 24);
+    l->payload_bytes = rd64(r + 32);
+    for (int k = 0; k < 3; k++) {
+        const uint8_t *p = r + 40 + 24 * k;
+        l->part[k] = (struct prepared_part){rd32(p), rd32(p + 4), rd32(p + 8), rd32(p + 12), rd64(p + 16)};
+        if (l->part[k].offset + (uint64_t)l->part[k].n_rows * l->part[k].row_bytes > l->payload_bytes)
+            return nb_errf(err, errlen, NB_EFORMAT, "experts.idx: layer %d part %d lies outside its blob", i, k);
+    }
+    if (l->n_expert == 0 || l->blob_bytes % PREPARED_PAGE || l->offset % PREPARED_PAGE ||
+        l->payload_bytes > l->blob_bytes || l->offset + l->n_expert * l->blob_bytes > file_bytes)
+        return nb_errf(err, errlen, NB_EFORMAT, "experts.idx: layer %d (block %u): bad blob geometry", i, l->block);
+    return 0;
+}
+
+int prepared_idx_load(const char *dir, struct prepared_idx *x, char *err, size_t errlen)
+{
+    char path[4096];
+    uint8_t *d;
+    size_t n;
+    memset(x, 0, sizeof *x);
+    snprintf(path, sizeof path, "%s/experts.idx", dir);
+    int rc = read_whole(path, &d, &n, err, errlen);
+    if (rc) return rc;
+    if (n < 64 || memcmp(d, "NBEXPIDX", 8) || rd32(d + 8) != 1 || rd32(d + 12) != 64 || rd32(d + 16) != 128 ||
+        rd32(d + 24) != PREPARED_PAGE || n != 64 + 128 * (size_t)rd32(d + 20)) {
+        free(d);
+        return nb_errf(err, errlen, NB_EFORMAT, "%s: not an experts.idx of version 1", path);
+    }
+    x->n_layers = (int)rd32(d + 20);
+    x->file_bytes = rd64(d + 32);
+    x->layers = calloc(x->n_layers ? x->n_layers : 1, sizeof *x->layers);
+    if (!x->layers) return free(d), nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    for (int i = 0; i < x->n_layers && rc == 0; i++) {
+        rc = parse_layer(d + 64 + 128 * i, &x->layers[i], x->file_bytes, i, err, errlen);
+        if (x->layers[i].blob_bytes > x->max_blob_bytes) x->max_blob_bytes = x->layers[i].blob_bytes;
+    }
+    free(d);
+    if (rc) prepared_idx_free(x);
+    return rc;
+}
+
+void prepared_idx_free(struct prepared_idx *x)
+{
+    free(x->layers);
+    memset(x, 0, sizeof *x);
+}
+
+int prepared_idx_layer_of_block(const struct prepared_idx *x, uint32_t block)
+{
+    for (int i = 0; i < x->n_layers; i++)
+        if (x->layers[i].block == block) return i;
+    return -1;
+}
+
+/* One tier list of one layer into tier[]; an id twice or out of range is an error. */
+static int read_tier(const cJSON *layer, const char *name, uint8_t tier, uint8_t *tiers, uint32_t E, int i,
+                     char *err, size_t errlen)
+{
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(layer, name), *id;
+    if (!cJSON_IsArray(list)) return nb_errf(err, errlen, NB_EFORMAT, "placement: layer %d has no \"%s\" list", i, name);
+    cJSON_ArrayForEach(id, list)
+    {
+        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= E || tiers[(int)id->valuedouble] != 0xff)
+            return nb_errf(err, errlen, NB_EFORMAT, "placement: layer %d: bad or repeated expert in \"%s\"", i, name);
+        tiers[(int)id->valuedouble] = tier;
+    }
+    return 0;
+}
+
+static int read_layers(const cJSON *layers, const struct prepared_idx *x, struct prepared_placement *p, char *err,
+                       size_t errlen)
+{
+    if (cJSON_GetArraySize(layers) != x->n_layers)
+        return nb_errf(err, errlen, NB_EFORMAT, "placement: %d layers, experts.idx has %d",
+                       cJSON_GetArraySize(layers), x->n_layers);
+    static const char *names[3] = {"vram", "ram", "ssd"};
+    for (int i = 0; i < x->n_layers; i++) {
+        const cJSON *l = cJSON_GetArrayItem(layers, i);
+        const cJSON *blk = cJSON_GetObjectItemCaseSensitive(l, "layer");
+        uint32_t E = x->layers[i].n_expert;
+        if (!cJSON_IsNumber(blk) || (uint32_t)blk->valuedouble != x->layers[i].block)
+            return nb_errf(err, errlen, NB_EFORMAT, "placement: layer %d is not block %u", i, x->layers[i].block);
+        p->tier[i] = malloc(E);
+        if (!p->tier[i]) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+        memset(p->tier[i], 0xff, E);
+        for (int t = 0; t < 3; t++) {
+            int rc = read_tier(l, names[t], (uint8_t)t, p->tier[i], E, i, err, errlen);
+            if (rc) return rc;
+        }
+        for (uint32_t e = 0; e < E; e++)
+            if (p->tier[i][e] == 0xff)
+                return nb_errf(err, errlen, NB_EFORMAT, "placement: layer %d: expert %u has no tier", i, e);
+    }
+    return 0;
+}
+
+/* Arena layout: header page, then RAM-tier blobs by idx layer, ascending id. */
+static int lay_out_arena(const struct prepared_idx *x, struct prepared_placement *p, char *err, size_t errlen)
+{
+    p->stride = 1;
+    for (int i = 0; i < x->n_layers; i++)
+        if (x->layers[i].n_expert > p->stride) p->stride = x->layers[i].n_expert;
+    p->arena_off = malloc((size_t)x->n_layers * p->stride * sizeof *p->arena_off + 1);
+    if (!p->arena_off) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    uint64_t at = PREPARED_PAGE;
+    for (int i = 0; i < x->n_layers; i++)
+        for (uint32_t e = 0; e < p->stride; e++) {
+            uint64_t *o = &p->arena_off[(size_t)i * p->stride + e];
+            *o = UINT64_MAX;
+            if (e >= x->layers[i].n_expert) continue;
+            uint8_t t = p->tier[i][e];
+            p->n_vram += t == PREPARED_VRAM, p->n_ssd += t == PREPARED_SSD;
+            if (t != PREPARED_RAM) continue;
+            *o = at;
+            at += x->layers[i].blob_bytes;
+            p->n_ram++;
+        }
+    p->arena_bytes = at;
+    return 0;
+}
+
+int prepared_placement_load(const char *path, const struct prepared_idx *x, struct prepared_placement *p, char *err,
+                            size_t errlen)
+{
+    uint8_t *d;
+    size_t n;
+    memset(p, 0, sizeof *p);
+    int rc = read_whole(path, &d, &n, err, errlen);
+    if (rc) return rc;
+    cJSON *j = cJSON_ParseWithLength((const char *)d, n);
+    free(d);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
+    if (!j || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "nebula.placement/1")) {
+        cJSON_Delete(j);
+        return nb_errf(err, errlen, NB_EFORMAT, "%s: not a nebula.placement/1 file", path);
+    }
+    const cJSON *sha = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "model"),
+                                                        "experts_index_sha256");
+    snprintf(p->idx_sha, sizeof p->idx_sha, "%s", cJSON_IsString(sha) ? sha->valuestring : "");
+    p->n_layers = x->n_layers;
+    p->tier = calloc(x->n_layers ? x->n_layers : 1, sizeof *p->tier);
+    rc = p->tier ? read_layers(cJSON_GetObjectItemCaseSensitive(j, "layers"), x, p, err, errlen)
+                 : nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    cJSON_Delete(j);
+    if (rc == 0) rc = lay_out_arena(x, p, err, errlen);
+    if (rc) prepared_placement_free(p);
+    return rc;
+}
+
+void prepared_placement_free(struct prepared_placement *p)
+{
+    for (int i = 0; p->tier && i < p->n_layers; i++) free(p->tier[i]);
+    free(p->tier);
+    free(p->arena_off);
+    memset(p, 0, sizeof *p);
+}
+
+int prepared_ple_load(const char *dir, struct prepared_ple *p, char *err, size_t errlen)
+{
+    char path[4096];
+    uint8_t h[PREPARED_PAGE];
+    snprintf(path, sizeof path, "%s/ple.bin", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return nb_errf(err, errlen, NB_ENOENT, "%s: cannot open", path);
+    size_t got = fread(h, 1, sizeof h, f);
+    fclose(f);
+    if (got != sizeof h || memcmp(h, "NBPLETAB", 8) || rd32(h + 8) != 1 || rd32(h + 12) != PREPARED_PAGE)
+        return nb_errf(err, errlen, NB_EFORMAT, "%s: not a ple.bin of version 1", path);
+    *p = (struct prepared_ple){rd32(h + 16), rd32(h + 20), rd64(h + 24), rd64(h + 32), rd32(h + 40), rd32(h + 44),
+                               rd64(h + 48), rd64(h + 56), rd64(h + 64)};
+    if (p->row_bytes == 0 || (p->rows_per_page == 0) != (p->row_bytes > PREPARED_PAGE) ||
+        p->data_offset + p->pages * PREPARED_PAGE > p->file_bytes)
+        return nb_errf(err, errlen, NB_EFORMAT, "%s: inconsistent header", path);
+    return 0;
+}

@@ -1,0 +1,149 @@
+/* nebula-cpu-moe-worker — computes the routed experts the gpu-worker does not
+ * hold: serves the `moe` ring pair (moe_proto.h) with gw_expert_ffn on raw
+ * quantized rows, RAM-tier experts from the shared arena, SSD-tier ones paged
+ * through the ssd-pager into staging.
+ *
+ * The key idea: every pair goes through the same reference function on the
+ * same bytes as the single-process engine, so placement changes speed, never
+ * results.  Control (hello/configure/ready/heartbeat/shutdown) is
+ * core/ctl/worker.h; the configure message names the instance, the prepared
+ * directory and placement, the rings and this worker's staging slots. */
+#include <getopt.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "core/util/err.h"
+#include "core/util/log.h"
+#include "cpu-moe-worker/moe.h"
+
+static int open_regions(struct moe_worker *m, char *err, size_t errlen)
+{
+    const struct ctl_configure *c = &m->conf;
+    int rc = shm_region_open(c->instance, "experts", &m->arena, err, errlen);
+    if (!rc) rc = shm_region_open(c->instance, "moe", &m->moe_reg, err, errlen);
+    if (!rc) rc = shm_region_open(c->instance, "stats", &m->stats_reg, err, errlen);
+    if (!rc) rc = shm_stats_open(&m->stats, &m->stats_reg, err, errlen);
+    if (!rc) rc = shm_stats_claim(m->stats, c->stats_worker, "cpu-moe-worker", 2, err, errlen);
+    return rc;
+}
+
+/* The pager side exists only when some expert is not in the arena. */
+static int open_pager(struct moe_worker *m, char *err, size_t errlen)
+{
+    const struct ctl_configure *c = &m->conf;
+    int rc = shm_region_open(c->instance, "staging", &m->staging, err, errlen);
+    if (!rc && (uint64_t)(c->staging_first + c->staging_count) * c->staging_slot_bytes > m->staging.bytes)
+        rc = nb_errf(err, errlen, NB_EINVAL, "staging slots %u+%u do not fit the region", c->staging_first,
+                     c->staging_count);
+    if (!rc && c->staging_slot_bytes < m->idx.max_blob_bytes)
+        rc = nb_errf(err, errlen, NB_EINVAL, "staging slots of %lu bytes hold no blob of %lu",
+                     (unsigned long)c->staging_slot_bytes, (unsigned long)m->idx.max_blob_bytes);
+    if (!rc) rc = shm_region_open(c->instance, "pager", &m->pager_reg, err, errlen);
+    if (!rc) rc = ring_pair_attach(&m->pager, &m->pager_reg, c->pager_offset, RING_CLIENT, NULL, err, errlen);
+    return rc;
+}
+
+static int setup(struct moe_worker *m, char *err, size_t errlen)
+{
+    bool loaded_now = false;
+    int rc = prepared_idx_load(m->conf.prepared, &m->idx, err, errlen);
+    if (!rc) rc = prepared_placement_load(m->conf.placement, &m->idx, &m->plc, err, errlen);
+    if (!rc) rc = open_regions(m, err, errlen);
+    if (!rc) rc = moe_arena_load(m, &loaded_now, err, errlen);
+    if (!rc && m->plc.n_ram < m->plc.n_ram + m->plc.n_ssd + m->plc.n_vram) rc = open_pager(m, err, errlen);
+    if (!rc) rc = ring_pair_attach(&m->moe, &m->moe_reg, m->conf.moe_offset, RING_SERVER, NULL, err, errlen);
+    if (!rc && m->conf.threads > 0) omp_set_num_threads(m->conf.threads);
+    if (!rc)
+        nb_log("arena: %lu RAM-tier experts (%lu bytes) %s; %lu others paged", (unsigned long)m->plc.n_ram,
+               (unsigned long)m->plc.arena_bytes, loaded_now ? "loaded from experts.bin" : "already loaded, kept",
+               (unsigned long)(m->plc.n_ssd + m->plc.n_vram));
+    return rc;
+}
+
+static void teardown(struct moe_worker *m)
+{
+    ring_pair_detach(&m->moe);
+    ring_pair_detach(&m->pager);
+    if (m->stats) shm_stats_close(m->stats);
+    struct shm_region *regs[] = {&m->arena, &m->staging, &m->moe_reg, &m->pager_reg, &m->stats_reg};
+    for (size_t i = 0; i < sizeof regs / sizeof *regs; i++) shm_region_close(regs[i]);
+    prepared_placement_free(&m->plc);
+    prepared_idx_free(&m->idx);
+}
+
+static int serve(struct moe_worker *m, ctl_worker *w)
+{
+    char err[256];
+    while (!ctl_worker_stopping(w)) {
+        int rc = moe_serve_one(m, 100000000ull, err, sizeof err);
+        if (rc == SHM_ETIMEDOUT) continue;
+        if (rc == SHM_EPEER) { /* no gpu-worker attached (yet, or it is being restarted) */
+            usleep(10000);
+            continue;
+        }
+        if (rc) {
+            nb_log("ring failure: %s", err);
+            ctl_worker_error(w, err);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: nebula-cpu-moe-worker --control ENDPOINT [--configure-timeout-ms N] [--pager-timeout-ms N]\n"
+               "\n"
+               "Computes the routed experts the gpu-worker does not hold (the moe ring pair of a Nebula\n"
+               "instance): RAM-tier experts from the shared arena, SSD-tier ones paged by the ssd-pager.\n"
+               "Started by the coordinator, which sends the configuration over the control socket\n"
+               "(docs/PIPELINE.md).\n"
+               "\n"
+               "  --control ENDPOINT          the coordinator's ROUTER endpoint (ipc://...)\n"
+               "  --configure-timeout-ms N    how long to wait for configure (default 10000)\n"
+               "  --pager-timeout-ms N        longest wait for one pager answer (default 5000)\n"
+               "  -h, --help                  this text\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *endpoint = NULL;
+    int timeout_ms = 10000, pager_ms = 5000;
+    static const struct option opts[] = {{"control", required_argument, 0, 'c'},
+                                         {"configure-timeout-ms", required_argument, 0, 't'},
+                                         {"pager-timeout-ms", required_argument, 0, 'p'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    for (int o; (o = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
+        if (o == 'c') endpoint = optarg;
+        else if (o == 't') timeout_ms = atoi(optarg);
+        else if (o == 'p') pager_ms = atoi(optarg);
+        else if (o == 'h') return usage(stdout), 0;
+        else return usage(stderr), 2;
+    }
+    if (!endpoint || optind != argc || pager_ms <= 0) return usage(stderr), 2;
+    nb_log_set_name("cpu-moe-worker");
+    char err[512];
+    ctl_worker *w;
+    struct moe_worker m = {.arena.fd = -1, .staging.fd = -1, .moe_reg.fd = -1, .pager_reg.fd = -1, .stats_reg.fd = -1};
+    m.pager_tag = (uint64_t)getpid() << 32;
+    m.pager_timeout_ns = (uint64_t)pager_ms * 1000000ull;
+    if (ctl_worker_start(endpoint, "cpu-moe-worker", timeout_ms, &w, &m.conf, err, sizeof err)) {
+        nb_log("control: %s", err);
+        return 1;
+    }
+    int rc = setup(&m, err, sizeof err);
+    if (!rc) rc = ctl_worker_ready(w, err, sizeof err);
+    if (rc) {
+        nb_log("setup: %s", err);
+        ctl_worker_error(w, err);
+    } else {
+        rc = serve(&m, w);
+    }
+    teardown(&m);
+    ctl_worker_close(w);
+    nb_log("exit %d", rc ? 1 : 0);
+    return rc ? 1 : 0;
+}

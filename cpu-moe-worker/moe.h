@@ -1,0 +1,34 @@
+/* moe.h — the cpu-moe-worker's state and its two jobs: the RAM arena
+ * (arena.c) and serving the `moe` ring pair (serve.c). */
+#ifndef NB_MOE_H
+#define NB_MOE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/ctl/worker.h"
+#include "core/prepared/prepared.h"
+#include "shm/shm.h"
+
+struct moe_worker {
+    struct ctl_configure conf;
+    struct prepared_idx idx;
+    struct prepared_placement plc;
+    struct shm_region arena, staging, moe_reg, pager_reg, stats_reg;
+    struct ring_pair moe, pager;
+    shm_stats *stats;
+    uint64_t pager_tag;   /* next pager request id: pid << 32 | counter */
+    uint64_t pager_timeout_ns;
+};
+
+/* Fills the arena with the RAM-tier blobs of experts.bin unless its header
+ * says the same plan is already loaded (a restarted worker).  *loaded_now
+ * tells which. */
+int moe_arena_load(struct moe_worker *m, bool *loaded_now, char *err, size_t errlen);
+
+/* Waits for one moe request (up to timeout_ns), answers it, releases it.
+ * SHM_ETIMEDOUT / SHM_EPEER pass through (nothing was served); any other
+ * error is a broken ring: the worker cannot go on. */
+int moe_serve_one(struct moe_worker *m, uint64_t timeout_ns, char *err, size_t errlen);
+
+#endif

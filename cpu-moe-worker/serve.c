@@ -1,0 +1,213 @@
+/* serve.c — one `moe` request: find every remote pair's expert bytes, run
+ * gw_expert_ffn on each pair, publish the response (moe_proto.h).
+ *
+ * The key idea: the output of a pair depends only on its own bytes, row and
+ * weight — each pair is one gw_expert_ffn call on one row, written to its
+ * own (r, j) place in the response — so the work can be spread over OpenMP
+ * threads in any order and the bytes are still the single-process engine's.
+ * RAM-tier experts are read in place from the arena; the others are paged
+ * into this worker's staging slots through the `pager` ring pair, at most
+ * staging_count at a time, and their pairs computed before the next batch.
+ * A pager that is gone or late makes the request fail (RING_FLAG_ERROR with
+ * a message), never hang; pager responses are matched by tag, so answers to
+ * requests given up on earlier are skipped. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/util/err.h"
+#include "core/util/log.h"
+#include "cpu-moe-worker/moe.h"
+#include "cpu-moe-worker/moe_proto.h"
+#include "gpu-worker/backend.h"
+#include "ssd-pager/pager_proto.h"
+
+struct pair {
+    int32_t row, slot, expert; /* slot = r·k + j */
+    float weight;
+};
+
+struct request {
+    int li;                  /* idx layer */
+    int64_t C;
+    const float *x;
+    float *out;
+    struct pair *pairs;
+    int n_pairs;
+    const uint8_t **blob;    /* [E]: expert bytes once known */
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* Computes every pair whose expert's bytes are known and not yet done. */
+static int compute(const struct moe_worker *m, const struct request *q, uint8_t *done)
+{
+    const struct prepared_layer *L = &m->idx.layers[q->li];
+    int bad = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(| : bad)
+    for (int i = 0; i < q->n_pairs; i++) {
+        const struct pair *p = &q->pairs[i];
+        const uint8_t *b = q->blob[p->expert];
+        if (done[i] || !b) continue;
+        struct gw_expert w = {b + L->part[PREPARED_GATE].offset, b + L->part[PREPARED_UP].offset,
+                              b + L->part[PREPARED_DOWN].offset, (int)L->part[PREPARED_GATE].type,
+                              (int)L->part[PREPARED_UP].type, (int)L->part[PREPARED_DOWN].type, q->C,
+                              L->part[PREPARED_GATE].n_rows};
+        bad |= gw_expert_ffn(&w, q->x + (int64_t)p->row * q->C, 1, &p->weight, q->out + (int64_t)p->slot * q->C) != 0;
+        done[i] = 1;
+    }
+    return bad ? NB_EINVAL : 0;
+}
+
+/* Waits for the pager's answer to request `tag`, skipping stale answers. */
+static int pager_wait(struct moe_worker *m, uint64_t tag, char *err, size_t errlen)
+{
+    for (;;) {
+        struct ring_slot a;
+        int rc = ring_wait(m->pager.resp, &a, m->pager_timeout_ns, err, errlen);
+        if (rc) return rc;
+        uint64_t got = a.hdr->tag;
+        bool failed = a.hdr->flags & RING_FLAG_ERROR;
+        if (got == tag && failed) nb_errf(err, errlen, NB_EIO, "pager: %.200s", (const char *)a.payload);
+        rc = ring_release(m->pager.resp, err, errlen);
+        if (rc) return rc;
+        if (got == tag) return failed ? NB_EIO : 0;
+    }
+}
+
+/* Pages experts ids[0..n) into this worker's staging slots 0..n). */
+static int page_batch(struct moe_worker *m, const struct request *q, const int32_t *ids, int n, char *err,
+                      size_t errlen)
+{
+    uint64_t first_tag = m->pager_tag;
+    for (int i = 0; i < n; i++) {
+        struct ring_slot s;
+        int rc = ring_reserve(m->pager.req, &s, m->pager_timeout_ns, err, errlen);
+        if (rc) return rc;
+        s.hdr->flags = PAGER_EXPERT;
+        s.hdr->layer = (uint32_t)q->li;
+        s.hdr->n_tokens = 1;
+        s.hdr->n_experts = 2;
+        s.hdr->tag = m->pager_tag++;
+        s.expert_ids[0] = ids[i];
+        s.expert_ids[1] = (int32_t)(m->conf.staging_first + (uint32_t)i);
+        if ((rc = ring_publish(m->pager.req, err, errlen))) return rc;
+    }
+    int first_rc = 0;
+    for (int i = 0; i < n; i++) { /* collect every answer, even after a failure: the ring stays in step */
+        int rc = pager_wait(m, first_tag + (uint64_t)i, err, errlen);
+        if (rc && rc != NB_EIO) return rc;
+        if (rc && !first_rc) first_rc = rc;
+        q->blob[ids[i]] = m->staging.base + (m->conf.staging_first + (uint64_t)i) * m->conf.staging_slot_bytes;
+    }
+    return first_rc;
+}
+
+/* RAM-tier pairs first, then the others in batches of staging_count experts. */
+static int run_request(struct moe_worker *m, struct request *q, uint8_t *done, char *err, size_t errlen)
+{
+    const struct prepared_layer *L = &m->idx.layers[q->li];
+    int32_t *cold = malloc(L->n_expert * sizeof *cold);
+    uint8_t *seen = calloc(L->n_expert, 1);
+    int n_cold = 0, rc = cold && seen ? 0 : nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    uint64_t hits = 0, misses = 0;
+    for (int i = 0; i < q->n_pairs && !rc; i++) {
+        int e = q->pairs[i].expert;
+        uint64_t at = m->plc.arena_off[(size_t)q->li * m->plc.stride + e];
+        hits += at != UINT64_MAX, misses += at == UINT64_MAX;
+        if (at != UINT64_MAX) q->blob[e] = m->arena.base + at;
+        else if (!seen[e]) seen[e] = 1, cold[n_cold++] = e;
+    }
+    if (!rc && (rc = compute(m, q, done))) nb_errf(err, errlen, rc, "gw_expert_ffn refused a type");
+    if (!rc && n_cold && !m->conf.staging_count)
+        rc = nb_errf(err, errlen, NB_EINVAL, "an SSD-tier expert is needed but this worker has no staging slots");
+    for (int at = 0; at < n_cold && !rc; at += (int)m->conf.staging_count) {
+        int n = n_cold - at < (int)m->conf.staging_count ? n_cold - at : (int)m->conf.staging_count;
+        rc = page_batch(m, q, cold + at, n, err, errlen);
+        if (!rc && (rc = compute(m, q, done))) nb_errf(err, errlen, rc, "gw_expert_ffn refused a type");
+        for (int i = 0; i < n; i++) q->blob[cold[at + i]] = NULL; /* the slot is reused by the next batch */
+    }
+    shm_stats_add(m->stats, m->conf.stats_worker, SHM_STAT_EXPERT_HITS, hits);
+    shm_stats_add(m->stats, m->conf.stats_worker, SHM_STAT_EXPERT_MISSES, misses);
+    free(cold);
+    free(seen);
+    return rc;
+}
+
+/* Checks the request and lists its remote pairs. */
+static int parse_request(const struct moe_worker *m, const struct ring_slot *s, uint64_t resp_capacity,
+                         struct request *q, char *err, size_t errlen)
+{
+    const struct ring_slot_header *h = s->hdr;
+    uint32_t max_experts = ring_get_geometry(m->moe.req).max_experts;
+    q->li = prepared_idx_layer_of_block(&m->idx, h->layer);
+    if (q->li < 0) return nb_errf(err, errlen, NB_EINVAL, "layer %u has no routed experts", h->layer);
+    const struct prepared_layer *L = &m->idx.layers[q->li];
+    q->C = L->part[PREPARED_GATE].row_len;
+    if ((uint64_t)h->payload_bytes < (uint64_t)h->n_tokens * q->C * sizeof(float) ||
+        moe_payload_bytes(h->n_tokens, h->n_experts, (uint64_t)q->C) > resp_capacity)
+        return nb_errf(err, errlen, NB_EINVAL, "layer %u: %u rows × %u experts do not fit the payloads", h->layer,
+                       h->n_tokens, h->n_experts);
+    q->n_pairs = 0;
+    for (uint32_t r = 0; r < h->n_tokens; r++)
+        for (uint32_t j = 0; j < h->n_experts; j++) {
+            int32_t e = s->expert_ids[r * max_experts + j];
+            if (e == MOE_LOCAL) continue;
+            if (e < 0 || (uint32_t)e >= L->n_expert)
+                return nb_errf(err, errlen, NB_EINVAL, "layer %u row %u: expert %d out of range", h->layer, r, e);
+            q->pairs[q->n_pairs++] = (struct pair){(int32_t)r, (int32_t)(r * h->n_experts + j), e,
+                                                   s->expert_weights[r * max_experts + j]};
+        }
+    return 0;
+}
+
+static int answer(struct moe_worker *m, const struct ring_slot *s, struct ring_slot *a, char *err, size_t errlen)
+{
+    struct ring_geometry g = ring_get_geometry(m->moe.req);
+    struct request q = {.x = s->payload, .out = a->payload};
+    q.pairs = malloc((size_t)g.max_tokens * g.max_experts * sizeof *q.pairs + 1);
+    q.blob = calloc(m->plc.stride, sizeof *q.blob);
+    uint8_t *done = calloc((size_t)g.max_tokens * g.max_experts + 1, 1);
+    int rc = q.pairs && q.blob && done ? parse_request(m, s, g.payload_bytes, &q, err, errlen)
+                                       : nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    if (!rc) rc = run_request(m, &q, done, err, errlen);
+    if (!rc) a->hdr->payload_bytes = (uint32_t)moe_payload_bytes(s->hdr->n_tokens, s->hdr->n_experts, (uint64_t)q.C);
+    free(q.pairs);
+    free(q.blob);
+    free(done);
+    return rc;
+}
+
+int moe_serve_one(struct moe_worker *m, uint64_t timeout_ns, char *err, size_t errlen)
+{
+    struct ring_slot s, a;
+    int rc = ring_wait(m->moe.req, &s, timeout_ns, err, errlen);
+    if (rc) return rc;
+    uint64_t t0 = now_ns();
+    if ((rc = ring_reserve(m->moe.resp, &a, RING_FOREVER, err, errlen))) return rc;
+    a.hdr->tag = s.hdr->tag;
+    a.hdr->layer = s.hdr->layer;
+    a.hdr->n_tokens = s.hdr->n_tokens;
+    a.hdr->n_experts = s.hdr->n_experts;
+    char msg[256];
+    if (answer(m, &s, &a, msg, sizeof msg)) {
+        a.hdr->flags = RING_FLAG_ERROR;
+        a.hdr->payload_bytes = (uint32_t)snprintf(a.payload, 256, "%s", msg) + 1;
+        shm_stats_add(m->stats, m->conf.stats_worker, SHM_STAT_ERRORS, 1);
+        nb_log("request %lu (layer %u) failed: %s", (unsigned long)s.hdr->tag, s.hdr->layer, msg);
+    }
+    uint64_t dt = now_ns() - t0;
+    shm_stats_add(m->stats, m->conf.stats_worker, SHM_STAT_STEPS, 1);
+    shm_stats_add(m->stats, m->conf.stats_worker, SHM_STAT_TOKENS, s.hdr->n_tokens);
+    shm_stats_add(m->stats, m->conf.stats_worker, SHM_STAT_BUSY_NS, dt);
+    shm_stats_add_layer(m->stats, m->conf.stats_worker, s.hdr->layer, dt);
+    if ((rc = ring_publish(m->moe.resp, err, errlen))) return rc;
+    return ring_release(m->moe.req, err, errlen);
+}

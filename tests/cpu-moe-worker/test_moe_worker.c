@@ -1,0 +1,145 @@
+/* test_moe_worker.c — nebula-cpu-moe-worker and nebula-ssd-pager as
+ * processes (rig.h plays the coordinator and the gpu-worker): every remote
+ * pair's contribution equals gw_expert_ffn on the GGUF's own expert tensors
+ * bit for bit, for RAM- and SSD-tier experts, plain and fused gate_up, trunk
+ * and MTP blocks; the pager's byte counter equals the SSD-tier blobs the
+ * requests needed; a pager killed with SIGKILL makes the affected request
+ * fail (no hang) and a new pager makes requests succeed again; after
+ * shutdown nothing is left in /dev/shm. */
+#include "tests/cpu-moe-worker/rig.h"
+
+static float rnd(unsigned *s) { return (float)rand_r(s) / (float)RAND_MAX * 2.0f - 1.0f; }
+
+/* The reference: weight · FFN_e(x) from the GGUF's tensors, the way the
+ * single-process backend computes it. */
+static void reference(const struct rig *r, int block, int e, const float *x, float w, float *out)
+{
+    const struct model_moe *t = &r->m->layers[block].moe;
+    struct gw_expert ex = {t->gate_exps.data + (size_t)e * t->gate_exps.mat_bytes,
+                           t->up_exps.data + (size_t)e * t->up_exps.mat_bytes,
+                           t->down_exps.data + (size_t)e * t->down_exps.mat_bytes,
+                           t->gate_exps.type, t->up_exps.type, t->down_exps.type, r->m->hp.n_embd,
+                           t->gate_exps.ne[1]};
+    cr_assert_eq(gw_expert_ffn(&ex, x, 1, &w, out), 0);
+}
+
+/* Fills a request of n rows × k slots on `block`: random experts (a quarter
+ * MOE_LOCAL) and weights; force_ssd puts an SSD-tier expert in slot (0, 0).
+ * Adds the SSD-tier blob bytes this request needs to r->ssd_bytes. */
+static void fill(struct rig *r, struct ring_slot *s, int block, int n, int k, bool force_ssd)
+{
+    int li = prepared_idx_layer_of_block(&r->idx, (uint32_t)block);
+    const struct prepared_layer *L = &r->idx.layers[li];
+    uint32_t mx = ring_get_geometry(r->rp.req).max_experts;
+    int64_t C = r->m->hp.n_embd;
+    uint8_t seen[1024] = {0};
+    s->hdr->layer = (uint32_t)block, s->hdr->n_tokens = (uint32_t)n, s->hdr->n_experts = (uint32_t)k;
+    s->hdr->tag = ++r->tag;
+    s->hdr->payload_bytes = (uint32_t)(n * C * sizeof(float));
+    for (int64_t i = 0; i < n * C; i++) ((float *)s->payload)[i] = rnd(&r->seed);
+    for (int row = 0; row < n; row++)
+        for (int j = 0; j < k; j++) {
+            int e = rand_r(&r->seed) % (int)L->n_expert;
+            if (force_ssd && row == 0 && j == 0)
+                for (e = 0; r->plc.tier[li][e] == PREPARED_RAM; e++) {}
+            else if (rand_r(&r->seed) % 4 == 0) e = MOE_LOCAL;
+            s->expert_ids[row * mx + j] = e;
+            s->expert_weights[row * mx + j] = (rnd(&r->seed) + 1.0f) / 2.0f;
+            if (e != MOE_LOCAL && r->plc.tier[li][e] != PREPARED_RAM && !seen[e]++) r->ssd_bytes += L->blob_bytes;
+        }
+}
+
+/* Checks every remote (row, slot) of the answer against the reference. */
+static void check(const struct rig *r, const struct ring_slot *q, const struct ring_slot *a)
+{
+    uint32_t mx = ring_get_geometry(r->rp.req).max_experts, n = q->hdr->n_tokens, k = q->hdr->n_experts;
+    int64_t C = r->m->hp.n_embd;
+    float *want = malloc((size_t)C * sizeof *want);
+    cr_assert_eq(a->hdr->payload_bytes, n * k * C * sizeof(float));
+    for (uint32_t row = 0; row < n; row++)
+        for (uint32_t j = 0; j < k; j++) {
+            int e = q->expert_ids[row * mx + j];
+            if (e == MOE_LOCAL) continue;
+            reference(r, (int)q->hdr->layer, e, (const float *)q->payload + row * C, q->expert_weights[row * mx + j],
+                      want);
+            const float *got = (const float *)a->payload + ((int64_t)row * k + j) * C;
+            cr_assert(!memcmp(got, want, (size_t)C * sizeof *want),
+                      "layer %u row %u expert %d: differs from gw_expert_ffn (%g vs %g)", q->hdr->layer, row, e,
+                      (double)got[0], (double)want[0]);
+        }
+    free(want);
+}
+
+/* One round trip.  Returns 0 (checked bit for bit) or 1 (an error answer,
+ * whose message goes to msg). */
+static int round_trip(struct rig *r, int block, int n, int k, bool force_ssd, char *msg, size_t len)
+{
+    char err[256];
+    struct ring_slot q, a;
+    cr_assert_eq(ring_reserve(r->rp.req, &q, 5000000000ull, err, sizeof err), 0, "%s", err);
+    fill(r, &q, block, n, k, force_ssd);
+    cr_assert_eq(ring_publish(r->rp.req, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(ring_wait(r->rp.resp, &a, 20000000000ull, err, sizeof err), 0, "no answer: %s", err);
+    cr_assert_eq(a.hdr->tag, r->tag);
+    int failed = (a.hdr->flags & RING_FLAG_ERROR) != 0;
+    if (failed) snprintf(msg, len, "%.200s", (const char *)a.payload);
+    else check(r, &q, &a);
+    cr_assert_eq(ring_release(r->rp.resp, err, sizeof err), 0, "%s", err);
+    return failed;
+}
+
+/* Random requests over every block with routed experts; all must succeed. */
+static int stream(struct rig *r, int count)
+{
+    char msg[256];
+    int n_blocks = r->m->hp.n_layer + r->m->hp.n_nextn, k = r->m->hp.n_expert_used;
+    for (int i = 0; i < count; i++) {
+        int block = i % n_blocks, n = 1 + rand_r(&r->seed) % RIG_MAX_TOKENS;
+        cr_assert_eq(round_trip(r, block, n, k, i % 3 == 0, msg, sizeof msg), 0, "request %d failed: %s", i, msg);
+    }
+    return count;
+}
+
+static void bit_exact(const char *name, const char *type, const char *ram)
+{
+    struct rig r;
+    rig_start(&r, fixture_gguf_typed(name, type), ram);
+    int n = stream(&r, 40);
+    cr_assert_eq(shm_stats_get(r.stats, RIG_PAGER, SHM_STAT_BYTES_READ), r.ssd_bytes,
+                 "pager read %lu bytes, the SSD-tier experts requested are %lu",
+                 (unsigned long)shm_stats_get(r.stats, RIG_PAGER, SHM_STAT_BYTES_READ), (unsigned long)r.ssd_bytes);
+    cr_assert_eq(shm_stats_get(r.stats, RIG_MOE_WORKER, SHM_STAT_STEPS), (uint64_t)n);
+    cr_assert_gt(shm_stats_get(r.stats, RIG_MOE_WORKER, SHM_STAT_EXPERT_HITS), 0);
+    cr_assert_gt(shm_stats_get(r.stats, RIG_MOE_WORKER, SHM_STAT_EXPERT_MISSES), 0);
+    cr_assert_eq(shm_stats_get(r.stats, RIG_MOE_WORKER, SHM_STAT_ERRORS), 0);
+    rig_stop(&r);
+}
+
+Test(moe_worker, bit_exact_tiny_a_q8_0) { bit_exact("tiny-a", "q8_0", "48K"); }
+Test(moe_worker, bit_exact_tiny_b_mix_fused_mtp) { bit_exact("tiny-b", "mix", "64K"); }
+
+Test(moe_worker, pager_killed_and_replaced)
+{
+    struct rig r;
+    char msg[256];
+    rig_start(&r, fixture_gguf_typed("tiny-a", "mix"), "48K");
+    stream(&r, 6);
+    /* Killed while a request is in flight: that one may succeed or fail, never hang. */
+    struct ring_slot q;
+    cr_assert_eq(ring_reserve(r.rp.req, &q, 5000000000ull, fx_err, sizeof fx_err), 0, "%s", fx_err);
+    fill(&r, &q, 0, RIG_MAX_TOKENS, r.m->hp.n_expert_used, true);
+    cr_assert_eq(ring_publish(r.rp.req, fx_err, sizeof fx_err), 0, "%s", fx_err);
+    kill(r.pid_pager, SIGKILL);
+    struct ring_slot a;
+    cr_assert_eq(ring_wait(r.rp.resp, &a, 20000000000ull, fx_err, sizeof fx_err), 0, "hang: %s", fx_err);
+    cr_assert_eq(ring_release(r.rp.resp, fx_err, sizeof fx_err), 0, "%s", fx_err);
+    int st = rig_reap(r.pid_pager);
+    cr_assert(WIFSIGNALED(st));
+    /* With no pager, a request that needs the SSD fails with a message. */
+    cr_assert_eq(round_trip(&r, 1, 2, r.m->hp.n_expert_used, true, msg, sizeof msg), 1, "served without a pager");
+    cr_assert(strstr(msg, "gone") || strstr(msg, "pager"), "unexpected message: %s", msg);
+    cr_assert_gt(shm_stats_get(r.stats, RIG_MOE_WORKER, SHM_STAT_ERRORS), 0);
+    rig_restart_pager(&r);
+    stream(&r, 12);
+    rig_stop(&r);
+}
