@@ -83,11 +83,17 @@ static cJSON *stats(struct coord *c)
     return r;
 }
 
+/* The worker a profile/restart request names, or NULL. */
+static struct coord_worker *named_worker(struct coord *c, const cJSON *req)
+{
+    const cJSON *wn = cJSON_GetObjectItemCaseSensitive(req, "worker");
+    return cJSON_IsString(wn) ? coord_worker_by_role(c, wn->valuestring) : NULL;
+}
+
 /* Per-stage times of one worker: its busy and ring-wait totals and time per layer. */
 static cJSON *profile(struct coord *c, const cJSON *req)
 {
-    const cJSON *wn = cJSON_GetObjectItemCaseSensitive(req, "worker");
-    struct coord_worker *w = cJSON_IsString(wn) ? coord_worker_by_role(c, wn->valuestring) : NULL;
+    struct coord_worker *w = named_worker(c, req);
     if (!w) return error_reply("profile needs \"worker\": one of the roles in status");
     cJSON *r = ctl_msg("profile"), *ls = cJSON_AddArrayToObject(r, "layers");
     uint32_t b = w->stats_block;
@@ -111,8 +117,7 @@ static cJSON *profile(struct coord *c, const cJSON *req)
 /* Kills the worker and waits until its successor is ready. */
 static cJSON *restart(struct coord *c, const cJSON *req)
 {
-    const cJSON *wn = cJSON_GetObjectItemCaseSensitive(req, "worker");
-    struct coord_worker *w = cJSON_IsString(wn) ? coord_worker_by_role(c, wn->valuestring) : NULL;
+    struct coord_worker *w = named_worker(c, req);
     if (!w) return error_reply("restart needs \"worker\": one of the roles in status");
     pid_t old = w->pid;
     coord_restart(c, w);

@@ -28,15 +28,18 @@ ctl() { "$bin/nebulactl" --runtime "$run" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 # Worker pids, remembered for the cleanup.
 note_pids() { ctl --json status 2>/dev/null | json "' '.join(str(w['pid']) for w in d['workers'])" >>"$tmp/pids"; }
-# Waits (15 s) until every worker is ready and the gpu-worker's pid is not $1.
-wait_ready() {
+# Waits (15 s) until the status reply d satisfies a Python expression.
+wait_status() {
     for _ in $(seq 150); do
-        ctl --json status 2>/dev/null | json "all(w['state'] == 'ready' for w in d['workers']) and str(d['workers'][0]['pid']) != '$1' or sys.exit(1)" \
-            >/dev/null 2>&1 && return 0
+        ctl --json status 2>/dev/null | json "($1) or sys.exit(1)" >/dev/null 2>&1 && return 0
         sleep 0.1
     done
     return 1
 }
+# Every worker ready and the gpu-worker's pid is not $1.
+wait_ready() { wait_status "all(w['state'] == 'ready' for w in d['workers']) and str(d['workers'][0]['pid']) != '$1'"; }
+# The worker of role $1 is ready with a pid other than $2.
+wait_replaced() { wait_status "[w for w in d['workers'] if w['role'] == '$1' and w['state'] == 'ready' and str(w['pid']) != '$2']"; }
 
 fx=tests/fixtures/tiny-a
 "$bin/nebula-convert" "$fx" "$tmp/a.gguf" --type f32 -q || { echo "FAIL: convert"; exit 1; }
@@ -135,15 +138,6 @@ grep -q "no coordinator is running" "$tmp/e" && ok || bad "nebulactl with no ins
 # worker side is built: the same ids; a killed cpu-moe-worker or pager is
 # restarted and a request sent at once still gives them.
 pid_of() { ctl --json status | json "[w['pid'] for w in d['workers'] if w['role'] == '$1'][0]"; }
-# Waits (10 s) until the worker of role $1 has a pid other than $2 and is ready.
-wait_replaced() {
-    for _ in $(seq 100); do
-        ctl --json status 2>/dev/null | json "[w for w in d['workers'] if w['role'] == '$1' and w['state'] == 'ready' and str(w['pid']) != '$2'] or sys.exit(1)" \
-            >/dev/null 2>&1 && return 0
-        sleep 0.1
-    done
-    return 1
-}
 placement_case() { # $1 = name, $2 = model, $3 = prepared dir, $4 = prefix ids, $5 = expected output, then roles to kill -9
     local name=$1 model=$2 prep=$3 ids=$4 want_out=$5 role; shift 5
     rm -rf "$run"
