@@ -10,7 +10,10 @@
  *                         remote, MOE_LOCAL (-1) when the gpu-worker computes it
  *   expert_weights[r][j]  its routing weight
  *   payload        x: n_tokens × C float32 (the rows' MoE inputs)
- * Response (cpu-moe-worker → gpu-worker), exactly one per request, in order:
+ * Response (cpu-moe-worker → gpu-worker), exactly one per request, in order
+ * (a restarted worker may answer the request its predecessor answered but
+ * had not released yet a second time: the client drops a response whose tag
+ * is not the one it waits for):
  *   hdr.tag        the request's id; hdr.flags RING_FLAG_ERROR on failure
  *                  (then payload holds a NUL-terminated message)
  *   payload        out: n_tokens × n_experts × C float32; for each remote

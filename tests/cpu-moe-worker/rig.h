@@ -40,7 +40,8 @@ struct rig {
     shm_stats *stats;
     ctl_sock *router;
     struct ctl_configure conf;
-    struct ring_pair rp;
+    struct ring_pair rp; /* moe, as the gpu-worker */
+    struct ring_pair pc; /* pager, as its client (tests without a cpu-moe-worker) */
     pid_t pid_moe, pid_pager;
     uint64_t tag, ssd_bytes; /* ssd_bytes: blob bytes of the SSD-tier experts the requests needed */
     unsigned seed;
@@ -106,7 +107,7 @@ static inline void rig_regions(struct rig *r)
     r->conf.staging_slots = 4, r->conf.staging_first = 1, r->conf.staging_count = 3;
     r->conf.staging_slot_bytes = r->idx.max_blob_bytes;
     r->staging = fx_region(r->inst, "staging", r->conf.staging_slots * r->conf.staging_slot_bytes);
-    struct ring_geometry gm = {4, RIG_MAX_TOKENS, 8, 0}, gp = {8, 1, 2, 256};
+    struct ring_geometry gm = {4, RIG_MAX_TOKENS, 8, 0}, gp = {8, 4, 8, 256}; /* pager: room for PLE row lists */
     gm.payload_bytes = (uint32_t)moe_payload_bytes(RIG_MAX_TOKENS, 8, (uint64_t)r->m->hp.n_embd);
     r->moe = fx_region(r->inst, "moe", ring_pair_bytes(&gm));
     r->pager = fx_region(r->inst, "pager", ring_pair_bytes(&gp));
@@ -119,8 +120,9 @@ static inline void rig_regions(struct rig *r)
 }
 
 /* Prepares `gguf` with a RAM budget of `ram` bytes, creates everything,
- * starts both workers and attaches as the moe client. */
-static inline void rig_start(struct rig *r, const char *gguf, const char *ram)
+ * starts the pager and either the cpu-moe-worker (the rig attaches as the moe
+ * client) or nothing more (the rig attaches as the pager's client). */
+static inline void rig_start(struct rig *r, const char *gguf, const char *ram, bool with_moe)
 {
     char err[256], cmd[1024];
     memset(r, 0, sizeof *r);
@@ -146,10 +148,22 @@ static inline void rig_start(struct rig *r, const char *gguf, const char *ram)
     r->conf.stats_worker = RIG_PAGER;
     r->pid_pager = rig_spawn(r, "build/bin/nebula-ssd-pager", "pager.log");
     rig_handshake(r, "ssd-pager");
+    if (!with_moe) {
+        cr_assert_eq(ring_pair_attach(&r->pc, &r->pager, 0, RING_CLIENT, NULL, err, sizeof err), 0, "%s", err);
+        return;
+    }
     r->conf.stats_worker = RIG_MOE_WORKER;
     r->pid_moe = rig_spawn(r, "build/bin/nebula-cpu-moe-worker", "moe.log");
     rig_handshake(r, "cpu-moe-worker");
     cr_assert_eq(ring_pair_attach(&r->rp, &r->moe, 0, RING_CLIENT, NULL, err, sizeof err), 0, "%s", err);
+}
+
+/* Respawns the cpu-moe-worker after a crash (same configure and block). */
+static inline void rig_restart_moe(struct rig *r)
+{
+    r->conf.stats_worker = RIG_MOE_WORKER;
+    r->pid_moe = rig_spawn(r, "build/bin/nebula-cpu-moe-worker", "moe.log");
+    rig_handshake(r, "cpu-moe-worker");
 }
 
 /* Reaps pid within ~10 s; returns its wait status. */
@@ -180,14 +194,15 @@ static inline void rig_stop(struct rig *r)
 {
     char err[256];
     cJSON *bye = ctl_msg("shutdown");
-    cr_assert_eq(ctl_send(r->router, "cpu-moe-worker", bye, err, sizeof err), 0, "%s", err);
+    if (r->pid_moe) cr_assert_eq(ctl_send(r->router, "cpu-moe-worker", bye, err, sizeof err), 0, "%s", err);
     cr_assert_eq(ctl_send(r->router, "ssd-pager", bye, err, sizeof err), 0, "%s", err);
     cJSON_Delete(bye);
-    int st = rig_reap(r->pid_moe);
+    int st = r->pid_moe ? rig_reap(r->pid_moe) : 0;
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "cpu-moe-worker exit status %d", st);
     st = rig_reap(r->pid_pager);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "ssd-pager exit status %d", st);
     ring_pair_detach(&r->rp);
+    ring_pair_detach(&r->pc);
     shm_stats_close(r->stats);
     struct shm_region *regs[] = {&r->experts, &r->staging, &r->moe, &r->pager, &r->stats_reg};
     for (size_t i = 0; i < sizeof regs / sizeof *regs; i++) shm_region_close(regs[i]);
