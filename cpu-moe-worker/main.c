@@ -29,7 +29,8 @@ static int open_regions(struct moe_worker *m, char *err, size_t errlen)
     return rc;
 }
 
-/* The pager side exists only when some expert is not in the arena. */
+/* The pager side exists only when some expert is on the SSD tier (a
+ * VRAM-tier expert sent here is paged too, when there is a pager). */
 static int open_pager(struct moe_worker *m, char *err, size_t errlen)
 {
     const struct ctl_configure *c = &m->conf;
@@ -52,7 +53,7 @@ static int setup(struct moe_worker *m, char *err, size_t errlen)
     if (!rc) rc = prepared_placement_load(m->conf.placement, &m->idx, &m->plc, err, errlen);
     if (!rc) rc = open_regions(m, err, errlen);
     if (!rc) rc = moe_arena_load(m, &loaded_now, err, errlen);
-    if (!rc && m->plc.n_ram < m->plc.n_ram + m->plc.n_ssd + m->plc.n_vram) rc = open_pager(m, err, errlen);
+    if (!rc && m->plc.n_ssd > 0) rc = open_pager(m, err, errlen);
     if (!rc) rc = ring_pair_attach(&m->moe, &m->moe_reg, m->conf.moe_offset, RING_SERVER, NULL, err, errlen);
     if (!rc && m->conf.threads > 0) omp_set_num_threads(m->conf.threads);
     if (!rc)

@@ -126,8 +126,9 @@ static int run_request(struct moe_worker *m, struct request *q, uint8_t *done, c
         else if (!seen[e]) seen[e] = 1, cold[n_cold++] = e;
     }
     if (!rc && (rc = compute(m, q, done))) nb_errf(err, errlen, rc, "gw_expert_ffn refused a type");
-    if (!rc && n_cold && !m->conf.staging_count)
-        rc = nb_errf(err, errlen, NB_EINVAL, "an SSD-tier expert is needed but this worker has no staging slots");
+    if (!rc && n_cold && (!m->conf.staging_count || !m->pager.req))
+        rc = nb_errf(err, errlen, NB_EINVAL, "expert %d of layer %u is not in the arena and this worker has no pager",
+                     cold[0], L->block);
     for (int at = 0; at < n_cold && !rc; at += (int)m->conf.staging_count) {
         int n = n_cold - at < (int)m->conf.staging_count ? n_cold - at : (int)m->conf.staging_count;
         rc = page_batch(m, q, cold + at, n, err, errlen);
