@@ -22,9 +22,12 @@
 #include "core/util/log.h"
 #include "gpu-worker/step_proto.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define STEP_TIMEOUT_S 600.0
 
@@ -33,6 +36,7 @@ struct gen_req {
     size_t n;
     long long n_predict;
     struct sampling_params sp;
+    const char *logits_out; /* absolute path, or NULL */
 };
 
 static cJSON *error_reply(const char *fmt, const char *detail)
@@ -203,6 +207,18 @@ static int run(struct coord *c, struct gen_req *g, int32_t *out, long long budge
     float *logits = malloc((size_t)V * sizeof *logits);
     sampler *smp = sampling_new(&g->sp, (int32_t)V);
     int rc = !logits || !smp ? nb_errf(err, errlen, NB_ENOMEM, "out of memory") : 0;
+    /* The logits each token is sampled from, for parity checks (the client's
+     * --dump-logits): written to PATH.tmp, renamed when complete, mode 0600. */
+    FILE *dump = NULL;
+    char dump_tmp[4200] = "";
+    if (!rc && g->logits_out) {
+        snprintf(dump_tmp, sizeof dump_tmp, "%s.tmp", g->logits_out);
+        int fd = open(dump_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0 || !(dump = fdopen(fd, "wb"))) {
+            if (fd >= 0) close(fd);
+            rc = nb_errf(err, errlen, NB_EIO, "logits_out %s: %s", dump_tmp, strerror(errno));
+        }
+    }
     double t0 = coord_now();
     if (!rc) rc = step_call(c, STEP_RESET, NULL, 0, NULL, err, errlen);
     for (size_t at = 0; !rc && at < g->n; at += (size_t)c->chunk) {
@@ -212,6 +228,9 @@ static int run(struct coord *c, struct gen_req *g, int32_t *out, long long budge
     *t_prompt = coord_now() - t0;
     *made = 0, *why = "length";
     while (!rc && *made < budget) {
+        if (dump && fwrite(logits, sizeof *logits, (size_t)V, dump) != (size_t)V)
+            rc = nb_errf(err, errlen, NB_EIO, "writing %s failed", dump_tmp);
+        if (rc) break;
         int32_t id = sampling_sample(smp, logits);
         out[(*made)++] = id;
         sampling_accept(smp, id);
@@ -220,6 +239,11 @@ static int run(struct coord *c, struct gen_req *g, int32_t *out, long long budge
             break;
         }
         if (*made < budget) rc = step_call(c, STEP_EVAL, &id, 1, logits, err, errlen);
+    }
+    if (dump) {
+        if (fclose(dump) && !rc) rc = nb_errf(err, errlen, NB_EIO, "writing %s failed", dump_tmp);
+        if (!rc && rename(dump_tmp, g->logits_out)) rc = nb_errf(err, errlen, NB_EIO, "rename %s: %s", dump_tmp, strerror(errno));
+        if (rc) remove(dump_tmp);
     }
     sampling_free(smp);
     free(logits);
@@ -257,6 +281,12 @@ cJSON *coord_generate(struct coord *c, const cJSON *req)
     int32_t *out = NULL;
     if (n_predict < 0 || n_predict > (1 << 24)) return error_reply("%s", "n must be in [0, 16777216]");
     if (prompt_ids(c, req, th, &g, err, sizeof err) || sampling_from(req, th, &g.sp, err, sizeof err)) goto fail;
+    const cJSON *lo = cJSON_GetObjectItemCaseSensitive(req, "logits_out");
+    if (lo && (!cJSON_IsString(lo) || lo->valuestring[0] != '/')) {
+        snprintf(err, sizeof err, "logits_out must be an absolute path");
+        goto fail;
+    }
+    g.logits_out = lo ? lo->valuestring : NULL;
     int64_t ctx = c->m->hp.n_ctx_train > 0 ? c->m->hp.n_ctx_train : 32768;
     if ((int64_t)g.n >= ctx) {
         snprintf(err, sizeof err, "the prompt has %zu tokens, the context holds %lld", g.n, (long long)ctx);

@@ -75,12 +75,17 @@ ctl status >"$tmp/status" && grep -q "^gpu-worker .* ready" "$tmp/status" && ok 
 grep -q "vram 32 experts" "$tmp/status" && ok || bad "status tiers: $(cat "$tmp/status")"
 
 gen() { "$bin/nebula" generate --server "$run" --tokens-file "$tmp/prefix.txt" --greedy -n 32 --print-ids 2>>"$tmp/gen.err"; }
-"$bin/nebula" generate -m "$tmp/a.gguf" --tokens-file "$tmp/prefix.txt" --greedy -n 32 --print-ids >"$tmp/local.out" 2>/dev/null
+"$bin/nebula" generate -m "$tmp/a.gguf" --tokens-file "$tmp/prefix.txt" --greedy -n 32 --print-ids \
+    --dump-logits "$tmp/local.logits" >"$tmp/local.out" 2>/dev/null
 gen >"$tmp/server.out" && ok || bad "generate --server: $(tail -2 "$tmp/gen.err")"
 [ "$(tail -n 1 "$tmp/server.out")" = "$want" ] && ok || bad "server greedy ids differ from greedy.txt:
   got  $(tail -n 1 "$tmp/server.out")
   want $want"
 cmp -s "$tmp/server.out" "$tmp/local.out" && ok || bad "server output differs from the single process's"
+"$bin/nebula" generate --server "$run" --tokens-file "$tmp/prefix.txt" --greedy -n 32 --dump-logits "$tmp/server.logits" \
+    >/dev/null 2>>"$tmp/gen.err" && cmp -s "$tmp/server.logits" "$tmp/local.logits" && ok \
+    || bad "all-VRAM: logits differ from the single process's"
+[ "$(stat -c %s "$tmp/local.logits")" -eq $((32 * 512 * 4)) ] && ok || bad "logits dump: want 32 rows of 512 floats"
 # A chat turn with sampling: tokenizer, template and sampler in the coordinator.
 "$bin/nebula" generate -m "$tmp/a.gguf" --chat Hello -n 12 --seed 7 --temp 0.8 --print-ids >"$tmp/l2" 2>/dev/null
 "$bin/nebula" generate --server "$run" --chat Hello -n 12 --seed 7 --temp 0.8 --print-ids >"$tmp/s2" 2>/dev/null
@@ -149,6 +154,11 @@ placement_case() { # $1 = name, $2 = model, $3 = prepared dir, $4 = prefix ids, 
     note_pids
     sgen() { "$bin/nebula" generate --server "$run" --tokens-file "$ids" --greedy -n 32 --print-ids 2>>"$tmp/gen.err"; }
     sgen >"$tmp/$name.out" && cmp -s "$tmp/$name.out" "$want_out" && ok || bad "$name: output differs: $(tail -1 "$tmp/$name.out")"
+    # The logits every token was sampled from: bit for bit the single-process ones.
+    "$bin/nebula" generate --server "$run" --tokens-file "$ids" --greedy -n 32 --dump-logits "$tmp/$name.logits" \
+        >/dev/null 2>>"$tmp/gen.err" && cmp -s "$tmp/$name.logits" "${want_out%.out}.logits" && ok \
+        || bad "$name: logits differ from the single-process run"
+    [ "$(stat -c %s "$tmp/$name.logits" 2>/dev/null || echo 0)" -gt 0 ] && ok || bad "$name: empty logits dump"
     for role in "$@"; do
         kill -9 "$(pid_of "$role")"
         sgen >"$tmp/$name-$role.out" && cmp -s "$tmp/$name-$role.out" "$want_out" && ok \
@@ -180,7 +190,8 @@ if [ -x "$bin/nebula-cpu-moe-worker" ] && [ -x "$bin/nebula-ssd-pager" ] && [ -x
     "$bin/nebula-convert" "$fb" "$tmp/b.gguf" --type f32 -q && ok || bad "convert tiny-b"
     pb=$(grep -o '"prefix_len": *[0-9]*' "$fb/manifest.json" | grep -o '[0-9]*$')
     tr -s ' \n' '\n' <"$fb/tokens.txt" | head -n "$pb" >"$tmp/prefix-b.txt"
-    "$bin/nebula" generate -m "$tmp/b.gguf" --tokens-file "$tmp/prefix-b.txt" --greedy -n 32 --print-ids >"$tmp/local-b.out" 2>/dev/null
+    "$bin/nebula" generate -m "$tmp/b.gguf" --tokens-file "$tmp/prefix-b.txt" --greedy -n 32 --print-ids \
+        --dump-logits "$tmp/local-b.logits" >"$tmp/local-b.out" 2>/dev/null
     "$bin/nebula-prepare" "$tmp/b.gguf" "$tmp/prep-b" --vram-budget 0 --ram-budget 0 -q && ok || bad "prepare tiny-b all-SSD"
     placement_case tiny-b-ssd "$tmp/b.gguf" "$tmp/prep-b" "$tmp/prefix-b.txt" "$tmp/local-b.out"
 else

@@ -45,6 +45,8 @@ static void usage(FILE *f)
             "  --chunk N              prefill chunk in tokens (default 512)\n"
             "  --threads N            CPU threads (default: all cores)\n"
             "  --server RUNDIR        send the request to the coordinator running in RUNDIR\n"
+            "  --dump-logits FILE     write the logits each token was sampled from (float32, one row of\n"
+            "                         vocab values per generated token): a parity diagnostic\n"
             "                         (its ctl.sock) instead of loading the model here; -m not needed\n");
 }
 
@@ -62,7 +64,7 @@ static int parse_float(const char *flag, const char *s, float lo, float hi, floa
 
 struct gen_opts {
     struct cli_common c;
-    const char *prompt, *chat, *system, *tokens_file, *server;
+    const char *prompt, *chat, *system, *tokens_file, *server, *dump_logits;
     bool think, greedy, print_ids;
     long long n_predict;
     struct sampling_params sp;
@@ -81,7 +83,8 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         {"presence-penalty", required_argument, 0, 'r'}, {"seed", required_argument, 0, 's'},
         {"print-ids", no_argument, 0, 'i'},       {"ctx", required_argument, 0, 'c'},
         {"chunk", required_argument, 0, 'b'},     {"threads", required_argument, 0, 'j'},
-        {"server", required_argument, 0, 'R'},    {"help", no_argument, 0, 'h'},
+        {"server", required_argument, 0, 'R'},    {"dump-logits", required_argument, 0, 'D'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     long long v;
     int c, rc = CLI_OK;
@@ -115,6 +118,7 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         case 'b': rc = cli_parse_int("--chunk", optarg, 1, 1 << 20, &v), o->c.chunk = (int)v; break;
         case 'j': rc = cli_parse_int("--threads", optarg, 1, 4096, &v), o->c.threads = (int)v; break;
         case 'R': o->server = optarg; break;
+        case 'D': o->dump_logits = optarg; break;
         case 'h': usage(stdout); return -1;
         default: usage(stderr); return CLI_USAGE;
         }
@@ -201,6 +205,19 @@ static cJSON *server_request(const struct gen_opts *o)
     cJSON_AddNumberToObject(s, "min_p", o->sp.min_p);
     cJSON_AddNumberToObject(s, "presence_penalty", o->sp.presence_penalty);
     cJSON_AddNumberToObject(s, "seed", (double)o->sp.seed);
+    if (o->dump_logits) { /* the coordinator writes it: give it a path that does not depend on its cwd */
+        char dir[4096], *slash = strrchr(o->dump_logits, '/'), abs[8192];
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - o->dump_logits) : 1, slash ? o->dump_logits : ".");
+        char *real = realpath(dir[0] ? dir : "/", NULL);
+        if (!real) {
+            fprintf(stderr, "nebula: --dump-logits: no directory %s\n", dir);
+            cJSON_Delete(r);
+            return NULL;
+        }
+        snprintf(abs, sizeof abs, "%s/%s", real, slash ? slash + 1 : o->dump_logits);
+        free(real);
+        cJSON_AddStringToObject(r, "logits_out", abs);
+    }
     return r;
 }
 
@@ -270,6 +287,7 @@ int cmd_generate(int argc, char **argv)
     float *logits = NULL;
     sampler *smp = NULL;
     tok_decoder *dec = NULL;
+    FILE *dump = NULL;
     if ((rc = prompt_ids(&o, &cm, &ids, &n))) goto done;
     int64_t ctx = cli_ctx(&o.c, &cm), V = cm.m->hp.n_vocab;
     if ((int64_t)n >= ctx) {
@@ -305,12 +323,26 @@ int cmd_generate(int argc, char **argv)
         goto done;
     }
 
+    char dump_tmp[4200];
+    if (o.dump_logits) {
+        snprintf(dump_tmp, sizeof dump_tmp, "%s.tmp", o.dump_logits);
+        if (!(dump = fopen(dump_tmp, "wb"))) {
+            fprintf(stderr, "nebula: cannot write %s\n", dump_tmp);
+            rc = CLI_USAGE;
+            goto done;
+        }
+    }
     double t0 = cli_now();
     if ((rc = cli_prefill(&o.c, &cm, ids, n, NULL, NULL, logits))) goto done;
     double t1 = cli_now();
     long long made = 0;
     const char *why = "length";
     while (made < budget) {
+        if (dump && fwrite(logits, sizeof *logits, (size_t)V, dump) != (size_t)V) {
+            fprintf(stderr, "nebula: writing %s failed\n", dump_tmp);
+            rc = CLI_FAIL;
+            goto done;
+        }
         int32_t id = sampling_sample(smp, logits);
         out[made++] = id;
         sampling_accept(smp, id);
@@ -335,6 +367,15 @@ int cmd_generate(int argc, char **argv)
         fwrite(text, 1, len, stdout);
     }
     double t2 = cli_now();
+    if (dump) {
+        int bad = fclose(dump) != 0 || rename(dump_tmp, o.dump_logits) != 0;
+        dump = NULL;
+        if (bad) {
+            fprintf(stderr, "nebula: cannot write %s\n", o.dump_logits);
+            rc = CLI_FAIL;
+            goto done;
+        }
+    }
     printf("\n");
     if (o.print_ids) {
         for (long long i = 0; i < made; i++) printf(i ? " %d" : "%d", out[i]);
@@ -343,6 +384,10 @@ int cmd_generate(int argc, char **argv)
     fprintf(stderr, "nebula: prompt %zu tokens in %.2f s (%.2f tok/s), generated %lld in %.2f s (%.2f tok/s), stop: %s\n",
             n, t1 - t0, (double)n / (t1 - t0), made, t2 - t1, made > 1 ? (double)(made - 1) / (t2 - t1) : 0.0, why);
 done:
+    if (dump) { /* failed half-way: no partial file under the real name */
+        fclose(dump);
+        remove(dump_tmp);
+    }
     tok_decoder_free(dec);
     sampling_free(smp);
     free(logits);
