@@ -30,6 +30,8 @@
 enum { RIG_MOE_WORKER = 2, RIG_PAGER = 3 }; /* stats blocks */
 #define RIG_MAX_TOKENS 4
 
+static const char *rig_tmp_base = "/tmp"; /* where rig_start makes its directory */
+
 struct rig {
     char dir[128], prep[160], ep[200];
     struct model *m;
@@ -127,7 +129,8 @@ static inline void rig_start(struct rig *r, const char *gguf, const char *ram, b
     char err[256], cmd[1024];
     memset(r, 0, sizeof *r);
     r->seed = 12345;
-    snprintf(r->dir, sizeof r->dir, "/tmp/nebula-moe-test-XXXXXX"); /* /tmp: a disk here, so O_DIRECT is used */
+    /* /tmp is a disk here, so O_DIRECT is used; a test may pick tmpfs (no O_DIRECT). */
+    snprintf(r->dir, sizeof r->dir, "%s/nbtest-moe-XXXXXX", rig_tmp_base);
     cr_assert(mkdtemp(r->dir), "mkdtemp");
     snprintf(r->prep, sizeof r->prep, "%s/prepared", r->dir);
     snprintf(cmd, sizeof cmd, "build/bin/nebula-prepare %s %s --ram-budget %s >%s/prepare.log 2>&1", gguf, r->prep,
@@ -190,6 +193,18 @@ static inline void rig_restart_pager(struct rig *r)
 }
 
 /* shutdown to both workers, both exit 0, nothing of the instance is left. */
+/* Lines of the file DIR/name that contain `what`. */
+static inline int rig_log_count(const struct rig *r, const char *name, const char *what)
+{
+    char path[256], line[512];
+    snprintf(path, sizeof path, "%s/%s", r->dir, name);
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    while (f && fgets(line, sizeof line, f)) n += strstr(line, what) != NULL;
+    if (f) fclose(f);
+    return n;
+}
+
 static inline void rig_stop(struct rig *r)
 {
     char err[256];

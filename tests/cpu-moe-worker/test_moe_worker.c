@@ -158,12 +158,7 @@ Test(moe_worker, restart_keeps_the_arena)
     cr_assert(WIFSIGNALED(rig_reap(r.pid_moe)));
     rig_restart_moe(&r);
     stream(&r, 8);
-    char path[256], line[512];
-    snprintf(path, sizeof path, "%s/moe.log", r.dir);
-    FILE *f = fopen(path, "r");
-    int loaded = 0, kept = 0;
-    while (f && fgets(line, sizeof line, f)) loaded += !!strstr(line, "loaded from experts.bin"), kept += !!strstr(line, "already loaded, kept");
-    if (f) fclose(f);
-    cr_assert(loaded == 1 && kept == 1, "arena loads %d, keeps %d (want 1 and 1)", loaded, kept);
+    int loads = rig_log_count(&r, "moe.log", "loaded from experts.bin"), keeps = rig_log_count(&r, "moe.log", "already loaded, kept");
+    cr_assert(loads == 1 && keeps == 1, "arena loaded %d times, kept %d (want 1 and 1)", loads, keeps);
     rig_stop(&r);
 }
