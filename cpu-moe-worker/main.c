@@ -74,23 +74,12 @@ static void teardown(struct moe_worker *m)
     prepared_idx_free(&m->idx);
 }
 
-static int serve(struct moe_worker *m, ctl_worker *w)
+/* One turn of the serving loop (ctl_worker_serve). */
+static int turn(void *ctx, char *err, size_t errlen)
 {
-    char err[256];
-    while (!ctl_worker_stopping(w)) {
-        int rc = moe_serve_one(m, 100000000ull, err, sizeof err);
-        if (rc == SHM_ETIMEDOUT) continue;
-        if (rc == SHM_EPEER) { /* no gpu-worker attached (yet, or it is being restarted) */
-            usleep(10000);
-            continue;
-        }
-        if (rc) {
-            nb_log("ring failure: %s", err);
-            ctl_worker_error(w, err);
-            return 1;
-        }
-    }
-    return 0;
+    int rc = moe_serve_one(ctx, 100000000ull, err, errlen);
+    if (rc == SHM_EPEER) usleep(10000); /* no gpu-worker attached (yet, or it is being restarted) */
+    return rc == SHM_ETIMEDOUT || rc == SHM_EPEER ? 0 : rc;
 }
 
 static void usage(FILE *f)
@@ -141,7 +130,7 @@ int main(int argc, char **argv)
         nb_log("setup: %s", err);
         ctl_worker_error(w, err);
     } else {
-        rc = serve(&m, w);
+        rc = ctl_worker_serve(w, turn, &m);
     }
     teardown(&m);
     ctl_worker_close(w);

@@ -166,25 +166,15 @@ static void teardown(struct pager *p)
     free(p->bounce);
 }
 
-static int serve(struct pager *p, ctl_worker *w)
+/* One turn of the serving loop (ctl_worker_serve). */
+static int turn(void *ctx, char *err, size_t errlen)
 {
-    char err[256];
-    while (!ctl_worker_stopping(w)) {
-        struct ring_slot q;
-        int rc = ring_wait(p->rp.req, &q, 100000000ull, err, sizeof err);
-        if (rc == SHM_ETIMEDOUT) continue;
-        if (rc == SHM_EPEER) { /* no client attached (yet, or it is being restarted) */
-            usleep(10000);
-            continue;
-        }
-        if (!rc) rc = serve_one(p, &q, err, sizeof err);
-        if (rc) {
-            nb_log("ring failure: %s", err);
-            ctl_worker_error(w, err);
-            return 1;
-        }
-    }
-    return 0;
+    struct pager *p = ctx;
+    struct ring_slot q;
+    int rc = ring_wait(p->rp.req, &q, 100000000ull, err, errlen);
+    if (rc == SHM_EPEER) usleep(10000); /* no client attached (yet, or it is being restarted) */
+    if (rc == SHM_ETIMEDOUT || rc == SHM_EPEER) return 0;
+    return rc ? rc : serve_one(p, &q, err, errlen);
 }
 
 static void usage(FILE *f)
@@ -231,7 +221,7 @@ int main(int argc, char **argv)
     } else {
         nb_log("ready: %d expert layers, ple %s, %u staging slots of %lu bytes", p.idx.n_layers,
                p.has_ple ? "yes" : "no", p.conf.staging_slots, (unsigned long)p.conf.staging_slot_bytes);
-        rc = serve(&p, w);
+        rc = ctl_worker_serve(w, turn, &p);
     }
     teardown(&p);
     ctl_worker_close(w);

@@ -187,6 +187,20 @@ void ctl_worker_error(ctl_worker *w, const char *message)
     send_locked(w, m, err, sizeof err);
 }
 
+int ctl_worker_serve(ctl_worker *w, ctl_worker_turn turn, void *ctx)
+{
+    char err[256];
+    while (!atomic_load(&w->stop)) {
+        int rc = turn(ctx, err, sizeof err);
+        if (rc) {
+            nb_log("cannot go on: %s", err);
+            ctl_worker_error(w, err);
+            return rc;
+        }
+    }
+    return 0;
+}
+
 bool ctl_worker_stopping(const ctl_worker *w) { return atomic_load(&w->stop); }
 void ctl_worker_request_stop(ctl_worker *w) { atomic_store(&w->stop, true); }
 

@@ -52,6 +52,12 @@ int ctl_worker_start(const char *endpoint, const char *role, int timeout_ms, ctl
 /* Sends ready {role} and starts the heartbeat thread (heartbeat {role, t}
  * every second; a shutdown message sets the stop flag). */
 int ctl_worker_ready(ctl_worker *w, char *err, size_t errlen);
+/* The serving loop every worker runs after ready: calls turn(ctx) until
+ * shutdown.  A turn serves at most one request and returns 0 (also when it
+ * found none within its short wait, so the stop flag is seen); an error
+ * ends the loop: it is logged, sent as error {role, message}, and returned. */
+typedef int (*ctl_worker_turn)(void *ctx, char *err, size_t errlen);
+int ctl_worker_serve(ctl_worker *w, ctl_worker_turn turn, void *ctx);
 /* Sends error {role, message} (thread-safe). */
 void ctl_worker_error(ctl_worker *w, const char *message);
 /* True once shutdown arrived (or the worker asked to stop). */
