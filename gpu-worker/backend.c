@@ -39,6 +39,14 @@ int gw_backend_set_moe_remote(gw_backend *be, const struct gw_moe_remote *r, cha
     return 0;
 }
 
+int gw_backend_set_ple_rows(gw_backend *be, const struct gw_ple_rows *r, char *err, size_t errlen)
+{
+    if (r && !r->fn) return nb_errf(err, errlen, NB_EINVAL, "a PLE row hook needs a function");
+    if (r) be->ple_rows = *r;
+    else memset(&be->ple_rows, 0, sizeof be->ple_rows);
+    return 0;
+}
+
 const char *gw_backend_kind(const gw_backend *be) { return be->ops->kind; }
 const struct model *gw_backend_model(const gw_backend *be) { return be->model; }
 

@@ -110,6 +110,21 @@ struct gw_moe_remote {
     void *ctx;
 };
 
+/* The PLE table's rows read outside the backend (the table on SSD: the
+ * gpu-worker asks the ssd-pager for them).  For each eval of a model with a
+ * PLE layer the backend calls fn once with every row the batch needs: for
+ * token t (of n_tokens) and head h (of the model's ple_n_heads) rows[t·heads
+ * + h] is the table row, and fn writes out[(t·heads + h)·W …] = that row's W
+ * values, dequantized with the table type's to_float from the row's bytes as
+ * the GGUF stores them (ple.bin holds them unchanged), so the result is the
+ * one the backend would have read itself: bit for bit. */
+typedef int (*gw_ple_rows_fn)(void *ctx, int n_rows, const int64_t *rows, float *out, char *err, size_t errlen);
+
+struct gw_ple_rows {
+    gw_ple_rows_fn fn;
+    void *ctx;
+};
+
 int gw_backend_create(const struct model *m, const struct gw_backend_params *p, gw_backend **out, char *err,
                       size_t errlen);
 void gw_backend_free(gw_backend *be);
@@ -119,6 +134,9 @@ const struct model *gw_backend_model(const gw_backend *be);
 /* Installs (or with r == NULL removes) the remote-expert hook; r is copied,
  * r->local must outlive the backend's use of it. */
 int gw_backend_set_moe_remote(gw_backend *be, const struct gw_moe_remote *r, char *err, size_t errlen);
+/* Installs (or with r == NULL removes) the PLE row hook; r is copied.
+ * Without it the backend reads rows from the model's own table. */
+int gw_backend_set_ple_rows(gw_backend *be, const struct gw_ple_rows *r, char *err, size_t errlen);
 
 /* One expert's FFN, the reference way: out[i] = scale[i] · W_down(silu(W_gate
  * x[i]) ⊙ W_up x[i]) for n rows of C floats; the three matrices are raw rows

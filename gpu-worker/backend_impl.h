@@ -29,6 +29,7 @@ struct gw_backend {
     const struct gw_backend_ops *ops;
     const struct model *model;
     struct gw_moe_remote remote; /* remote.fn NULL: every expert is local */
+    struct gw_ple_rows ple_rows; /* ple_rows.fn NULL: the model's table */
 };
 
 struct gw_seq {

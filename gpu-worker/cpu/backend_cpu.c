@@ -299,7 +299,7 @@ static int layer_forward(struct cpu_seq *s, const struct gw_eval_args *a, int il
     const struct cpu_layer_consts *c = &be->lc[il];
     struct cpu_layer_state *st = &s->ls[il];
     int rc = 0;
-    if (l->has_ple) rc = cpu_ple_forward(m, l, c, st, s->tokens, pos0, T, X);
+    if (l->has_ple) rc = cpu_ple_forward(m, &be->base.ple_rows, l, c, st, s->tokens, pos0, T, X);
     if (rc == 0) rc = cpu_hc_mix(hp, &l->hc_attn, c->hc_attn_norm, X, T, x, inj);
     if (rc == 0)
         rc = l->kind == MODEL_LAYER_GDN ? cpu_gdn_forward(hp, &l->gdn, c, st, x, T, y)
@@ -361,7 +361,8 @@ static int cpu_eval(gw_seq *gs, const struct gw_eval_args *a, char *err, size_t 
     free(X);
     if (rc) {
         s->broken = true;
-        return nb_errf(err, errlen, rc, "eval of %d tokens at position %lld: out of memory", T, (long long)pos0);
+        return nb_errf(err, errlen, rc, "eval of %d tokens at position %lld: %s", T, (long long)pos0,
+                       rc == NB_ENOMEM ? "out of memory" : "a remote expert or PLE row hook failed");
     }
     gs->n_pos = pos0 + T;
     return 0;

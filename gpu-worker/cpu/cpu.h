@@ -164,9 +164,11 @@ int cpu_moe_forward(const struct model_hparams *hp, const struct model_moe *w, c
                     const float *x, int T, float *y, const struct cpu_moe_ctx *mc);
 
 /* ple.c: X += PLE(X) for T rows; tokens = the whole history (n_pos0 + T
- * entries), rows are positions n_pos0…; updates the conv state. */
-int cpu_ple_forward(const struct model *m, const struct model_layer *l, const struct cpu_layer_consts *c,
-                    struct cpu_layer_state *st, const int32_t *tokens, int64_t n_pos0, int T, float *X);
+ * entries), rows are positions n_pos0…; updates the conv state.  Table rows
+ * come from src when it has a function (backend.h), else from the model. */
+int cpu_ple_forward(const struct model *m, const struct gw_ple_rows *src, const struct model_layer *l,
+                    const struct cpu_layer_consts *c, struct cpu_layer_state *st, const int32_t *tokens,
+                    int64_t n_pos0, int T, float *X);
 /* The global table rows of the n-gram heads for position p (NH values). */
 void cpu_ple_rows(const struct model_hparams *hp, const int32_t *tokens, int64_t p, int64_t *rows);
 

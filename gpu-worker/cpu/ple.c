@@ -69,22 +69,38 @@ static void gated_values(const struct model_hparams *hp, const struct model_ple_
     }
 }
 
-int cpu_ple_forward(const struct model *m, const struct model_layer *l, const struct cpu_layer_consts *c,
-                    struct cpu_layer_state *st, const int32_t *tokens, int64_t n_pos0, int T, float *X)
+/* e (T × NH·W): every head's row of every token, gathered first so that a
+ * hook (the table on SSD) gets the whole batch in one call. */
+static int read_rows(const struct model *m, const struct gw_ple_rows *src, const int32_t *tokens, int64_t n_pos0, int T,
+                     float *e)
 {
     const struct model_hparams *hp = &m->hp;
-    const int64_t P = hp->ple_embd, W = hp->ple_row_width, wide = model_wide(hp);
+    const int NH = hp->ple_n_heads;
+    int64_t *rows = malloc((size_t)T * NH * sizeof *rows);
+    if (!rows) return NB_ENOMEM;
+    for (int t = 0; t < T; t++) cpu_ple_rows(hp, tokens, n_pos0 + t, rows + (int64_t)t * NH);
+    int rc = 0;
+    char err[256] = "";
+    if (src && src->fn) rc = src->fn(src->ctx, T * NH, rows, e, err, sizeof err);
+    else
+        for (int64_t i = 0; i < (int64_t)T * NH; i++) cpu_get_row(&m->ple_table, rows[i], e + i * hp->ple_row_width);
+    free(rows);
+    return rc;
+}
+
+int cpu_ple_forward(const struct model *m, const struct gw_ple_rows *src, const struct model_layer *l,
+                    const struct cpu_layer_consts *c, struct cpu_layer_state *st, const int32_t *tokens,
+                    int64_t n_pos0, int T, float *X)
+{
+    const struct model_hparams *hp = &m->hp;
+    const int64_t P = hp->ple_embd, wide = model_wide(hp);
     float *e = malloc((size_t)(T * P) * sizeof *e), *key = malloc((size_t)(T * wide) * sizeof *key);
     float *value = malloc((size_t)(T * hp->n_embd) * sizeof *value);
     float *G = malloc((size_t)(T * wide) * sizeof *G), *Gn = malloc((size_t)(T * wide) * sizeof *Gn);
     float *conv = malloc((size_t)(T * wide) * sizeof *conv);
     int rc = e && key && value && G && Gn && conv ? 0 : NB_ENOMEM;
     if (rc) goto out;
-    for (int t = 0; t < T; t++) {
-        int64_t rows[MODEL_PLE_MAX_HEADS];
-        cpu_ple_rows(hp, tokens, n_pos0 + t, rows);
-        for (int h = 0; h < hp->ple_n_heads; h++) cpu_get_row(&m->ple_table, rows[h], e + t * P + h * W);
-    }
+    if ((rc = read_rows(m, src, tokens, n_pos0, T, e))) goto out;
     gated_values(hp, &l->ple, c, X, e, T, key, value, G, Gn);
     cpu_causal_conv_silu(c->ple_conv, hp->ple_conv_kernel, hp->ple_dilation, wide, st->ple_conv, Gn, T, conv);
     for (int64_t i = 0; i < T * wide; i++) X[i] += G[i] + conv[i];
