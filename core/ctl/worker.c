@@ -23,6 +23,7 @@ struct ctl_worker {
     pthread_t thread;
     bool thread_started;
     atomic_bool stop;
+    pid_t parent; /* the spawner (the coordinator): when it is gone, so is the reason to run */
 };
 
 /* ---- configure ---------------------------------------------------------- */
@@ -115,6 +116,7 @@ int ctl_worker_start(const char *endpoint, const char *role, int timeout_ms, ctl
     ctl_worker *w = calloc(1, sizeof *w);
     if (!w) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     snprintf(w->role, sizeof w->role, "%s", role);
+    w->parent = getppid();
     pthread_mutex_init(&w->lock, NULL);
     int rc = ctl_open(CTL_DEALER, endpoint, role, &w->sock, err, errlen);
     cJSON *hello = ctl_msg("hello");
@@ -147,6 +149,11 @@ static void *heartbeat_main(void *arg)
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
         char err[256];
+        if (getppid() != w->parent) { /* reparented: the coordinator died without a shutdown */
+            nb_log("the process that started this worker (pid %d) is gone: stopping", (int)w->parent);
+            atomic_store(&w->stop, true);
+            break;
+        }
         if (now.tv_sec - last.tv_sec >= 1) {
             cJSON *hb = ctl_msg("heartbeat");
             if (hb) cJSON_AddNumberToObject(hb, "t", (double)time(NULL));

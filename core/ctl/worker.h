@@ -50,7 +50,9 @@ typedef struct ctl_worker ctl_worker;
 int ctl_worker_start(const char *endpoint, const char *role, int timeout_ms, ctl_worker **out,
                      struct ctl_configure *conf, char *err, size_t errlen);
 /* Sends ready {role} and starts the heartbeat thread (heartbeat {role, t}
- * every second; a shutdown message sets the stop flag). */
+ * every second; a shutdown message sets the stop flag, and so does the death
+ * of the process that started the worker: a worker never outlives its
+ * coordinator, which ZeroMQ alone would not tell it). */
 int ctl_worker_ready(ctl_worker *w, char *err, size_t errlen);
 /* The serving loop every worker runs after ready: calls turn(ctx) until
  * shutdown.  A turn serves at most one request and returns 0 (also when it

@@ -45,6 +45,9 @@ struct rig {
     struct ring_pair rp; /* moe, as the gpu-worker */
     struct ring_pair pc; /* pager, as its client (tests without a cpu-moe-worker) */
     pid_t pid_moe, pid_pager;
+    bool no_deathsig;  /* rig_spawn: leave PR_SET_PDEATHSIG unset */
+    bool via_stand_in; /* rig_spawn: the worker's parent is a stand-in process (stand_in_pid) */
+    pid_t stand_in_pid;
     uint64_t tag, ssd_bytes; /* ssd_bytes: blob bytes of the SSD-tier experts the requests needed */
     unsigned seed;
 };
@@ -54,14 +57,17 @@ static inline void rig_run(const char *cmd)
     cr_assert_eq(system(cmd), 0, "failed: %s", cmd);
 }
 
+static inline pid_t rig_spawn_via(struct rig *r, const char *bin, const char *log);
 static inline pid_t rig_spawn(struct rig *r, const char *bin, const char *log)
 {
+    if (r->via_stand_in) return rig_spawn_via(r, bin, log);
     pid_t parent = getpid(), pid = fork();
     cr_assert(pid >= 0, "fork");
     if (pid == 0) {
         /* A failed assertion ends the test process: its workers must die
-         * with it, not stay orphaned (holding the test's output open). */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
+         * with it, not stay orphaned (holding the test's output open).
+         * (rig_spawn_via leaves this to the workers themselves.) */
+        if (!r->no_deathsig) prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent) _exit(127);
         char path[256];
         snprintf(path, sizeof path, "%s/%s", r->dir, log);
@@ -72,6 +78,27 @@ static inline pid_t rig_spawn(struct rig *r, const char *bin, const char *log)
         _exit(127);
     }
     return pid;
+}
+
+/* A stand-in parent (dies with the test) forks the worker, reports its pid
+ * through a pipe and waits to be killed. */
+static inline pid_t rig_spawn_via(struct rig *r, const char *bin, const char *log)
+{
+    int fds[2];
+    pid_t worker = 0;
+    cr_assert_eq(pipe(fds), 0);
+    r->stand_in_pid = fork();
+    cr_assert(r->stand_in_pid >= 0, "fork");
+    if (r->stand_in_pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        r->via_stand_in = false, r->no_deathsig = true;
+        worker = rig_spawn(r, bin, log);
+        if (write(fds[1], &worker, sizeof worker) != sizeof worker) _exit(1);
+        for (;;) pause();
+    }
+    cr_assert_eq(read(fds[0], &worker, sizeof worker), (ssize_t)sizeof worker);
+    close(fds[0]), close(fds[1]);
+    return worker;
 }
 
 /* Waits for hello from `role`, configures it, waits for its ready. */
@@ -127,7 +154,9 @@ static inline void rig_regions(struct rig *r)
 static inline void rig_start(struct rig *r, const char *gguf, const char *ram, bool with_moe)
 {
     char err[256], cmd[1024];
+    bool via = r->via_stand_in; /* the one field a caller sets before (r must start zeroed) */
     memset(r, 0, sizeof *r);
+    r->via_stand_in = via;
     r->seed = 12345;
     /* /tmp is a disk here, so O_DIRECT is used; a test may pick tmpfs (no O_DIRECT). */
     snprintf(r->dir, sizeof r->dir, "%s/nbtest-moe-XXXXXX", rig_tmp_base);
@@ -210,11 +239,11 @@ static inline void rig_stop(struct rig *r)
     char err[256];
     cJSON *bye = ctl_msg("shutdown");
     if (r->pid_moe) cr_assert_eq(ctl_send(r->router, "cpu-moe-worker", bye, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(ctl_send(r->router, "ssd-pager", bye, err, sizeof err), 0, "%s", err);
+    if (r->pid_pager) cr_assert_eq(ctl_send(r->router, "ssd-pager", bye, err, sizeof err), 0, "%s", err);
     cJSON_Delete(bye);
     int st = r->pid_moe ? rig_reap(r->pid_moe) : 0;
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "cpu-moe-worker exit status %d", st);
-    st = rig_reap(r->pid_pager);
+    st = r->pid_pager ? rig_reap(r->pid_pager) : 0;
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "ssd-pager exit status %d", st);
     ring_pair_detach(&r->rp);
     ring_pair_detach(&r->pc);

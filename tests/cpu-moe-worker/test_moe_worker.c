@@ -106,7 +106,7 @@ static int stream(struct rig *r, int count)
 
 static void bit_exact(const char *name, const char *type, const char *ram)
 {
-    struct rig r;
+    struct rig r = {0};
     rig_start(&r, fixture_gguf_typed(name, type), ram, true);
     int n = stream(&r, 40);
     cr_assert_eq(shm_stats_get(r.stats, RIG_PAGER, SHM_STAT_BYTES_READ), r.ssd_bytes,
@@ -124,7 +124,7 @@ Test(moe_worker, bit_exact_tiny_b_mix_fused_mtp) { bit_exact("tiny-b", "mix", "6
 
 Test(moe_worker, pager_killed_and_replaced)
 {
-    struct rig r;
+    struct rig r = {0};
     char msg[256];
     rig_start(&r, fixture_gguf_typed("tiny-a", "mix"), "48K", true);
     stream(&r, 6);
@@ -151,7 +151,7 @@ Test(moe_worker, pager_killed_and_replaced)
 /* A restarted cpu-moe-worker finds the arena loaded and keeps it. */
 Test(moe_worker, restart_keeps_the_arena)
 {
-    struct rig r;
+    struct rig r = {0};
     rig_start(&r, fixture_gguf_typed("tiny-a", "q8_0"), "48K", true);
     stream(&r, 4);
     kill(r.pid_moe, SIGKILL);

@@ -5,6 +5,7 @@
  * from the first slot on; bytes read are whole blobs and whole pages; a bad
  * request is an error answer, after which the pager goes on serving. */
 #include <fcntl.h>
+#include <sys/prctl.h>
 
 #include "ssd-pager/pager_proto.h"
 #include "tests/cpu-moe-worker/rig.h"
@@ -42,7 +43,7 @@ static void read_at(const char *dir, const char *name, void *buf, size_t n, uint
 
 static void expert_blobs(const char *base)
 {
-    struct rig r;
+    struct rig r = {0};
     char msg[256];
     rig_tmp_base = base; /* (tmpfs takes O_DIRECT on this kernel: the pread fallback is not reached by a test) */
     rig_start(&r, fixture_gguf_typed("tiny-b", "mix"), "64K", false);
@@ -72,7 +73,7 @@ Test(ssd_pager, expert_blobs_into_staging) { expert_blobs("/tmp"); }
 
 Test(ssd_pager, ple_rows_in_request_order)
 {
-    struct rig r;
+    struct rig r = {0};
     char msg[256];
     rig_start(&r, fixture_gguf_typed("tiny-a", "q8_0"), "48K", false);
     struct prepared_ple ple;
@@ -98,5 +99,31 @@ Test(ssd_pager, ple_rows_in_request_order)
     int32_t too_far[2] = {(int32_t)ple.rows, 1};
     cr_assert_eq(ask(&r, PAGER_PLE_ROWS, 0, too_far, 1, 1, &bytes, msg, sizeof msg), 1, "a row out of range was served");
     free(want);
+    rig_stop(&r);
+}
+
+/* A coordinator that dies without a shutdown takes its workers with it: the
+ * pager is spawned by a stand-in parent, which is killed after the pager has
+ * served; the pager, reparented to this test (a subreaper), exits by itself
+ * with status 0 within a few heartbeats. */
+Test(ssd_pager, exits_when_its_spawner_dies)
+{
+    struct rig r = {.via_stand_in = true};
+    char msg[256];
+    uint64_t bytes;
+    cr_assert_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+    rig_start(&r, fixture_gguf_typed("tiny-a", "q8_0"), "48K", false);
+    int32_t ids[2] = {0, 0};
+    cr_assert_eq(ask(&r, PAGER_EXPERT, 0, ids, 1, 2, &bytes, msg, sizeof msg), 0, "%s", msg);
+    kill(r.stand_in_pid, SIGKILL);
+    waitpid(r.stand_in_pid, NULL, 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int st = rig_reap(r.pid_pager);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the orphaned pager ended with status %d", st);
+    cr_assert_lt(t1.tv_sec - t0.tv_sec, 3, "the orphaned pager took %ld s to stop", (long)(t1.tv_sec - t0.tv_sec));
+    cr_assert_gt(rig_log_count(&r, "pager.log", "is gone: stopping"), 0);
+    r.pid_pager = 0;
     rig_stop(&r);
 }
