@@ -1,10 +1,12 @@
 /* serve.c — one `moe` request: find every remote pair's expert bytes, run
  * gw_expert_ffn on each pair, publish the response (moe_proto.h).
  *
- * The key idea: the output of a pair depends only on its own bytes, row and
- * weight — each pair is one gw_expert_ffn call on one row, written to its
- * own (r, j) place in the response — so the work can be spread over OpenMP
- * threads in any order and the bytes are still the single-process engine's.
+ * The key idea: the output of a pair depends only on its expert's bytes, its
+ * row and its weight — pairs are grouped by expert, each group is one
+ * gw_expert_ffn call on its rows (the backend batches an expert's rows the
+ * same way), and each result goes to its own (r, j) place in the response —
+ * so groups can run on OpenMP threads in any order and the bytes are still
+ * the single-process engine's.
  * RAM-tier experts are read in place from the arena; the others are paged
  * into this worker's staging slots through the `pager` ring pair, at most
  * staging_count at a time, and their pairs computed before the next batch.
@@ -34,8 +36,10 @@ struct request {
     int64_t C;
     const float *x;
     float *out;
-    struct pair *pairs;
+    struct pair *pairs;      /* grouped by expert (ascending), rows ascending within one */
     int n_pairs;
+    int *group;              /* [n_groups + 1]: pairs group[g] … group[g+1]-1 share an expert */
+    int n_groups;
     const uint8_t **blob;    /* [E]: expert bytes once known */
 };
 
@@ -46,22 +50,42 @@ static uint64_t now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
-/* Computes every pair whose expert's bytes are known and not yet done. */
+/* One expert's rows in one gw_expert_ffn call (a row's result does not
+ * depend on the other rows of the call: the backend batches the same way). */
+static int run_group(const struct prepared_layer *L, const struct request *q, const struct pair *p, int n)
+{
+    const uint8_t *b = q->blob[p[0].expert];
+    float *xs = malloc((size_t)n * q->C * sizeof *xs), *ys = malloc((size_t)n * q->C * sizeof *ys);
+    float *sc = malloc((size_t)n * sizeof *sc);
+    int rc = xs && ys && sc ? 0 : NB_ENOMEM;
+    for (int i = 0; !rc && i < n; i++) {
+        memcpy(xs + i * q->C, q->x + (int64_t)p[i].row * q->C, (size_t)q->C * sizeof *xs);
+        sc[i] = p[i].weight;
+    }
+    struct gw_expert w = {b + L->part[PREPARED_GATE].offset, b + L->part[PREPARED_UP].offset,
+                          b + L->part[PREPARED_DOWN].offset, (int)L->part[PREPARED_GATE].type,
+                          (int)L->part[PREPARED_UP].type, (int)L->part[PREPARED_DOWN].type, q->C,
+                          L->part[PREPARED_GATE].n_rows};
+    if (!rc) rc = gw_expert_ffn(&w, xs, n, sc, ys);
+    for (int i = 0; !rc && i < n; i++)
+        memcpy(q->out + (int64_t)p[i].slot * q->C, ys + i * q->C, (size_t)q->C * sizeof *ys);
+    free(xs);
+    free(ys);
+    free(sc);
+    return rc;
+}
+
+/* Computes every expert group whose bytes are known and not yet done. */
 static int compute(const struct moe_worker *m, const struct request *q, uint8_t *done)
 {
     const struct prepared_layer *L = &m->idx.layers[q->li];
     int bad = 0;
 #pragma omp parallel for schedule(dynamic, 1) reduction(| : bad)
-    for (int i = 0; i < q->n_pairs; i++) {
-        const struct pair *p = &q->pairs[i];
-        const uint8_t *b = q->blob[p->expert];
-        if (done[i] || !b) continue;
-        struct gw_expert w = {b + L->part[PREPARED_GATE].offset, b + L->part[PREPARED_UP].offset,
-                              b + L->part[PREPARED_DOWN].offset, (int)L->part[PREPARED_GATE].type,
-                              (int)L->part[PREPARED_UP].type, (int)L->part[PREPARED_DOWN].type, q->C,
-                              L->part[PREPARED_GATE].n_rows};
-        bad |= gw_expert_ffn(&w, q->x + (int64_t)p->row * q->C, 1, &p->weight, q->out + (int64_t)p->slot * q->C) != 0;
-        done[i] = 1;
+    for (int g = 0; g < q->n_groups; g++) {
+        const struct pair *p = &q->pairs[q->group[g]];
+        if (done[g] || !q->blob[p->expert]) continue;
+        bad |= run_group(L, q, p, q->group[g + 1] - q->group[g]) != 0;
+        done[g] = 1;
     }
     return bad ? NB_EINVAL : 0;
 }
@@ -142,6 +166,23 @@ static int run_request(struct moe_worker *m, struct request *q, uint8_t *done, c
     return rc;
 }
 
+static int by_expert(const void *a, const void *b)
+{
+    const struct pair *x = a, *y = b;
+    return x->expert != y->expert ? (x->expert > y->expert) - (x->expert < y->expert)
+                                  : (x->slot > y->slot) - (x->slot < y->slot);
+}
+
+/* Sorts the pairs by expert and marks where each expert's group starts. */
+static void group_pairs(struct request *q)
+{
+    qsort(q->pairs, (size_t)q->n_pairs, sizeof *q->pairs, by_expert);
+    q->n_groups = 0;
+    for (int i = 0; i < q->n_pairs; i++)
+        if (i == 0 || q->pairs[i].expert != q->pairs[i - 1].expert) q->group[q->n_groups++] = i;
+    q->group[q->n_groups] = q->n_pairs;
+}
+
 /* Checks the request and lists its remote pairs. */
 static int parse_request(const struct moe_worker *m, const struct ring_slot *s, uint64_t resp_capacity,
                          struct request *q, char *err, size_t errlen)
@@ -166,6 +207,7 @@ static int parse_request(const struct moe_worker *m, const struct ring_slot *s, 
             q->pairs[q->n_pairs++] = (struct pair){(int32_t)r, (int32_t)(r * h->n_experts + j), e,
                                                    s->expert_weights[r * max_experts + j]};
         }
+    group_pairs(q);
     return 0;
 }
 
@@ -175,13 +217,15 @@ static int answer(struct moe_worker *m, const struct ring_slot *s, struct ring_s
     struct request q = {.x = s->payload, .out = a->payload};
     q.pairs = malloc((size_t)g.max_tokens * g.max_experts * sizeof *q.pairs + 1);
     q.blob = calloc(m->plc.stride, sizeof *q.blob);
+    q.group = malloc(((size_t)g.max_tokens * g.max_experts + 1) * sizeof *q.group);
     uint8_t *done = calloc((size_t)g.max_tokens * g.max_experts + 1, 1);
-    int rc = q.pairs && q.blob && done ? parse_request(m, s, g.payload_bytes, &q, err, errlen)
+    int rc = q.pairs && q.blob && q.group && done ? parse_request(m, s, g.payload_bytes, &q, err, errlen)
                                        : nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     if (!rc) rc = run_request(m, &q, done, err, errlen);
     if (!rc) a->hdr->payload_bytes = (uint32_t)moe_payload_bytes(s->hdr->n_tokens, s->hdr->n_experts, (uint64_t)q.C);
     free(q.pairs);
     free(q.blob);
+    free(q.group);
     free(done);
     return rc;
 }

@@ -24,7 +24,8 @@ static void reference(const struct rig *r, int block, int e, const float *x, flo
 }
 
 /* Fills a request of n rows × k slots on `block`: random experts (a quarter
- * MOE_LOCAL) and weights; force_ssd puts an SSD-tier expert in slot (0, 0).
+ * MOE_LOCAL) and weights; force_ssd puts one SSD-tier expert in slot 0 of every
+ * row and, if the layer has one, one RAM-tier expert in slot 1 (multi-row groups).
  * Adds the SSD-tier blob bytes this request needs to r->ssd_bytes. */
 static void fill(struct rig *r, struct ring_slot *s, int block, int n, int k, bool force_ssd)
 {
@@ -37,11 +38,16 @@ static void fill(struct rig *r, struct ring_slot *s, int block, int n, int k, bo
     s->hdr->tag = ++r->tag;
     s->hdr->payload_bytes = (uint32_t)(n * C * sizeof(float));
     for (int64_t i = 0; i < n * C; i++) ((float *)s->payload)[i] = rnd(&r->seed);
+    int first_ram = -1;
+    for (int e = (int)L->n_expert - 1; e >= 0; e--)
+        if (r->plc.tier[li][e] == PREPARED_RAM) first_ram = e;
     for (int row = 0; row < n; row++)
         for (int j = 0; j < k; j++) {
             int e = rand_r(&r->seed) % (int)L->n_expert;
-            if (force_ssd && row == 0 && j == 0)
+            if (force_ssd && j == 0) /* every row: the same SSD-tier expert (one group of n rows) */
                 for (e = 0; r->plc.tier[li][e] == PREPARED_RAM; e++) {}
+            else if (force_ssd && j == 1 && first_ram >= 0) /* and the same RAM-tier one */
+                e = first_ram;
             else if (rand_r(&r->seed) % 4 == 0) e = MOE_LOCAL;
             s->expert_ids[row * mx + j] = e;
             s->expert_weights[row * mx + j] = (rnd(&r->seed) + 1.0f) / 2.0f;
