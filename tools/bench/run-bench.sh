@@ -10,7 +10,7 @@ BUILD=${1:-build}
 OUT=docs/BENCHMARKS.md
 
 shopt -s nullglob
-benches=("$BUILD"/bin/nebula-bench-*)
+benches=("$BUILD"/bin/nebula-bench-* tools/bench/bench-*.sh)
 if [ ${#benches[@]} -eq 0 ]; then
     echo "run-bench: no $BUILD/bin/nebula-bench-* binaries (run make first)" >&2
     exit 1
@@ -44,6 +44,7 @@ for bench in "${benches[@]}"; do
     echo "== $name"
     args=()
     [ "$name" = nebula-bench-reference ] && args=(--models-dir "$BUILD/bench-models")
+    case $bench in *.sh) args=("$BUILD") ;; esac
     if ! table=$("$bench" "${args[@]}"); then
         echo "run-bench: $name failed; nothing recorded" >&2
         status=1
