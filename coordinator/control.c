@@ -16,7 +16,8 @@
 
 static const char *const stat_names[SHM_STAT_COUNT] = {
     "steps", "tokens", "expert_hits", "expert_misses", "bytes_read", "bytes_copied",
-    "ring_messages", "ring_wait_ns", "ring_sleeps", "busy_ns", "errors"};
+    "ring_messages", "ring_wait_ns", "ring_sleeps", "busy_ns", "errors", "ple_rows", "ple_bytes_read",
+    "ssd_blob_bytes"};
 
 static cJSON *error_reply(const char *message)
 {
@@ -63,6 +64,12 @@ static cJSON *status(struct coord *c)
     cJSON_AddNumberToObject(r, "vram_hit_rate", hits + misses ? (double)hits / (double)(hits + misses) : 0);
     uint64_t ram_hits = shm_stats_get(c->stats, 1, SHM_STAT_EXPERT_HITS), ram_misses = shm_stats_get(c->stats, 1, SHM_STAT_EXPERT_MISSES);
     cJSON_AddNumberToObject(r, "ram_hit_rate", ram_hits + ram_misses ? (double)ram_hits / (double)(ram_hits + ram_misses) : 0);
+    /* SSD bytes per token evaluated by the gpu-worker (experts and PLE rows; counters since each worker started). */
+    uint64_t tokens = shm_stats_get(c->stats, 0, SHM_STAT_TOKENS), ssd = shm_stats_get(c->stats, 2, SHM_STAT_BYTES_READ);
+    uint64_t ple = shm_stats_get(c->stats, 2, SHM_STAT_PLE_BYTES_READ);
+    cJSON_AddStringToObject(r, "ple_tier", c->tiers.ple_ssd ? "ssd" : "ram");
+    cJSON_AddNumberToObject(r, "ssd_bytes_per_token", tokens ? (double)ssd / (double)tokens : 0);
+    cJSON_AddNumberToObject(r, "ssd_ple_bytes_per_token", tokens ? (double)ple / (double)tokens : 0);
     return r;
 }
 

@@ -52,10 +52,12 @@ struct coord_tiers {
     uint64_t bytes[3];
     uint64_t arena_bytes;    /* the `experts` region: a header page + Σ RAM-tier blobs */
     uint64_t max_blob_bytes; /* a staging slot holds the largest blob */
+    bool ple_ssd;            /* request.ple_tier "ssd": the gpu-worker pages the n-gram table */
 };
 
 #define COORD_ARENA_HEADER 4096u  /* core/prepared's arena header page */
 #define COORD_STAGING_SLOTS 4u    /* slot 0 kept for the gpu-worker's PLE rows; 1-3 the cpu-moe-worker's */
+#define COORD_PLE_RING_ROWS 256u  /* PLE rows per request on the pager-gw ring */
 
 struct coord {
     /* configuration */
@@ -68,7 +70,7 @@ struct coord {
     shm_instance *inst;
     char rundir[PATH_MAX];
     bool rundir_made;
-    struct shm_region step_reg, moe_reg, stats_reg, experts_reg, staging_reg, pager_reg;
+    struct shm_region step_reg, moe_reg, stats_reg, experts_reg, staging_reg, pager_reg, pager_gw_reg;
     struct ring_pair step;
     shm_stats *stats;
     ctl_sock *router, *rep;

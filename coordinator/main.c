@@ -138,6 +138,10 @@ static int read_tiers(struct coord *c, char *err, size_t errlen)
         c->tiers.arena_bytes += b * (uint64_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(lo, "ram"));
         if (b > c->tiers.max_blob_bytes) c->tiers.max_blob_bytes = b;
     }
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "request"), "ple_tier");
+    if (!rc && pt && !(cJSON_IsString(pt) && (!strcmp(pt->valuestring, "ram") || !strcmp(pt->valuestring, "ssd"))))
+        rc = nb_errf(err, errlen, NB_EFORMAT, "%s: request.ple_tier is neither \"ram\" nor \"ssd\"", c->placement_path);
+    c->tiers.ple_ssd = !rc && pt && !strcmp(pt->valuestring, "ssd") && c->m->ple_table.data;
     cJSON_Delete(root);
     return rc;
 }
@@ -190,14 +194,18 @@ static int make_regions(struct coord *c, char *err, size_t errlen)
     if (!rc) rc = shm_region_create(c->inst, "stats", shm_stats_bytes(COORD_STATS_BLOCKS, n_layers), &c->stats_reg, err, errlen);
     if (!rc) rc = shm_stats_format(&c->stats_reg, COORD_STATS_BLOCKS, n_layers, err, errlen);
     if (!rc) rc = shm_stats_open(&c->stats, &c->stats_reg, err, errlen);
-    if (rc || c->tiers.experts[1] + c->tiers.experts[2] == 0) return rc;
-    /* The cpu-moe-worker's side: the RAM arena, staging slots and the pager ring. */
+    if (rc || (c->tiers.experts[1] + c->tiers.experts[2] == 0 && !c->tiers.ple_ssd)) return rc;
+    /* The cpu-moe-worker's side: the RAM arena, staging slots and the pager ring;
+     * the gpu-worker's pager-gw ring when the PLE table is on SSD. */
     struct ring_geometry pg = {.n_slots = 8, .max_tokens = 1, .max_experts = 2, .payload_bytes = 256};
     uint64_t slot = (c->tiers.max_blob_bytes + 4095) / 4096 * 4096;
     rc = shm_region_create(c->inst, "experts", c->tiers.arena_bytes, &c->experts_reg, err, errlen);
     if (!rc) rc = shm_region_create(c->inst, "staging", COORD_STAGING_SLOTS * (slot ? slot : 4096), &c->staging_reg, err, errlen);
     if (!rc) rc = shm_region_create(c->inst, "pager", ring_pair_bytes(&pg), &c->pager_reg, err, errlen);
     if (!rc) rc = ring_pair_format(&c->pager_reg, 0, &pg, err, errlen);
+    struct ring_geometry gg = {.n_slots = 2, .max_tokens = COORD_PLE_RING_ROWS, .max_experts = 2, .payload_bytes = 256};
+    if (!rc && c->tiers.ple_ssd) rc = shm_region_create(c->inst, "pager-gw", ring_pair_bytes(&gg), &c->pager_gw_reg, err, errlen);
+    if (!rc && c->tiers.ple_ssd) rc = ring_pair_format(&c->pager_gw_reg, 0, &gg, err, errlen);
     return rc;
 }
 
@@ -248,8 +256,9 @@ static void teardown(struct coord *c)
     coord_stop_workers(c);
     ring_pair_detach(&c->step);
     shm_stats_close(c->stats);
-    struct shm_region *regs[] = {&c->step_reg, &c->moe_reg, &c->stats_reg, &c->experts_reg, &c->staging_reg, &c->pager_reg};
-    for (int i = 0; i < 6; i++)
+    struct shm_region *regs[] = {&c->step_reg,    &c->moe_reg,   &c->stats_reg,   &c->experts_reg,
+                                 &c->staging_reg, &c->pager_reg, &c->pager_gw_reg};
+    for (int i = 0; i < 7; i++)
         if (regs[i]->base) shm_region_close(regs[i]);
     if (c->inst && shm_instance_destroy(c->inst, err, sizeof err)) nb_log("removing the regions: %s", err);
     ctl_close(c->router);

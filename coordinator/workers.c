@@ -54,13 +54,14 @@ static int add_worker(struct coord *c, const char *role, const char *binary, uin
 }
 
 /* The gpu-worker always; the cpu-moe-worker when experts live in RAM or on
- * SSD; the pager when some live on SSD. */
+ * SSD; the pager when some live on SSD or the PLE table does. */
 int coord_workers_init(struct coord *c, char *err, size_t errlen)
 {
     int rc = add_worker(c, "gpu-worker", "nebula-gpu-worker", 0, err, errlen);
     if (!rc && c->tiers.experts[1] + c->tiers.experts[2] > 0)
         rc = add_worker(c, "cpu-moe-worker", "nebula-cpu-moe-worker", 1, err, errlen);
-    if (!rc && c->tiers.experts[2] > 0) rc = add_worker(c, "ssd-pager", "nebula-ssd-pager", 2, err, errlen);
+    if (!rc && (c->tiers.experts[2] > 0 || c->tiers.ple_ssd))
+        rc = add_worker(c, "ssd-pager", "nebula-ssd-pager", 2, err, errlen);
     return rc;
 }
 
@@ -102,23 +103,25 @@ static void send_configure(struct coord *c, struct coord_worker *w)
     cJSON_AddNumberToObject(m, "threads", c->threads);
     cJSON_AddNumberToObject(m, "stats_worker", w->stats_block);
     /* Regions by name and size; each ring pair at offset 0 of the region of
-     * its name; staging slots (none until the pager side is wired). */
+     * its name (pager-gw: the gpu-worker's PLE rows); staging slots. */
     cJSON *regions = cJSON_AddObjectToObject(m, "regions"), *rings = cJSON_AddObjectToObject(m, "rings");
-    const struct shm_region *regs[] = {&c->step_reg, &c->moe_reg, &c->stats_reg, &c->experts_reg, &c->staging_reg, &c->pager_reg};
-    const char *names[] = {"step", "moe", "stats", "experts", "staging", "pager"};
-    for (int i = 0; i < 6; i++)
+    const struct shm_region *regs[] = {&c->step_reg,    &c->moe_reg,   &c->stats_reg,   &c->experts_reg,
+                                       &c->staging_reg, &c->pager_reg, &c->pager_gw_reg};
+    const char *names[] = {"step", "moe", "stats", "experts", "staging", "pager", "pager-gw"};
+    for (int i = 0; i < 7; i++)
         if (regs[i]->base) cJSON_AddNumberToObject(regions, names[i], (double)regs[i]->bytes);
     cJSON_AddNumberToObject(rings, "step", 0);
     cJSON_AddNumberToObject(rings, "moe", 0);
     cJSON_AddNumberToObject(rings, "pager", 0);
-    /* Staging slots: the pager serves them all; the cpu-moe-worker owns 1-3. */
+    /* Staging slots: the pager serves them all; the gpu-worker owns 0 (PLE
+     * rows), the cpu-moe-worker 1-3. */
     uint64_t slot_bytes = (c->tiers.max_blob_bytes + 4095) / 4096 * 4096;
-    bool has = c->staging_reg.base != NULL, pager = w->stats_block == 2;
+    bool has = c->staging_reg.base != NULL, pager = w->stats_block == 2, gpu = w->stats_block == 0;
     cJSON *st = cJSON_AddObjectToObject(m, "staging");
     cJSON_AddNumberToObject(st, "slot_bytes", has ? (double)slot_bytes : 0);
     cJSON_AddNumberToObject(st, "slots", has ? COORD_STAGING_SLOTS : 0);
-    cJSON_AddNumberToObject(st, "first", has && !pager ? 1 : 0);
-    cJSON_AddNumberToObject(st, "count", has ? (pager ? COORD_STAGING_SLOTS : COORD_STAGING_SLOTS - 1) : 0);
+    cJSON_AddNumberToObject(st, "first", has && !pager && !gpu ? 1 : 0);
+    cJSON_AddNumberToObject(st, "count", !has ? 0 : pager ? COORD_STAGING_SLOTS : gpu ? 1 : COORD_STAGING_SLOTS - 1);
     if (ctl_send(c->router, w->role, m, err, sizeof err)) nb_log("cannot configure %s: %s", w->role, err);
     cJSON_Delete(m);
 }

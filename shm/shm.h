@@ -226,6 +226,9 @@ enum shm_stat {
     SHM_STAT_RING_SLEEPS,    /* futex sleeps on rings */
     SHM_STAT_BUSY_NS,        /* time spent computing */
     SHM_STAT_ERRORS,         /* failed requests */
+    SHM_STAT_PLE_ROWS,       /* PLE table rows asked of the pager (gpu-worker) or served (pager) */
+    SHM_STAT_PLE_BYTES_READ, /* the part of BYTES_READ that was ple.bin pages */
+    SHM_STAT_SSD_BLOB_BYTES, /* gpu-worker: SSD-tier expert blobs its moe requests need paged */
     SHM_STAT_COUNT
 };
 #define SHM_STATS_COUNTERS 32 /* counter slots per block; indices ≥ SHM_STAT_COUNT are zero, reserved */

@@ -1,5 +1,9 @@
-/* nebula-ssd-pager — serves the `pager` ring pair: reads cold expert blobs of
- * experts.bin and n-gram pages of ple.bin into the shared staging slots.
+/* nebula-ssd-pager — serves the `pager` ring pair (the cpu-moe-worker's) and,
+ * when the instance has one, the `pager-gw` pair (the gpu-worker's PLE rows):
+ * reads cold expert blobs of experts.bin and n-gram pages of ple.bin into the
+ * shared staging slots.  Each pair has one client; one thread serves both,
+ * waiting on them in turn in 1 ms slices (a thread per pair would cut that
+ * wait; the rings are single-producer/single-consumer either way).
  *
  * The key idea: a request names only (layer, expert, slot) or (row ids, first
  * slot); the pager resolves the file offsets from experts.idx / ple.bin's
@@ -32,8 +36,9 @@ struct pager {
     bool has_ple;
     int fd_experts, fd_ple;
     struct pager_io io;
-    struct shm_region staging, rings, stats_reg;
-    struct ring_pair rp;
+    struct shm_region staging, rings, gw_rings, stats_reg;
+    struct ring_pair pairs[2]; /* `pager`, then `pager-gw` if the instance has it */
+    int n_pairs, next_pair;
     shm_stats *stats;
     uint8_t *bounce; /* BOUNCE_PAGES pages, 4 KiB aligned */
 };
@@ -91,34 +96,38 @@ static int serve_ple(struct pager *p, const struct ring_slot *q, uint32_t max_ex
 }
 
 /* One request → one response (published before the request is released). */
-static int serve_one(struct pager *p, const struct ring_slot *q, char *err, size_t errlen)
+static int serve_one(struct pager *p, struct ring_pair *rp, const struct ring_slot *q, char *err, size_t errlen)
 {
     uint64_t t0 = now_ns(), bytes = 0;
     char msg[256];
-    uint32_t kind = q->hdr->flags & PAGER_KIND_MASK, max_experts = ring_get_geometry(p->rp.req).max_experts;
+    uint32_t kind = q->hdr->flags & PAGER_KIND_MASK, max_experts = ring_get_geometry(rp->req).max_experts;
     int rc = kind == PAGER_EXPERT     ? serve_expert(p, q, &bytes, msg, sizeof msg)
              : kind == PAGER_PLE_ROWS ? serve_ple(p, q, max_experts, &bytes, msg, sizeof msg)
                                       : nb_errf(msg, sizeof msg, NB_EINVAL, "unknown request kind 0x%x", kind);
     struct ring_slot a;
-    int wrc = ring_reserve(p->rp.resp, &a, 5000000000ull, err, errlen);
+    int wrc = ring_reserve(rp->resp, &a, 5000000000ull, err, errlen);
     if (wrc) return wrc;
     a.hdr->tag = q->hdr->tag;
     a.hdr->layer = q->hdr->layer;
     if (rc) {
         nb_log("request %lu failed: %s", (unsigned long)q->hdr->tag, msg);
         a.hdr->flags = RING_FLAG_ERROR;
-        a.hdr->payload_bytes = (uint32_t)snprintf(a.payload, ring_get_geometry(p->rp.resp).payload_bytes, "%s", msg) + 1;
+        a.hdr->payload_bytes = (uint32_t)snprintf(a.payload, ring_get_geometry(rp->resp).payload_bytes, "%s", msg) + 1;
         shm_stats_add(p->stats, p->conf.stats_worker, SHM_STAT_ERRORS, 1);
     } else {
         memcpy(a.payload, &bytes, sizeof bytes);
         a.hdr->payload_bytes = sizeof bytes;
         shm_stats_add(p->stats, p->conf.stats_worker, SHM_STAT_BYTES_READ, bytes);
         shm_stats_add(p->stats, p->conf.stats_worker, SHM_STAT_STEPS, 1);
+        if (kind == PAGER_PLE_ROWS) {
+            shm_stats_add(p->stats, p->conf.stats_worker, SHM_STAT_PLE_BYTES_READ, bytes);
+            shm_stats_add(p->stats, p->conf.stats_worker, SHM_STAT_PLE_ROWS, (uint64_t)q->hdr->n_tokens * q->hdr->n_experts);
+        }
         if (kind == PAGER_EXPERT) shm_stats_add_layer(p->stats, p->conf.stats_worker, p->idx.layers[q->hdr->layer].block, now_ns() - t0);
     }
     shm_stats_add(p->stats, p->conf.stats_worker, SHM_STAT_BUSY_NS, now_ns() - t0);
-    wrc = ring_publish(p->rp.resp, err, errlen);
-    return wrc ? wrc : ring_release(p->rp.req, err, errlen);
+    wrc = ring_publish(rp->resp, err, errlen);
+    return wrc ? wrc : ring_release(rp->req, err, errlen);
 }
 
 static int setup(struct pager *p, char *err, size_t errlen)
@@ -139,9 +148,13 @@ static int setup(struct pager *p, char *err, size_t errlen)
     if (!rc) rc = shm_region_open(c->instance, "stats", &p->stats_reg, err, errlen);
     if (!rc) rc = shm_stats_open(&p->stats, &p->stats_reg, err, errlen);
     if (!rc) rc = shm_stats_claim(p->stats, c->stats_worker, "ssd-pager", 3, err, errlen);
-    if (!rc) rc = ring_pair_attach(&p->rp, &p->rings, c->pager_offset, RING_SERVER, NULL, err, errlen);
-    if (!rc && ring_get_geometry(p->rp.req).max_experts < 2)
-        rc = nb_errf(err, errlen, NB_EINVAL, "pager ring: max_experts must be ≥ 2");
+    if (!rc) rc = ring_pair_attach(&p->pairs[0], &p->rings, c->pager_offset, RING_SERVER, NULL, err, errlen);
+    p->n_pairs = rc ? 0 : 1;
+    if (!rc && shm_region_open(c->instance, "pager-gw", &p->gw_rings, err, errlen) == 0) /* optional */
+        rc = ring_pair_attach(&p->pairs[p->n_pairs++], &p->gw_rings, 0, RING_SERVER, NULL, err, errlen);
+    for (int i = 0; !rc && i < p->n_pairs; i++)
+        if (ring_get_geometry(p->pairs[i].req).max_experts < 2)
+            rc = nb_errf(err, errlen, NB_EINVAL, "pager ring %d: max_experts must be ≥ 2", i);
     snprintf(path, sizeof path, "%s/experts.bin", c->prepared);
     if (!rc) rc = pager_io_open(path, &direct, &p->fd_experts, err, errlen);
     snprintf(path, sizeof path, "%s/ple.bin", c->prepared);
@@ -154,27 +167,30 @@ static int setup(struct pager *p, char *err, size_t errlen)
 
 static void teardown(struct pager *p)
 {
-    ring_pair_detach(&p->rp);
+    for (int i = 0; i < p->n_pairs; i++) ring_pair_detach(&p->pairs[i]);
     pager_io_free(&p->io);
     if (p->fd_experts >= 0) close(p->fd_experts);
     if (p->fd_ple >= 0) close(p->fd_ple);
     if (p->stats) shm_stats_close(p->stats);
     shm_region_close(&p->stats_reg);
     shm_region_close(&p->rings);
+    if (p->gw_rings.base) shm_region_close(&p->gw_rings);
     shm_region_close(&p->staging);
     prepared_idx_free(&p->idx);
     free(p->bounce);
 }
 
-/* One turn of the serving loop (ctl_worker_serve). */
+/* One turn of the serving loop (ctl_worker_serve): a wait on the next pair. */
 static int turn(void *ctx, char *err, size_t errlen)
 {
     struct pager *p = ctx;
+    struct ring_pair *rp = &p->pairs[p->next_pair];
     struct ring_slot q;
-    int rc = ring_wait(p->rp.req, &q, 100000000ull, err, errlen);
-    if (rc == SHM_EPEER) usleep(10000); /* no client attached (yet, or it is being restarted) */
+    p->next_pair = (p->next_pair + 1) % p->n_pairs;
+    int rc = ring_wait(rp->req, &q, p->n_pairs > 1 ? 1000000ull : 100000000ull, err, errlen);
+    if (rc == SHM_EPEER) usleep(p->n_pairs > 1 ? 1000 : 10000); /* no client attached (yet, or being restarted) */
     if (rc == SHM_ETIMEDOUT || rc == SHM_EPEER) return 0;
-    return rc ? rc : serve_one(p, &q, err, errlen);
+    return rc ? rc : serve_one(p, rp, &q, err, errlen);
 }
 
 static void usage(FILE *f)
@@ -208,7 +224,7 @@ int main(int argc, char **argv)
     nb_log_set_name("ssd-pager");
     char err[512];
     ctl_worker *w;
-    struct pager p = {.fd_experts = -1, .fd_ple = -1, .staging.fd = -1, .rings.fd = -1, .stats_reg.fd = -1};
+    struct pager p = {.fd_experts = -1, .fd_ple = -1, .staging.fd = -1, .rings.fd = -1, .gw_rings.fd = -1, .stats_reg.fd = -1};
     if (ctl_worker_start(endpoint, "ssd-pager", timeout_ms, &w, &p.conf, err, sizeof err)) {
         nb_log("control: %s", err);
         return 1;
@@ -219,8 +235,8 @@ int main(int argc, char **argv)
         nb_log("setup: %s", err);
         ctl_worker_error(w, err);
     } else {
-        nb_log("ready: %d expert layers, ple %s, %u staging slots of %lu bytes", p.idx.n_layers,
-               p.has_ple ? "yes" : "no", p.conf.staging_slots, (unsigned long)p.conf.staging_slot_bytes);
+        nb_log("ready: %d expert layers, ple %s, %u staging slots of %lu bytes, %d ring pairs", p.idx.n_layers,
+               p.has_ple ? "yes" : "no", p.conf.staging_slots, (unsigned long)p.conf.staging_slot_bytes, p.n_pairs);
         rc = ctl_worker_serve(w, turn, &p);
     }
     teardown(&p);

@@ -1,5 +1,7 @@
-/* pager_proto.h — requests to the ssd-pager on the `pager` ring pair
- * (docs/PIPELINE.md).  The contract between the pager and its clients.
+/* pager_proto.h — requests to the ssd-pager on the `pager` ring pair (the
+ * cpu-moe-worker's) and the `pager-gw` pair (the gpu-worker's PLE rows when
+ * the table is on SSD) (docs/PIPELINE.md).  The contract between the pager
+ * and its clients.
  *
  * Request:
  *   hdr.flags & PAGER_KIND_MASK   PAGER_EXPERT or PAGER_PLE_ROWS

@@ -1,11 +1,15 @@
 /* gw_proc.h — the pieces of the nebula-gpu-worker process (main.c: control
  * plane and the `step` server; remote.c: the placement's local map and the
- * remote-expert hook that sends non-local experts over the `moe` ring). */
+ * remote-expert hook that sends non-local experts over the `moe` ring;
+ * ple_pager.c: the PLE table rows from the ssd-pager when the table is on SSD). */
 #ifndef NB_GW_PROC_H
 #define NB_GW_PROC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "core/prepared/prepared.h"
 
 #include "gpu-worker/backend.h"
 #include "shm/shm.h"
@@ -18,11 +22,18 @@ struct model;
 int gwp_placement_local(const char *placement_path, const struct model *m, uint8_t **local, int64_t *n_remote,
                         char *err, size_t errlen);
 
+/* Waits (timeout_ns) for the response with this tag on resp, releasing the
+ * stale ones before it (answers to requests a previous client gave up on);
+ * a dead peer or a timeout is NB_EIO with a message naming peer. */
+int gwp_wait_tagged(ring *resp, uint64_t tag, uint64_t timeout_ns, const char *peer, struct ring_slot *s, char *err,
+                    size_t errlen);
+
 /* The client end of the `moe` ring pair and what the hook needs. */
 struct gwp_moe_client {
     struct ring_pair rp;
     struct ring_geometry g;
     int k;           /* routed experts per row */
+    int n_expert;
     int64_t n_embd;  /* C */
     uint64_t next_tag;
     uint64_t timeout_ns; /* for one response */
@@ -31,6 +42,8 @@ struct gwp_moe_client {
     int scratch_rows, scratch_pairs;
     shm_stats *stats;    /* optional, with the block to count in */
     uint32_t stats_block;
+    const uint64_t *ssd_blob; /* optional (gwp_placement_ssd_blobs): counts SHM_STAT_SSD_BLOB_BYTES */
+    uint8_t *seen;            /* scratch: n_expert flags */
 };
 
 /* Attaches as the client of the ring pair at offset 0 of `reg`. */
@@ -40,5 +53,42 @@ void gwp_moe_client_close(struct gwp_moe_client *c);
 /* The gw_moe_remote_fn; ctx is a gwp_moe_client. */
 int gwp_moe_remote(void *ctx, int layer, int n_rows, const float *x, int n_pairs, const int32_t *rows,
                    const int32_t *experts, const float *weights, float *out, char *err, size_t errlen);
+
+/* *blob gets one uint64 per (block, expert): the layer's blob_bytes where the
+ * placement puts the expert on SSD, else 0 (all 0 for a NULL path). */
+int gwp_placement_ssd_blobs(const char *placement_path, const struct model *m, uint64_t **blob, char *err,
+                            size_t errlen);
+
+/* Reads request.ple_tier of placement.json: *ssd true for "ssd" (a missing
+ * key or a NULL path is "ram"). */
+int gwp_placement_ple_ssd(const char *placement_path, bool *ssd, char *err, size_t errlen);
+
+/* ple_pager.c: the PLE rows hook answered by the ssd-pager over `pager-gw`. */
+struct gwp_ple_config {
+    const char *prepared;               /* the directory with ple.bin */
+    const struct shm_region *rings;     /* region "pager-gw", the ring pair at offset 0 */
+    const struct shm_region *staging;   /* region "staging" */
+    uint64_t slot_bytes;                /* slot s at s · slot_bytes */
+    uint32_t first, count;              /* this worker's slots */
+};
+
+struct gwp_ple_client {
+    struct ring_pair rp;
+    struct ring_geometry g;
+    struct prepared_ple ple;            /* ple.bin's header, checked against the model's table */
+    void (*to_float)(const void *src, float *dst, int64_t n);
+    uint8_t *staging;                   /* this worker's first slot */
+    uint32_t first;
+    uint64_t capacity_rows;             /* rows this worker's slots hold */
+    uint64_t next_tag, timeout_ns;
+    shm_stats *stats;                   /* optional, with the block to count rows in */
+    uint32_t stats_block;
+};
+
+int gwp_ple_client_open(struct gwp_ple_client *c, const struct gwp_ple_config *cfg, const struct model *m, char *err,
+                        size_t errlen);
+void gwp_ple_client_close(struct gwp_ple_client *c);
+/* The gw_ple_rows_fn; ctx is a gwp_ple_client. */
+int gwp_ple_rows(void *ctx, int n_rows, const int64_t *rows, float *out, char *err, size_t errlen);
 
 #endif

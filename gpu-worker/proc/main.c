@@ -5,7 +5,9 @@
  * a heartbeat every second.  It serves the `step` ring (EVAL: tokens → logits
  * of the last row; RESET) with one sequence, and, when the placement leaves
  * experts outside the VRAM tier, installs the remote hook that sends them to
- * the cpu-moe-worker over the `moe` ring (remote.c).  One thread: it waits on
+ * the cpu-moe-worker over the `moe` ring (remote.c); when it puts the PLE
+ * table on SSD, the rows hook that asks the ssd-pager for them over the
+ * `pager-gw` ring into staging (ple_pager.c).  One thread: it waits on
  * the step ring in short slices and looks at the control socket in between,
  * so a heartbeat is late only while an eval runs (the coordinator, which is
  * waiting for that eval, knows). */
@@ -33,10 +35,12 @@ struct gwp {
     gw_backend *be;
     gw_seq *seq;
     uint8_t *local;
-    struct shm_region step_reg, moe_reg, stats_reg;
+    uint64_t *ssd_blob; /* per (block, expert): blob bytes if SSD-tier */
+    struct shm_region step_reg, moe_reg, stats_reg, staging_reg, pager_gw_reg;
     struct ring_pair step;
     struct gwp_moe_client moe;
-    bool have_moe;
+    struct gwp_ple_client ple;
+    bool have_moe, have_ple;
     shm_stats *stats;
     uint32_t block;
     uint64_t layer_t0; /* per-layer timing through the layer tap */
@@ -118,9 +122,31 @@ static int open_regions(struct gwp *w, const char *inst, int64_t n_remote, char 
     if ((rc = shm_region_open(inst, "moe", &w->moe_reg, err, errlen))) return rc;
     if ((rc = gwp_moe_client_open(&w->moe, &w->moe_reg, w->m, err, errlen))) return rc;
     w->have_moe = true;
-    w->moe.stats = w->stats, w->moe.stats_block = w->block;
+    w->moe.stats = w->stats, w->moe.stats_block = w->block, w->moe.ssd_blob = w->ssd_blob;
     struct gw_moe_remote r = {.local = w->local, .fn = gwp_moe_remote, .ctx = &w->moe};
     return gw_backend_set_moe_remote(w->be, &r, err, errlen);
+}
+
+/* The PLE table on SSD: staging slots (configure's "staging") and the
+ * `pager-gw` ring pair, then the rows hook. */
+static int open_ple_pager(struct gwp *w, const cJSON *msg, const char *inst, char *err, size_t errlen)
+{
+    const char *prepared = str_field(msg, "prepared");
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(msg, "staging");
+    const cJSON *sb = cJSON_GetObjectItemCaseSensitive(st, "slot_bytes"), *f = cJSON_GetObjectItemCaseSensitive(st, "first");
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(st, "count");
+    if (!prepared || !cJSON_IsNumber(sb) || !cJSON_IsNumber(f) || !cJSON_IsNumber(n))
+        return nb_errf(err, errlen, NB_EINVAL, "the PLE table is on SSD but configure lacks prepared or staging");
+    int rc = shm_region_open(inst, "staging", &w->staging_reg, err, errlen);
+    if (!rc) rc = shm_region_open(inst, "pager-gw", &w->pager_gw_reg, err, errlen);
+    struct gwp_ple_config cfg = {prepared, &w->pager_gw_reg, &w->staging_reg, (uint64_t)sb->valuedouble,
+                                 (uint32_t)f->valueint, (uint32_t)n->valueint};
+    if (!rc) rc = gwp_ple_client_open(&w->ple, &cfg, w->m, err, errlen);
+    if (rc) return rc;
+    w->have_ple = true;
+    w->ple.stats = w->stats, w->ple.stats_block = w->block;
+    struct gw_ple_rows r = {gwp_ple_rows, &w->ple};
+    return gw_backend_set_ple_rows(w->be, &r, err, errlen);
 }
 
 static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
@@ -136,12 +162,16 @@ static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
     if (rc) return rc;
     struct gw_backend_params bp = {.kind = "cpu", .n_threads = cJSON_IsNumber(threads) ? threads->valueint : 0};
     int64_t n_remote = 0;
+    bool ple_ssd = false;
     if ((rc = gw_backend_create(w->m, &bp, &w->be, err, errlen))) return rc;
     if ((rc = gw_seq_create(w->be, &w->seq, err, errlen))) return rc;
     if ((rc = gwp_placement_local(placement, w->m, &w->local, &n_remote, err, errlen))) return rc;
+    if ((rc = gwp_placement_ssd_blobs(placement, w->m, &w->ssd_blob, err, errlen))) return rc;
     if ((rc = open_regions(w, inst, n_remote, err, errlen))) return rc;
-    nb_log("configured: model %s, %lld experts remote%s, %d threads", model, (long long)n_remote,
-           placement ? "" : " (no placement: all local)", bp.n_threads);
+    if ((rc = gwp_placement_ple_ssd(placement, &ple_ssd, err, errlen))) return rc;
+    if (ple_ssd && (rc = open_ple_pager(w, msg, inst, err, errlen))) return rc;
+    nb_log("configured: model %s, %lld experts remote%s, PLE table %s, %d threads", model, (long long)n_remote,
+           placement ? "" : " (no placement: all local)", ple_ssd ? "on SSD" : "in RAM", bp.n_threads);
     return 0;
 }
 
@@ -259,14 +289,18 @@ static void teardown(struct gwp *w)
 {
     ring_pair_detach(&w->step);
     if (w->have_moe) gwp_moe_client_close(&w->moe);
+    if (w->have_ple) gwp_ple_client_close(&w->ple);
     shm_stats_close(w->stats);
     if (w->stats_reg.base) shm_region_close(&w->stats_reg);
     if (w->step_reg.base) shm_region_close(&w->step_reg);
     if (w->moe_reg.base) shm_region_close(&w->moe_reg);
+    if (w->staging_reg.base) shm_region_close(&w->staging_reg);
+    if (w->pager_gw_reg.base) shm_region_close(&w->pager_gw_reg);
     if (w->seq) gw_seq_free(w->seq);
     if (w->be) gw_backend_free(w->be);
     if (w->m) model_close(w->m);
     free(w->local);
+    free(w->ssd_blob);
     ctl_close(w->ctl);
     ctl_term();
 }

@@ -2,7 +2,8 @@
  * the others to the cpu-moe-worker.
  *
  * The placement (placement.json of nebula-prepare, docs/FILES.md) gives each
- * expert one tier; the VRAM tier is "local".  For every MoE layer with remote
+ * expert one tier; the VRAM tier is "local" (and says where the PLE table is:
+ * gwp_placement_ple_ssd).  For every MoE layer with remote
  * pairs the backend calls gwp_moe_remote(), which cuts the batch into pieces
  * of at most max_tokens rows (one ring slot each), lays each row's routed
  * slots out as moe_proto.h says (remote expert id or MOE_LOCAL), and waits for
@@ -97,6 +98,55 @@ int gwp_placement_local(const char *placement_path, const struct model *m, uint8
     return 0;
 }
 
+/* blob[(block, e)] = the layer's blob_bytes for each id of its "ssd" list. */
+static int ssd_layer(const cJSON *lo, const struct model *m, uint64_t *blob, char *err, size_t errlen)
+{
+    const cJSON *blk = cJSON_GetObjectItemCaseSensitive(lo, "layer"), *ssd = cJSON_GetObjectItemCaseSensitive(lo, "ssd");
+    const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(lo, "blob_bytes"), *id;
+    int n_blocks = m->hp.n_layer + m->hp.n_nextn, E = m->hp.n_expert;
+    if (!cJSON_IsNumber(blk) || blk->valueint < 0 || blk->valueint >= n_blocks || !cJSON_IsNumber(bytes))
+        return nb_errf(err, errlen, NB_EFORMAT, "placement: a layer entry lacks a valid \"layer\" or \"blob_bytes\"");
+    cJSON_ArrayForEach(id, ssd)
+    {
+        if (!cJSON_IsNumber(id) || id->valueint < 0 || id->valueint >= E)
+            return nb_errf(err, errlen, NB_EFORMAT, "placement: layer %d names expert outside [0, %d)", blk->valueint, E);
+        blob[(size_t)blk->valueint * (size_t)E + (size_t)id->valueint] = (uint64_t)bytes->valuedouble;
+    }
+    return 0;
+}
+
+int gwp_placement_ssd_blobs(const char *placement_path, const struct model *m, uint64_t **blob, char *err,
+                            size_t errlen)
+{
+    size_t n = (size_t)(m->hp.n_layer + m->hp.n_nextn) * (size_t)m->hp.n_expert;
+    char *text = NULL;
+    if (!(*blob = calloc(n ? n : 1, sizeof **blob))) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    int rc = placement_path ? read_text(placement_path, &text, err, errlen) : 0;
+    cJSON *root = rc || !text ? NULL : cJSON_Parse(text);
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(root, "layers"), *lo;
+    cJSON_ArrayForEach(lo, layers) if (!rc) rc = ssd_layer(lo, m, *blob, err, errlen);
+    cJSON_Delete(root);
+    free(text);
+    return rc;
+}
+
+int gwp_placement_ple_ssd(const char *placement_path, bool *ssd, char *err, size_t errlen)
+{
+    *ssd = false;
+    if (!placement_path) return 0;
+    char *text = NULL;
+    int rc = read_text(placement_path, &text, err, errlen);
+    cJSON *root = rc ? NULL : cJSON_Parse(text);
+    const cJSON *tier = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "request"), "ple_tier");
+    if (!rc && !root) rc = nb_errf(err, errlen, NB_EFORMAT, "%s: not JSON", placement_path);
+    else if (!rc && tier && (!cJSON_IsString(tier) || (strcmp(tier->valuestring, "ssd") && strcmp(tier->valuestring, "ram"))))
+        rc = nb_errf(err, errlen, NB_EFORMAT, "%s: request.ple_tier is neither \"ram\" nor \"ssd\"", placement_path);
+    else if (!rc && tier) *ssd = strcmp(tier->valuestring, "ssd") == 0;
+    cJSON_Delete(root);
+    free(text);
+    return rc;
+}
+
 /* ---- the moe ring client ---- */
 
 static uint64_t now_ns(void)
@@ -110,14 +160,16 @@ int gwp_moe_client_open(struct gwp_moe_client *c, const struct shm_region *reg, 
                         size_t errlen)
 {
     memset(c, 0, sizeof *c);
-    c->k = m->hp.n_expert_used, c->n_embd = m->hp.n_embd;
+    c->k = m->hp.n_expert_used, c->n_embd = m->hp.n_embd, c->n_expert = m->hp.n_expert;
+    if (!(c->seen = calloc((size_t)c->n_expert, 1))) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     c->timeout_ns = 60ull * 1000000000ull;
     int rc = ring_pair_attach(&c->rp, reg, 0, RING_CLIENT, NULL, err, errlen);
-    if (rc) return rc;
+    if (rc) return free(c->seen), c->seen = NULL, rc;
     c->g = ring_get_geometry(c->rp.req);
     if ((int)c->g.max_experts < c->k ||
         c->g.payload_bytes < moe_payload_bytes(c->g.max_tokens, (uint32_t)c->k, (uint64_t)c->n_embd)) {
         ring_pair_detach(&c->rp);
+        free(c->seen), c->seen = NULL;
         return nb_errf(err, errlen, NB_EINVAL, "moe ring too small: max_experts %u < k %d or payload %u bytes",
                        c->g.max_experts, c->k, c->g.payload_bytes);
     }
@@ -129,6 +181,7 @@ void gwp_moe_client_close(struct gwp_moe_client *c)
     ring_pair_detach(&c->rp);
     free(c->slot_of);
     free(c->row_fill);
+    free(c->seen);
     memset(c, 0, sizeof *c);
 }
 
@@ -155,21 +208,41 @@ static int assign_slots(struct gwp_moe_client *c, int n_rows, int n_pairs, const
     return 0;
 }
 
-/* Waits for the response of request `tag`, dropping stale ones (answers to
- * requests a previous client gave up on). */
+int gwp_wait_tagged(ring *resp, uint64_t tag, uint64_t timeout_ns, const char *peer, struct ring_slot *s, char *err,
+                    size_t errlen)
+{
+    for (;;) {
+        int rc = ring_wait(resp, s, timeout_ns, err, errlen);
+        if (rc == SHM_EPEER) return nb_errf(err, errlen, NB_EIO, "the %s died or detached mid-request", peer);
+        if (rc == SHM_ETIMEDOUT) return nb_errf(err, errlen, NB_EIO, "no answer from the %s in %llu s", peer,
+                                                (unsigned long long)(timeout_ns / 1000000000ull));
+        if (rc) return rc;
+        if (s->hdr->tag == tag) return 0;
+        if ((rc = ring_release(resp, err, errlen))) return rc;
+    }
+}
+
 static int wait_response(struct gwp_moe_client *c, uint64_t tag, struct ring_slot *s, char *err, size_t errlen)
 {
     uint64_t t0 = now_ns();
-    for (;;) {
-        int rc = ring_wait(c->rp.resp, s, c->timeout_ns, err, errlen);
-        if (c->stats) shm_stats_add(c->stats, c->stats_block, SHM_STAT_RING_WAIT_NS, now_ns() - t0);
-        if (rc == SHM_EPEER) return nb_errf(err, errlen, NB_EIO, "the cpu-moe-worker died or detached mid-request");
-        if (rc == SHM_ETIMEDOUT) return nb_errf(err, errlen, NB_EIO, "no answer from the cpu-moe-worker in %llu s",
-                                                (unsigned long long)(c->timeout_ns / 1000000000ull));
-        if (rc) return rc;
-        if (s->hdr->tag == tag) return 0;
-        if ((rc = ring_release(c->rp.resp, err, errlen))) return rc;
-    }
+    int rc = gwp_wait_tagged(c->rp.resp, tag, c->timeout_ns, "cpu-moe-worker", s, err, errlen);
+    if (c->stats) shm_stats_add(c->stats, c->stats_block, SHM_STAT_RING_WAIT_NS, now_ns() - t0);
+    return rc;
+}
+
+/* The SSD-tier blobs a piece makes the cpu-moe-worker page in: each distinct
+ * SSD-tier expert of the piece once (it asks the pager once per expert and
+ * request), for the check of the pager's byte counter. */
+static void count_ssd_blobs(struct gwp_moe_client *c, int layer, int r0, int nr, int n_pairs, const int32_t *rows,
+                            const int32_t *experts)
+{
+    if (!c->stats || !c->ssd_blob || !c->seen) return;
+    const uint64_t *blob = c->ssd_blob + (size_t)layer * (size_t)c->n_expert;
+    uint64_t bytes = 0;
+    memset(c->seen, 0, (size_t)c->n_expert);
+    for (int i = 0; i < n_pairs; i++)
+        if (rows[i] >= r0 && rows[i] < r0 + nr && !c->seen[experts[i]]) c->seen[experts[i]] = 1, bytes += blob[experts[i]];
+    shm_stats_add(c->stats, c->stats_block, SHM_STAT_SSD_BLOB_BYTES, bytes);
 }
 
 /* One piece: rows [r0, r0+nr) and the pairs that fall in it. */
@@ -193,6 +266,7 @@ static int send_piece(struct gwp_moe_client *c, int layer, int r0, int nr, const
         s.expert_ids[at] = experts[i], s.expert_weights[at] = weights[i];
     }
     memcpy(s.payload, x + (size_t)r0 * C, (size_t)nr * C * sizeof(float));
+    count_ssd_blobs(c, layer, r0, nr, n_pairs, rows, experts);
     if ((rc = ring_publish(c->rp.req, err, errlen))) return rc;
     if ((rc = wait_response(c, tag, &s, err, errlen))) return rc;
     if (s.hdr->flags & RING_FLAG_ERROR) {

@@ -143,6 +143,34 @@ grep -q "no coordinator is running" "$tmp/e" && ok || bad "nebulactl with no ins
 # worker side is built: the same ids; a killed cpu-moe-worker or pager is
 # restarted and a request sent at once still gives them.
 pid_of() { ctl --json status | json "[w['pid'] for w in d['workers'] if w['role'] == '$1'][0]"; }
+# The pager's byte counters against what the run asked for: PLE bytes = the
+# rows the gpu-worker requested × the pages ple.bin's layout reads per row
+# (one 4 KiB page when rows_per_page > 0), and the pager served exactly those
+# rows; expert bytes (the rest) = the SSD-tier blobs the gpu-worker sent out,
+# counted by it per moe request (distinct experts per request, as the
+# cpu-moe-worker asks the pager for each once) × blob_bytes.
+check_ssd_bytes() { # $1 = prepared dir
+    ctl --json stats >"$tmp/stats.json" || { bad "stats for the SSD byte check"; return; }
+    python3 - "$tmp/stats.json" "$1" <<'PY' && ok || bad "SSD byte counters: $(cat "$tmp/stats.err")"
+import json, struct, sys
+st = {w["name"]: w["counters"] for w in json.load(open(sys.argv[1]))["workers"]}
+hdr = open(sys.argv[2] + "/ple.bin", "rb").read(64)
+rows_per_page, pages_per_row = struct.unpack_from("<II", hdr, 40)
+gw, pg = st["gpu-worker"], st["ssd-pager"]
+err = []
+if gw["ple_rows"] == 0: err.append("the gpu-worker asked for no PLE row")
+if pg["ple_rows"] != gw["ple_rows"]: err.append("pager served %d PLE rows, gpu-worker asked %d" % (pg["ple_rows"], gw["ple_rows"]))
+want = gw["ple_rows"] * (1 if rows_per_page else pages_per_row) * 4096
+if pg["ple_bytes_read"] != want: err.append("PLE bytes %d, expected %d" % (pg["ple_bytes_read"], want))
+if pg["bytes_read"] - pg["ple_bytes_read"] != gw["ssd_blob_bytes"]:
+    err.append("expert bytes %d, expected %d" % (pg["bytes_read"] - pg["ple_bytes_read"], gw["ssd_blob_bytes"]))
+if gw["ssd_blob_bytes"] == 0: err.append("no SSD-tier expert was asked for")
+open(sys.argv[1].replace("stats.json", "stats.err"), "w").write("; ".join(err))
+sys.exit(1 if err else 0)
+PY
+    ctl status | grep -Eq "^SSD bytes per token: [1-9][0-9]* \(PLE rows [1-9][0-9]*; PLE table in ssd\)" && ok \
+        || bad "status lacks the SSD bytes per token: $(ctl status | grep SSD)"
+}
 placement_case() { # $1 = name, $2 = model, $3 = prepared dir, $4 = prefix ids, $5 = expected output, then roles to kill -9
     local name=$1 model=$2 prep=$3 ids=$4 want_out=$5 role; shift 5
     rm -rf "$run"
@@ -159,6 +187,7 @@ placement_case() { # $1 = name, $2 = model, $3 = prepared dir, $4 = prefix ids, 
         >/dev/null 2>>"$tmp/gen.err" && cmp -s "$tmp/$name.logits" "${want_out%.out}.logits" && ok \
         || bad "$name: logits differ from the single-process run"
     [ "$(stat -c %s "$tmp/$name.logits" 2>/dev/null || echo 0)" -gt 0 ] && ok || bad "$name: empty logits dump"
+    [ "$name" = mixed-ple-ssd ] && check_ssd_bytes "$prep"
     for role in "$@"; do
         kill -9 "$(pid_of "$role")"
         sgen >"$tmp/$name-$role.out" && cmp -s "$tmp/$name-$role.out" "$want_out" && ok \
@@ -185,6 +214,13 @@ if [ -x "$bin/nebula-cpu-moe-worker" ] && [ -x "$bin/nebula-ssd-pager" ] && [ -x
     python3 -c "import json,sys; t=json.load(open('$tmp/prep-mix/placement.json'))['totals']; sys.exit(not all(t[k]['experts'] > 0 for k in ('vram','ram','ssd')))" \
         && ok || bad "mixed placement does not use all three tiers"
     placement_case mixed "$tmp/a.gguf" "$tmp/prep-mix" "$tmp/prefix.txt" "$tmp/local.out" ssd-pager cpu-moe-worker
+    # Issue 4: >= 30% of the experts and the PLE table on SSD (ple_tier "ssd").
+    "$bin/nebula-prepare" "$tmp/a.gguf" "$tmp/prep-ple" --vram-budget $(($2 + 10 * $1)) --ram-budget $((10 * $1)) \
+        --ple-tier ssd -q && ok || bad "prepare mixed, PLE on SSD"
+    python3 -c "import json,sys; d=json.load(open('$tmp/prep-ple/placement.json')); t=d['totals']; n=sum(t[k]['experts'] for k in t if k != 'victim_cache_bytes')
+sys.exit(not (d['request']['ple_tier'] == 'ssd' and t['ssd']['experts'] >= 0.3 * n and t['vram']['experts'] > 0 and t['ram']['experts'] > 0))" \
+        && ok || bad "the PLE-on-SSD placement: ple_tier or >= 30% SSD experts"
+    placement_case mixed-ple-ssd "$tmp/a.gguf" "$tmp/prep-ple" "$tmp/prefix.txt" "$tmp/local.out" ssd-pager gpu-worker
     # tiny-b (fused gate_up, an MTP block, no tokenizer) with every expert on SSD.
     fb=tests/fixtures/tiny-b
     "$bin/nebula-convert" "$fb" "$tmp/b.gguf" --type f32 -q && ok || bad "convert tiny-b"

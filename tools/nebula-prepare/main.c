@@ -54,6 +54,8 @@ static void usage(FILE *f)
             "                      layer N (default N = layers / 4); W = 1 (default) gives equal quotas\n"
             "  --mtp-experts M     vram-first (default: the MTP block's experts take VRAM before the trunk's\n"
             "                      quotas) or shared (the MTP block is one more layer with a quota)\n"
+            "  --ple-tier T        ram (default: the gpu-worker reads the n-gram table from the model's\n"
+            "                      mapping) or ssd (its rows are paged from ple.bin by the ssd-pager)\n"
             "  --hotlist F         a measured hotlist, TSV: layer expert count mean_weight\n"
             "  -q, --quiet         errors only\n"
             "  -h, --help          this text\n"
@@ -79,7 +81,7 @@ struct run {
     struct sums sums;
     char input_id[1024];
     struct placement_opts popts;
-    bool given_vram, given_ram, given_victim, given_early, given_mtp;
+    bool given_vram, given_ram, given_victim, given_early, given_mtp, given_ple;
     int verified, written;
     char err[1024];
 };
@@ -276,7 +278,7 @@ static int part_placement(struct run *r, const struct hotlist *h, const char *de
     struct placement_opts defaults = o;
     if (read_file(path, &old, &old_n, NULL, 0) == 0 && placement_read_opts(old, &o) == 0 &&
         memcmp(&o, &defaults, sizeof o) != 0 &&
-        !(r->given_vram && r->given_ram && r->given_victim && r->given_early && r->given_mtp))
+        !(r->given_vram && r->given_ram && r->given_victim && r->given_early && r->given_mtp && r->given_ple))
         say("placement.json: options not given keep the previous run's values");
     free(old);
     if (r->given_vram) o.vram_bytes = r->popts.vram_bytes;
@@ -284,6 +286,7 @@ static int part_placement(struct run *r, const struct hotlist *h, const char *de
     if (r->given_victim) o.victim_bytes = r->popts.victim_bytes;
     if (r->given_early) o.early_weight = r->popts.early_weight, o.early_layers = r->popts.early_layers;
     if (r->given_mtp) o.mtp_first = r->popts.mtp_first;
+    if (r->given_ple) o.ple_ssd = r->popts.ple_ssd;
     sha_buf_hex(r->x.idx, r->x.idx_bytes, idx_sha);
     struct placement_ids ids = {.dense_sha = dense_sha, .experts_sha = experts_sha, .idx_sha = idx_sha,
                                 .hotlist_sha = hot_sha, .dense_tensor_bytes = dense_tensor_bytes(r->m->gguf)};
@@ -363,11 +366,12 @@ int main(int argc, char **argv)
 {
     struct run r = {0};
     bool quiet = false;
-    enum { O_VRAM = 1000, O_RAM, O_VICTIM, O_EARLY, O_MTP, O_HOT, O_KILL, O_INT };
+    enum { O_VRAM = 1000, O_RAM, O_VICTIM, O_EARLY, O_MTP, O_PLE, O_HOT, O_KILL, O_INT };
     static const struct option opts[] = {
         {"vram-budget", required_argument, 0, O_VRAM}, {"ram-budget", required_argument, 0, O_RAM},
         {"victim-cache", required_argument, 0, O_VICTIM}, {"early-quota", required_argument, 0, O_EARLY},
         {"mtp-experts", required_argument, 0, O_MTP},    {"hotlist", required_argument, 0, O_HOT},
+        {"ple-tier", required_argument, 0, O_PLE},
         /* tests only: a crash (SIGKILL) or a Ctrl-C (SIGINT) in the middle of the unit after N */
         {"test-kill-after-units", required_argument, 0, O_KILL}, {"test-interrupt-after-units", required_argument, 0, O_INT},
         {"quiet", no_argument, 0, 'q'},                   {"help", no_argument, 0, 'h'},
@@ -387,6 +391,11 @@ int main(int argc, char **argv)
             r.given_mtp = true;
             r.popts.mtp_first = strcmp(optarg, "vram-first") == 0;
             bad = !r.popts.mtp_first && strcmp(optarg, "shared") != 0 ? "--mtp-experts" : NULL;
+            break;
+        case O_PLE:
+            r.given_ple = true;
+            r.popts.ple_ssd = strcmp(optarg, "ssd") == 0;
+            bad = !r.popts.ple_ssd && strcmp(optarg, "ram") != 0 ? "--ple-tier" : NULL;
             break;
         case O_HOT: r.hotlist_path = optarg; break;
         case O_KILL: ckpt_set_test_kill(atoi(optarg), SIGKILL); break;

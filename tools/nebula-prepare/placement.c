@@ -128,6 +128,7 @@ static void add_request(cJSON *root, const struct placement_opts *o)
     cJSON_AddNumberToObject(e, "layers", o->early_layers);
     cJSON_AddItemToObject(r, "early_quota", e);
     cJSON_AddStringToObject(r, "mtp_experts", o->mtp_first ? "vram-first" : "shared");
+    cJSON_AddStringToObject(r, "ple_tier", o->ple_ssd ? "ssd" : "ram");
     cJSON_AddItemToObject(root, "request", r);
 }
 
@@ -298,6 +299,8 @@ int placement_read_opts(const char *json, struct placement_opts *o)
     if (cJSON_IsNumber(el)) o->early_layers = el->valueint;
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "mtp_experts");
     if (cJSON_IsString(m)) o->mtp_first = strcmp(m->valuestring, "shared") != 0;
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(r, "ple_tier");
+    if (cJSON_IsString(pt)) o->ple_ssd = strcmp(pt->valuestring, "ssd") == 0;
     cJSON_Delete(root);
     return 0;
 }

@@ -218,6 +218,7 @@ struct placement_opts {
     double early_weight;    /* VRAM quota weight of trunk layer 0 (1 = equal quotas) */
     int early_layers;       /* layers over which the weight ramps up to 1 (0: n_trunk/4) */
     bool mtp_first;         /* MTP experts take VRAM before the trunk's quotas */
+    bool ple_ssd;           /* the PLE table's rows are paged from ple.bin (else read from RAM) */
 };
 
 struct placement_ids {      /* what the placement must name */
