@@ -4,7 +4,8 @@
 # lacks exactly the expert and table tensors, a re-run verifies and touches
 # nothing, corrupt or missing parts are rebuilt, a crash and a Ctrl-C in the
 # middle of experts.bin resume to the same bytes, a changed input rebuilds,
-# hotlists are copied or refused with a reason, and the exit codes: 0 ok,
+# hotlists are copied or refused with a reason, --ple-tier is recorded and
+# kept by a re-run, and the exit codes: 0 ok,
 # 1 input/I/O error, 2 usage error, 130 interrupted.  (test_prepare.c checks
 # the bytes of every output against the input.)
 set -u
@@ -144,6 +145,15 @@ printf 'layer\texpert\tcount\n' | badhot "three columns" "expected 4 columns"
 cmp -s "$tmp/hot.tsv" "$out/hotlist.tsv" && ok || bad "a refused hotlist must not replace the good one"
 status 2 "$in" "$out" --hotlist "$tmp/none.tsv"
 
+# --ple-tier: recorded in placement.json (request.ple_tier), kept by a re-run
+# that leaves it out, changed by one that gives it.
+status 0 "$in" "$out" --ple-tier ssd
+has "$out/placement.json" '"ple_tier":[[:space:]]*"ssd"' "--ple-tier ssd"
+status 0 "$in" "$out"
+has "$out/placement.json" '"ple_tier":[[:space:]]*"ssd"' "a re-run without --ple-tier"
+status 0 "$in" "$out" --ple-tier ram
+has "$out/placement.json" '"ple_tier":[[:space:]]*"ram"' "--ple-tier ram"
+
 # Usage and input errors.
 status 0 --help; has "$tmp/out" "usage: nebula-prepare MODEL.gguf OUTDIR" "--help"
 status 2
@@ -153,6 +163,7 @@ status 2 "$in" "$out" --vram-budget 12X
 status 2 "$in" "$out" --ram-budget -1G
 status 2 "$in" "$out" --early-quota 1.5
 status 2 "$in" "$out" --mtp-experts sometimes
+status 2 "$in" "$out" --ple-tier nvme
 status 2 "$in" "$out" --vram-budget 1K
 has "$tmp/err" "less than the dense weights" "VRAM budget below the dense part"
 status 1 "$tmp/none.gguf" "$tmp/x"
