@@ -126,9 +126,9 @@ for p in $(cat "$tmp/pids"); do kill -0 "$p" 2>/dev/null && alive=$((alive + 1))
 
 # The default runtime directory ($XDG_RUNTIME_DIR/nebula/<instance>), found by
 # nebulactl alone and by --instance.
+mkdir -p "$tmp/xdg" # before the coordinator starts: it creates only the nebula/ folder inside
 XDG_RUNTIME_DIR=$tmp/xdg "$bin/nebula-coordinator" --model "$tmp/a.gguf" 2>"$tmp/coord.log" &
 coord_pid=$!
-mkdir -p "$tmp/xdg"
 for _ in $(seq 100); do ls "$tmp"/xdg/nebula/*/ctl.sock >/dev/null 2>&1 && break; sleep 0.1; done
 inst=$(XDG_RUNTIME_DIR=$tmp/xdg "$bin/nebulactl" --json status 2>/dev/null | json "d['instance']")
 [ -n "$inst" ] && ok || bad "nebulactl found no instance under \$XDG_RUNTIME_DIR/nebula: $(cat "$tmp/coord.log")"
