@@ -230,6 +230,23 @@ sys.exit(not (d['request']['ple_tier'] == 'ssd' and t['ssd']['experts'] >= 0.3 *
         --dump-logits "$tmp/local-b.logits" >"$tmp/local-b.out" 2>/dev/null
     "$bin/nebula-prepare" "$tmp/b.gguf" "$tmp/prep-b" --vram-budget 0 --ram-budget 0 -q && ok || bad "prepare tiny-b all-SSD"
     placement_case tiny-b-ssd "$tmp/b.gguf" "$tmp/prep-b" "$tmp/prefix-b.txt" "$tmp/local-b.out"
+    # tiny-b under the other placements too: all-VRAM, all-RAM, and >= 30% SSD with the PLE table on SSD.
+    "$bin/nebula-prepare" "$tmp/b.gguf" "$tmp/prep-b-vram" --vram-budget all --ram-budget 0 -q && ok || bad "prepare tiny-b all-VRAM"
+    placement_case tiny-b-vram "$tmp/b.gguf" "$tmp/prep-b-vram" "$tmp/prefix-b.txt" "$tmp/local-b.out"
+    "$bin/nebula-prepare" "$tmp/b.gguf" "$tmp/prep-b-ram" --vram-budget 0 --ram-budget all -q && ok || bad "prepare tiny-b all-RAM"
+    placement_case tiny-b-ram "$tmp/b.gguf" "$tmp/prep-b-ram" "$tmp/prefix-b.txt" "$tmp/local-b.out" cpu-moe-worker
+    set -- $(python3 -c "import json; d=json.load(open('$tmp/prep-b-ram/placement.json')); print(d['layers'][0]['blob_bytes'], d['model']['dense_tensor_bytes'])")
+    "$bin/nebula-prepare" "$tmp/b.gguf" "$tmp/prep-b-ple" --vram-budget $(($2 + 12 * $1)) --ram-budget $((6 * $1)) \
+        --ple-tier ssd -q && ok || bad "prepare tiny-b mixed, PLE on SSD"
+    python3 -c "import json,sys; d=json.load(open('$tmp/prep-b-ple/placement.json')); t=d['totals']; n=sum(t[k]['experts'] for k in t if k != 'victim_cache_bytes')
+sys.exit(not (d['request']['ple_tier'] == 'ssd' and t['ssd']['experts'] >= 0.3 * n and t['ram']['experts'] > 0))" \
+        && ok || bad "tiny-b PLE-on-SSD placement: ple_tier or >= 30% SSD experts"
+    placement_case tiny-b-ple-ssd "$tmp/b.gguf" "$tmp/prep-b-ple" "$tmp/prefix-b.txt" "$tmp/local-b.out" ssd-pager
+    # tiny-b-vl holds tiny-b's weights in the released layout: same ids and logits through the pipeline.
+    "$bin/nebula-convert" tests/fixtures/tiny-b-vl "$tmp/bvl.gguf" --type f32 -q && ok || bad "convert tiny-b-vl"
+    "$bin/nebula-prepare" "$tmp/bvl.gguf" "$tmp/prep-bvl" --vram-budget $(($2 + 12 * $1)) --ram-budget $((6 * $1)) \
+        --ple-tier ssd -q && ok || bad "prepare tiny-b-vl"
+    placement_case tiny-b-vl-ple-ssd "$tmp/bvl.gguf" "$tmp/prep-bvl" "$tmp/prefix-b.txt" "$tmp/local-b.out"
 else
     echo "SKIP: all-RAM and mixed placements (nebula-cpu-moe-worker / nebula-ssd-pager not built)"
 fi
