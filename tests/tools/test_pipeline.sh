@@ -171,6 +171,28 @@ PY
     ctl status | grep -Eq "^SSD bytes per token: [1-9][0-9]* \(PLE rows [1-9][0-9]*; PLE table in ssd\)" && ok \
         || bad "status lacks the SSD bytes per token: $(ctl status | grep SSD)"
 }
+# kill -9 of worker $1 while a long generation is in flight: the answer is the
+# single-process one (the coordinator restarts the worker and retries) or one
+# clear error line, and the next request succeeds.  Uses the placement_case
+# locals (name, ids, want_out) and $tmp/long-local.out (1500 tokens, single process).
+midkill() {
+    local role=$1 long="$tmp/long-$name-$1" victim; victim=$(pid_of "$1") # ctl.sock is busy during a generation
+    "$bin/nebula" generate --server "$run" --tokens-file "$ids" --greedy -n 1500 --print-ids >"$long.out" 2>"$long.err" &
+    local gp=$! t0; t0=$(date +%s%N)
+    sleep 0.3
+    kill -9 "$victim"
+    wait "$gp"; local rc=$? dt=$(( ($(date +%s%N) - t0) / 1000000 ))
+    [ "$dt" -gt 300 ] && ok || bad "$name: the generation ended before the kill of $role (${dt} ms): not in flight"
+    if [ $rc -eq 0 ]; then
+        cmp -s "$long.out" "$tmp/long-local.out" && ok || bad "$name: generation across a kill of $role differs"
+    else
+        [ "$(grep -c 'nebula: server:' "$long.err")" -eq 1 ] && ok || bad "$name: unclear failure across a kill of $role: $(cat "$long.err")"
+    fi
+    wait_replaced "$role" "$victim" && ok || bad "$name: $role not replaced after a kill mid-generation"
+    note_pids
+    sgen >"$tmp/$name-after-mid-$role.out" && cmp -s "$tmp/$name-after-mid-$role.out" "$want_out" && ok \
+        || bad "$name: request after a kill of $role mid-generation"
+}
 placement_case() { # $1 = name, $2 = model, $3 = prepared dir, $4 = prefix ids, $5 = expected output, then roles to kill -9
     local name=$1 model=$2 prep=$3 ids=$4 want_out=$5 role; shift 5
     rm -rf "$run"
@@ -200,12 +222,15 @@ placement_case() { # $1 = name, $2 = model, $3 = prepared dir, $4 = prefix ids, 
         wait_replaced cpu-moe-worker "$hung" && ok || bad "$name: a stopped cpu-moe-worker was not replaced"
         note_pids
         sgen >"$tmp/$name-hung.out" && cmp -s "$tmp/$name-hung.out" "$want_out" && ok || bad "$name: request after the hang"
+        midkill cpu-moe-worker
     fi
+    [ "$name" = mixed ] && midkill ssd-pager
     ctl shutdown >/dev/null && wait "$coord_pid" && ok || bad "$name: shutdown"
     coord_pid=
     [ "$(ls /dev/shm | grep -c "^nebula-$inst-")" -eq 0 ] && ok || bad "$name: /dev/shm objects left"
 }
 if [ -x "$bin/nebula-cpu-moe-worker" ] && [ -x "$bin/nebula-ssd-pager" ] && [ -x "$bin/nebula-prepare" ]; then
+    "$bin/nebula" generate -m "$tmp/a.gguf" --tokens-file "$tmp/prefix.txt" --greedy -n 1500 --print-ids >"$tmp/long-local.out" 2>/dev/null
     "$bin/nebula-prepare" "$tmp/a.gguf" "$tmp/prep-ram" --vram-budget 0 --ram-budget all -q && ok || bad "prepare all-RAM"
     placement_case all-ram "$tmp/a.gguf" "$tmp/prep-ram" "$tmp/prefix.txt" "$tmp/local.out" cpu-moe-worker gpu-worker
     blob=$(python3 -c "import json; d=json.load(open('$tmp/prep-ram/placement.json')); print(d['layers'][0]['blob_bytes'], d['model']['dense_tensor_bytes'])")
