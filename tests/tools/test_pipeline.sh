@@ -168,7 +168,7 @@ if gw["ssd_blob_bytes"] == 0: err.append("no SSD-tier expert was asked for")
 open(sys.argv[1].replace("stats.json", "stats.err"), "w").write("; ".join(err))
 sys.exit(1 if err else 0)
 PY
-    ctl status | grep -Eq "^SSD bytes per token: [1-9][0-9]* \(PLE rows [1-9][0-9]*; PLE table in ssd\)" && ok \
+    ctl status | grep -Eq "^SSD bytes per token: [1-9][0-9]* \(of which PLE rows [1-9][0-9]*; PLE table in ssd\)" && ok \
         || bad "status lacks the SSD bytes per token: $(ctl status | grep SSD)"
 }
 # kill -9 of worker $1 while a long generation is in flight: the answer is the

@@ -106,7 +106,7 @@ static void print_status(const cJSON *r)
     }
     printf("\nexperts resident on the gpu-worker: %.1f%% (%.0f hits, %.0f misses); cpu-moe-worker RAM hits %.1f%%\n",
            100 * num(r, "vram_hit_rate"), num(r, "expert_hits"), num(r, "expert_misses"), 100 * num(r, "ram_hit_rate"));
-    printf("SSD bytes per token: %.0f (PLE rows %.0f; PLE table in %s)\n", num(r, "ssd_bytes_per_token"),
+    printf("SSD bytes per token: %.0f (of which PLE rows %.0f; PLE table in %s)\n", num(r, "ssd_bytes_per_token"),
            num(r, "ssd_ple_bytes_per_token"), str(r, "ple_tier"));
     printf("%-16s %8s %-12s %8s %10s %10s\n", "worker", "pid", "state", "restarts", "uptime_s", "beat_ago_s");
     cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(r, "workers"))
