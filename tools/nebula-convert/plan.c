@@ -452,7 +452,7 @@ int conv_plan_build(struct conv_plan *p, const st_set *st, const struct conv_syn
     p->st = st;
     if (synth) p->synth = *synth;
     const struct hf_config *f = &p->cfg;
-    int64_t C = f->hidden_size, V = f->vocab_size, nC = f->hc_count * C;
+    int64_t C = f->hidden_size, V = f->vocab_size;
 
     if (f->lin_k_head_dim != f->lin_v_head_dim)
         return nb_errf(err, errlen, NB_ENOTSUP, "linear_key_head_dim %lld != linear_value_head_dim %lld: the qwen4exp GGUF "
@@ -478,7 +478,6 @@ int conv_plan_build(struct conv_plan *p, const st_set *st, const struct conv_syn
     char hc[128];
     snprintf(hc, sizeof hc, "%shyper_connection_mixer", pf);
     if (add_hc(&c, "output_hc", hc, false)) goto fail;
-    (void)nC;
     for (int64_t i = 0; i < f->n_layers; i++) {
         char L[96];
         snprintf(L, sizeof L, "%slayers.%lld.", pf, (long long)i);
