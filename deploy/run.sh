@@ -29,12 +29,17 @@ fi
 "$BUILD/bin/nebula-gguf" info --no-tensors "$MODEL" | sed -n '1,12p'
 
 if [ -x "$BUILD/bin/nebula" ]; then
-    prompt=$(mktemp)
-    trap 'rm -f "$prompt"' EXIT
-    tr -s ' \n' '\n' <tests/fixtures/tiny-a/tokens.txt | head -n 32 >"$prompt"
-    say "generating 16 tokens greedily from the fixture's first 32 tokens:"
-    "$BUILD/bin/nebula" generate -m "$MODEL" --tokens-file "$prompt" -n 16 --greedy --print-ids
+    if "$BUILD/bin/nebula-gguf" info --key tokenizer.ggml.model "$MODEL" >/dev/null 2>&1; then
+        say "one chat turn (the CPU reference engine; a real model is slow on it):"
+        "$BUILD/bin/nebula" generate -m "$MODEL" --chat "Hello! Who are you?" --think off -n 24
+    else
+        prompt=$(mktemp)
+        trap 'rm -f "$prompt"' EXIT
+        tr -s ' \n' '\n' <tests/fixtures/tiny-a/tokens.txt | head -n 32 >"$prompt"
+        say "this model has no tokenizer: generating 16 tokens greedily from 32 fixture ids:"
+        "$BUILD/bin/nebula" generate -m "$MODEL" --tokens-file "$prompt" -n 16 --greedy --print-ids
+    fi
+    say "more: build/bin/nebula generate --help; the multi-process engine: docs/PIPELINE.md"
 else
-    say "the model is prepared and verified. The generation engine (nebula generate, chat, the web UI)"
-    say "is not built yet in this version; see README.md, 'State of the project'."
+    say "the model is prepared and verified, but build/bin/nebula is missing: run make"
 fi
