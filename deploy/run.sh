@@ -14,7 +14,9 @@ say() { printf 'nebula: %s\n' "$*"; }
 
 if [ -z "$MODEL" ]; then
     MODEL=$BUILD/models/demo.gguf
-    if [ ! -s "$MODEL" ]; then
+    stale=0
+    for f in tests/fixtures/tiny-a/* "$BUILD/bin/nebula-convert"; do [ "$f" -nt "$MODEL" ] && stale=1; done
+    if [ ! -s "$MODEL" ] || [ "$stale" = 1 ]; then
         mkdir -p "$(dirname "$MODEL")"
         say "preparing the demo model (tiny random weights: its output is noise) → $MODEL"
         "$BUILD/bin/nebula-convert" tests/fixtures/tiny-a "$MODEL" --type f32 --name nebula-demo -q
