@@ -1,0 +1,62 @@
+/* cuda_kernels.h — the CUDA kernels of the gpu-worker, as C functions.
+ *
+ * y = W·x for a weight matrix W stored row by row in one of the formats that
+ * published GGUFs use (the block layouts of core/quant/quant_impl.h, which
+ * are ggml's), x fp32, accumulation fp32.  Every launcher is asynchronous on
+ * the given stream and reports errors as values: 0, or a negative code with
+ * a message in err (a CUDA error e comes back as -(int)e; bad arguments as
+ * GW_CUDA_EINVAL).  The header is plain C and names no CUDA type, so C code
+ * can include it without the CUDA headers; `stream` is a cudaStream_t (NULL:
+ * the default stream). */
+#ifndef NB_GW_CUDA_KERNELS_H
+#define NB_GW_CUDA_KERNELS_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GW_CUDA_EINVAL (-100000) /* below every -(cudaError) */
+#define GW_CUDA_MAX_BATCH 16     /* rows of x one launch multiplies */
+
+/* One matrix-vector product:
+ *   w          device pointer to n_rows rows of n_cols values each; a row is
+ *              quant_row_size(type, n_cols) bytes, rows are contiguous, and
+ *              w is 16-byte aligned (cudaMalloc and GGUF's 32-byte tensor
+ *              alignment give that: the decoders use wide loads);
+ *   x          device pointer to n_batch rows of n_cols floats, contiguous,
+ *              16-byte aligned;
+ *   y          device pointer to n_batch rows of n_rows floats, contiguous:
+ *              y[b*n_rows + r] = Σ_c W[r][c] · x[b*n_cols + c].
+ * n_cols must be a multiple of the format's block (32 or 256) and of 8;
+ * 1 <= n_batch <= GW_CUDA_MAX_BATCH. */
+typedef int (*gw_cuda_matvec_fn)(const void *w, int n_rows, int n_cols, const float *x, int n_batch,
+                                 float *y, void *stream, char *err, size_t err_len);
+
+int gw_cuda_matvec_f32(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
+                       void *stream, char *err, size_t err_len);
+int gw_cuda_matvec_bf16(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
+                        void *stream, char *err, size_t err_len);
+int gw_cuda_matvec_q8_0(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
+                        void *stream, char *err, size_t err_len);
+int gw_cuda_matvec_q5_1(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
+                        void *stream, char *err, size_t err_len);
+int gw_cuda_matvec_iq4_nl(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
+                          void *stream, char *err, size_t err_len);
+int gw_cuda_matvec_q4_K(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
+                        void *stream, char *err, size_t err_len);
+int gw_cuda_matvec_q5_K(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
+                        void *stream, char *err, size_t err_len);
+int gw_cuda_matvec_q6_K(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
+                        void *stream, char *err, size_t err_len);
+
+/* The launcher for a ggml type number (enum quant_type), or NULL when this
+ * file has no kernel for it: callers pick once, at load. */
+gw_cuda_matvec_fn gw_cuda_matvec_of(int ggml_type);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,281 @@
+/* matvec.cu — quantized matrix-vector products y = W·x on the GPU.
+ *
+ * One warp per row of W.  A row is cut into groups of 8 consecutive values;
+ * lane l decodes groups l, l+32, l+64, ... into registers, multiplies them by
+ * the matching 8 floats of each of up to 16 rows of x, and the warp adds its
+ * 32 partial sums with shuffles.  The idea that keeps it to one kernel: each
+ * format only says how to decode "group g of a block" (a small struct with
+ * its block size, bytes per block and a decode8 function); the loop, the
+ * batching and the reduction are shared.  A warp reads its row front to
+ * back, so the weight bytes stream from memory once; x is small and stays in
+ * the caches.  Byte offsets in the decoders are those of the block structs in
+ * core/quant/quant_impl.h (ggml's layouts); decoding follows quant_ref.c
+ * value for value, which is what tests/cuda/test_matvec.cu checks; its
+ * timings, and what is still slow, are in docs/BENCHMARKS.md. */
+#include "gpu-worker/cuda/cuda_kernels.h"
+
+extern "C" {
+#include "core/quant/quant.h"
+}
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define WARPS_PER_BLOCK 8
+
+static __device__ __forceinline__ float half_at(const uint8_t *p)
+{
+    return __half2float(__ushort_as_half((unsigned short)(p[0] | p[1] << 8)));
+}
+
+/* ---- one struct per format: QK values per block, BYTES per block, and the
+ * decode of group g (values 8g..8g+7) of a block ---- */
+
+struct dec_f32 { /* a "block" of 8 floats: 32 bytes, always 16-byte aligned */
+    enum { QK = 8, BYTES = 32 };
+    static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
+    {
+        float4 a = ((const float4 *)b)[0], c = ((const float4 *)b)[1];
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+        v[4] = c.x; v[5] = c.y; v[6] = c.z; v[7] = c.w;
+    }
+};
+
+struct dec_bf16 { /* 8 bf16 = 16 bytes; bf16 is the top half of an fp32 */
+    enum { QK = 8, BYTES = 16 };
+    static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
+    {
+        uint4 q = *(const uint4 *)b;
+        uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            v[2 * i] = __uint_as_float(w[i] << 16);
+            v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        }
+    }
+};
+
+/* 8 bytes at p as two little-endian words; A is the alignment the format
+ * guarantees at p (8: one 8-byte load; 2: four 2-byte loads).  Fewer, wider
+ * loads per lane keep more weight bytes in flight per warp. */
+template <int A> static __device__ __forceinline__ uint2 load8(const uint8_t *p)
+{
+    if (A >= 8) return *(const uint2 *)p;
+    const unsigned short *h = (const unsigned short *)p;
+    return make_uint2((uint32_t)h[0] | (uint32_t)h[1] << 16, (uint32_t)h[2] | (uint32_t)h[3] << 16);
+}
+
+/* Byte i (a compile-time constant after unrolling) of the 8 loaded bytes. */
+static __device__ __forceinline__ uint32_t byte_of(uint2 q, int i)
+{
+    return ((i < 4 ? q.x : q.y) >> (8 * (i & 3))) & 0xffu;
+}
+
+struct dec_q8_0 { /* d, qs[32] int8; blocks of 34 bytes: 2-byte aligned */
+    enum { QK = 32, BYTES = 34 };
+    static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
+    {
+        float d = half_at(b);
+        uint2 q = load8<2>(b + 2 + 8 * g);
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = d * (float)(int8_t)byte_of(q, i);
+    }
+};
+
+struct dec_q5_1 { /* d, m, qh[4], qs[16]: value j = (nib | bit j of qh << 4) * d + m; 24 bytes */
+    enum { QK = 32, BYTES = 24 };
+    static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
+    {
+        float d = half_at(b), m = half_at(b + 2);
+        int base = 8 * g, shift = base < 16 ? 0 : 4;
+        uint32_t qh = *(const uint32_t *)(b + 4) >> base;
+        uint2 q = load8<8>(b + 8 + (base & 15));
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int c = (int)(byte_of(q, i) >> shift & 15) | (int)((qh >> i) & 1) << 4;
+            v[i] = (float)c * d + m;
+        }
+    }
+};
+
+/* The IQ4_NL levels (quant_iq4nl_values) packed four to a word: a level is
+ * picked with byte permutes in registers, since a table in memory indexed by
+ * a different nibble in each lane serializes the warp's reads. */
+static __device__ __forceinline__ int iq4nl_level(uint32_t nib)
+{
+    const uint32_t w0 = 0xbfad9881u, w1 = 0xf6eaddcfu, w2 = 0x26190d01u, w3 = 0x71594535u;
+    uint32_t lo = __byte_perm(w0, w1, nib & 7), hi = __byte_perm(w2, w3, nib & 7);
+    return (int)(int8_t)((nib & 8 ? hi : lo) & 0xffu);
+}
+
+struct dec_iq4_nl { /* d, qs[16]: value j = d * T[nib j]; 18 bytes: 2-byte aligned */
+    enum { QK = 32, BYTES = 18 };
+    static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
+    {
+        float d = half_at(b);
+        int base = 8 * g, shift = base < 16 ? 0 : 4;
+        uint2 q = load8<2>(b + 2 + (base & 15));
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = d * (float)iq4nl_level(byte_of(q, i) >> shift & 15);
+    }
+};
+
+/* Scale and min of sub-block j of a Q4_K/Q5_K block (quant_kscale_unpack). */
+static __device__ __forceinline__ void kscale(const uint8_t *s, int j, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+        *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+    }
+}
+
+/* Q4_K and Q5_K share the layout of the 4 low bits: chunk c = 64 values, low
+ * nibbles of qs[32c..32c+31] then their high nibbles.  HAS_QH adds Q5_K's
+ * fifth bit: bit 2c (+1 for the high half) of qh[value % 32].  Blocks are 144
+ * and 176 bytes (multiples of 16), so the 8 bytes a group reads are 8-aligned. */
+template <int HAS_QH> struct dec_kq {
+    enum { QK = 256, BYTES = HAS_QH ? 176 : 144 };
+    static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
+    {
+        int e = 8 * g, c = e / 64, hi = (e % 64) >= 32, l = e % 32, sc, m;
+        uint2 q = load8<8>(b + (HAS_QH ? 48 : 16) + 32 * c + l), qh = make_uint2(0, 0);
+        if (HAS_QH) qh = load8<8>(b + 16 + l);
+        kscale(b + 4, e / 32, &sc, &m);
+        float dl = half_at(b) * (float)sc, ml = half_at(b + 2) * (float)m;
+        int bit = 2 * c + hi;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int x = (int)(byte_of(q, i) >> (4 * hi) & 15);
+            if (HAS_QH) x |= (int)(byte_of(qh, i) >> bit & 1) << 4;
+            v[i] = dl * (float)x - ml;
+        }
+    }
+};
+
+struct dec_q6_K { /* ql[128], qh[64], scales[16] int8, d: see quant_impl.h; 210 bytes */
+    enum { QK = 256, BYTES = 210 };
+    static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
+    {
+        int e = 8 * g, h = e / 128, r = e % 128, quarter = r / 32, l = r % 32;
+        uint2 ql = load8<2>(b + 64 * h + l + 32 * (quarter & 1)), qh = load8<2>(b + 128 + 32 * h + l);
+        float dl = half_at(b + 208) * (float)((const int8_t *)(b + 192))[e / 16];
+        int nshift = quarter < 2 ? 0 : 4, hshift = 2 * quarter;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int x = (int)(byte_of(ql, i) >> nshift & 15) | (int)(byte_of(qh, i) >> hshift & 3) << 4;
+            v[i] = dl * (float)(x - 32);
+        }
+    }
+};
+
+/* ---- the shared kernel ---- */
+
+template <typename D, int NB>
+__global__ void __launch_bounds__(32 * WARPS_PER_BLOCK)
+matvec_kernel(const uint8_t *__restrict__ w, int n_rows, int n_cols, const float *__restrict__ x, int nb,
+              float *__restrict__ y)
+{
+    int row = blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= n_rows) return;
+    const int groups_per_block = D::QK / 8;
+    const int n_groups = n_cols / 8;
+    const uint8_t *wrow = w + (size_t)row * (size_t)(n_cols / D::QK) * D::BYTES;
+    float acc[NB];
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[b] = 0.0f;
+#pragma unroll 4
+    for (int gi = lane; gi < n_groups; gi += 32) {
+        float v[8];
+        D::decode8(wrow + (size_t)(gi / groups_per_block) * D::BYTES, gi % groups_per_block, v);
+#pragma unroll
+        for (int b = 0; b < NB; b++) {
+            if (b < nb) {
+                const float4 *xp = (const float4 *)(x + (size_t)b * n_cols + 8 * gi);
+                float4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+                float s = acc[b];
+                s = fmaf(v[0], x0.x, s); s = fmaf(v[1], x0.y, s); s = fmaf(v[2], x0.z, s); s = fmaf(v[3], x0.w, s);
+                s = fmaf(v[4], x1.x, s); s = fmaf(v[5], x1.y, s); s = fmaf(v[6], x1.z, s); s = fmaf(v[7], x1.w, s);
+                acc[b] = s;
+            }
+        }
+    }
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) acc[b] += __shfl_xor_sync(0xffffffffu, acc[b], o);
+    }
+#pragma unroll
+    for (int b = 0; b < NB; b++)
+        if (b < nb && lane == b) y[(size_t)b * n_rows + row] = acc[b];
+}
+
+/* ---- launchers ---- */
+
+static int fail(char *err, size_t err_len, int code, const char *what, const char *detail)
+{
+    if (err && err_len) snprintf(err, err_len, "%s: %s", what, detail);
+    return code;
+}
+
+template <typename D>
+static int launch(const char *name, const void *w, int n_rows, int n_cols, const float *x, int nb, float *y,
+                  void *stream, char *err, size_t err_len)
+{
+    char why[128];
+    if (!w || !x || !y || n_rows <= 0 || n_cols <= 0 || n_cols % D::QK || n_cols % 8 || nb < 1 ||
+        nb > GW_CUDA_MAX_BATCH || ((uintptr_t)x & 15) || ((uintptr_t)w & 15)) {
+        snprintf(why, sizeof why, "bad arguments (rows %d, cols %d: multiple of %d?, batch %d of 1..%d, x and w %s)",
+                 n_rows, n_cols, (int)D::QK, nb, GW_CUDA_MAX_BATCH,
+                 (((uintptr_t)x | (uintptr_t)w) & 15) ? "not both 16-byte aligned" : "aligned");
+        return fail(err, err_len, GW_CUDA_EINVAL, name, why);
+    }
+    dim3 grid((unsigned)((n_rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK)), block(32 * WARPS_PER_BLOCK);
+    cudaStream_t s = (cudaStream_t)stream;
+    const uint8_t *wb = (const uint8_t *)w;
+    /* The accumulators are registers indexed by constants: one instance per
+     * batch width, the smallest that holds nb. */
+    if (nb == 1) matvec_kernel<D, 1><<<grid, block, 0, s>>>(wb, n_rows, n_cols, x, nb, y);
+    else if (nb <= 2) matvec_kernel<D, 2><<<grid, block, 0, s>>>(wb, n_rows, n_cols, x, nb, y);
+    else if (nb <= 4) matvec_kernel<D, 4><<<grid, block, 0, s>>>(wb, n_rows, n_cols, x, nb, y);
+    else if (nb <= 8) matvec_kernel<D, 8><<<grid, block, 0, s>>>(wb, n_rows, n_cols, x, nb, y);
+    else matvec_kernel<D, 16><<<grid, block, 0, s>>>(wb, n_rows, n_cols, x, nb, y);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return fail(err, err_len, -(int)e, name, cudaGetErrorString(e));
+    return 0;
+}
+
+#define LAUNCHER(fname, D)                                                                              \
+    extern "C" int gw_cuda_matvec_##fname(const void *w, int n_rows, int n_cols, const float *x, int nb, \
+                                          float *y, void *stream, char *err, size_t err_len)            \
+    {                                                                                                   \
+        return launch<D>("matvec " #fname, w, n_rows, n_cols, x, nb, y, stream, err, err_len);          \
+    }
+
+LAUNCHER(f32, dec_f32)
+LAUNCHER(bf16, dec_bf16)
+LAUNCHER(q8_0, dec_q8_0)
+LAUNCHER(q5_1, dec_q5_1)
+LAUNCHER(iq4_nl, dec_iq4_nl)
+LAUNCHER(q4_K, dec_kq<0>)
+LAUNCHER(q5_K, dec_kq<1>)
+LAUNCHER(q6_K, dec_q6_K)
+
+extern "C" gw_cuda_matvec_fn gw_cuda_matvec_of(int ggml_type)
+{
+    switch (ggml_type) {
+    case QT_F32: return gw_cuda_matvec_f32;
+    case QT_BF16: return gw_cuda_matvec_bf16;
+    case QT_Q8_0: return gw_cuda_matvec_q8_0;
+    case QT_Q5_1: return gw_cuda_matvec_q5_1;
+    case QT_IQ4_NL: return gw_cuda_matvec_iq4_nl;
+    case QT_Q4_K: return gw_cuda_matvec_q4_K;
+    case QT_Q5_K: return gw_cuda_matvec_q5_K;
+    case QT_Q6_K: return gw_cuda_matvec_q6_K;
+    default: return NULL;
+    }
+}
