@@ -52,7 +52,7 @@ measure() {
 }
 
 echo "Decode of greedy tokens after a 32-token prompt (64 on the fixture, 16 on the synthetic slice), 3 repetitions (median);"
-echo "CPU reference backend, 2 threads per process; OpenMP's default (spinning) wait policy"
+echo "CPU reference backend, 2 threads per process; the coordinator starts workers with OMP_WAIT_POLICY=passive unless it is set"
 echo
 echo "| model | configuration | decode tok/s | ms/token | overhead ms/token vs single process |"
 echo "|---|---|---:|---:|---:|"
