@@ -70,7 +70,23 @@ CU_OBJS := $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
 NVCC_FLAGS ?= -O2 -std=c++17 -I. -gencode arch=compute_86,code=sm_86 -gencode arch=compute_89,code=sm_89 \
               -gencode arch=compute_90,code=sm_90
 
-.PHONY: all test test-build deps run bench fuzz clean cuda unit
+# Where nvcc is found, the CUDA backend (gpu-worker/cuda/*.cu) goes into
+# libnebula-gw.a with the CUDA runtime linked statically, so every binary can
+# pick the "cuda" kind; without a GPU or driver creating one fails with "no
+# CUDA device".  Without nvcc the library is CPU-only ("built without CUDA").
+ifneq ($(strip $(NVCC)),)
+ifneq ($(strip $(CU_SRCS)),)
+CUDA_LIBDIR := $(abspath $(dir $(NVCC))../lib64)
+CFLAGS_BASE += -DNB_HAVE_CUDA
+GW_OBJS     += $(CU_OBJS)
+LDLIBS_BASE += -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
+CUDA_CHECK  := $(BUILD)/tests/cuda/check_backend
+endif
+endif
+# The backend follows the CPU reference's rounding: no fused multiply-adds.
+$(BUILD)/obj/gpu-worker/cuda/backend_cuda.o: NVCC_FLAGS += --fmad=false
+
+.PHONY: all test test-build deps run bench fuzz clean cuda cuda-check unit
 all: $(CORE_LIB) $(GW_LIB) $(SHM_LIB) $(TOOL_BINS) $(PROC_BINS) cuda
 
 # Installs missing Debian packages (a no-op when all are present).
@@ -145,7 +161,14 @@ endif
 
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+	$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
+
+# The GPU checks of the CUDA backend against the CPU reference (no Criterion:
+# they run on the GPU machine; tests/cuda/run-backend-on-gpu.sh).
+cuda-check: $(CUDA_CHECK)
+$(BUILD)/tests/cuda/check_backend: tests/cuda/check_backend.c $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
 
 # ---- tests ----
 test: deps

@@ -13,7 +13,14 @@
 #include "core/util/err.h"
 #include "gpu-worker/backend_impl.h"
 
+/* The cuda backend is in the library where the Makefile found nvcc. */
+#ifdef NB_HAVE_CUDA
+static const struct gw_backend_ops *const backends[] = {&gw_cpu_ops, &gw_cuda_ops};
+#define HAVE_LIST "cpu, cuda"
+#else
 static const struct gw_backend_ops *const backends[] = {&gw_cpu_ops};
+#define HAVE_LIST "cpu"
+#endif
 
 int gw_backend_create(const struct model *m, const struct gw_backend_params *p, gw_backend **out, char *err,
                       size_t errlen)
@@ -23,7 +30,11 @@ int gw_backend_create(const struct model *m, const struct gw_backend_params *p, 
     const char *kind = p && p->kind ? p->kind : "cpu";
     for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
         if (strcmp(backends[i]->kind, kind) == 0) return backends[i]->create(m, p, out, err, errlen);
-    return nb_errf(err, errlen, NB_ENOTSUP, "backend \"%s\" is not built in (have: cpu)", kind);
+#ifndef NB_HAVE_CUDA
+    if (strcmp(kind, "cuda") == 0)
+        return nb_errf(err, errlen, NB_ENOTSUP, "backend \"cuda\": built without CUDA (no nvcc when this was built)");
+#endif
+    return nb_errf(err, errlen, NB_ENOTSUP, "backend \"%s\" is not built in (have: " HAVE_LIST ")", kind);
 }
 
 void gw_backend_free(gw_backend *be)

@@ -40,7 +40,7 @@ typedef struct gw_backend gw_backend;
 typedef struct gw_seq gw_seq;
 
 struct gw_backend_params {
-    const char *kind; /* "cpu" (the reference); "cuda" later */
+    const char *kind; /* "cpu" (the reference) or "cuda" (gpu-worker/cuda/, where built with nvcc) */
     int n_threads;    /* 0: the backend's default (cpu: OpenMP's, set per calling thread) */
 };
 

@@ -38,5 +38,7 @@ struct gw_seq {
 };
 
 extern const struct gw_backend_ops gw_cpu_ops;
+/* gpu-worker/cuda/backend_cuda.cu; in the table only where nvcc built it (NB_HAVE_CUDA). */
+extern const struct gw_backend_ops gw_cuda_ops;
 
 #endif

@@ -1,0 +1,1302 @@
+/* backend_cuda.cu — the CUDA backend ("cuda" kind) behind gpu-worker/backend.h.
+ *
+ * The whole forward pass runs on the GPU, layer by layer like the CPU
+ * reference (gpu-worker/cpu/backend_cpu.c), whose arithmetic it follows step
+ * for step (ops.cuh says how closely).  At creation every weight is copied to
+ * the device as the file stores it (formats without a device decoder are
+ * widened to F32 on the way), and the small tensors (norms, conv kernels,
+ * biases) as fp32.  A sequence keeps all its state on the device: GDN conv
+ * and recurrent state, K/V, raw indexer keys and block keys, the PLE conv
+ * state, the MTP K/V; the token history stays on the host, where the PLE
+ * n-gram rows are hashed (cpu_ple_rows) before the rows are gathered on the
+ * device, or asked of the gw_ple_rows hook.
+ *
+ * Routed experts run for all (token, slot) pairs of a batch at once; the
+ * pairs whose expert is remote (gw_moe_remote) are skipped there, their rows
+ * copied to the host, computed by the hook and copied back into the same
+ * contribution slots, and every token's k contributions are then added in
+ * ascending expert order, so placement never changes the result.  That
+ * first version synchronises the stream for each MoE layer with remote
+ * pairs (and for the route and layer taps); without hooks or taps an eval
+ * synchronises once, to copy the logits out.
+ *
+ * Temporaries come from the stream-ordered allocator (cudaMallocAsync), so
+ * nothing is sized ahead for the largest batch.  Any CUDA failure marks the
+ * sequence broken (as the CPU backend does after a failed call) and is
+ * reported with the call and cudaGetErrorString. */
+extern "C" {
+#include "core/model/model.h"
+#include "core/util/err.h"
+#include "gpu-worker/backend_impl.h"
+#include "gpu-worker/cpu/cpu.h"
+}
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu-worker/cuda/ops.cuh"
+
+extern "C" const int8_t quant_iq4nl_values[16];
+
+/* ---------- errors ---------- */
+
+/* The message of the last failure on this thread, returned with NB_EIO. */
+static thread_local char g_msg[256];
+
+static int cu_fail(cudaError_t e, const char *what, int line)
+{
+    snprintf(g_msg, sizeof g_msg, "%s: %s (backend_cuda.cu:%d)", what, cudaGetErrorString(e), line);
+    return NB_EIO;
+}
+
+#define TRY(x)                                                                                                         \
+    do {                                                                                                               \
+        int rc_ = (x);                                                                                                 \
+        if (rc_) return rc_;                                                                                           \
+    } while (0)
+#define CK(x)                                                                                                          \
+    do {                                                                                                               \
+        cudaError_t e_ = (x);                                                                                          \
+        if (e_ != cudaSuccess) return cu_fail(e_, #x, __LINE__);                                                       \
+    } while (0)
+/* After a launch: the launch's own error (bad configuration) only. */
+static int lchk(const char *what, int line)
+{
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : cu_fail(e, what, line);
+}
+#define CKL(what) TRY(lchk(what, __LINE__))
+#define LCHK(what) lchk(what, __LINE__)
+
+static unsigned nblk(int64_t n, int b) { return (unsigned)((n + b - 1) / b); }
+
+/* Threads for a loop over n values: a multiple of 32, at most 256. */
+static int nthr(int64_t n)
+{
+    int t = (int)((n + 31) / 32 * 32);
+    return t < 32 ? 32 : t > 256 ? 256 : t;
+}
+
+/* ---------- the backend ---------- */
+
+struct cu_hc {
+    dmat down, up, inject;
+    float *norm;
+};
+
+struct cu_layer {
+    cu_hc hc_attn, hc_ffn;
+    /* GDN */
+    dmat qkv, z, alpha, beta, gdn_out;
+    float *gdn_conv, *dt_bias, *gdn_a, *gdn_norm;
+    /* attention */
+    dmat q, k, v, o, idx_q, idx_k;
+    float *q_norm, *k_norm, *idx_q_norm, *idx_k_norm;
+    /* MoE */
+    dmat router, gate_exps, up_exps, down_exps, gate_sh, up_sh, down_sh;
+    float *shexp_gate;
+    /* PLE */
+    dmat ple_key, ple_value;
+    float *ple_norm_key, *ple_norm_query, *ple_norm_conv, *ple_conv;
+    /* MTP */
+    dmat eh_proj, embed, head_out;
+    cu_hc head;
+    float *enorm, *hnorm;
+};
+
+struct upload {
+    const uint8_t *host;
+    dmat m;
+};
+
+struct cuda_backend {
+    struct gw_backend base;
+    cudaStream_t st;
+    int device;
+    cu_layer *L; /* n_layer + n_nextn */
+    dmat tok_embd, output, ple_table;
+    cu_hc output_hc;
+    void **allocs; /* every weight allocation, freed with the backend */
+    int n_allocs, cap_allocs;
+    upload *ups; /* host data → device matrix, so shared tensors are copied once */
+    int n_ups, cap_ups;
+    /* RoPE tables: cos/sin of every position below rope_cap (host-made with the CPU's libm calls) */
+    float *inv_freq, *d_cos, *d_sin;
+    int64_t rope_cap;
+    uint8_t *d_local; /* the remote map of the current eval, (n_layer + n_nextn) × E */
+    size_t local_bytes;
+};
+
+static cuda_backend *cbe(gw_backend *b) { return (cuda_backend *)b; }
+
+static int track(cuda_backend *be, void *p)
+{
+    if (be->n_allocs == be->cap_allocs) {
+        int cap = be->cap_allocs ? 2 * be->cap_allocs : 256;
+        void **a = (void **)realloc(be->allocs, (size_t)cap * sizeof *a);
+        if (!a) {
+            cudaFree(p);
+            snprintf(g_msg, sizeof g_msg, "out of host memory");
+            return NB_ENOMEM;
+        }
+        be->allocs = a, be->cap_allocs = cap;
+    }
+    be->allocs[be->n_allocs++] = p;
+    return 0;
+}
+
+static int dev_alloc(cuda_backend *be, void **p, size_t bytes)
+{
+    *p = NULL;
+    CK(cudaMalloc(p, bytes ? bytes : 1));
+    return track(be, *p);
+}
+
+/* A matrix (2-D or 3-D expert tensor) on the device; absent tensors give d == NULL. */
+static int up_mat(cuda_backend *be, const struct model_tensor *t, dmat *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!t->data) return 0;
+    for (int i = 0; i < be->n_ups; i++)
+        if (be->ups[i].host == t->data && be->ups[i].m.type == (dev_decodes(t->type) ? (int)t->type : DT_F32) &&
+            be->ups[i].m.n_in == t->ne[0] && be->ups[i].m.n_out == t->ne[1]) {
+            *out = be->ups[i].m;
+            return 0;
+        }
+    const int64_t n_mat = t->ne[2] * t->ne[3], rows = t->ne[1];
+    dmat m;
+    m.n_in = t->ne[0];
+    m.n_out = rows;
+    void *d;
+    if (dev_decodes(t->type)) {
+        m.type = t->type;
+        m.row_bytes = t->row_bytes;
+        m.mat_bytes = n_mat > 1 ? t->mat_bytes : rows * t->row_bytes;
+        /* A view (fused gate_up) needs its matrices' rows only: the last one ends rows·row_bytes after its start. */
+        size_t bytes = (size_t)(n_mat - 1) * t->mat_bytes + (size_t)rows * t->row_bytes;
+        size_t dense = (size_t)n_mat * rows * t->row_bytes;
+        TRY(dev_alloc(be, &d, dense));
+        if (m.mat_bytes == rows * t->row_bytes || n_mat == 1) {
+            CK(cudaMemcpy(d, t->data, bytes, cudaMemcpyHostToDevice));
+        } else { /* strided views become dense copies */
+            for (int64_t e = 0; e < n_mat; e++)
+                CK(cudaMemcpy((uint8_t *)d + (size_t)e * rows * t->row_bytes, t->data + (size_t)e * t->mat_bytes,
+                              (size_t)rows * t->row_bytes, cudaMemcpyHostToDevice));
+            m.mat_bytes = rows * t->row_bytes;
+        }
+    } else { /* widened to F32, one matrix at a time */
+        m.type = DT_F32;
+        m.row_bytes = (size_t)m.n_in * 4;
+        m.mat_bytes = m.row_bytes * (size_t)rows;
+        TRY(dev_alloc(be, &d, m.mat_bytes * (size_t)n_mat));
+        float *buf = (float *)malloc(m.mat_bytes);
+        if (!buf) {
+            snprintf(g_msg, sizeof g_msg, "out of host memory widening %s", t->name);
+            return NB_ENOMEM;
+        }
+        int rc = 0;
+        for (int64_t e = 0; e < n_mat && rc == 0; e++) {
+            for (int64_t r = 0; r < rows; r++)
+                t->qt->to_float(t->data + (size_t)e * t->mat_bytes + (size_t)r * t->row_bytes, buf + r * m.n_in, m.n_in);
+            cudaError_t ce = cudaMemcpy((uint8_t *)d + (size_t)e * m.mat_bytes, buf, m.mat_bytes, cudaMemcpyHostToDevice);
+            if (ce != cudaSuccess) rc = cu_fail(ce, "cudaMemcpy (widened weights)", __LINE__);
+        }
+        free(buf);
+        TRY(rc);
+    }
+    m.d = (const uint8_t *)d;
+    if (be->n_ups == be->cap_ups) {
+        int cap = be->cap_ups ? 2 * be->cap_ups : 256;
+        upload *u = (upload *)realloc(be->ups, (size_t)cap * sizeof *u);
+        if (!u) {
+            snprintf(g_msg, sizeof g_msg, "out of host memory");
+            return NB_ENOMEM;
+        }
+        be->ups = u, be->cap_ups = cap;
+    }
+    be->ups[be->n_ups++] = upload{t->data, m};
+    *out = m;
+    return 0;
+}
+
+/* A small tensor as fp32 on the device (NULL when absent). */
+static int up_f32(cuda_backend *be, const struct model_tensor *t, float **out)
+{
+    *out = NULL;
+    if (!t->data) return 0;
+    float *h = cpu_dequant_all(t);
+    if (!h) {
+        snprintf(g_msg, sizeof g_msg, "out of host memory for %s", t->name);
+        return NB_ENOMEM;
+    }
+    size_t bytes = (size_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]) * sizeof(float);
+    void *d;
+    int rc = dev_alloc(be, &d, bytes);
+    if (rc == 0) {
+        cudaError_t ce = cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+        if (ce != cudaSuccess) rc = cu_fail(ce, "cudaMemcpy (small tensor)", __LINE__);
+    }
+    free(h);
+    *out = (float *)d;
+    return rc;
+}
+
+static int up_hc(cuda_backend *be, const struct model_hc *h, cu_hc *o)
+{
+    TRY(up_mat(be, &h->down, &o->down));
+    TRY(up_mat(be, &h->up, &o->up));
+    TRY(up_mat(be, &h->inject, &o->inject));
+    return up_f32(be, &h->norm, &o->norm);
+}
+
+static int up_layer(cuda_backend *be, const struct model *m, const struct model_layer *l, cu_layer *c)
+{
+    TRY(up_hc(be, &l->hc_attn, &c->hc_attn));
+    TRY(up_hc(be, &l->hc_ffn, &c->hc_ffn));
+    TRY(up_mat(be, &l->gdn.qkv, &c->qkv));
+    TRY(up_mat(be, &l->gdn.gate, &c->z));
+    TRY(up_mat(be, &l->gdn.alpha, &c->alpha));
+    TRY(up_mat(be, &l->gdn.beta, &c->beta));
+    TRY(up_mat(be, &l->gdn.out, &c->gdn_out));
+    TRY(up_f32(be, &l->gdn.conv, &c->gdn_conv));
+    TRY(up_f32(be, &l->gdn.dt_bias, &c->dt_bias));
+    TRY(up_f32(be, &l->gdn.a, &c->gdn_a));
+    TRY(up_f32(be, &l->gdn.norm, &c->gdn_norm));
+    TRY(up_mat(be, &l->attn.q, &c->q));
+    TRY(up_mat(be, &l->attn.k, &c->k));
+    TRY(up_mat(be, &l->attn.v, &c->v));
+    TRY(up_mat(be, &l->attn.o, &c->o));
+    TRY(up_mat(be, &l->attn.idx_q, &c->idx_q));
+    TRY(up_mat(be, &l->attn.idx_k, &c->idx_k));
+    TRY(up_f32(be, &l->attn.q_norm, &c->q_norm));
+    TRY(up_f32(be, &l->attn.k_norm, &c->k_norm));
+    TRY(up_f32(be, &l->attn.idx_q_norm, &c->idx_q_norm));
+    TRY(up_f32(be, &l->attn.idx_k_norm, &c->idx_k_norm));
+    TRY(up_mat(be, &l->moe.router, &c->router));
+    TRY(up_mat(be, &l->moe.gate_exps, &c->gate_exps));
+    TRY(up_mat(be, &l->moe.up_exps, &c->up_exps));
+    TRY(up_mat(be, &l->moe.down_exps, &c->down_exps));
+    TRY(up_mat(be, &l->moe.gate_shexp, &c->gate_sh));
+    TRY(up_mat(be, &l->moe.up_shexp, &c->up_sh));
+    TRY(up_mat(be, &l->moe.down_shexp, &c->down_sh));
+    TRY(up_f32(be, &l->moe.shexp_gate, &c->shexp_gate));
+    TRY(up_mat(be, &l->ple.key, &c->ple_key));
+    TRY(up_mat(be, &l->ple.value, &c->ple_value));
+    TRY(up_f32(be, &l->ple.norm_key, &c->ple_norm_key));
+    TRY(up_f32(be, &l->ple.norm_query, &c->ple_norm_query));
+    TRY(up_f32(be, &l->ple.norm_conv, &c->ple_norm_conv));
+    TRY(up_f32(be, &l->ple.conv, &c->ple_conv));
+    if (l->is_nextn) {
+        TRY(up_mat(be, &l->nextn.eh_proj, &c->eh_proj));
+        TRY(up_f32(be, &l->nextn.enorm, &c->enorm));
+        TRY(up_f32(be, &l->nextn.hnorm, &c->hnorm));
+        TRY(up_hc(be, &l->nextn.head, &c->head));
+        TRY(up_mat(be, l->nextn.embed_tokens.data ? &l->nextn.embed_tokens : &m->tok_embd, &c->embed));
+        TRY(up_mat(be, l->nextn.shared_head.data ? &l->nextn.shared_head : &m->output, &c->head_out));
+    }
+    return 0;
+}
+
+static void cuda_free(gw_backend *gb)
+{
+    cuda_backend *be = cbe(gb);
+    if (be->st) cudaStreamSynchronize(be->st);
+    for (int i = 0; i < be->n_allocs; i++) cudaFree(be->allocs[i]);
+    cudaFree(be->d_cos);
+    cudaFree(be->d_sin);
+    cudaFree(be->d_local);
+    if (be->st) cudaStreamDestroy(be->st);
+    free(be->allocs);
+    free(be->ups);
+    free(be->L);
+    free(be->inv_freq);
+    free(be);
+}
+
+/* cos/sin tables for positions < need (CPU: inv_freq = 1/powf(θ, 2i/d), angle = (float)pos·inv_freq). */
+static int rope_reserve(cuda_backend *be, int64_t need)
+{
+    if (need <= be->rope_cap) return 0;
+    const struct model_hparams *hp = &be->base.model->hp;
+    const int half = hp->rope_dim / 2;
+    int64_t cap = be->rope_cap * 2 > need ? be->rope_cap * 2 : need < 1024 ? 1024 : need;
+    float *hc = (float *)malloc((size_t)(cap * half) * sizeof(float) * 2);
+    if (!hc) {
+        snprintf(g_msg, sizeof g_msg, "out of host memory for RoPE tables");
+        return NB_ENOMEM;
+    }
+    float *hs = hc + cap * half;
+    for (int64_t p = 0; p < cap; p++)
+        for (int i = 0; i < half; i++) {
+            float angle = (float)p * be->inv_freq[i];
+            hc[p * half + i] = cosf(angle);
+            hs[p * half + i] = sinf(angle);
+        }
+    float *dc = NULL, *ds = NULL;
+    cudaError_t e = cudaMalloc(&dc, (size_t)(cap * half) * sizeof(float) + 1);
+    if (e == cudaSuccess) e = cudaMalloc(&ds, (size_t)(cap * half) * sizeof(float) + 1);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(be->st); /* the old tables may be in use */
+    if (e == cudaSuccess) e = cudaMemcpy(dc, hc, (size_t)(cap * half) * sizeof(float), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemcpy(ds, hs, (size_t)(cap * half) * sizeof(float), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize(); /* legacy-stream copies: done before `st` reads them */
+    free(hc);
+    if (e != cudaSuccess) {
+        cudaFree(dc);
+        cudaFree(ds);
+        return cu_fail(e, "RoPE tables", __LINE__);
+    }
+    cudaFree(be->d_cos);
+    cudaFree(be->d_sin);
+    be->d_cos = dc, be->d_sin = ds, be->rope_cap = cap;
+    return 0;
+}
+
+static int cuda_setup(cuda_backend *be)
+{
+    const struct model *m = be->base.model;
+    const struct model_hparams *hp = &m->hp;
+    CK(cudaSetDevice(be->device));
+    CK(cudaStreamCreateWithFlags(&be->st, cudaStreamNonBlocking));
+    CK(cudaMemcpyToSymbol(c_iq4nl, quant_iq4nl_values, sizeof c_iq4nl));
+    cudaMemPool_t pool;
+    CK(cudaDeviceGetDefaultMemPool(&pool, be->device));
+    uint64_t keep = UINT64_MAX; /* keep freed temporaries in the pool between evals */
+    CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    const int n = hp->n_layer + hp->n_nextn;
+    be->L = (cu_layer *)calloc((size_t)n, sizeof *be->L);
+    be->inv_freq = (float *)calloc((size_t)(hp->rope_dim / 2 + 1), sizeof(float));
+    if (!be->L || !be->inv_freq) {
+        snprintf(g_msg, sizeof g_msg, "out of host memory");
+        return NB_ENOMEM;
+    }
+    for (int i = 0; i < hp->rope_dim / 2; i++)
+        be->inv_freq[i] = 1.0f / powf(hp->rope_theta, (float)(2 * i) / (float)hp->rope_dim);
+    TRY(up_mat(be, &m->tok_embd, &be->tok_embd));
+    TRY(up_mat(be, &m->output, &be->output));
+    TRY(up_hc(be, &m->output_hc, &be->output_hc));
+    TRY(up_mat(be, &m->ple_table, &be->ple_table));
+    for (int i = 0; i < n; i++) TRY(up_layer(be, m, &m->layers[i], &be->L[i]));
+    TRY(rope_reserve(be, 1024));
+    CK(cudaDeviceSynchronize());
+    return 0;
+}
+
+static int cuda_create(const struct model *m, const struct gw_backend_params *p, gw_backend **out, char *err,
+                       size_t errlen)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+        return nb_errf(err, errlen, NB_ENOTSUP, "no CUDA device: %s",
+                       e != cudaSuccess ? cudaGetErrorString(e) : "the driver sees no GPU");
+    cuda_backend *be = (cuda_backend *)calloc(1, sizeof *be);
+    if (!be) return nb_errf(err, errlen, NB_ENOMEM, "cuda backend");
+    be->base.ops = &gw_cuda_ops;
+    be->base.model = m;
+    be->device = 0;
+    int rc = cuda_setup(be);
+    if (rc) {
+        cuda_free(&be->base);
+        return nb_errf(err, errlen, rc, "cuda backend: %s", g_msg);
+    }
+    *out = &be->base;
+    return 0;
+}
+
+/* ---------- sequences ---------- */
+
+struct cu_lstate {
+    float *conv, *ssm;   /* GDN */
+    float *k, *v;        /* attention (MTP: its own entries) */
+    float *idx_k, *blk_k; /* QSA */
+    int64_t n_blk;
+    float *ple_conv;
+};
+
+struct cuda_seq {
+    struct gw_seq base;
+    cu_lstate *ls;   /* n_layer + n_nextn */
+    int32_t *tokens; /* host history */
+    int64_t cap;
+    int64_t mtp_n, mtp_cap;
+    int64_t *mtp_pos;
+    bool broken;
+};
+
+static int64_t gdn_conv_floats(const struct model_hparams *hp)
+{
+    return (int64_t)(hp->ssm_conv_kernel - 1) * model_gdn_conv_dim(hp);
+}
+static int64_t gdn_ssm_floats(const struct model_hparams *hp)
+{
+    return (int64_t)hp->ssm_n_v_heads * hp->ssm_head_dim * hp->ssm_head_dim;
+}
+static int64_t ple_conv_floats(const struct model_hparams *hp)
+{
+    return (int64_t)(hp->ple_conv_kernel - 1) * hp->ple_dilation * model_wide(hp);
+}
+
+static void seq_release(cuda_seq *s)
+{
+    const struct model_hparams *hp = &s->base.be->model->hp;
+    for (int i = 0; s->ls && i < hp->n_layer + hp->n_nextn; i++) {
+        cu_lstate *st = &s->ls[i];
+        cudaFree(st->conv), cudaFree(st->ssm), cudaFree(st->k), cudaFree(st->v), cudaFree(st->idx_k);
+        cudaFree(st->blk_k), cudaFree(st->ple_conv);
+    }
+    free(s->ls);
+    free(s->tokens);
+    free(s->mtp_pos);
+}
+
+static void cuda_seq_free(gw_seq *gs)
+{
+    cuda_seq *s = (cuda_seq *)gs;
+    cudaStreamSynchronize(cbe(gs->be)->st);
+    seq_release(s);
+    free(s);
+}
+
+static int zalloc(float **p, int64_t n)
+{
+    CK(cudaMalloc(p, (size_t)(n > 0 ? n : 1) * sizeof(float)));
+    CK(cudaMemset(*p, 0, (size_t)(n > 0 ? n : 1) * sizeof(float)));
+    return 0;
+}
+
+static int cuda_seq_create(gw_backend *gb, gw_seq **out, char *err, size_t errlen)
+{
+    const struct model *m = gb->model;
+    const struct model_hparams *hp = &m->hp;
+    cuda_seq *s = (cuda_seq *)calloc(1, sizeof *s);
+    if (!s) return nb_errf(err, errlen, NB_ENOMEM, "sequence");
+    s->base.be = gb;
+    s->ls = (cu_lstate *)calloc((size_t)(hp->n_layer + hp->n_nextn), sizeof *s->ls);
+    int rc = s->ls ? 0 : NB_ENOMEM;
+    for (int i = 0; i < hp->n_layer && rc == 0; i++) {
+        cu_lstate *st = &s->ls[i];
+        if (m->layers[i].kind == MODEL_LAYER_GDN) {
+            rc = zalloc(&st->conv, gdn_conv_floats(hp));
+            if (rc == 0) rc = zalloc(&st->ssm, gdn_ssm_floats(hp));
+        }
+        if (rc == 0 && m->layers[i].has_ple) rc = zalloc(&st->ple_conv, ple_conv_floats(hp));
+    }
+    if (rc == 0 && cudaDeviceSynchronize() != cudaSuccess) rc = cu_fail(cudaGetLastError(), "sequence state", __LINE__);
+    if (rc) {
+        cuda_seq_free(&s->base);
+        return nb_errf(err, errlen, rc, "sequence state: %s", rc == NB_ENOMEM ? "out of host memory" : g_msg);
+    }
+    *out = &s->base;
+    return 0;
+}
+
+static void cuda_seq_reset(gw_seq *gs)
+{
+    cuda_seq *s = (cuda_seq *)gs;
+    cuda_backend *be = cbe(gs->be);
+    const struct model_hparams *hp = &gs->be->model->hp;
+    bool ok = cudaStreamSynchronize(be->st) == cudaSuccess;
+    for (int i = 0; i < hp->n_layer; i++) {
+        cu_lstate *st = &s->ls[i];
+        if (st->conv) ok &= cudaMemset(st->conv, 0, (size_t)gdn_conv_floats(hp) * sizeof(float)) == cudaSuccess;
+        if (st->ssm) ok &= cudaMemset(st->ssm, 0, (size_t)gdn_ssm_floats(hp) * sizeof(float)) == cudaSuccess;
+        if (st->ple_conv) ok &= cudaMemset(st->ple_conv, 0, (size_t)ple_conv_floats(hp) * sizeof(float)) == cudaSuccess;
+        st->n_blk = 0;
+    }
+    ok &= cudaDeviceSynchronize() == cudaSuccess;
+    gs->n_pos = 0;
+    s->mtp_n = 0;
+    s->broken = !ok; /* a device that cannot clear state keeps refusing work */
+}
+
+/* Grows a device array from `keep` to n floats, keeping its first `keep`. */
+static int dgrow(float **p, int64_t keep, int64_t n)
+{
+    float *q;
+    CK(cudaMalloc(&q, (size_t)n * sizeof(float)));
+    if (*p && keep > 0) CK(cudaMemcpy(q, *p, (size_t)keep * sizeof(float), cudaMemcpyDeviceToDevice));
+    cudaFree(*p);
+    *p = q;
+    return 0;
+}
+
+static int seq_reserve(cuda_seq *s, int64_t need)
+{
+    if (need <= s->cap) return 0;
+    const struct model *m = s->base.be->model;
+    const struct model_hparams *hp = &m->hp;
+    int64_t cap = s->cap * 2 > need ? s->cap * 2 : need < 64 ? 64 : need;
+    const int64_t kvw = (int64_t)hp->n_head_kv * hp->head_dim, Di = hp->idx_head_dim, n = s->base.n_pos;
+    int32_t *tok = (int32_t *)realloc(s->tokens, (size_t)cap * sizeof *tok);
+    if (!tok) {
+        snprintf(g_msg, sizeof g_msg, "out of host memory");
+        return NB_ENOMEM;
+    }
+    s->tokens = tok;
+    CK(cudaStreamSynchronize(cbe(s->base.be)->st));
+    for (int i = 0; i < hp->n_layer; i++) {
+        const struct model_layer *l = &m->layers[i];
+        cu_lstate *st = &s->ls[i];
+        if (l->kind != MODEL_LAYER_ATTN) continue;
+        TRY(dgrow(&st->k, n * kvw, cap * kvw));
+        TRY(dgrow(&st->v, n * kvw, cap * kvw));
+        if (l->compress_ratio > 0) {
+            TRY(dgrow(&st->idx_k, n * Di, cap * Di));
+            TRY(dgrow(&st->blk_k, st->n_blk * Di, (cap / l->compress_ratio + 1) * Di));
+        }
+    }
+    CK(cudaDeviceSynchronize()); /* the copies ran on the legacy stream, which `st` does not wait for */
+    s->cap = cap;
+    return 0;
+}
+
+static int mtp_reserve(cuda_seq *s, int64_t need)
+{
+    if (need <= s->mtp_cap) return 0;
+    const struct model_hparams *hp = &s->base.be->model->hp;
+    cu_lstate *st = &s->ls[hp->n_layer];
+    int64_t cap = s->mtp_cap * 2 > need ? s->mtp_cap * 2 : need < 64 ? 64 : need;
+    const int64_t kvw = (int64_t)hp->n_head_kv * hp->head_dim;
+    int64_t *pos = (int64_t *)realloc(s->mtp_pos, (size_t)cap * sizeof *pos);
+    if (!pos) {
+        snprintf(g_msg, sizeof g_msg, "out of host memory");
+        return NB_ENOMEM;
+    }
+    s->mtp_pos = pos;
+    CK(cudaStreamSynchronize(cbe(s->base.be)->st));
+    TRY(dgrow(&st->k, s->mtp_n * kvw, cap * kvw));
+    TRY(dgrow(&st->v, s->mtp_n * kvw, cap * kvw));
+    CK(cudaDeviceSynchronize());
+    s->mtp_cap = cap;
+    return 0;
+}
+
+static int cuda_seq_truncate(gw_seq *gs, int64_t n_keep, char *err, size_t errlen)
+{
+    cuda_seq *s = (cuda_seq *)gs;
+    const struct model *m = gs->be->model;
+    for (int i = 0; i < m->hp.n_layer; i++)
+        if (m->layers[i].kind == MODEL_LAYER_GDN || m->layers[i].has_ple)
+            return nb_errf(err, errlen, NB_ENOTSUP,
+                           "truncate to %lld of %lld: layer %d keeps recurrent state that cannot be rolled back yet "
+                           "(keep a gw_seq_copy instead)",
+                           (long long)n_keep, (long long)gs->n_pos, i);
+    for (int i = 0; i < m->hp.n_layer; i++) {
+        int cr = m->layers[i].compress_ratio;
+        if (cr > 0 && s->ls[i].n_blk > n_keep / cr) s->ls[i].n_blk = n_keep / cr;
+    }
+    gs->n_pos = n_keep;
+    return 0;
+}
+
+static int dcopy(float *dst, const float *src, int64_t n)
+{
+    if (src && n > 0) CK(cudaMemcpy(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice));
+    return 0;
+}
+
+static int seq_copy_body(cuda_seq *d, const cuda_seq *s)
+{
+    const struct model_hparams *hp = &d->base.be->model->hp;
+    const int64_t kvw = (int64_t)hp->n_head_kv * hp->head_dim, Di = hp->idx_head_dim;
+    CK(cudaStreamSynchronize(cbe(d->base.be)->st));
+    d->base.n_pos = 0, d->mtp_n = 0; /* nothing of dst is kept while growing */
+    TRY(seq_reserve(d, s->cap));
+    TRY(mtp_reserve(d, s->mtp_cap));
+    for (int i = 0; i < hp->n_layer + hp->n_nextn; i++) {
+        const cu_lstate *a = &s->ls[i];
+        cu_lstate *b = &d->ls[i];
+        int64_t n = i < hp->n_layer ? s->base.n_pos : s->mtp_n;
+        TRY(dcopy(b->conv, a->conv, gdn_conv_floats(hp)));
+        TRY(dcopy(b->ssm, a->ssm, gdn_ssm_floats(hp)));
+        TRY(dcopy(b->ple_conv, a->ple_conv, ple_conv_floats(hp)));
+        TRY(dcopy(b->k, a->k, n * kvw));
+        TRY(dcopy(b->v, a->v, n * kvw));
+        TRY(dcopy(b->idx_k, a->idx_k, n * Di));
+        TRY(dcopy(b->blk_k, a->blk_k, a->n_blk * Di));
+        b->n_blk = a->n_blk;
+    }
+    CK(cudaDeviceSynchronize());
+    if (s->base.n_pos) memcpy(d->tokens, s->tokens, (size_t)s->base.n_pos * sizeof *d->tokens);
+    if (s->mtp_n) memcpy(d->mtp_pos, s->mtp_pos, (size_t)s->mtp_n * sizeof *d->mtp_pos);
+    d->base.n_pos = s->base.n_pos;
+    d->mtp_n = s->mtp_n;
+    d->broken = s->broken;
+    return 0;
+}
+
+static int cuda_seq_copy(gw_seq *gd, const gw_seq *gsrc, char *err, size_t errlen)
+{
+    cuda_seq *d = (cuda_seq *)gd;
+    int rc = seq_copy_body(d, (const cuda_seq *)gsrc);
+    if (rc) {
+        d->broken = true;
+        return nb_errf(err, errlen, rc, "sequence copy: %s", g_msg);
+    }
+    return 0;
+}
+
+/* ---------- the forward pass ---------- */
+
+/* Stream-ordered temporaries of one sublayer: freed in one go at the end. */
+struct tmp {
+    cudaStream_t st;
+    void *p[24];
+    int n;
+};
+
+static int talloc(tmp *t, float **out, int64_t n)
+{
+    void *p;
+    CK(cudaMallocAsync(&p, (size_t)(n > 0 ? n : 1) * sizeof(float), t->st));
+    t->p[t->n++] = p;
+    *out = (float *)p;
+    return 0;
+}
+
+static int tfree(tmp *t)
+{
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < t->n; i++) {
+        cudaError_t f = cudaFreeAsync(t->p[i], t->st);
+        if (e == cudaSuccess) e = f;
+    }
+    t->n = 0;
+    CK(e);
+    return 0;
+}
+
+/* Frees the temporaries whatever rc is, and returns the first failure. */
+static int tdone(tmp *t, int rc)
+{
+    int r2 = tfree(t);
+    return rc ? rc : r2;
+}
+
+/* y (T × n_out, row stride ys) = W x (T rows of n_in at stride xs). */
+static int matmul(cudaStream_t st, const dmat &w, const float *x, int64_t xs, int T, float *y, int64_t ys)
+{
+    if (T <= 0) return 0;
+    for (int t0 = 0; t0 < T; t0 += 65535 * MM_TT) { /* grid.y limit */
+        int nt = T - t0 < 65535 * MM_TT ? T - t0 : 65535 * MM_TT;
+        dim3 grid((unsigned)w.n_out, nblk(nt, MM_TT));
+        k_matmul<<<grid, MM_THREADS, 0, st>>>(w, x + (int64_t)t0 * xs, xs, nt, y + (int64_t)t0 * ys, ys, NULL, 1, NULL, 0);
+        CKL("k_matmul");
+    }
+    return 0;
+}
+
+/* Expert form: pair p uses matrix eid[p] and x row p / xdiv; non-local pairs skipped. */
+static int matmul_pairs(cudaStream_t st, const dmat &w, const float *x, int64_t xs, int P, const int32_t *eid, int xdiv,
+                        const uint8_t *local, float *y)
+{
+    for (int p0 = 0; p0 < P; p0 += 65535) {
+        int np = P - p0 < 65535 ? P - p0 : 65535;
+        dim3 grid((unsigned)w.n_out, (unsigned)np);
+        k_matmul<<<grid, MM_THREADS, 0, st>>>(w, x, xs, P, y, w.n_out, eid, xdiv, local, p0);
+        CKL("k_matmul (experts)");
+    }
+    return 0;
+}
+
+/* RMS norm of `groups` consecutive groups of n values per row; wgs: the
+ * weight's stride between groups (n: a grouped [groups·n] weight, 0: shared). */
+static int rms_rows(cudaStream_t st, const float *in, int64_t irs, float *out, int64_t ors, int rows, int64_t n,
+                    int groups, const float *w, int64_t wgs, float eps)
+{
+    if (rows <= 0) return 0;
+    k_rms_norm<<<dim3((unsigned)rows, (unsigned)groups), nthr(n), 0, st>>>(in, irs, n, out, ors, n, n, w, wgs, eps);
+    CKL("k_rms_norm");
+    return 0;
+}
+
+static int rope(cuda_backend *be, float *x, int rows, int64_t rs, int heads, int64_t hs, int64_t pos0, int64_t pstep)
+{
+    const struct model_hparams *hp = &be->base.model->hp;
+    if (rows <= 0 || hp->rope_dim < 2) return 0;
+    k_rope<<<dim3((unsigned)rows, (unsigned)heads), nthr(hp->rope_dim / 2), 0, be->st>>>(
+        x, rs, hs, hp->rope_dim, be->d_cos, be->d_sin, pos0, pstep);
+    CKL("k_rope");
+    return 0;
+}
+
+/* hc mixer: x (T × C) and inj (T × n; NULL for the head mixer) from X. */
+static int hc_mix(cuda_backend *be, const cu_hc *h, const float *X, int T, float *x, float *inj)
+{
+    const struct model_hparams *hp = &be->base.model->hp;
+    const int n = hp->hc_count;
+    const int64_t C = hp->n_embd, wide = model_wide(hp), r = hp->hc_rank;
+    cudaStream_t st = be->st;
+    tmp t = {st, {}, 0};
+    float *xn, *lo, *gate;
+    int rc = talloc(&t, &xn, T * wide);
+    if (rc == 0) rc = talloc(&t, &lo, T * r);
+    if (rc == 0) rc = talloc(&t, &gate, T * wide);
+    if (rc == 0) rc = rms_rows(st, X, wide, xn, wide, T, C, n, h->norm, C, hp->rms_eps);
+    if (rc == 0) rc = matmul(st, h->down, xn, wide, T, lo, r);
+    if (rc == 0) {
+        k_silu_div<<<nblk(T * r, 256), 256, 0, st>>>(lo, T * r, (float)n);
+        rc = LCHK("k_silu_div");
+    }
+    if (rc == 0) rc = matmul(st, h->up, lo, r, T, gate, wide);
+    if (rc == 0) {
+        k_hc_mean<<<nblk(T * C, 256), 256, 0, st>>>(xn, gate, T, n, C, x);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) rc = cu_fail(e, "k_hc_mean", __LINE__);
+    }
+    if (rc == 0 && inj) {
+        rc = matmul(st, h->inject, xn, wide, T, inj, n);
+        if (rc == 0) {
+            k_inject<<<nblk((int64_t)T * n, 256), 256, 0, st>>>(inj, (int64_t)T * n, (float)n);
+            cudaError_t e = cudaGetLastError();
+            if (e != cudaSuccess) rc = cu_fail(e, "k_inject", __LINE__);
+        }
+    }
+    return tdone(&t, rc);
+}
+
+static int hc_add(cuda_backend *be, float *X, const float *y, const float *inj, int T)
+{
+    const struct model_hparams *hp = &be->base.model->hp;
+    const int64_t N = (int64_t)T * model_wide(hp);
+    k_hc_add<<<nblk(N, 256), 256, 0, be->st>>>(X, y, inj, T, hp->hc_count, hp->n_embd);
+    CKL("k_hc_add");
+    return 0;
+}
+
+/* ---- GDN ---- */
+
+static int gdn_forward(cuda_backend *be, const cu_layer *c, cu_lstate *ls, const float *x, int T, float *y)
+{
+    const struct model_hparams *hp = &be->base.model->hp;
+    const int Hk = hp->ssm_n_k_heads, Hv = hp->ssm_n_v_heads, D = hp->ssm_head_dim;
+    const int64_t conv_dim = model_gdn_conv_dim(hp), vdim = (int64_t)Hv * D, kdim = (int64_t)Hk * D, C = hp->n_embd;
+    cudaStream_t st = be->st;
+    tmp t = {st, {}, 0};
+    float *qkv, *mixed, *z, *o, *g, *beta;
+    int rc = talloc(&t, &qkv, T * conv_dim);
+    if (rc == 0) rc = talloc(&t, &mixed, T * conv_dim);
+    if (rc == 0) rc = talloc(&t, &z, T * vdim);
+    if (rc == 0) rc = talloc(&t, &o, T * vdim);
+    if (rc == 0) rc = talloc(&t, &g, (int64_t)T * Hv);
+    if (rc == 0) rc = talloc(&t, &beta, (int64_t)T * Hv);
+    if (rc == 0) rc = matmul(st, c->qkv, x, C, T, qkv, conv_dim);
+    if (rc == 0) rc = matmul(st, c->z, x, C, T, z, vdim);
+    if (rc == 0) rc = matmul(st, c->beta, x, C, T, beta, Hv);
+    if (rc == 0) rc = matmul(st, c->alpha, x, C, T, g, Hv);
+    cudaError_t e = cudaSuccess;
+    if (rc == 0) {
+        k_conv_silu<<<nblk(conv_dim, 128), 128, 0, st>>>(c->gdn_conv, hp->ssm_conv_kernel, 1, conv_dim, ls->conv, qkv, T,
+                                                         mixed);
+        if ((e = cudaGetLastError()) != cudaSuccess) rc = cu_fail(e, "k_conv_silu", __LINE__);
+    }
+    if (rc == 0) {
+        k_gdn_prep<<<dim3((unsigned)T, (unsigned)(Hk > Hv ? Hk : Hv)), nthr(D), 0, st>>>(
+            mixed, conv_dim, Hk, Hv, D, 1.0f / sqrtf((float)D), g, beta, c->gdn_a, c->dt_bias);
+        if ((e = cudaGetLastError()) != cudaSuccess) rc = cu_fail(e, "k_gdn_prep", __LINE__);
+    }
+    const float *q = mixed, *k = mixed + kdim, *v = mixed + 2 * kdim;
+    const int thr = (D + 31) / 32 * 32;
+    if (rc == 0 && T == 1) {
+        k_gdn_recurrent<<<Hv, thr, 0, st>>>(Hk, Hv, D, T, q, k, v, conv_dim, g, beta, ls->ssm, o);
+        if ((e = cudaGetLastError()) != cudaSuccess) rc = cu_fail(e, "k_gdn_recurrent", __LINE__);
+    } else if (rc == 0) {
+        const int ch = CPU_GDN_CHUNK;
+        float *fs, *ds;
+        rc = talloc(&t, &fs, (int64_t)Hv * (ch * ch + 2 * ch * D));
+        if (rc == 0) rc = talloc(&t, &ds, (int64_t)Hv * 2 * ch * 2); /* doubles */
+        if (rc == 0) {
+            k_gdn_chunked<<<Hv, thr, 0, st>>>(Hk, Hv, D, T, ch, q, k, v, conv_dim, g, beta, ls->ssm, o, (double *)ds, fs);
+            if ((e = cudaGetLastError()) != cudaSuccess) rc = cu_fail(e, "k_gdn_chunked", __LINE__);
+        }
+    }
+    if (rc == 0) {
+        k_gated_norm<<<(unsigned)(T * Hv), nthr(D), 0, st>>>(o, z, D, c->gdn_norm, hp->rms_eps);
+        if ((e = cudaGetLastError()) != cudaSuccess) rc = cu_fail(e, "k_gated_norm", __LINE__);
+    }
+    if (rc == 0) rc = matmul(st, c->gdn_out, o, vdim, T, y, C);
+    return tdone(&t, rc);
+}
+
+/* ---- attention ---- */
+
+/* T rows at positions pos0 + t; K/V of the rows stored at slots slot0 + t of
+ * (kc, vc); cr > 0: the QSA indexer over the layer's idx_k / blk_k (slot = position). */
+static int attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *kc, float *vc, const float *x, int T,
+                     int64_t pos0, int64_t slot0, int cr, float *y)
+{
+    const struct model_hparams *hp = &be->base.model->hp;
+    const int Hq = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, Hi = hp->idx_n_head, Di = hp->idx_head_dim;
+    const int64_t qw = (int64_t)Hq * D, kvw = (int64_t)Hkv * D, C = hp->n_embd, n_ctx = slot0 + T;
+    cudaStream_t st = be->st;
+    tmp t = {st, {}, 0};
+    float *qg, *q, *att, *qi = NULL, *scores = NULL, *keepf = NULL;
+    int rc = talloc(&t, &qg, T * 2 * qw);
+    if (rc == 0) rc = talloc(&t, &q, T * qw);
+    if (rc == 0) rc = talloc(&t, &att, T * qw);
+    if (rc == 0) rc = matmul(st, c->q, x, C, T, qg, 2 * qw);
+    if (rc == 0) rc = matmul(st, c->k, x, C, T, kc + slot0 * kvw, kvw);
+    if (rc == 0) rc = matmul(st, c->v, x, C, T, vc + slot0 * kvw, kvw);
+    /* q: norm (from the interleaved q|gate rows) then rope; k: the same in place in the cache */
+    if (rc == 0) {
+        k_rms_norm<<<dim3((unsigned)T, (unsigned)Hq), nthr(D), 0, st>>>(qg, 2 * qw, 2 * D, q, qw, D, D, c->q_norm, 0,
+                                                                       hp->rms_eps);
+        rc = LCHK("k_rms_norm (q)");
+    }
+    if (rc == 0) rc = rms_rows(st, kc + slot0 * kvw, kvw, kc + slot0 * kvw, kvw, T, D, Hkv, c->k_norm, 0, hp->rms_eps);
+    if (rc == 0) rc = rope(be, q, T, qw, Hq, D, pos0, 1);
+    if (rc == 0) rc = rope(be, kc + slot0 * kvw, T, kvw, Hkv, D, pos0, 1);
+    int64_t B_all = 0, top = 0, bstride = 1;
+    uint8_t *keep = NULL;
+    if (rc == 0 && cr > 0) {
+        const int64_t iw = (int64_t)Hi * Di;
+        rc = talloc(&t, &qi, T * iw);
+        if (rc == 0) rc = matmul(st, c->idx_q, x, C, T, qi, iw);
+        if (rc == 0) rc = matmul(st, c->idx_k, x, C, T, ls->idx_k + pos0 * Di, Di);
+        if (rc == 0) rc = rms_rows(st, qi, iw, qi, iw, T, Di, Hi, c->idx_q_norm, 0, hp->rms_eps);
+        if (rc == 0) rc = rope(be, qi, T, iw, Hi, Di, pos0, 1);
+        const int64_t nb_new = (pos0 + T) / cr;
+        if (rc == 0 && nb_new > ls->n_blk) {
+            const int64_t nb = nb_new - ls->n_blk;
+            float *kb = ls->blk_k + ls->n_blk * Di;
+            k_block_mean<<<(unsigned)nb, nthr(Di), 0, st>>>(ls->idx_k, Di, cr, ls->n_blk, ls->blk_k);
+            cudaError_t e = cudaGetLastError();
+            if (e != cudaSuccess) rc = cu_fail(e, "k_block_mean", __LINE__);
+            if (rc == 0) rc = rms_rows(st, kb, Di, kb, Di, (int)nb, Di, 1, c->idx_k_norm, 0, hp->rms_eps);
+            if (rc == 0) rc = rope(be, kb, (int)nb, Di, 1, Di, ls->n_blk * cr, cr);
+            if (rc == 0) ls->n_blk = nb_new;
+        }
+        B_all = (pos0 + T) / cr;
+        top = hp->idx_top_k / cr;
+        bstride = B_all > 0 ? B_all : 1;
+        if (rc == 0 && B_all > top) {
+            rc = talloc(&t, &scores, T * bstride);
+            if (rc == 0) rc = talloc(&t, &keepf, (T * bstride + 3) / 4);
+            keep = (uint8_t *)keepf;
+            if (rc == 0) {
+                /* row t scores only its own complete blocks (B_t = (pos0+t+1)/cr) */
+                for (int r = 0; r < T && rc == 0; r++) {
+                    const int64_t Bt = (pos0 + r + 1) / cr;
+                    if (Bt <= top) continue;
+                    k_block_scores<<<dim3(nblk(Bt, 128), 1), 128, 0, st>>>(qi + r * (int64_t)Hi * Di, Hi, Di, ls->blk_k,
+                                                                          Bt, bstride, scores + r * bstride);
+                    k_block_keep<<<dim3(nblk(Bt, 128), 1), 128, 0, st>>>(scores + r * bstride, Bt, bstride, top,
+                                                                        keep + r * bstride);
+                    cudaError_t e = cudaGetLastError();
+                    if (e != cudaSuccess) rc = cu_fail(e, "k_block_scores/keep", __LINE__);
+                }
+            }
+        }
+    }
+    if (rc == 0) {
+        /* attention in row groups so that the probabilities stay under 64 Mi floats */
+        int G = (int)(((int64_t)64 << 20) / ((int64_t)Hq * n_ctx));
+        G = G < 1 ? 1 : G > T ? T : G;
+        float *p;
+        rc = talloc(&t, &p, (int64_t)G * Hq * n_ctx);
+        for (int r0 = 0; r0 < T && rc == 0; r0 += G) {
+            const int nr = T - r0 < G ? T - r0 : G;
+            k_attend<<<dim3((unsigned)nr, (unsigned)Hq), 128, 0, st>>>(
+                q + r0 * qw, qg + r0 * 2 * qw, 2 * qw, kc, vc, Hq, Hkv, D, slot0 + r0, pos0 + r0, cr, top,
+                keep ? keep + r0 * bstride : NULL, bstride, p, n_ctx, att + r0 * qw);
+            cudaError_t e = cudaGetLastError();
+            if (e != cudaSuccess) rc = cu_fail(e, "k_attend", __LINE__);
+        }
+    }
+    if (rc == 0) rc = matmul(st, c->o, att, qw, T, y, C);
+    return tdone(&t, rc);
+}
+
+/* ---- PLE ---- */
+
+static int ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lstate *ls, int64_t pos0, int T, float *X)
+{
+    const struct model *m = be->base.model;
+    const struct model_hparams *hp = &m->hp;
+    const int n = hp->hc_count, NH = hp->ple_n_heads, W = hp->ple_row_width;
+    const int64_t P = hp->ple_embd, C = hp->n_embd, wide = model_wide(hp);
+    cudaStream_t st = be->st;
+    int64_t *rows = (int64_t *)malloc((size_t)T * NH * sizeof *rows);
+    float *he = NULL;
+    if (!rows) {
+        snprintf(g_msg, sizeof g_msg, "out of host memory");
+        return NB_ENOMEM;
+    }
+    for (int r = 0; r < T; r++) cpu_ple_rows(hp, s->tokens, pos0 + r, rows + (int64_t)r * NH);
+    tmp t = {st, {}, 0};
+    float *e, *key, *value, *G, *Gn, *cv, *drows;
+    int rc = talloc(&t, &e, T * P);
+    if (rc == 0) rc = talloc(&t, &key, T * wide);
+    if (rc == 0) rc = talloc(&t, &value, T * C);
+    if (rc == 0) rc = talloc(&t, &G, T * wide);
+    if (rc == 0) rc = talloc(&t, &Gn, T * wide);
+    if (rc == 0) rc = talloc(&t, &cv, T * wide);
+    if (rc == 0 && be->base.ple_rows.fn) {
+        he = (float *)malloc((size_t)(T * P) * sizeof *he);
+        char herr[256] = "";
+        if (!he) {
+            snprintf(g_msg, sizeof g_msg, "out of host memory"), rc = NB_ENOMEM;
+        } else if ((rc = be->base.ple_rows.fn(be->base.ple_rows.ctx, T * NH, rows, he, herr, sizeof herr))) {
+            snprintf(g_msg, sizeof g_msg, "PLE row hook: %s", herr);
+        } else {
+            cudaError_t ce = cudaMemcpyAsync(e, he, (size_t)(T * P) * sizeof *he, cudaMemcpyHostToDevice, st);
+            if (ce == cudaSuccess) ce = cudaStreamSynchronize(st); /* he is freed below */
+            if (ce != cudaSuccess) rc = cu_fail(ce, "PLE rows upload", __LINE__);
+        }
+    } else if (rc == 0) {
+        rc = talloc(&t, &drows, (int64_t)T * NH * 2); /* int64 */
+        cudaError_t ce = cudaSuccess;
+        if (rc == 0) ce = cudaMemcpyAsync(drows, rows, (size_t)T * NH * sizeof *rows, cudaMemcpyHostToDevice, st);
+        if (rc == 0 && ce == cudaSuccess) ce = cudaStreamSynchronize(st); /* rows is freed below */
+        if (rc == 0 && ce == cudaSuccess) {
+            k_get_rows<int64_t><<<(unsigned)(T * NH), nthr(W), 0, st>>>(be->ple_table, (const int64_t *)drows, e, W);
+            ce = cudaGetLastError();
+        }
+        if (rc == 0 && ce != cudaSuccess) rc = cu_fail(ce, "PLE rows", __LINE__);
+    }
+    free(rows);
+    free(he);
+    if (rc == 0) rc = matmul(st, c->ple_key, e, P, T, key, wide);
+    if (rc == 0) rc = matmul(st, c->ple_value, e, P, T, value, C);
+    if (rc == 0) rc = rms_rows(st, key, wide, key, wide, T, C, n, c->ple_norm_key, C, hp->rms_eps);
+    if (rc == 0) rc = rms_rows(st, X, wide, Gn, wide, T, C, n, c->ple_norm_query, C, hp->rms_eps);
+    cudaError_t ce = cudaSuccess;
+    if (rc == 0) {
+        k_ple_gate<<<dim3((unsigned)T, (unsigned)n), nthr(C), 0, st>>>(key, Gn, value, n, C, G);
+        if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_ple_gate", __LINE__);
+    }
+    if (rc == 0) rc = rms_rows(st, G, wide, Gn, wide, T, C, n, c->ple_norm_conv, C, hp->rms_eps);
+    if (rc == 0) {
+        k_conv_silu<<<nblk(wide, 128), 128, 0, st>>>(c->ple_conv, hp->ple_conv_kernel, hp->ple_dilation, wide,
+                                                     ls->ple_conv, Gn, T, cv);
+        if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_conv_silu (PLE)", __LINE__);
+    }
+    if (rc == 0) {
+        k_add2<<<nblk(T * wide, 256), 256, 0, st>>>(X, G, cv, T * wide);
+        if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_add2", __LINE__);
+    }
+    return tdone(&t, rc);
+}
+
+/* ---- MoE ---- */
+
+/* y = MoE(x) for T rows of layer il (trunk or MTP); a: the eval (route tap) or NULL. */
+static int moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, int T, float *y,
+                       const struct gw_eval_args *a)
+{
+    const struct model_hparams *hp = &be->base.model->hp;
+    const int E = hp->n_expert, k = hp->n_expert_used, I = hp->n_ff_exp, P = T * k;
+    const int64_t C = hp->n_embd, Is = hp->n_ff_shexp;
+    const struct gw_moe_remote *rem = &be->base.remote;
+    const bool remote = rem->fn != NULL;
+    const bool tap = a && a->route_tap;
+    const uint8_t *dlocal = remote ? be->d_local + (size_t)il * E : NULL;
+    cudaStream_t st = be->st;
+    tmp t = {st, {}, 0};
+    float *probs, *wts, *idsf, *G, *U, *Dn, *contrib, *sc, *gs, *us, *ds;
+    int rc = talloc(&t, &probs, (int64_t)T * E);
+    if (rc == 0) rc = talloc(&t, &wts, P);
+    if (rc == 0) rc = talloc(&t, &idsf, P);
+    if (rc == 0) rc = talloc(&t, &G, (int64_t)P * I);
+    if (rc == 0) rc = talloc(&t, &U, (int64_t)P * I);
+    if (rc == 0) rc = talloc(&t, &Dn, P * C);
+    if (rc == 0) rc = talloc(&t, &contrib, P * C);
+    if (rc == 0) rc = talloc(&t, &sc, T);
+    if (rc == 0) rc = talloc(&t, &gs, T * Is);
+    if (rc == 0) rc = talloc(&t, &us, T * Is);
+    if (rc == 0) rc = talloc(&t, &ds, T * C);
+    if (rc) return tdone(&t, rc);
+    int32_t *ids = (int32_t *)idsf;
+    cudaError_t ce;
+    if ((rc = matmul(st, c->router, x, C, T, probs, E))) return tdone(&t, rc);
+    k_route<<<(unsigned)T, 256, (size_t)E * sizeof(float), st>>>(probs, E, k, hp->expert_weights_norm, ids, wts);
+    if ((ce = cudaGetLastError()) != cudaSuccess) return tdone(&t, cu_fail(ce, "k_route", __LINE__));
+    int32_t *hids = NULL;
+    float *hw = NULL;
+    if (tap || remote) {
+        hids = (int32_t *)malloc((size_t)P * sizeof *hids);
+        hw = (float *)malloc((size_t)P * sizeof *hw);
+        if (!hids || !hw) rc = NB_ENOMEM, snprintf(g_msg, sizeof g_msg, "out of host memory");
+        if (rc == 0) {
+            ce = cudaMemcpyAsync(hids, ids, (size_t)P * sizeof *hids, cudaMemcpyDeviceToHost, st);
+            if (ce == cudaSuccess) ce = cudaMemcpyAsync(hw, wts, (size_t)P * sizeof *hw, cudaMemcpyDeviceToHost, st);
+            if (ce == cudaSuccess) ce = cudaStreamSynchronize(st);
+            if (ce != cudaSuccess) rc = cu_fail(ce, "routes to the host", __LINE__);
+        }
+        if (rc == 0 && tap) a->route_tap(a->route_ctx, il, T, k, hids, hw);
+    }
+    /* local pairs on the device */
+    if (rc == 0) rc = matmul_pairs(st, c->gate_exps, x, C, P, ids, k, dlocal, G);
+    if (rc == 0) rc = matmul_pairs(st, c->up_exps, x, C, P, ids, k, dlocal, U);
+    if (rc == 0) {
+        k_swiglu<<<nblk((int64_t)P * I, 256), 256, 0, st>>>(G, U, (int64_t)P * I);
+        if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_swiglu", __LINE__);
+    }
+    if (rc == 0) rc = matmul_pairs(st, c->down_exps, G, I, P, ids, 1, dlocal, Dn);
+    if (rc == 0) {
+        k_scale_pairs<<<nblk(P * C, 256), 256, 0, st>>>(Dn, wts, ids, dlocal, P, C, contrib);
+        if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_scale_pairs", __LINE__);
+    }
+    /* remote pairs through the hook, synchronously */
+    if (rc == 0 && remote) {
+        const uint8_t *lmap = rem->local + (size_t)il * E;
+        int nr = 0;
+        for (int p = 0; p < P; p++) nr += !lmap[hids[p]];
+        if (nr > 0) {
+            int32_t *rrows = (int32_t *)malloc((size_t)nr * sizeof(int32_t)), *rexp = (int32_t *)malloc((size_t)nr * sizeof(int32_t));
+            int32_t *rslot = (int32_t *)malloc((size_t)nr * sizeof(int32_t));
+            float *rw = (float *)malloc((size_t)nr * sizeof(float)), *hx = (float *)malloc((size_t)(T * C) * sizeof(float));
+            float *rout = (float *)malloc((size_t)nr * (size_t)C * sizeof(float));
+            float *dout = NULL, *dslot = NULL;
+            if (!rrows || !rexp || !rslot || !rw || !hx || !rout) rc = NB_ENOMEM, snprintf(g_msg, sizeof g_msg, "out of host memory");
+            for (int p = 0, i = 0; rc == 0 && p < P; p++)
+                if (!lmap[hids[p]]) rrows[i] = p / k, rexp[i] = hids[p], rw[i] = hw[p], rslot[i++] = p;
+            if (rc == 0) {
+                ce = cudaMemcpyAsync(hx, x, (size_t)(T * C) * sizeof(float), cudaMemcpyDeviceToHost, st);
+                if (ce == cudaSuccess) ce = cudaStreamSynchronize(st);
+                if (ce != cudaSuccess) rc = cu_fail(ce, "expert input to the host", __LINE__);
+            }
+            char herr[256] = "";
+            if (rc == 0 && (rc = rem->fn(rem->ctx, il, T, hx, nr, rrows, rexp, rw, rout, herr, sizeof herr)))
+                snprintf(g_msg, sizeof g_msg, "remote experts of layer %d: %s", il, herr);
+            if (rc == 0) rc = talloc(&t, &dout, (int64_t)nr * C);
+            if (rc == 0) rc = talloc(&t, &dslot, nr);
+            if (rc == 0) {
+                ce = cudaMemcpyAsync(dout, rout, (size_t)nr * C * sizeof(float), cudaMemcpyHostToDevice, st);
+                if (ce == cudaSuccess) ce = cudaMemcpyAsync(dslot, rslot, (size_t)nr * sizeof(int32_t), cudaMemcpyHostToDevice, st);
+                if (ce == cudaSuccess) {
+                    k_scatter_rows<<<nblk((int64_t)nr * C, 256), 256, 0, st>>>(dout, (const int32_t *)dslot, nr, C, contrib);
+                    ce = cudaGetLastError();
+                }
+                if (ce == cudaSuccess) ce = cudaStreamSynchronize(st); /* the host buffers are freed below */
+                if (ce != cudaSuccess) rc = cu_fail(ce, "remote expert results", __LINE__);
+            }
+            free(rrows), free(rexp), free(rslot), free(rw), free(hx), free(rout);
+        }
+    }
+    free(hids);
+    free(hw);
+    if (rc == 0) {
+        k_expert_sum<<<nblk(T * C, 256), 256, 0, st>>>(contrib, ids, T, k, C, y);
+        k_shexp_gate<<<(unsigned)T, nthr(C), 0, st>>>(c->shexp_gate, x, C, sc);
+        if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_expert_sum", __LINE__);
+    }
+    if (rc == 0) rc = matmul(st, c->gate_sh, x, C, T, gs, Is);
+    if (rc == 0) rc = matmul(st, c->up_sh, x, C, T, us, Is);
+    if (rc == 0) {
+        k_swiglu<<<nblk(T * Is, 256), 256, 0, st>>>(gs, us, T * Is);
+        if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_swiglu (shared)", __LINE__);
+    }
+    if (rc == 0) rc = matmul(st, c->down_sh, gs, Is, T, ds, C);
+    if (rc == 0) {
+        k_add_scaled<<<nblk(T * C, 256), 256, 0, st>>>(y, ds, sc, T, C);
+        if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_add_scaled", __LINE__);
+    }
+    return tdone(&t, rc);
+}
+
+/* ---- the trunk ---- */
+
+/* Logits of T rows of X through a head mixer and an output matrix, into host memory. */
+static int head(cuda_backend *be, const cu_hc *mixer, const dmat &out_w, const float *X, int T, float *logits)
+{
+    const struct model_hparams *hp = &be->base.model->hp;
+    const int64_t V = hp->n_vocab;
+    tmp t = {be->st, {}, 0};
+    float *h, *dl;
+    int rc = talloc(&t, &h, T * hp->n_embd);
+    if (rc == 0) rc = talloc(&t, &dl, T * V);
+    if (rc == 0) rc = hc_mix(be, mixer, X, T, h, NULL);
+    if (rc == 0) rc = matmul(be->st, out_w, h, hp->n_embd, T, dl, V);
+    if (rc == 0) {
+        cudaError_t ce = cudaMemcpyAsync(logits, dl, (size_t)(T * V) * sizeof(float), cudaMemcpyDeviceToHost, be->st);
+        if (ce == cudaSuccess) ce = cudaStreamSynchronize(be->st);
+        if (ce != cudaSuccess) rc = cu_fail(ce, "logits to the host", __LINE__);
+    }
+    return tdone(&t, rc);
+}
+
+/* One block (trunk layer il, or the MTP block) over the T rows of X. */
+static int block_forward(cuda_backend *be, cuda_seq *s, const struct gw_eval_args *a, int il, int64_t pos0, int T,
+                         float *X, float *x, float *y, float *inj, int64_t mtp_slot0)
+{
+    const struct model *m = be->base.model;
+    const struct model_layer *l = &m->layers[il];
+    const cu_layer *c = &be->L[il];
+    cu_lstate *ls = &s->ls[il];
+    if (l->has_ple) TRY(ple_forward(be, s, c, ls, pos0, T, X));
+    TRY(hc_mix(be, &c->hc_attn, X, T, x, inj));
+    if (l->kind == MODEL_LAYER_GDN) TRY(gdn_forward(be, c, ls, x, T, y));
+    else if (l->is_nextn) TRY(attention(be, c, ls, ls->k, ls->v, x, T, pos0, mtp_slot0, 0, y));
+    else TRY(attention(be, c, ls, ls->k, ls->v, x, T, pos0, pos0, l->compress_ratio, y));
+    TRY(hc_add(be, X, y, inj, T));
+    TRY(hc_mix(be, &c->hc_ffn, X, T, x, inj));
+    TRY(moe_forward(be, c, il, x, T, y, a));
+    return hc_add(be, X, y, inj, T);
+}
+
+/* The remote map of this call on the device (the caller owns and may change it between calls). */
+static int upload_local(cuda_backend *be)
+{
+    const struct model_hparams *hp = &be->base.model->hp;
+    if (!be->base.remote.fn) return 0;
+    size_t bytes = (size_t)(hp->n_layer + hp->n_nextn) * hp->n_expert;
+    if (bytes > be->local_bytes) {
+        CK(cudaStreamSynchronize(be->st));
+        cudaFree(be->d_local);
+        be->d_local = NULL;
+        CK(cudaMalloc(&be->d_local, bytes));
+        be->local_bytes = bytes;
+    }
+    CK(cudaMemcpyAsync(be->d_local, be->base.remote.local, bytes, cudaMemcpyHostToDevice, be->st));
+    CK(cudaStreamSynchronize(be->st)); /* the caller may edit its map after the call */
+    return 0;
+}
+
+static int eval_body(cuda_seq *s, const struct gw_eval_args *a)
+{
+    cuda_backend *be = cbe(s->base.be);
+    const struct model *m = be->base.model;
+    const struct model_hparams *hp = &m->hp;
+    const int T = a->n_tokens, n = hp->hc_count;
+    const int64_t C = hp->n_embd, wide = model_wide(hp), pos0 = s->base.n_pos;
+    cudaStream_t st = be->st;
+    TRY(seq_reserve(s, pos0 + T));
+    TRY(rope_reserve(be, pos0 + T));
+    TRY(upload_local(be));
+    memcpy(s->tokens + pos0, a->tokens, (size_t)T * sizeof *s->tokens);
+    tmp t = {st, {}, 0};
+    float *X, *x, *y, *inj, *tokf, *e;
+    int rc = talloc(&t, &X, T * wide);
+    if (rc == 0) rc = talloc(&t, &x, T * C);
+    if (rc == 0) rc = talloc(&t, &y, T * C);
+    if (rc == 0) rc = talloc(&t, &inj, (int64_t)T * n);
+    if (rc == 0) rc = talloc(&t, &tokf, T);
+    if (rc == 0) rc = talloc(&t, &e, T * C);
+    cudaError_t ce = cudaSuccess;
+    if (rc == 0) {
+        ce = cudaMemcpyAsync(tokf, a->tokens, (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice, st);
+        if (ce == cudaSuccess) ce = cudaStreamSynchronize(st);
+        if (ce == cudaSuccess) {
+            k_get_rows<int32_t><<<(unsigned)T, nthr(C), 0, st>>>(be->tok_embd, (const int32_t *)tokf, e, C);
+            k_broadcast_streams<<<nblk(T * wide, 256), 256, 0, st>>>(e, T, n, C, X);
+            ce = cudaGetLastError();
+        }
+        if (ce != cudaSuccess) rc = cu_fail(ce, "embedding", __LINE__);
+    }
+    float *htap = NULL;
+    if (rc == 0 && a->tap && !(htap = (float *)malloc((size_t)(T * wide) * sizeof *htap)))
+        rc = NB_ENOMEM, snprintf(g_msg, sizeof g_msg, "out of host memory");
+    for (int il = 0; il < hp->n_layer && rc == 0; il++) {
+        rc = block_forward(be, s, a, il, pos0, T, X, x, y, inj, 0);
+        if (rc == 0 && a->tap) {
+            ce = cudaMemcpyAsync(htap, X, (size_t)(T * wide) * sizeof *htap, cudaMemcpyDeviceToHost, st);
+            if (ce == cudaSuccess) ce = cudaStreamSynchronize(st);
+            if (ce != cudaSuccess) rc = cu_fail(ce, "layer tap", __LINE__);
+            else a->tap(a->tap_ctx, il, T, htap);
+        }
+    }
+    free(htap);
+    const int first = a->logits_rows == GW_ROWS_LAST ? T - 1 : 0;
+    if (rc == 0 && a->logits_rows != GW_ROWS_NONE)
+        rc = head(be, &be->output_hc, be->output, X + first * wide, T - first, a->logits);
+    if (rc == 0 && a->wide_rows != GW_ROWS_NONE) {
+        const int w0 = a->wide_rows == GW_ROWS_LAST ? T - 1 : 0;
+        ce = cudaMemcpyAsync(a->wide, X + w0 * wide, (size_t)((T - w0) * wide) * sizeof(float), cudaMemcpyDeviceToHost, st);
+        if (ce != cudaSuccess) rc = cu_fail(ce, "wide rows to the host", __LINE__);
+    }
+    if (rc == 0 && (ce = cudaStreamSynchronize(st)) != cudaSuccess) rc = cu_fail(ce, "eval", __LINE__);
+    return tdone(&t, rc);
+}
+
+static int cuda_eval(gw_seq *gs, const struct gw_eval_args *a, char *err, size_t errlen)
+{
+    cuda_seq *s = (cuda_seq *)gs;
+    if (s->broken) return nb_errf(err, errlen, NB_EINVAL, "sequence state is inconsistent after a failed call: reset it");
+    const int64_t pos0 = gs->n_pos;
+    int rc = eval_body(s, a);
+    if (rc) {
+        s->broken = true;
+        return nb_errf(err, errlen, rc, "eval of %d tokens at position %lld: %s", a->n_tokens, (long long)pos0, g_msg);
+    }
+    gs->n_pos = pos0 + a->n_tokens;
+    return 0;
+}
+
+/* ---------- MTP ---------- */
+
+static int mtp_body(cuda_seq *s, const struct gw_mtp_args *a)
+{
+    cuda_backend *be = cbe(s->base.be);
+    const struct model_hparams *hp = &be->base.model->hp;
+    const int il = hp->n_layer, T = a->n_rows, n = hp->hc_count;
+    const cu_layer *c = &be->L[il];
+    const int64_t C = hp->n_embd, wide = model_wide(hp);
+    cudaStream_t st = be->st;
+    int64_t n_ctx = 0; /* entries before a->pos survive */
+    while (n_ctx < s->mtp_n && s->mtp_pos[n_ctx] < a->pos) n_ctx++;
+    s->mtp_n = n_ctx;
+    TRY(mtp_reserve(s, n_ctx + T));
+    TRY(rope_reserve(be, a->pos + T));
+    TRY(upload_local(be));
+    tmp t = {st, {}, 0};
+    float *X, *x, *y, *inj, *tokf, *e, *cat, *win;
+    int rc = talloc(&t, &X, T * wide);
+    if (rc == 0) rc = talloc(&t, &x, T * C);
+    if (rc == 0) rc = talloc(&t, &y, T * C);
+    if (rc == 0) rc = talloc(&t, &inj, (int64_t)T * n);
+    if (rc == 0) rc = talloc(&t, &tokf, T);
+    if (rc == 0) rc = talloc(&t, &e, T * C);
+    if (rc == 0) rc = talloc(&t, &cat, (int64_t)T * n * 2 * C);
+    if (rc == 0) rc = talloc(&t, &win, T * wide);
+    cudaError_t ce = cudaSuccess;
+    if (rc == 0) {
+        ce = cudaMemcpyAsync(tokf, a->tokens, (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice, st);
+        if (ce == cudaSuccess) ce = cudaMemcpyAsync(win, a->wide_in, (size_t)(T * wide) * sizeof(float), cudaMemcpyHostToDevice, st);
+        if (ce == cudaSuccess) ce = cudaStreamSynchronize(st);
+        if (ce == cudaSuccess) {
+            k_get_rows<int32_t><<<(unsigned)T, nthr(C), 0, st>>>(c->embed, (const int32_t *)tokf, e, C);
+            ce = cudaGetLastError();
+        }
+        if (ce != cudaSuccess) rc = cu_fail(ce, "MTP input", __LINE__);
+    }
+    /* cat row (t, s) = [RMS(e_t)·enorm ; RMS(h_t,s)·hnorm_s] */
+    for (int sI = 0; sI < n && rc == 0; sI++) {
+        rc = rms_rows(st, e, C, cat + (int64_t)sI * 2 * C, (int64_t)n * 2 * C, T, C, 1, c->enorm, 0, hp->rms_eps);
+        if (rc == 0)
+            rc = rms_rows(st, win + (int64_t)sI * C, wide, cat + (int64_t)sI * 2 * C + C, (int64_t)n * 2 * C, T, C, 1,
+                          c->hnorm + (int64_t)sI * C, 0, hp->rms_eps);
+    }
+    if (rc == 0) rc = matmul(st, c->eh_proj, cat, 2 * C, T * n, X, C);
+    if (rc == 0) rc = block_forward(be, s, NULL, il, a->pos, T, X, x, y, inj, n_ctx);
+    if (rc == 0 && a->logits) rc = head(be, &c->head, c->head_out, X, T, a->logits);
+    if (rc == 0 && a->wide_out) {
+        ce = cudaMemcpyAsync(a->wide_out, X, (size_t)(T * wide) * sizeof(float), cudaMemcpyDeviceToHost, st);
+        if (ce != cudaSuccess) rc = cu_fail(ce, "MTP wide rows to the host", __LINE__);
+    }
+    if (rc == 0 && (ce = cudaStreamSynchronize(st)) != cudaSuccess) rc = cu_fail(ce, "MTP step", __LINE__);
+    if (rc == 0) {
+        for (int r = 0; r < T; r++) s->mtp_pos[n_ctx + r] = a->pos + r;
+        s->mtp_n = n_ctx + T;
+    }
+    return tdone(&t, rc);
+}
+
+static int cuda_mtp_eval(gw_seq *gs, const struct gw_mtp_args *a, char *err, size_t errlen)
+{
+    cuda_seq *s = (cuda_seq *)gs;
+    if (s->broken) return nb_errf(err, errlen, NB_EINVAL, "sequence state is inconsistent after a failed call: reset it");
+    int rc = mtp_body(s, a);
+    if (rc) {
+        s->broken = true;
+        return nb_errf(err, errlen, rc, "MTP step of %d rows: %s", a->n_rows, g_msg);
+    }
+    return 0;
+}
+
+extern "C" const struct gw_backend_ops gw_cuda_ops = {
+    "cuda",          cuda_create,    cuda_free, cuda_seq_create, cuda_seq_free, cuda_seq_reset, cuda_seq_truncate,
+    cuda_seq_copy,   cuda_eval,      cuda_mtp_eval,
+};

@@ -1,0 +1,353 @@
+/* check_backend.c — the CUDA backend against the CPU reference, on a GPU.
+ *
+ *   check_backend MODEL.gguf TOKENS.txt [--greedy N] [--remote] [--tol X]
+ *
+ * TOKENS.txt holds the prompt (whitespace-separated ids).  Checks, each
+ * printed as one PASS/FAIL line with its measured numbers:
+ *   prefill   every row's logits of the whole prompt in one eval, and the
+ *             routes chosen in every MoE layer (route tap), vs the CPU;
+ *   decode    the first half prefilled, the rest token by token (last-row
+ *             logits each), and the wide state after it; a gw_seq_copy of
+ *             the half-way state decodes the same logits bit for bit;
+ *   mtp       (models with an MTP block) 4 chained draft steps: logits and
+ *             drafted ids;
+ *   ple-hook  (models with PLE) rows through the gw_ple_rows hook give the
+ *             logits the device's own table gives;
+ *   greedy    N tokens of greedy generation after the prompt: identical ids;
+ *   remote    (--remote) the greedy run again with routed experts remote
+ *             through the gw_moe_remote hook (computed on the CPU with
+ *             gw_expert_ffn) under four placements: identical ids.
+ * Logits pass when max|cuda − cpu| ≤ tol · max|cpu| (tol 1e-3).  Exit 0 only
+ * when everything passed; 77 (SKIP) when no CUDA device is there. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <time.h>
+
+#include "core/model/model.h"
+#include "core/util/err.h"
+#include "gpu-worker/backend.h"
+
+static int failures;
+static double tol = 1e-3;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, const char *err)
+{
+    fprintf(stderr, "FAIL: %s: %s\n", what, err);
+    exit(1);
+}
+
+/* max|a-b| / max|b| over n values */
+static double rel_err(const float *a, const float *b, int64_t n)
+{
+    double md = 0, mr = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= md)) md = d; /* NaN counts as the largest error */
+        if (fabs(b[i]) > mr) mr = fabs(b[i]);
+    }
+    return mr > 0 ? md / mr : md;
+}
+
+static void report(const char *name, bool ok, const char *fmt, double v)
+{
+    printf("%s: %-10s ", ok ? "PASS" : "FAIL", name);
+    printf(fmt, v);
+    printf("\n");
+    fflush(stdout);
+    failures += !ok;
+}
+
+static int32_t argmax(const float *v, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
+    return (int32_t)best;
+}
+
+static int32_t *read_tokens(const char *path, int *n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) die("open", path);
+    int cap = 1024;
+    int32_t *v = malloc((size_t)cap * sizeof *v);
+    long x;
+    *n = 0;
+    while (fscanf(f, "%ld", &x) == 1) {
+        if (*n == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+        v[(*n)++] = (int32_t)x;
+    }
+    fclose(f);
+    return v;
+}
+
+/* ---- route tap: every layer's expert ids, appended ---- */
+struct routes {
+    int32_t *ids;
+    int64_t n, cap;
+};
+static void route_tap(void *ctx, int layer, int n_tokens, int k, const int32_t *experts, const float *weights)
+{
+    struct routes *r = ctx;
+    int64_t add = (int64_t)n_tokens * k;
+    if (r->n + add > r->cap) r->ids = realloc(r->ids, (size_t)(r->cap = 2 * (r->n + add)) * sizeof *r->ids);
+    memcpy(r->ids + r->n, experts, (size_t)add * sizeof *experts);
+    r->n += add;
+    (void)layer, (void)weights;
+}
+
+/* ---- the remote-expert hook, answered on the CPU ---- */
+struct remote_ctx {
+    const struct model *m;
+    uint64_t pairs;
+};
+static int remote_fn(void *ctx, int layer, int n_rows, const float *x, int n_pairs, const int32_t *rows,
+                     const int32_t *experts, const float *weights, float *out, char *err, size_t errlen)
+{
+    struct remote_ctx *r = ctx;
+    const struct model_moe *w = &r->m->layers[layer].moe;
+    const int64_t C = r->m->hp.n_embd;
+    for (int i = 0; i < n_pairs; i++) {
+        int e = experts[i];
+        if (rows[i] < 0 || rows[i] >= n_rows) return nb_errf(err, errlen, NB_EINVAL, "pair %d: row %d", i, rows[i]);
+        struct gw_expert ex = {w->gate_exps.data + (size_t)e * w->gate_exps.mat_bytes,
+                               w->up_exps.data + (size_t)e * w->up_exps.mat_bytes,
+                               w->down_exps.data + (size_t)e * w->down_exps.mat_bytes,
+                               w->gate_exps.type, w->up_exps.type, w->down_exps.type, C, w->gate_exps.ne[1]};
+        if (gw_expert_ffn(&ex, x + (int64_t)rows[i] * C, 1, &weights[i], out + (int64_t)i * C))
+            return nb_errf(err, errlen, NB_ENOTSUP, "expert %d of layer %d", e, layer);
+        r->pairs++;
+    }
+    return 0;
+}
+
+/* ---- the PLE row hook, answered from the model's table on the host ---- */
+static int ple_fn(void *ctx, int n_rows, const int64_t *rows, float *out, char *err, size_t errlen)
+{
+    const struct model *m = ctx;
+    const struct model_tensor *t = &m->ple_table;
+    for (int i = 0; i < n_rows; i++) {
+        if (rows[i] < 0 || rows[i] >= t->ne[1]) return nb_errf(err, errlen, NB_EINVAL, "row %lld", (long long)rows[i]);
+        t->qt->to_float(t->data + (size_t)rows[i] * t->row_bytes, out + (int64_t)i * t->ne[0], t->ne[0]);
+    }
+    return 0;
+}
+
+static gw_backend *make(const struct model *m, const char *kind)
+{
+    char err[256];
+    gw_backend *be;
+    struct gw_backend_params p = {kind, 0};
+    int rc = gw_backend_create(m, &p, &be, err, sizeof err);
+    if (rc && strcmp(kind, "cuda") == 0 && rc == NB_ENOTSUP) {
+        printf("SKIP: %s\n", err);
+        exit(77);
+    }
+    if (rc) die(kind, err);
+    return be;
+}
+
+static gw_seq *seq(gw_backend *be)
+{
+    char err[256];
+    gw_seq *s;
+    if (gw_seq_create(be, &s, err, sizeof err)) die("seq", err);
+    return s;
+}
+
+static void eval(gw_seq *s, const int32_t *tok, int n, enum gw_rows lr, float *logits, enum gw_rows wr, float *wide,
+                 struct routes *rt)
+{
+    char err[512];
+    struct gw_eval_args a = {tok, n, lr, logits, wr, wide, NULL, NULL, rt ? route_tap : NULL, rt};
+    if (gw_eval(s, &a, err, sizeof err)) die("eval", err);
+}
+
+/* Greedy generation of n tokens after the prompt; ids into out; returns seconds of the decode loop. */
+static double greedy(gw_backend *be, const int32_t *prompt, int np, int n, int32_t *out, float *last_logits)
+{
+    const int64_t V = gw_backend_model(be)->hp.n_vocab;
+    float *lg = malloc((size_t)V * sizeof *lg);
+    gw_seq *s = seq(be);
+    eval(s, prompt, np, GW_ROWS_LAST, lg, GW_ROWS_NONE, NULL, NULL);
+    double t0 = now();
+    for (int i = 0; i < n; i++) {
+        out[i] = argmax(lg, V);
+        if (i + 1 < n) eval(s, &out[i], 1, GW_ROWS_LAST, lg, GW_ROWS_NONE, NULL, NULL);
+    }
+    double dt = now() - t0;
+    if (last_logits) memcpy(last_logits, lg, (size_t)V * sizeof *lg);
+    gw_seq_free(s);
+    free(lg);
+    return dt;
+}
+
+static int same_prefix(const int32_t *a, const int32_t *b, int n)
+{
+    int i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s MODEL.gguf TOKENS.txt [--greedy N] [--remote] [--tol X]\n", argv[0]);
+        return 2;
+    }
+    int n_greedy = 32;
+    bool remote = false;
+    for (int i = 3; i < argc; i++) {
+        if (!strcmp(argv[i], "--greedy") && i + 1 < argc) n_greedy = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--remote")) remote = true;
+        else if (!strcmp(argv[i], "--tol") && i + 1 < argc) tol = atof(argv[++i]);
+        else {
+            fprintf(stderr, "unknown argument %s\n", argv[i]);
+            return 2;
+        }
+    }
+    char err[512];
+    struct model *m;
+    if (model_open(argv[1], &m, err, sizeof err)) die("model", err);
+    const struct model_hparams *hp = &m->hp;
+    int T;
+    int32_t *tok = read_tokens(argv[2], &T);
+    if (T < 4) die("tokens", "fewer than 4");
+    const int64_t V = hp->n_vocab, wide = model_wide(hp);
+    printf("== %s: %d layers%s, %d experts (k=%d), C=%lld, V=%lld; prompt of %d tokens\n", argv[1], hp->n_layer,
+           hp->n_nextn ? " + MTP" : "", hp->n_expert, hp->n_expert_used, (long long)hp->n_embd, (long long)V, T);
+    double t0 = now();
+    gw_backend *cpu = make(m, "cpu"), *gpu = make(m, "cuda");
+    printf("     cuda backend created in %.2f s\n", now() - t0);
+
+    /* prefill: all rows, and the routes */
+    float *lc = malloc((size_t)T * V * sizeof *lc), *lg = malloc((size_t)T * V * sizeof *lg);
+    struct routes rc = {0}, rg = {0};
+    gw_seq *sc = seq(cpu), *sg = seq(gpu);
+    t0 = now();
+    eval(sc, tok, T, GW_ROWS_ALL, lc, GW_ROWS_NONE, NULL, &rc);
+    double tcpu = now() - t0;
+    t0 = now();
+    eval(sg, tok, T, GW_ROWS_ALL, lg, GW_ROWS_NONE, NULL, &rg);
+    double tgpu = now() - t0;
+    double e = rel_err(lg, lc, (int64_t)T * V);
+    report("prefill", e <= tol, "max|d|/max|ref| = %.3g", e);
+    int64_t rdiff = rc.n != rg.n;
+    for (int64_t i = 0; i < rc.n && i < rg.n; i++) rdiff += rc.ids[i] != rg.ids[i];
+    report("routes", rdiff == 0, "%.0f of the routed expert ids differ", (double)rdiff);
+    printf("     prefill of %d tokens: cpu %.3f s, cuda %.3f s (first call)\n", T, tcpu, tgpu);
+
+    /* prefill half + decode the rest; a copy of the half-way state decodes the same */
+    const int half = T / 2;
+    gw_seq_reset(sc), gw_seq_reset(sg);
+    float *wc = malloc((size_t)wide * sizeof *wc), *wg = malloc((size_t)wide * sizeof *wg);
+    eval(sc, tok, half, GW_ROWS_LAST, lc + (int64_t)(half - 1) * V, GW_ROWS_NONE, NULL, NULL);
+    eval(sg, tok, half, GW_ROWS_LAST, lg + (int64_t)(half - 1) * V, GW_ROWS_NONE, NULL, NULL);
+    gw_seq *copy = seq(gpu);
+    if (gw_seq_copy(copy, sg, err, sizeof err)) die("copy", err);
+    double worst = rel_err(lg + (int64_t)(half - 1) * V, lc + (int64_t)(half - 1) * V, V);
+    for (int t = half; t < T; t++) {
+        eval(sc, tok + t, 1, GW_ROWS_LAST, lc + (int64_t)t * V, GW_ROWS_LAST, wc, NULL);
+        eval(sg, tok + t, 1, GW_ROWS_LAST, lg + (int64_t)t * V, GW_ROWS_LAST, wg, NULL);
+        double et = rel_err(lg + (int64_t)t * V, lc + (int64_t)t * V, V);
+        if (!(et <= worst)) worst = et;
+    }
+    report("decode", worst <= tol, "worst row max|d|/max|ref| = %.3g", worst);
+    double ew = rel_err(wg, wc, wide);
+    report("wide", ew <= tol, "max|d|/max|ref| = %.3g", ew);
+    float *l2 = malloc((size_t)V * sizeof *l2);
+    eval(copy, tok + half, 1, GW_ROWS_LAST, l2, GW_ROWS_NONE, NULL, NULL);
+    int64_t ndiff = 0;
+    for (int64_t i = 0; i < V; i++) ndiff += memcmp(&l2[i], &lg[(int64_t)half * V + i], sizeof *l2) != 0;
+    report("seq-copy", ndiff == 0, "%.0f logits differ from the original sequence's", (double)ndiff);
+    gw_seq_free(copy);
+
+    /* MTP: 4 chained draft steps from the last trunk state */
+    if (hp->n_nextn) {
+        int32_t dc[4], dg[4];
+        float *mc = malloc((size_t)4 * V * sizeof *mc), *mg = malloc((size_t)4 * V * sizeof *mg);
+        int32_t next = argmax(lc + (int64_t)(T - 1) * V, V);
+        if (gw_mtp_draft(sc, next, wc, T, 4, dc, mc, err, sizeof err)) die("mtp cpu", err);
+        if (gw_mtp_draft(sg, next, wc, T, 4, dg, mg, err, sizeof err)) die("mtp cuda", err);
+        double em = rel_err(mg, mc, 4 * V);
+        report("mtp", em <= tol && !memcmp(dc, dg, sizeof dc), "4 draft steps: max|d|/max|ref| = %.3g", em);
+        /* again from an earlier position: the MTP entries at ≥ pos are dropped first */
+        if (gw_mtp_draft(sc, next, wc, T - 2, 2, dc, mc, err, sizeof err)) die("mtp cpu", err);
+        if (gw_mtp_draft(sg, next, wc, T - 2, 2, dg, mg, err, sizeof err)) die("mtp cuda", err);
+        em = rel_err(mg, mc, 2 * V);
+        report("mtp-redraft", em <= tol && !memcmp(dc, dg, 2 * sizeof *dc), "max|d|/max|ref| = %.3g", em);
+        free(mc), free(mg);
+    }
+    gw_seq_free(sc), gw_seq_free(sg);
+
+    /* PLE rows through the hook */
+    if (hp->ple_layer >= 0) {
+        gw_backend *h = make(m, "cuda");
+        struct gw_ple_rows pr = {ple_fn, m};
+        if (gw_backend_set_ple_rows(h, &pr, err, sizeof err)) die("ple hook", err);
+        gw_seq *sh = seq(h);
+        float *lh = malloc((size_t)T * V * sizeof *lh);
+        sg = seq(gpu);
+        eval(sg, tok, T, GW_ROWS_ALL, lg, GW_ROWS_NONE, NULL, NULL);
+        eval(sh, tok, T, GW_ROWS_ALL, lh, GW_ROWS_NONE, NULL, NULL);
+        bool exact = memcmp(lh, lg, (size_t)T * V * sizeof *lh) == 0;
+        double eh = rel_err(lh, lg, (int64_t)T * V);
+        printf("     ple-hook logits %s the device table's\n", exact ? "bit-identical to" : "close to");
+        report("ple-hook", eh <= tol, "max|d|/max|ref| = %.3g", eh);
+        free(lh);
+        gw_seq_free(sh), gw_seq_free(sg);
+        gw_backend_free(h);
+    }
+
+    /* greedy generation */
+    if (n_greedy > 0) {
+        int32_t *gc = malloc((size_t)n_greedy * sizeof *gc), *gg = malloc((size_t)n_greedy * sizeof *gg);
+        double dc = greedy(cpu, tok, T, n_greedy, gc, lc);
+        double dg = greedy(gpu, tok, T, n_greedy, gg, lg);
+        int same = same_prefix(gc, gg, n_greedy);
+        report("greedy", same == n_greedy, "%.0f tokens identical", same);
+        printf("     (of %d; last logits max|d|/max|ref| = %.3g; decode cpu %.1f tok/s, cuda %.1f tok/s)\n", n_greedy,
+               rel_err(lg, lc, V), (n_greedy - 1) / dc, (n_greedy - 1) / dg);
+        if (remote) {
+            const int L = hp->n_layer + hp->n_nextn, E = hp->n_expert;
+            uint8_t *local = malloc((size_t)L * E);
+            const char *names[] = {"all remote", "odd experts remote", "even layers remote", "~30% remote (hashed)"};
+            int32_t *gr = malloc((size_t)n_greedy * sizeof *gr);
+            for (int pat = 0; pat < 4; pat++) {
+                for (int l = 0; l < L; l++)
+                    for (int x = 0; x < E; x++)
+                        local[l * E + x] = pat == 0 ? 0 : pat == 1 ? (x % 2 == 0) : pat == 2 ? (l % 2) : ((x * 2654435761u + l * 40503u) % 10 >= 3);
+                gw_backend *rb = make(m, "cuda");
+                struct remote_ctx rctx = {m, 0};
+                struct gw_moe_remote r = {local, remote_fn, &rctx};
+                if (gw_backend_set_moe_remote(rb, &r, err, sizeof err)) die("remote hook", err);
+                double dr = greedy(rb, tok, T, n_greedy, gr, NULL);
+                int sr = same_prefix(gc, gr, n_greedy);
+                char name[64];
+                snprintf(name, sizeof name, "remote-%d", pat);
+                report(name, sr == n_greedy && rctx.pairs > 0, "%.0f tokens identical", sr);
+                printf("     (%s: %llu pairs computed remotely, %.1f tok/s)\n", names[pat], (unsigned long long)rctx.pairs,
+                       (n_greedy - 1) / dr);
+                gw_backend_free(rb);
+            }
+            free(gr);
+            free(local);
+        }
+        free(gc), free(gg);
+    }
+    gw_backend_free(cpu);
+    gw_backend_free(gpu);
+    model_close(m);
+    free(lc), free(lg), free(wc), free(wg), free(l2), free(tok), free(rc.ids), free(rg.ids);
+    printf("%s: %d check(s) failed\n", failures ? "FAIL" : "OK", failures);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The CUDA backend against the CPU reference on this machine's GPU
+# (tests/cuda/check_backend.c): every fixture converted to f32 and to the
+# published-like quant mix, then a synthetic 4-layer model at the released
+# widths (GDN, QSA, PLE and MTP layers; 64 experts to keep the CPU side
+# short) with GREEDY tokens of greedy generation under several expert
+# placements.  Exits 0 with a SKIP line where there is no GPU: never
+# silently green.  Binaries from `make all cuda-check` (BIN, CHECK to use
+# others); the models are written to WORK.
+set -u
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+    echo "SKIP: no GPU (nvidia-smi absent)"
+    exit 0
+fi
+BIN=${BIN:-build/bin}
+CHECK=${CHECK:-build/tests/cuda/check_backend}
+WORK=${WORK:-build/cuda-check}
+GREEDY=${GREEDY:-512}
+FIXTURE_GREEDY=${FIXTURE_GREEDY:-64}
+mkdir -p "$WORK"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+fail=0
+for fx in tiny-a tiny-b tiny-b-vl; do
+    for ty in f32 mix; do
+        "$BIN/nebula-convert" "tests/fixtures/$fx" "$WORK/$fx-$ty.gguf" --type "$ty" -q || { fail=1; continue; }
+        "$CHECK" "$WORK/$fx-$ty.gguf" "tests/fixtures/$fx/tokens.txt" --greedy "$FIXTURE_GREEDY" --remote || fail=1
+    done
+done
+python3 - conf/qwen3.8-flash-next.config.json "$WORK/cfg64.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+(c.get("text_config") or c)["num_experts"] = 64
+json.dump(c, open(sys.argv[2], "w"))
+PY
+t0=$(date +%s)
+"$BIN/nebula-convert" --synthetic "$WORK/cfg64.json" "$WORK/synthetic-4l-64e-mix.gguf" --layers 4 --ngram-base 65536 \
+    --type mix -q || fail=1
+echo "synthetic model converted in $(($(date +%s) - t0)) s"
+"$CHECK" "$WORK/synthetic-4l-64e-mix.gguf" tests/fixtures/tiny-a/tokens.txt --greedy "$GREEDY" --remote || fail=1
+if [ $fail -ne 0 ]; then echo "FAIL: some CUDA backend checks failed"; exit 1; fi
+echo "OK: every CUDA backend check passed"
