@@ -211,6 +211,17 @@ fuzz: $(FUZZ_BINS)
 bench: all
 	@bash tools/bench/run-bench.sh $(BUILD)
 
+# ---- the web page ----
+# make web: the page's npm packages (marked, DOMPurify, highlight.js) installed
+# from web/package-lock.json and copied into web/vendor/ (gitignored), which
+# nginx serves next to the page; redone when the lock or the script changes.
+.PHONY: web
+web: web/vendor/versions.json
+
+web/vendor/versions.json: web/package.json web/package-lock.json web/build-vendor.mjs
+	cd web && npm ci --no-audit --no-fund --loglevel=error
+	node web/build-vendor.mjs
+
 clean:
 	rm -rf $(BUILD)
 

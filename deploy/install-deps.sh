@@ -22,6 +22,7 @@ PACKAGES=(
   "libssl-dev        SHA-256 (OpenSSL EVP) for the checksums of nebula-prepare's outputs"
   "liburing-dev      io_uring reads of cold experts and n-gram pages (nebula-ssd-pager)"
   "python3           small build/test scripts (standard library only)"
+  "chromium          headless browser of the web page's tests (tests/web/, driven by playwright-core)"
 )
 
 check_only=0

@@ -1,0 +1,491 @@
+// run-webui-tests.mjs — browser tests of the chat page: playwright-core drives
+// Debian's chromium (headless) against the real stack — deploy/start.sh with
+// the demo model on free ports and a temporary state directory, so nginx
+// serves web/ and proxies to nebula-coordinator — and every scenario goes
+// through the page as a user would.  tests/tools/test_webui.sh runs it (make test).
+//
+//   node tests/web/run-webui-tests.mjs [--screenshot FILE] [--url URL] [--only NAME]
+//
+//   --screenshot FILE  also save a screenshot of a conversation (docs/screenshot-chat.png)
+//   --url URL          test a page that is already running (e.g. tests/web/mock-server.mjs
+//                      while working on the page); scenarios that stop the server are skipped
+//   --only NAME        run the scenarios whose name contains NAME
+//
+// Prints one line per scenario and closes with "N passed, N failed"; exits 1
+// when any failed.  Where the demo model cannot make the server do something
+// on demand (the loading phase lasts milliseconds for it), the page's request
+// is answered by a route in the browser instead, and the scenario says so.
+import { chromium } from "playwright-core";
+import { spawn, execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync, readFileSync, existsSync, mkdirSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, dirname, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
+const args = process.argv.slice(2);
+const arg = (name) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args[i + 1] : null;
+};
+const screenshotPath = arg("--screenshot");
+const externalUrl = arg("--url");
+const only = arg("--only");
+
+function fail(msg) {
+  console.error(`run-webui-tests: FAIL: ${msg}`);
+  process.exit(1);
+}
+
+if (!existsSync(CHROMIUM)) fail(`${CHROMIUM} is missing: install Debian's chromium (deploy/install-deps.sh does)`);
+
+// ---------------------------------------------------------------- the stack
+
+function freePort() {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.unref();
+    s.on("error", rej);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => res(port));
+    });
+  });
+}
+
+function run(cmd, argv, opts = {}) {
+  return new Promise((res, rej) => {
+    const p = spawn(cmd, argv, { cwd: REPO, stdio: ["ignore", "pipe", "pipe"], ...opts });
+    let out = "";
+    p.stdout.on("data", (d) => { out += d; });
+    p.stderr.on("data", (d) => { out += d; });
+    p.on("error", rej);
+    p.on("close", (code) => (code === 0 ? res(out) : rej(new Error(`${cmd} ${argv.join(" ")} exited ${code}:\n${out}`))));
+  });
+}
+
+class Stack {
+  async start() {
+    this.state = mkdtempSync(join(tmpdir(), "nebula-webui-"));
+    this.port = await freePort();
+    this.apiPort = await freePort();
+    while (this.apiPort === this.port) this.apiPort = await freePort();
+    this.url = `http://127.0.0.1:${this.port}/`;
+    const t0 = Date.now();
+    const out = await run("bash", ["deploy/start.sh", "--demo", "--port", String(this.port), "--api-port", String(this.apiPort),
+      "--state", this.state, "--threads", "2", "--wait", "120"], { env: { ...process.env, BUILD: process.env.BUILD || "build" } });
+    console.log(`stack: deploy/start.sh up in ${Date.now() - t0} ms on ${this.url} (state ${this.state})`);
+    this.startOutput = out;
+  }
+
+  // The coordinator alone (nginx stays): the page must report the failure.
+  async stopCoordinator() {
+    const pidFile = join(this.state, "coordinator.pid");
+    const pid = Number(readFileSync(pidFile, "utf8").trim());
+    if (!(pid > 0)) throw new Error(`no pid in ${pidFile}`);
+    process.kill(pid, "SIGTERM");
+    for (let i = 0; i < 100; i++) {
+      try {
+        process.kill(pid, 0);
+      } catch (_) {
+        return;
+      }
+      await sleep(100);
+    }
+    throw new Error(`the coordinator (pid ${pid}) did not stop within 10 s`);
+  }
+
+  async stop() {
+    if (!this.state) return;
+    try {
+      await run("bash", ["deploy/stop.sh", "--state", this.state]);
+    } catch (e) {
+      console.error(`stack: deploy/stop.sh failed: ${e.message}`);
+      this.keep = true;
+    }
+    if (!this.keep && !process.env.KEEP_STATE) rmSync(this.state, { recursive: true, force: true });
+    else console.error(`stack: state kept in ${this.state}`);
+  }
+
+  logs() {
+    const out = [];
+    for (const f of ["coordinator.log", "webui-error.log"]) {
+      const p = join(this.state, f);
+      if (existsSync(p)) out.push(`--- ${f} (tail)\n` + readFileSync(p, "utf8").split("\n").slice(-25).join("\n"));
+    }
+    return out.join("\n");
+  }
+}
+
+// ---------------------------------------------------------------- helpers
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function assert(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+
+async function openPage(browser, baseUrl) {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 860 }, acceptDownloads: true, colorScheme: "light" });
+  const page = await context.newPage();
+  page.setDefaultTimeout(20000);
+  const problems = [];
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  // (The browser logs every 4xx/5xx response; the scenarios that cause them check what the page shows.)
+  page.on("console", (m) => {
+    if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) problems.push(`console error: ${m.text()}`);
+  });
+  const bodies = [];
+  page.on("request", (r) => {
+    if (r.method() === "POST" && r.url().endsWith("/v1/chat/completions")) bodies.push(r.postDataJSON());
+  });
+  await page.goto(baseUrl);
+  await page.waitForSelector("html[data-ready]");
+  return { context, page, bodies, problems };
+}
+
+// Sets the composer's options through its controls.
+async function setOptions(page, { think, maxTokens, context } = {}) {
+  if (think !== undefined) {
+    const on = await page.isChecked("#opt-think");
+    if (on !== think) await page.click("label.switch");
+    assert((await page.isChecked("#opt-think")) === think, "the thinking switch did not change");
+  }
+  if (maxTokens !== undefined) await page.selectOption("#opt-max-tokens", String(maxTokens));
+  if (context !== undefined) await page.selectOption("#opt-context", String(context));
+}
+
+// Types a message, sends it with Enter and waits until the answer is over.
+async function send(page, text, { wait = true } = {}) {
+  const before = await page.locator(".msg.assistant").count();
+  await page.fill("#prompt", text);
+  await page.press("#prompt", "Enter");
+  await page.locator(".msg.assistant").nth(before).waitFor();
+  if (wait) await waitIdle(page);
+  return page.locator(".msg.assistant").nth(before);
+}
+
+async function waitIdle(page, timeout = 60000) {
+  await page.waitForFunction(() => !document.querySelector(".msg.streaming") && !document.querySelector("#send").hidden, null, { timeout });
+}
+
+async function chatTitles(page) {
+  return page.locator("#chat-list .chat-item .chat-name").allTextContents();
+}
+
+// The chats as stored in the page's IndexedDB.
+async function storedChats(page) {
+  return page.evaluate(() => new Promise((res, rej) => {
+    const r = indexedDB.open("nebula-webui");
+    r.onerror = () => rej(r.error);
+    r.onsuccess = () => {
+      const g = r.result.transaction("chats").objectStore("chats").getAll();
+      g.onsuccess = () => { r.result.close(); res(g.result); };
+      g.onerror = () => rej(g.error);
+    };
+  }));
+}
+
+// ---------------------------------------------------------------- scenarios
+
+const scenarios = [];
+const scenario = (name, fn, { needsStack = false, allowConsole = null } = {}) => scenarios.push({ name, fn, needsStack, allowConsole });
+
+scenario("status: ready, the demo model's notice is shown", async ({ page }) => {
+  await page.waitForSelector('#server-status[data-state="ready"]');
+  const notice = page.locator("#demo-notice");
+  await notice.waitFor();
+  const text = await notice.textContent();
+  assert(/noise/i.test(text), `the demo notice does not say its answers are noise: '${text}'`);
+  assert(await page.locator("#loading").isHidden(), "the loading panel is shown while the model is ready");
+});
+
+scenario("loading phase: progress bar while /api/status says loading (answered by a route)", async ({ page }) => {
+  const real = await (await page.request.get(new URL("api/status", page.url()).href)).json();
+  await page.route("**/api/status", (route) => route.fulfill({
+    contentType: "application/json",
+    body: JSON.stringify({ ...real, phase: "loading", progress: 0.42, message: "reading experts of layer 17" }),
+  }));
+  await page.reload();
+  await page.locator("#loading").waitFor({ timeout: 15000 });
+  assert((await page.textContent("#loading-pct")).trim() === "42%", `progress text is '${await page.textContent("#loading-pct")}'`);
+  const width = await page.evaluate(() => document.querySelector("#loading-bar").style.width);
+  assert(Math.abs(parseFloat(width) - 42) < 0.01 && width.endsWith("%"), `progress bar width is '${width}'`);
+  assert((await page.textContent("#loading-message")).includes("layer 17"), "the server's message is not shown");
+  assert((await page.getAttribute("#server-status", "data-state")) === "loading", "the status pill does not say loading");
+  await page.unroute("**/api/status");
+  await page.locator("#loading").waitFor({ state: "hidden", timeout: 15000 });
+});
+
+scenario("new chat → send → streamed answer → rename → reload keeps it → delete", async ({ page, bodies }) => {
+  await setOptions(page, { think: false, maxTokens: 128 });
+  await page.click("#new-chat");
+  // Count how often the answer's text changed while it streamed.
+  await page.evaluate(() => {
+    window.__lengths = new Set();
+    new MutationObserver(() => {
+      const b = document.querySelector(".msg.assistant.streaming .msg-body");
+      if (b) window.__lengths.add(b.textContent.length);
+    }).observe(document.querySelector("#messages"), { subtree: true, childList: true, characterData: true });
+  });
+  const answer = await send(page, "Hello Nebula, tell me about the stars.");
+  const text = (await answer.locator(".msg-body").textContent()).trim();
+  assert(text.length > 0, "the answer is empty");
+  const updates = await page.evaluate(() => window.__lengths.size);
+  assert(updates >= 2, `the answer did not stream (its text changed ${updates} times)`);
+  const body = bodies[bodies.length - 1];
+  assert(body.stream === true && body.think === false && body.max_tokens === 128, `request body: ${JSON.stringify(body)}`);
+  const stats = await answer.locator(".stats").textContent();
+  assert(/tok\/s/.test(stats) && /TTFT/.test(stats), `no tokens/s and TTFT under the answer: '${stats}'`);
+  assert(!(await answer.locator(".msg-error").isVisible()), `error: ${await answer.locator(".msg-error").textContent()}`);
+  assert((await chatTitles(page))[0] === "Hello Nebula, tell me about the stars.", `chat list: ${await chatTitles(page)}`);
+
+  // rename
+  await page.locator("#chat-list .chat-item").first().hover();
+  await page.click('#chat-list .chat-item >> nth=0 >> [data-action="rename"]');
+  await page.fill(".chat-rename-input", "Stars and noise");
+  await page.press(".chat-rename-input", "Enter");
+  await page.locator(".chat-rename-input").waitFor({ state: "detached" });
+  assert((await chatTitles(page))[0] === "Stars and noise", `after rename: ${await chatTitles(page)}`);
+  await page.waitForFunction(async () => {
+    const r = indexedDB.open("nebula-webui");
+    const chats = await new Promise((res) => { r.onsuccess = () => { const g = r.result.transaction("chats").objectStore("chats").getAll(); g.onsuccess = () => { r.result.close(); res(g.result); }; }; });
+    return chats.length === 1 && chats[0].title === "Stars and noise";
+  });
+  assert((await page.textContent("#chat-title")) === "Stars and noise", "the header keeps the old title");
+
+  // reload: the chat and its messages are still there
+  await page.reload();
+  await page.waitForSelector("html[data-ready]");
+  assert((await chatTitles(page)).includes("Stars and noise"), `after reload: ${await chatTitles(page)}`);
+  await page.click("#chat-list .chat-item >> text=Stars and noise");
+  await page.locator(".msg.user").first().waitFor();
+  assert((await page.textContent(".msg.user .msg-body")) === "Hello Nebula, tell me about the stars.", "user message lost");
+  const again = (await page.locator(".msg.assistant .msg-body").first().textContent()).trim();
+  assert(again === text, `the answer changed across the reload:\n${again}\n---\n${text}`);
+
+  // delete (through the dialog), and it stays deleted after a reload
+  await page.locator("#chat-list .chat-item").first().hover();
+  await page.click('#chat-list .chat-item >> nth=0 >> [data-action="delete"]');
+  await page.click("#confirm-ok");
+  await page.waitForFunction(() => !document.querySelector("#chat-list .chat-item"));
+  assert((await storedChats(page)).length === 0, "the chat is still in IndexedDB");
+  await page.reload();
+  await page.waitForSelector("html[data-ready]");
+  assert((await chatTitles(page)).length === 0, `after delete + reload: ${await chatTitles(page)}`);
+  assert(await page.isVisible("#empty-state"), "the empty state is not shown");
+});
+
+scenario("thinking on: a thinking section with text; off: none (and the request's think field)", async ({ page, bodies }) => {
+  await setOptions(page, { think: true, maxTokens: 64 });
+  const a = await send(page, "Think about the number seven.");
+  assert(bodies[bodies.length - 1].think === true, `think on: body ${JSON.stringify(bodies[bodies.length - 1])}`);
+  assert(!(await a.locator(".msg-error").isVisible()), `error: ${await a.locator(".msg-error").textContent()}`);
+  const details = a.locator("details.thinking");
+  assert(await details.isVisible(), "no thinking section with think on");
+  if (!(await details.evaluate((d) => d.open))) await details.locator("summary").click();
+  const reasoning = (await details.locator(".thinking-body").textContent()).trim();
+  assert(reasoning.length > 0, "the thinking section is empty");
+  const stored = (await storedChats(page))[0].messages.at(-1);
+  assert(stored.reasoning.length > 0, "reasoning_content was not kept");
+
+  await setOptions(page, { think: false });
+  const b = await send(page, "Now answer without thinking.");
+  assert(bodies[bodies.length - 1].think === false, `think off: body ${JSON.stringify(bodies[bodies.length - 1])}`);
+  assert(!(await b.locator(".msg-error").isVisible()), `error: ${await b.locator(".msg-error").textContent()}`);
+  assert(await b.locator("details.thinking").isHidden(), "a thinking section is shown with think off");
+  assert((await b.locator(".msg-body").textContent()).trim().length > 0, "empty answer with think off");
+});
+
+scenario("documents: an attached .txt goes into the message; an oversize file is refused", async ({ page, bodies }) => {
+  await setOptions(page, { think: false, maxTokens: 16 });
+  const doc = "Line one of the notes.\nThe secret word is PERIWINKLE.\n";
+  await page.setInputFiles("#file-input", { name: "notes.txt", mimeType: "text/plain", buffer: Buffer.from(doc) });
+  await page.locator("#attachments .file-chip", { hasText: "notes.txt" }).waitFor();
+  await send(page, "Summarise the attached notes.");
+  const content = bodies[bodies.length - 1].messages.at(-1).content;
+  assert(content.startsWith("Summarise the attached notes."), `sent: ${content}`);
+  assert(content.includes("File: notes.txt\n```text\n" + doc + "```"), `the document is not in a fenced block:\n${content}`);
+  assert(await page.locator(".msg.user .file-chip", { hasText: "notes.txt" }).isVisible(), "no file chip on the sent message");
+  assert((await page.locator("#attachments .file-chip").count()) === 0, "the attachment stayed in the composer");
+
+  const big = Buffer.alloc(300 * 1024, "a");
+  await page.setInputFiles("#file-input", { name: "huge.log", mimeType: "text/plain", buffer: big });
+  await page.locator("#composer-error").waitFor();
+  const err = await page.textContent("#composer-error");
+  assert(err.includes("huge.log") && err.includes("256") && /KiB/.test(err), `oversize error: '${err}'`);
+  assert((await page.locator("#attachments .file-chip").count()) === 0, "the oversize file was attached");
+
+  await page.setInputFiles("#file-input", { name: "image.bin", mimeType: "application/octet-stream", buffer: Buffer.from([0xff, 0xfe, 0x00, 0x81]) });
+  await page.waitForFunction(() => document.querySelector("#composer-error").textContent.includes("image.bin"));
+  assert((await page.locator("#attachments .file-chip").count()) === 0, "a binary file was attached");
+});
+
+scenario("export: the downloaded Markdown has the title, the roles and the messages", async ({ page }) => {
+  await setOptions(page, { think: true, maxTokens: 32 });
+  await send(page, "First question about **markdown**?");
+  await setOptions(page, { think: false });
+  await send(page, "Second question.");
+  const [download] = await Promise.all([page.waitForEvent("download"), page.click("#export-chat")]);
+  assert(/\.md$/.test(download.suggestedFilename()), `file name ${download.suggestedFilename()}`);
+  const md = readFileSync(await download.path(), "utf8");
+  const chat = (await storedChats(page))[0];
+  assert(md.startsWith(`# ${chat.title}\n`), `no title heading:\n${md.slice(0, 200)}`);
+  const users = md.match(/^## User$/gm) || [];
+  const assistants = md.match(/^## Assistant$/gm) || [];
+  assert(users.length === 2 && assistants.length === 2, `roles: ${users.length} user, ${assistants.length} assistant headings`);
+  assert(md.includes("First question about **markdown**?") && md.includes("Second question."), "user messages missing");
+  for (const m of chat.messages.filter((x) => x.role === "assistant")) {
+    if (m.content) assert(md.includes(m.content), `answer missing from the export: ${m.content.slice(0, 80)}`);
+    if (m.reasoning) assert(md.includes("> **Thinking**"), "thinking missing from the export");
+  }
+  assert(md.indexOf("First question") < md.indexOf("Second question"), "messages out of order");
+});
+
+scenario("stop: Stop ends a streaming answer, it is kept as stopped, the next request works", async ({ page, bodies }) => {
+  await setOptions(page, { think: false, maxTokens: 2048 });
+  const a = await send(page, "Write a very long story.", { wait: false });
+  await page.waitForFunction(() => {
+    const b = document.querySelector(".msg.assistant.streaming .msg-body");
+    return b && b.textContent.trim().length > 0;
+  });
+  await page.click("#stop");
+  await waitIdle(page, 10000);
+  assert((await a.locator(".msg-state").textContent()) === "stopped", `state: '${await a.locator(".msg-state").textContent()}'`);
+  const len1 = (await a.locator(".msg-body").textContent()).length;
+  assert(len1 > 0, "the partial answer was dropped");
+  await sleep(500);
+  assert((await a.locator(".msg-body").textContent()).length === len1, "the answer kept growing after Stop");
+  const stored = (await storedChats(page))[0].messages.at(-1);
+  assert(stored.stopped === true && stored.content.length > 0, `stored: ${JSON.stringify(stored).slice(0, 200)}`);
+  await setOptions(page, { maxTokens: 16 });
+  const b = await send(page, "And now a short one.");
+  assert(!(await b.locator(".msg-error").isVisible()), `after stop: ${await b.locator(".msg-error").textContent()}`);
+  assert((await b.locator(".msg-body").textContent()).trim().length > 0, "empty answer after a stop");
+  assert(bodies.length === 2, `${bodies.length} requests`);
+});
+
+scenario("errors: a 4xx from the API is shown with the server's message", async ({ page }) => {
+  await setOptions(page, { think: false, maxTokens: 256, context: 512 });
+  // ~1,700 words: far over 512 tokens with the demo tokenizer.
+  const words = Array.from({ length: 1700 }, (_, i) => `word${i}`).join(" ");
+  const a = await send(page, `Please read: ${words}`);
+  const err = a.locator(".msg-error");
+  await err.waitFor();
+  const text = await err.textContent();
+  assert(/HTTP 4\d\d/.test(text), `no HTTP status in the error: '${text}'`);
+  assert(/context/i.test(text), `the server's message is not shown: '${text}'`);
+  await setOptions(page, { context: "" });
+  const b = await send(page, "Short again.", {});
+  assert(!(await b.locator(".msg-error").isVisible()), `the next request failed: ${await b.locator(".msg-error").textContent()}`);
+});
+
+scenario("markdown: sanitised HTML, highlighted code (the page's renderer)", async ({ page }) => {
+  const out = await page.evaluate(async () => {
+    const md = await import("./js/markdown.js");
+    const html = md.renderMarkdown("# T\n\n<img src=x onerror=\"window.__x=1\"><script>window.__x=2</script>" +
+      "[l](javascript:alert(1))\n\n```c\nint main(void) { return 0; }\n```\n");
+    const div = document.createElement("div");
+    div.innerHTML = html;
+    return {
+      html,
+      h1: !!div.querySelector("h1"),
+      script: !!div.querySelector("script"),
+      onerror: !!div.querySelector("[onerror]"),
+      js: [...div.querySelectorAll("a")].some((a) => /^javascript:/i.test(a.getAttribute("href") || "")),
+      kw: !!div.querySelector("pre code .hljs-type, pre code .hljs-keyword"),
+    };
+  });
+  assert(out.h1 && !out.script && !out.onerror && !out.js && out.kw, `rendered: ${JSON.stringify(out)}`);
+  assert(await page.evaluate(() => window.__x === undefined), "the injected handler ran");
+}, {
+  // DOMPurify parses the dirty HTML with DOMParser; chromium reports the page's
+  // CSP blocking the onerror attribute there (defence in depth, expected).
+  allowConsole: /Content Security Policy/,
+});
+
+scenario("screenshot of a conversation", async ({ page }) => {
+  await setOptions(page, { think: true, maxTokens: 32 });
+  await send(page, "Hello! Can you explain what a mixture-of-experts model is?");
+  await setOptions(page, { think: false, maxTokens: 64 });
+  const a = await send(page, "Thanks. And in one paragraph, how does Nebula split work between GPU and CPU?");
+  assert((await a.locator(".msg-body").textContent()).trim().length > 0, "empty answer");
+  assert(await page.isVisible("#demo-notice"), "the demo notice is not visible");
+  if (screenshotPath) {
+    mkdirSync(dirname(resolve(screenshotPath)), { recursive: true });
+    await page.screenshot({ path: screenshotPath });
+    console.log(`   screenshot: ${screenshotPath}`);
+  }
+});
+
+scenario("errors: the coordinator stops → the page says so", async ({ page, stack }) => {
+  await setOptions(page, { think: false, maxTokens: 16 });
+  await stack.stopCoordinator();
+  const a = await send(page, "Is anyone there?");
+  const err = a.locator(".msg-error");
+  await err.waitFor();
+  const text = await err.textContent();
+  assert(/HTTP 50\d|Cannot reach/.test(text), `error shown: '${text}'`);
+  await page.waitForSelector('#server-status[data-state="error"]', { timeout: 15000 });
+  assert(await page.isVisible("#error-banner"), "no banner about the unreachable server");
+}, { needsStack: true });
+
+// ---------------------------------------------------------------- main
+
+let stack = null;
+let browser = null;
+let passed = 0;
+let failed = 0;
+let skipped = 0;
+const t0 = Date.now();
+try {
+  if (!externalUrl) {
+    stack = new Stack();
+    await stack.start();
+  }
+  const baseUrl = externalUrl || stack.url;
+  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox", "--headless"] });
+  for (const s of scenarios) {
+    if (only && !s.name.includes(only)) continue;
+    if (s.needsStack && !stack) {
+      console.log(`skip - ${s.name} (needs the stack this script starts)`);
+      skipped++;
+      continue;
+    }
+    const t = Date.now();
+    let ctx = null;
+    try {
+      ctx = await openPage(browser, baseUrl);
+      await s.fn({ ...ctx, stack });
+      const problems = ctx.problems.filter((p) => !(s.allowConsole && s.allowConsole.test(p)));
+      if (problems.length) throw new Error(problems.join("\n"));
+      console.log(`ok - ${s.name} (${Date.now() - t} ms)`);
+      passed++;
+    } catch (e) {
+      console.log(`not ok - ${s.name} (${Date.now() - t} ms)\n   ${String(e.stack || e).split("\n").slice(0, 6).join("\n   ")}`);
+      if (ctx && ctx.problems.length) console.log(`   page: ${ctx.problems.join("\n   page: ")}`);
+      failed++;
+      if (ctx) {
+        const p = join(tmpdir(), `webui-fail-${s.name.replace(/\W+/g, "_").slice(0, 40)}.png`);
+        await ctx.page.screenshot({ path: p }).catch(() => {});
+        console.log(`   screenshot of the failure: ${p}`);
+      }
+    } finally {
+      if (ctx) await ctx.context.close().catch(() => {});
+    }
+  }
+} catch (e) {
+  console.log(`not ok - setup: ${e.message}`);
+  failed++;
+} finally {
+  if (browser) await browser.close().catch(() => {});
+  if (stack) {
+    if (failed) console.log(stack.logs());
+    await stack.stop();
+  }
+}
+console.log(`webui: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+console.log(`${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ""}`);
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,145 @@
+// unit.test.mjs — the page's pure modules under node (node --test): the SSE
+// parser fed the server's stream cut at every byte, and the text the page
+// builds (documents in the prompt, the Markdown export, titles, stats).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { SseParser } from "../../web/js/api.js";
+import {
+  composeUserContent, fenceFor, langForFile, chatToMarkdown, titleFromText, formatStats, exportFileName,
+} from "../../web/js/chatformat.js";
+
+function parseAll(pieces) {
+  const events = [];
+  const comments = [];
+  const p = new SseParser({ onEvent: (e) => events.push(e.data), onComment: (c) => comments.push(c) });
+  for (const x of pieces) p.push(x);
+  p.end();
+  return { events, comments };
+}
+
+const STREAM = ': keep-alive\n\ndata: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n' +
+  ': keep-alive\r\n\r\n' +
+  'data: {"choices":[{"delta":{"content":"h\u00e9llo \u4e16\u754c \ud83d\ude80"}}]}\r\n\r\n' +
+  'event: message\nid: 7\ndata: line one\ndata: line two\n\n' +
+  'data:no-space\r\r' +
+  'data: {"error":{"message":"worker died"}}\n\n' +
+  "data: [DONE]\n\n";
+const WANT = [
+  '{"choices":[{"delta":{"role":"assistant","content":""}}]}',
+  '{"choices":[{"delta":{"content":"h\u00e9llo \u4e16\u754c \ud83d\ude80"}}]}',
+  "line one\nline two",
+  "no-space",
+  '{"error":{"message":"worker died"}}',
+  "[DONE]",
+];
+
+test("SSE: events, multi-line data, comments, CRLF and CR line ends", () => {
+  const { events, comments } = parseAll([STREAM]);
+  assert.deepEqual(events, WANT);
+  assert.deepEqual(comments, ["keep-alive", "keep-alive"]);
+});
+
+test("SSE: the same stream cut at every position (and into single bytes) parses the same", () => {
+  const bytes = new TextEncoder().encode(STREAM);
+  for (let cut = 0; cut <= bytes.length; cut++) {
+    const d = new TextDecoder();
+    const parts = [d.decode(bytes.slice(0, cut), { stream: true }), d.decode(bytes.slice(cut), { stream: true }), d.decode()];
+    assert.deepEqual(parseAll(parts).events, WANT, `cut at byte ${cut}`);
+  }
+  const d = new TextDecoder();
+  const ones = [...bytes].map((b) => d.decode(new Uint8Array([b]), { stream: true }));
+  assert.deepEqual(parseAll(ones).events, WANT);
+});
+
+test("SSE: a last event without its blank line still counts; an empty stream has none", () => {
+  assert.deepEqual(parseAll(["data: [DONE]"]).events, ["[DONE]"]);
+  assert.deepEqual(parseAll([""]).events, []);
+  assert.deepEqual(parseAll([": only a comment\n\n"]).events, []);
+});
+
+test("documents: fenced with the file name and a language, fences longer than any inside", () => {
+  assert.equal(langForFile("main.c"), "c");
+  assert.equal(langForFile("src/Makefile"), "makefile");
+  assert.equal(langForFile("notes.txt"), "text");
+  assert.equal(langForFile("README"), "");
+  assert.equal(fenceFor("no backticks"), "```");
+  assert.equal(fenceFor("has ``` inside and ````` too"), "``````");
+  const c = composeUserContent("Look:", [{ name: "a.py", text: "print(1)\n" }, { name: "b.md", text: "```x```" }]);
+  assert.equal(c, "Look:\n\nFile: a.py\n```python\nprint(1)\n```\n\nFile: b.md\n````markdown\n```x```\n````");
+  assert.equal(composeUserContent("", [{ name: "n.txt", text: "x" }]), "File: n.txt\n```text\nx\n```");
+  assert.equal(composeUserContent("just text"), "just text");
+});
+
+test("titles, stats and export file names", () => {
+  assert.equal(titleFromText("\n  Hello there  \nsecond line"), "Hello there");
+  assert.equal(titleFromText(""), "New chat");
+  assert.equal(titleFromText("x".repeat(100)).length, 48);
+  assert.equal(formatStats({ tokens_per_s: 12.345, ttft_ms: 87.6, completion_tokens: 40 }), "12.3 tok/s · TTFT 88 ms · 40 tokens");
+  assert.equal(formatStats({ tokens_per_s: 5, ttft_ms: 12500, measured: true }), "≈5.0 tok/s · TTFT ≈12.5 s");
+  assert.equal(formatStats(null), "");
+  assert.equal(exportFileName({ title: "Ünïcode: a/b?" }, new Date("2026-11-30T07:00:00Z")), "Unicode-ab-2026-11-30.md");
+});
+
+test("Markdown export: title, roles, documents, thinking, notes", () => {
+  const chat = {
+    title: "Stars",
+    messages: [
+      { role: "user", content: "What is **this**?", attachments: [{ name: "n.txt", size: 4, text: "abc\n" }] },
+      { role: "assistant", content: "An answer.\n\n```c\nint x;\n```", reasoning: "hmm\nok", stats: { tokens_per_s: 10, ttft_ms: 5, completion_tokens: 3 } },
+      { role: "user", content: "More", attachments: [] },
+      { role: "assistant", content: "Part", stopped: true },
+      { role: "user", content: "Again" },
+      { role: "assistant", content: "", error: "HTTP 400: too long" },
+    ],
+  };
+  const md = chatToMarkdown(chat, { exportedAt: new Date("2026-11-30T07:00:00Z"), model: "nebula-demo" });
+  assert.equal(md, [
+    "# Stars",
+    "",
+    "*Exported from Nebula on 2026-11-30 07:00:00 UTC · model nebula-demo · 6 messages*",
+    "",
+    "## User",
+    "",
+    "What is **this**?",
+    "",
+    "**Attached: n.txt** (4 bytes)",
+    "",
+    "```text",
+    "abc",
+    "```",
+    "",
+    "## Assistant",
+    "",
+    "> **Thinking**",
+    ">",
+    "> hmm",
+    "> ok",
+    "",
+    "An answer.",
+    "",
+    "```c",
+    "int x;",
+    "```",
+    "",
+    "*10.0 tok/s · TTFT 5 ms · 3 tokens*",
+    "",
+    "## User",
+    "",
+    "More",
+    "",
+    "## Assistant",
+    "",
+    "Part",
+    "",
+    "*stopped by the user*",
+    "",
+    "## User",
+    "",
+    "Again",
+    "",
+    "## Assistant",
+    "",
+    "*error: HTTP 400: too long*",
+    "",
+  ].join("\n"));
+});

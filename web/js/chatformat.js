@@ -1,0 +1,132 @@
+// chatformat.js — the text the page builds from a chat: the user message with
+// its attached documents (what the model sees), the Markdown export (what the
+// user downloads) and chat titles.  Pure functions, no DOM, so that they read
+// the same in the browser and in a test under node.
+
+// Attached documents: one file at most this size (the whole request must also
+// fit the server's body limit, checked when sending).
+export const MAX_ATTACHMENT_BYTES = 256 * 1024;
+
+const EXT_LANG = {
+  c: "c", h: "c", cc: "cpp", cpp: "cpp", cxx: "cpp", hpp: "cpp", hh: "cpp", cu: "cpp", cuh: "cpp",
+  py: "python", js: "javascript", mjs: "javascript", cjs: "javascript", ts: "typescript", tsx: "typescript",
+  jsx: "javascript", rs: "rust", go: "go", java: "java", kt: "kotlin", rb: "ruby", php: "php", pl: "perl",
+  lua: "lua", sh: "bash", bash: "bash", zsh: "bash", sql: "sql", swift: "swift", cs: "csharp", r: "r",
+  scala: "scala", hs: "haskell", json: "json", yaml: "yaml", yml: "yaml", toml: "ini", ini: "ini",
+  cfg: "ini", conf: "ini", xml: "xml", html: "xml", htm: "xml", svg: "xml", css: "css", md: "markdown",
+  markdown: "markdown", tex: "latex", cmake: "cmake", diff: "diff", patch: "diff", s: "x86asm",
+  asm: "x86asm", txt: "text", log: "text", csv: "text", tsv: "text",
+};
+
+// The fence language for a file name ("" when unknown).
+export function langForFile(name) {
+  const base = (name || "").toLowerCase().split("/").pop();
+  if (base === "makefile" || base === "gnumakefile") return "makefile";
+  if (base === "dockerfile") return "dockerfile";
+  if (base === "cmakelists.txt") return "cmake";
+  const dot = base.lastIndexOf(".");
+  if (dot <= 0) return "";
+  return EXT_LANG[base.slice(dot + 1)] || "";
+}
+
+// A backtick fence longer than any backtick run inside text, so a document
+// that itself contains ``` cannot close the block early.
+export function fenceFor(text) {
+  let longest = 0;
+  for (const m of (text || "").matchAll(/`+/g)) longest = Math.max(longest, m[0].length);
+  return "`".repeat(Math.max(3, longest + 1));
+}
+
+export function fencedFile(name, text) {
+  const fence = fenceFor(text);
+  const body = text.endsWith("\n") ? text : text + "\n";
+  return `File: ${name}\n${fence}${langForFile(name)}\n${body}${fence}`;
+}
+
+// What the model receives for a user turn: the typed text, then each
+// attached document in a fenced block headed by its file name.
+export function composeUserContent(text, attachments = []) {
+  const parts = [];
+  if (text && text.trim() !== "") parts.push(text);
+  for (const a of attachments) parts.push(fencedFile(a.name, a.text));
+  return parts.join("\n\n");
+}
+
+export function titleFromText(text) {
+  const line = (text || "").split("\n").map((l) => l.trim()).find((l) => l !== "") || "";
+  if (line === "") return "New chat";
+  return line.length > 48 ? line.slice(0, 47).trimEnd() + "…" : line;
+}
+
+export function formatStats(stats) {
+  if (!stats) return "";
+  const parts = [];
+  const approx = stats.measured ? "≈" : "";
+  if (typeof stats.tokens_per_s === "number" && isFinite(stats.tokens_per_s)) {
+    parts.push(`${approx}${stats.tokens_per_s.toFixed(1)} tok/s`);
+  }
+  if (typeof stats.ttft_ms === "number" && isFinite(stats.ttft_ms)) {
+    parts.push(`TTFT ${approx}${stats.ttft_ms < 10000 ? Math.round(stats.ttft_ms) + " ms" : (stats.ttft_ms / 1000).toFixed(1) + " s"}`);
+  }
+  if (typeof stats.completion_tokens === "number") parts.push(`${stats.completion_tokens} tokens`);
+  return parts.join(" · ");
+}
+
+function quote(text) {
+  return text.split("\n").map((l) => (l === "" ? ">" : "> " + l)).join("\n");
+}
+
+// The whole chat as a Markdown document.
+export function chatToMarkdown(chat, { exportedAt = new Date(), model = "" } = {}) {
+  const out = [];
+  out.push(`# ${chat.title || "Chat"}`);
+  out.push("");
+  const when = exportedAt.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+  out.push(`*Exported from Nebula on ${when}${model ? ` · model ${model}` : ""} · ${chat.messages.length} messages*`);
+  for (const m of chat.messages) {
+    out.push("");
+    if (m.role === "user") {
+      out.push("## User");
+      out.push("");
+      if (m.content) out.push(m.content);
+      for (const a of m.attachments || []) {
+        out.push("");
+        out.push(`**Attached: ${a.name}** (${a.size} bytes)`);
+        out.push("");
+        const fence = fenceFor(a.text);
+        out.push(`${fence}${langForFile(a.name)}`);
+        out.push(a.text.endsWith("\n") ? a.text.slice(0, -1) : a.text);
+        out.push(fence);
+      }
+    } else {
+      out.push("## Assistant");
+      if (m.reasoning) {
+        out.push("");
+        out.push(quote(`**Thinking**\n\n${m.reasoning.trim()}`));
+      }
+      if (m.content) {
+        out.push("");
+        out.push(m.content);
+      }
+      const notes = [];
+      const s = formatStats(m.stats);
+      if (s) notes.push(s);
+      if (m.stopped) notes.push("stopped by the user");
+      if (m.finish_reason === "length") notes.push("cut at the token limit");
+      if (m.error) notes.push(`error: ${m.error}`);
+      if (notes.length) {
+        out.push("");
+        out.push(`*${notes.join(" · ")}*`);
+      }
+    }
+  }
+  out.push("");
+  return out.join("\n");
+}
+
+// A file name for the export: the title in safe characters, then the date.
+export function exportFileName(chat, date = new Date()) {
+  const base = (chat.title || "chat").normalize("NFKD").replace(/[^\w\- ]+/g, "").trim()
+    .replace(/\s+/g, "-").slice(0, 60) || "chat";
+  return `${base}-${date.toISOString().slice(0, 10)}.md`;
+}
