@@ -129,6 +129,85 @@ function assert(cond, msg) {
 
 async function openPage(browser, baseUrl) {
   const context = await browser.newContext({ viewport: { width: 1280, height: 860 }, acceptDownloads: true, colorScheme: "light" });
+  // Two instruments on the page's fetch of /v1/chat/completions:
+  // - window.__sse keeps a copy of each stream's text as it was received
+  //   (a tee: the page still reads its own branch as it arrives);
+  // - window.__paceMs > 0 hands the page the stream one SSE event at a time,
+  //   that many ms apart.  The demo model writes a whole answer in a few
+  //   milliseconds, faster than a frame; paced, the page's progressive
+  //   rendering and Stop in the middle of an answer can be seen.  The bytes
+  //   are the server's, unchanged; aborting the fetch still aborts the request.
+  await context.addInitScript(() => {
+    const orig = window.fetch;
+    window.__sse = [];
+    window.__paceMs = 0;
+    window.fetch = async (...a) => {
+      const res = await orig(...a);
+      if (!String(a[0]).includes("chat/completions") || !res.body) return res;
+      const [mine, copy] = res.body.tee();
+      const rec = { text: "" };
+      window.__sse.push(rec);
+      (async () => {
+        const r = copy.getReader();
+        const d = new TextDecoder();
+        for (;;) {
+          const { done, value } = await r.read();
+          if (done) break;
+          rec.text += d.decode(value, { stream: true });
+        }
+      })().catch(() => {});
+      let body = mine;
+      const pace = window.__paceMs;
+      if (pace > 0) {
+        const src = mine.getReader();
+        const enc = new TextEncoder();
+        const dec = new TextDecoder();
+        let buf = "";
+        let ended = false;
+        let failed = false;
+        const signal = a[1] && a[1].signal;
+        body = new ReadableStream({
+          start(ctl) {
+            // An aborted fetch errors its body at once, buffered events or not.
+            if (signal) {
+              signal.addEventListener("abort", () => {
+                failed = true;
+                ctl.error(new DOMException("The user aborted a request.", "AbortError"));
+              });
+            }
+          },
+          async pull(ctl) {
+            for (;;) {
+              const cut = buf.indexOf("\n\n");
+              if (cut >= 0) {
+                await new Promise((r) => setTimeout(r, pace));
+                if (failed) return;
+                ctl.enqueue(enc.encode(buf.slice(0, cut + 2)));
+                buf = buf.slice(cut + 2);
+                return;
+              }
+              if (ended) {
+                if (buf) ctl.enqueue(enc.encode(buf));
+                buf = "";
+                ctl.close();
+                return;
+              }
+              try {
+                const { done, value } = await src.read();
+                if (done) ended = true;
+                else buf += dec.decode(value, { stream: true });
+              } catch (e) {
+                ctl.error(e);
+                return;
+              }
+            }
+          },
+          cancel(reason) { return src.cancel(reason); },
+        });
+      }
+      return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
+    };
+  });
   const page = await context.newPage();
   page.setDefaultTimeout(20000);
   const problems = [];
@@ -165,6 +244,11 @@ async function send(page, text, { wait = true } = {}) {
   await page.locator(".msg.assistant").nth(before).waitFor();
   if (wait) await waitIdle(page);
   return page.locator(".msg.assistant").nth(before);
+}
+
+// Paces the chat streams the page reads (see openPage): MS between SSE events, 0: off.
+async function pace(page, ms) {
+  await page.evaluate((x) => { window.__paceMs = x; }, ms);
 }
 
 async function waitIdle(page, timeout = 60000) {
@@ -220,23 +304,37 @@ scenario("loading phase: progress bar while /api/status says loading (answered b
 });
 
 scenario("new chat → send → streamed answer → rename → reload keeps it → delete", async ({ page, bodies }) => {
-  await setOptions(page, { think: false, maxTokens: 128 });
+  await setOptions(page, { think: false, maxTokens: 16 });
   await page.click("#new-chat");
-  // Count how often the answer's text changed while it streamed.
+  // The demo model writes 16 tokens in a few milliseconds: paced to 60 ms per event.
+  await pace(page, 60);
+  // Record each length the answer's text had while it streamed.
   await page.evaluate(() => {
     window.__lengths = new Set();
     new MutationObserver(() => {
       const b = document.querySelector(".msg.assistant.streaming .msg-body");
-      if (b) window.__lengths.add(b.textContent.length);
+      if (b && b.textContent.trim()) window.__lengths.add(b.textContent.length);
     }).observe(document.querySelector("#messages"), { subtree: true, childList: true, characterData: true });
   });
+  const sse = page.waitForResponse((r) => r.url().endsWith("/v1/chat/completions"));
   const answer = await send(page, "Hello Nebula, tell me about the stars.");
+  await pace(page, 0);
+  const res = await sse;
+  assert(res.status() === 200 && res.headers()["content-type"].startsWith("text/event-stream"), `response ${res.status()} ${res.headers()["content-type"]}`);
+  const raw = await page.evaluate(() => window.__sse.at(-1).text);
+  assert(raw.trimEnd().endsWith("data: [DONE]"), `the stream as received:\n${raw.slice(-300)}`);
+  const deltas = raw.split("\n").filter((l) => l.startsWith("data: {"))
+    .map((l) => JSON.parse(l.slice(6))).flatMap((c) => c.choices || []).map((c) => (c.delta || {}).content || "");
+  const streamed = deltas.join("");
+  const stored = (await storedChats(page))[0].messages.at(-1);
+  assert(stored.content === streamed, `the stored answer is not the streamed text:\n${JSON.stringify(stored.content)}\n${JSON.stringify(streamed)}`);
   const text = (await answer.locator(".msg-body").textContent()).trim();
   assert(text.length > 0, "the answer is empty");
+  const pieces = deltas.filter((d) => d !== "").length;
   const updates = await page.evaluate(() => window.__lengths.size);
-  assert(updates >= 2, `the answer did not stream (its text changed ${updates} times)`);
+  assert(updates >= Math.min(2, pieces), `the answer did not stream: ${pieces} pieces, the text changed ${updates} times`);
   const body = bodies[bodies.length - 1];
-  assert(body.stream === true && body.think === false && body.max_tokens === 128, `request body: ${JSON.stringify(body)}`);
+  assert(body.stream === true && body.think === false && body.max_tokens === 16, `request body: ${JSON.stringify(body)}`);
   const stats = await answer.locator(".stats").textContent();
   assert(/tok\/s/.test(stats) && /TTFT/.test(stats), `no tokens/s and TTFT under the answer: '${stats}'`);
   assert(!(await answer.locator(".msg-error").isVisible()), `error: ${await answer.locator(".msg-error").textContent()}`);
@@ -346,6 +444,8 @@ scenario("export: the downloaded Markdown has the title, the roles and the messa
 
 scenario("stop: Stop ends a streaming answer, it is kept as stopped, the next request works", async ({ page, bodies }) => {
   await setOptions(page, { think: false, maxTokens: 2048 });
+  // Paced (see openPage): even a short answer takes a while to arrive.
+  await pace(page, 150);
   const a = await send(page, "Write a very long story.", { wait: false });
   await page.waitForFunction(() => {
     const b = document.querySelector(".msg.assistant.streaming .msg-body");
@@ -353,6 +453,7 @@ scenario("stop: Stop ends a streaming answer, it is kept as stopped, the next re
   });
   await page.click("#stop");
   await waitIdle(page, 10000);
+  await pace(page, 0);
   assert((await a.locator(".msg-state").textContent()) === "stopped", `state: '${await a.locator(".msg-state").textContent()}'`);
   const len1 = (await a.locator(".msg-body").textContent()).length;
   assert(len1 > 0, "the partial answer was dropped");
@@ -360,6 +461,7 @@ scenario("stop: Stop ends a streaming answer, it is kept as stopped, the next re
   assert((await a.locator(".msg-body").textContent()).length === len1, "the answer kept growing after Stop");
   const stored = (await storedChats(page))[0].messages.at(-1);
   assert(stored.stopped === true && stored.content.length > 0, `stored: ${JSON.stringify(stored).slice(0, 200)}`);
+  assert(await page.isVisible("#send") && await page.isHidden("#stop"), "the Send button did not come back");
   await setOptions(page, { maxTokens: 16 });
   const b = await send(page, "And now a short one.");
   assert(!(await b.locator(".msg-error").isVisible()), `after stop: ${await b.locator(".msg-error").textContent()}`);

@@ -723,12 +723,21 @@ function setGenerating(on) {
 // The messages as the API gets them: user turns with their documents,
 // assistant turns without their thinking (the template drops it anyway),
 // failed or empty answers left out.
+// A user turn whose answer failed with nothing written (e.g. a 400 for a
+// prompt over the context) is left out too, or every later request would
+// fail the same way; the turn being answered is always sent.
 function requestMessages(chat, upTo) {
+  const msgs = chat.messages.slice(0, upTo);
   const out = [];
-  for (const m of chat.messages.slice(0, upTo)) {
-    if (m.role === "user") out.push({ role: "user", content: composeUserContent(m.content, m.attachments) });
-    else if (m.content) out.push({ role: "assistant", content: m.content });
-  }
+  msgs.forEach((m, i) => {
+    const next = msgs[i + 1];
+    if (m.role === "user") {
+      if (next && next.role === "assistant" && next.error && !next.content) return;
+      out.push({ role: "user", content: composeUserContent(m.content, m.attachments) });
+    } else if (m.content) {
+      out.push({ role: "assistant", content: m.content });
+    }
+  });
   return out;
 }
 
