@@ -44,6 +44,7 @@ struct gwp {
     shm_stats *stats;
     uint32_t block;
     uint64_t layer_t0; /* per-layer timing through the layer tap */
+    const char *backend; /* gw_backend_params.kind: --backend, else $NEBULA_GW_BACKEND, else "cpu" */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -58,11 +59,13 @@ static uint64_t now_ns(void)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: nebula-gpu-worker --control ENDPOINT\n"
+    fprintf(f, "usage: nebula-gpu-worker --control ENDPOINT [--backend cpu|cuda]\n"
                "\n"
                "A worker of the Nebula pipeline, started by nebula-coordinator: it connects to the\n"
                "coordinator's control socket (ipc://RUNDIR/control.sock), says hello and waits for\n"
-               "its configuration (model, placement, shared-memory regions).  Not run by hand.\n");
+               "its configuration (model, placement, shared-memory regions).  Not run by hand.\n"
+               "--backend picks the compute backend (default: $NEBULA_GW_BACKEND, else cpu); cuda\n"
+               "runs the forward pass on the GPU and fails the configuration where there is none.\n");
 }
 
 static int send_simple(struct gwp *w, const char *type, const char *message)
@@ -160,7 +163,7 @@ static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
     w->block = (uint32_t)block->valueint;
     int rc = model_open(model, &w->m, err, errlen);
     if (rc) return rc;
-    struct gw_backend_params bp = {.kind = "cpu", .n_threads = cJSON_IsNumber(threads) ? threads->valueint : 0};
+    struct gw_backend_params bp = {.kind = w->backend, .n_threads = cJSON_IsNumber(threads) ? threads->valueint : 0};
     int64_t n_remote = 0;
     bool ple_ssd = false;
     if ((rc = gw_backend_create(w->m, &bp, &w->be, err, errlen))) return rc;
@@ -170,8 +173,8 @@ static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
     if ((rc = open_regions(w, inst, n_remote, err, errlen))) return rc;
     if ((rc = gwp_placement_ple_ssd(placement, &ple_ssd, err, errlen))) return rc;
     if (ple_ssd && (rc = open_ple_pager(w, msg, inst, err, errlen))) return rc;
-    nb_log("configured: model %s, %lld experts remote%s, PLE table %s, %d threads", model, (long long)n_remote,
-           placement ? "" : " (no placement: all local)", ple_ssd ? "on SSD" : "in RAM", bp.n_threads);
+    nb_log("configured: model %s, %s backend, %lld experts remote%s, PLE table %s, %d threads", model, bp.kind,
+           (long long)n_remote, placement ? "" : " (no placement: all local)", ple_ssd ? "on SSD" : "in RAM", bp.n_threads);
     return 0;
 }
 
@@ -308,16 +311,18 @@ static void teardown(struct gwp *w)
 int main(int argc, char **argv)
 {
     nb_log_set_name(ROLE);
-    const char *endpoint = NULL;
+    const char *endpoint = NULL, *backend = getenv("NEBULA_GW_BACKEND");
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
         if (!strcmp(argv[i], "--control") && i + 1 < argc) endpoint = argv[++i];
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
         else return usage(stderr), 2;
     }
     if (!endpoint) return usage(stderr), 2;
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL), sigaction(SIGINT, &sa, NULL);
     struct gwp w = {0};
+    w.backend = backend && *backend ? backend : "cpu";
     char err[512];
     if (ctl_open(CTL_DEALER, endpoint, ROLE, &w.ctl, err, sizeof err)) {
         nb_log("cannot connect to %s: %s", endpoint, err);
