@@ -135,9 +135,17 @@ $(BUILD)/bin/nebula-ssd-pager: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard ssd-pa
 # The coordinator (coordinator/*.c) and the gpu-worker process (its main in
 # gpu-worker/proc/; gpu-worker/*.c stay the backend library).  nebulactl
 # (tools/nebulactl/) is built by the tools rule below.
+# The HTTP API links libmicrohttpd; its pure parts (coordinator/api_request.c,
+# api_text.c) are also linked into the tests/api/ suites and fuzz_api_request.
+MHD_LIBS := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
+API_PURE_SRCS := coordinator/api_request.c coordinator/api_text.c
 $(BUILD)/bin/nebula-coordinator: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard coordinator/*.c)) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
+	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) $(MHD_LIBS) -o $@
+
+$(BUILD)/tests/api/%: tests/api/%.c $(API_PURE_SRCS:%.c=$(BUILD)/obj/%.o) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(API_PURE_SRCS:%.c=$(BUILD)/obj/%.o) $(CORE_LIB) $(LDLIBS_BASE) -lcriterion -o $@
 
 $(BUILD)/bin/nebula-gpu-worker: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard gpu-worker/proc/*.c)) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
@@ -199,6 +207,10 @@ $(BUILD)/fuzz-obj/%_avx512.o: %_avx512.c
 $(BUILD)/fuzz-obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CLANG) $(FUZZ_OBJ_CFLAGS) -c $< -o $@
+
+$(BUILD)/fuzz/fuzz_api_request: tests/fuzz/fuzz_api_request.c $(API_PURE_SRCS:%.c=$(BUILD)/fuzz-obj/%.o) $(FUZZ_CORE_OBJS)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(FUZZ_CFLAGS) $< $(API_PURE_SRCS:%.c=$(BUILD)/fuzz-obj/%.o) $(FUZZ_CORE_OBJS) $(LDLIBS_BASE:-fopenmp=) -o $@
 
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_CORE_OBJS)
 	@mkdir -p $(dir $@)

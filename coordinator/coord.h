@@ -7,9 +7,11 @@
  * generate request — tokenizer, chat template and sampling here, the model's
  * forward pass in the gpu-worker over the `step` ring.
  *
- * One thread.  coord_tick() is the loop's body: it serves the control
- * sockets and supervises the workers; long operations (a generation, a
- * restart) call it between their own waits so heartbeats keep flowing. */
+ * One thread talks to the workers.  coord_tick() is the loop's body: it
+ * serves the control sockets and supervises the workers; long operations (a
+ * generation, a restart) call it between their own waits so heartbeats keep
+ * flowing.  The HTTP API (api.h) has threads of its own that hand jobs to
+ * this one through a queue; the loop runs them (api_run_queued). */
 #ifndef NB_COORD_H
 #define NB_COORD_H
 
@@ -25,6 +27,7 @@
 #include "shm/shm.h"
 
 struct model;
+struct api;
 typedef struct tok_tokenizer tok_tokenizer;
 
 #define COORD_MAX_WORKERS 3
@@ -86,6 +89,7 @@ struct coord {
     uint64_t deaths;               /* workers reaped so far: a request that failed while one died is retried once */
     bool step_in_flight;           /* the gpu-worker is busy for us: its heartbeats may be late */
     bool stop;                     /* shutdown requested */
+    struct api *api;               /* the HTTP API (api.h); NULL with --http off */
     volatile int got_sigchld;
 };
 
@@ -119,5 +123,25 @@ struct ring_geometry coord_step_geometry(const struct model *m, int chunk);
 
 /* generate.c: a generate request → result (or error) reply. */
 cJSON *coord_generate(struct coord *c, const cJSON *req);
+
+/* What a generation reports as it goes (the HTTP API's jobs).  chunk: prefill
+ * tokens per step (≤ 0 or more than --chunk: --chunk).  on_prefill after each
+ * prefill step (tokens done of total), on_token after each sampled token that
+ * is not a stop token (i counts from 0); either returning non-zero ends the
+ * generation at once, with *why = "hook". */
+struct coord_hooks {
+    int chunk;
+    int (*on_prefill)(void *ctx, size_t done, size_t total);
+    int (*on_token)(void *ctx, long long i, int32_t id);
+    void *ctx;
+};
+struct sampling_params;
+/* Prefill n ids, then sample up to budget tokens into out (budget + 1 slots),
+ * stopping at a stop token (*why "stop token") or the budget ("length");
+ * retried once from the start when a worker dies meanwhile.  logits_out:
+ * NULL, or an absolute path for the sampled rows.  0 or NB_EIO. */
+int coord_run(struct coord *c, const int32_t *ids, size_t n, const struct sampling_params *sp, long long budget,
+              const char *logits_out, const struct coord_hooks *h, int32_t *out, long long *made, double *t_prompt,
+              const char **why, char *err, size_t errlen);
 
 #endif

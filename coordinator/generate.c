@@ -201,8 +201,9 @@ static char *render_text(const struct coord *c, const int32_t *ids, long long n)
 /* Prefill in chunks, then sample and step until n_predict, a stop token or
  * the context's end.  *made gets the ids produced. */
 static int run(struct coord *c, struct gen_req *g, int32_t *out, long long budget, long long *made, double *t_prompt,
-               const char **why, char *err, size_t errlen)
+               const char **why, const struct coord_hooks *h, char *err, size_t errlen)
 {
+    int chunk = h && h->chunk > 0 && h->chunk < c->chunk ? h->chunk : c->chunk;
     int64_t V = c->m->hp.n_vocab;
     float *logits = malloc((size_t)V * sizeof *logits);
     sampler *smp = sampling_new(&g->sp, (int32_t)V);
@@ -221,13 +222,16 @@ static int run(struct coord *c, struct gen_req *g, int32_t *out, long long budge
     }
     double t0 = coord_now();
     if (!rc) rc = step_call(c, STEP_RESET, NULL, 0, NULL, err, errlen);
-    for (size_t at = 0; !rc && at < g->n; at += (size_t)c->chunk) {
-        int nb = (int)(g->n - at < (size_t)c->chunk ? g->n - at : (size_t)c->chunk);
+    bool ended = false; /* a hook said stop */
+    for (size_t at = 0; !rc && !ended && at < g->n; at += (size_t)chunk) {
+        int nb = (int)(g->n - at < (size_t)chunk ? g->n - at : (size_t)chunk);
         rc = step_call(c, STEP_EVAL, g->ids + at, nb, logits, err, errlen);
+        if (!rc && h && h->on_prefill && h->on_prefill(h->ctx, at + (size_t)nb, g->n)) ended = true, *why = "hook";
     }
     *t_prompt = coord_now() - t0;
-    *made = 0, *why = "length";
-    while (!rc && *made < budget) {
+    *made = 0;
+    if (!ended) *why = "length";
+    while (!rc && !ended && *made < budget) {
         if (dump && fwrite(logits, sizeof *logits, (size_t)V, dump) != (size_t)V)
             rc = nb_errf(err, errlen, NB_EIO, "writing %s failed", dump_tmp);
         if (rc) break;
@@ -236,6 +240,10 @@ static int run(struct coord *c, struct gen_req *g, int32_t *out, long long budge
         sampling_accept(smp, id);
         if (is_stop(c, id)) {
             *why = "stop token";
+            break;
+        }
+        if (h && h->on_token && h->on_token(h->ctx, *made - 1, id)) {
+            *why = "hook";
             break;
         }
         if (*made < budget) rc = step_call(c, STEP_EVAL, &id, 1, logits, err, errlen);
@@ -248,6 +256,25 @@ static int run(struct coord *c, struct gen_req *g, int32_t *out, long long budge
     sampling_free(smp);
     free(logits);
     return rc;
+}
+
+int coord_run(struct coord *c, const int32_t *ids, size_t n, const struct sampling_params *sp, long long budget,
+              const char *logits_out, const struct coord_hooks *h, int32_t *out, long long *made, double *t_prompt,
+              const char **why, char *err, size_t errlen)
+{
+    struct gen_req g = {.ids = (int32_t *)ids, .n = n, .n_predict = budget, .sp = *sp, .logits_out = logits_out};
+    /* A generation starts from RESET and a fresh sampler, so running it again
+     * once every worker is back gives the same ids: one retry when a worker
+     * died during the attempt (the 200 ms of ticks let its death be seen).
+     * The hooks see the same token indices again; they skip those they had. */
+    for (int attempt = 0;; attempt++) {
+        uint64_t deaths = c->deaths;
+        if (need_workers(c, err, errlen)) return NB_EIO;
+        if (!run(c, &g, out, budget, made, t_prompt, why, h, err, errlen)) return 0;
+        for (int i = 0; i < 10 && c->deaths == deaths; i++) coord_tick(c, 20, false);
+        if (c->deaths == deaths || attempt == 1) return NB_EIO;
+        nb_log("generate: %s; a worker died: retrying once", err);
+    }
 }
 
 static cJSON *result_reply(const struct coord *c, const int32_t *out, long long made, size_t n_prompt, double t_prompt,
@@ -303,18 +330,8 @@ cJSON *coord_generate(struct coord *c, const cJSON *req)
         snprintf(err, sizeof err, "out of memory");
         goto fail;
     }
-    /* A generation starts from RESET and a fresh sampler, so running it again
-     * once every worker is back gives the same ids: one retry when a worker
-     * died during the attempt (the 200 ms of ticks let its death be seen). */
-    for (int attempt = 0;; attempt++) {
-        uint64_t deaths = c->deaths;
-        if (need_workers(c, err, sizeof err)) goto fail;
-        t0 = coord_now();
-        if (!run(c, &g, out, budget, &made, &t_prompt, &why, err, sizeof err)) break;
-        for (int i = 0; i < 10 && c->deaths == deaths; i++) coord_tick(c, 20, false);
-        if (c->deaths == deaths || attempt == 1) goto fail;
-        nb_log("generate: %s; a worker died: retrying once", err);
-    }
+    t0 = coord_now();
+    if (coord_run(c, g.ids, g.n, &g.sp, budget, g.logits_out, NULL, out, &made, &t_prompt, &why, err, sizeof err)) goto fail;
     reply = result_reply(c, out, made, g.n, t_prompt, coord_now() - t0 - t_prompt, why, warning[0] ? warning : NULL);
     nb_log("generate: prompt %zu tokens, %lld generated in %.2f s, stop: %s", g.n, made, coord_now() - t0, why);
     free(out);

@@ -9,6 +9,7 @@
  * stops the workers, destroys every region and removes the runtime
  * directory: nothing stays in /dev/shm. */
 #include "coordinator/coord.h"
+#include "coordinator/api.h"
 
 #include "core/model/model.h"
 #include "core/tokenizer/tokenizer.h"
@@ -55,11 +56,15 @@ int coord_path(char *dst, size_t len, const char *dir, const char *name)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: nebula-coordinator --model M.gguf [--prepared DIR] [--runtime DIR] [--threads N]\n"
+    fprintf(f, "usage: nebula-coordinator --model M.gguf [--prepared DIR] [--runtime DIR] [--threads N] [--chunk N]\n"
+               "                          [--http HOST:PORT|off] [--max-queue N] [--max-body BYTES] [--demo] [--name NAME]\n"
                "\n"
                "Runs one instance of the Nebula pipeline: creates its shared-memory regions and runtime\n"
-               "directory, starts and supervises the workers (binaries next to this one), and serves\n"
-               "requests on RUNDIR/ctl.sock (nebulactl, nebula generate --server RUNDIR).\n"
+               "directory, starts and supervises the workers (binaries next to this one), serves requests\n"
+               "on RUNDIR/ctl.sock (nebulactl, nebula generate --server RUNDIR) and the HTTP API\n"
+               "(OpenAI-compatible /v1/chat/completions, /v1/completions, /v1/models; /api/status,\n"
+               "/api/tokenize, /metrics: docs/API.md).  HTTP is up before the workers are ready:\n"
+               "/api/status reports the loading phase.\n"
                "\n"
                "  --model FILE     qwen4exp GGUF the gpu-worker runs\n"
                "  --prepared DIR   output of nebula-prepare: DIR/placement.json says which experts are not\n"
@@ -67,25 +72,86 @@ static void usage(FILE *f)
                "  --runtime DIR    runtime directory (created 0700, removed at shutdown); default\n"
                "                   $XDG_RUNTIME_DIR/nebula/<instance> or /tmp/nebula-<uid>/<instance>\n"
                "  --threads N      CPU threads of the gpu-worker's backend (default: all cores)\n"
-               "  --chunk N        prefill tokens per step message (default 512)\n");
+               "  --chunk N        prefill tokens per step message (default 512; a request's prefill_chunk\n"
+               "                   may ask for fewer)\n"
+               "  --http HOST:PORT where the HTTP API listens (default 127.0.0.1:8091; port 0: any free\n"
+               "                   port, printed as 'nebula-coordinator: http on http://HOST:PORT'); off: none\n"
+               "  --max-queue N    generation requests that may wait while one runs (default 8; 429 beyond)\n"
+               "  --max-body BYTES largest request body (default 4194304; 413 beyond)\n"
+               "  --sse-keepalive S  seconds without output after which a stream gets a ': keep-alive'\n"
+               "                   comment (default 2)\n"
+               "  --demo           the model is the bundled random-weight demo: /api/status and /v1/models say so\n"
+               "  --name NAME      the model's id in the API (default: GGUF general.name, else the file name)\n");
 }
 
-static int parse(int argc, char **argv, struct coord *c, const char **runtime)
+/* --http HOST:PORT or off. */
+static int parse_http(const char *arg, struct api_config *h, bool *off)
+{
+    static char host[64];
+    const char *colon = strrchr(arg, ':');
+    char *end;
+    if (!strcmp(arg, "off")) return *off = true, 0;
+    if (!colon || colon == arg || (size_t)(colon - arg) >= sizeof host) return -1;
+    long port = strtol(colon + 1, &end, 10);
+    if (!colon[1] || *end || port < 0 || port > 65535) return -1;
+    memcpy(host, arg, (size_t)(colon - arg));
+    host[colon - arg] = 0;
+    if (!strcmp(host, "localhost")) strcpy(host, "127.0.0.1");
+    h->host = host, h->port = (int)port, *off = false;
+    return 0;
+}
+
+static int parse(int argc, char **argv, struct coord *c, const char **runtime, struct api_config *h, bool *http_off)
 {
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},   {"prepared", required_argument, 0, 'p'},
                                          {"runtime", required_argument, 0, 'r'}, {"threads", required_argument, 0, 't'},
-                                         {"chunk", required_argument, 0, 'c'},   {"help", no_argument, 0, 'h'},
+                                         {"chunk", required_argument, 0, 'c'},   {"http", required_argument, 0, 'H'},
+                                         {"max-queue", required_argument, 0, 'q'}, {"max-body", required_argument, 0, 'b'},
+                                         {"sse-keepalive", required_argument, 0, 'k'}, {"demo", no_argument, 0, 'd'},
+                                         {"name", required_argument, 0, 'n'},    {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int ch;
     c->chunk = 512;
+    *h = (struct api_config){.host = "127.0.0.1", .port = 8091, .max_queue = 8, .max_body = 4194304, .keepalive_s = 2.0};
+    *http_off = false;
     while ((ch = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
         char *end = NULL;
+        long long v = 0;
+        double d = 0;
         switch (ch) {
         case 'm': c->model_path = optarg; break;
         case 'p': c->prepared = optarg; break;
         case 'r': *runtime = optarg; break;
         case 't': c->threads = (int)strtol(optarg, &end, 10); break;
         case 'c': c->chunk = (int)strtol(optarg, &end, 10); break;
+        case 'H':
+            if (parse_http(optarg, h, http_off)) {
+                fprintf(stderr, "nebula-coordinator: --http wants HOST:PORT (an IPv4 address, port 0-65535) or off, not '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'q':
+        case 'b':
+            v = strtoll(optarg, &end, 10);
+            if (*end || v < (ch == 'q' ? 0 : 1024) || v > (ch == 'q' ? 4096 : 1ll << 30)) {
+                fprintf(stderr, "nebula-coordinator: bad %s '%s' (%s)\n", ch == 'q' ? "--max-queue" : "--max-body", optarg,
+                        ch == 'q' ? "0 to 4096" : "1024 to 1073741824 bytes");
+                return 2;
+            }
+            if (ch == 'q') h->max_queue = (int)v;
+            else h->max_body = (size_t)v;
+            end = NULL;
+            break;
+        case 'k':
+            d = strtod(optarg, &end);
+            if (*end || !(d >= 0.05 && d <= 3600)) {
+                fprintf(stderr, "nebula-coordinator: bad --sse-keepalive '%s' (0.05 to 3600 seconds)\n", optarg);
+                return 2;
+            }
+            h->keepalive_s = d, end = NULL;
+            break;
+        case 'd': h->demo = true; break;
+        case 'n': h->name = optarg; break;
         case 'h': usage(stdout); return -1;
         default: usage(stderr); return 2;
         }
@@ -211,10 +277,17 @@ static int make_regions(struct coord *c, char *err, size_t errlen)
 
 void coord_tick(struct coord *c, int timeout_ms, bool serve_ctl)
 {
-    zmq_pollitem_t items[2] = {{ctl_zmq_socket(c->router), 0, ZMQ_POLLIN, 0}, {ctl_zmq_socket(c->rep), 0, ZMQ_POLLIN, 0}};
+    /* The HTTP API's pipe is polled only when the loop may run jobs (serve_ctl). */
+    zmq_pollitem_t items[3] = {{ctl_zmq_socket(c->router), 0, ZMQ_POLLIN, 0},
+                               {ctl_zmq_socket(c->rep), 0, ZMQ_POLLIN, 0},
+                               {NULL, c->api ? c->api->wake[0] : -1, ZMQ_POLLIN, 0}};
     char err[256], peer[64];
     cJSON *msg;
-    if (zmq_poll(items, serve_ctl ? 2 : 1, timeout_ms) > 0) {
+    if (zmq_poll(items, serve_ctl ? (c->api ? 3 : 2) : 1, timeout_ms) > 0) {
+        if (serve_ctl && c->api && (items[2].revents & ZMQ_POLLIN)) {
+            char drain[64];
+            while (read(c->api->wake[0], drain, sizeof drain) > 0) continue;
+        }
         while (ctl_recv(c->router, 0, peer, sizeof peer, &msg, err, sizeof err) == 0) {
             coord_on_worker_msg(c, peer, msg);
             cJSON_Delete(msg);
@@ -233,6 +306,7 @@ void coord_tick(struct coord *c, int timeout_ms, bool serve_ctl)
         }
     }
     coord_supervise(c);
+    api_publish(c);
 }
 
 /* Removes the runtime directory and what is in it (sockets, logs). */
@@ -253,6 +327,7 @@ static void remove_rundir(struct coord *c)
 static void teardown(struct coord *c)
 {
     char err[256];
+    if (c->api) api_stop(c->api); /* first: no request waits on workers that are going */
     coord_stop_workers(c);
     ring_pair_detach(&c->step);
     shm_stats_close(c->stats);
@@ -276,6 +351,8 @@ static int start(struct coord *c, const char *runtime, char *err, size_t errlen)
     if (gguf_find_key(c->m->gguf, "tokenizer.ggml.tokens") >= 0 && (rc = tok_load_gguf(c->m->gguf, &c->tok, err, errlen)))
         return rc;
     if ((rc = read_tiers(c, err, errlen))) return rc;
+    /* HTTP before the workers: /api/status shows their start-up. */
+    if (c->api && (rc = api_start(c->api, c, err, errlen))) return rc;
     if ((rc = shm_instance_create(&c->inst, &n_stale, err, errlen))) return rc;
     if (n_stale) nb_log("removed %d stale shared-memory objects of dead instances", n_stale);
     if ((rc = make_rundir(c, runtime, err, errlen))) return rc;
@@ -290,9 +367,12 @@ int main(int argc, char **argv)
 {
     nb_log_set_name("coordinator");
     static struct coord c;
+    static struct api api;
     const char *runtime = NULL;
-    int rc = parse(argc, argv, &c, &runtime);
+    bool http_off;
+    int rc = parse(argc, argv, &c, &runtime, &api.cfg, &http_off);
     if (rc) return rc < 0 ? 0 : rc;
+    if (!http_off) c.api = &api;
     char exe[PATH_MAX], err[1024];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) {
@@ -309,11 +389,17 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     if ((rc = start(&c, runtime, err, sizeof err))) {
         nb_log("cannot start: %s", err);
+        api_set_phase(c.api, "error", 0, err);
         teardown(&c);
         return rc == NB_EINVAL || rc == NB_ENOENT || rc == NB_EFORMAT ? 2 : 1;
     }
     nb_log("instance %s ready: %s (ctl.sock), %d workers", shm_instance_id(c.inst), c.rundir, c.n_workers);
-    while (!c.stop) coord_tick(&c, 100, true);
+    api_set_phase(c.api, "ready", 1.0, "ready");
+    api_publish(&c);
+    while (!c.stop) {
+        coord_tick(&c, 100, true);
+        api_run_queued(&c);
+    }
     nb_log("shutting down");
     teardown(&c);
     nb_log("stopped");

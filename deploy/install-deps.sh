@@ -21,6 +21,7 @@ PACKAGES=(
   "libzmq3-dev       the control plane between the coordinator, the workers and nebulactl"
   "libssl-dev        SHA-256 (OpenSSL EVP) for the checksums of nebula-prepare's outputs"
   "liburing-dev      io_uring reads of cold experts and n-gram pages (nebula-ssd-pager)"
+  "libmicrohttpd-dev the coordinator's HTTP API (OpenAI-compatible, SSE streaming)"
   "python3           small build/test scripts (standard library only)"
   "chromium          headless browser of the web page's tests (tests/web/, driven by playwright-core)"
 )

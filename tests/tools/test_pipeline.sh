@@ -64,7 +64,7 @@ grep -q "no coordinator" "$tmp/e" && ok || bad "generate --server without coordi
 "$bin/nebula-coordinator" --help | grep -q -- "--prepared" && ok || bad "coordinator --help"
 "$bin/nebula-gpu-worker" --help | grep -q -- "--control" && ok || bad "gpu-worker --help"
 
-"$bin/nebula-coordinator" --model "$tmp/a.gguf" --prepared "$tmp/prep" --runtime "$run" --threads 2 2>"$tmp/coord.log" &
+"$bin/nebula-coordinator" --model "$tmp/a.gguf" --prepared "$tmp/prep" --runtime "$run" --threads 2 --http 127.0.0.1:0 2>"$tmp/coord.log" &
 coord_pid=$!
 for _ in $(seq 100); do [ -S "$run/ctl.sock" ] && break; sleep 0.1; done
 wait_ready none && ok || bad "workers not ready: $(cat "$tmp/coord.log")"
@@ -127,7 +127,7 @@ for p in $(cat "$tmp/pids"); do kill -0 "$p" 2>/dev/null && alive=$((alive + 1))
 # The default runtime directory ($XDG_RUNTIME_DIR/nebula/<instance>), found by
 # nebulactl alone and by --instance.
 mkdir -p "$tmp/xdg" # before the coordinator starts: it creates only the nebula/ folder inside
-XDG_RUNTIME_DIR=$tmp/xdg "$bin/nebula-coordinator" --model "$tmp/a.gguf" 2>"$tmp/coord.log" &
+XDG_RUNTIME_DIR=$tmp/xdg "$bin/nebula-coordinator" --model "$tmp/a.gguf" --http 127.0.0.1:0 2>"$tmp/coord.log" &
 coord_pid=$!
 for _ in $(seq 100); do ls "$tmp"/xdg/nebula/*/ctl.sock >/dev/null 2>&1 && break; sleep 0.1; done
 inst=$(XDG_RUNTIME_DIR=$tmp/xdg "$bin/nebulactl" --json status 2>/dev/null | json "d['instance']")
@@ -196,7 +196,7 @@ midkill() {
 placement_case() { # $1 = name, $2 = model, $3 = prepared dir, $4 = prefix ids, $5 = expected output, then roles to kill -9
     local name=$1 model=$2 prep=$3 ids=$4 want_out=$5 role; shift 5
     rm -rf "$run"
-    "$bin/nebula-coordinator" --model "$model" --prepared "$prep" --runtime "$run" --threads 2 2>"$tmp/coord.log" &
+    "$bin/nebula-coordinator" --model "$model" --prepared "$prep" --runtime "$run" --threads 2 --http 127.0.0.1:0 2>"$tmp/coord.log" &
     coord_pid=$!
     for _ in $(seq 100); do [ -S "$run/ctl.sock" ] && break; sleep 0.1; done
     wait_ready none || { bad "$name: workers not ready: $(cat "$tmp/coord.log" "$run"/*.log)"; return; }

@@ -29,7 +29,7 @@ measure() {
     local label=$1 model=$2 prep=$3 r rates=()
     if [ -n "$prep" ]; then
         rm -rf "$tmp/run"
-        "$bin/nebula-coordinator" --model "$model" --prepared "$prep" --runtime "$tmp/run" --threads 2 2>"$tmp/coord.log" &
+        "$bin/nebula-coordinator" --model "$model" --prepared "$prep" --runtime "$tmp/run" --threads 2 --http off 2>"$tmp/coord.log" &
         coord_pid=$!
         for _ in $(seq 300); do "$bin/nebulactl" --runtime "$tmp/run" status 2>/dev/null | grep -q ready && break; sleep 0.1; done
     fi

@@ -1,0 +1,208 @@
+/* api.h — the HTTP API of nebula-coordinator (docs/API.md).
+ *
+ * Three layers, so that each can be tested on its own:
+ *   - api_request.c (pure): a request body (JSON) → struct api_request, or an
+ *     OpenAI-style error naming the parameter at fault.  Fuzzed
+ *     (tests/fuzz/fuzz_api_request.c) and unit-tested (tests/api/).
+ *   - api_text.c (pure): the generated text → reasoning_content / content
+ *     (the `</think>` split) with stop strings; text that could still become a
+ *     stop string or `</think>` is held back, so nothing a client saw is ever
+ *     taken back.
+ *   - api_http.c (libmicrohttpd threads) and api_run.c (the coordinator's
+ *     main thread): the HTTP server parses, tokenizes and validates in its own
+ *     threads, then hands a job to a bounded queue; the main thread, the only
+ *     one that talks to the workers, runs one job at a time and publishes text
+ *     as it is generated.  Jobs, the queue, the statistics and a snapshot of
+ *     the workers' state are guarded by one mutex (struct api.mu) and one
+ *     condition variable; a pipe wakes the main thread's poll when a job
+ *     arrives. */
+#ifndef NB_COORD_API_H
+#define NB_COORD_API_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cJSON.h>
+
+#include "core/chat/chat.h"
+#include "core/sampling/sampling.h"
+
+#define API_MAX_STOP 4
+#define API_MAX_STOP_BYTES 256
+#define API_MAX_PREFILL_CHUNK 8192
+#define API_MAX_TOKENS_LIMIT (1 << 24)
+
+/* ---------- requests (api_request.c) ---------- */
+
+enum api_kind { API_CHAT, API_COMPLETION, API_TOKENIZE };
+
+struct api_error {
+    int status;        /* HTTP status */
+    char type[32];     /* "invalid_request_error", "server_error", ... */
+    char param[64];    /* "" → null */
+    char code[40];     /* "" → null */
+    char message[400];
+};
+
+/* Fills e and returns e->status. param and code may be NULL. */
+int api_errorf(struct api_error *e, int status, const char *type, const char *param, const char *code, const char *fmt,
+               ...) __attribute__((format(printf, 6, 7)));
+/* {"error":{"message","type","param","code"}} */
+cJSON *api_error_json(const struct api_error *e);
+
+struct api_request {
+    enum api_kind kind;
+    char *model;                /* NULL when absent */
+    struct chat_msg *msgs;      /* chat, and tokenize with "messages"; contents owned */
+    int n_msgs;
+    char *prompt;               /* completion prompt, tokenize text */
+    long long max_tokens;       /* -1: up to the context's end */
+    struct sampling_params sp;  /* the model's defaults for `think`, then the request's fields */
+    bool has_seed;
+    char *stop[API_MAX_STOP];
+    int n_stop;
+    bool stream, include_usage;
+    bool think;                 /* default on */
+    int accuracy_level;         /* 1-3, default 3 */
+    long long context_length;   /* 0: the model's */
+    int prefill_chunk;          /* 0: the server's --chunk */
+};
+
+/* Parses body (len bytes, no NUL needed) as a request of this kind.  0, or
+ * the HTTP status of the error (400, or 500 for out of memory) with e filled.
+ * Unknown fields are ignored; a known field of the wrong type or out of
+ * range is an error naming it.  r is always safe to api_request_free. */
+int api_parse_request(enum api_kind kind, const char *body, size_t len, struct api_request *r, struct api_error *e);
+void api_request_free(struct api_request *r);
+
+/* ---------- generated text → reasoning / content (api_text.c) ---------- */
+
+/* Receives the text as it becomes final; reasoning says which channel. */
+typedef int (*api_emit_fn)(void *ctx, bool reasoning, const char *s, size_t n);
+
+struct api_text {
+    bool reasoning;     /* inside the think block */
+    bool strip_lead;    /* content just began after </think>: leading newlines are dropped */
+    bool stopped;       /* a stop string matched: nothing more is emitted */
+    char *const *stops;
+    int n_stops;
+    char *held;         /* text not emitted yet */
+    size_t n_held, cap;
+};
+
+/* reasoning: the generation starts inside an open think block (chat with
+ * think on).  stops: n_stops non-empty strings, kept by the caller. */
+void api_text_init(struct api_text *t, bool reasoning, char *const *stops, int n_stops);
+/* Takes the next piece of decoded text; emits what is final.  Returns 1 when
+ * a stop string matched (the text before it was emitted, it and what follows
+ * are dropped), 0 otherwise, or NB_ENOMEM / an emit function's non-zero. */
+int api_text_push(struct api_text *t, const char *s, size_t n, api_emit_fn emit, void *ctx);
+/* End of the generation: emits what was held back (unless stopped). */
+int api_text_finish(struct api_text *t, api_emit_fn emit, void *ctx);
+void api_text_free(struct api_text *t);
+
+/* ---------- jobs, queue and server (api_http.c, api_run.c) ---------- */
+
+struct api_buf {
+    char *p;
+    size_t n, cap;
+};
+int api_buf_add(struct api_buf *b, const char *s, size_t n); /* 0 or NB_ENOMEM; keeps p NUL-terminated */
+void api_buf_free(struct api_buf *b);
+
+enum api_job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
+
+struct api_job {
+    /* Set by the HTTP thread before it queues the job; read-only after. */
+    int32_t *ids;
+    size_t n_ids;
+    long long max_tokens;
+    struct sampling_params sp;
+    int chunk;            /* prefill tokens per step */
+    bool think_split;     /* chat with think on: text starts as reasoning */
+    char *stop[API_MAX_STOP];
+    int n_stop;
+    double t_arrival;
+    /* Shared, under api.mu. */
+    enum api_job_state state;
+    bool cancelled;       /* the client went away */
+    struct api_buf reasoning, content;
+    long long completion_tokens;
+    size_t prefill_done;
+    const char *finish_reason; /* "stop", "length"; NULL on error or cancel */
+    struct api_error err;      /* err.status != 0: failed */
+    double queue_ms, prompt_ms, ttft_ms, decode_ms;
+    int refs;
+    struct api_job *next;
+};
+
+#define API_MAX_WORKERS 4
+
+struct api_worker_view {
+    char role[24], state[16];
+    int pid, restarts;
+};
+
+struct api_config {
+    const char *host;     /* IPv4 address */
+    int port;             /* 0: any free port */
+    int max_queue;
+    size_t max_body;
+    double keepalive_s;
+    bool demo;
+    const char *name;     /* NULL: GGUF general.name, else the file's basename */
+};
+
+struct api {
+    struct api_config cfg;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int wake[2];          /* pipe: a job was queued (read end polled by coord_tick) */
+    struct MHD_Daemon *daemon;
+    int port;             /* bound */
+    /* The model, fixed before the server starts. */
+    char name[128];
+    const char *model_path;
+    int64_t ctx, vocab;
+    int layers;
+    bool has_mtp;
+    const struct tok_tokenizer *tok;
+    int chunk_max;        /* the step ring's tokens per message */
+    double t_created;
+    /* Queue (under mu). */
+    struct api_job *head, *tail, *running;
+    int waiting;
+    bool stopping;
+    /* Published by the main thread (under mu). */
+    char phase[16];       /* starting, loading, ready, error */
+    double progress;
+    char message[256];
+    struct api_worker_view workers[API_MAX_WORKERS];
+    int n_workers;
+    double vram_hit_rate, ram_hit_rate, ssd_bytes_per_token;
+    /* Statistics (under mu). */
+    uint64_t req_ok, req_cancelled, req_invalid, req_rejected, req_failed;
+    uint64_t tokens_generated, prompt_tokens;
+    double last_tps, last_ttft_ms;
+};
+
+struct coord;
+
+/* api_http.c */
+/* Fills a->name etc. from the coordinator's model and starts the server.
+ * Prints "nebula-coordinator: http on http://HOST:PORT" on stderr. */
+int api_start(struct api *a, struct coord *c, char *err, size_t errlen);
+/* Refuses new jobs, fails the queued ones, stops the server (joins its threads). */
+void api_stop(struct api *a);
+void api_job_release(struct api *a, struct api_job *j); /* with a.mu held */
+
+/* api_run.c (main thread) */
+/* Copies the workers' state and the hit rates into the snapshot. */
+void api_publish(struct coord *c);
+void api_set_phase(struct api *a, const char *phase, double progress, const char *message);
+/* Runs the queued jobs, one after the other, until the queue is empty. */
+void api_run_queued(struct coord *c);
+
+#endif

@@ -1,0 +1,836 @@
+/* api_http.c — the HTTP server of nebula-coordinator (libmicrohttpd), docs/API.md.
+ *
+ * One thread per connection (MHD_USE_THREAD_PER_CONNECTION): a request may
+ * block its own thread while its job is queued or running, and nothing else
+ * waits for it.  Each request is parsed (api_request.c), rendered and
+ * tokenized here (the tokenizer is immutable and thread-safe), checked
+ * against the context, and only then queued, so every 4xx is answered at
+ * once and the main thread only ever sees valid jobs.  The queue is bounded:
+ * --max-queue jobs wait, one runs, more get 429.
+ *
+ * Bodies: a Content-Length over --max-body is answered 413 before any of it
+ * is read; a chunked body is counted as it arrives and dropped (not stored)
+ * once it is over the limit, then answered 413.
+ *
+ * A job's text comes back through the job itself (api.h): the main thread
+ * appends, this side copies what is new under the mutex.  A client that goes
+ * away is noticed while waiting (poll for POLLRDHUP on its socket every
+ * 200 ms) or when a write fails; either way the job is marked cancelled and
+ * the main thread stops it between two tokens or prefill steps.  Streams send
+ * `: keep-alive` comments when nothing was written for --sse-keepalive
+ * seconds (while queued, during a long prefill). */
+#include "coordinator/api.h"
+#include "coordinator/coord.h"
+
+#include "core/chat/chat.h"
+#include "core/model/model.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/util/err.h"
+#include "core/util/log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#define API_POLL_MS 200
+
+enum route { R_NONE, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_STATUS, R_TOKENIZE, R_METRICS };
+
+static const struct {
+    const char *path;
+    const char *method;
+    enum route id;
+} routes[] = {
+    {"/v1/models", "GET", R_MODELS},          {"/v1/chat/completions", "POST", R_CHAT},
+    {"/v1/completions", "POST", R_COMPLETIONS}, {"/api/status", "GET", R_STATUS},
+    {"/api/tokenize", "POST", R_TOKENIZE},    {"/metrics", "GET", R_METRICS},
+};
+
+/* Per request (MHD's con_cls). */
+struct req_ctx {
+    enum route route;
+    bool too_large;
+    size_t received;
+    struct api_buf body;
+    struct api_job *job; /* one reference */
+};
+
+static double now_s(void) { return coord_now(); }
+
+static void random_hex(char *out, size_t n_hex)
+{
+    unsigned char b[32];
+    size_t nb = (n_hex + 1) / 2 > sizeof b ? sizeof b : (n_hex + 1) / 2;
+    if (getrandom(b, nb, 0) != (ssize_t)nb)
+        for (size_t i = 0; i < nb; i++) b[i] = (unsigned char)(rand() & 0xff);
+    for (size_t i = 0; i < n_hex && i / 2 < nb; i++) out[i] = "0123456789abcdef"[(b[i / 2] >> (i % 2 ? 0 : 4)) & 15];
+    out[n_hex] = 0;
+}
+
+static uint64_t random_seed(void)
+{
+    uint64_t s;
+    if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s) s = (uint64_t)time(NULL) ^ (uint64_t)now_s() * 1000003u;
+    return s;
+}
+
+void api_job_release(struct api *a, struct api_job *j)
+{
+    (void)a;
+    if (--j->refs > 0) return;
+    free(j->ids);
+    for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
+    api_buf_free(&j->reasoning);
+    api_buf_free(&j->content);
+    free(j);
+}
+
+/* ---------- responses ---------- */
+
+static enum MHD_Result send_text(struct MHD_Connection *conn, unsigned status, const char *type, char *text)
+{
+    if (!text) return MHD_NO;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!resp) return free(text), MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    enum MHD_Result r = MHD_queue_response(conn, status, resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *conn, unsigned status, cJSON *o)
+{
+    char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return send_text(conn, status, "application/json", text);
+}
+
+static void count_error(struct api *a, int status)
+{
+    pthread_mutex_lock(&a->mu);
+    if (status == 429 || status == 503) a->req_rejected++;
+    else if (status >= 500) a->req_failed++;
+    else a->req_invalid++;
+    pthread_mutex_unlock(&a->mu);
+}
+
+static enum MHD_Result send_error(struct api *a, struct MHD_Connection *conn, const struct api_error *e)
+{
+    count_error(a, e->status);
+    return send_json(conn, (unsigned)e->status, api_error_json(e));
+}
+
+static enum MHD_Result fail(struct api *a, struct MHD_Connection *conn, int status, const char *type, const char *param,
+                            const char *code, const char *message)
+{
+    struct api_error e;
+    api_errorf(&e, status, type, param, code, "%s", message);
+    return send_error(a, conn, &e);
+}
+
+/* ---------- GET endpoints ---------- */
+
+static cJSON *model_object(const struct api *a)
+{
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", a->name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", floor(a->t_created));
+    cJSON_AddStringToObject(m, "owned_by", "nebula");
+    return m;
+}
+
+static const char demo_notice[] =
+    "This is the bundled demo model: a tiny model with random weights. Its answers are noise; it exists so that "
+    "the chat, the API and the pipeline can be tried without downloading a real model.";
+
+static cJSON *status_json(struct api *a)
+{
+    cJSON *r = cJSON_CreateObject(), *m, *ws, *q, *l, *st;
+    pthread_mutex_lock(&a->mu);
+    cJSON_AddStringToObject(r, "phase", a->phase);
+    cJSON_AddNumberToObject(r, "progress", a->progress);
+    cJSON_AddStringToObject(r, "message", a->message);
+    m = cJSON_AddObjectToObject(r, "model");
+    cJSON_AddStringToObject(m, "id", a->name);
+    cJSON_AddStringToObject(m, "path", a->model_path);
+    cJSON_AddBoolToObject(m, "demo", a->cfg.demo);
+    if (a->cfg.demo) cJSON_AddStringToObject(m, "notice", demo_notice);
+    cJSON_AddNumberToObject(m, "context_length", (double)a->ctx);
+    cJSON_AddNumberToObject(m, "vocab", (double)a->vocab);
+    cJSON_AddNumberToObject(m, "layers", a->layers);
+    cJSON_AddBoolToObject(m, "has_mtp", a->has_mtp);
+    cJSON_AddBoolToObject(m, "has_tokenizer", a->tok != NULL);
+    ws = cJSON_AddArrayToObject(r, "workers");
+    for (int i = 0; i < a->n_workers; i++) {
+        cJSON *w = cJSON_CreateObject();
+        cJSON_AddStringToObject(w, "role", a->workers[i].role);
+        cJSON_AddStringToObject(w, "state", a->workers[i].state);
+        cJSON_AddNumberToObject(w, "pid", a->workers[i].pid);
+        cJSON_AddNumberToObject(w, "restarts", a->workers[i].restarts);
+        cJSON_AddItemToArray(ws, w);
+    }
+    q = cJSON_AddObjectToObject(r, "queue");
+    cJSON_AddNumberToObject(q, "running", a->running ? 1 : 0);
+    cJSON_AddNumberToObject(q, "waiting", a->waiting);
+    cJSON_AddNumberToObject(q, "capacity", a->cfg.max_queue);
+    l = cJSON_AddObjectToObject(r, "limits");
+    cJSON_AddNumberToObject(l, "max_body_bytes", (double)a->cfg.max_body);
+    cJSON_AddNumberToObject(l, "context_length", (double)a->ctx);
+    cJSON_AddNumberToObject(l, "max_prefill_chunk", a->chunk_max);
+    st = cJSON_AddObjectToObject(r, "stats");
+    cJSON_AddNumberToObject(st, "requests", (double)(a->req_ok + a->req_cancelled + a->req_invalid + a->req_rejected + a->req_failed));
+    cJSON_AddNumberToObject(st, "requests_ok", (double)a->req_ok);
+    cJSON_AddNumberToObject(st, "requests_cancelled", (double)a->req_cancelled);
+    cJSON_AddNumberToObject(st, "tokens_generated", (double)a->tokens_generated);
+    cJSON_AddNumberToObject(st, "last_tokens_per_s", a->last_tps);
+    cJSON_AddNumberToObject(st, "last_ttft_ms", a->last_ttft_ms);
+    cJSON_AddNumberToObject(st, "vram_hit_rate", a->vram_hit_rate);
+    cJSON_AddNumberToObject(st, "ram_hit_rate", a->ram_hit_rate);
+    cJSON_AddNumberToObject(st, "ssd_bytes_per_token", a->ssd_bytes_per_token);
+    pthread_mutex_unlock(&a->mu);
+    return r;
+}
+
+static char *metrics_text(struct api *a)
+{
+    struct api_buf b = {0};
+    char line[512];
+#define M(...) (snprintf(line, sizeof line, __VA_ARGS__), api_buf_add(&b, line, strlen(line)))
+    pthread_mutex_lock(&a->mu);
+    M("# HELP nebula_up 1 when the model is loaded and every worker ready.\n# TYPE nebula_up gauge\nnebula_up %d\n",
+      !strcmp(a->phase, "ready"));
+    M("# HELP nebula_requests_total HTTP generation and API requests by outcome.\n# TYPE nebula_requests_total counter\n");
+    M("nebula_requests_total{status=\"ok\"} %llu\n", (unsigned long long)a->req_ok);
+    M("nebula_requests_total{status=\"cancelled\"} %llu\n", (unsigned long long)a->req_cancelled);
+    M("nebula_requests_total{status=\"invalid\"} %llu\n", (unsigned long long)a->req_invalid);
+    M("nebula_requests_total{status=\"rejected\"} %llu\n", (unsigned long long)a->req_rejected);
+    M("nebula_requests_total{status=\"failed\"} %llu\n", (unsigned long long)a->req_failed);
+    M("# HELP nebula_tokens_generated_total Tokens sampled for HTTP requests.\n# TYPE nebula_tokens_generated_total counter\n"
+      "nebula_tokens_generated_total %llu\n", (unsigned long long)a->tokens_generated);
+    M("# HELP nebula_prompt_tokens_total Prompt tokens of completed HTTP requests.\n# TYPE nebula_prompt_tokens_total counter\n"
+      "nebula_prompt_tokens_total %llu\n", (unsigned long long)a->prompt_tokens);
+    M("# HELP nebula_tokens_per_second Decode speed of the last completed request.\n# TYPE nebula_tokens_per_second gauge\n"
+      "nebula_tokens_per_second %.6g\n", a->last_tps);
+    M("# HELP nebula_time_to_first_token_seconds Time to first token of the last completed request (queue included).\n"
+      "# TYPE nebula_time_to_first_token_seconds gauge\nnebula_time_to_first_token_seconds %.6g\n", a->last_ttft_ms / 1e3);
+    M("# HELP nebula_queue_waiting Requests waiting.\n# TYPE nebula_queue_waiting gauge\nnebula_queue_waiting %d\n", a->waiting);
+    M("# HELP nebula_queue_running Requests generating (0 or 1).\n# TYPE nebula_queue_running gauge\nnebula_queue_running %d\n",
+      a->running ? 1 : 0);
+    M("# HELP nebula_queue_capacity Requests that may wait.\n# TYPE nebula_queue_capacity gauge\nnebula_queue_capacity %d\n",
+      a->cfg.max_queue);
+    M("# HELP nebula_vram_hit_rate Routed experts found in the VRAM tier.\n# TYPE nebula_vram_hit_rate gauge\nnebula_vram_hit_rate %.6g\n",
+      a->vram_hit_rate);
+    M("# HELP nebula_ram_hit_rate Experts of the cpu-moe-worker found in the RAM tier.\n# TYPE nebula_ram_hit_rate gauge\n"
+      "nebula_ram_hit_rate %.6g\n", a->ram_hit_rate);
+    M("# HELP nebula_ssd_bytes_per_token Bytes read from SSD per token evaluated.\n# TYPE nebula_ssd_bytes_per_token gauge\n"
+      "nebula_ssd_bytes_per_token %.6g\n", a->ssd_bytes_per_token);
+    M("# HELP nebula_worker_up 1 when the worker is ready.\n# TYPE nebula_worker_up gauge\n");
+    for (int i = 0; i < a->n_workers; i++) M("nebula_worker_up{role=\"%s\"} %d\n", a->workers[i].role, !strcmp(a->workers[i].state, "ready"));
+    M("# HELP nebula_worker_restarts_total Restarts of each worker.\n# TYPE nebula_worker_restarts_total counter\n");
+    for (int i = 0; i < a->n_workers; i++) M("nebula_worker_restarts_total{role=\"%s\"} %d\n", a->workers[i].role, a->workers[i].restarts);
+#undef M
+    pthread_mutex_unlock(&a->mu);
+    return b.p;
+}
+
+/* ---------- tokenizing ---------- */
+
+/* ids of text (control tokens parsed: the chat template's own markers). */
+static int encode(const struct api *a, const char *text, int32_t **ids, size_t *n, struct api_error *e)
+{
+    char err[256];
+    size_t len = strlen(text), cap = len + 16;
+    *ids = malloc(cap * sizeof **ids);
+    if (!*ids) return api_errorf(e, 500, "server_error", NULL, NULL, "out of memory");
+    int rc = tok_encode(a->tok, text, len, true, *ids, cap, n, err, sizeof err);
+    if (!rc && *n > cap) {
+        int32_t *more = realloc(*ids, *n * sizeof *more);
+        if (!more) return api_errorf(e, 500, "server_error", NULL, NULL, "out of memory");
+        *ids = more;
+        rc = tok_encode(a->tok, text, len, true, *ids, *n, n, err, sizeof err);
+    }
+    return rc ? api_errorf(e, 500, "server_error", NULL, NULL, "tokenizer: %s", err) : 0;
+}
+
+/* The request's prompt as ids: the chat template for messages, else the text. */
+static int prompt_ids(const struct api *a, const struct api_request *r, int32_t **ids, size_t *n, struct api_error *e)
+{
+    *ids = NULL, *n = 0;
+    if (!a->tok) return api_errorf(e, 400, "invalid_request_error", NULL, "no_tokenizer", "this model has no tokenizer");
+    if (!r->msgs) return encode(a, r->prompt, ids, n, e);
+    char *text, err[256];
+    size_t len;
+    int rc = chat_render(r->msgs, r->n_msgs, r->think, &text, &len, err, sizeof err);
+    if (rc == NB_ENOMEM) return api_errorf(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (rc) return api_errorf(e, 400, "invalid_request_error", "messages", "invalid_value", "%s", err);
+    rc = encode(a, text, ids, n, e);
+    free(text);
+    return rc;
+}
+
+static enum MHD_Result tokenize(struct api *a, struct MHD_Connection *conn, struct req_ctx *rc)
+{
+    struct api_request r;
+    struct api_error e;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (api_parse_request(API_TOKENIZE, rc->body.p ? rc->body.p : "", rc->body.n, &r, &e) || prompt_ids(a, &r, &ids, &n, &e)) {
+        api_request_free(&r);
+        free(ids);
+        return send_error(a, conn, &e);
+    }
+    api_request_free(&r);
+    cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "tokens");
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+    cJSON_AddNumberToObject(o, "count", (double)n);
+    free(ids);
+    return send_json(conn, 200, o);
+}
+
+/* ---------- generation ---------- */
+
+/* True when the client closed its side (or the socket broke). */
+static bool peer_gone(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+static void wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double t)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double d = t - now_s();
+    if (d < 0) d = 0;
+    long long ns = (long long)ts.tv_nsec + (long long)(d * 1e9);
+    ts.tv_sec += (time_t)(ns / 1000000000ll);
+    ts.tv_nsec = (long)(ns % 1000000000ll);
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+struct gen_info { /* what a response needs besides the job */
+    enum api_kind kind;
+    char id[48];
+    double created;
+    int accuracy_level;
+    bool include_usage, think;
+};
+
+static void add_timings(cJSON *o, const struct api_job *j)
+{
+    cJSON *t = cJSON_AddObjectToObject(o, "timings");
+    cJSON_AddNumberToObject(t, "prompt_tokens", (double)j->n_ids);
+    cJSON_AddNumberToObject(t, "prompt_ms", j->prompt_ms);
+    cJSON_AddNumberToObject(t, "ttft_ms", j->ttft_ms);
+    cJSON_AddNumberToObject(t, "completion_tokens", (double)j->completion_tokens);
+    cJSON_AddNumberToObject(t, "decode_ms", j->decode_ms);
+    cJSON_AddNumberToObject(t, "tokens_per_s",
+                            j->completion_tokens > 1 && j->decode_ms > 0 ? (double)(j->completion_tokens - 1) / (j->decode_ms / 1e3) : 0);
+    cJSON_AddNumberToObject(t, "queue_ms", j->queue_ms);
+}
+
+static void add_usage(cJSON *o, const struct api_job *j)
+{
+    cJSON *u = cJSON_AddObjectToObject(o, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", (double)j->n_ids);
+    cJSON_AddNumberToObject(u, "completion_tokens", (double)j->completion_tokens);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)(j->n_ids + (size_t)j->completion_tokens));
+}
+
+static void add_nebula(cJSON *o, const struct gen_info *g)
+{
+    cJSON *n = cJSON_AddObjectToObject(o, "nebula");
+    cJSON_AddNumberToObject(n, "accuracy_level", g->accuracy_level);
+    cJSON_AddNumberToObject(n, "accuracy_level_effective", 3); /* no MTP speculation yet: every level runs exact */
+    cJSON_AddBoolToObject(n, "think", g->think);
+}
+
+static cJSON *envelope(const struct api *a, const struct gen_info *g, bool chunk)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", g->id);
+    cJSON_AddStringToObject(o, "object", g->kind == API_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
+    cJSON_AddNumberToObject(o, "created", floor(g->created));
+    cJSON_AddStringToObject(o, "model", a->name);
+    return o;
+}
+
+/* The finished job as one response (non-streaming); with a.mu held. */
+static cJSON *completion_json(const struct api *a, const struct gen_info *g, const struct api_job *j)
+{
+    cJSON *o = envelope(a, g, false), *cs = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
+    cJSON_AddItemToArray(cs, ch);
+    cJSON_AddNumberToObject(ch, "index", 0);
+    if (g->kind == API_CHAT) {
+        cJSON *m = cJSON_AddObjectToObject(ch, "message");
+        cJSON_AddStringToObject(m, "role", "assistant");
+        cJSON_AddStringToObject(m, "content", j->content.p ? j->content.p : "");
+        if (g->think) cJSON_AddStringToObject(m, "reasoning_content", j->reasoning.p ? j->reasoning.p : "");
+    } else {
+        cJSON_AddStringToObject(ch, "text", j->content.p ? j->content.p : "");
+        cJSON_AddNullToObject(ch, "logprobs");
+    }
+    cJSON_AddStringToObject(ch, "finish_reason", j->finish_reason);
+    add_usage(o, j);
+    add_timings(o, j);
+    add_nebula(o, g);
+    return o;
+}
+
+/* A streamed response: SSE events built here, handed to MHD piece by piece. */
+struct stream {
+    struct api *a;
+    struct api_job *j; /* one reference */
+    struct MHD_Connection *conn;
+    struct gen_info g;
+    size_t r_off, c_off;  /* job text already sent */
+    bool started, finished;
+    struct api_buf out;
+    size_t out_off;
+    double last_write;
+};
+
+static int add_event(struct stream *s, cJSON *o)
+{
+    char *t = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!t) return NB_ENOMEM;
+    int rc = api_buf_add(&s->out, "data: ", 6);
+    if (!rc) rc = api_buf_add(&s->out, t, strlen(t));
+    if (!rc) rc = api_buf_add(&s->out, "\n\n", 2);
+    free(t);
+    return rc;
+}
+
+/* A chunk with one choice: delta (chat) or text (completions). */
+static int add_chunk(struct stream *s, const char *field, const char *text, size_t n, const char *finish)
+{
+    cJSON *o = envelope(s->a, &s->g, true), *cs = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
+    cJSON_AddItemToArray(cs, ch);
+    cJSON_AddNumberToObject(ch, "index", 0);
+    char *copy = NULL;
+    if (field) {
+        if (!(copy = malloc(n + 1))) return cJSON_Delete(o), NB_ENOMEM;
+        memcpy(copy, text, n), copy[n] = 0;
+    }
+    if (s->g.kind == API_CHAT) {
+        cJSON *d = cJSON_AddObjectToObject(ch, "delta");
+        if (!s->started) cJSON_AddStringToObject(d, "role", "assistant");
+        if (field) cJSON_AddStringToObject(d, field, copy);
+    } else {
+        cJSON_AddStringToObject(ch, "text", copy ? copy : "");
+        cJSON_AddNullToObject(ch, "logprobs");
+    }
+    free(copy);
+    if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
+    else cJSON_AddNullToObject(ch, "finish_reason");
+    return add_event(s, o);
+}
+
+/* What the job produced since the last call, as events; with a.mu held. */
+static int stream_news(struct stream *s)
+{
+    struct api_job *j = s->j;
+    int rc = 0;
+    if (j->reasoning.n > s->r_off) {
+        rc = add_chunk(s, "reasoning_content", j->reasoning.p + s->r_off, j->reasoning.n - s->r_off, NULL);
+        s->r_off = j->reasoning.n;
+    }
+    if (!rc && j->content.n > s->c_off) {
+        rc = add_chunk(s, s->g.kind == API_CHAT ? "content" : "text", j->content.p + s->c_off, j->content.n - s->c_off, NULL);
+        s->c_off = j->content.n;
+    }
+    if (rc || j->state != JOB_DONE) return rc;
+    if (j->err.status || !j->finish_reason) {
+        struct api_error e = j->err;
+        if (!e.status) api_errorf(&e, 503, "server_error", NULL, "cancelled", "the generation was cancelled (the server is stopping)");
+        rc = add_event(s, api_error_json(&e));
+    } else {
+        cJSON *o = envelope(s->a, &s->g, true), *cs = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
+        cJSON_AddItemToArray(cs, ch);
+        cJSON_AddNumberToObject(ch, "index", 0);
+        if (s->g.kind == API_CHAT) cJSON_AddObjectToObject(ch, "delta");
+        else cJSON_AddStringToObject(ch, "text", ""), cJSON_AddNullToObject(ch, "logprobs");
+        cJSON_AddStringToObject(ch, "finish_reason", j->finish_reason);
+        add_timings(o, j);
+        add_nebula(o, &s->g);
+        rc = add_event(s, o);
+        if (!rc && s->g.include_usage) {
+            o = envelope(s->a, &s->g, true);
+            cJSON_AddArrayToObject(o, "choices");
+            add_usage(o, j);
+            rc = add_event(s, o);
+        }
+    }
+    if (!rc) rc = api_buf_add(&s->out, "data: [DONE]\n\n", 14);
+    s->finished = true;
+    return rc;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct stream *s = cls;
+    struct api *a = s->a;
+    (void)pos;
+    for (;;) {
+        if (s->out_off < s->out.n) {
+            size_t n = s->out.n - s->out_off < max ? s->out.n - s->out_off : max;
+            memcpy(buf, s->out.p + s->out_off, n);
+            s->out_off += n;
+            if (s->out_off == s->out.n) s->out.n = s->out_off = 0;
+            s->last_write = now_s();
+            return (ssize_t)n;
+        }
+        if (s->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!s->started) {
+            if (add_chunk(s, s->g.kind == API_CHAT ? "content" : NULL, "", 0, NULL)) return MHD_CONTENT_READER_END_WITH_ERROR;
+            s->started = true;
+            continue;
+        }
+        pthread_mutex_lock(&a->mu);
+        struct api_job *j = s->j;
+        for (;;) {
+            if (j->reasoning.n > s->r_off || j->content.n > s->c_off || j->state == JOB_DONE) break;
+            double t = now_s(), ka = s->last_write + a->cfg.keepalive_s;
+            if (t >= ka) break;
+            wait_until(&a->cv, &a->mu, ka < t + API_POLL_MS / 1e3 ? ka : t + API_POLL_MS / 1e3);
+            if (peer_gone(s->conn)) {
+                j->cancelled = true;
+                pthread_mutex_unlock(&a->mu);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+        }
+        int rc = stream_news(s);
+        pthread_mutex_unlock(&a->mu);
+        if (rc) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (s->out.n == 0 && api_buf_add(&s->out, ": keep-alive\n\n", 14)) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+}
+
+static void stream_free(void *cls)
+{
+    struct stream *s = cls;
+    pthread_mutex_lock(&s->a->mu);
+    if (s->j->state != JOB_DONE) s->j->cancelled = true;
+    api_job_release(s->a, s->j);
+    pthread_mutex_unlock(&s->a->mu);
+    api_buf_free(&s->out);
+    free(s);
+}
+
+static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, struct req_ctx *rc, enum api_kind kind)
+{
+    struct api_request r;
+    struct api_error e = {0};
+    struct api_job *j = NULL;
+    char ready[16];
+    double progress;
+    int st = api_parse_request(kind, rc->body.p ? rc->body.p : "", rc->body.n, &r, &e);
+    pthread_mutex_lock(&a->mu);
+    snprintf(ready, sizeof ready, "%s", a->phase);
+    progress = a->progress;
+    pthread_mutex_unlock(&a->mu);
+    const char *pname = kind == API_CHAT ? "messages" : "prompt";
+    if (st) goto fail;
+    if (r.model && strcmp(r.model, a->name)) {
+        api_errorf(&e, 404, "invalid_request_error", "model", "model_not_found", "the model '%.80s' does not exist; this server has '%s'",
+                   r.model, a->name);
+        goto fail;
+    }
+    if (strcmp(ready, "ready")) {
+        api_errorf(&e, 503, "server_error", NULL, "model_not_ready", "the model is not ready yet (phase %s, %.0f%%): see /api/status",
+                   ready, progress * 100);
+        goto fail;
+    }
+    int64_t ctx = a->ctx;
+    if (r.context_length > a->ctx) {
+        api_errorf(&e, 400, "invalid_request_error", "context_length", "invalid_value",
+                   "'context_length' is %lld; this model's context holds %lld tokens", r.context_length, (long long)a->ctx);
+        goto fail;
+    }
+    if (r.context_length) ctx = r.context_length;
+    if (!(j = calloc(1, sizeof *j))) {
+        api_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
+        goto fail;
+    }
+    j->refs = 1;
+    if (prompt_ids(a, &r, &j->ids, &j->n_ids, &e)) goto fail;
+    if (j->n_ids == 0) {
+        api_errorf(&e, 400, "invalid_request_error", pname, "invalid_value", "the prompt is empty");
+        goto fail;
+    }
+    if ((int64_t)j->n_ids >= ctx) {
+        api_errorf(&e, 400, "invalid_request_error", pname, "context_length_exceeded",
+                   "the prompt has %zu tokens; the context holds %lld, and at least one must be left to generate", j->n_ids, (long long)ctx);
+        goto fail;
+    }
+    if (r.max_tokens >= 0 && (int64_t)j->n_ids + r.max_tokens > ctx) {
+        api_errorf(&e, 400, "invalid_request_error", "max_tokens", "context_length_exceeded",
+                   "the prompt has %zu tokens and max_tokens is %lld: %lld in all, over the context of %lld", j->n_ids, r.max_tokens,
+                   (long long)j->n_ids + r.max_tokens, (long long)ctx);
+        goto fail;
+    }
+    j->max_tokens = r.max_tokens >= 0 ? r.max_tokens : ctx - (int64_t)j->n_ids;
+    j->sp = r.sp;
+    if (!r.has_seed) j->sp.seed = random_seed();
+    j->chunk = r.prefill_chunk;
+    j->think_split = kind == API_CHAT && r.think;
+    for (int i = 0; i < r.n_stop; i++) j->stop[i] = r.stop[i], r.stop[i] = NULL;
+    j->n_stop = r.n_stop;
+    j->t_arrival = now_s();
+    struct gen_info g = {.kind = kind, .created = (double)time(NULL), .accuracy_level = r.accuracy_level,
+                         .include_usage = r.include_usage, .think = j->think_split};
+    strcpy(g.id, kind == API_CHAT ? "chatcmpl-" : "cmpl-");
+    random_hex(g.id + strlen(g.id), 24);
+    bool stream = r.stream;
+    api_request_free(&r);
+
+    pthread_mutex_lock(&a->mu);
+    if (a->stopping) st = api_errorf(&e, 503, "server_error", NULL, "shutting_down", "the server is stopping");
+    else if (a->waiting >= a->cfg.max_queue)
+        st = api_errorf(&e, 429, "rate_limit_exceeded", NULL, "queue_full",
+                        "the queue is full (%d waiting, 1 running): try again later", a->waiting);
+    if (st) {
+        pthread_mutex_unlock(&a->mu);
+        api_job_release(a, j);
+        return send_error(a, conn, &e);
+    }
+    j->refs = 2; /* the queue's (the main thread releases it when done) and this request's */
+    if (a->tail) a->tail->next = j;
+    else a->head = j;
+    a->tail = j;
+    a->waiting++;
+    pthread_mutex_unlock(&a->mu);
+    rc->job = j;
+    if (write(a->wake[1], "j", 1) < 0 && errno != EAGAIN) nb_log("http: cannot wake the main loop: %s", strerror(errno));
+
+    if (stream) {
+        struct stream *s = calloc(1, sizeof *s);
+        if (!s) return MHD_NO;
+        *s = (struct stream){.a = a, .j = j, .conn = conn, .g = g, .last_write = now_s()};
+        pthread_mutex_lock(&a->mu);
+        j->refs++;
+        pthread_mutex_unlock(&a->mu);
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
+        if (!resp) return stream_free(s), MHD_NO;
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        enum MHD_Result res = MHD_queue_response(conn, 200, resp);
+        MHD_destroy_response(resp);
+        return res;
+    }
+    /* Non-streaming: this connection's thread waits for the job. */
+    pthread_mutex_lock(&a->mu);
+    while (j->state != JOB_DONE) {
+        wait_until(&a->cv, &a->mu, now_s() + API_POLL_MS / 1e3);
+        if (j->state != JOB_DONE && peer_gone(conn)) {
+            j->cancelled = true;
+            pthread_mutex_unlock(&a->mu);
+            return MHD_NO;
+        }
+    }
+    cJSON *o = NULL;
+    if (j->err.status) e = j->err;
+    else if (!j->finish_reason) api_errorf(&e, 503, "server_error", NULL, "cancelled", "the generation was cancelled (the server is stopping)");
+    else o = completion_json(a, &g, j);
+    pthread_mutex_unlock(&a->mu);
+    return o ? send_json(conn, 200, o) : send_json(conn, (unsigned)e.status, api_error_json(&e));
+fail:
+    api_request_free(&r);
+    if (j) api_job_release(a, j);
+    return send_error(a, conn, &e);
+}
+
+/* ---------- dispatch ---------- */
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                              const char *version, const char *upload_data, size_t *upload_size, void **con_cls)
+{
+    struct api *a = cls;
+    struct req_ctx *rc = *con_cls;
+    (void)version;
+    if (!rc) {
+        if (!(rc = calloc(1, sizeof *rc))) return MHD_NO;
+        *con_cls = rc;
+        bool path_known = false;
+        bool head = !strcmp(method, "HEAD");
+        for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
+            if (strcmp(url, routes[i].path)) continue;
+            path_known = true;
+            if (!strcmp(method, routes[i].method) || (head && !strcmp(routes[i].method, "GET"))) rc->route = routes[i].id;
+        }
+        if (!path_known && !strncmp(url, "/v1/models/", 11) && url[11]) {
+            path_known = true;
+            if (!strcmp(method, "GET") || head) rc->route = R_MODEL;
+        }
+        if (!path_known) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "no such endpoint: %s %.120s", method, url);
+            return fail(a, conn, 404, "invalid_request_error", NULL, "not_found", msg);
+        }
+        if (rc->route == R_NONE) {
+            struct api_error e;
+            api_errorf(&e, 405, "invalid_request_error", NULL, "method_not_allowed", "%s is not allowed on %.120s", method, url);
+            count_error(a, 405);
+            cJSON *o = api_error_json(&e);
+            char *t = cJSON_PrintUnformatted(o);
+            cJSON_Delete(o);
+            struct MHD_Response *resp = t ? MHD_create_response_from_buffer(strlen(t), t, MHD_RESPMEM_MUST_FREE) : NULL;
+            if (!resp) return free(t), MHD_NO;
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+            bool post = false;
+            for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
+                if (!strcmp(url, routes[i].path)) post = !strcmp(routes[i].method, "POST");
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, post ? "POST" : "GET, HEAD");
+            enum MHD_Result r = MHD_queue_response(conn, 405, resp);
+            MHD_destroy_response(resp);
+            return r;
+        }
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > a->cfg.max_body) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "the body has %.20s bytes; the limit is %zu", cl, a->cfg.max_body);
+            return fail(a, conn, 413, "invalid_request_error", NULL, "request_too_large", msg);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        rc->received += *upload_size;
+        if (rc->received > a->cfg.max_body) rc->too_large = true, api_buf_free(&rc->body);
+        else if (api_buf_add(&rc->body, upload_data, *upload_size)) return MHD_NO;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (rc->too_large) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "the body is over the limit of %zu bytes", a->cfg.max_body);
+        return fail(a, conn, 413, "invalid_request_error", NULL, "request_too_large", msg);
+    }
+    switch (rc->route) {
+    case R_MODELS: {
+        cJSON *o = cJSON_CreateObject(), *d = cJSON_AddArrayToObject(o, "data");
+        cJSON_AddStringToObject(o, "object", "list");
+        cJSON_AddItemToArray(d, model_object(a));
+        return send_json(conn, 200, o);
+    }
+    case R_MODEL:
+        if (strcmp(url + 11, a->name)) {
+            char msg[320];
+            snprintf(msg, sizeof msg, "the model '%.80s' does not exist; this server has '%.80s'", url + 11, a->name);
+            return fail(a, conn, 404, "invalid_request_error", "model", "model_not_found", msg);
+        }
+        return send_json(conn, 200, model_object(a));
+    case R_STATUS: return send_json(conn, 200, status_json(a));
+    case R_METRICS: return send_text(conn, 200, "text/plain; version=0.0.4; charset=utf-8", metrics_text(a));
+    case R_TOKENIZE: return tokenize(a, conn, rc);
+    case R_CHAT: return generate(a, conn, rc, API_CHAT);
+    case R_COMPLETIONS: return generate(a, conn, rc, API_COMPLETION);
+    case R_NONE: break;
+    }
+    return MHD_NO;
+}
+
+static void completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    struct api *a = cls;
+    struct req_ctx *rc = *con_cls;
+    (void)conn, (void)toe;
+    if (!rc) return;
+    if (rc->job) {
+        pthread_mutex_lock(&a->mu);
+        if (rc->job->state != JOB_DONE) rc->job->cancelled = true;
+        api_job_release(a, rc->job);
+        pthread_mutex_unlock(&a->mu);
+    }
+    api_buf_free(&rc->body);
+    free(rc);
+    *con_cls = NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char line[512];
+    (void)cls;
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && line[n - 1] == '\n') line[--n] = 0;
+    nb_log("http: %s", line);
+}
+
+int api_start(struct api *a, struct coord *c, char *err, size_t errlen)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    a->model_path = c->model_path;
+    a->ctx = hp->n_ctx_train > 0 ? hp->n_ctx_train : 32768;
+    a->vocab = hp->n_vocab, a->layers = hp->n_layer, a->has_mtp = hp->n_nextn > 0;
+    a->tok = c->tok;
+    a->chunk_max = c->chunk;
+    a->t_created = (double)time(NULL);
+    const char *name = a->cfg.name;
+    if (!name && gguf_find_key(c->m->gguf, "general.name") >= 0 && gguf_get_str(c->m->gguf, "general.name", &name, NULL, 0)) name = NULL;
+    if (!name) {
+        const char *slash = strrchr(c->model_path, '/');
+        name = slash ? slash + 1 : c->model_path;
+    }
+    snprintf(a->name, sizeof a->name, "%s", name);
+    snprintf(a->phase, sizeof a->phase, "loading");
+    snprintf(a->message, sizeof a->message, "starting the workers");
+    a->progress = 0.1;
+    if (pthread_mutex_init(&a->mu, NULL) || pthread_cond_init(&a->cv, NULL)) return nb_errf(err, errlen, NB_ENOMEM, "cannot create a mutex");
+    if (pipe2(a->wake, O_CLOEXEC | O_NONBLOCK)) return nb_errf(err, errlen, NB_EIO, "pipe: %s", strerror(errno));
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)a->cfg.port)};
+    if (inet_pton(AF_INET, a->cfg.host, &sa.sin_addr) != 1)
+        return nb_errf(err, errlen, NB_EINVAL, "--http: '%s' is not an IPv4 address", a->cfg.host);
+    /* The server's threads inherit this thread's signal mask: they leave
+     * SIGINT, SIGTERM and SIGCHLD to the main thread, whose poll they end. */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT), sigaddset(&block, SIGTERM), sigaddset(&block, SIGCHLD);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    a->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG, 0, NULL,
+                                 NULL, handle, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, a, MHD_OPTION_SOCK_ADDR,
+                                 (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED, completed, a,
+                                 MHD_OPTION_CONNECTION_LIMIT, 128u, MHD_OPTION_END);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!a->daemon) return nb_errf(err, errlen, NB_EIO, "cannot listen on %s:%d (in use, or not an address of this host)", a->cfg.host, a->cfg.port);
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(a->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    a->port = di ? di->port : a->cfg.port;
+    fprintf(stderr, "nebula-coordinator: http on http://%s:%d\n", a->cfg.host, a->port);
+    return 0;
+}
+
+void api_stop(struct api *a)
+{
+    if (!a->daemon) return;
+    pthread_mutex_lock(&a->mu);
+    a->stopping = true;
+    /* Queued jobs end without running; the running one was stopped by the loop. */
+    while (a->head) {
+        struct api_job *j = a->head;
+        a->head = j->next;
+        j->state = JOB_DONE;
+        api_job_release(a, j);
+    }
+    a->tail = NULL, a->waiting = 0;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    MHD_stop_daemon(a->daemon);
+    a->daemon = NULL;
+    close(a->wake[0]), close(a->wake[1]);
+}

@@ -1,0 +1,233 @@
+/* api_run.c — the HTTP API's jobs, run by the coordinator's main thread.
+ *
+ * The main thread is the only one that talks to the workers, so it runs the
+ * queued jobs one after the other (api_run_queued, called by the loop after
+ * each tick; a pipe written by the HTTP threads wakes the tick's poll).  For
+ * each sampled token it decodes the text (the tokenizer's streaming decoder:
+ * whole UTF-8 characters only), passes it through the reasoning/stop filter
+ * (api_text.c) and appends what is final to the job, waking the HTTP thread
+ * that streams it.  Cancellation (the client went away, or shutdown) is
+ * checked after every prefill step and every token.  api_publish copies what
+ * /api/status and /metrics show about the workers into the shared snapshot,
+ * so the HTTP threads never read the coordinator's own state. */
+#include "coordinator/api.h"
+#include "coordinator/coord.h"
+
+#include "core/tokenizer/tokenizer.h"
+#include "core/util/err.h"
+#include "core/util/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int api_buf_add(struct api_buf *b, const char *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return NB_ENOMEM;
+        b->p = p, b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
+}
+
+void api_buf_free(struct api_buf *b)
+{
+    free(b->p);
+    *b = (struct api_buf){0};
+}
+
+void api_set_phase(struct api *a, const char *phase, double progress, const char *message)
+{
+    if (!a || !a->daemon) return;
+    pthread_mutex_lock(&a->mu);
+    snprintf(a->phase, sizeof a->phase, "%s", phase);
+    a->progress = progress;
+    snprintf(a->message, sizeof a->message, "%s", message);
+    pthread_mutex_unlock(&a->mu);
+}
+
+void api_publish(struct coord *c)
+{
+    struct api *a = c->api;
+    if (!a || !a->daemon) return;
+    double vram = 0, ram = 0, ssd = 0;
+    if (c->stats) {
+        uint64_t h = shm_stats_get(c->stats, 0, SHM_STAT_EXPERT_HITS), m = shm_stats_get(c->stats, 0, SHM_STAT_EXPERT_MISSES);
+        uint64_t rh = shm_stats_get(c->stats, 1, SHM_STAT_EXPERT_HITS), rm = shm_stats_get(c->stats, 1, SHM_STAT_EXPERT_MISSES);
+        uint64_t tok = shm_stats_get(c->stats, 0, SHM_STAT_TOKENS), rd = shm_stats_get(c->stats, 2, SHM_STAT_BYTES_READ);
+        vram = h + m ? (double)h / (double)(h + m) : 0;
+        ram = rh + rm ? (double)rh / (double)(rh + rm) : 0;
+        ssd = tok ? (double)rd / (double)tok : 0;
+    }
+    pthread_mutex_lock(&a->mu);
+    a->n_workers = c->n_workers < API_MAX_WORKERS ? c->n_workers : API_MAX_WORKERS;
+    double done = 0;
+    for (int i = 0; i < a->n_workers; i++) {
+        const struct coord_worker *w = &c->w[i];
+        struct api_worker_view *v = &a->workers[i];
+        snprintf(v->role, sizeof v->role, "%s", w->role);
+        snprintf(v->state, sizeof v->state, "%s", coord_wstate_name(w->state));
+        v->pid = (int)w->pid, v->restarts = w->restarts;
+        done += w->state == W_READY ? 1.0 : w->state == W_CONFIGURING ? 0.5 : w->state == W_STARTING ? 0.1 : 0;
+    }
+    /* Loading: the model is open (0.1); the rest is the workers' start-up
+     * (a gpu-worker loading a large model sits in "configuring"). */
+    if (!strcmp(a->phase, "loading") && a->n_workers) a->progress = 0.1 + 0.9 * done / a->n_workers;
+    a->vram_hit_rate = vram, a->ram_hit_rate = ram, a->ssd_bytes_per_token = ssd;
+    pthread_mutex_unlock(&a->mu);
+}
+
+struct run_ctx {
+    struct coord *c;
+    struct api *a;
+    struct api_job *j;
+    tok_decoder *dec;
+    struct api_text text;
+    long long seen;     /* tokens handled (a retried run replays the same ones) */
+    double t_start, t_first, t_last;
+    bool text_stop;     /* a stop string matched */
+    bool cancelled;
+    int fail;           /* out of memory while appending */
+};
+
+/* With a->mu held. */
+static int emit(void *ctx, bool reasoning, const char *s, size_t n)
+{
+    struct run_ctx *r = ctx;
+    return api_buf_add(reasoning ? &r->j->reasoning : &r->j->content, s, n);
+}
+
+static int on_prefill(void *ctx, size_t done, size_t total)
+{
+    struct run_ctx *r = ctx;
+    (void)total;
+    pthread_mutex_lock(&r->a->mu);
+    r->j->prefill_done = done;
+    r->cancelled = r->j->cancelled || r->a->stopping || r->c->stop;
+    pthread_mutex_unlock(&r->a->mu);
+    return r->cancelled;
+}
+
+static int on_token(void *ctx, long long i, int32_t id)
+{
+    struct run_ctx *r = ctx;
+    if (i < r->seen) return 0;
+    r->seen = i + 1;
+    r->t_last = coord_now();
+    if (i == 0) r->t_first = r->t_last;
+    const char *t = "";
+    size_t tl = 0;
+    char err[128];
+    if (tok_decoder_push(r->dec, id, &t, &tl, err, sizeof err)) tl = 0; /* an id outside the vocabulary: no text */
+    pthread_mutex_lock(&r->a->mu);
+    r->j->completion_tokens = r->seen;
+    int rc = tl ? api_text_push(&r->text, t, tl, emit, r) : 0;
+    if (rc == 1) r->text_stop = true;
+    else if (rc) r->fail = rc;
+    r->cancelled = r->j->cancelled || r->a->stopping || r->c->stop;
+    pthread_cond_broadcast(&r->a->cv);
+    pthread_mutex_unlock(&r->a->mu);
+    return r->text_stop || r->cancelled || r->fail;
+}
+
+static void finish(struct coord *c, struct api_job *j, const char *finish_reason, const struct api_error *e, bool cancelled)
+{
+    struct api *a = c->api;
+    pthread_mutex_lock(&a->mu);
+    j->finish_reason = finish_reason;
+    if (e) j->err = *e;
+    j->state = JOB_DONE;
+    a->running = NULL;
+    if (cancelled) a->req_cancelled++;
+    else if (e) a->req_failed++;
+    else a->req_ok++;
+    a->tokens_generated += (uint64_t)j->completion_tokens;
+    if (!e && !cancelled) {
+        a->prompt_tokens += j->n_ids;
+        if (j->completion_tokens > 0) a->last_ttft_ms = j->ttft_ms;
+        if (j->completion_tokens > 1 && j->decode_ms > 0) a->last_tps = (double)(j->completion_tokens - 1) / (j->decode_ms / 1e3);
+    }
+    pthread_cond_broadcast(&a->cv);
+    api_job_release(a, j);
+    pthread_mutex_unlock(&a->mu);
+}
+
+static void run_job(struct coord *c, struct api_job *j)
+{
+    struct api *a = c->api;
+    struct run_ctx r = {.c = c, .a = a, .j = j, .t_start = coord_now()};
+    struct api_error e = {0};
+    char err[1024];
+    int32_t *out = malloc((size_t)(j->max_tokens + 1) * sizeof *out);
+    if (!out || tok_decoder_new(c->tok, false, &r.dec, err, sizeof err)) {
+        free(out);
+        api_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
+        return finish(c, j, NULL, &e, false);
+    }
+    api_text_init(&r.text, j->think_split, j->stop, j->n_stop);
+    struct coord_hooks h = {.chunk = j->chunk, .on_prefill = on_prefill, .on_token = on_token, .ctx = &r};
+    long long made = 0;
+    double t_prompt = 0;
+    const char *why = "length";
+    int rc = coord_run(c, j->ids, j->n_ids, &j->sp, j->max_tokens, NULL, &h, out, &made, &t_prompt, &why, err, sizeof err);
+    free(out);
+    if (rc) {
+        nb_log("http job failed: %s", err);
+        api_errorf(&e, 503, "server_error", NULL, "worker_failure", "the generation failed: %s", err);
+    } else if (!r.cancelled && !r.fail) {
+        /* The end of the text: what the decoder and the filter held back. */
+        const char *t;
+        size_t tl;
+        tok_decoder_flush(r.dec, &t, &tl);
+        pthread_mutex_lock(&a->mu);
+        int trc = r.text_stop ? 1 : tl ? api_text_push(&r.text, t, tl, emit, &r) : 0;
+        if (trc == 1) r.text_stop = true;
+        else if (!trc) trc = api_text_finish(&r.text, emit, &r);
+        if (trc < 0) r.fail = trc;
+        j->completion_tokens = made; /* the stop token counts: it was generated */
+        pthread_mutex_unlock(&a->mu);
+    }
+    if (r.fail) api_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
+    double now = coord_now();
+    j->prompt_ms = t_prompt * 1e3;
+    j->ttft_ms = r.t_first > 0 ? (r.t_first - j->t_arrival) * 1e3 : 0;
+    j->decode_ms = r.t_first > 0 ? (r.t_last - r.t_first) * 1e3 : 0;
+    tok_decoder_free(r.dec);
+    api_text_free(&r.text);
+    bool stopped = r.text_stop || !strcmp(why, "stop token");
+    if (!rc && !r.cancelled && !r.fail)
+        nb_log("http job: prompt %zu tokens, %lld generated in %.2f s (queued %.0f ms), finish %s", j->n_ids, made,
+               now - r.t_start, j->queue_ms, stopped ? "stop" : "length");
+    if (r.cancelled) nb_log("http job cancelled after %lld tokens (the client went away or shutdown)", r.seen);
+    finish(c, j, rc || r.cancelled || r.fail ? NULL : stopped ? "stop" : "length", rc || r.fail ? &e : NULL, r.cancelled);
+}
+
+void api_run_queued(struct coord *c)
+{
+    struct api *a = c->api;
+    while (a && !c->stop) {
+        pthread_mutex_lock(&a->mu);
+        struct api_job *j = a->head;
+        if (!j) {
+            pthread_mutex_unlock(&a->mu);
+            return;
+        }
+        a->head = j->next;
+        if (!a->head) a->tail = NULL;
+        a->waiting--;
+        a->running = j;
+        j->state = JOB_RUNNING;
+        j->queue_ms = (coord_now() - j->t_arrival) * 1e3;
+        bool cancelled = j->cancelled;
+        pthread_cond_broadcast(&a->cv);
+        pthread_mutex_unlock(&a->mu);
+        if (cancelled) finish(c, j, NULL, NULL, true);
+        else run_job(c, j);
+    }
+}
