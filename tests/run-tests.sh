@@ -53,6 +53,16 @@ for s in $(find tests/tools -name 'test_*.sh' 2>/dev/null | sort); do
     fi
 done
 
+# End-to-end tests of the HTTP API (Python, standard library only).
+for s in $(find tests/api -name 'test_*.py' 2>/dev/null | sort); do
+    echo "== $s"
+    if BUILD="$BUILD" python3 "$s" >"$log" 2>&1; then
+        passed=$((passed + 1)); tail -n 3 "$log"
+    else
+        failed=$((failed + 1)); failures+=("$s"); tail -n 40 "$log"
+    fi
+done
+
 echo
 [ ${#failures[@]} -eq 0 ] || printf 'FAILED: %s\n' "${failures[@]}"
 if [ "$skipped" -gt 0 ]; then

@@ -1,0 +1,82 @@
+/* fuzz_api_request.c — libFuzzer target for the HTTP API's request parser
+ * (coordinator/api_request.c) and its reasoning / stop-string filter
+ * (coordinator/api_text.c).
+ *
+ * The first input byte picks the request kind (chat, completion, tokenize);
+ * the rest is the body, any bytes at all.  For every input:
+ *   - the parser returns 0, 400 or 500 (out of memory), never anything else;
+ *     an error has a message, a type and, for 400, the invalid_request_error
+ *     type; the error renders as JSON;
+ *   - a parsed request is coherent: 1-3 accuracy level, at most 4 non-empty
+ *     stop strings, max_tokens -1 or in [1, 2^24], messages with text for a
+ *     chat, a prompt for a completion;
+ *   - the body's bytes, fed to the text filter in pieces (inside a think
+ *     block, with the parsed stop strings when there are any), come out as
+ *     reasoning + content never longer than the input (the filter only drops
+ *     text), and exactly as long when there is neither a stop string nor a
+ *     "</think>" in it and it has no newline (nothing may be lost). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator/api.h"
+
+struct out {
+    size_t n;
+};
+
+static int count(void *ctx, bool reasoning, const char *s, size_t n)
+{
+    (void)reasoning, (void)s;
+    ((struct out *)ctx)->n += n;
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1) return 0;
+    enum api_kind kind = (enum api_kind)(data[0] % 3);
+    const char *body = (const char *)data + 1;
+    size_t len = size - 1;
+    struct api_request r;
+    struct api_error e;
+    int st = api_parse_request(kind, body, len, &r, &e);
+    if (st != 0 && st != 400 && st != 500) abort();
+    if (st) {
+        if (!e.message[0] || !e.type[0] || e.status != st) abort();
+        if (st == 400 && strcmp(e.type, "invalid_request_error")) abort();
+        cJSON *j = api_error_json(&e);
+        char *t = cJSON_PrintUnformatted(j);
+        if (!t) abort();
+        free(t);
+        cJSON_Delete(j);
+    } else {
+        if (r.accuracy_level < 1 || r.accuracy_level > 3 || r.n_stop < 0 || r.n_stop > API_MAX_STOP) abort();
+        for (int i = 0; i < r.n_stop; i++)
+            if (!r.stop[i] || !r.stop[i][0]) abort();
+        if (r.max_tokens != -1 && (r.max_tokens < 1 || r.max_tokens > API_MAX_TOKENS_LIMIT)) abort();
+        if (kind == API_CHAT && (r.n_msgs < 1 || !r.msgs)) abort();
+        for (int i = 0; i < r.n_msgs; i++)
+            if (!r.msgs[i].content) abort();
+        if (kind == API_COMPLETION && !r.prompt) abort();
+        if (kind == API_TOKENIZE && !r.prompt && !r.msgs) abort();
+    }
+    /* The filter over the raw body, in pieces of 1-8 bytes. */
+    struct api_text t;
+    struct out o = {0};
+    api_text_init(&t, true, r.stop, r.n_stop);
+    int rc = 0;
+    for (size_t at = 0; at < len && rc == 0;) {
+        size_t step = 1 + (at * 7 + len) % 8;
+        if (step > len - at) step = len - at;
+        rc = api_text_push(&t, body + at, step, count, &o);
+        at += step;
+    }
+    if (rc == 0) rc = api_text_finish(&t, count, &o);
+    if (rc < 0 && rc != -3) abort();
+    if (o.n > len) abort();
+    if (r.n_stop == 0 && !memmem(body, len, "</think>", 8) && !memchr(body, '\n', len) && o.n != len) abort();
+    api_text_free(&t);
+    api_request_free(&r);
+    return 0;
+}
