@@ -1,8 +1,10 @@
 /* api_http.c — the HTTP server of nebula-coordinator (libmicrohttpd), docs/API.md.
  *
- * One thread per connection (MHD_USE_THREAD_PER_CONNECTION): a request may
- * block its own thread while its job is queued or running, and nothing else
- * waits for it.  Each request is parsed (api_request.c), rendered and
+ * One thread per connection (MHD_USE_THREAD_PER_CONNECTION, at most 128
+ * connections, idle ones closed after 300 s): a request may block its own
+ * thread while its job is queued or running, and nothing else waits for it
+ * (a handler blocked longer than the idle timeout still answers: MHD checks
+ * the timeout only while the connection waits for the client).  Each request is parsed (api_request.c), rendered and
  * tokenized here (the tokenizer is immutable and thread-safe), checked
  * against the context, and only then queued, so every 4xx is answered at
  * once and the main thread only ever sees valid jobs.  The queue is bounded:
@@ -803,10 +805,10 @@ int api_start(struct api *a, struct coord *c, char *err, size_t errlen)
     sigemptyset(&block);
     sigaddset(&block, SIGINT), sigaddset(&block, SIGTERM), sigaddset(&block, SIGCHLD);
     pthread_sigmask(SIG_BLOCK, &block, &old);
-    a->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG, 0, NULL,
+    a->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ERROR_LOG, 0, NULL,
                                  NULL, handle, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, a, MHD_OPTION_SOCK_ADDR,
                                  (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED, completed, a,
-                                 MHD_OPTION_CONNECTION_LIMIT, 128u, MHD_OPTION_END);
+                                 MHD_OPTION_CONNECTION_LIMIT, 128u, MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_END);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (!a->daemon) return nb_errf(err, errlen, NB_EIO, "cannot listen on %s:%d (in use, or not an address of this host)", a->cfg.host, a->cfg.port);
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(a->daemon, MHD_DAEMON_INFO_BIND_PORT);
