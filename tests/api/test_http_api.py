@@ -10,8 +10,8 @@ seeded determinism, streaming equal to non-streaming, the think split, stop
 strings, max_tokens, completions, metrics, every kind of invalid request
 (and that the server answers after each), queue full, client disconnects
 (streaming and not) cancelling the generation, keep-alive comments during a
-long prefill and while queued, and that generation through ctl.sock still
-gives the same text.  Standard library only.  Prints "N checks, N failed";
+long prefill and while queued, a gpu-worker killed mid-request (retried: the
+same text), and that generation through ctl.sock gives the same text.  Standard library only.  Prints "N checks, N failed";
 exits 1 on any failure.  Run from the repository root (BUILD=build).
 """
 import http.client
@@ -529,6 +529,28 @@ def test_queue_cancel_keepalive():
     check(wait_for(lambda: status()["queue"] == {"running": 0, "waiting": 0, "capacity": 1}), "queue empty")
 
 
+def test_worker_dies_mid_generation():
+    prompt, n = long_prompt(2500)
+    body = {"prompt": prompt, "max_tokens": 8, "temperature": 0, "prefill_chunk": 1}
+    st, d = jcall("POST", "/v1/completions", body)
+    want = d["choices"][0]["text"]
+    check(st == 200, f"the reference run: {st} {d}")
+    pid = status()["workers"][0]["pid"]
+    c, r = open_stream("/v1/completions", dict(body, stream=True))
+    check(wait_for(lambda: status()["queue"]["running"] == 1), "the request runs")
+    time.sleep(0.3)
+    os.kill(pid, signal.SIGKILL)
+    ev = read_events(r)
+    c.close()
+    got = "".join(e[1]["choices"][0]["text"] for e in ev if e[0] == "data" and isinstance(e[1], dict) and e[1].get("choices"))
+    check(ev and ev[-1] == ("data", "[DONE]") and got == want,
+          f"kill -9 of the gpu-worker mid-request: retried, same text: {got!r} vs {want!r} ({ev[-3:]})")
+    check("a worker died: retrying once" in open(srv.log).read(), "the kill hit the running request (the log says it was retried)")
+    w = status()["workers"][0]
+    check(w["restarts"] == 1 and w["pid"] != pid and w["state"] == "ready", f"the worker was replaced: {w}")
+    check(metric("nebula_worker_restarts_total", 'role="gpu-worker"') == 1, "metrics count the restart")
+
+
 def test_ctl_still_serves():
     st = subprocess.run([os.path.join(BIN, "nebulactl"), "--runtime", srv.run, "status"], capture_output=True, timeout=30)
     check(st.returncode == 0 and b"gpu-worker" in st.stdout, f"nebulactl status with HTTP on: {st.stderr!r}")
@@ -551,6 +573,7 @@ def main():
         test_tokenize_and_metrics()
         test_invalid()
         test_queue_cancel_keepalive()
+        test_worker_dies_mid_generation()
         test_ctl_still_serves()
         srv.stop()
         check(srv.proc.returncode == 0, f"coordinator exit status {srv.proc.returncode}")
