@@ -577,6 +577,8 @@ def main():
         test_ctl_still_serves()
         srv.stop()
         check(srv.proc.returncode == 0, f"coordinator exit status {srv.proc.returncode}")
+        log = open(srv.log, errors="replace").read()
+        check("Sanitizer" not in log and "runtime error:" not in log, "no sanitizer report in the coordinator's log")
     finally:
         if srv and srv.proc.poll() is None:
             os.killpg(srv.proc.pid, signal.SIGKILL)
