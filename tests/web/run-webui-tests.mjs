@@ -75,7 +75,8 @@ class Stack {
     this.url = `http://127.0.0.1:${this.port}/`;
     const t0 = Date.now();
     const out = await run("bash", ["deploy/start.sh", "--demo", "--port", String(this.port), "--api-port", String(this.apiPort),
-      "--state", this.state, "--threads", "2", "--wait", "120"], { env: { ...process.env, BUILD: process.env.BUILD || "build" } });
+      "--state", this.state, "--threads", "2", "--wait", "120"],
+      { env: { ...process.env, NEBULA_BIN: resolve(REPO, process.env.BUILD || "build", "bin") } });
     console.log(`stack: deploy/start.sh up in ${Date.now() - t0} ms on ${this.url} (state ${this.state})`);
     this.startOutput = out;
   }
@@ -469,6 +470,54 @@ scenario("stop: Stop ends a streaming answer, it is kept as stopped, the next re
   assert(bodies.length === 2, `${bodies.length} requests`);
 });
 
+scenario("options: context, prefill chunk and accuracy bounded by /api/status and sent in the request", async ({ page, bodies }) => {
+  const st = await (await page.request.get(new URL("api/status", page.url()).href)).json();
+  const ctx = st.model.context_length;
+  const ctxOptions = (await page.locator("#opt-context option").evaluateAll((os) => os.map((o) => o.value))).filter(Boolean).map(Number);
+  assert(ctxOptions.length > 0 && Math.max(...ctxOptions) === ctx, `context options ${ctxOptions} (model ${ctx})`);
+  const maxChunk = st.limits.max_prefill_chunk;
+  const preOptions = (await page.locator("#opt-prefill option").evaluateAll((os) => os.map((o) => o.value))).filter(Boolean).map(Number);
+  assert(preOptions.length > 0 && (!maxChunk || Math.max(...preOptions) <= maxChunk), `prefill options ${preOptions} (server's ${maxChunk})`);
+  await setOptions(page, { think: false, maxTokens: 16, context: 2048 });
+  await page.selectOption("#opt-prefill", String(preOptions[0]));
+  await page.selectOption("#opt-accuracy", "1");
+  const a = await send(page, "Options test.");
+  const body = bodies.at(-1);
+  assert(body.context_length === 2048 && body.prefill_chunk === preOptions[0] && body.accuracy_level === 1 && body.max_tokens === 16,
+    `request body: ${JSON.stringify(body)}`);
+  assert(!(await a.locator(".msg-error").isVisible()), `error: ${await a.locator(".msg-error").textContent()}`);
+  // The options are kept across a reload.
+  await page.reload();
+  await page.waitForSelector("html[data-ready]");
+  assert((await page.inputValue("#opt-context")) === "2048" && (await page.inputValue("#opt-accuracy")) === "1", "options not kept");
+  await page.selectOption("#opt-context", "");
+  await page.selectOption("#opt-prefill", "");
+  await page.click("#chat-list .chat-item .chat-open");
+  await page.locator(".msg.assistant").first().waitFor();
+  await send(page, "Defaults now.");
+  const b2 = bodies.at(-1);
+  assert(!("context_length" in b2) && !("prefill_chunk" in b2), `defaults sent explicitly: ${JSON.stringify(b2)}`);
+});
+
+scenario("copy and regenerate", async ({ page, context, bodies }) => {
+  await context.grantPermissions(["clipboard-read", "clipboard-write"]);
+  await setOptions(page, { think: false, maxTokens: 16 });
+  const a = await send(page, "Copy me.");
+  const first = (await storedChats(page))[0].messages.at(-1).content;
+  await a.hover();
+  await a.locator('[data-action="copy"]').click();
+  await page.waitForFunction(() => document.querySelector(".msg.assistant [data-action=copy]").classList.contains("done"));
+  const clip = await page.evaluate(() => navigator.clipboard.readText());
+  assert(clip === first, `clipboard: ${JSON.stringify(clip)} vs ${JSON.stringify(first)}`);
+  await a.locator('[data-action="regenerate"]').click();
+  await page.waitForFunction(() => document.querySelectorAll(".msg.assistant").length === 1 && !document.querySelector(".msg.streaming"));
+  await waitIdle(page);
+  assert(bodies.length === 2, `${bodies.length} requests`);
+  assert(JSON.stringify(bodies[0].messages) === JSON.stringify(bodies[1].messages), "regenerate sent other messages");
+  const msgs = (await storedChats(page))[0].messages;
+  assert(msgs.length === 2 && msgs[1].role === "assistant" && msgs[1].content.length > 0, `after regenerate: ${JSON.stringify(msgs).slice(0, 300)}`);
+});
+
 scenario("errors: a 4xx from the API is shown with the server's message", async ({ page }) => {
   await setOptions(page, { think: false, maxTokens: 256, context: 512 });
   // ~1,700 words: far over 512 tokens with the demo tokenizer.
@@ -510,7 +559,8 @@ scenario("markdown: sanitised HTML, highlighted code (the page's renderer)", asy
 
 scenario("screenshot of a conversation", async ({ page }) => {
   await setOptions(page, { think: true, maxTokens: 32 });
-  await send(page, "Hello! Can you explain what a mixture-of-experts model is?");
+  const first = await send(page, "Hello! Can you explain what a mixture-of-experts model is?");
+  await first.locator("details.thinking summary").click();
   await setOptions(page, { think: false, maxTokens: 64 });
   const a = await send(page, "Thanks. And in one paragraph, how does Nebula split work between GPU and CPU?");
   assert((await a.locator(".msg-body").textContent()).trim().length > 0, "empty answer");

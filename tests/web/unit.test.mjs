@@ -77,6 +77,7 @@ test("titles, stats and export file names", () => {
   assert.equal(formatStats({ tokens_per_s: 12.345, ttft_ms: 87.6, completion_tokens: 40 }), "12.3 tok/s · TTFT 88 ms · 40 tokens");
   assert.equal(formatStats({ tokens_per_s: 5, ttft_ms: 12500, measured: true }), "≈5.0 tok/s · TTFT ≈12.5 s");
   assert.equal(formatStats(null), "");
+  assert.equal(formatStats({ tokens_per_s: 0, ttft_ms: 7, completion_tokens: 1 }), "TTFT 7 ms · 1 tokens");
   assert.equal(exportFileName({ title: "Ünïcode: a/b?" }, new Date("2026-11-30T07:00:00Z")), "Unicode-ab-2026-11-30.md");
 });
 

@@ -398,7 +398,12 @@ function updateMessageEl(m) {
     err.hidden = !m.error;
     err.textContent = m.error || "";
     const stats = $(".stats", a);
-    stats.textContent = formatStats(m.stats);
+    let acc = "";
+    const nb = m.nebula;
+    if (nb && nb.accuracy_level_effective != null && nb.accuracy_level != null && nb.accuracy_level_effective !== nb.accuracy_level) {
+      acc = ` · accuracy ${nb.accuracy_level_effective} (asked ${nb.accuracy_level})`;
+    }
+    stats.textContent = formatStats(m.stats) + acc;
     stats.title = m.stats
       ? (m.stats.measured ? "Measured in the browser (the server sent no timings)" : "Reported by the server") +
         (m.stats.prompt_tokens != null ? ` · prompt ${m.stats.prompt_tokens} tokens` : "") +
@@ -550,6 +555,11 @@ function modelContext() {
   return Number.isInteger(n) && n > 0 ? n : null;
 }
 
+function maxPrefillChunk() {
+  const n = state.status && state.status.limits && state.status.limits.max_prefill_chunk;
+  return Number.isInteger(n) && n > 0 ? n : null;
+}
+
 function fillSelect(select, options, value) {
   select.replaceChildren(...options.map(([v, label]) => {
     const o = document.createElement("option");
@@ -569,8 +579,11 @@ function renderOptions() {
   if (max && !CONTEXT_STEPS.includes(max)) ctx.push([String(max), max.toLocaleString("en")]);
   fillSelect(el.context, ctx, s.context_length);
   const limit = Number(s.context_length) || max;
-  const pre = [["", "default"]];
-  for (const n of PREFILL_STEPS) pre.push([String(n), String(n)]);
+  // The server caps a request's prefill_chunk at its own (--chunk): larger
+  // values would change nothing, so they are not offered.
+  const maxChunk = maxPrefillChunk();
+  const pre = [["", maxChunk ? `default (${maxChunk})` : "default"]];
+  for (const n of PREFILL_STEPS) if (!maxChunk || n <= maxChunk) pre.push([String(n), String(n)]);
   fillSelect(el.prefill, pre, s.prefill_chunk);
   el.accuracy.value = ["1", "2", "3"].includes(s.accuracy_level) ? s.accuracy_level : "3";
   const mt = [["", "auto"]];
@@ -676,11 +689,11 @@ function renderStatus() {
   renderOptionsIfContextChanged();
 }
 
-let lastContext = undefined;
+let lastLimits = "";
 function renderOptionsIfContextChanged() {
-  const c = modelContext();
-  if (c !== lastContext) {
-    lastContext = c;
+  const key = `${modelContext()}/${maxPrefillChunk()}`;
+  if (key !== lastLimits) {
+    lastLimits = key;
     renderOptions();
   }
 }

@@ -62,7 +62,7 @@ export function formatStats(stats) {
   if (!stats) return "";
   const parts = [];
   const approx = stats.measured ? "≈" : "";
-  if (typeof stats.tokens_per_s === "number" && isFinite(stats.tokens_per_s)) {
+  if (typeof stats.tokens_per_s === "number" && isFinite(stats.tokens_per_s) && stats.tokens_per_s > 0) {
     parts.push(`${approx}${stats.tokens_per_s.toFixed(1)} tok/s`);
   }
   if (typeof stats.ttft_ms === "number" && isFinite(stats.ttft_ms)) {
