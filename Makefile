@@ -86,7 +86,7 @@ endif
 # The backend follows the CPU reference's rounding: no fused multiply-adds.
 $(BUILD)/obj/gpu-worker/cuda/backend_cuda.o: NVCC_FLAGS += --fmad=false
 
-.PHONY: all test test-build deps run bench fuzz clean cuda cuda-check unit
+.PHONY: all test test-build deps run stop bench fuzz clean cuda cuda-check unit
 all: $(CORE_LIB) $(GW_LIB) $(SHM_LIB) $(TOOL_BINS) $(PROC_BINS) cuda
 
 # Installs missing Debian packages (a no-op when all are present).
@@ -185,9 +185,14 @@ test: deps
 
 test-build: all $(TEST_BINS) $(FUZZ_BINS)
 
+# make run [MODEL=M.gguf] [PORT=8090] [API_PORT=8091]: builds the engine and
+# the page, starts Nebula (deploy/run.sh, docs/RUNNING.md); make stop stops it.
 run: deps
-	@$(MAKE) --no-print-directory all
-	@bash deploy/run.sh $(BUILD) $(MODEL)
+	@$(MAKE) --no-print-directory all $(if $(wildcard web/package.json),web)
+	@PORT="$(PORT)" API_PORT="$(API_PORT)" bash deploy/run.sh $(BUILD) "$(MODEL)"
+
+stop:
+	@bash deploy/stop.sh
 
 unit: $(TEST_BINS)
 	@for t in $(TEST_BINS); do echo "== $$t"; $$t || exit 1; done

@@ -5,7 +5,9 @@
 #   deploy/install-deps.sh --check   list what is missing; exit 1 if anything is
 #
 # Idempotent: when everything is present it prints one line and does nothing.
-# Each package is listed with the reason Nebula needs it.
+# Each package is listed with the reason Nebula needs it.  A row whose second
+# word is cmd=NAME counts as present when the command NAME is (node and npm
+# installed from elsewhere than Debian, e.g. NodeSource, must not be replaced).
 set -euo pipefail
 
 # package            why
@@ -24,6 +26,11 @@ PACKAGES=(
   "libmicrohttpd-dev the coordinator's HTTP API (OpenAI-compatible, SSE streaming)"
   "python3           small build/test scripts (standard library only)"
   "chromium          headless browser of the web page's tests (tests/web/, driven by playwright-core)"
+  "nginx             serves the chat page and proxies the API (run by deploy/start.sh, not as the system service)"
+  "curl              deploy/start.sh checks that the page and the API answer"
+  "iproute2          ss: deploy/start.sh names the program that holds a busy port"
+  "nodejs cmd=node   the web page's build (make web) and the JS tests (openai client, tokenizer parity)"
+  "npm cmd=npm       installs the locked JS packages of web/ and tests/ (npm ci)"
 )
 
 check_only=0
@@ -42,6 +49,11 @@ fi
 missing=()
 for row in "${PACKAGES[@]}"; do
   pkg=${row%% *}
+  rest=${row#"$pkg"}; rest=${rest#"${rest%%[! ]*}"}
+  if [[ $rest == cmd=* ]]; then
+    cmd=${rest%% *}
+    command -v "${cmd#cmd=}" >/dev/null 2>&1 && continue
+  fi
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
     missing+=("$row")
   fi
@@ -68,3 +80,15 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${names[@]}"
 echo "install-deps: installed ${names[*]}"
+
+# Debian starts the system nginx (port 80, all interfaces) when the package is
+# installed.  Nebula runs its own nginx on 127.0.0.1 only; a system service
+# that exists only because of this script is stopped and disabled again.
+if [[ " ${names[*]} " == *" nginx "* ]] && command -v systemctl >/dev/null 2>&1 &&
+   systemctl is-enabled --quiet nginx 2>/dev/null; then
+  if $SUDO systemctl disable --now nginx >/dev/null 2>&1; then
+    echo "install-deps: stopped and disabled the system nginx service the package started (Nebula runs its own)"
+  else
+    echo "install-deps: note: the system nginx service (port 80) is running; Nebula does not need it"
+  fi
+fi

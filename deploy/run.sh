@@ -1,47 +1,73 @@
 #!/usr/bin/env bash
 # run.sh BUILD [MODEL] — what `make run` does after installing and building:
-# picks the model (MODEL, else the bundled demo model), prepares it if needed,
-# and starts Nebula on it.
+# picks the model, prepares it when that pays, and starts Nebula with
+# deploy/start.sh (the chat page on http://127.0.0.1:8090/).
 #
-# The demo model is tests/fixtures/tiny-a converted to GGUF: a tiny model with
-# random weights — its answers are noise; it exists so that everything can be
-# tried without downloading 110 GB.  A real Qwen3.8-Flash-Next GGUF is served
-# with `make run MODEL=/path/to/model.gguf`.
+# Without MODEL it serves the bundled demo model: tests/fixtures/tiny-a
+# converted to GGUF, a tiny model with random weights — its answers are
+# noise; it exists so that everything can be tried without downloading
+# 110 GB.  `make run MODEL=/path/to/model.gguf` serves a real
+# Qwen3.8-Flash-Next GGUF: a model with routed experts larger than 4 GiB is
+# first split by nebula-prepare into PREPARED (default
+# ~/.cache/nebula/prepared/<name>/) with its experts placed on VRAM, RAM and
+# SSD by the machine's sizes (VRAM_BUDGET, RAM_BUDGET override them); a
+# directory already prepared for this file is used as it is.
+#
+# Environment (make passes its variables of the same names): PORT, API_PORT,
+# NEBULA_STATE_DIR, PREPARED, VRAM_BUDGET, RAM_BUDGET, THREADS.
 set -euo pipefail
 BUILD=${1:-build}
 MODEL=${2:-}
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 say() { printf 'nebula: %s\n' "$*"; }
+export NEBULA_BIN=$PWD/$BUILD/bin
+case $BUILD in /*) NEBULA_BIN=$BUILD/bin ;; esac
+
+args=(--port "${PORT:-8090}" --api-port "${API_PORT:-8091}")
+[ -n "${THREADS:-}" ] && args+=(--threads "$THREADS")
 
 if [ -z "$MODEL" ]; then
-    MODEL=$BUILD/models/demo.gguf
-    stale=0
-    for f in tests/fixtures/tiny-a/* "$BUILD/bin/nebula-convert"; do [ "$f" -nt "$MODEL" ] && stale=1; done
-    if [ ! -s "$MODEL" ] || [ "$stale" = 1 ]; then
-        mkdir -p "$(dirname "$MODEL")"
-        say "preparing the demo model (tiny random weights: its output is noise) → $MODEL"
-        "$BUILD/bin/nebula-convert" tests/fixtures/tiny-a "$MODEL" --type f32 --name nebula-demo -q
-    fi
-    say "model: bundled demo (random weights, answers are noise)"
+    say "no MODEL given: serving the bundled DEMO model (tiny, random weights — its answers are noise)"
+    args+=(--demo)
 else
-    [ -r "$MODEL" ] || { say "cannot read model file '$MODEL'"; exit 1; }
+    [ -r "$MODEL" ] || { say "cannot read the model file '$MODEL'"; exit 1; }
+    "$NEBULA_BIN/nebula-gguf" info --no-tensors "$MODEL" >/dev/null ||
+        { say "'$MODEL' is not a GGUF file Nebula can read (nebula-gguf info says why above)"; exit 1; }
     say "model: $MODEL"
-fi
-
-# Show what was loaded: the reader checks every offset of the file.
-"$BUILD/bin/nebula-gguf" info --no-tensors "$MODEL" | sed -n '1,12p'
-
-if [ -x "$BUILD/bin/nebula" ]; then
-    if "$BUILD/bin/nebula-gguf" info --key tokenizer.ggml.model "$MODEL" >/dev/null 2>&1; then
-        say "one chat turn (the CPU reference engine; a real model is slow on it):"
-        "$BUILD/bin/nebula" generate -m "$MODEL" --chat "Hello! Who are you?" --think off -n 24
-    else
-        prompt=$(mktemp)
-        trap 'rm -f "$prompt"' EXIT
-        tr -s ' \n' '\n' <tests/fixtures/tiny-a/tokens.txt | head -n 32 >"$prompt"
-        say "this model has no tokenizer: generating 16 tokens greedily from 32 fixture ids:"
-        "$BUILD/bin/nebula" generate -m "$MODEL" --tokens-file "$prompt" -n 16 --greedy --print-ids
+    args+=(--model "$MODEL")
+    experts=$("$NEBULA_BIN/nebula-gguf" info --key qwen4exp.expert_count "$MODEL" 2>/dev/null || echo 0)
+    bytes=$(stat -L -c %s "$MODEL")
+    prep=${PREPARED:-}
+    if [ -z "$prep" ] && [ "${experts:-0}" -gt 0 ] && [ "$bytes" -gt $((4 << 30)) ]; then
+        name=$(basename "$MODEL" .gguf)
+        prep=${XDG_CACHE_HOME:-$HOME/.cache}/nebula/prepared/$name
     fi
-    say "more: build/bin/nebula generate --help; the multi-process engine: docs/PIPELINE.md"
-else
-    say "the model is prepared and verified, but build/bin/nebula is missing: run make"
+    if [ -n "$prep" ]; then
+        # placement.json is the last part nebula-prepare writes: newer than
+        # the model means this directory was finished for it (re-verifying
+        # 100 GB on every start would take minutes; nebula-prepare does it
+        # when run by hand).
+        if [ ! -f "$prep/placement.json" ] || [ "$MODEL" -nt "$prep/placement.json" ]; then
+            gib() { echo "$(($1 >> 30))G"; }
+            vram=${VRAM_BUDGET:-}
+            if [ -z "$vram" ]; then
+                mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | sort -n | tail -n 1 || true)
+                # What the KV cache and the activations need stays free.
+                if [[ $mib =~ ^[0-9]+$ ]] && [ "$mib" -gt 4096 ]; then vram=$(gib $(((mib - 2048) << 20))); else vram=0; fi
+            fi
+            ram=${RAM_BUDGET:-}
+            if [ -z "$ram" ]; then
+                kib=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+                # 8 GiB stay for the system and the engine's buffers.
+                ram=$(((kib << 10) - (8 << 30)))
+                [ "$ram" -gt 0 ] && ram=$(gib "$ram") || ram=0
+            fi
+            say "preparing $MODEL into $prep (VRAM budget $vram, RAM budget $ram; the rest on SSD): this reads the whole model once"
+            mkdir -p "$prep"
+            "$NEBULA_BIN/nebula-prepare" "$MODEL" "$prep" --vram-budget "$vram" --ram-budget "$ram"
+        fi
+        args+=(--prepared "$prep")
+    fi
 fi
+
+bash deploy/start.sh "${args[@]}"

@@ -1,0 +1,282 @@
+#!/usr/bin/env bash
+# start.sh — starts Nebula: the coordinator (which starts the workers and
+# serves the HTTP API on 127.0.0.1:API_PORT) and nginx (the chat page on
+# 127.0.0.1:PORT, proxying /v1/, /api/ and /metrics to the coordinator).
+#
+# usage: deploy/start.sh [--model FILE] [--prepared DIR] [--demo] [--port 8090]
+#                        [--api-port 8091] [--state DIR] [--threads N]
+#                        [--max-body BYTES] [--name NAME] [--wait SECONDS]
+#
+#   --model FILE      the GGUF to serve (a Qwen3.8-Flash-Next, or the demo model)
+#   --prepared DIR    nebula-prepare's output for it (experts on RAM/SSD tiers)
+#   --demo            the bundled random-weight demo model (its answers are noise);
+#                     without --model it is build/models/demo.gguf, made when missing
+#   --port N          the page's port on 127.0.0.1 (default 8090)
+#   --api-port N      the coordinator's port on 127.0.0.1 (default 8091)
+#   --state DIR       pid files, logs, nginx.conf, the engine's runtime directory
+#                     (default $NEBULA_STATE_DIR, else ~/.local/state/nebula)
+#   --threads N       CPU threads of the engine (default: all cores)
+#   --max-body BYTES  largest request body, for nginx and the coordinator (default 4194304)
+#   --name NAME       the model id the API reports (default: the GGUF's general.name)
+#   --wait SECONDS    how long to wait for the model to load (default 1800; 0: return
+#                     as soon as the page answers, the page shows the loading progress)
+# Environment: NEBULA_BIN (the binaries; default build/bin of this checkout),
+# NEBULA_WEB (the page; default web/ of this checkout), NEBULA_STATE_DIR.
+#
+# Idempotent: when this state directory's instance is up (pid files alive and
+# /api/status answers through nginx) it prints the URL and starts nothing.  A
+# port held by another program is named and nothing is started.  Every
+# failure is also written to STATE/webui-error.log, and whatever this run
+# started is stopped again: a failed start leaves nothing running.
+# deploy/stop.sh stops the instance.
+set -euo pipefail
+umask 077
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+
+model= prepared= demo=0 port=8090 api_port=8091 state_arg= threads= max_body=4194304 name= wait_s=1800
+WEB=${NEBULA_WEB:-$NEBULA_REPO/web}
+need() { [ $# -ge 2 ] || { echo "start.sh: $1 needs a value (try --help)" >&2; exit 2; }; }
+while [ $# -gt 0 ]; do
+    case $1 in
+    --model) need "$@"; model=$2; shift ;;
+    --prepared) need "$@"; prepared=$2; shift ;;
+    --demo) demo=1 ;;
+    --port) need "$@"; port=$2; shift ;;
+    --api-port) need "$@"; api_port=$2; shift ;;
+    --state) need "$@"; state_arg=$2; shift ;;
+    --threads) need "$@"; threads=$2; shift ;;
+    --max-body) need "$@"; max_body=$2; shift ;;
+    --name) need "$@"; name=$2; shift ;;
+    --wait) need "$@"; wait_s=$2; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "start.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+is_port() { [[ $1 =~ ^[0-9]+$ ]] && [ "$1" -ge 1 ] && [ "$1" -le 65535 ]; }
+is_port "$port" || { echo "start.sh: --port must be a port number, not '$port'" >&2; exit 2; }
+is_port "$api_port" || { echo "start.sh: --api-port must be a port number, not '$api_port'" >&2; exit 2; }
+[ "$port" != "$api_port" ] || { echo "start.sh: --port and --api-port must differ" >&2; exit 2; }
+[[ $max_body =~ ^[0-9]+$ ]] && [ "$max_body" -ge 1024 ] || { echo "start.sh: --max-body must be a number of bytes >= 1024" >&2; exit 2; }
+[[ $wait_s =~ ^[0-9]+$ ]] || { echo "start.sh: --wait must be a number of seconds" >&2; exit 2; }
+[ -z "$threads" ] || [[ $threads =~ ^[0-9]+$ ]] || { echo "start.sh: --threads must be a number" >&2; exit 2; }
+
+STATE=$(resolve_state "$state_arg")
+# nginx.conf takes the paths unquoted, and the control socket path must fit
+# in a sockaddr_un.
+for p in "$STATE" "$WEB"; do
+    [[ $p =~ ^[A-Za-z0-9_./@+-]+$ ]] || { echo "start.sh: unsupported characters in path '$p' (letters, digits and _ . / @ + - only)" >&2; exit 2; }
+done
+[ ${#STATE} -le 80 ] || { echo "start.sh: state directory path too long (${#STATE} > 80 characters): $STATE" >&2; exit 2; }
+mkdir -p "$STATE" && chmod 700 "$STATE"
+take_lock 30 || exit 1
+
+URL="http://127.0.0.1:$port/"
+
+# ---- already running? ----
+npid=$(read_pid "$STATE/nginx.pid")
+cpid=$(read_pid "$STATE/coordinator.pid")
+if pid_alive "$npid" nginx && pid_alive "$cpid" nebula-coordinator; then
+    RUN_PORT= RUN_URL= RUN_MODEL=
+    [ -r "$STATE/instance.env" ] && . "$STATE/instance.env"
+    if [ -n "$RUN_PORT" ] && curl -fsS -m 5 -o /dev/null "http://127.0.0.1:$RUN_PORT/api/status" 2>/dev/null; then
+        say "already running: $RUN_URL (model $RUN_MODEL; state $STATE)"
+        [ "$RUN_PORT" = "$port" ] || say "(it listens on port $RUN_PORT, not $port: stop it first to change)"
+        say "stop it with: make stop   (or deploy/stop.sh --state $STATE)"
+        exit 0
+    fi
+fi
+if pid_alive "$npid" nginx || pid_alive "$cpid" nebula-coordinator; then
+    say "a previous instance in $STATE is only partly up: stopping it first"
+    stop_instance 30 1 || { log_error "could not stop the previous instance (see above)"; exit 1; }
+else
+    # Leftovers of a crash or a reboot: pid files of dead processes, the
+    # engine's runtime directory, its /dev/shm regions.
+    if [ -n "$cpid" ]; then for o in $(shm_objects "$cpid"); do rm -f "/dev/shm/$o"; done; fi
+    rm -rf -- "$STATE/engine"
+    rm -f "$STATE/nginx.pid" "$STATE/coordinator.pid" "$STATE/instance.env"
+fi
+
+# ---- what is needed ----
+NGINX=$(command -v nginx || true)
+[ -n "$NGINX" ] || for c in /usr/sbin/nginx /sbin/nginx; do [ -x "$c" ] && NGINX=$c && break; done
+[ -n "$NGINX" ] || { log_error "nginx is not installed: run deploy/install-deps.sh (make run does)"; exit 1; }
+for t in curl python3 flock; do
+    command -v "$t" >/dev/null || { log_error "$t is not installed: run deploy/install-deps.sh"; exit 1; }
+done
+COORD=$NEBULA_BIN/nebula-coordinator
+[ -x "$COORD" ] || { log_error "$COORD is missing: run make"; exit 1; }
+"$COORD" --help 2>/dev/null | grep -q -- '--http' ||
+    { log_error "$COORD has no HTTP API (--http): rebuild with make"; exit 1; }
+[ -r "$WEB/index.html" ] || { log_error "$WEB/index.html is missing: run make web"; exit 1; }
+
+if [ -z "$model" ]; then
+    [ "$demo" = 1 ] || { echo "start.sh: give --model FILE, or --demo for the bundled demo model (try --help)" >&2; exit 2; }
+    model=$NEBULA_REPO/build/models/demo.gguf
+    stale=0
+    for f in "$NEBULA_REPO"/tests/fixtures/tiny-a/* "$NEBULA_BIN/nebula-convert"; do [ "$f" -nt "$model" ] && stale=1; done
+    if [ ! -s "$model" ] || [ "$stale" = 1 ]; then
+        mkdir -p "$(dirname "$model")"
+        say "making the demo model (tiny random weights: its answers are noise) → $model"
+        "$NEBULA_BIN/nebula-convert" "$NEBULA_REPO/tests/fixtures/tiny-a" "$model" --type f32 --name nebula-demo -q ||
+            { log_error "could not make the demo model"; exit 1; }
+    fi
+fi
+[ -r "$model" ] || { log_error "cannot read the model file '$model'"; exit 1; }
+model=$(cd "$(dirname "$model")" && pwd)/$(basename "$model")
+if [ -n "$prepared" ]; then
+    [ -r "$prepared/placement.json" ] || { log_error "'$prepared' is not a nebula-prepare directory (no placement.json)"; exit 1; }
+    prepared=$(cd "$prepared" && pwd)
+fi
+
+# ---- ports ----
+# A port is free when we can bind it the way nginx will (127.0.0.1,
+# SO_REUSEADDR).  When taken, ss says by whom if it can.
+port_free() {
+    python3 -c 'import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try: s.bind(("127.0.0.1", int(sys.argv[1])))
+except OSError: sys.exit(1)' "$1"
+}
+port_holder() {
+    local line
+    line=$(ss -Hltnp "sport = :$1" 2>/dev/null | head -n 1)
+    if [[ $line =~ users:\(\(\"([^\"]+)\",pid=([0-9]+) ]]; then
+        printf '%s (pid %s)' "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
+    else
+        printf 'another program'
+    fi
+}
+for p in "$port" "$api_port"; do
+    if ! port_free "$p"; then
+        what=page; [ "$p" = "$api_port" ] && what=API
+        opt=--port; [ "$p" = "$api_port" ] && opt=--api-port
+        log_error "port $p (the $what port) is already in use by $(port_holder "$p"); close that program, or choose another port (deploy/start.sh $opt N; make run PORT=N API_PORT=N)"
+        exit 1
+    fi
+done
+
+# ---- start: anything started before a failure is stopped again ----
+started=0
+on_exit() {
+    local rc=$?
+    if [ "$started" = 1 ] && [ "$rc" -ne 0 ]; then
+        log_error "start failed: stopping what was started"
+        stop_instance 20 1 || true
+    fi
+}
+trap on_exit EXIT
+trap 'exit 130' INT TERM
+
+mkdir -p "$STATE/tmp"
+: >>"$STATE/webui-error.log"
+chmod 600 "$STATE/webui-error.log"
+args=(--model "$model" --runtime "$STATE/engine" --http "127.0.0.1:$api_port" --max-body "$max_body")
+[ -n "$prepared" ] && args+=(--prepared "$prepared")
+[ -n "$threads" ] && args+=(--threads "$threads")
+[ -n "$name" ] && args+=(--name "$name")
+[ "$demo" = 1 ] && args+=(--demo)
+printf '==== %s start.sh: %s %s\n' "$(date -u '+%Y-%m-%d %H:%M:%S')" "$COORD" "${args[*]}" >>"$STATE/coordinator.log"
+chmod 600 "$STATE/coordinator.log"
+started=1
+# Its own session: a Ctrl-C in this terminal, or closing it, does not reach
+# the engine.  The inner shell writes its pid, then becomes the coordinator.
+setsid bash -c 'echo $$ >"$0"; exec "$@"' "$STATE/coordinator.pid" "$COORD" "${args[@]}" \
+    </dev/null >>"$STATE/coordinator.log" 2>&1 9>&- &
+for _ in $(seq 50); do [ -s "$STATE/coordinator.pid" ] && break; sleep 0.1; done
+cpid=$(read_pid "$STATE/coordinator.pid")
+
+# The HTTP API is up before the model is loaded.
+status_json=
+for _ in $(seq 600); do
+    if ! pid_alive "$cpid" nebula-coordinator; then
+        log_error "the coordinator exited during start-up; the end of $STATE/coordinator.log:"
+        tail -n 15 "$STATE/coordinator.log" | tee -a "$STATE/webui-error.log" >&2
+        exit 1
+    fi
+    status_json=$(curl -fsS -m 2 "http://127.0.0.1:$api_port/api/status" 2>/dev/null) && break
+    status_json=
+    sleep 0.1
+done
+[ -n "$status_json" ] || { log_error "the coordinator's API (127.0.0.1:$api_port) did not answer within 60 s"; exit 1; }
+
+# nginx, from the template.
+sed -e "s|@STATE@|$STATE|g" -e "s|@WEB@|$WEB|g" -e "s|@PORT@|$port|g" \
+    -e "s|@API_PORT@|$api_port|g" -e "s|@MAX_BODY@|$max_body|g" \
+    -e "s|@USER@|$([ "$(id -u)" = 0 ] && echo "user $(id -un) $(id -gn);")|" \
+    "$NEBULA_REPO/conf/nginx.conf.in" >"$STATE/nginx.conf"
+nginx_args=(-p "$STATE/" -c "$STATE/nginx.conf")
+# -e (nginx >= 1.19.5) keeps nginx from opening /var/log/nginx/error.log first.
+"$NGINX" -h 2>&1 | grep -q -- '-e filename' && nginx_args+=(-e "$STATE/webui-error.log")
+if ! out=$("$NGINX" "${nginx_args[@]}" 2>&1 9>&-); then
+    printf '%s\n' "$out" >>"$STATE/webui-error.log"
+    if [[ $out == *"Address already in use"* ]]; then
+        log_error "port $port is already in use by $(port_holder "$port") (taken while starting); choose another port"
+    else
+        log_error "nginx did not start: $out"
+    fi
+    exit 1
+fi
+for _ in $(seq 50); do pid_alive "$(read_pid "$STATE/nginx.pid")" nginx && break; sleep 0.1; done
+pid_alive "$(read_pid "$STATE/nginx.pid")" nginx || { log_error "nginx did not start (see $STATE/webui-error.log)"; exit 1; }
+
+page=$(curl -sS -m 5 -o /dev/null -w '%{http_code} %{content_type}' "$URL" 2>&1) || true
+[[ $page == "200 text/html"* ]] || { log_error "$URL does not serve the page (got: $page)"; exit 1; }
+curl -fsS -m 5 -o /dev/null "${URL}api/status" 2>/dev/null ||
+    { log_error "${URL}api/status does not answer through nginx"; exit 1; }
+
+{
+    printf 'RUN_PORT=%q\nRUN_API_PORT=%q\nRUN_URL=%q\n' "$port" "$api_port" "$URL"
+    printf 'RUN_MODEL=%q\nRUN_STARTED=%q\n' "$model" "$(date -u '+%Y-%m-%dT%H:%M:%SZ')"
+} >"$STATE/instance.env"
+
+json_field() { python3 -c 'import json, sys
+d = json.loads(sys.argv[1])
+for k in sys.argv[2].split("."): d = d.get(k) if isinstance(d, dict) else None
+print("" if d is None else d)' "$1" "$2" 2>/dev/null || true; }
+
+say "Nebula is up: $URL"
+[ "$(json_field "$status_json" model.demo)" = True ] &&
+    say "model: the bundled DEMO model — tiny, random weights: its answers are noise (make run MODEL=path.gguf serves a real one)"
+
+# ---- the model loads (the page shows the progress meanwhile) ----
+if [ "$wait_s" -gt 0 ]; then
+    deadline=$(($(date +%s) + wait_s))
+    tty=0; [ -t 1 ] && tty=1
+    trap 'echo; say "still loading in the background; the page shows the progress"; started=0; exit 0' INT
+    while :; do
+        status_json=$(curl -fsS -m 5 "http://127.0.0.1:$api_port/api/status" 2>/dev/null) || status_json=
+        phase=$(json_field "$status_json" phase)
+        case $phase in
+        ready) break ;;
+        error)
+            [ "$tty" = 1 ] && echo
+            log_error "the model did not load: $(json_field "$status_json" message) (see $STATE/coordinator.log)"
+            exit 1 ;;
+        esac
+        if ! pid_alive "$cpid" nebula-coordinator; then
+            [ "$tty" = 1 ] && echo
+            log_error "the coordinator exited while loading; the end of $STATE/coordinator.log:"
+            tail -n 15 "$STATE/coordinator.log" | tee -a "$STATE/webui-error.log" >&2
+            exit 1
+        fi
+        if [ "$(date +%s)" -ge "$deadline" ]; then
+            [ "$tty" = 1 ] && echo
+            say "still loading after ${wait_s}s; it goes on in the background (the page shows the progress)"
+            break
+        fi
+        if [ "$tty" = 1 ]; then
+            pct=$(python3 -c 'import sys; print(int(100 * float(sys.argv[1] or 0)))' "$(json_field "$status_json" progress)" 2>/dev/null || echo 0)
+            printf '\rnebula: %s %3s%%  %-50.50s' "${phase:-starting}" "$pct" "$(json_field "$status_json" message)"
+        fi
+        sleep 0.5
+    done
+    [ "$tty" = 1 ] && [ "$phase" = ready ] && printf '\r%-80s\r' ''
+    [ "$phase" = ready ] && say "model loaded and ready"
+fi
+started=0
+say "open $URL in a browser; stop with: make stop   (or deploy/stop.sh --state $STATE)"
+say "logs: $STATE/webui-error.log, webui-access.log, coordinator.log"
