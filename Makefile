@@ -189,7 +189,7 @@ test-build: all $(TEST_BINS) $(FUZZ_BINS)
 # the page, starts Nebula (deploy/run.sh, docs/RUNNING.md); make stop stops it.
 run: deps
 	@$(MAKE) --no-print-directory all $(if $(wildcard web/package.json),web)
-	@PORT="$(PORT)" API_PORT="$(API_PORT)" bash deploy/run.sh $(BUILD) "$(MODEL)"
+	@bash deploy/run.sh $(BUILD) "$(MODEL)"
 
 stop:
 	@bash deploy/stop.sh

@@ -43,8 +43,9 @@ for f in $(find "$BUILD/fuzz" -maxdepth 1 -type f -perm -u+x -name 'fuzz_*' 2>/d
     fi
 done
 
-# Shell-level tests of the command-line tools.
-for s in $(find tests/tools -name 'test_*.sh' 2>/dev/null | sort); do
+# Shell-level tests of the command-line tools, of deploy/ (start, stop,
+# nginx) and of the API with the official openai client.
+for s in $(find tests/tools tests/deploy tests/openai -name 'test_*.sh' -not -path '*/node_modules/*' 2>/dev/null | sort); do
     echo "== $s"
     if BUILD="$BUILD" bash "$s" >"$log" 2>&1; then
         passed=$((passed + 1)); tail -n 3 "$log"

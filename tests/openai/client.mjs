@@ -1,0 +1,79 @@
+// client.mjs BASE_URL — the official `openai` npm package (tests/openai/
+// package.json, locked), unmodified, against Nebula's API.  Lists the models,
+// streams a chat completion, asks for a non-streamed one, and checks that API
+// errors reach the client as the package's typed errors.  Prints what it saw;
+// exits 1 with the reason at the first thing that is wrong.
+import OpenAI from "openai";
+
+const baseURL = process.argv[2];
+if (!baseURL) {
+  console.error("usage: node client.mjs BASE_URL (e.g. http://127.0.0.1:8090/v1)");
+  process.exit(2);
+}
+const client = new OpenAI({ baseURL, apiKey: "none", maxRetries: 0, timeout: 60_000 });
+const fail = (msg) => {
+  console.log(`FAIL: ${msg}`);
+  process.exit(1);
+};
+const messages = [{ role: "user", content: "Hello! Who are you?" }];
+
+// models.list(): a page the client can iterate.
+const models = [];
+for await (const m of client.models.list()) models.push(m);
+if (models.length < 1 || typeof models[0].id !== "string" || models[0].object !== "model")
+  fail(`models.list(): ${JSON.stringify(models)}`);
+const model = models[0].id;
+console.log(`models.list(): ${models.map((m) => m.id).join(", ")}`);
+
+// A streamed chat completion, read with the client's own SSE parser.
+const stream = await client.chat.completions.create({
+  model, messages, max_tokens: 16, temperature: 0.7, seed: 1, stream: true,
+  stream_options: { include_usage: true },
+});
+let chunks = 0, textEvents = 0, text = "", finish = null, usage = null, role = null;
+for await (const chunk of stream) {
+  chunks++;
+  if (chunk.object !== "chat.completion.chunk") fail(`stream: chunk object ${chunk.object}`);
+  if (chunk.usage) usage = chunk.usage;
+  const choice = chunk.choices[0];
+  if (!choice) continue;
+  if (choice.delta.role) role = choice.delta.role;
+  const piece = (choice.delta.content ?? "") + (choice.delta.reasoning_content ?? "");
+  if (piece) { textEvents++; text += piece; }
+  if (choice.finish_reason) finish = choice.finish_reason;
+}
+if (role !== "assistant") fail(`stream: role ${role}`);
+if (textEvents < 2) fail(`stream: ${textEvents} chunks with text (want >= 2)`);
+if (finish !== "stop" && finish !== "length") fail(`stream: finish_reason ${finish}`);
+if (!usage || !(usage.completion_tokens >= 1 && usage.completion_tokens <= 16) ||
+    usage.total_tokens !== usage.prompt_tokens + usage.completion_tokens)
+  fail(`stream: usage ${JSON.stringify(usage)}`);
+console.log(`stream: ${chunks} chunks, ${textEvents} with text (${text.length} characters), ` +
+            `finish_reason ${finish}, usage ${JSON.stringify(usage)}`);
+
+// A non-streamed one.
+const done = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 0 });
+const c0 = done.choices?.[0];
+if (done.object !== "chat.completion" || !c0 || c0.message.role !== "assistant" ||
+    typeof c0.message.content !== "string")
+  fail(`non-stream: ${JSON.stringify(done).slice(0, 300)}`);
+if (c0.finish_reason !== "stop" && c0.finish_reason !== "length") fail(`non-stream: finish_reason ${c0.finish_reason}`);
+if (!(done.usage?.completion_tokens >= 1 && done.usage.completion_tokens <= 8))
+  fail(`non-stream: usage ${JSON.stringify(done.usage)}`);
+console.log(`non-stream: finish_reason ${c0.finish_reason}, usage ${JSON.stringify(done.usage)}`);
+
+// Errors arrive as the client's typed errors, with the server's message.
+async function expectError(what, status, cls, body) {
+  try {
+    await client.chat.completions.create(body);
+  } catch (e) {
+    if (!(e instanceof cls) || e.status !== status || !e.error?.message)
+      fail(`${what}: got ${e?.constructor?.name} ${e?.status} ${JSON.stringify(e?.error)}`);
+    console.log(`${what}: ${e.constructor.name} ${e.status}: ${e.error.message}`);
+    return;
+  }
+  fail(`${what}: no error`);
+}
+await expectError("unknown model", 404, OpenAI.NotFoundError, { model: model + "-nope", messages, max_tokens: 4 });
+await expectError("max_tokens of the wrong type", 400, OpenAI.BadRequestError, { model, messages, max_tokens: "many" });
+console.log("openai client: ok");
