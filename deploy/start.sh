@@ -239,7 +239,7 @@ for k in sys.argv[2].split("."): d = d.get(k) if isinstance(d, dict) else None
 print("" if d is None else d)' "$1" "$2" 2>/dev/null || true; }
 
 say "Nebula is up: $URL"
-[ "$(json_field "$status_json" model.demo)" = True ] &&
+[ "$demo" = 1 ] || [ "$(json_field "$status_json" model.demo)" = True ] &&
     say "model: the bundled DEMO model — tiny, random weights: its answers are noise (make run MODEL=path.gguf serves a real one)"
 
 # ---- the model loads (the page shows the progress meanwhile) ----
