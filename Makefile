@@ -192,7 +192,7 @@ run: deps
 	@bash deploy/run.sh $(BUILD) "$(MODEL)"
 
 stop:
-	@bash deploy/stop.sh
+	@NEBULA_BIN=$(abspath $(BUILD))/bin bash deploy/stop.sh
 
 unit: $(TEST_BINS)
 	@for t in $(TEST_BINS); do echo "== $$t"; $$t || exit 1; done

@@ -27,7 +27,7 @@ args=(--port "${PORT:-8090}" --api-port "${API_PORT:-8091}")
 [ -n "${THREADS:-}" ] && args+=(--threads "$THREADS")
 
 if [ -z "$MODEL" ]; then
-    say "no MODEL given: serving the bundled DEMO model (tiny, random weights — its answers are noise)"
+    say "no MODEL given: the bundled demo model (make run MODEL=path.gguf serves a real one)"
     args+=(--demo)
 else
     [ -r "$MODEL" ] || { say "cannot read the model file '$MODEL'"; exit 1; }

@@ -8,8 +8,10 @@
 #     413 and the server keeps serving;
 #   - a second start.sh says "already running" and starts no process;
 #   - a port held by another program (page port, then API port): a message
-#     naming the port, a non-zero exit, nothing left running;
-#   - stop.sh: no process, no /dev/shm object, no runtime directory left;
+#     naming the port, a non-zero exit, nothing left running; the same for a
+#     model the coordinator cannot load (the reason in webui-error.log);
+#   - stop.sh: no process, no /dev/shm object, no runtime directory left,
+#     also after the coordinator was killed with -9;
 #   - nginx does not buffer streams: against tests/deploy/lockstep_upstream.py
 #     (a stand-in coordinator that sends each event only after the client has
 #     received the previous one) every event arrives while the stream is open;
@@ -121,6 +123,13 @@ start --port "$port3" --api-port "$port2" --state "$tmp/b" >"$tmp/out4" 2>&1; rc
 [ -z "$(procs_of "$tmp/b/")" ] && ok || bad "processes left after the failed start: $(procs_of "$tmp/b/")"
 kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null; holder=
 
+# ---- a model the coordinator cannot load: the reason, and nothing left ----
+head -c 65536 /dev/urandom >"$tmp/bad.gguf"
+NEBULA_BIN=$bin NEBULA_WEB=$WEB deploy/start.sh --model "$tmp/bad.gguf" --port "$port2" --api-port "$port3" \
+    --state "$tmp/b" >"$tmp/out7" 2>&1; rc=$?
+[ $rc -ne 0 ] && grep -q "bad.gguf" "$tmp/b/webui-error.log" && ok || bad "unloadable model: exit $rc, $(cat "$tmp/out7")"
+[ -z "$(procs_of "$tmp/b/")" ] && [ ! -e "$tmp/b/engine" ] && ok || bad "left after the failed start: $(procs_of "$tmp/b/") $(ls "$tmp/b")"
+
 # ---- stop ----
 deploy/stop.sh --state "$S" >"$tmp/out5" 2>&1; rc=$?
 cat "$tmp/out5"
@@ -133,6 +142,16 @@ shm=$(ls /dev/shm | grep "^nebula-$cpid-" || true)
 [ ! -e "$S/engine" ] && [ ! -e "$S/coordinator.pid" ] && [ ! -e "$S/nginx.pid" ] && ok || bad "left in $S: $(ls "$S")"
 curl -s -m 2 -o /dev/null "$base/" && bad "the page still answers after stop.sh" || ok
 deploy/stop.sh --state "$S" | grep -q "not running" && ok || bad "second stop.sh"
+
+# ---- a coordinator killed with -9: stop.sh removes its regions, its workers go ----
+start --port "$port" --api-port "$api_port" --state "$S" >"$tmp/out8" 2>&1 || bad "restart: $(cat "$tmp/out8")"
+cpid=$(cat "$S/coordinator.pid") workers=$(children "$cpid")
+kill -9 "$cpid"
+deploy/stop.sh --state "$S" >"$tmp/out9" 2>&1; rc=$?
+left=
+for p in $cpid $workers; do alive "$p" && left="$left $p"; done
+[ $rc -eq 0 ] && [ -z "$left" ] && [ -z "$(procs_of "$S/")" ] && ok || bad "after kill -9: exit $rc, left:$left $(cat "$tmp/out9")"
+[ -z "$(ls /dev/shm | grep "^nebula-$cpid-")" ] && [ ! -e "$S/engine" ] && ok || bad "after kill -9: regions or runtime directory left"
 
 # ---- nginx streams without buffering; 502 when the coordinator is gone ----
 mkdir -p "$tmp/fake"
