@@ -121,8 +121,9 @@ if [ -z "$model" ]; then
     if [ ! -s "$model" ] || [ "$stale" = 1 ]; then
         mkdir -p "$(dirname "$model")"
         say "making the demo model (tiny random weights: its answers are noise) → $model"
-        "$NEBULA_BIN/nebula-convert" "$NEBULA_REPO/tests/fixtures/tiny-a" "$model" --type f32 --name nebula-demo -q ||
-            { log_error "could not make the demo model"; exit 1; }
+        # Written aside and renamed: a concurrent start never reads half a file.
+        "$NEBULA_BIN/nebula-convert" "$NEBULA_REPO/tests/fixtures/tiny-a" "$model.$$.tmp" --type f32 --name nebula-demo -q &&
+            mv -f "$model.$$.tmp" "$model" || { rm -f "$model.$$.tmp"; log_error "could not make the demo model"; exit 1; }
     fi
 fi
 [ -r "$model" ] || { log_error "cannot read the model file '$model'"; exit 1; }

@@ -4,7 +4,8 @@ tests/deploy/test_start_stop.sh, one per call; prints what it saw and exits 1
 with the reason on the first thing that is wrong.
 
   page BASE INDEX      GET / serves the file INDEX as text/html, never cached,
-                       with the security headers; a module (*.js) as JavaScript
+                       with the security headers; every local file it names is
+                       served with its type; build files are not served
   status BASE          GET /api/status through nginx: JSON with a phase, ready
   stream BASE          a streamed chat completion: text/event-stream, the role
                        chunk, content events, a finish_reason, then [DONE] last
@@ -18,6 +19,7 @@ with the reason on the first thing that is wrong.
 import http.client
 import json
 import os
+import re
 import sys
 import urllib.parse
 
@@ -68,17 +70,23 @@ def page(base, index):
     for h, ok in headers.items():
         if not ok(r.getheader(h, "")):
             fail("GET /: header %s is %r" % (h, r.getheader(h)))
-    webdir = os.path.dirname(index)
-    mods = sorted(f for f in os.listdir(webdir) if f.endswith(".js"))
-    if mods:
-        r, body = get(base, "/" + mods[0])
+    # Every local file index.html names is served, with its type.
+    types = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml",
+             ".png": "image/png", ".ico": "image/x-icon", ".json": "application/json"}
+    assets = [a for a in re.findall(r'(?:src|href)="([^"]+)"', want.decode(errors="replace"))
+              if not re.match(r"[a-z]+:|//|#", a)]
+    for a in assets:
+        r, _ = get(base, "/" + a.lstrip("/"))
         ct = r.getheader("Content-Type", "")
-        if r.status != 200 or not ct.startswith("text/javascript"):
-            fail("GET /%s -> %d %s" % (mods[0], r.status, ct))
-    r, _ = get(base, "/no-such-file.html")
-    if r.status != 404:
-        fail("GET /no-such-file.html -> %d" % r.status)
-    print("page: / is %s (%d bytes, %s), %s" % (index, len(want), ct, ", ".join(mods[:1]) or "no modules"))
+        ext = os.path.splitext(a)[1]
+        if r.status != 200 or (ext in types and not ct.startswith(types[ext])):
+            fail("GET /%s (named by index.html) -> %d %s" % (a, r.status, ct))
+    for path in ("/no-such-file.html", "/package.json", "/node_modules/", "/.gitignore"):
+        r, _ = get(base, path)
+        if r.status != 404:
+            fail("GET %s -> %d (want 404)" % (path, r.status))
+    print("page: / is %s (%d bytes), %d files it names served with their types"
+          % (index, len(want), len(assets)))
 
 
 def status(base):
