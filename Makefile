@@ -188,7 +188,7 @@ test-build: all $(TEST_BINS) $(FUZZ_BINS)
 # make run [MODEL=M.gguf] [PORT=8090] [API_PORT=8091]: builds the engine and
 # the page, starts Nebula (deploy/run.sh, docs/RUNNING.md); make stop stops it.
 run: deps
-	@$(MAKE) --no-print-directory all $(if $(wildcard web/package.json),web)
+	@$(MAKE) --no-print-directory all web
 	@bash deploy/run.sh $(BUILD) "$(MODEL)"
 
 stop:
