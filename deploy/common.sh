@@ -13,7 +13,11 @@
 # start.lock serialises start.sh and stop.sh on one state directory.
 
 NEBULA_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-NEBULA_BIN=${NEBULA_BIN:-$NEBULA_REPO/build/bin}
+# The binaries: $NEBULA_BIN, else $BUILD/bin (make's build directory), else build/bin.
+case ${BUILD:-build} in
+/*) NEBULA_BIN=${NEBULA_BIN:-$BUILD/bin} ;;
+*) NEBULA_BIN=${NEBULA_BIN:-$NEBULA_REPO/${BUILD:-build}/bin} ;;
+esac
 
 say() { printf 'nebula: %s\n' "$*"; }
 

@@ -20,7 +20,7 @@
 #   --name NAME       the model id the API reports (default: the GGUF's general.name)
 #   --wait SECONDS    how long to wait for the model to load (default 1800; 0: return
 #                     as soon as the page answers, the page shows the loading progress)
-# Environment: NEBULA_BIN (the binaries; default build/bin of this checkout),
+# Environment: NEBULA_BIN (the binaries; default $BUILD/bin, else build/bin of this checkout),
 # NEBULA_WEB (the page; default web/ of this checkout), NEBULA_STATE_DIR.
 #
 # Idempotent: when this state directory's instance is up (pid files alive and
