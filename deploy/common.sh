@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # common.sh — what deploy/start.sh and deploy/stop.sh share (sourced, not run).
 #
 # One Nebula instance lives in a state directory (0700):

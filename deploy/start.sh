@@ -72,7 +72,15 @@ for p in "$STATE" "$WEB"; do
 done
 [ ${#STATE} -le 80 ] || { echo "start.sh: state directory path too long (${#STATE} > 80 characters): $STATE" >&2; exit 2; }
 mkdir -p "$STATE" && chmod 700 "$STATE"
+for t in curl python3 flock; do
+    command -v "$t" >/dev/null || { log_error "$t is not installed: run deploy/install-deps.sh"; exit 1; }
+done
 take_lock 30 || exit 1
+if [ "$STATE" = "$(resolve_state "")" ]; then
+    STOP_HINT="make stop   (or deploy/stop.sh)"
+else
+    STOP_HINT="deploy/stop.sh --state $STATE"
+fi
 
 URL="http://127.0.0.1:$port/"
 
@@ -85,7 +93,7 @@ if pid_alive "$npid" nginx && pid_alive "$cpid" nebula-coordinator; then
     if [ -n "$RUN_PORT" ] && curl -fsS -m 5 -o /dev/null "http://127.0.0.1:$RUN_PORT/api/status" 2>/dev/null; then
         say "already running: $RUN_URL (model $RUN_MODEL; state $STATE)"
         [ "$RUN_PORT" = "$port" ] || say "(it listens on port $RUN_PORT, not $port: stop it first to change)"
-        say "stop it with: make stop   (or deploy/stop.sh --state $STATE)"
+        say "stop it with: $STOP_HINT"
         exit 0
     fi
 fi
@@ -104,9 +112,6 @@ fi
 NGINX=$(command -v nginx || true)
 [ -n "$NGINX" ] || for c in /usr/sbin/nginx /sbin/nginx; do [ -x "$c" ] && NGINX=$c && break; done
 [ -n "$NGINX" ] || { log_error "nginx is not installed: run deploy/install-deps.sh (make run does)"; exit 1; }
-for t in curl python3 flock; do
-    command -v "$t" >/dev/null || { log_error "$t is not installed: run deploy/install-deps.sh"; exit 1; }
-done
 COORD=$NEBULA_BIN/nebula-coordinator
 [ -x "$COORD" ] || { log_error "$COORD is missing: run make"; exit 1; }
 "$COORD" --help 2>/dev/null | grep -q -- '--http' ||
@@ -279,5 +284,5 @@ if [ "$wait_s" -gt 0 ]; then
     [ "$phase" = ready ] && say "model loaded and ready"
 fi
 started=0
-say "open $URL in a browser; stop with: make stop   (or deploy/stop.sh --state $STATE)"
+say "open $URL in a browser; stop with: $STOP_HINT"
 say "logs: $STATE/webui-error.log, webui-access.log, coordinator.log"
