@@ -251,7 +251,7 @@ say "Nebula is up: $URL"
 # ---- the model loads (the page shows the progress meanwhile) ----
 if [ "$wait_s" -gt 0 ]; then
     deadline=$(($(date +%s) + wait_s))
-    tty=0; [ -t 1 ] && tty=1
+    tty=0 shown=0; [ -t 1 ] && tty=1
     trap 'echo; say "still loading in the background; the page shows the progress"; started=0; exit 0' INT
     while :; do
         status_json=$(curl -fsS -m 5 "http://127.0.0.1:$api_port/api/status" 2>/dev/null) || status_json=
@@ -259,28 +259,29 @@ if [ "$wait_s" -gt 0 ]; then
         case $phase in
         ready) break ;;
         error)
-            [ "$tty" = 1 ] && echo
+            [ "$shown" = 1 ] && echo
             log_error "the model did not load: $(json_field "$status_json" message) (see $STATE/coordinator.log)"
             exit 1 ;;
         esac
         if ! pid_alive "$cpid" nebula-coordinator; then
-            [ "$tty" = 1 ] && echo
+            [ "$shown" = 1 ] && echo
             log_error "the coordinator exited while loading; the end of $STATE/coordinator.log:"
             tail -n 15 "$STATE/coordinator.log" | tee -a "$STATE/webui-error.log" >&2
             exit 1
         fi
         if [ "$(date +%s)" -ge "$deadline" ]; then
-            [ "$tty" = 1 ] && echo
+            [ "$shown" = 1 ] && echo
             say "still loading after ${wait_s}s; it goes on in the background (the page shows the progress)"
             break
         fi
         if [ "$tty" = 1 ]; then
             pct=$(python3 -c 'import sys; print(int(100 * float(sys.argv[1] or 0)))' "$(json_field "$status_json" progress)" 2>/dev/null || echo 0)
             printf '\rnebula: %s %3s%%  %-50.50s' "${phase:-starting}" "$pct" "$(json_field "$status_json" message)"
+            shown=1
         fi
         sleep 0.5
     done
-    [ "$tty" = 1 ] && [ "$phase" = ready ] && printf '\r%-80s\r' ''
+    [ "$shown" = 1 ] && printf '\r%-80s\r' ''
     [ "$phase" = ready ] && say "model loaded and ready"
 fi
 started=0
