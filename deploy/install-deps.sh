@@ -36,7 +36,7 @@ PACKAGES=(
 check_only=0
 case "${1:-}" in
   --check) check_only=1 ;;
-  -h|--help) sed -n "2,8p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n "2,10p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   "") ;;
   *) echo "install-deps.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
 esac
