@@ -144,19 +144,24 @@ static enum MHD_Result fail(struct api *a, struct MHD_Connection *conn, int stat
 
 /* ---------- GET endpoints ---------- */
 
+static const char demo_notice[] =
+    "This is the bundled demo model: a tiny model with random weights. Its answers are noise; it exists so that "
+    "the chat, the API and the pipeline can be tried without downloading a real model.";
+
+/* OpenAI's model object, plus what a client needs to know about ours. */
 static cJSON *model_object(const struct api *a)
 {
-    cJSON *m = cJSON_CreateObject();
+    cJSON *m = cJSON_CreateObject(), *n;
     cJSON_AddStringToObject(m, "id", a->name);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", floor(a->t_created));
     cJSON_AddStringToObject(m, "owned_by", "nebula");
+    n = cJSON_AddObjectToObject(m, "nebula");
+    cJSON_AddBoolToObject(n, "demo", a->cfg.demo);
+    if (a->cfg.demo) cJSON_AddStringToObject(n, "notice", demo_notice);
+    cJSON_AddNumberToObject(n, "context_length", (double)a->ctx);
     return m;
 }
-
-static const char demo_notice[] =
-    "This is the bundled demo model: a tiny model with random weights. Its answers are noise; it exists so that "
-    "the chat, the API and the pipeline can be tried without downloading a real model.";
 
 static cJSON *status_json(struct api *a)
 {

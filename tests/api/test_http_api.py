@@ -185,6 +185,8 @@ def test_models_and_status():
     m = (d.get("data") or [{}])[0]
     check(m.get("id") == "nebula-demo" and m.get("object") == "model" and m.get("owned_by") == "nebula"
           and isinstance(m.get("created"), int), f"/v1/models entry: {m}")
+    check(m.get("nebula", {}).get("demo") is True and "noise" in m["nebula"].get("notice", "")
+          and m["nebula"].get("context_length") == 4096, f"/v1/models says it is the demo: {m}")
     check(jcall("GET", "/v1/models/nebula-demo")[0] == 200, "/v1/models/nebula-demo")
     st, d = jcall("GET", "/v1/models/other")
     check(st == 404 and d["error"]["code"] == "model_not_found", f"/v1/models/other: {st} {d}")
