@@ -162,6 +162,27 @@ Test(api_request, wrong_types_name_the_param)
     expect_400(API_TOKENIZE, "{\"text\":[1,2]}", "text");
 }
 
+Test(api_request, error_messages_are_valid_utf8)
+{
+    struct api_request r;
+    struct api_error e;
+    /* A role of 'a' and 45 two-byte characters is quoted cut at 40 bytes, in
+     * the middle of a character. */
+    char body[256] = "{\"messages\":[{\"role\":\"a";
+    for (int i = 0; i < 45; i++) strcat(body, "\xC3\xA9");
+    strcat(body, "\",\"content\":\"x\"}]}");
+    cr_assert_eq(parse(API_CHAT, body, &r, &e), 400);
+    cr_expect(strstr(e.message, "\xC3\xA9\xC3\xA9"), "%s", e.message);
+    for (const unsigned char *p = (const unsigned char *)e.message; *p; p++) {
+        if (*p < 0x80) continue;
+        cr_assert(*p == 0xC3 && p[1] == 0xA9, "invalid UTF-8 at byte %zu of '%s'", (size_t)(p - (const unsigned char *)e.message), e.message);
+        p++;
+    }
+    api_request_free(&r);
+    api_errorf(&e, 404, "invalid_request_error", NULL, NULL, "path %s", "/a\xE2\x82");
+    cr_expect_str_eq(e.message, "path /a??");
+}
+
 Test(api_request, error_json)
 {
     struct api_error e;

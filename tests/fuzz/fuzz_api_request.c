@@ -5,8 +5,8 @@
  * The first input byte picks the request kind (chat, completion, tokenize);
  * the rest is the body, any bytes at all.  For every input:
  *   - the parser returns 0, 400 or 500 (out of memory), never anything else;
- *     an error has a message, a type and, for 400, the invalid_request_error
- *     type; the error renders as JSON;
+ *     an error has a message (valid UTF-8, whatever bytes it quotes), a type
+ *     and, for 400, the invalid_request_error type; the error renders as JSON;
  *   - a parsed request is coherent: 1-3 accuracy level, at most 4 non-empty
  *     stop strings, max_tokens -1 or in [1, 2^24], messages with text for a
  *     chat, a prompt for a completion;
@@ -45,6 +45,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (st) {
         if (!e.message[0] || !e.type[0] || e.status != st) abort();
         if (st == 400 && strcmp(e.type, "invalid_request_error")) abort();
+        /* The message quotes the client's bytes: it must still be valid UTF-8. */
+        for (const unsigned char *p = (const unsigned char *)e.message; *p;) {
+            size_t k = *p < 0x80 ? 1 : (*p & 0xE0) == 0xC0 ? 2 : (*p & 0xF0) == 0xE0 ? 3 : (*p & 0xF8) == 0xF0 ? 4 : 0;
+            if (!k) abort();
+            for (size_t i = 1; i < k; i++)
+                if ((p[i] & 0xC0) != 0x80) abort();
+            p += k;
+        }
         cJSON *j = api_error_json(&e);
         char *t = cJSON_PrintUnformatted(j);
         if (!t) abort();
