@@ -90,7 +90,7 @@ struct run_ctx {
     tok_decoder *dec;
     struct api_text text;
     long long seen;     /* tokens handled (a retried run replays the same ones) */
-    double t_start, t_first, t_last;
+    double t_start, t_first, t_last, t_tick;
     bool text_stop;     /* a stop string matched */
     bool cancelled;
     int fail;           /* out of memory while appending */
@@ -103,10 +103,22 @@ static int emit(void *ctx, bool reasoning, const char *s, size_t n)
     return api_buf_add(reasoning ? &r->j->reasoning : &r->j->content, s, n);
 }
 
+/* Between steps: the loop's tick every 50 ms (heartbeats, supervision,
+ * nebulactl) — a fast model's steps never leave the ring wait idle long
+ * enough for step_call to tick. */
+static void tick(struct run_ctx *r)
+{
+    double t = coord_now();
+    if (t - r->t_tick < 0.05) return;
+    r->t_tick = t;
+    coord_tick(r->c, 0, false);
+}
+
 static int on_prefill(void *ctx, size_t done, size_t total)
 {
     struct run_ctx *r = ctx;
     (void)total;
+    tick(r);
     pthread_mutex_lock(&r->a->mu);
     r->j->prefill_done = done;
     r->cancelled = r->j->cancelled || r->a->stopping || r->c->stop;
@@ -117,6 +129,7 @@ static int on_prefill(void *ctx, size_t done, size_t total)
 static int on_token(void *ctx, long long i, int32_t id)
 {
     struct run_ctx *r = ctx;
+    tick(r);
     if (i < r->seen) return 0;
     r->seen = i + 1;
     r->t_last = coord_now();
@@ -211,7 +224,7 @@ static void run_job(struct coord *c, struct api_job *j)
 void api_run_queued(struct coord *c)
 {
     struct api *a = c->api;
-    while (a && !c->stop) {
+    while (a && !c->stop && !c->ctl_deferred) { /* a ctl generate that waited goes next */
         pthread_mutex_lock(&a->mu);
         struct api_job *j = a->head;
         if (!j) {
@@ -227,7 +240,12 @@ void api_run_queued(struct coord *c)
         bool cancelled = j->cancelled;
         pthread_cond_broadcast(&a->cv);
         pthread_mutex_unlock(&a->mu);
-        if (cancelled) finish(c, j, NULL, NULL, true);
-        else run_job(c, j);
+        if (cancelled) {
+            finish(c, j, NULL, NULL, true);
+            continue;
+        }
+        c->in_http_job = true;
+        run_job(c, j);
+        c->in_http_job = false;
     }
 }

@@ -90,6 +90,8 @@ struct coord {
     bool step_in_flight;           /* the gpu-worker is busy for us: its heartbeats may be late */
     bool stop;                     /* shutdown requested */
     struct api *api;               /* the HTTP API (api.h); NULL with --http off */
+    bool in_http_job;              /* the loop runs an HTTP job: ctl.sock is served from its ticks */
+    cJSON *ctl_deferred;           /* a generate/restart received meanwhile, answered after the job */
     volatile int got_sigchld;
 };
 
@@ -99,7 +101,8 @@ int coord_path(char *dst, size_t len, const char *dir, const char *name);
 
 /* main.c */
 /* One round of the loop: waits up to timeout_ms for a control message, serves
- * it (ctl.sock only when serve_ctl), then supervises the workers. */
+ * it (ctl.sock when serve_ctl, or during an HTTP job all but generate and
+ * restart, which wait for the loop), then supervises the workers. */
 void coord_tick(struct coord *c, int timeout_ms, bool serve_ctl);
 
 /* workers.c */

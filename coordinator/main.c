@@ -275,15 +275,34 @@ static int make_regions(struct coord *c, char *err, size_t errlen)
     return rc;
 }
 
+static void ctl_reply(struct coord *c, cJSON *reply)
+{
+    char err[256];
+    if (ctl_send(c->rep, NULL, reply, err, sizeof err)) nb_log("cannot reply on ctl.sock: %s", err);
+    cJSON_Delete(reply);
+}
+
 void coord_tick(struct coord *c, int timeout_ms, bool serve_ctl)
 {
-    /* The HTTP API's pipe is polled only when the loop may run jobs (serve_ctl). */
+    /* A generate or restart that came while an HTTP job ran waited for the
+     * loop: it is served first. */
+    if (serve_ctl && c->ctl_deferred) {
+        cJSON *req = c->ctl_deferred;
+        c->ctl_deferred = NULL;
+        ctl_reply(c, coord_handle_ctl(c, req));
+        cJSON_Delete(req);
+    }
+    /* ctl.sock is also served during an HTTP job (status, stats, profile,
+     * shutdown answer at once; a generate or restart is kept, unanswered, for
+     * the loop: REP takes no other request meanwhile).  The HTTP API's pipe is
+     * polled only when the loop may run jobs (serve_ctl). */
+    bool rep = serve_ctl || (c->in_http_job && !c->ctl_deferred);
     zmq_pollitem_t items[3] = {{ctl_zmq_socket(c->router), 0, ZMQ_POLLIN, 0},
                                {ctl_zmq_socket(c->rep), 0, ZMQ_POLLIN, 0},
                                {NULL, c->api ? c->api->wake[0] : -1, ZMQ_POLLIN, 0}};
     char err[256], peer[64];
     cJSON *msg;
-    if (zmq_poll(items, serve_ctl ? (c->api ? 3 : 2) : 1, timeout_ms) > 0) {
+    if (zmq_poll(items, serve_ctl && c->api ? 3 : rep ? 2 : 1, timeout_ms) > 0) {
         if (serve_ctl && c->api && (items[2].revents & ZMQ_POLLIN)) {
             char drain[64];
             while (read(c->api->wake[0], drain, sizeof drain) > 0) continue;
@@ -292,17 +311,22 @@ void coord_tick(struct coord *c, int timeout_ms, bool serve_ctl)
             coord_on_worker_msg(c, peer, msg);
             cJSON_Delete(msg);
         }
-        if (serve_ctl && (items[1].revents & ZMQ_POLLIN)) {
+        if (rep && (items[1].revents & ZMQ_POLLIN)) {
             cJSON *reply;
             if (ctl_recv(c->rep, 0, NULL, 0, &msg, err, sizeof err) == 0) {
-                reply = coord_handle_ctl(c, msg);
-                cJSON_Delete(msg);
+                const char *t = ctl_type(msg);
+                if (!serve_ctl && (!strcmp(t, "generate") || !strcmp(t, "restart"))) {
+                    c->ctl_deferred = msg; /* answered when the HTTP job is done */
+                    reply = NULL;
+                } else {
+                    reply = coord_handle_ctl(c, msg);
+                    cJSON_Delete(msg);
+                }
             } else { /* a malformed request still gets its one reply: REP must answer */
                 reply = ctl_msg("error");
                 cJSON_AddStringToObject(reply, "message", err);
             }
-            if (ctl_send(c->rep, NULL, reply, err, sizeof err)) nb_log("cannot reply on ctl.sock: %s", err);
-            cJSON_Delete(reply);
+            if (reply) ctl_reply(c, reply);
         }
     }
     coord_supervise(c);
@@ -328,6 +352,13 @@ static void teardown(struct coord *c)
 {
     char err[256];
     if (c->api) api_stop(c->api); /* first: no request waits on workers that are going */
+    if (c->ctl_deferred) { /* REP owes it an answer */
+        cJSON *r = ctl_msg("error");
+        cJSON_AddStringToObject(r, "message", "the coordinator is shutting down");
+        ctl_reply(c, r);
+        cJSON_Delete(c->ctl_deferred);
+        c->ctl_deferred = NULL;
+    }
     coord_stop_workers(c);
     ring_pair_detach(&c->step);
     shm_stats_close(c->stats);

@@ -11,7 +11,8 @@ strings, max_tokens, completions, metrics, every kind of invalid request
 (and that the server answers after each), queue full, client disconnects
 (streaming and not) cancelling the generation, keep-alive comments during a
 long prefill and while queued, a gpu-worker killed mid-request (retried: the
-same text), and that generation through ctl.sock gives the same text.  Standard library only.  Prints "N checks, N failed";
+same text), and ctl.sock during an HTTP job (status answers at once, a
+generate waits for the job, then gives the same text as HTTP).  Standard library only.  Prints "N checks, N failed";
 exits 1 on any failure.  Run from the repository root (BUILD=build).
 """
 import http.client
@@ -553,9 +554,26 @@ def test_worker_dies_mid_generation():
     check(metric("nebula_worker_restarts_total", 'role="gpu-worker"') == 1, "metrics count the restart")
 
 
-def test_ctl_still_serves():
+def test_ctl_during_http_job(greedy_text):
+    """ctl.sock during an HTTP job: status answers at once, a generate waits for the job and then runs."""
+    prompt, n = long_prompt(3900)
+    slow = {"prompt": prompt, "max_tokens": 4, "temperature": 0, "prefill_chunk": 1, "stream": True}
+    c, r = open_stream("/v1/completions", slow)
+    check(wait_for(lambda: status()["queue"]["running"] == 1), "the slow request runs")
+    t0 = time.time()
     st = subprocess.run([os.path.join(BIN, "nebulactl"), "--runtime", srv.run, "status"], capture_output=True, timeout=30)
-    check(st.returncode == 0 and b"gpu-worker" in st.stdout, f"nebulactl status with HTTP on: {st.stderr!r}")
+    t_status = time.time() - t0
+    check(st.returncode == 0 and b"gpu-worker" in st.stdout, f"nebulactl status during an HTTP job: {st.stderr!r}")
+    check(status()["queue"]["running"] == 1, f"nebulactl status answered while the job still ran ({t_status:.2f} s)")
+    gen = subprocess.Popen([os.path.join(BIN, "nebula"), "generate", "--server", srv.run, "--chat", "Hello", "--think", "off",
+                            "--greedy", "-n", "24"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    ev = read_events(r)
+    c.close()
+    check(ev and ev[-1] == ("data", "[DONE]"), "the HTTP job completes")
+    out, err = gen.communicate(timeout=60)
+    check(gen.returncode == 0 and out.decode().rstrip("\n") == greedy_text,
+          f"a ctl generate sent during the HTTP job ran after it: {out!r} {err[-200:]!r}")
+    alive("ctl requests during an HTTP job")
 
 
 def main():
@@ -576,7 +594,7 @@ def main():
         test_invalid()
         test_queue_cancel_keepalive()
         test_worker_dies_mid_generation()
-        test_ctl_still_serves()
+        test_ctl_during_http_job(greedy)
         srv.stop()
         check(srv.proc.returncode == 0, f"coordinator exit status {srv.proc.returncode}")
         log = open(srv.log, errors="replace").read()
