@@ -287,7 +287,7 @@ scenario("status: ready, the demo model's notice is shown", async ({ page }) => 
   assert(await page.locator("#loading").isHidden(), "the loading panel is shown while the model is ready");
 });
 
-scenario("loading phase: progress bar while /api/status says loading (answered by a route)", async ({ page }) => {
+scenario("loading phase: progress bar while /api/status says loading (answered by a route); a message waits for it", async ({ page, bodies }) => {
   const real = await (await page.request.get(new URL("api/status", page.url()).href)).json();
   await page.route("**/api/status", (route) => route.fulfill({
     contentType: "application/json",
@@ -300,8 +300,18 @@ scenario("loading phase: progress bar while /api/status says loading (answered b
   assert(Math.abs(parseFloat(width) - 42) < 0.01 && width.endsWith("%"), `progress bar width is '${width}'`);
   assert((await page.textContent("#loading-message")).includes("layer 17"), "the server's message is not shown");
   assert((await page.getAttribute("#server-status", "data-state")) === "loading", "the status pill does not say loading");
+  // A message sent while the model loads waits for it, then goes out.
+  await setOptions(page, { think: false, maxTokens: 16 });
+  const a = await send(page, "Sent while loading.", { wait: false });
+  await page.waitForFunction(() => /waiting for the model to load \(42%\)/.test(document.querySelector(".msg.assistant .msg-state").textContent));
+  await sleep(1500);
+  assert(bodies.length === 0, "the request went out while the model was loading");
   await page.unroute("**/api/status");
   await page.locator("#loading").waitFor({ state: "hidden", timeout: 15000 });
+  await waitIdle(page);
+  assert(bodies.length === 1, `${bodies.length} requests after loading`);
+  assert(!(await a.locator(".msg-error").isVisible()), `error: ${await a.locator(".msg-error").textContent()}`);
+  assert((await a.locator(".msg-body").textContent()).trim().length > 0, "no answer after loading");
 });
 
 scenario("new chat → send → streamed answer → rename → reload keeps it → delete", async ({ page, bodies }) => {

@@ -799,37 +799,48 @@ async function generate(chat) {
     if (limit && size > limit) {
       throw new ApiError(`This conversation with its documents is ${fmtSize(size)}; the server accepts at most ${fmtSize(limit)} per request. Remove a document or start a new chat.`);
     }
-    await waitUntilReady(controller.signal, (s) => {
-      msg.waiting = `waiting for the model to load (${Math.round((s.progress || 0) * 100)}%)…`;
+    // A 503 model_not_ready (the engine restarted, or it loads on the first
+    // request) waits for the model once more and retries.
+    let res;
+    for (let attempt = 0; ; attempt++) {
+      await waitUntilReady(controller.signal, (s) => {
+        msg.waiting = `waiting for the model to load (${Math.round((s.progress || 0) * 100)}%)…`;
+        scheduleRender(msg);
+      });
+      msg.waiting = "sending…";
       scheduleRender(msg);
-    });
-    msg.waiting = "sending…";
-    scheduleRender(msg);
-    pollStatus(); // a first request may make the engine load: show it
-    const res = await streamChat(body, {
-      signal: controller.signal,
-      onFirstByte: () => { msg.waiting = "waiting for the first token…"; scheduleRender(msg); },
-      onKeepAlive: () => {
-        const secs = Math.round((performance.now() - t0) / 1000);
-        msg.waiting = `queued or reading the prompt… ${secs} s`;
-        scheduleRender(msg);
-      },
-      onDelta: ({ content, reasoning }) => {
-        if (tFirst === null) {
-          tFirst = performance.now();
-          gen.firstToken = true;
-          msg.waiting = "";
-        }
-        pieces++;
-        msg.content += content;
-        msg.reasoning += reasoning;
-        scheduleRender(msg);
-        if (Date.now() - lastSave > 2000) {
-          lastSave = Date.now();
-          saveChat(chat);
-        }
-      },
-    });
+      pollStatus(); // a first request may make the engine load: show it
+      try {
+        res = await streamChat(body, {
+          signal: controller.signal,
+          onFirstByte: () => { msg.waiting = "waiting for the first token…"; scheduleRender(msg); },
+          onKeepAlive: () => {
+            const secs = Math.round((performance.now() - t0) / 1000);
+            msg.waiting = `queued or reading the prompt… ${secs} s`;
+            scheduleRender(msg);
+          },
+          onDelta: ({ content, reasoning }) => {
+            if (tFirst === null) {
+              tFirst = performance.now();
+              gen.firstToken = true;
+              msg.waiting = "";
+            }
+            pieces++;
+            msg.content += content;
+            msg.reasoning += reasoning;
+            scheduleRender(msg);
+            if (Date.now() - lastSave > 2000) {
+              lastSave = Date.now();
+              saveChat(chat);
+            }
+          },
+        });
+        break;
+      } catch (e) {
+        if (attempt > 0 || !(e instanceof ApiError) || e.status !== 503 || e.code !== "model_not_ready") throw e;
+        await pollStatus();
+      }
+    }
     const tEnd = performance.now();
     msg.finish_reason = res.finish_reason;
     msg.model = res.model;
