@@ -974,6 +974,12 @@ function wire() {
     el.app.classList.toggle(matchMedia("(max-width: 800px)").matches ? "sidebar-open" : "sidebar-hidden");
   });
   el.exportChat.addEventListener("click", exportChat);
+  // Narrow screens: a tap beside the sliding chat list closes it.
+  $(".main").addEventListener("click", (e) => {
+    if (el.app.classList.contains("sidebar-open") && e.target !== el.toggleSidebar && !el.toggleSidebar.contains(e.target)) {
+      el.app.classList.remove("sidebar-open");
+    }
+  }, true);
   $(".close", el.errorBanner).addEventListener("click", clearError);
   el.composer.addEventListener("submit", (e) => { e.preventDefault(); send(); });
   el.stop.addEventListener("click", stop);
