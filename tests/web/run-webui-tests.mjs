@@ -608,7 +608,7 @@ try {
     await stack.start();
   }
   const baseUrl = externalUrl || stack.url;
-  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox", "--headless"] });
+  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox", "--headless", "--disable-dev-shm-usage"] });
   for (const s of scenarios) {
     if (only && !s.name.includes(only)) continue;
     if (s.needsStack && !stack) {

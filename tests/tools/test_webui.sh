@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# test_webui.sh — the chat page (web/) tested in a real browser against the
+# real stack.
+#
+# 1. node --test tests/web/unit.test.mjs: the page's SSE parser and the text
+#    it builds (documents in the prompt, Markdown export), under node.
+# 2. tests/web/run-webui-tests.mjs: playwright-core (locked in
+#    tests/web/package-lock.json) drives Debian's chromium, headless, against
+#    deploy/start.sh --demo on free ports with a temporary state directory:
+#    nginx serving web/ and proxying to nebula-coordinator with the demo
+#    model.  New chat, streamed answer, rename, reload, delete; thinking
+#    on/off; documents; Markdown export; stop; errors (4xx, coordinator gone);
+#    the loading progress bar.
+#
+# Needs node, npm (npm ci here and in web/), chromium and nginx; CI gets them
+# from deploy/install-deps.sh (make test runs it).  Any of them missing is a
+# failure with the reason, never a pass.  Run from the repository root with
+# BUILD set (make test does).
+set -euo pipefail
+BUILD=${BUILD:-build}
+export BUILD
+DIR=tests/web
+
+fail() { echo "test_webui: FAIL: $*" >&2; exit 1; }
+
+command -v node >/dev/null || fail "node is not installed (deploy/install-deps.sh installs it)"
+command -v npm >/dev/null || fail "npm is not installed (deploy/install-deps.sh installs it)"
+CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
+[ -x "$CHROMIUM" ] || fail "$CHROMIUM is missing: the browser tests need Debian's chromium (deploy/install-deps.sh installs it)"
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || fail "nginx is not installed (deploy/install-deps.sh installs it)"
+[ -x "$BUILD/bin/nebula-coordinator" ] || fail "$BUILD/bin/nebula-coordinator is missing: run make first"
+[ -f deploy/start.sh ] || fail "deploy/start.sh is missing"
+
+# The page's vendored packages (web/vendor/), as make run builds them.
+make --no-print-directory web >/dev/null || fail "make web failed (npm ci in web/: registry unreachable?)"
+
+# playwright-core, unless exactly the locked version is already installed.
+installed() {
+    node -e '
+        const lock = require(process.argv[1] + "/package-lock.json").packages;
+        for (const [p, v] of Object.entries(lock)) {
+            if (!p) continue;
+            const got = require(process.argv[1] + "/" + p + "/package.json").version;
+            if (got !== v.version) process.exit(1);
+        }' "$PWD/$DIR" 2>/dev/null
+}
+if ! installed; then
+    echo "installing playwright-core (npm ci)"
+    npm ci --prefix "$DIR" --no-audit --no-fund >/dev/null || fail "npm ci --prefix $DIR failed (registry unreachable?)"
+fi
+
+node --test "$DIR/unit.test.mjs" || fail "unit tests of the page's modules"
+CHROMIUM=$CHROMIUM node "$DIR/run-webui-tests.mjs" || fail "browser tests"
+echo "test_webui: ok"
