@@ -480,6 +480,24 @@ scenario("stop: Stop ends a streaming answer, it is kept as stopped, the next re
   assert(bodies.length === 2, `${bodies.length} requests`);
 });
 
+scenario("delete while an answer streams: the answer stops, the chat stays deleted", async ({ page }) => {
+  await setOptions(page, { think: false, maxTokens: 2048 });
+  await pace(page, 150);
+  await send(page, "Delete me while you answer.", { wait: false });
+  await page.waitForFunction(() => {
+    const b = document.querySelector(".msg.assistant.streaming .msg-body");
+    return b && b.textContent.trim().length > 0;
+  });
+  await page.locator("#chat-list .chat-item").first().hover();
+  await page.click('#chat-list .chat-item >> nth=0 >> [data-action="delete"]');
+  await page.click("#confirm-ok");
+  await waitIdle(page, 10000);
+  await pace(page, 0);
+  await sleep(300);
+  assert((await storedChats(page)).length === 0, "the chat came back into IndexedDB");
+  assert((await chatTitles(page)).length === 0, `chat list: ${await chatTitles(page)}`);
+});
+
 scenario("options: context, prefill chunk and accuracy bounded by /api/status and sent in the request", async ({ page, bodies }) => {
   const st = await (await page.request.get(new URL("api/status", page.url()).href)).json();
   const ctx = st.model.context_length;

@@ -242,10 +242,13 @@ function confirmDialog(title, text, okLabel) {
 async function removeChat(chat) {
   const ok = await confirmDialog("Delete chat?", `“${chat.title}” and its ${chat.messages.length} messages will be removed from this browser.`, "Delete");
   if (!ok) return;
+  // An answer still streaming into it is stopped, and its last save skipped.
+  chat.deleted = true;
   if (state.generation && state.generation.chat.id === chat.id) state.generation.controller.abort();
   try {
     await store.deleteChat(chat.id);
   } catch (e) {
+    delete chat.deleted;
     showError(`Cannot delete the chat: ${e.message}`);
     return;
   }
@@ -256,6 +259,7 @@ async function removeChat(chat) {
 }
 
 async function saveChat(chat) {
+  if (chat.deleted) return false;
   try {
     await store.putChat(chat);
   } catch (e) {
