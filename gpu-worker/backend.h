@@ -42,6 +42,7 @@ typedef struct gw_seq gw_seq;
 struct gw_backend_params {
     const char *kind; /* "cpu" (the reference) or "cuda" (gpu-worker/cuda/, where built with nvcc) */
     int n_threads;    /* 0: the backend's default (cpu: OpenMP's, set per calling thread) */
+    bool no_graphs;   /* cuda: run the one-token step without CUDA graphs (tests compare the two) */
 };
 
 /* Which rows of a batch an output is wanted for. */

@@ -127,6 +127,17 @@ struct cuda_backend {
     int64_t rope_cap;
     uint8_t *d_local; /* the remote map of the current eval, (n_layer + n_nextn) × E */
     size_t local_bytes;
+    /* CUDA graphs of the one-token decode step (see decode_graph) */
+    bool graphs;          /* off with gw_backend_params.no_graphs */
+    char *arena;          /* temporaries while capturing */
+    size_t arena_cap, arena_off;
+    bool arena_on;
+    int64_t *d_pos;       /* the step's position, read by the kernels of a replayed graph */
+    int32_t *d_tok;       /* the step's token */
+    int64_t *h_pos;       /* pinned: what the graph's first copies read at each replay */
+    int32_t *h_tok;
+    int64_t *h_rows;      /* pinned: the step's PLE table rows (ple_n_heads) */
+    float *h_out;         /* pinned: logits (V) then the wide row */
 };
 
 static cuda_backend *cbe(gw_backend *b) { return (cuda_backend *)b; }
@@ -307,6 +318,13 @@ static void cuda_free(gw_backend *gb)
     cudaFree(be->d_cos);
     cudaFree(be->d_sin);
     cudaFree(be->d_local);
+    cudaFree(be->arena);
+    cudaFree(be->d_pos);
+    cudaFree(be->d_tok);
+    cudaFreeHost(be->h_pos);
+    cudaFreeHost(be->h_tok);
+    cudaFreeHost(be->h_rows);
+    cudaFreeHost(be->h_out);
     if (be->st) cudaStreamDestroy(be->st);
     free(be->allocs);
     free(be->ups);
@@ -379,6 +397,12 @@ static int cuda_setup(cuda_backend *be)
     TRY(up_mat(be, &m->ple_table, &be->ple_table));
     for (int i = 0; i < n; i++) TRY(up_layer(be, m, &m->layers[i], &be->L[i]));
     TRY(rope_reserve(be, 1024));
+    CK(cudaMalloc(&be->d_pos, sizeof(int64_t)));
+    CK(cudaMalloc(&be->d_tok, sizeof(int32_t)));
+    CK(cudaMallocHost(&be->h_pos, sizeof(int64_t)));
+    CK(cudaMallocHost(&be->h_tok, sizeof(int32_t)));
+    CK(cudaMallocHost(&be->h_rows, (size_t)(hp->ple_n_heads > 0 ? hp->ple_n_heads : 1) * sizeof(int64_t)));
+    CK(cudaMallocHost(&be->h_out, (size_t)(hp->n_vocab + model_wide(hp)) * sizeof(float)));
     CK(cudaDeviceSynchronize());
     return 0;
 }
@@ -396,6 +420,7 @@ static int cuda_create(const struct model *m, const struct gw_backend_params *p,
     be->base.ops = &gw_cuda_ops;
     be->base.model = m;
     be->device = 0;
+    be->graphs = !(p && p->no_graphs);
     int rc = cuda_setup(be);
     if (rc) {
         cuda_free(&be->base);
@@ -423,6 +448,8 @@ struct cuda_seq {
     int64_t mtp_n, mtp_cap;
     int64_t *mtp_pos;
     bool broken;
+    cudaGraphExec_t exec; /* the captured decode step (decode_graph), or NULL */
+    int64_t gkey[6];      /* what it baked in */
 };
 
 static int64_t gdn_conv_floats(const struct model_hparams *hp)
@@ -455,6 +482,7 @@ static void cuda_seq_free(gw_seq *gs)
 {
     cuda_seq *s = (cuda_seq *)gs;
     cudaStreamSynchronize(cbe(gs->be)->st);
+    if (s->exec) cudaGraphExecDestroy(s->exec);
     seq_release(s);
     free(s);
 }
@@ -640,17 +668,31 @@ static int cuda_seq_copy(gw_seq *gd, const gw_seq *gsrc, char *err, size_t errle
 
 /* ---------- the forward pass ---------- */
 
-/* Stream-ordered temporaries of one sublayer: freed in one go at the end. */
+/* Temporaries of one sublayer, released in one go at its end.  They come
+ * from the backend's arena while a graph is captured (fixed addresses, no
+ * allocation nodes; allocations nest, so releasing is resetting the arena's
+ * offset), else — or when the arena is full — from the stream-ordered
+ * allocator. */
 struct tmp {
-    cudaStream_t st;
+    cuda_backend *be;
+    size_t mark; /* arena offset at the start */
     void *p[24];
     int n;
 };
 
+static tmp tmp_begin(cuda_backend *be) { return tmp{be, be->arena_off, {}, 0}; }
+
 static int talloc(tmp *t, float **out, int64_t n)
 {
+    cuda_backend *be = t->be;
+    const size_t bytes = ((size_t)(n > 0 ? n : 1) * sizeof(float) + 255) & ~(size_t)255;
+    if (be->arena_on && be->arena_off + bytes <= be->arena_cap) {
+        *out = (float *)(be->arena + be->arena_off);
+        be->arena_off += bytes;
+        return 0;
+    }
     void *p;
-    CK(cudaMallocAsync(&p, (size_t)(n > 0 ? n : 1) * sizeof(float), t->st));
+    CK(cudaMallocAsync(&p, bytes, be->st));
     t->p[t->n++] = p;
     *out = (float *)p;
     return 0;
@@ -660,10 +702,11 @@ static int tfree(tmp *t)
 {
     cudaError_t e = cudaSuccess;
     for (int i = 0; i < t->n; i++) {
-        cudaError_t f = cudaFreeAsync(t->p[i], t->st);
+        cudaError_t f = cudaFreeAsync(t->p[i], t->be->st);
         if (e == cudaSuccess) e = f;
     }
     t->n = 0;
+    t->be->arena_off = t->mark;
     CK(e);
     return 0;
 }
@@ -712,12 +755,13 @@ static int rms_rows(cudaStream_t st, const float *in, int64_t irs, float *out, i
     return 0;
 }
 
-static int rope(cuda_backend *be, float *x, int rows, int64_t rs, int heads, int64_t hs, int64_t pos0, int64_t pstep)
+static int rope(cuda_backend *be, float *x, int rows, int64_t rs, int heads, int64_t hs, int64_t pos0, int64_t pstep,
+                const int64_t *dpos)
 {
     const struct model_hparams *hp = &be->base.model->hp;
     if (rows <= 0 || hp->rope_dim < 2) return 0;
     k_rope<<<dim3((unsigned)rows, (unsigned)heads), nthr(hp->rope_dim / 2), 0, be->st>>>(
-        x, rs, hs, hp->rope_dim, be->d_cos, be->d_sin, pos0, pstep);
+        x, rs, hs, hp->rope_dim, be->d_cos, be->d_sin, pos0, pstep, dpos);
     CKL("k_rope");
     return 0;
 }
@@ -729,7 +773,7 @@ static int hc_mix(cuda_backend *be, const cu_hc *h, const float *X, int T, float
     const int n = hp->hc_count;
     const int64_t C = hp->n_embd, wide = model_wide(hp), r = hp->hc_rank;
     cudaStream_t st = be->st;
-    tmp t = {st, {}, 0};
+    tmp t = tmp_begin(be);
     float *xn, *lo, *gate;
     int rc = talloc(&t, &xn, T * wide);
     if (rc == 0) rc = talloc(&t, &lo, T * r);
@@ -774,7 +818,7 @@ static int gdn_forward(cuda_backend *be, const cu_layer *c, cu_lstate *ls, const
     const int Hk = hp->ssm_n_k_heads, Hv = hp->ssm_n_v_heads, D = hp->ssm_head_dim;
     const int64_t conv_dim = model_gdn_conv_dim(hp), vdim = (int64_t)Hv * D, kdim = (int64_t)Hk * D, C = hp->n_embd;
     cudaStream_t st = be->st;
-    tmp t = {st, {}, 0};
+    tmp t = tmp_begin(be);
     float *qkv, *mixed, *z, *o, *g, *beta;
     int rc = talloc(&t, &qkv, T * conv_dim);
     if (rc == 0) rc = talloc(&t, &mixed, T * conv_dim);
@@ -823,70 +867,80 @@ static int gdn_forward(cuda_backend *be, const cu_layer *c, cu_lstate *ls, const
 /* ---- attention ---- */
 
 /* T rows at positions pos0 + t; K/V of the rows stored at slots slot0 + t of
- * (kc, vc); cr > 0: the QSA indexer over the layer's idx_k / blk_k (slot = position). */
+ * (kc, vc); cr > 0: the QSA indexer over the layer's idx_k / blk_k (slot =
+ * position).  dpos (a captured one-token step): pos0 and slot0 are 0 and the
+ * position is read on the device; every launch is then the same at every
+ * position (cap: the K/V capacity bounds the buffers). */
 static int attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *kc, float *vc, const float *x, int T,
-                     int64_t pos0, int64_t slot0, int cr, float *y)
+                     int64_t pos0, int64_t slot0, int cr, const int64_t *dpos, int64_t cap, float *y)
 {
     const struct model_hparams *hp = &be->base.model->hp;
     const int Hq = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, Hi = hp->idx_n_head, Di = hp->idx_head_dim;
-    const int64_t qw = (int64_t)Hq * D, kvw = (int64_t)Hkv * D, C = hp->n_embd, n_ctx = slot0 + T;
+    const int64_t qw = (int64_t)Hq * D, kvw = (int64_t)Hkv * D, C = hp->n_embd, iw = (int64_t)Hi * Di;
+    const int64_t n_ctx = dpos ? cap : slot0 + T; /* probabilities per (row, head) */
     cudaStream_t st = be->st;
-    tmp t = {st, {}, 0};
-    float *qg, *q, *att, *qi = NULL, *scores = NULL, *keepf = NULL;
+    tmp t = tmp_begin(be);
+    float *qg, *q, *att, *kt, *vt, *qi = NULL, *it = NULL, *scores = NULL, *keepf = NULL;
     int rc = talloc(&t, &qg, T * 2 * qw);
     if (rc == 0) rc = talloc(&t, &q, T * qw);
     if (rc == 0) rc = talloc(&t, &att, T * qw);
+    if (rc == 0) rc = talloc(&t, &kt, T * kvw);
+    if (rc == 0) rc = talloc(&t, &vt, T * kvw);
     if (rc == 0) rc = matmul(st, c->q, x, C, T, qg, 2 * qw);
-    if (rc == 0) rc = matmul(st, c->k, x, C, T, kc + slot0 * kvw, kvw);
-    if (rc == 0) rc = matmul(st, c->v, x, C, T, vc + slot0 * kvw, kvw);
-    /* q: norm (from the interleaved q|gate rows) then rope; k: the same in place in the cache */
+    if (rc == 0) rc = matmul(st, c->k, x, C, T, kt, kvw);
+    if (rc == 0) rc = matmul(st, c->v, x, C, T, vt, kvw);
+    /* q: norm (from the interleaved q|gate rows) then rope; k: the same, then into the cache */
     if (rc == 0) {
         k_rms_norm<<<dim3((unsigned)T, (unsigned)Hq), nthr(D), 0, st>>>(qg, 2 * qw, 2 * D, q, qw, D, D, c->q_norm, 0,
                                                                        hp->rms_eps);
         rc = LCHK("k_rms_norm (q)");
     }
-    if (rc == 0) rc = rms_rows(st, kc + slot0 * kvw, kvw, kc + slot0 * kvw, kvw, T, D, Hkv, c->k_norm, 0, hp->rms_eps);
-    if (rc == 0) rc = rope(be, q, T, qw, Hq, D, pos0, 1);
-    if (rc == 0) rc = rope(be, kc + slot0 * kvw, T, kvw, Hkv, D, pos0, 1);
-    int64_t B_all = 0, top = 0, bstride = 1;
+    if (rc == 0) rc = rms_rows(st, kt, kvw, kt, kvw, T, D, Hkv, c->k_norm, 0, hp->rms_eps);
+    if (rc == 0) rc = rope(be, q, T, qw, Hq, D, pos0, 1, dpos);
+    if (rc == 0) rc = rope(be, kt, T, kvw, Hkv, D, pos0, 1, dpos);
+    if (rc == 0) {
+        k_store_rows<<<nblk(T * kvw, 256), 256, 0, st>>>(kt, T, kvw, kc, slot0, dpos);
+        k_store_rows<<<nblk(T * kvw, 256), 256, 0, st>>>(vt, T, kvw, vc, slot0, dpos);
+        rc = LCHK("k_store_rows (K/V)");
+    }
+    int64_t top = 0, bstride = 1;
     uint8_t *keep = NULL;
     if (rc == 0 && cr > 0) {
-        const int64_t iw = (int64_t)Hi * Di;
         rc = talloc(&t, &qi, T * iw);
+        if (rc == 0) rc = talloc(&t, &it, T * Di);
         if (rc == 0) rc = matmul(st, c->idx_q, x, C, T, qi, iw);
-        if (rc == 0) rc = matmul(st, c->idx_k, x, C, T, ls->idx_k + pos0 * Di, Di);
-        if (rc == 0) rc = rms_rows(st, qi, iw, qi, iw, T, Di, Hi, c->idx_q_norm, 0, hp->rms_eps);
-        if (rc == 0) rc = rope(be, qi, T, iw, Hi, Di, pos0, 1);
-        const int64_t nb_new = (pos0 + T) / cr;
-        if (rc == 0 && nb_new > ls->n_blk) {
-            const int64_t nb = nb_new - ls->n_blk;
-            float *kb = ls->blk_k + ls->n_blk * Di;
-            k_block_mean<<<(unsigned)nb, nthr(Di), 0, st>>>(ls->idx_k, Di, cr, ls->n_blk, ls->blk_k);
-            cudaError_t e = cudaGetLastError();
-            if (e != cudaSuccess) rc = cu_fail(e, "k_block_mean", __LINE__);
-            if (rc == 0) rc = rms_rows(st, kb, Di, kb, Di, (int)nb, Di, 1, c->idx_k_norm, 0, hp->rms_eps);
-            if (rc == 0) rc = rope(be, kb, (int)nb, Di, 1, Di, ls->n_blk * cr, cr);
-            if (rc == 0) ls->n_blk = nb_new;
+        if (rc == 0) rc = matmul(st, c->idx_k, x, C, T, it, Di);
+        if (rc == 0) {
+            k_store_rows<<<nblk(T * Di, 256), 256, 0, st>>>(it, T, Di, ls->idx_k, pos0, dpos);
+            rc = LCHK("k_store_rows (indexer keys)");
         }
-        B_all = (pos0 + T) / cr;
+        if (rc == 0) rc = rms_rows(st, qi, iw, qi, iw, T, Di, Hi, c->idx_q_norm, 0, hp->rms_eps);
+        if (rc == 0) rc = rope(be, qi, T, iw, Hi, Di, pos0, 1, dpos);
+        /* the block keys of the blocks this batch completes */
+        const int64_t nb = dpos ? 1 : (pos0 + T) / cr - ls->n_blk;
+        if (rc == 0 && nb > 0) {
+            k_block_key<<<(unsigned)nb, nthr(Di), (size_t)Di * sizeof(float), st>>>(
+                ls->idx_k, Di, cr, ls->n_blk, dpos, ls->blk_k, c->idx_k_norm, hp->rms_eps, hp->rope_dim, be->d_cos,
+                be->d_sin);
+            rc = LCHK("k_block_key");
+        }
+        if (rc == 0 && !dpos && (pos0 + T) / cr > ls->n_blk) ls->n_blk = (pos0 + T) / cr; /* graphs: decode_graph */
         top = hp->idx_top_k / cr;
+        const int64_t B_all = dpos ? cap / cr : (pos0 + T) / cr; /* most complete blocks a row can have */
         bstride = B_all > 0 ? B_all : 1;
-        if (rc == 0 && B_all > top) {
+        if (rc == 0 && (dpos || B_all > top)) {
             rc = talloc(&t, &scores, T * bstride);
             if (rc == 0) rc = talloc(&t, &keepf, (T * bstride + 3) / 4);
             keep = (uint8_t *)keepf;
-            if (rc == 0) {
-                /* row t scores only its own complete blocks (B_t = (pos0+t+1)/cr) */
-                for (int r = 0; r < T && rc == 0; r++) {
-                    const int64_t Bt = (pos0 + r + 1) / cr;
-                    if (Bt <= top) continue;
-                    k_block_scores<<<dim3(nblk(Bt, 128), 1), 128, 0, st>>>(qi + r * (int64_t)Hi * Di, Hi, Di, ls->blk_k,
-                                                                          Bt, bstride, scores + r * bstride);
-                    k_block_keep<<<dim3(nblk(Bt, 128), 1), 128, 0, st>>>(scores + r * bstride, Bt, bstride, top,
-                                                                        keep + r * bstride);
-                    cudaError_t e = cudaGetLastError();
-                    if (e != cudaSuccess) rc = cu_fail(e, "k_block_scores/keep", __LINE__);
-                }
+            /* row r scores only its own complete blocks (B_r = (pos0+r+1)/cr; on the device with dpos) */
+            for (int r = 0; r < T && rc == 0; r++) {
+                const int64_t Br = dpos ? bstride : (pos0 + r + 1) / cr;
+                if (!dpos && Br <= top) continue;
+                k_block_scores<<<nblk(Br, 128), 128, 0, st>>>(qi + r * iw, Hi, Di, ls->blk_k, Br, bstride,
+                                                               scores + r * bstride, cr, dpos);
+                k_block_keep<<<nblk(Br, 128), 128, 0, st>>>(scores + r * bstride, Br, bstride, top, keep + r * bstride,
+                                                             cr, dpos);
+                rc = LCHK("k_block_scores/keep");
             }
         }
     }
@@ -900,9 +954,8 @@ static int attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *
             const int nr = T - r0 < G ? T - r0 : G;
             k_attend<<<dim3((unsigned)nr, (unsigned)Hq), 128, 0, st>>>(
                 q + r0 * qw, qg + r0 * 2 * qw, 2 * qw, kc, vc, Hq, Hkv, D, slot0 + r0, pos0 + r0, cr, top,
-                keep ? keep + r0 * bstride : NULL, bstride, p, n_ctx, att + r0 * qw);
-            cudaError_t e = cudaGetLastError();
-            if (e != cudaSuccess) rc = cu_fail(e, "k_attend", __LINE__);
+                keep ? keep + r0 * bstride : NULL, bstride, p, n_ctx, att + r0 * qw, dpos);
+            rc = LCHK("k_attend");
         }
     }
     if (rc == 0) rc = matmul(st, c->o, att, qw, T, y, C);
@@ -911,21 +964,24 @@ static int attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *
 
 /* ---- PLE ---- */
 
-static int ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lstate *ls, int64_t pos0, int T, float *X)
+/* graph: a captured one-token step, whose rows decode_graph writes into
+ * the pinned h_rows before each replay (no host work inside the capture). */
+static int ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lstate *ls, int64_t pos0, int T, float *X,
+                       bool graph)
 {
     const struct model *m = be->base.model;
     const struct model_hparams *hp = &m->hp;
     const int n = hp->hc_count, NH = hp->ple_n_heads, W = hp->ple_row_width;
     const int64_t P = hp->ple_embd, C = hp->n_embd, wide = model_wide(hp);
     cudaStream_t st = be->st;
-    int64_t *rows = (int64_t *)malloc((size_t)T * NH * sizeof *rows);
+    int64_t *rows = graph ? be->h_rows : (int64_t *)malloc((size_t)T * NH * sizeof *rows);
     float *he = NULL;
     if (!rows) {
         snprintf(g_msg, sizeof g_msg, "out of host memory");
         return NB_ENOMEM;
     }
-    for (int r = 0; r < T; r++) cpu_ple_rows(hp, s->tokens, pos0 + r, rows + (int64_t)r * NH);
-    tmp t = {st, {}, 0};
+    for (int r = 0; r < T && !graph; r++) cpu_ple_rows(hp, s->tokens, pos0 + r, rows + (int64_t)r * NH);
+    tmp t = tmp_begin(be);
     float *e, *key, *value, *G, *Gn, *cv, *drows;
     int rc = talloc(&t, &e, T * P);
     if (rc == 0) rc = talloc(&t, &key, T * wide);
@@ -949,14 +1005,14 @@ static int ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lsta
         rc = talloc(&t, &drows, (int64_t)T * NH * 2); /* int64 */
         cudaError_t ce = cudaSuccess;
         if (rc == 0) ce = cudaMemcpyAsync(drows, rows, (size_t)T * NH * sizeof *rows, cudaMemcpyHostToDevice, st);
-        if (rc == 0 && ce == cudaSuccess) ce = cudaStreamSynchronize(st); /* rows is freed below */
+        if (rc == 0 && ce == cudaSuccess && !graph) ce = cudaStreamSynchronize(st); /* rows is freed below */
         if (rc == 0 && ce == cudaSuccess) {
             k_get_rows<int64_t><<<(unsigned)(T * NH), nthr(W), 0, st>>>(be->ple_table, (const int64_t *)drows, e, W);
             ce = cudaGetLastError();
         }
         if (rc == 0 && ce != cudaSuccess) rc = cu_fail(ce, "PLE rows", __LINE__);
     }
-    free(rows);
+    if (!graph) free(rows);
     free(he);
     if (rc == 0) rc = matmul(st, c->ple_key, e, P, T, key, wide);
     if (rc == 0) rc = matmul(st, c->ple_value, e, P, T, value, C);
@@ -994,7 +1050,7 @@ static int moe_forward(cuda_backend *be, const cu_layer *c, int il, const float 
     const bool tap = a && a->route_tap;
     const uint8_t *dlocal = remote ? be->d_local + (size_t)il * E : NULL;
     cudaStream_t st = be->st;
-    tmp t = {st, {}, 0};
+    tmp t = tmp_begin(be);
     float *probs, *wts, *idsf, *G, *U, *Dn, *contrib, *sc, *gs, *us, *ds;
     int rc = talloc(&t, &probs, (int64_t)T * E);
     if (rc == 0) rc = talloc(&t, &wts, P);
@@ -1099,12 +1155,14 @@ static int moe_forward(cuda_backend *be, const cu_layer *c, int il, const float 
 
 /* ---- the trunk ---- */
 
-/* Logits of T rows of X through a head mixer and an output matrix, into host memory. */
-static int head(cuda_backend *be, const cu_hc *mixer, const dmat &out_w, const float *X, int T, float *logits)
+/* Logits of T rows of X through a head mixer and an output matrix, into host
+ * memory (sync false: the copy is only queued — a graph's pinned buffer). */
+static int head(cuda_backend *be, const cu_hc *mixer, const dmat &out_w, const float *X, int T, float *logits,
+                bool sync = true)
 {
     const struct model_hparams *hp = &be->base.model->hp;
     const int64_t V = hp->n_vocab;
-    tmp t = {be->st, {}, 0};
+    tmp t = tmp_begin(be);
     float *h, *dl;
     int rc = talloc(&t, &h, T * hp->n_embd);
     if (rc == 0) rc = talloc(&t, &dl, T * V);
@@ -1112,7 +1170,7 @@ static int head(cuda_backend *be, const cu_hc *mixer, const dmat &out_w, const f
     if (rc == 0) rc = matmul(be->st, out_w, h, hp->n_embd, T, dl, V);
     if (rc == 0) {
         cudaError_t ce = cudaMemcpyAsync(logits, dl, (size_t)(T * V) * sizeof(float), cudaMemcpyDeviceToHost, be->st);
-        if (ce == cudaSuccess) ce = cudaStreamSynchronize(be->st);
+        if (ce == cudaSuccess && sync) ce = cudaStreamSynchronize(be->st);
         if (ce != cudaSuccess) rc = cu_fail(ce, "logits to the host", __LINE__);
     }
     return tdone(&t, rc);
@@ -1120,17 +1178,17 @@ static int head(cuda_backend *be, const cu_hc *mixer, const dmat &out_w, const f
 
 /* One block (trunk layer il, or the MTP block) over the T rows of X. */
 static int block_forward(cuda_backend *be, cuda_seq *s, const struct gw_eval_args *a, int il, int64_t pos0, int T,
-                         float *X, float *x, float *y, float *inj, int64_t mtp_slot0)
+                         float *X, float *x, float *y, float *inj, int64_t mtp_slot0, const int64_t *dpos)
 {
     const struct model *m = be->base.model;
     const struct model_layer *l = &m->layers[il];
     const cu_layer *c = &be->L[il];
     cu_lstate *ls = &s->ls[il];
-    if (l->has_ple) TRY(ple_forward(be, s, c, ls, pos0, T, X));
+    if (l->has_ple) TRY(ple_forward(be, s, c, ls, pos0, T, X, dpos != NULL));
     TRY(hc_mix(be, &c->hc_attn, X, T, x, inj));
     if (l->kind == MODEL_LAYER_GDN) TRY(gdn_forward(be, c, ls, x, T, y));
-    else if (l->is_nextn) TRY(attention(be, c, ls, ls->k, ls->v, x, T, pos0, mtp_slot0, 0, y));
-    else TRY(attention(be, c, ls, ls->k, ls->v, x, T, pos0, pos0, l->compress_ratio, y));
+    else if (l->is_nextn) TRY(attention(be, c, ls, ls->k, ls->v, x, T, pos0, mtp_slot0, 0, NULL, 0, y));
+    else TRY(attention(be, c, ls, ls->k, ls->v, x, T, pos0, pos0, l->compress_ratio, dpos, s->cap, y));
     TRY(hc_add(be, X, y, inj, T));
     TRY(hc_mix(be, &c->hc_ffn, X, T, x, inj));
     TRY(moe_forward(be, c, il, x, T, y, a));
@@ -1155,32 +1213,39 @@ static int upload_local(cuda_backend *be)
     return 0;
 }
 
-static int eval_body(cuda_seq *s, const struct gw_eval_args *a)
+/* The device work of one eval.  Outside a capture (dpos NULL) it may
+ * synchronise and copy to the caller's buffers; captured (dpos = the
+ * backend's d_pos, one token) it only queues: the token comes from the
+ * pinned h_tok, the logits and wide row go to the pinned h_out. */
+static int eval_dev(cuda_seq *s, const struct gw_eval_args *a, const int64_t *dpos)
 {
     cuda_backend *be = cbe(s->base.be);
     const struct model *m = be->base.model;
     const struct model_hparams *hp = &m->hp;
     const int T = a->n_tokens, n = hp->hc_count;
-    const int64_t C = hp->n_embd, wide = model_wide(hp), pos0 = s->base.n_pos;
+    const int64_t C = hp->n_embd, wide = model_wide(hp), V = hp->n_vocab;
+    const int64_t pos0 = dpos ? 0 : s->base.n_pos;
     cudaStream_t st = be->st;
-    TRY(seq_reserve(s, pos0 + T));
-    TRY(rope_reserve(be, pos0 + T));
-    TRY(upload_local(be));
-    memcpy(s->tokens + pos0, a->tokens, (size_t)T * sizeof *s->tokens);
-    tmp t = {st, {}, 0};
-    float *X, *x, *y, *inj, *tokf, *e;
+    tmp t = tmp_begin(be);
+    float *X, *x, *y, *inj, *tokf = NULL, *e;
     int rc = talloc(&t, &X, T * wide);
     if (rc == 0) rc = talloc(&t, &x, T * C);
     if (rc == 0) rc = talloc(&t, &y, T * C);
     if (rc == 0) rc = talloc(&t, &inj, (int64_t)T * n);
-    if (rc == 0) rc = talloc(&t, &tokf, T);
+    if (rc == 0 && !dpos) rc = talloc(&t, &tokf, T);
     if (rc == 0) rc = talloc(&t, &e, T * C);
+    const int32_t *dtok = dpos ? be->d_tok : (const int32_t *)tokf;
     cudaError_t ce = cudaSuccess;
     if (rc == 0) {
-        ce = cudaMemcpyAsync(tokf, a->tokens, (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice, st);
-        if (ce == cudaSuccess) ce = cudaStreamSynchronize(st);
+        if (dpos) {
+            ce = cudaMemcpyAsync(be->d_tok, be->h_tok, sizeof(int32_t), cudaMemcpyHostToDevice, st);
+            if (ce == cudaSuccess) ce = cudaMemcpyAsync(be->d_pos, be->h_pos, sizeof(int64_t), cudaMemcpyHostToDevice, st);
+        } else {
+            ce = cudaMemcpyAsync(tokf, a->tokens, (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice, st);
+            if (ce == cudaSuccess) ce = cudaStreamSynchronize(st);
+        }
         if (ce == cudaSuccess) {
-            k_get_rows<int32_t><<<(unsigned)T, nthr(C), 0, st>>>(be->tok_embd, (const int32_t *)tokf, e, C);
+            k_get_rows<int32_t><<<(unsigned)T, nthr(C), 0, st>>>(be->tok_embd, dtok, e, C);
             k_broadcast_streams<<<nblk(T * wide, 256), 256, 0, st>>>(e, T, n, C, X);
             ce = cudaGetLastError();
         }
@@ -1190,7 +1255,7 @@ static int eval_body(cuda_seq *s, const struct gw_eval_args *a)
     if (rc == 0 && a->tap && !(htap = (float *)malloc((size_t)(T * wide) * sizeof *htap)))
         rc = NB_ENOMEM, snprintf(g_msg, sizeof g_msg, "out of host memory");
     for (int il = 0; il < hp->n_layer && rc == 0; il++) {
-        rc = block_forward(be, s, a, il, pos0, T, X, x, y, inj, 0);
+        rc = block_forward(be, s, a, il, pos0, T, X, x, y, inj, 0, dpos);
         if (rc == 0 && a->tap) {
             ce = cudaMemcpyAsync(htap, X, (size_t)(T * wide) * sizeof *htap, cudaMemcpyDeviceToHost, st);
             if (ce == cudaSuccess) ce = cudaStreamSynchronize(st);
@@ -1201,14 +1266,94 @@ static int eval_body(cuda_seq *s, const struct gw_eval_args *a)
     free(htap);
     const int first = a->logits_rows == GW_ROWS_LAST ? T - 1 : 0;
     if (rc == 0 && a->logits_rows != GW_ROWS_NONE)
-        rc = head(be, &be->output_hc, be->output, X + first * wide, T - first, a->logits);
+        rc = head(be, &be->output_hc, be->output, X + first * wide, T - first, dpos ? be->h_out : a->logits, !dpos);
     if (rc == 0 && a->wide_rows != GW_ROWS_NONE) {
         const int w0 = a->wide_rows == GW_ROWS_LAST ? T - 1 : 0;
-        ce = cudaMemcpyAsync(a->wide, X + w0 * wide, (size_t)((T - w0) * wide) * sizeof(float), cudaMemcpyDeviceToHost, st);
+        ce = cudaMemcpyAsync(dpos ? be->h_out + V : a->wide, X + w0 * wide, (size_t)((T - w0) * wide) * sizeof(float),
+                             cudaMemcpyDeviceToHost, st);
         if (ce != cudaSuccess) rc = cu_fail(ce, "wide rows to the host", __LINE__);
     }
-    if (rc == 0 && (ce = cudaStreamSynchronize(st)) != cudaSuccess) rc = cu_fail(ce, "eval", __LINE__);
+    if (rc == 0 && !dpos && (ce = cudaStreamSynchronize(st)) != cudaSuccess) rc = cu_fail(ce, "eval", __LINE__);
     return tdone(&t, rc);
+}
+
+/* Arena bytes for the temporaries of a captured one-token step at K/V capacity cap. */
+static size_t arena_need(const struct model_hparams *hp, int64_t cap)
+{
+    return ((size_t)64 << 20) + 4 * ((size_t)2 * hp->n_vocab + (size_t)hp->n_head * cap + 2 * (size_t)cap + 2 * 1024);
+}
+
+/* The one-token decode step as a CUDA graph.  It is captured once per
+ * sequence and replayed while nothing it bakes in changes: the K/V buffers
+ * (capacity), the RoPE tables, the arena and which outputs are asked.  The
+ * position and token reach the replayed kernels through d_pos / d_tok, copied
+ * from pinned host words by the graph's first nodes, and the PLE rows (hashed
+ * on the host) likewise; every launch is position-independent (ops.cuh: the
+ * dpos forms), so a replay computes what the plain launches compute. */
+static int decode_graph(cuda_seq *s, const struct gw_eval_args *a)
+{
+    cuda_backend *be = cbe(s->base.be);
+    const struct model *m = be->base.model;
+    const struct model_hparams *hp = &m->hp;
+    const int64_t pos0 = s->base.n_pos, V = hp->n_vocab, wide = model_wide(hp);
+    TRY(seq_reserve(s, pos0 + 1));
+    TRY(rope_reserve(be, pos0 + 1));
+    const size_t need = arena_need(hp, s->cap);
+    if (be->arena_cap < need) {
+        CK(cudaStreamSynchronize(be->st));
+        cudaFree(be->arena);
+        be->arena = NULL, be->arena_cap = 0;
+        CK(cudaMalloc(&be->arena, need));
+        be->arena_cap = need;
+    }
+    s->tokens[pos0] = a->tokens[0];
+    be->h_tok[0] = a->tokens[0];
+    be->h_pos[0] = pos0;
+    if (hp->ple_layer >= 0) cpu_ple_rows(hp, s->tokens, pos0, be->h_rows);
+    const int64_t key[6] = {s->cap, be->rope_cap, (int64_t)(uintptr_t)be->arena, (int64_t)be->arena_cap,
+                            a->logits_rows != GW_ROWS_NONE, a->wide_rows != GW_ROWS_NONE};
+    if (!s->exec || memcmp(key, s->gkey, sizeof key)) {
+        if (s->exec) cudaGraphExecDestroy(s->exec);
+        s->exec = NULL;
+        cudaGraph_t g = NULL;
+        CK(cudaStreamBeginCapture(be->st, cudaStreamCaptureModeThreadLocal));
+        be->arena_on = true, be->arena_off = 0;
+        int rc = eval_dev(s, a, be->d_pos);
+        be->arena_on = false, be->arena_off = 0;
+        cudaError_t ce = cudaStreamEndCapture(be->st, &g);
+        if (rc == 0 && ce != cudaSuccess) rc = cu_fail(ce, "cudaStreamEndCapture", __LINE__);
+        if (rc == 0 && (ce = cudaGraphInstantiate(&s->exec, g, 0)) != cudaSuccess) {
+            s->exec = NULL;
+            rc = cu_fail(ce, "cudaGraphInstantiate", __LINE__);
+        }
+        if (g) cudaGraphDestroy(g);
+        TRY(rc);
+        memcpy(s->gkey, key, sizeof key);
+    }
+    CK(cudaGraphLaunch(s->exec, be->st));
+    CK(cudaStreamSynchronize(be->st));
+    if (a->logits_rows != GW_ROWS_NONE) memcpy(a->logits, be->h_out, (size_t)V * sizeof(float));
+    if (a->wide_rows != GW_ROWS_NONE) memcpy(a->wide, be->h_out + V, (size_t)wide * sizeof(float));
+    for (int i = 0; i < hp->n_layer; i++) {
+        const int cr = m->layers[i].compress_ratio;
+        if (cr > 0) s->ls[i].n_blk = (pos0 + 1) / cr;
+    }
+    return 0;
+}
+
+static int eval_body(cuda_seq *s, const struct gw_eval_args *a)
+{
+    cuda_backend *be = cbe(s->base.be);
+    const int T = a->n_tokens;
+    const int64_t pos0 = s->base.n_pos;
+    /* Hooks and taps are host calls in the middle of the step: those evals run plain. */
+    if (T == 1 && be->graphs && !a->tap && !a->route_tap && !be->base.remote.fn && !be->base.ple_rows.fn)
+        return decode_graph(s, a);
+    TRY(seq_reserve(s, pos0 + T));
+    TRY(rope_reserve(be, pos0 + T));
+    TRY(upload_local(be));
+    memcpy(s->tokens + pos0, a->tokens, (size_t)T * sizeof *s->tokens);
+    return eval_dev(s, a, NULL);
 }
 
 static int cuda_eval(gw_seq *gs, const struct gw_eval_args *a, char *err, size_t errlen)
@@ -1241,7 +1386,7 @@ static int mtp_body(cuda_seq *s, const struct gw_mtp_args *a)
     TRY(mtp_reserve(s, n_ctx + T));
     TRY(rope_reserve(be, a->pos + T));
     TRY(upload_local(be));
-    tmp t = {st, {}, 0};
+    tmp t = tmp_begin(be);
     float *X, *x, *y, *inj, *tokf, *e, *cat, *win;
     int rc = talloc(&t, &X, T * wide);
     if (rc == 0) rc = talloc(&t, &x, T * C);
@@ -1270,7 +1415,7 @@ static int mtp_body(cuda_seq *s, const struct gw_mtp_args *a)
                           c->hnorm + (int64_t)sI * C, 0, hp->rms_eps);
     }
     if (rc == 0) rc = matmul(st, c->eh_proj, cat, 2 * C, T * n, X, C);
-    if (rc == 0) rc = block_forward(be, s, NULL, il, a->pos, T, X, x, y, inj, n_ctx);
+    if (rc == 0) rc = block_forward(be, s, NULL, il, a->pos, T, X, x, y, inj, n_ctx, NULL);
     if (rc == 0 && a->logits) rc = head(be, &c->head, c->head_out, X, T, a->logits);
     if (rc == 0 && a->wide_out) {
         ce = cudaMemcpyAsync(a->wide_out, X, (size_t)(T * wide) * sizeof(float), cudaMemcpyDeviceToHost, st);

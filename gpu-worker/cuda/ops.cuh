@@ -250,19 +250,33 @@ __global__ void k_rms_norm(const float *in, int64_t irs, int64_t igs, float *out
 }
 
 /* NeoX RoPE of the first rope_dim values of head h of row r (x at r·rs + h·hs)
- * at position pos0 + r·pstep, with the host's cos/sin tables (half per position). */
-__global__ void k_rope(float *x, int64_t rs, int64_t hs, int rope_dim, const float *cosv, const float *sinv, int64_t pos0,
-                       int64_t pstep)
+ * at position pos0 (+ *dpos when given: a replayed graph reads the position
+ * from the device) + r·pstep, with the host's cos/sin tables (half per position). */
+static __device__ __forceinline__ void d_rope(float *v, int rope_dim, const float *cosv, const float *sinv, int64_t pos)
 {
     const int half = rope_dim / 2;
-    float *v = x + blockIdx.x * rs + blockIdx.y * hs;
-    const int64_t pos = pos0 + (int64_t)blockIdx.x * pstep;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         double c = cosv[pos * half + i], s = sinv[pos * half + i];
         double a = v[i], b = v[i + half];
         v[i] = (float)(a * c - b * s);
         v[i + half] = (float)(b * c + a * s);
     }
+}
+
+__global__ void k_rope(float *x, int64_t rs, int64_t hs, int rope_dim, const float *cosv, const float *sinv, int64_t pos0,
+                       int64_t pstep, const int64_t *dpos)
+{
+    const int64_t pos = pos0 + (dpos ? *dpos : 0) + (int64_t)blockIdx.x * pstep;
+    d_rope(x + blockIdx.x * rs + blockIdx.y * hs, rope_dim, cosv, sinv, pos);
+}
+
+/* dst row slot0 (+ *dpos) + t = src row t, for T rows of `width` (K/V and raw indexer keys into their caches). */
+__global__ void k_store_rows(const float *src, int T, int64_t width, float *dst, int64_t slot0, const int64_t *dpos)
+{
+    int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)T * width) return;
+    const int64_t base = slot0 + (dpos ? *dpos : 0);
+    dst[(base + idx / width) * width + idx % width] = src[idx];
 }
 
 /* Depthwise causal conv + SiLU (cpu_causal_conv_silu), one thread per channel;
@@ -489,23 +503,42 @@ __global__ void k_gated_norm(float *o, const float *z, int D, const float *w, fl
 
 /* ---------- attention and the QSA indexer ---------- */
 
-/* Block key b = nb0 + blockIdx.x: the mean of its cr raw indexer keys (normed and roped after). */
-__global__ void k_block_mean(const float *idx_k, int Di, int cr, int64_t nb0, float *blk_k)
+/* Block key b = nb0 + blockIdx.x (cpu indexer_prepare): RMS(mean of its cr
+ * raw keys)·w, rotated at position b·cr.  With dpos (a graph's one-token
+ * step) the block is the one that completes at position *dpos, if any.
+ * Dynamic shared memory: Di floats. */
+__global__ void k_block_key(const float *idx_k, int Di, int cr, int64_t nb0, const int64_t *dpos, float *blk_k,
+                            const float *w, float eps, int rope_dim, const float *cosv, const float *sinv)
 {
-    const int64_t b = nb0 + blockIdx.x;
+    extern __shared__ float kb[];
+    int64_t b = nb0 + blockIdx.x;
+    if (dpos) {
+        if ((*dpos + 1) % cr != 0) return;
+        b = (*dpos + 1) / cr - 1;
+    }
+    double ss = 0;
     for (int d = threadIdx.x; d < Di; d += blockDim.x) {
         double s = 0;
         for (int j = 0; j < cr; j++) s += idx_k[(b * cr + j) * Di + d];
-        blk_k[b * Di + d] = (float)(s / cr);
+        kb[d] = (float)(s / cr);
+        ss += (double)kb[d] * kb[d];
     }
+    ss = block_sum(ss);
+    const float scale = (float)(1.0 / sqrt(ss / (double)Di + (double)eps));
+    float *out = blk_k + b * Di;
+    for (int d = threadIdx.x; d < Di; d += blockDim.x) out[d] = kb[d] * scale * w[d];
+    __syncthreads();
+    d_rope(out, rope_dim, cosv, sinv, b * cr);
 }
 
-/* Scores of the B blocks for query row t (position p0 + t): Σ_h ReLU(q_h·K_b)/√Di. */
+/* Scores of the B blocks for query row t: Σ_h ReLU(q_h·K_b)/√Di.  With dpos
+ * (one row at position *dpos) B = (*dpos + 1) / cr. */
 __global__ void k_block_scores(const float *qi, int Hi, int Di, const float *blk_k, int64_t B, int64_t bstride,
-                               float *scores)
+                               float *scores, int cr, const int64_t *dpos)
 {
     const int t = blockIdx.y;
     const int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (dpos) B = (*dpos + 1) / cr;
     if (b >= B) return;
     const double inv = 1.0 / sqrt((double)Di);
     double s = 0;
@@ -519,10 +552,12 @@ __global__ void k_block_scores(const float *qi, int Hi, int Di, const float *blk
 }
 
 /* keep[t][b] = 1 for the `top` best blocks of row t: by score, ties to the lower index. */
-__global__ void k_block_keep(const float *scores, int64_t B, int64_t bstride, int64_t top, uint8_t *keep)
+__global__ void k_block_keep(const float *scores, int64_t B, int64_t bstride, int64_t top, uint8_t *keep, int cr,
+                             const int64_t *dpos)
 {
     const int t = blockIdx.y;
     const int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (dpos) B = (*dpos + 1) / cr;
     if (b >= B) return;
     const float *s = scores + t * bstride;
     const float sb = s[b];
@@ -534,12 +569,13 @@ __global__ void k_block_keep(const float *scores, int64_t B, int64_t bstride, in
 /* One query row × one head: scores over the visible slots, softmax, weighted
  * values, × sigmoid(gate).  Row t sees slots 0..slot0+t, restricted (when
  * keep != NULL and the row has more than `top` complete blocks) to its kept
- * blocks plus its incomplete tail.  grid (rows, Hq); p holds n_ctx floats
- * per (row, head). */
+ * blocks plus its incomplete tail.  grid (rows, Hq); p holds pstride ≥ n_ctx
+ * floats per (row, head). */
 __global__ void k_attend(const float *q, const float *qg, int64_t qg_rs, const float *kc, const float *vc, int Hq,
                          int Hkv, int D, int64_t slot0, int64_t pos0, int cr, int64_t top, const uint8_t *keep,
-                         int64_t bstride, float *p, int64_t pstride, float *out)
+                         int64_t bstride, float *p, int64_t pstride, float *out, const int64_t *dpos)
 {
+    if (dpos) slot0 += *dpos, pos0 += *dpos; /* a replayed graph: the position lives on the device */
     const int t = blockIdx.x, h = blockIdx.y, group = Hq / Hkv;
     const int64_t kvw = (int64_t)Hkv * D, kvo = (int64_t)(h / group) * D, last = slot0 + t;
     const float *qh = q + ((int64_t)t * Hq + h) * D;

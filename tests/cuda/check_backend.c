@@ -14,6 +14,8 @@
  *   ple-hook  (models with PLE) rows through the gw_ple_rows hook give the
  *             logits the device's own table gives;
  *   greedy    N tokens of greedy generation after the prompt: identical ids;
+ *   graphs    the CUDA greedy run again with CUDA graphs off: every step's
+ *             logits bit for bit (and both speeds);
  *   remote    (--remote) the greedy run again with routed experts remote
  *             through the gw_moe_remote hook (computed on the CPU with
  *             gw_expert_ffn) under four placements: identical ids.
@@ -142,11 +144,11 @@ static int ple_fn(void *ctx, int n_rows, const int64_t *rows, float *out, char *
     return 0;
 }
 
-static gw_backend *make(const struct model *m, const char *kind)
+static gw_backend *make_p(const struct model *m, const char *kind, bool no_graphs)
 {
     char err[256];
     gw_backend *be;
-    struct gw_backend_params p = {kind, 0};
+    struct gw_backend_params p = {kind, 0, no_graphs};
     int rc = gw_backend_create(m, &p, &be, err, sizeof err);
     if (rc && strcmp(kind, "cuda") == 0 && rc == NB_ENOTSUP) {
         printf("SKIP: %s\n", err);
@@ -155,6 +157,8 @@ static gw_backend *make(const struct model *m, const char *kind)
     if (rc) die(kind, err);
     return be;
 }
+
+static gw_backend *make(const struct model *m, const char *kind) { return make_p(m, kind, false); }
 
 static gw_seq *seq(gw_backend *be)
 {
@@ -172,8 +176,18 @@ static void eval(gw_seq *s, const int32_t *tok, int n, enum gw_rows lr, float *l
     if (gw_eval(s, &a, err, sizeof err)) die("eval", err);
 }
 
-/* Greedy generation of n tokens after the prompt; ids into out; returns seconds of the decode loop. */
-static double greedy(gw_backend *be, const int32_t *prompt, int np, int n, int32_t *out, float *last_logits)
+/* FNV-1a of a step's logits: the graph and plain runs are compared bit for bit, step by step. */
+static uint64_t hash_bytes(const void *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Greedy generation of n tokens after the prompt; ids into out (and each
+ * step's logits hash into hashes, if given); returns seconds of the decode loop. */
+static double greedy_h(gw_backend *be, const int32_t *prompt, int np, int n, int32_t *out, float *last_logits,
+                       uint64_t *hashes)
 {
     const int64_t V = gw_backend_model(be)->hp.n_vocab;
     float *lg = malloc((size_t)V * sizeof *lg);
@@ -182,6 +196,7 @@ static double greedy(gw_backend *be, const int32_t *prompt, int np, int n, int32
     double t0 = now();
     for (int i = 0; i < n; i++) {
         out[i] = argmax(lg, V);
+        if (hashes) hashes[i] = hash_bytes(lg, (size_t)V * sizeof *lg);
         if (i + 1 < n) eval(s, &out[i], 1, GW_ROWS_LAST, lg, GW_ROWS_NONE, NULL, NULL);
     }
     double dt = now() - t0;
@@ -189,6 +204,11 @@ static double greedy(gw_backend *be, const int32_t *prompt, int np, int n, int32
     gw_seq_free(s);
     free(lg);
     return dt;
+}
+
+static double greedy(gw_backend *be, const int32_t *prompt, int np, int n, int32_t *out, float *last_logits)
+{
+    return greedy_h(be, prompt, np, n, out, last_logits, NULL);
 }
 
 static int same_prefix(const int32_t *a, const int32_t *b, int n)
@@ -312,11 +332,23 @@ int main(int argc, char **argv)
     if (n_greedy > 0) {
         int32_t *gc = malloc((size_t)n_greedy * sizeof *gc), *gg = malloc((size_t)n_greedy * sizeof *gg);
         double dc = greedy(cpu, tok, T, n_greedy, gc, lc);
-        double dg = greedy(gpu, tok, T, n_greedy, gg, lg);
+        uint64_t *hg = malloc((size_t)n_greedy * sizeof *hg), *hp_ = malloc((size_t)n_greedy * sizeof *hp_);
+        double dg = greedy_h(gpu, tok, T, n_greedy, gg, lg, hg);
         int same = same_prefix(gc, gg, n_greedy);
         report("greedy", same == n_greedy, "%.0f tokens identical", same);
         printf("     (of %d; last logits max|d|/max|ref| = %.3g; decode cpu %.1f tok/s, cuda %.1f tok/s)\n", n_greedy,
                rel_err(lg, lc, V), (n_greedy - 1) / dc, (n_greedy - 1) / dg);
+        /* the same run without CUDA graphs: every step's logits bit for bit */
+        gw_backend *plain = make_p(m, "cuda", true);
+        int32_t *gp = malloc((size_t)n_greedy * sizeof *gp);
+        double dp = greedy_h(plain, tok, T, n_greedy, gp, NULL, hp_);
+        int sh = 0;
+        while (sh < n_greedy && hg[sh] == hp_[sh] && gg[sh] == gp[sh]) sh++;
+        report("graphs", sh == n_greedy, "%.0f steps' logits bit-identical with and without CUDA graphs", sh);
+        printf("     (decode without graphs %.1f tok/s, with graphs %.1f tok/s)\n", (n_greedy - 1) / dp,
+               (n_greedy - 1) / dg);
+        gw_backend_free(plain);
+        free(gp), free(hg), free(hp_);
         if (remote) {
             const int L = hp->n_layer + hp->n_nextn, E = hp->n_expert;
             uint8_t *local = malloc((size_t)L * E);
