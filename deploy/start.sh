@@ -148,10 +148,24 @@ try: s.bind(("127.0.0.1", int(sys.argv[1])))
 except OSError: sys.exit(1)' "$1"
 }
 port_holder() {
-    local line
+    local line name pid cmd state=
     line=$(ss -Hltnp "sport = :$1" 2>/dev/null | head -n 1)
     if [[ $line =~ users:\(\(\"([^\"]+)\",pid=([0-9]+) ]]; then
-        printf '%s (pid %s)' "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
+        name=${BASH_REMATCH[1]} pid=${BASH_REMATCH[2]}
+        # Another Nebula instance (another state directory) is named as such.
+        cmd=$(tr '\0' ' ' 2>/dev/null </proc/"$pid"/cmdline || true)
+        if [[ $cmd == "nginx: worker process"* ]]; then
+            local stat; stat=$(cat "/proc/$pid/stat" 2>/dev/null || true); stat=${stat##*) }
+            set -- $stat
+            cmd=$(tr '\0' ' ' 2>/dev/null </proc/"${2:-0}"/cmdline || true)
+        fi
+        if [[ $cmd =~ nginx.*-p\ (/[^ ]*[^/ ])/?\  ]]; then state=${BASH_REMATCH[1]}
+        elif [[ $cmd =~ nebula-coordinator.*--runtime\ (/[^ ]+)/engine ]]; then state=${BASH_REMATCH[1]}; fi
+        if [ -n "$state" ] && [ -f "$state/nginx.conf" ]; then
+            printf 'another Nebula instance (state directory %s; stop it with deploy/stop.sh --state %s)' "$state" "$state"
+        else
+            printf '%s (pid %s)' "$name" "$pid"
+        fi
     else
         printf 'another program'
     fi
@@ -160,7 +174,7 @@ for p in "$port" "$api_port"; do
     if ! port_free "$p"; then
         what=page; [ "$p" = "$api_port" ] && what=API
         opt=--port; [ "$p" = "$api_port" ] && opt=--api-port
-        log_error "port $p (the $what port) is already in use by $(port_holder "$p"); close that program, or choose another port (deploy/start.sh $opt N; make run PORT=N API_PORT=N)"
+        log_error "port $p (the $what port) is already in use by $(port_holder "$p"); free it, or choose another port (deploy/start.sh $opt N; make run PORT=N API_PORT=N)"
         exit 1
     fi
 done

@@ -6,7 +6,8 @@
 #     headers, never cached), /api/status answers through nginx, a streamed
 #     chat completion arrives through nginx as SSE, a 10 MB POST gets a JSON
 #     413 and the server keeps serving;
-#   - a second start.sh says "already running" and starts no process;
+#   - a second start.sh says "already running" and starts no process; one
+#     from another state directory on the same port names the running instance;
 #   - a port held by another program (page port, then API port): a message
 #     naming the port, a non-zero exit, nothing left running; the same for a
 #     model the coordinator cannot load (the reason in webui-error.log);
@@ -107,6 +108,12 @@ after=$(procs_of "$S/" | sort)
 [ $rc -eq 0 ] && grep -q "already running: http://127.0.0.1:$port/" "$tmp/out2" && ok || bad "second start: exit $rc, $(cat "$tmp/out2")"
 [ "$before" = "$after" ] && [ "$(cat "$S/coordinator.pid")" = "$cpid" ] && [ "$(cat "$S/nginx.pid")" = "$npid" ] && ok ||
     bad "second start changed the processes: '$(echo $before)' -> '$(echo $after)'"
+
+# ---- the same ports from another state directory: the running instance is named ----
+start --port "$port" --api-port "$port3" --state "$tmp/b" >"$tmp/out10" 2>&1; rc=$?
+[ $rc -ne 0 ] && grep -q "port $port .*in use by another Nebula instance (state directory $S" "$tmp/out10" && ok ||
+    bad "page port of another instance: exit $rc, $(cat "$tmp/out10")"
+[ -z "$(procs_of "$tmp/b/")" ] && ok || bad "processes left after the failed start: $(procs_of "$tmp/b/")"
 
 # ---- a port held by another program: page port, then API port ----
 python3 -c 'import socket, sys, time
