@@ -391,6 +391,7 @@ static int start(struct coord *c, const char *runtime, char *err, size_t errlen)
     if ((rc = coord_workers_init(c, err, errlen))) return rc;
     for (int i = 0; i < c->n_workers; i++)
         if ((rc = coord_spawn(c, &c->w[i]))) return nb_errf(err, errlen, rc, "cannot start %s", c->w[i].role);
+    api_publish(c);
     return coord_wait_ready(c, COORD_READY_TIMEOUT_S, err, errlen);
 }
 

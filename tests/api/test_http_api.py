@@ -11,8 +11,10 @@ strings, max_tokens, completions, metrics, every kind of invalid request
 (and that the server answers after each), queue full, client disconnects
 (streaming and not) cancelling the generation, keep-alive comments during a
 long prefill and while queued, a gpu-worker killed mid-request (retried: the
-same text), and ctl.sock during an HTTP job (status answers at once, a
-generate waits for the job, then gives the same text as HTTP).  Standard library only.  Prints "N checks, N failed";
+same text), ctl.sock during an HTTP job (status answers at once, a generate
+waits for the job, then gives the same text as HTTP), and the loading phase
+(a second coordinator whose gpu-worker is slow to start: /api/status says
+loading, generation gets 503, then ready).  Standard library only.  Prints "N checks, N failed";
 exits 1 on any failure.  Run from the repository root (BUILD=build).
 """
 import http.client
@@ -44,14 +46,15 @@ def check(cond, what):
 
 
 class Server:
-    def __init__(self, tmp):
+    def __init__(self, tmp, model=None, bindir=BIN, name=""):
         self.tmp = tmp
-        self.model = os.path.join(tmp, "demo.gguf")
-        subprocess.run([os.path.join(BIN, "nebula-convert"), "tests/fixtures/tiny-a", self.model, "--type", "f32",
-                        "--name", "nebula-demo", "-q"], check=True)
-        self.run = os.path.join(tmp, "run")
-        self.log = os.path.join(tmp, "coord.log")
-        self.proc = subprocess.Popen([os.path.join(BIN, "nebula-coordinator"), "--model", self.model, "--runtime", self.run,
+        self.model = model or os.path.join(tmp, "demo.gguf")
+        if not model:
+            subprocess.run([os.path.join(BIN, "nebula-convert"), "tests/fixtures/tiny-a", self.model, "--type", "f32",
+                            "--name", "nebula-demo", "-q"], check=True)
+        self.run = os.path.join(tmp, "run" + name)
+        self.log = os.path.join(tmp, "coord" + name + ".log")
+        self.proc = subprocess.Popen([os.path.join(bindir, "nebula-coordinator"), "--model", self.model, "--runtime", self.run,
                                       "--threads", "2", "--http", "127.0.0.1:0", "--max-queue", "1",
                                       "--sse-keepalive", "0.25", "--demo"],
                                      stderr=open(self.log, "wb"), start_new_session=True)
@@ -576,6 +579,39 @@ def test_ctl_during_http_job(greedy_text):
     alive("ctl requests during an HTTP job")
 
 
+def test_loading_phase(tmp):
+    """HTTP answers before the workers are ready: a gpu-worker that takes 1.5 s to start (a
+    wrapper script next to a copy of the coordinator) shows the loading phase, and generation
+    requests get 503 until it is ready."""
+    global srv
+    main_srv = srv
+    slow = os.path.join(tmp, "slowbin")
+    os.mkdir(slow)
+    shutil.copy(os.path.join(BIN, "nebula-coordinator"), slow)
+    with open(os.path.join(slow, "nebula-gpu-worker"), "w") as f:
+        f.write("#!/bin/sh\nsleep 1.5\nexec %s \"$@\"\n" % os.path.abspath(os.path.join(BIN, "nebula-gpu-worker")))
+    os.chmod(os.path.join(slow, "nebula-gpu-worker"), 0o755)
+    srv = Server(tmp, model=main_srv.model, bindir=slow, name="-slow")
+    try:
+        check(wait_for(lambda: status()["workers"], timeout=1), "the workers are listed at once")
+        s = status()
+        check(s["phase"] == "loading" and 0 < s["progress"] < 1 and s["workers"][0]["state"] in ("starting", "configuring")
+              and s["model"]["id"] == "nebula-demo", f"status while the worker starts: {s['phase']} {s['progress']} {s['workers']}")
+        check(jcall("GET", "/v1/models")[0] == 200 and jcall("POST", "/api/tokenize", {"text": "hi"})[0] == 200,
+              "models and tokenize answer while loading")
+        st, d = chat(max_tokens=2)
+        check(st == 503 and d["error"]["code"] == "model_not_ready", f"chat while loading → 503: {st} {d}")
+        check(metric("nebula_up") == 0, "nebula_up 0 while loading")
+        check(wait_for(lambda: status()["phase"] == "ready", timeout=30), "then ready")
+        check(status()["progress"] == 1 and chat(max_tokens=2)[0] == 200, "and it generates")
+    finally:
+        srv.stop()
+        if srv.proc.poll() is None:
+            os.killpg(srv.proc.pid, signal.SIGKILL)
+            srv.proc.wait()
+        srv = main_srv
+
+
 def main():
     global srv
     tmp = tempfile.mkdtemp(prefix="nebula-api-")
@@ -595,6 +631,7 @@ def main():
         test_queue_cancel_keepalive()
         test_worker_dies_mid_generation()
         test_ctl_during_http_job(greedy)
+        test_loading_phase(tmp)
         srv.stop()
         check(srv.proc.returncode == 0, f"coordinator exit status {srv.proc.returncode}")
         log = open(srv.log, errors="replace").read()
