@@ -22,7 +22,7 @@ Test(cuda_backend, creates_or_says_why_not)
     char err[256] = "";
     struct model *m;
     cr_assert_eq(model_open(fixture_gguf("tiny-a"), &m, err, sizeof err), 0, "%s", err);
-    struct gw_backend_params p = {"cuda", 0};
+    struct gw_backend_params p = {.kind = "cuda"};
     gw_backend *gpu;
     int rc = gw_backend_create(m, &p, &gpu, err, sizeof err);
     if (rc) {
