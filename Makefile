@@ -73,10 +73,14 @@ NVCC_FLAGS ?= -O2 -std=c++17 -I. -gencode arch=compute_86,code=sm_86 -gencode ar
 # Where nvcc is found, the CUDA backend (gpu-worker/cuda/*.cu) goes into
 # libnebula-gw.a with the CUDA runtime linked statically, so every binary can
 # pick the "cuda" kind; without a GPU or driver creating one fails with "no
-# CUDA device".  Without nvcc the library is CPU-only ("built without CUDA").
-ifneq ($(strip $(NVCC)),)
+# CUDA device".  Without nvcc (or its static runtime) the library is CPU-only
+# ("built without CUDA").
+# libcudart_static.a is looked for beside nvcc's toolkit, then where Debian's package puts it.
+CUDA_LIBDIR := $(if $(strip $(NVCC)),$(firstword $(foreach d,$(abspath $(dir $(NVCC))../lib64) \
+                 $(abspath $(dir $(NVCC))../targets/x86_64-linux/lib) /usr/lib/x86_64-linux-gnu,\
+                 $(if $(wildcard $(d)/libcudart_static.a),$(d)))))
+ifneq ($(strip $(CUDA_LIBDIR)),)
 ifneq ($(strip $(CU_SRCS)),)
-CUDA_LIBDIR := $(abspath $(dir $(NVCC))../lib64)
 CFLAGS_BASE += -DNB_HAVE_CUDA
 GW_OBJS     += $(CU_OBJS)
 LDLIBS_BASE += -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
