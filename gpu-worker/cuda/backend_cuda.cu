@@ -18,7 +18,8 @@
  * ascending expert order, so placement never changes the result.  That
  * first version synchronises the stream for each MoE layer with remote
  * pairs (and for the route and layer taps); without hooks or taps an eval
- * synchronises once, to copy the logits out.
+ * synchronises once, to copy the logits out, and a one-token eval replays a
+ * CUDA graph of the whole step (decode_graph).
  *
  * Temporaries come from the stream-ordered allocator (cudaMallocAsync), so
  * nothing is sized ahead for the largest batch.  Any CUDA failure marks the
