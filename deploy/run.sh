@@ -37,9 +37,17 @@ else
     args+=(--model "$MODEL")
     experts=$("$NEBULA_BIN/nebula-gguf" info --key qwen4exp.expert_count "$MODEL" 2>/dev/null || echo 0)
     bytes=$(stat -L -c %s "$MODEL")
+    # A split model (NAME-00001-of-00005.gguf): all its shards count.
+    if [[ $MODEL =~ ^(.*)-[0-9]{5}-of-([0-9]{5})\.gguf$ ]]; then
+        bytes=0
+        for f in "${BASH_REMATCH[1]}"-[0-9][0-9][0-9][0-9][0-9]-of-"${BASH_REMATCH[2]}".gguf; do
+            [ -e "$f" ] && bytes=$((bytes + $(stat -L -c %s "$f")))
+        done
+    fi
     prep=${PREPARED:-}
     if [ -z "$prep" ] && [ "${experts:-0}" -gt 0 ] && [ "$bytes" -gt $((4 << 30)) ]; then
         name=$(basename "$MODEL" .gguf)
+        name=${name%-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]}
         prep=${XDG_CACHE_HOME:-$HOME/.cache}/nebula/prepared/$name
     fi
     if [ -n "$prep" ]; then
