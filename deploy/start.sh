@@ -192,6 +192,10 @@ trap on_exit EXIT
 trap 'exit 130' INT TERM
 
 mkdir -p "$STATE/tmp"
+# Logs grow across starts; one over 16 MiB is kept as NAME.1 (one generation).
+for f in webui-error.log webui-access.log coordinator.log; do
+    if [ -f "$STATE/$f" ] && [ "$(stat -c %s "$STATE/$f")" -gt $((16 << 20)) ]; then mv -f "$STATE/$f" "$STATE/$f.1"; fi
+done
 : >>"$STATE/webui-error.log"
 chmod 600 "$STATE/webui-error.log"
 args=(--model "$model" --runtime "$STATE/engine" --http "127.0.0.1:$api_port" --max-body "$max_body")
