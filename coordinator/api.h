@@ -65,6 +65,7 @@ struct api_request {
     int n_stop;
     bool stream, include_usage;
     bool think;                 /* default on */
+    bool ignore_eos;            /* end-of-turn tokens do not end the generation */
     int accuracy_level;         /* 1-3, default 3 */
     long long context_length;   /* 0: the model's */
     int prefill_chunk;          /* 0: the server's --chunk */
@@ -122,6 +123,7 @@ struct api_job {
     struct sampling_params sp;
     int chunk;            /* prefill tokens per step */
     bool think_split;     /* chat with think on: text starts as reasoning */
+    bool ignore_eos;
     char *stop[API_MAX_STOP];
     int n_stop;
     double t_arrival;

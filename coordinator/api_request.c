@@ -259,6 +259,7 @@ static int parse_generation(const cJSON *root, struct api_request *r, struct api
     if (rc) r->sp.seed = x < 0 ? (uint64_t)(int64_t)x : x >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)x, r->has_seed = true;
     if ((rc = number(root, "n", 1, 1, true, &x, e)) > 1) return api_errorf(e, 400, "invalid_request_error", "n", "invalid_value", "only n = 1 is supported");
     if ((rc = boolean(root, "stream", &r->stream, e)) > 1) return rc;
+    if ((rc = boolean(root, "ignore_eos", &r->ignore_eos, e)) > 1) return rc;
     const cJSON *so = field(root, "stream_options");
     if (so && !cJSON_IsObject(so)) return api_errorf(e, 400, "invalid_request_error", "stream_options", "invalid_type", "'stream_options' must be an object");
     if (so && (rc = boolean(so, "include_usage", &r->include_usage, e)) > 1)

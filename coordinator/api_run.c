@@ -184,7 +184,7 @@ static void run_job(struct coord *c, struct api_job *j)
         return finish(c, j, NULL, &e, false);
     }
     api_text_init(&r.text, j->think_split, j->stop, j->n_stop);
-    struct coord_hooks h = {.chunk = j->chunk, .on_prefill = on_prefill, .on_token = on_token, .ctx = &r};
+    struct coord_hooks h = {.chunk = j->chunk, .ignore_stop = j->ignore_eos, .on_prefill = on_prefill, .on_token = on_token, .ctx = &r};
     long long made = 0;
     double t_prompt = 0;
     const char *why = "length";

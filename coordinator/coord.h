@@ -128,12 +128,14 @@ struct ring_geometry coord_step_geometry(const struct model *m, int chunk);
 cJSON *coord_generate(struct coord *c, const cJSON *req);
 
 /* What a generation reports as it goes (the HTTP API's jobs).  chunk: prefill
- * tokens per step (≤ 0 or more than --chunk: --chunk).  on_prefill after each
+ * tokens per step (≤ 0 or more than --chunk: --chunk); ignore_stop: stop
+ * tokens do not end the generation.  on_prefill after each
  * prefill step (tokens done of total), on_token after each sampled token that
  * is not a stop token (i counts from 0); either returning non-zero ends the
  * generation at once, with *why = "hook". */
 struct coord_hooks {
     int chunk;
+    bool ignore_stop; /* stop tokens are generated like any other (benchmarks) */
     int (*on_prefill)(void *ctx, size_t done, size_t total);
     int (*on_token)(void *ctx, long long i, int32_t id);
     void *ctx;

@@ -238,7 +238,7 @@ static int run(struct coord *c, struct gen_req *g, int32_t *out, long long budge
         int32_t id = sampling_sample(smp, logits);
         out[(*made)++] = id;
         sampling_accept(smp, id);
-        if (is_stop(c, id)) {
+        if (!(h && h->ignore_stop) && is_stop(c, id)) {
             *why = "stop token";
             break;
         }

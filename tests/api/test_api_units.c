@@ -38,7 +38,8 @@ Test(api_request, chat_fields)
                        "\"max_tokens\":5,\"max_completion_tokens\":7,\"temperature\":0.5,\"top_p\":0.9,\"top_k\":-1,"
                        "\"seed\":42,\"stop\":[\"x\",\"yz\"],\"presence_penalty\":1.5,\"stream\":true,"
                        "\"stream_options\":{\"include_usage\":true},\"think\":\"off\",\"accuracy_level\":2,"
-                       "\"context_length\":100,\"prefill_chunk\":16,\"unknown\":{\"deep\":[1,2]},\"n\":1}";
+                       "\"context_length\":100,\"prefill_chunk\":16,\"unknown\":{\"deep\":[1,2]},\"n\":1,"
+                       "\"ignore_eos\":true}";
     cr_assert_eq(parse(API_CHAT, body, &r, &e), 0, "%s", e.message);
     cr_expect_str_eq(r.model, "m");
     cr_assert_eq(r.n_msgs, 4);
@@ -61,6 +62,7 @@ Test(api_request, chat_fields)
     cr_expect_eq(r.accuracy_level, 2);
     cr_expect_eq(r.context_length, 100);
     cr_expect_eq(r.prefill_chunk, 16);
+    cr_expect(r.ignore_eos);
     api_request_free(&r);
 }
 
@@ -145,6 +147,7 @@ Test(api_request, wrong_types_name_the_param)
     BAD("\"prefill_chunk\":9000", "prefill_chunk");
     BAD("\"model\":7", "model");
     BAD("\"n\":2", "n");
+    BAD("\"ignore_eos\":1", "ignore_eos");
 #undef BAD
     expect_400(API_CHAT, "{}", "messages");
     expect_400(API_CHAT, "{\"messages\":\"x\"}", "messages");

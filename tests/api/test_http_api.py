@@ -326,6 +326,10 @@ def test_stop_and_length(greedy_text):
     check(greedy_text.startswith(d["choices"][0]["message"]["content"]), "max_tokens 3: a prefix of the greedy text")
     st, d = chat(temperature=0, max_completion_tokens=2, think=False)
     check(st == 200 and d["usage"]["completion_tokens"] == 2, f"max_completion_tokens 2: {d}")
+    # ignore_eos: the greedy answer ends with a stop token after a few tokens; with it, only max_tokens ends it.
+    st, d = chat(temperature=0, max_tokens=300, think=False, ignore_eos=True)
+    check(st == 200 and d["usage"]["completion_tokens"] == 300 and d["choices"][0]["finish_reason"] == "length"
+          and d["choices"][0]["message"]["content"].startswith(greedy_text), f"ignore_eos: {d['usage']} {d['choices'][0]['finish_reason']}")
 
 
 def test_completions():
