@@ -17,7 +17,7 @@
 static const char *const stat_names[SHM_STAT_COUNT] = {
     "steps", "tokens", "expert_hits", "expert_misses", "bytes_read", "bytes_copied",
     "ring_messages", "ring_wait_ns", "ring_sleeps", "busy_ns", "errors", "ple_rows", "ple_bytes_read",
-    "ssd_blob_bytes"};
+    "ssd_blob_bytes", "experts_computed"};
 
 static cJSON *error_reply(const char *message)
 {
@@ -70,6 +70,10 @@ static cJSON *status(struct coord *c)
     cJSON_AddStringToObject(r, "ple_tier", c->tiers.ple_ssd ? "ssd" : "ram");
     cJSON_AddNumberToObject(r, "ssd_bytes_per_token", tokens ? (double)ssd / (double)tokens : 0);
     cJSON_AddNumberToObject(r, "ssd_ple_bytes_per_token", tokens ? (double)ple / (double)tokens : 0);
+    /* Routed experts run on the gpu-worker and the cpu-moe-worker: k × MoE layers per token in exact mode. */
+    uint64_t computed = shm_stats_get(c->stats, 0, SHM_STAT_EXPERTS_COMPUTED) + shm_stats_get(c->stats, 1, SHM_STAT_EXPERTS_COMPUTED);
+    cJSON_AddNumberToObject(r, "experts_computed", (double)computed);
+    cJSON_AddNumberToObject(r, "experts_computed_per_token", tokens ? (double)computed / (double)tokens : 0);
     return r;
 }
 

@@ -75,18 +75,23 @@ static int run_group(const struct prepared_layer *L, const struct request *q, co
     return rc;
 }
 
-/* Computes every expert group whose bytes are known and not yet done. */
-static int compute(const struct moe_worker *m, const struct request *q, uint8_t *done)
+/* Computes every expert group whose bytes are known and not yet done;
+ * *n_computed += the pairs run. */
+static int compute(const struct moe_worker *m, const struct request *q, uint8_t *done, uint64_t *n_computed)
 {
     const struct prepared_layer *L = &m->idx.layers[q->li];
     int bad = 0;
-#pragma omp parallel for schedule(dynamic, 1) reduction(| : bad)
+    uint64_t n = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(| : bad) reduction(+ : n)
     for (int g = 0; g < q->n_groups; g++) {
         const struct pair *p = &q->pairs[q->group[g]];
         if (done[g] || !q->blob[p->expert]) continue;
-        bad |= run_group(L, q, p, q->group[g + 1] - q->group[g]) != 0;
+        int failed = run_group(L, q, p, q->group[g + 1] - q->group[g]) != 0;
+        bad |= failed;
+        if (!failed) n += (uint64_t)(q->group[g + 1] - q->group[g]);
         done[g] = 1;
     }
+    *n_computed += n;
     return bad ? NB_EINVAL : 0;
 }
 
@@ -141,7 +146,7 @@ static int run_request(struct moe_worker *m, struct request *q, uint8_t *done, c
     int32_t *cold = malloc(L->n_expert * sizeof *cold);
     uint8_t *seen = calloc(L->n_expert, 1);
     int n_cold = 0, rc = cold && seen ? 0 : nb_errf(err, errlen, NB_ENOMEM, "out of memory");
-    uint64_t hits = 0, misses = 0;
+    uint64_t hits = 0, misses = 0, computed = 0;
     for (int i = 0; i < q->n_pairs && !rc; i++) {
         int e = q->pairs[i].expert;
         uint64_t at = m->plc.arena_off[(size_t)q->li * m->plc.stride + e];
@@ -149,18 +154,19 @@ static int run_request(struct moe_worker *m, struct request *q, uint8_t *done, c
         if (at != UINT64_MAX) q->blob[e] = m->arena.base + at;
         else if (!seen[e]) seen[e] = 1, cold[n_cold++] = e;
     }
-    if (!rc && (rc = compute(m, q, done))) nb_errf(err, errlen, rc, "gw_expert_ffn refused a type");
+    if (!rc && (rc = compute(m, q, done, &computed))) nb_errf(err, errlen, rc, "gw_expert_ffn refused a type");
     if (!rc && n_cold && (!m->conf.staging_count || !m->pager.req))
         rc = nb_errf(err, errlen, NB_EINVAL, "expert %d of layer %u is not in the arena and this worker has no pager",
                      cold[0], L->block);
     for (int at = 0; at < n_cold && !rc; at += (int)m->conf.staging_count) {
         int n = n_cold - at < (int)m->conf.staging_count ? n_cold - at : (int)m->conf.staging_count;
         rc = page_batch(m, q, cold + at, n, err, errlen);
-        if (!rc && (rc = compute(m, q, done))) nb_errf(err, errlen, rc, "gw_expert_ffn refused a type");
+        if (!rc && (rc = compute(m, q, done, &computed))) nb_errf(err, errlen, rc, "gw_expert_ffn refused a type");
         for (int i = 0; i < n; i++) q->blob[cold[at + i]] = NULL; /* the slot is reused by the next batch */
     }
     shm_stats_add(m->stats, m->conf.stats_worker, SHM_STAT_EXPERT_HITS, hits);
     shm_stats_add(m->stats, m->conf.stats_worker, SHM_STAT_EXPERT_MISSES, misses);
+    if (!L->mtp) shm_stats_add(m->stats, m->conf.stats_worker, SHM_STAT_EXPERTS_COMPUTED, computed);
     free(cold);
     free(seen);
     return rc;

@@ -61,6 +61,11 @@ int gw_backend_set_ple_rows(gw_backend *be, const struct gw_ple_rows *r, char *e
 const char *gw_backend_kind(const gw_backend *be) { return be->ops->kind; }
 const struct model *gw_backend_model(const gw_backend *be) { return be->model; }
 
+uint64_t gw_backend_experts_computed(const gw_backend *be)
+{
+    return __atomic_load_n(&be->experts_computed, __ATOMIC_RELAXED);
+}
+
 int gw_seq_create(gw_backend *be, gw_seq **out, char *err, size_t errlen)
 {
     *out = NULL;

@@ -132,6 +132,14 @@ void gw_backend_free(gw_backend *be);
 const char *gw_backend_kind(const gw_backend *be);
 const struct model *gw_backend_model(const gw_backend *be);
 
+/* Routed (token, expert) pairs of trunk MoE layers whose FFN this backend
+ * ran itself, since it was created (the remote hook's pairs are not
+ * included; MTP layers are not counted).  Every backend counts where the
+ * expert is actually computed, so with the remote worker's count it proves
+ * that no routed expert was skipped: in exact mode the sum is k × MoE layers
+ * × tokens evaluated. */
+uint64_t gw_backend_experts_computed(const gw_backend *be);
+
 /* Installs (or with r == NULL removes) the remote-expert hook; r is copied,
  * r->local must outlive the backend's use of it. */
 int gw_backend_set_moe_remote(gw_backend *be, const struct gw_moe_remote *r, char *err, size_t errlen);

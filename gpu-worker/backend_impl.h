@@ -30,6 +30,7 @@ struct gw_backend {
     const struct model *model;
     struct gw_moe_remote remote; /* remote.fn NULL: every expert is local */
     struct gw_ple_rows ple_rows; /* ple_rows.fn NULL: the model's table */
+    uint64_t experts_computed;   /* see gw_backend_experts_computed; bumped atomically */
 };
 
 struct gw_seq {

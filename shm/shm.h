@@ -229,6 +229,7 @@ enum shm_stat {
     SHM_STAT_PLE_ROWS,       /* PLE table rows asked of the pager (gpu-worker) or served (pager) */
     SHM_STAT_PLE_BYTES_READ, /* the part of BYTES_READ that was ple.bin pages */
     SHM_STAT_SSD_BLOB_BYTES, /* gpu-worker: SSD-tier expert blobs its moe requests need paged */
+    SHM_STAT_EXPERTS_COMPUTED, /* routed (token, expert) pairs of trunk layers whose FFN this worker ran */
     SHM_STAT_COUNT
 };
 #define SHM_STATS_COUNTERS 32 /* counter slots per block; indices ≥ SHM_STAT_COUNT are zero, reserved */

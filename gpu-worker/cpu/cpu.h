@@ -158,6 +158,7 @@ struct cpu_moe_ctx {
     const struct gw_eval_args *tap; /* NULL: no route tap */
     int layer;                      /* index into the remote map */
     const struct gw_moe_remote *remote;
+    uint64_t *computed; /* NULL, or += the pairs run here (gw_backend_experts_computed) */
 };
 
 int cpu_moe_forward(const struct model_hparams *hp, const struct model_moe *w, const struct cpu_layer_consts *c,

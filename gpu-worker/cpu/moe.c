@@ -60,7 +60,8 @@ static int ffn_add(const struct cpu_mat *gate, const struct cpu_mat *up, const s
 /* Runs local expert e on the (token, slot) pairs routed to it and writes
  * each pair's weighted output into contrib[t·k + j] (C floats). */
 static int run_expert(const struct model_hparams *hp, const struct model_moe *w, int e, const float *x, int T,
-                      const int *ids, const float *wts, float *contrib, float *xs, float *ys, float *sc, int *slot)
+                      const int *ids, const float *wts, float *contrib, float *xs, float *ys, float *sc, int *slot,
+                      uint64_t *computed)
 {
     const int k = hp->n_expert_used;
     const int64_t C = hp->n_embd;
@@ -77,6 +78,7 @@ static int run_expert(const struct model_hparams *hp, const struct model_moe *w,
     struct cpu_mat g = cpu_mat_expert(&w->gate_exps, e), u = cpu_mat_expert(&w->up_exps, e),
                    d = cpu_mat_expert(&w->down_exps, e);
     int rc = ffn_add(&g, &u, &d, xs, n, sc, ys);
+    if (rc == 0 && computed) __atomic_fetch_add(computed, (uint64_t)n, __ATOMIC_RELAXED);
     for (int i = 0; rc == 0 && i < n; i++) memcpy(contrib + (int64_t)slot[i] * C, ys + (int64_t)i * C, (size_t)C * sizeof *ys);
     return rc;
 }
@@ -137,7 +139,7 @@ int cpu_moe_forward(const struct model_hparams *hp, const struct model_moe *w, c
     if (mc && mc->tap && mc->tap->route_tap) mc->tap->route_tap(mc->tap->route_ctx, mc->layer, T, k, ids, wts);
     const uint8_t *local = remote ? mc->remote->local + (size_t)mc->layer * E : NULL;
     for (int e = 0; e < E && rc == 0; e++)
-        if (!local || local[e]) rc = run_expert(hp, w, e, x, T, ids, wts, contrib, xs, ys, sc, slot);
+        if (!local || local[e]) rc = run_expert(hp, w, e, x, T, ids, wts, contrib, xs, ys, sc, slot, mc ? mc->computed : NULL);
     if (rc == 0 && remote) rc = run_remote(hp, mc, x, T, ids, wts, contrib);
     if (rc) goto out;
     /* Each token's k contributions summed in ascending expert order, wherever

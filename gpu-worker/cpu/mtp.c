@@ -68,7 +68,7 @@ static int run_block(struct cpu_seq *s, int64_t n_ctx, const int64_t *pos, int T
         cpu_hc_combine(hp, X, y, inj, T);
         rc = cpu_hc_mix(hp, &l->hc_ffn, c->hc_ffn_norm, X, T, x, inj);
     }
-    struct cpu_moe_ctx mc = {NULL, il, &be->base.remote};
+    struct cpu_moe_ctx mc = {NULL, il, &be->base.remote, NULL}; /* MTP experts are not trunk work: not counted */
     if (rc == 0) rc = cpu_moe_forward(hp, &l->moe, c, x, T, y, &mc);
     if (rc == 0) cpu_hc_combine(hp, X, y, inj, T);
     free(x);

@@ -196,10 +196,11 @@ static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slo
         if (ids[i] < 0 || ids[i] >= w->m->hp.n_vocab) return nb_errf(err, errlen, NB_EINVAL, "token %d out of vocabulary", ids[i]);
     struct gw_eval_args a = {.tokens = ids, .n_tokens = (int)n, .logits_rows = GW_ROWS_LAST, .logits = resp->payload,
                              .tap = layer_tap, .tap_ctx = w, .route_tap = route_tap, .route_ctx = w};
-    uint64_t t0 = now_ns();
+    uint64_t t0 = now_ns(), computed0 = gw_backend_experts_computed(w->be);
     w->layer_t0 = t0;
     int rc = gw_eval(w->seq, &a, err, errlen);
     shm_stats_add(w->stats, w->block, SHM_STAT_BUSY_NS, now_ns() - t0);
+    shm_stats_add(w->stats, w->block, SHM_STAT_EXPERTS_COMPUTED, gw_backend_experts_computed(w->be) - computed0);
     shm_stats_add(w->stats, w->block, SHM_STAT_TOKENS, n);
     if (rc) return rc;
     resp->hdr->n_tokens = 1, resp->hdr->payload_bytes = (uint32_t)(w->m->hp.n_vocab * 4);

@@ -3,7 +3,9 @@
 # nebula-coordinator + nebula-gpu-worker, driven by `nebula generate --server`
 # and nebulactl.  Greedy ids equal the fixture's and the single-process CLI's
 # output bit for bit; status shows the worker; a worker killed with -9 is
-# restarted and the next request (even one sent at once) succeeds; shutdown
+# restarted and the next request (even one sent at once) succeeds; no routed
+# expert is skipped (the experts-computed counters of the gpu-worker and the
+# cpu-moe-worker sum to k x MoE layers x tokens, for every placement); shutdown
 # leaves no process, no /dev/shm object and no runtime directory.  Whatever
 # happens, the trap kills the processes this test started (by pid) and
 # removes the instance's /dev/shm objects.
@@ -40,6 +42,38 @@ wait_status() {
 wait_ready() { wait_status "all(w['state'] == 'ready' for w in d['workers']) and str(d['workers'][0]['pid']) != '$1'"; }
 # The worker of role $1 is ready with a pid other than $2.
 wait_replaced() { wait_status "[w for w in d['workers'] if w['role'] == '$1' and w['state'] == 'ready' and str(w['pid']) != '$2']"; }
+
+# No routed expert skipped (issue 5): the pairs computed where experts run — the
+# gpu-worker's backend and the cpu-moe-worker — sum to k x trunk MoE layers x
+# tokens the gpu-worker evaluated, and each side's share is the routing's
+# (local = the gpu-worker's hits, remote = its misses).  $1 = label, $2 = model,
+# $3 = tokens the requests so far made the gpu-worker evaluate.
+check_computed() {
+    local k layers
+    k=$("$bin/nebula-gguf" info "$2" | awk '$3 == "qwen4exp.expert_used_count" {print $5}')
+    layers=$("$bin/nebula-gguf" info "$2" | awk '$3 == "qwen4exp.block_count" {b = $5} $3 == "qwen4exp.nextn_predict_layers" {n = $5} END {print b - n}')
+    ctl --json stats >"$tmp/computed.json" && ctl --json status >"$tmp/computed-status.json" || { bad "$1: stats for the experts-computed check"; return; }
+    python3 - "$tmp/computed.json" "$tmp/computed-status.json" "$k" "$layers" "$3" <<'PY' >"$tmp/computed.err" && ok || bad "$1: experts computed: $(cat "$tmp/computed.err")"
+import json, sys
+st = {w["name"]: w["counters"] for w in json.load(open(sys.argv[1]))["workers"]}
+status = json.load(open(sys.argv[2]))
+k, layers, want_tokens = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+gw, cm = st["gpu-worker"], st.get("cpu-moe-worker", {"experts_computed": 0})
+total = gw["experts_computed"] + cm["experts_computed"]
+err = []
+if gw["tokens"] != want_tokens: err.append("gpu-worker evaluated %d tokens, the requests need %d" % (gw["tokens"], want_tokens))
+if total != k * layers * gw["tokens"]:
+    err.append("%d computed (gpu-worker %d + cpu-moe-worker %d) != k %d x layers %d x tokens %d = %d"
+               % (total, gw["experts_computed"], cm["experts_computed"], k, layers, gw["tokens"], k * layers * gw["tokens"]))
+if gw["experts_computed"] != gw["expert_hits"]: err.append("gpu-worker computed %d, routed to it %d" % (gw["experts_computed"], gw["expert_hits"]))
+if cm["experts_computed"] != gw["expert_misses"]: err.append("cpu-moe-worker computed %d, routed to it %d" % (cm["experts_computed"], gw["expert_misses"]))
+if status["experts_computed"] != total: err.append("status says %s computed" % status["experts_computed"])
+print("; ".join(err))
+sys.exit(1 if err else 0)
+PY
+    ctl status | grep -Eq "^routed experts computed: $((k * layers * $3)) \($((k * layers)).00 per token evaluated\)" && ok \
+        || bad "$1: status lacks the experts computed: $(ctl status | grep 'experts computed')"
+}
 
 fx=tests/fixtures/tiny-a
 "$bin/nebula-convert" "$fx" "$tmp/a.gguf" --type f32 -q || { echo "FAIL: convert"; exit 1; }
@@ -86,6 +120,8 @@ cmp -s "$tmp/server.out" "$tmp/local.out" && ok || bad "server output differs fr
     >/dev/null 2>>"$tmp/gen.err" && cmp -s "$tmp/server.logits" "$tmp/local.logits" && ok \
     || bad "all-VRAM: logits differ from the single process's"
 [ "$(stat -c %s "$tmp/local.logits")" -eq $((32 * 512 * 4)) ] && ok || bad "logits dump: want 32 rows of 512 floats"
+# Two requests of prefix + 31 evaluated tokens each (the 32nd is sampled, not evaluated).
+check_computed all-vram "$tmp/a.gguf" $((2 * ($(wc -l <"$tmp/prefix.txt") + 31)))
 # A chat turn with sampling: tokenizer, template and sampler in the coordinator.
 "$bin/nebula" generate -m "$tmp/a.gguf" --chat Hello -n 12 --seed 7 --temp 0.8 --print-ids >"$tmp/l2" 2>/dev/null
 "$bin/nebula" generate --server "$run" --chat Hello -n 12 --seed 7 --temp 0.8 --print-ids >"$tmp/s2" 2>/dev/null
@@ -209,6 +245,7 @@ placement_case() { # $1 = name, $2 = model, $3 = prepared dir, $4 = prefix ids, 
         >/dev/null 2>>"$tmp/gen.err" && cmp -s "$tmp/$name.logits" "${want_out%.out}.logits" && ok \
         || bad "$name: logits differ from the single-process run"
     [ "$(stat -c %s "$tmp/$name.logits" 2>/dev/null || echo 0)" -gt 0 ] && ok || bad "$name: empty logits dump"
+    check_computed "$name" "$model" $((2 * ($(wc -l <"$ids") + 31)))
     [ "$name" = mixed-ple-ssd ] && check_ssd_bytes "$prep"
     for role in "$@"; do
         kill -9 "$(pid_of "$role")"

@@ -22,7 +22,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: nebulactl [--runtime DIR | --instance ID] [--json] COMMAND\n"
                "\n"
                "commands:\n"
-               "  status           workers, pids, states, restarts, uptime, tier sizes, hit rates, SSD bytes/token\n"
+               "  status           workers, pids, states, restarts, uptime, tier sizes, hit rates, SSD bytes/token,\n"
+               "                   routed experts computed\n"
                "  stats            every worker's counters (from the stats region)\n"
                "  profile WORKER   per-stage times of one worker (busy, ring waits, per layer)\n"
                "  restart WORKER   kill WORKER and wait until its successor is ready\n"
@@ -108,6 +109,8 @@ static void print_status(const cJSON *r)
            100 * num(r, "vram_hit_rate"), num(r, "expert_hits"), num(r, "expert_misses"), 100 * num(r, "ram_hit_rate"));
     printf("SSD bytes per token: %.0f (of which PLE rows %.0f; PLE table in %s)\n", num(r, "ssd_bytes_per_token"),
            num(r, "ssd_ple_bytes_per_token"), str(r, "ple_tier"));
+    printf("routed experts computed: %.0f (%.2f per token evaluated)\n", num(r, "experts_computed"),
+           num(r, "experts_computed_per_token"));
     printf("%-16s %8s %-12s %8s %10s %10s\n", "worker", "pid", "state", "restarts", "uptime_s", "beat_ago_s");
     cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(r, "workers"))
         printf("%-16s %8.0f %-12s %8.0f %10.1f %10.1f\n", str(w, "role"), num(w, "pid"), str(w, "state"), num(w, "restarts"),
