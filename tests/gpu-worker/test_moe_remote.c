@@ -4,7 +4,8 @@
  * and answers with gw_expert_ffn, the way the cpu-moe-worker will.  For any
  * placement — all local, all remote, half, per-layer, the MTP block's experts
  * remote — the logits and the MTP drafts must equal the all-local run bit for
- * bit, and every routed pair must be computed exactly once. */
+ * bit, and every routed pair must be computed exactly once: the backend's
+ * experts-computed count plus the remote trunk pairs is k × layers × tokens. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@
 
 struct remote_ctx {
     const struct model *m;
-    uint64_t pairs, calls;
+    uint64_t pairs, calls, trunk_pairs;
     const uint8_t *local;
     int bad; /* a pair whose expert was local */
 };
@@ -36,6 +37,7 @@ static int remote_fn(void *ctx, int layer, int n_rows, const float *x, int n_pai
                                w->gate_exps.type, w->up_exps.type, w->down_exps.type, C, w->gate_exps.ne[1]};
         if (gw_expert_ffn(&ex, x + (int64_t)rows[i] * C, 1, &weights[i], out + (int64_t)i * C)) return -1;
         r->pairs++;
+        r->trunk_pairs += layer < r->m->hp.n_layer;
     }
     (void)err, (void)errlen;
     return 0;
@@ -54,7 +56,7 @@ static float *run(const char *name, const uint8_t *local, struct remote_ctx *rc,
     cr_assert_eq(model_open(fixture_gguf(name), &m, err, sizeof err), 0, "%s", err);
     cr_assert_eq(gw_backend_create(m, NULL, &be, err, sizeof err), 0, "%s", err);
     if (local) {
-        *rc = (struct remote_ctx){m, 0, 0, local, 0};
+        *rc = (struct remote_ctx){m, 0, 0, 0, local, 0};
         struct gw_moe_remote r = {local, remote_fn, rc};
         cr_assert_eq(gw_backend_set_moe_remote(be, &r, err, sizeof err), 0, "%s", err);
     }
@@ -70,6 +72,10 @@ static float *run(const char *name, const uint8_t *local, struct remote_ctx *rc,
         a = (struct gw_eval_args){.tokens = tok + t, .n_tokens = 1, .logits_rows = GW_ROWS_LAST, .logits = logits + (size_t)t * V};
         cr_assert_eq(gw_eval(s, &a, err, sizeof err), 0, "%s", err);
     }
+    const uint64_t per_token = (uint64_t)m->hp.n_expert_used * (uint64_t)m->hp.n_layer;
+    cr_assert_eq(gw_backend_experts_computed(be) + (local ? rc->trunk_pairs : 0), per_token * (uint64_t)T,
+                 "%s: %llu computed here + %llu remote != k x layers x %d tokens", name,
+                 (unsigned long long)gw_backend_experts_computed(be), (unsigned long long)(local ? rc->trunk_pairs : 0), T);
     /* MTP draft from the last position, when the model has the block. */
     if (m->hp.n_nextn) {
         int64_t wide = model_wide(&m->hp);
@@ -80,6 +86,8 @@ static float *run(const char *name, const uint8_t *local, struct remote_ctx *rc,
         cr_assert_eq(gw_eval(s, &a, err, sizeof err), 0, "%s", err);
         float *dl = malloc((size_t)4 * V * sizeof *dl);
         cr_assert_eq(gw_mtp_draft(s, tok[1], w, 1, 4, drafted, dl, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(gw_backend_experts_computed(be) + (local ? rc->trunk_pairs : 0), per_token * (uint64_t)(T + 1),
+                     "MTP experts are not trunk work: only the one trunk token adds");
         logits = realloc(logits, (size_t)(T + 4) * V * sizeof *logits);
         memcpy(logits + (size_t)T * V, dl, (size_t)4 * V * sizeof *dl);
         T += 4;
