@@ -41,8 +41,11 @@ SHM_SRCS := $(sort $(wildcard shm/*.c))
 SHM_OBJS := $(SHM_SRCS:%.c=$(BUILD)/obj/%.o)
 SHM_LIB  := $(BUILD)/lib/libnebula-shm.a
 
-TOOL_DIRS := $(patsubst %/,%,$(wildcard tools/nebula/ tools/nebula-*/))
+TOOL_DIRS := $(sort $(patsubst %/,%,$(dir $(wildcard tools/nebula/*.c tools/nebula-*/*.c))))
 TOOL_BINS := $(TOOL_DIRS:tools/%=$(BUILD)/bin/%)
+# Tools written in CUDA (a main.cu, no .c): built by the cuda target when nvcc is found.
+CU_TOOL_DIRS := $(sort $(patsubst %/,%,$(dir $(wildcard tools/nebula-*/main.cu))))
+CU_TOOL_BINS := $(CU_TOOL_DIRS:tools/%=$(BUILD)/bin/%)
 
 # Worker processes whose code lives in their room's folder (one binary each,
 # built once the folder has sources).
@@ -128,6 +131,9 @@ $(BUILD)/bin/%: $$(addprefix $(BUILD)/obj/,$$(addsuffix .o,$$(basename $$(wildca
 	@mkdir -p $(dir $@)
 	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
 
+# nebula-gen is a front end over nebula-convert's plan, quant mixes and writer.
+$(BUILD)/bin/nebula-gen: $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out tools/nebula-convert/main.c,$(wildcard tools/nebula-convert/*.c)))
+
 $(BUILD)/bin/nebula-cpu-moe-worker: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cpu-moe-worker/*.c)) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
@@ -165,11 +171,15 @@ $(filter $(BUILD)/tests/gpu-worker/% $(BUILD)/tests/core/test_model,$(TEST_BINS)
 cuda:
 ifeq ($(strip $(NVCC)),)
 	@echo "nvcc not found: skipping CUDA objects ($(words $(CU_SRCS)) sources)"
-else ifeq ($(strip $(CU_SRCS)),)
+else ifeq ($(strip $(CU_SRCS) $(CU_TOOL_BINS)),)
 	@echo "no CUDA sources yet"
 else
-	@$(MAKE) --no-print-directory $(CU_OBJS)
+	@$(MAKE) --no-print-directory $(CU_OBJS) $(CU_TOOL_BINS)
 endif
+
+$(CU_TOOL_BINS): $(BUILD)/bin/%: tools/%/main.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $< -o $@ -lpthread
 
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)

@@ -4,7 +4,9 @@
 # machine (uname -m, CPU model, cores), the command, and the Markdown table it printed.
 # Called by `make bench` from the repository root.  Each benchmark prints its own
 # table on stdout and exits non-zero on failure; a failed one is reported and its
-# output is not recorded.
+# output is not recorded.  One whose output starts with "SKIP:" (bench-cuda.sh
+# without a GPU) is reported and not recorded either.  nebula-bench-bw is not
+# run on its own: bench-cuda.sh measures the bandwidths for its roofline.
 set -u
 BUILD=${1:-build}
 OUT=docs/BENCHMARKS.md
@@ -41,6 +43,7 @@ machine="$(uname -m), $cpu, $(nproc) cores"
 status=0
 for bench in "${benches[@]}"; do
     name=$(basename "$bench")
+    [ "$name" = nebula-bench-bw ] && continue
     echo "== $name"
     args=()
     [ "$name" = nebula-bench-reference ] && args=(--models-dir "$BUILD/bench-models")
@@ -51,6 +54,7 @@ for bench in "${benches[@]}"; do
         continue
     fi
     printf '%s\n' "$table"
+    case $table in SKIP:*) continue ;; esac
     {
         printf '\n## %s — %s\n\n' "$name" "$date"
         printf -- '- commit: %s\n- machine: %s\n- command: `%s`\n\n' "$commit" "$machine" "$bench${args[*]:+ ${args[*]}}"

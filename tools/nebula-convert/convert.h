@@ -24,6 +24,7 @@ enum conv_role {
     ROLE_EXPERT_DOWN,
     ROLE_INDEXER,
     ROLE_PLE_TABLE,
+    ROLE_COUNT
 };
 
 enum conv_rowmap {
@@ -78,14 +79,53 @@ struct conv_plan {
     int64_t ple_row_width;
 };
 
-enum conv_mode { MODE_F32, MODE_F16, MODE_BF16, MODE_Q8_0, MODE_MIX };
+/* A quant mix: the output type of each role (ROLE_F32 tensors and 1-D
+ * tensors are always F32), with block-size fallbacks where a row does not fit
+ * (K-quants need rows of 256: the 640-wide expert down rows fall back to their
+ * 32-block neighbours).  One table for nebula-convert --type and nebula-gen --mix. */
+struct conv_mix {
+    const char *name;
+    enum quant_type type[ROLE_COUNT];
+    uint32_t file_type; /* general.file_type (llama_ftype) */
+    const char *about;
+};
+extern const struct conv_mix conv_mixes[];
+extern const int conv_n_mixes;
+/* The mix of that name (case-insensitive), or NULL. */
+const struct conv_mix *conv_mix_find(const char *name);
+/* conv_mix_find for a command line: an unknown name is reported on stderr
+ * ("PROG: unknown OPTION 'x' (f32, …)") and gives NULL. */
+const struct conv_mix *conv_mix_parse(const char *prog, const char *option, const char *name);
+
+/* The router skew that makes a synthetic model's routing about as
+ * concentrated as the released model's: the hottest 16.7 % of each layer's
+ * experts take ~65 % of routed selections (MODEL.md, last section; the
+ * calibration run is in docs/BENCHMARKS.md, "nebula-gen router skew"). */
+#define CONV_SKEW_DEFAULT 0.38
+#define CONV_SKEW_DEFAULT_STR "0.38"
 
 /* st NULL with synth->on: a synthetic model. */
 int conv_plan_build(struct conv_plan *p, const st_set *st, const struct conv_synth *synth, const struct hf_config *cfg,
                     bool want_mtp, char *err, size_t errlen);
 void conv_plan_free(struct conv_plan *p);
-/* Sets every tensor's output type for a mode, with block-size fallbacks. */
-void conv_choose_types(struct conv_plan *p, enum conv_mode mode);
+/* A synthetic model's plan from a config.json path: the first `layers`
+ * layers (0: all), n-gram heads from `ngram_base` (0: as configured). */
+int conv_synth_plan(struct conv_plan *p, const char *config_path, int64_t layers, int64_t ngram_base,
+                    const struct conv_synth *synth, bool want_mtp, char *err, size_t errlen);
+/* Sets every tensor's output type from a mix, with block-size fallbacks. */
+void conv_choose_types(struct conv_plan *p, const struct conv_mix *mix);
+/* write.c: the planned model (types chosen) as a GGUF at `out`, written to
+ * out.tmp and renamed when complete; SIGINT/SIGTERM stop it cleanly. */
+struct conv_write_opts {
+    const char *prog;    /* for messages: "nebula-convert" */
+    const char *name;    /* general.name */
+    const char *tok_dir; /* NULL, or a folder whose tokenizer.json is embedded */
+    const struct conv_mix *mix;
+    bool quiet; /* no per-tensor progress */
+};
+int conv_write_gguf(const struct conv_plan *p, const char *out, const struct conv_write_opts *o, char *err, size_t errlen);
+/* Bytes of tensor data the plan writes (types chosen). */
+double conv_plan_bytes(const struct conv_plan *p);
 /* Values of a synthetic source tensor (data == NULL): n values from `first`. */
 void conv_synth_values(const struct conv_plan *p, const struct st_tensor *t, int64_t first, int64_t n, float *dst);
 /* Produces output row r (ne[0] floats) of tensor t; scratch has ≥ 2·ne[0] floats. */

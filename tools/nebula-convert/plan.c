@@ -492,6 +492,18 @@ fail:
     return err && err[0] ? NB_EFORMAT : NB_ENOMEM;
 }
 
+int conv_synth_plan(struct conv_plan *p, const char *config_path, int64_t layers, int64_t ngram_base,
+                    const struct conv_synth *synth, bool want_mtp, char *err, size_t errlen)
+{
+    struct hf_config cfg;
+    int rc = hf_config_load_file(config_path, &cfg, err, errlen);
+    if (!rc && layers) rc = hf_config_truncate(&cfg, layers, err, errlen);
+    if (rc) return rc;
+    if (ngram_base < 0) return nb_errf(err, errlen, NB_EINVAL, "n-gram base %lld is negative", (long long)ngram_base);
+    if (ngram_base > 0) cfg.ngram_vocab_base = ngram_base;
+    return conv_plan_build(p, NULL, synth, &cfg, want_mtp, err, errlen);
+}
+
 void conv_plan_free(struct conv_plan *p)
 {
     for (int i = 0; i < p->synth.n_virt; i++) {

@@ -10,7 +10,9 @@
 #include "core/util/err.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 int64_t conv_tile_src_head(int64_t h, int64_t hk, int64_t g)
 {
@@ -154,28 +156,53 @@ static enum quant_type fit(enum quant_type want, int64_t n)
     }
 }
 
-void conv_choose_types(struct conv_plan *p, enum conv_mode mode)
+#define MIX(f32, dense, gate_up, down, indexer, ple)                                                            \
+    {[ROLE_F32] = QT_##f32, [ROLE_DENSE] = QT_##dense, [ROLE_EXPERT_GATEUP] = QT_##gate_up,                        \
+     [ROLE_EXPERT_DOWN] = QT_##down, [ROLE_INDEXER] = QT_##indexer, [ROLE_PLE_TABLE] = QT_##ple}
+
+/* The published-like mixes follow MODEL.md "Quant types in published files";
+ * llama_ftype numbers as llama.cpp names its files. */
+const struct conv_mix conv_mixes[] = {
+    {"f32", MIX(F32, F32, F32, F32, F32, F32), 0, "everything f32"},
+    {"f16", MIX(F32, F16, F16, F16, F16, F16), 1, "f16 (norms, routers, conv f32)"},
+    {"bf16", MIX(F32, BF16, BF16, BF16, BF16, BF16), 32, "bf16 (norms, routers, conv f32)"},
+    {"q8_0", MIX(F32, Q8_0, Q8_0, Q8_0, Q8_0, Q8_0), 7, "q8_0 (norms, routers, conv f32)"},
+    {"mix", MIX(F32, Q8_0, Q4_K, Q5_1, BF16, IQ4_NL), 15,
+     "experts gate/up q4_K, down q5_1; dense q8_0; indexer bf16; n-gram table iq4_nl"},
+    {"q4_k_m", MIX(F32, Q6_K, Q4_K, Q5_1, BF16, IQ4_NL), 15,
+     "experts gate/up q4_K, down q5_1; dense q6_K; indexer bf16; n-gram table iq4_nl"},
+    {"q5_k_m", MIX(F32, Q8_0, Q5_K, Q8_0, BF16, Q5_1), 17,
+     "experts gate/up q5_K, down q8_0; dense q8_0; indexer bf16; n-gram table q5_1"},
+    {"iq4_nl", MIX(F32, Q8_0, IQ4_NL, IQ4_NL, BF16, Q4_0), 25,
+     "experts gate/up/down iq4_nl; dense q8_0; indexer bf16; n-gram table q4_0"},
+    {"q4_k_bf16", MIX(F32, BF16, Q4_K, Q5_1, BF16, Q8_0), 15,
+     "experts gate/up q4_K, down q5_1; dense and indexer bf16; n-gram table q8_0"},
+};
+#undef MIX
+const int conv_n_mixes = (int)(sizeof conv_mixes / sizeof *conv_mixes);
+
+const struct conv_mix *conv_mix_find(const char *name)
+{
+    for (int i = 0; i < conv_n_mixes; i++)
+        if (!strcasecmp(conv_mixes[i].name, name)) return &conv_mixes[i];
+    return NULL;
+}
+
+const struct conv_mix *conv_mix_parse(const char *prog, const char *option, const char *name)
+{
+    const struct conv_mix *m = conv_mix_find(name);
+    if (m) return m;
+    fprintf(stderr, "%s: unknown %s '%s' (", prog, option, name);
+    for (int i = 0; i < conv_n_mixes; i++) fprintf(stderr, "%s%s", i ? ", " : "", conv_mixes[i].name);
+    fprintf(stderr, ")\n");
+    return NULL;
+}
+
+void conv_choose_types(struct conv_plan *p, const struct conv_mix *mix)
 {
     for (int i = 0; i < p->n; i++) {
         struct conv_tensor *t = &p->t[i];
-        enum quant_type want;
-        if (mode == MODE_F32 || t->role == ROLE_F32 || t->n_dims == 1) {
-            want = QT_F32;
-        } else if (mode == MODE_F16) {
-            want = QT_F16;
-        } else if (mode == MODE_BF16) {
-            want = QT_BF16;
-        } else if (mode == MODE_Q8_0) {
-            want = QT_Q8_0;
-        } else { /* published-like mix (MODEL.md "Quant types in published files") */
-            switch (t->role) {
-            case ROLE_EXPERT_GATEUP: want = QT_Q4_K; break;
-            case ROLE_EXPERT_DOWN: want = QT_Q5_1; break;
-            case ROLE_INDEXER: want = QT_BF16; break;
-            case ROLE_PLE_TABLE: want = QT_IQ4_NL; break;
-            default: want = QT_Q8_0; break;
-            }
-        }
+        enum quant_type want = t->n_dims == 1 ? QT_F32 : mix->type[t->role];
         t->type = fit(want, t->ne[0]);
     }
 }

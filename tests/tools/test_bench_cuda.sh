@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The issue-5 bench tools on a GPU-less machine: roofline.py's formula on
+# known numbers and its errors; nebula-bench-bw (when nvcc built it) measures
+# RAM and says SKIP for the GPU; bench-cuda.sh --backend cuda skips cleanly
+# without a GPU, and --backend cpu runs the whole flow (nebula-gen, hotlist
+# campaign, nebula-prepare at a slot budget and at zero slots, coordinator,
+# stats deltas, roofline) on a tiny config: both configurations, every prompt
+# length, k x layers routed experts per token, the routing curve, --append.
+set -u
+BUILD=${BUILD:-build}
+bin=$BUILD/bin
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0 n=0
+ok() { n=$((n + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); n=$((n + 1)); }
+roof=tools/bench/roofline.py
+field() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+
+# roofline.py: 1 GB dense + 0.5 GB hits at 1000 GB/s, 0.2 GB from RAM at 100 GB/s,
+# 10 MB over PCIe at 50 GB/s: 1.0 + max(0.5, 2.0 + 0.2) = 3.2 ms, bound by the CPU experts.
+cat >"$tmp/bw.json" <<'EOF'
+{"gpu": {"name": "test", "read_gbs": 1000, "copy_gbs": 900, "h2d_pinned_gbs": 50, "read_bytes": 1, "h2d_bytes": 1},
+ "ram": {"read_gbs": 100, "threads": 8, "bytes": 1, "checksum": 0}, "reps": 1}
+EOF
+r=$(python3 "$roof" --bw "$tmp/bw.json" --dense-bytes 1e9 --vram-expert-bytes 5e8 --ram-expert-bytes 2e8 --pcie-bytes 1e7 --measured-ms 6.4 --json)
+[ "$(echo "$r" | field "round(d['floor_ms'], 6)")" = 3.2 ] && ok || bad "roofline floor: $r"
+[ "$(echo "$r" | field "d['bound']")" = "CPU experts (RAM)" ] && ok || bad "roofline bound: $r"
+[ "$(echo "$r" | field "round(d['measured_over_floor'], 6)")" = 2.0 ] && ok || bad "measured/floor: $r"
+# All hits: the GPU side bounds it: 1.0 + max(3.0, 0) = 4 ms.
+r=$(python3 "$roof" --bw "$tmp/bw.json" --dense-bytes 1e9 --vram-expert-bytes 3e9 --ram-expert-bytes 0 --json)
+[ "$(echo "$r" | field "round(d['floor_ms'], 6), d['bound']")" = "4.0 GPU memory" ] && ok || bad "roofline all hits: $r"
+# CPU backend: everything from RAM: 1.7 GB at 100 GB/s = 17 ms.
+r=$(python3 "$roof" --ram-gbs 100 --dense-bytes 1e9 --vram-expert-bytes 5e8 --ram-expert-bytes 2e8 --cpu-only --json)
+[ "$(echo "$r" | field "round(d['floor_ms'], 6)")" = 17.0 ] && ok || bad "roofline --cpu-only: $r"
+python3 "$roof" --ram-gbs 100 --dense-bytes 1 --vram-expert-bytes 1 --ram-expert-bytes 1 2>"$tmp/e" >/dev/null
+[ $? -ne 0 ] && grep -q "GPU/PCIe bandwidth" "$tmp/e" && ok || bad "roofline without GPU bandwidth: '$(cat "$tmp/e")'"
+python3 "$roof" --bw "$tmp/nope.json" --dense-bytes 1 --vram-expert-bytes 1 --ram-expert-bytes 1 2>"$tmp/e" >/dev/null
+[ $? -ne 0 ] && grep -q "cannot read" "$tmp/e" && ok || bad "roofline with a missing --bw: '$(cat "$tmp/e")'"
+
+have_gpu=0
+if [ -x "$bin/nebula-bench-bw" ]; then
+    "$bin/nebula-bench-bw" --ram-mib 64 --reps 1 --threads 2 >"$tmp/bw-real.json" 2>"$tmp/bw.err" && ok || bad "nebula-bench-bw: $(cat "$tmp/bw.err")"
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(not (d['ram']['read_gbs'] > 0 and d['ram']['threads'] == 2))" \
+        "$tmp/bw-real.json" && ok || bad "nebula-bench-bw JSON: $(cat "$tmp/bw-real.json")"
+    have_gpu=$(python3 -c "import json,sys; print(1 if json.load(open(sys.argv[1]))['gpu'] else 0)" "$tmp/bw-real.json" 2>/dev/null || echo 0)
+    [ "$have_gpu" = 1 ] || grep -q "^SKIP: no CUDA device" "$tmp/bw.err" && ok || bad "nebula-bench-bw without a GPU says no SKIP: $(cat "$tmp/bw.err")"
+    "$bin/nebula-bench-bw" --threads 0 >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "nebula-bench-bw --threads 0 accepted"
+else
+    echo "SKIP: nebula-bench-bw not built (no nvcc)"
+fi
+
+# --backend cuda without a GPU: a SKIP line, exit 0, nothing else.
+if [ "$have_gpu" = 0 ]; then
+    out=$(bash tools/bench/bench-cuda.sh "$BUILD" --models-dir "$tmp/models" 2>"$tmp/e"); rc=$?
+    [ $rc -eq 0 ] && [[ $out == SKIP:* ]] && [ "$(echo "$out" | wc -l)" -eq 1 ] && ok || bad "bench-cuda without a GPU: rc $rc, '$out' $(cat "$tmp/e")"
+fi
+bash tools/bench/bench-cuda.sh "$BUILD" --backend vulkan >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "--backend vulkan accepted"
+bash tools/bench/bench-cuda.sh "$BUILD" --gen 1 >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "--gen 1 accepted"
+
+# --backend cpu on a tiny config: the whole flow.
+python3 - "$tmp/tiny.json" <<'PY'
+import json, sys
+c = json.load(open("tests/fixtures/tiny-a/config.json"))
+c.update(hidden_size=256, num_experts=32, num_experts_per_tok=4, moe_intermediate_size=64,
+         shared_expert_intermediate_size=64, ple_embed_dim=256)
+json.dump(c, open(sys.argv[1], "w"))
+PY
+bash tools/bench/bench-cuda.sh "$BUILD" --backend cpu --config "$tmp/tiny.json" --layers 2 --slot-fraction 0.25 \
+    --prompts 12,20 --gen 4 --reps 1 --campaign 4 --threads 1 --models-dir "$tmp/models" --append "$tmp/B.md" \
+    >"$tmp/out.md" 2>"$tmp/err" && ok || bad "bench-cuda --backend cpu: $(tail -5 "$tmp/err")"
+rows=$(grep -cE '^\| (slots|zero-slot) \| (12|20) \|' "$tmp/out.md")
+[ "$rows" -eq 4 ] && ok || bad "want 4 result rows (2 configurations x 2 prompts), got $rows: $(cat "$tmp/out.md")"
+# experts/token column (10th) is k x layers = 8 on every row; the zero-slot rows hit nothing in VRAM.
+awk -F'|' '/^\| (slots|zero-slot) \|/ { gsub(/ /, "", $11); if ($11 != "8") bad = 1 } END { exit bad }' "$tmp/out.md" \
+    && ok || bad "experts/token is not k x layers = 8: $(grep -E '^\| (slots|zero)' "$tmp/out.md")"
+awk -F'|' '/^\| zero-slot \|/ { gsub(/ /, "", $8); if ($8 != "0.0%") bad = 1 } END { exit bad }' "$tmp/out.md" \
+    && ok || bad "zero-slot rows hit VRAM: $(grep -E '^\| zero' "$tmp/out.md")"
+awk -F'|' '/^\| slots \|/ { gsub(/[ %]/, "", $8); if ($8 + 0 <= 0) bad = 1 } END { exit bad }' "$tmp/out.md" \
+    && ok || bad "slot rows hit nothing: $(grep -E '^\| slots' "$tmp/out.md")"
+grep -q "slots / zero-slot decode = " "$tmp/out.md" && grep -q "held-out hit rate" "$tmp/out.md" && ok || bad "no speed-up line or routing curve"
+grep -q "^## bench-cuda.sh — " "$tmp/B.md" && grep -q -- "--backend cpu" "$tmp/B.md" && ok || bad "--append wrote no dated block"
+ls "$tmp"/models/*.gguf >/dev/null 2>&1 && ok || bad "no model kept in --models-dir"
+
+echo "$((n - fail)) passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,253 @@
+#!/usr/bin/env bash
+# bench-cuda.sh [BUILD] [options] — the issue-5 engine benchmark (docs/BENCHMARKS.md).
+#
+# On a synthetic full-width model (nebula-gen, a slice of L of the 48 layers,
+# published-like mix, calibrated router skew) it measures, in one run:
+#   - the slot configuration: nebula-prepare with the VRAM budget a 12 GiB card
+#     leaves for expert slots, scaled by L/48, plus the slice's own dense bytes;
+#   - the zero-slot configuration: --vram-budget 0 (every routed expert on the
+#     CPU, llama.cpp's -ot exps=CPU);
+# for each prompt length: prefill tok/s, time to first token, decode tok/s, VRAM
+# hit rate, PCIe bytes and CPU-expert time per decode token (nebulactl stats
+# deltas), routed experts computed per token (must be k × layers: exactness),
+# and the roofline floor of each row from nebula-bench-bw's bandwidths
+# measured in the same run (tools/bench/roofline.py).  The expert placement
+# comes from a measured hotlist (nebula hotlist on a random-id campaign); the
+# held-out routing curve is printed with the results.
+# Prints a Markdown block (run-bench.sh appends it to docs/BENCHMARKS.md), or
+# appends it itself with --append FILE.  Without a GPU, --backend cuda prints
+# "SKIP: …" and exits 0; --backend cpu runs the same flow on the CPU backend
+# (how the script is tested on a GPU-less machine).
+set -u
+usage() {
+    cat <<'EOF'
+usage: bench-cuda.sh [BUILD] [options]
+  --backend B       cuda (default; $NEBULA_BENCH_BACKEND) or cpu
+  --layers N        layers of the synthetic slice (default 8)
+  --mix NAME        quant mix (default q4_k_m; nebula-gen --help)
+  --skew X          router skew (default: nebula-gen's calibrated one)
+  --config FILE     shapes (default conf/qwen3.8-flash-next.config.json)
+  --ngram-base B    n-gram table size (default 65536: PLE rows cost no decode bandwidth)
+  --vram-gib G      card to emulate (default 12); --reserve-gib R of it is not for weights
+                    (default 1: CUDA context, KV, GDN state, scratch)
+  --slot-fraction F instead: slot budget = F × the slice's expert bytes (small test configs)
+  --prompts LIST    prompt lengths, comma-separated (default 512,2048)
+  --gen N           generated tokens per request (default 128)
+  --reps N          repetitions (default 3)
+  --campaign N      hotlist campaign prompts of 64 random ids (default 32; and as many held out)
+  --threads N       CPU threads per worker (default: all cores)
+  --coord-args "A"  extra nebula-coordinator arguments (e.g. the CUDA backend's options)
+  --models-dir DIR  where models, hotlists and prepared files are kept (default BUILD/bench-models)
+  --append FILE     append the dated block to FILE (default: print only)
+EOF
+}
+BUILD=build
+case ${1:-} in -*|"") ;; *) BUILD=$1; shift ;; esac
+backend=${NEBULA_BENCH_BACKEND:-cuda} layers=8 mix=q4_k_m skew= config=conf/qwen3.8-flash-next.config.json
+ngram=65536 vram_gib=12 reserve_gib=1 slot_fraction= prompts=512,2048 gen=128 reps=3 campaign=32 threads=
+coord_args= models= append=
+while [ $# -gt 0 ]; do
+    case $1 in
+        --backend) backend=$2 ;; --layers) layers=$2 ;; --mix) mix=$2 ;; --skew) skew=$2 ;;
+        --config) config=$2 ;; --ngram-base) ngram=$2 ;; --vram-gib) vram_gib=$2 ;; --reserve-gib) reserve_gib=$2 ;;
+        --slot-fraction) slot_fraction=$2 ;; --prompts) prompts=$2 ;; --gen) gen=$2 ;; --reps) reps=$2 ;;
+        --campaign) campaign=$2 ;; --threads) threads=$2 ;; --coord-args) coord_args=$2 ;;
+        --models-dir) models=$2 ;; --append) append=$2 ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "bench-cuda: unknown option '$1'" >&2; usage >&2; exit 2 ;;
+    esac
+    [ $# -ge 2 ] || { echo "bench-cuda: $1 needs a value" >&2; exit 2; }
+    shift 2
+done
+die() { echo "bench-cuda: $*" >&2; exit 1; }
+isnum() { [[ $2 =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "bench-cuda: $1 wants a number, got '$2'" >&2; exit 2; }; }
+for v in "--layers $layers" "--gen $gen" "--reps $reps" "--campaign $campaign" "--vram-gib $vram_gib" "--reserve-gib $reserve_gib"; do isnum $v; done
+[ -z "$slot_fraction" ] || isnum --slot-fraction "$slot_fraction"
+[[ $prompts =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "bench-cuda: --prompts wants lengths like 512,2048" >&2; exit 2; }
+[ "$gen" -ge 2 ] || { echo "bench-cuda: --gen must be at least 2 (decode is measured from the second token)" >&2; exit 2; }
+case $backend in cuda|cpu) ;; *) echo "bench-cuda: --backend is cuda or cpu, got '$backend'" >&2; exit 2 ;; esac
+bin=$BUILD/bin
+models=${models:-$BUILD/bench-models}
+here=$(dirname "$0")
+for b in nebula nebula-gen nebula-prepare nebula-coordinator nebulactl; do
+    [ -x "$bin/$b" ] || die "$bin/$b is not built (make)"
+done
+
+# The machine: bandwidths first (and whether there is a GPU at all).
+tmp=$(mktemp -d)
+coord_pid=
+cleanup() {
+    if [ -n "$coord_pid" ]; then kill "$coord_pid" 2>/dev/null; wait "$coord_pid" 2>/dev/null; fi
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+if [ -x "$bin/nebula-bench-bw" ]; then
+    bw_args=(--ram-mib 2048 ${threads:+--threads "$threads"})
+    [ "$backend" = cpu ] && bw_args=(--ram-only --ram-mib 512 --reps 3 ${threads:+--threads "$threads"})
+    "$bin/nebula-bench-bw" "${bw_args[@]}" >"$tmp/bw.json" 2>"$tmp/bw.err" || die "nebula-bench-bw: $(cat "$tmp/bw.err")"
+    has_gpu=$(python3 -c "import json,sys; print(1 if json.load(open(sys.argv[1]))['gpu'] else 0)" "$tmp/bw.json")
+else
+    [ "$backend" = cpu ] || { echo "SKIP: no $bin/nebula-bench-bw (nvcc not found at build time): no CUDA on this machine"; exit 0; }
+    has_gpu=0
+    python3 - "$tmp/bw.json" <<'PY' || die "measuring RAM bandwidth failed"
+# No nvcc here: RAM read bandwidth of one Python thread over 512 MiB (a lower bound, noted as such).
+import json, sys, time
+buf = bytearray(512 << 20)
+best = 0
+for _ in range(3):
+    t = time.perf_counter(); bytes(buf); dt = time.perf_counter() - t
+    best = max(best, len(buf) / dt / 1e9)
+json.dump({"gpu": None, "ram": {"read_gbs": best, "threads": 1, "bytes": len(buf), "checksum": 0}, "reps": 3}, open(sys.argv[1], "w"))
+PY
+fi
+if [ "$backend" = cuda ] && [ "$has_gpu" != 1 ]; then
+    echo "SKIP: no CUDA device ($(cat "$tmp/bw.err" 2>/dev/null | head -1)); --backend cpu runs the same flow on the CPU backend"
+    exit 0
+fi
+if [ "$backend" = cuda ] && ! "$bin/nebula-coordinator" --help 2>&1 | grep -q -- "--backend" && [ -z "$coord_args" ]; then
+    die "this build's nebula-coordinator has no --backend option (the CUDA backend is not in it yet); pass --coord-args to select it"
+fi
+[ "$backend" = cuda ] && [ -z "$coord_args" ] && coord_args="--backend cuda"
+
+# The model (kept between runs: generating is minutes per layer on few cores).
+mkdir -p "$models" || die "cannot create $models"
+gen_args=(--config "$config" --layers "$layers" --mix "$mix" --ngram-base "$ngram" --no-mtp ${skew:+--skew "$skew"})
+"$bin/nebula-gen" --dry-run "${gen_args[@]}" >"$tmp/slice.json" 2>"$tmp/e" || die "nebula-gen: $(cat "$tmp/e")"
+slice() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$tmp/slice.json" "$1"; }
+skew=$(slice skew) vocab=$(slice vocab)
+name=synthetic-$(basename "$config" .json)-${layers}l-$mix-skew$skew
+model=$models/$name.gguf
+if [ ! -s "$model" ]; then
+    echo "bench-cuda: generating $model" >&2
+    "$bin/nebula-gen" "$model" "${gen_args[@]}" ${threads:+--threads "$threads"} -q || die "nebula-gen failed"
+fi
+
+# Hotlist from a random-id campaign; a second campaign is held out for the curve.
+campaign_file() { # $1 = seed, $2 = file
+    python3 - "$1" "$2" "$campaign" "$vocab" <<'PY'
+import random, sys
+seed, path, n, vocab = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+r = random.Random(seed)
+with open(path, "w") as f:
+    for _ in range(n):
+        f.write(" ".join(str(r.randrange(vocab)) for _ in range(64)) + "\n")
+PY
+}
+hot=$models/$name.hotlist-c$campaign.tsv held=$models/$name.heldout-c$campaign.tsv
+for h in "$hot:1" "$held:2"; do
+    f=${h%:*}
+    [ -s "$f" ] && continue
+    campaign_file "${h##*:}" "$tmp/campaign.txt" || die "making the campaign failed"
+    "$bin/nebula" hotlist -m "$model" --ids --prompts "$tmp/campaign.txt" --out "$f" ${threads:+--threads "$threads"} 2>"$tmp/e" \
+        || die "nebula hotlist: $(tail -2 "$tmp/e")"
+done
+python3 "$here/hotlist-curve.py" "$hot" "$held" --json >"$tmp/curve.json" || die "hotlist-curve.py failed"
+
+# Budgets.
+"$bin/nebula-gen" --dry-run --config "$config" --mix "$mix" --no-mtp --ngram-base "$ngram" >"$tmp/full.json" 2>"$tmp/e" \
+    || die "nebula-gen --dry-run: $(cat "$tmp/e")"
+python3 - "$tmp/slice.json" "$tmp/full.json" "$vram_gib" "$reserve_gib" "${slot_fraction:-}" >"$tmp/budget" <<'PY' || exit 1
+import json, sys
+s, f = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+gib, reserve, frac = float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+if frac:
+    slots = float(frac) * s["expert_bytes"]
+    note = f"dense {s['dense_bytes'] / 2**30:.2f} GiB + {float(frac):g} of the slice's expert bytes"
+else:
+    full_slots = (gib - reserve) * 2**30 - f["dense_bytes"]
+    if full_slots <= 0:
+        sys.exit(f"bench-cuda: a {gib:g} GiB card holds no expert slot next to the full model's {f['dense_bytes'] / 2**30:.2f} GiB of dense weights")
+    slots = full_slots * s["layers"] / f["layers"]
+    note = (f"a {gib:g} GiB card less {reserve:g} GiB reserve less the full model's {f['dense_bytes'] / 2**30:.2f} GiB dense "
+            f"leaves {full_slots / 2**30:.2f} GiB of slots; × {s['layers']}/{f['layers']} + the slice's {s['dense_bytes'] / 2**30:.2f} GiB dense")
+print(int(s["dense_bytes"] + slots))
+print(note)
+PY
+budget=$(sed -n 1p "$tmp/budget") budget_note=$(sed -n 2p "$tmp/budget")
+
+# One configuration: prepare (re-placing the same folder), start, measure every prompt length.
+prep=$models/$name.prepared
+records=$tmp/records.jsonl
+: >"$records"
+stats() { "$bin/nebulactl" --runtime "$tmp/run" --json stats >"$1" || die "nebulactl stats failed"; }
+measure() { # $1 = label, $2 = VRAM budget
+    "$bin/nebula-prepare" "$model" "$prep" --vram-budget "$2" --ram-budget all --hotlist "$hot" -q 2>"$tmp/e" \
+        || die "nebula-prepare ($1): $(tail -3 "$tmp/e")"
+    rm -rf "$tmp/run"
+    # shellcheck disable=SC2086 # coord_args is a list of words
+    "$bin/nebula-coordinator" --model "$model" --prepared "$prep" --runtime "$tmp/run" ${threads:+--threads "$threads"} \
+        $coord_args 2>"$tmp/coord-$1.log" &
+    coord_pid=$!
+    for _ in $(seq 600); do
+        "$bin/nebulactl" --runtime "$tmp/run" --json status 2>/dev/null |
+            python3 -c "import json,sys; d=json.load(sys.stdin); sys.exit(not all(w['state'] == 'ready' for w in d['workers']))" 2>/dev/null && break
+        kill -0 "$coord_pid" 2>/dev/null || die "$1: the coordinator exited: $(tail -5 "$tmp/coord-$1.log")"
+        sleep 0.2
+    done
+    python3 -c "import random; r=random.Random(8); print(' '.join(str(r.randrange($vocab)) for _ in range(8)))" >"$tmp/prompt-short.txt"
+    run() { # $1 = prompt file, $2 = tokens to generate, $3 = stderr file
+        "$bin/nebula" generate --server "$tmp/run" --tokens-file "$1" --greedy -n "$2" >/dev/null 2>"$3" || die "$label: $(tail -2 "$3")"
+    }
+    local label=$1
+    for p in ${prompts//,/ }; do
+        python3 -c "import random,sys; r=random.Random(int(sys.argv[1])); print(' '.join(str(r.randrange(int(sys.argv[2]))) for _ in range(int(sys.argv[1]))))" \
+            "$p" "$vocab" >"$tmp/prompt-$p.txt"
+        for rep in $(seq "$reps"); do
+            stats "$tmp/a0.json"
+            run "$tmp/prompt-$p.txt" 1 "$tmp/a.err"
+            stats "$tmp/a1.json"
+            run "$tmp/prompt-$p.txt" "$gen" "$tmp/b.err"
+            stats "$tmp/b1.json"
+            run "$tmp/prompt-short.txt" 1 "$tmp/d.err"
+            stats "$tmp/d1.json"
+            run "$tmp/prompt-short.txt" "$gen" "$tmp/e.err"
+            stats "$tmp/e1.json"
+            python3 "$here/cuda_report.py" record "$1" "$p" "$gen" "$tmp/a.err" "$tmp/a0.json" "$tmp/a1.json" \
+                "$tmp/b.err" "$tmp/b1.json" "$tmp/b1.json" "$tmp/d1.json" "$tmp/e1.json" >>"$records" || exit 1
+            echo "bench-cuda: $1 prompt $p rep $rep: $(tail -1 "$records")" >&2
+        done
+    done
+    "$bin/nebulactl" --runtime "$tmp/run" --json status >"$tmp/status-$1.json" 2>/dev/null
+    "$bin/nebulactl" --runtime "$tmp/run" shutdown >/dev/null 2>&1
+    wait "$coord_pid" 2>/dev/null
+    coord_pid=
+}
+measure slots "$budget"
+measure zero-slot 0
+
+python3 - "$tmp/slice.json" "$tmp/curve.json" "$backend" "$gen" "$reps" "$budget" "$budget_note" >"$tmp/meta.json" <<'PY'
+import json, sys
+s, c = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+s.update(backend=sys.argv[3], gen=int(sys.argv[4]), reps=int(sys.argv[5]), slots_budget_bytes=int(sys.argv[6]),
+         budget_note=sys.argv[7], curve=c["curve"],
+         curve_note=f"hotlist of one random-id campaign, hit rate measured on a second one; {c['selections']} routed selections",
+         dense_read_bytes=s["dense_bytes"] - s["token_embd_bytes"] + s["token_embd_row_bytes"])
+print(json.dumps(s))
+PY
+python3 "$here/cuda_report.py" report "$tmp/meta.json" "$records" "$tmp/bw.json" >"$tmp/report.md"
+status=$?
+for s in "$tmp"/status-*.json; do # peak VRAM, when the backend reports one
+    python3 - "$s" <<'PY' >>"$tmp/report.md"
+import json, sys
+d = json.load(open(sys.argv[1]))
+peaks = {k: v for k, v in d.items() if "peak" in k and isinstance(v, (int, float))}
+for w in d.get("workers", []):
+    peaks.update({f"{w['role']}.{k}": v for k, v in w.items() if "peak" in k and isinstance(v, (int, float))})
+if peaks:
+    print("- " + sys.argv[1].rsplit("status-", 1)[1][:-5] + ": " + ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in sorted(peaks.items())))
+PY
+done
+cat "$tmp/report.md"
+if [ -n "$append" ] && [ $status -eq 0 ]; then
+    cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+    {
+        printf '\n## bench-cuda.sh — %s\n\n' "$(date -u +%Y-%m-%dT%H:%MZ)"
+        printf -- '- commit: %s\n- machine: %s, %s cores%s\n' "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+            "$cpu" "$(nproc)" "$(python3 -c "import json,sys; g=json.load(open(sys.argv[1]))['gpu']; print(', ' + g['name'] if g else '')" "$tmp/bw.json")"
+        printf -- '- command: `bash tools/bench/bench-cuda.sh %s --backend %s --layers %s --mix %s --prompts %s --gen %s --reps %s`\n\n' \
+            "$BUILD" "$backend" "$layers" "$mix" "$prompts" "$gen" "$reps"
+        cat "$tmp/report.md"
+    } >>"$append"
+    echo "bench-cuda: appended to $append" >&2
+fi
+exit $status

@@ -1,0 +1,231 @@
+/* write.c — writing a planned model (convert.h) as a GGUF: every qwen4exp
+ * key, the tokenizer when the checkpoint has one, then the tensors streamed
+ * row chunk by row chunk, converting and quantizing rows in parallel (OpenMP)
+ * and writing them in order.  Memory stays at one chunk (≤ 64 MiB) however
+ * large the model.  Shared by nebula-convert and nebula-gen. */
+#include "core/gguf/gguf.h"
+#include "core/quant/quant.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/util/err.h"
+#include "tools/nebula-convert/convert.h"
+
+#include <omp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHUNK_BYTES (64u << 20)
+
+static volatile sig_atomic_t interrupted;
+static void on_signal(int sig) { interrupted = sig; }
+
+/* Every qwen4exp.* key of docs/CONVERSION.md §3.1. */
+static int write_keys(gguf_writer *w, const struct conv_plan *p, const struct conv_mix *mix, const char *name)
+{
+    const struct hf_config *f = &p->cfg;
+    uint32_t n_blocks = (uint32_t)(f->n_layers + (p->mtp ? 1 : 0));
+    int rc = 0;
+#define K(call) if (!rc) rc = (call)
+#define A "qwen4exp."
+    K(gguf_w_set_str(w, "general.architecture", "qwen4exp"));
+    K(gguf_w_set_str(w, "general.type", "model"));
+    K(gguf_w_set_str(w, "general.name", name));
+    K(gguf_w_set_u32(w, "general.file_type", mix->file_type));
+    K(gguf_w_set_u32(w, "general.quantization_version", 2));
+    K(gguf_w_set_u32(w, A "block_count", n_blocks));
+    if (p->mtp) K(gguf_w_set_u32(w, A "nextn_predict_layers", 1));
+    K(gguf_w_set_u32(w, A "context_length", (uint32_t)f->max_pos));
+    K(gguf_w_set_u32(w, A "embedding_length", (uint32_t)f->hidden_size));
+    K(gguf_w_set_u32(w, A "attention.head_count", (uint32_t)f->n_head));
+    K(gguf_w_set_u32(w, A "attention.head_count_kv", (uint32_t)f->n_head_kv));
+    K(gguf_w_set_u32(w, A "attention.key_length", (uint32_t)f->head_dim));
+    K(gguf_w_set_u32(w, A "attention.value_length", (uint32_t)f->head_dim));
+    K(gguf_w_set_f32(w, A "attention.layer_norm_rms_epsilon", (float)f->rms_eps));
+    K(gguf_w_set_f32(w, A "rope.freq_base", (float)f->rope_theta));
+    K(gguf_w_set_u32(w, A "rope.dimension_count", (uint32_t)f->rope_dim));
+    int32_t sections[4] = {11, 11, 10, 0};
+    if (f->n_mrope_section)
+        for (int i = 0; i < 4; i++) sections[i] = i < f->n_mrope_section ? (int32_t)f->mrope_section[i] : 0;
+    K(gguf_w_set_arr(w, A "rope.dimension_sections", GGUF_VT_INT32, sections, 4));
+    K(gguf_w_set_u32(w, A "expert_count", (uint32_t)f->n_experts));
+    K(gguf_w_set_u32(w, A "expert_used_count", (uint32_t)f->n_experts_used));
+    K(gguf_w_set_u32(w, A "expert_feed_forward_length", (uint32_t)f->expert_ff));
+    K(gguf_w_set_u32(w, A "expert_shared_feed_forward_length", (uint32_t)f->shared_ff));
+    if (!f->norm_topk) K(gguf_w_set_bool(w, A "expert_weights_norm", false));
+    K(gguf_w_set_u32(w, A "ssm.conv_kernel", (uint32_t)f->lin_conv_kernel));
+    K(gguf_w_set_u32(w, A "ssm.state_size", (uint32_t)f->lin_k_head_dim));
+    K(gguf_w_set_u32(w, A "ssm.group_count", (uint32_t)f->lin_n_k_heads));
+    K(gguf_w_set_u32(w, A "ssm.time_step_rank", (uint32_t)f->lin_n_v_heads));
+    K(gguf_w_set_u32(w, A "ssm.inner_size", (uint32_t)(f->lin_v_head_dim * f->lin_n_v_heads)));
+    if (f->full_attention_interval) K(gguf_w_set_u32(w, A "full_attention_interval", (uint32_t)f->full_attention_interval));
+    K(gguf_w_set_u32(w, A "hyper_connection.count", (uint32_t)f->hc_count));
+    K(gguf_w_set_u32(w, A "hyper_connection.low_rank", (uint32_t)f->hc_lowrank));
+    if (f->has_indexer) {
+        K(gguf_w_set_u32(w, A "attention.indexer.head_count", (uint32_t)f->idx_heads));
+        K(gguf_w_set_u32(w, A "attention.indexer.key_length", (uint32_t)f->idx_head_dim));
+        K(gguf_w_set_u32(w, A "attention.indexer.top_k", (uint32_t)f->idx_budget));
+    }
+    int32_t ratios[HF_MAX_LAYERS + 1];
+    bool recurrent[HF_MAX_LAYERS + 1];
+    for (uint32_t i = 0; i < n_blocks; i++) {
+        bool trunk = i < (uint32_t)f->n_layers, lin = trunk && f->is_linear[i];
+        ratios[i] = trunk && !lin && f->has_indexer ? (int32_t)f->idx_ratio : 0; /* MTP attends densely */
+        recurrent[i] = lin;
+    }
+    K(gguf_w_set_arr(w, A "attention.compress_ratios", GGUF_VT_INT32, ratios, n_blocks));
+    K(gguf_w_set_arr(w, A "attention.recurrent_layers", GGUF_VT_BOOL, recurrent, n_blocks));
+    if (f->n_ple) {
+        int32_t layers[HF_MAX_PLE];
+        for (int i = 0; i < f->n_ple; i++) layers[i] = (int32_t)f->ple_layers[i];
+        K(gguf_w_set_arr(w, A "ple.layers", GGUF_VT_INT32, layers, (uint64_t)f->n_ple));
+        K(gguf_w_set_u32(w, A "ple.ngram_size", (uint32_t)f->ngram_size));
+        K(gguf_w_set_u32(w, A "ple.heads_per_ngram", (uint32_t)f->heads_per_ngram));
+        K(gguf_w_set_u32(w, A "ple.conv_kernel", (uint32_t)f->ple_conv_kernel));
+        K(gguf_w_set_u32(w, A "ple.eos_token_id", (uint32_t)f->ple_eos));
+        if (f->image_token_id >= 0) K(gguf_w_set_u32(w, A "ple.image_token_id", (uint32_t)f->image_token_id));
+        K(gguf_w_set_u32(w, A "embedding_length_per_layer_input", (uint32_t)p->ple_row_width));
+        K(gguf_w_set_arr(w, A "ple.layer_multipliers", GGUF_VT_UINT64, p->ple_mult, (uint64_t)p->n_ple_mult));
+        K(gguf_w_set_arr(w, A "ple.head_offsets", GGUF_VT_UINT64, p->ple_offsets, (uint64_t)p->n_ple_heads));
+        K(gguf_w_set_arr(w, A "ple.head_vocab_sizes", GGUF_VT_UINT64, p->ple_sizes, (uint64_t)p->n_ple_heads));
+    }
+    if (p->synth.on) { /* how a synthetic model was made, for the benchmarks that report it */
+        K(gguf_w_set_str(w, "nebula.synthetic.mix", mix->name));
+        K(gguf_w_set_u64(w, "nebula.synthetic.seed", p->synth.seed));
+        K(gguf_w_set_f32(w, "nebula.synthetic.router_skew", (float)p->synth.router_skew));
+    }
+#undef A
+#undef K
+    return rc;
+}
+
+static void fmt_bytes(double b, char *buf, size_t len)
+{
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (b >= 1024 && i < 4) b /= 1024, i++;
+    snprintf(buf, len, "%.1f %s", b, u[i]);
+}
+
+/* Converts and writes one tensor, chunk by chunk. */
+static int write_tensor(gguf_writer *w, const struct conv_plan *p, const struct conv_tensor *t, bool progress, char *err,
+                        size_t errlen)
+{
+    const struct quant_traits *tr = quant_traits_of(t->type);
+    int64_t n = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
+    size_t row_bytes = quant_row_size(t->type, n);
+    int64_t chunk = (int64_t)(CHUNK_BYTES / row_bytes);
+    if (chunk < 1) chunk = 1;
+    if (chunk > rows) chunk = rows;
+    unsigned char *buf = malloc((size_t)chunk * row_bytes);
+    int nthreads = omp_get_max_threads();
+    float *work = malloc((size_t)nthreads * 3 * (size_t)n * sizeof *work);
+    int rc = 0;
+    if (!buf || !work) rc = nb_errf(err, errlen, NB_ENOMEM, "out of memory for a %lld-value row", (long long)n);
+    for (int64_t r0 = 0; !rc && r0 < rows; r0 += chunk) {
+        int64_t nr = rows - r0 < chunk ? rows - r0 : chunk;
+        int failed = 0;
+#pragma omp parallel for schedule(dynamic, 16)
+        for (int64_t k = 0; k < nr; k++) {
+            if (__atomic_load_n(&failed, __ATOMIC_RELAXED)) continue;
+            float *row = work + (size_t)omp_get_thread_num() * 3 * (size_t)n;
+            char e[256];
+            if (conv_row(p, t, r0 + k, row, row + n, e, sizeof e)) {
+#pragma omp critical
+                if (!failed) {
+                    failed = 1;
+                    nb_errf(err, errlen, NB_EFORMAT, "%s row %lld: %s", t->name, (long long)(r0 + k), e);
+                }
+                continue;
+            }
+            tr->from_float(row, buf + (size_t)k * row_bytes, n);
+        }
+        if (failed) rc = NB_EFORMAT;
+        else if (interrupted) rc = nb_errf(err, errlen, NB_EIO, "interrupted");
+        else if (gguf_w_write_data(w, buf, (size_t)nr * row_bytes))
+            rc = nb_errf(err, errlen, NB_EIO, "%s", gguf_writer_error(w));
+        if (progress && rows > chunk) fprintf(stderr, "\r    %5.1f%%", 100.0 * (double)(r0 + nr) / (double)rows);
+    }
+    if (progress && rows > chunk) fprintf(stderr, "\r");
+    free(buf);
+    free(work);
+    return rc;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double conv_plan_bytes(const struct conv_plan *p)
+{
+    double total = 0;
+    for (int i = 0; i < p->n; i++) {
+        const struct conv_tensor *t = &p->t[i];
+        total += (double)quant_row_size(t->type, t->ne[0]) * (double)(t->ne[1] * t->ne[2] * t->ne[3]);
+    }
+    return total;
+}
+
+int conv_write_gguf(const struct conv_plan *p, const char *out, const struct conv_write_opts *o, char *err, size_t errlen)
+{
+    gguf_writer *w = NULL;
+    int rc;
+    bool progress = !o->quiet && isatty(STDERR_FILENO);
+    if ((rc = gguf_writer_open(out, &w, err, errlen))) return rc;
+    if ((rc = write_keys(w, p, o->mix, o->name))) {
+        snprintf(err, errlen, "%s", gguf_writer_error(w));
+        goto done;
+    }
+    struct stat sb;
+    char tokjson[4200];
+    if (o->tok_dir) snprintf(tokjson, sizeof tokjson, "%s/tokenizer.json", o->tok_dir);
+    if (o->tok_dir && stat(tokjson, &sb) == 0 && (rc = tok_hf_write_gguf_keys(w, o->tok_dir, "qwen35", err, errlen))) goto done;
+    for (int i = 0; i < p->n; i++) {
+        const struct conv_tensor *t = &p->t[i];
+        if (gguf_w_add_tensor(w, t->name, t->type, t->n_dims, t->ne) < 0) {
+            rc = nb_errf(err, errlen, NB_EFORMAT, "%s", gguf_writer_error(w));
+            goto done;
+        }
+    }
+    if (gguf_w_write_header(w) < 0) {
+        rc = nb_errf(err, errlen, NB_EIO, "%s", gguf_writer_error(w));
+        goto done;
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    double t0 = now_s(), total = conv_plan_bytes(p), done_bytes = 0;
+    for (int i = 0; i < p->n; i++) {
+        const struct conv_tensor *t = &p->t[i];
+        double bytes = (double)quant_row_size(t->type, t->ne[0]) * (double)(t->ne[1] * t->ne[2] * t->ne[3]);
+        char shape[64], size[32], eta[48] = "";
+        snprintf(shape, sizeof shape, "%lld", (long long)t->ne[0]);
+        for (int d = 1; d < t->n_dims; d++) snprintf(shape + strlen(shape), sizeof shape - strlen(shape), " x %lld", (long long)t->ne[d]);
+        fmt_bytes(bytes, size, sizeof size);
+        double dt = now_s() - t0;
+        if (done_bytes > 0 && dt > 2) snprintf(eta, sizeof eta, ", %.0f s left", dt * (total - done_bytes) / done_bytes);
+        if (!o->quiet)
+            fprintf(stderr, "[%4d/%4d] %-40s %-7s %-22s %-10s (%3.0f%% done%s)\n", i + 1, p->n, t->name,
+                    quant_type_name(t->type), shape, size, 100.0 * done_bytes / total, eta);
+        if ((rc = write_tensor(w, p, t, progress, err, errlen))) goto done;
+        done_bytes += bytes;
+    }
+    rc = gguf_writer_finish(w);
+    if (rc) snprintf(err, errlen, "%s", gguf_writer_error(w));
+    w = NULL;
+    if (!rc && !o->quiet) {
+        char size[32];
+        fmt_bytes(total, size, sizeof size);
+        fprintf(stderr, "%s: wrote %s (%s of tensor data) in %.1f s\n", o->prog, out, size, now_s() - t0);
+    }
+done:
+    if (w) gguf_writer_free(w); /* removes the unfinished .tmp */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    return rc;
+}
