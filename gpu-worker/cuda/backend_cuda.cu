@@ -1133,6 +1133,14 @@ static int moe_forward(cuda_backend *be, const cu_layer *c, int il, const float 
             free(rrows), free(rexp), free(rslot), free(rw), free(hx), free(rout);
         }
     }
+    /* The pairs run here, counted as they are dispatched (trunk layers only,
+     * gw_backend_experts_computed); a captured step counts at each replay. */
+    if (rc == 0 && il < hp->n_layer && !be->arena_on) {
+        uint64_t n_local = (uint64_t)P;
+        if (remote)
+            for (int p = 0; p < P; p++) n_local -= !rem->local[(size_t)il * E + hids[p]];
+        __atomic_add_fetch(&be->base.experts_computed, n_local, __ATOMIC_RELAXED);
+    }
     free(hids);
     free(hw);
     if (rc == 0) {
@@ -1333,6 +1341,8 @@ static int decode_graph(cuda_seq *s, const struct gw_eval_args *a)
     }
     CK(cudaGraphLaunch(s->exec, be->st));
     CK(cudaStreamSynchronize(be->st));
+    /* every trunk layer's k routed pairs ran on the device (no remote hook in a graph) */
+    __atomic_add_fetch(&be->base.experts_computed, (uint64_t)hp->n_expert_used * hp->n_layer, __ATOMIC_RELAXED);
     if (a->logits_rows != GW_ROWS_NONE) memcpy(a->logits, be->h_out, (size_t)V * sizeof(float));
     if (a->wide_rows != GW_ROWS_NONE) memcpy(a->wide, be->h_out + V, (size_t)wide * sizeof(float));
     for (int i = 0; i < hp->n_layer; i++) {

@@ -16,6 +16,8 @@
  *   greedy    N tokens of greedy generation after the prompt: identical ids;
  *   graphs    the CUDA greedy run again with CUDA graphs off: every step's
  *             logits bit for bit (and both speeds);
+ *   experts   gw_backend_experts_computed = k × layers × tokens (graphs on
+ *             and off; with remote placements local + remote pairs);
  *   remote    (--remote) the greedy run again with routed experts remote
  *             through the gw_moe_remote hook (computed on the CPU with
  *             gw_expert_ffn) under four placements: identical ids.
@@ -333,7 +335,9 @@ int main(int argc, char **argv)
         int32_t *gc = malloc((size_t)n_greedy * sizeof *gc), *gg = malloc((size_t)n_greedy * sizeof *gg);
         double dc = greedy(cpu, tok, T, n_greedy, gc, lc);
         uint64_t *hg = malloc((size_t)n_greedy * sizeof *hg), *hp_ = malloc((size_t)n_greedy * sizeof *hp_);
+        const uint64_t c0 = gw_backend_experts_computed(gpu);
         double dg = greedy_h(gpu, tok, T, n_greedy, gg, lg, hg);
+        const uint64_t graph_pairs = gw_backend_experts_computed(gpu) - c0;
         int same = same_prefix(gc, gg, n_greedy);
         report("greedy", same == n_greedy, "%.0f tokens identical", same);
         printf("     (of %d; last logits max|d|/max|ref| = %.3g; decode cpu %.1f tok/s, cuda %.1f tok/s)\n", n_greedy,
@@ -345,8 +349,13 @@ int main(int argc, char **argv)
         int sh = 0;
         while (sh < n_greedy && hg[sh] == hp_[sh] && gg[sh] == gp[sh]) sh++;
         report("graphs", sh == n_greedy, "%.0f steps' logits bit-identical with and without CUDA graphs", sh);
+        /* no routed expert skipped: k pairs per trunk layer and token, with graphs and without */
+        const uint64_t want = (uint64_t)hp->n_expert_used * hp->n_layer * (uint64_t)(T + n_greedy - 1);
+        report("experts", gw_backend_experts_computed(plain) == want, "%.0f routed pairs computed without graphs",
+               (double)gw_backend_experts_computed(plain));
         printf("     (decode without graphs %.1f tok/s, with graphs %.1f tok/s)\n", (n_greedy - 1) / dp,
                (n_greedy - 1) / dg);
+        report("experts-g", graph_pairs == want, "%.0f routed pairs computed with graphs", (double)graph_pairs);
         gw_backend_free(plain);
         free(gp), free(hg), free(hp_);
         if (remote) {
@@ -367,6 +376,11 @@ int main(int argc, char **argv)
                 char name[64];
                 snprintf(name, sizeof name, "remote-%d", pat);
                 report(name, sr == n_greedy && rctx.pairs > 0, "%.0f tokens identical", sr);
+                /* local + remote = every routed pair, each once */
+                const uint64_t want_r = (uint64_t)hp->n_expert_used * hp->n_layer * (uint64_t)(T + n_greedy - 1);
+                snprintf(name, sizeof name, "pairs-%d", pat);
+                report(name, gw_backend_experts_computed(rb) + rctx.pairs == want_r, "%.0f local + remote routed pairs",
+                       (double)(gw_backend_experts_computed(rb) + rctx.pairs));
                 printf("     (%s: %llu pairs computed remotely, %.1f tok/s)\n", names[pat], (unsigned long long)rctx.pairs,
                        (n_greedy - 1) / dr);
                 gw_backend_free(rb);
