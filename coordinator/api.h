@@ -8,8 +8,8 @@
  *     (the `</think>` split) with stop strings; text that could still become a
  *     stop string or `</think>` is held back, so nothing a client saw is ever
  *     taken back.
- *   - api_http.c (libmicrohttpd threads) and api_run.c (the coordinator's
- *     main thread): the HTTP server parses, tokenizes and validates in its own
+ *   - api_http.c (libmicrohttpd threads; api_views.c the read-only
+ *     endpoints' bodies) and api_run.c (the coordinator's main thread): the HTTP server parses, tokenizes and validates in its own
  *     threads, then hands a job to a bounded queue; the main thread, the only
  *     one that talks to the workers, runs one job at a time and publishes text
  *     as it is generated.  Jobs, the queue, the statistics and a snapshot of
@@ -199,6 +199,11 @@ int api_start(struct api *a, struct coord *c, char *err, size_t errlen);
 /* Refuses new jobs, fails the queued ones, stops the server (joins its threads). */
 void api_stop(struct api *a);
 void api_job_release(struct api *a, struct api_job *j); /* with a.mu held */
+
+/* api_views.c: response bodies of the read-only endpoints (they take a.mu). */
+cJSON *api_model_json(const struct api *a); /* fixed fields only: no lock */
+cJSON *api_status_json(struct api *a);
+char *api_metrics_text(struct api *a); /* malloc'ed, NULL when out of memory */
 
 /* api_run.c (main thread) */
 /* Copies the workers' state and the hit rates into the snapshot. */

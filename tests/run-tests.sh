@@ -44,20 +44,13 @@ for f in $(find "$BUILD/fuzz" -maxdepth 1 -type f -perm -u+x -name 'fuzz_*' 2>/d
 done
 
 # Shell-level tests of the command-line tools, of deploy/ (start, stop,
-# nginx) and of the API with the official openai client.
-for s in $(find tests/tools tests/deploy tests/openai -name 'test_*.sh' -not -path '*/node_modules/*' 2>/dev/null | sort); do
+# nginx) and of the API with the official openai client; the HTTP API's
+# end-to-end tests (Python, standard library only).
+for s in $(find tests/tools tests/deploy tests/openai -name 'test_*.sh' -not -path '*/node_modules/*' 2>/dev/null | sort) \
+         $(find tests/api -name 'test_*.py' 2>/dev/null | sort); do
     echo "== $s"
-    if BUILD="$BUILD" bash "$s" >"$log" 2>&1; then
-        passed=$((passed + 1)); tail -n 3 "$log"
-    else
-        failed=$((failed + 1)); failures+=("$s"); tail -n 40 "$log"
-    fi
-done
-
-# End-to-end tests of the HTTP API (Python, standard library only).
-for s in $(find tests/api -name 'test_*.py' 2>/dev/null | sort); do
-    echo "== $s"
-    if BUILD="$BUILD" python3 "$s" >"$log" 2>&1; then
+    case "$s" in *.py) run=python3 ;; *) run=bash ;; esac
+    if BUILD="$BUILD" "$run" "$s" >"$log" 2>&1; then
         passed=$((passed + 1)); tail -n 3 "$log"
     else
         failed=$((failed + 1)); failures+=("$s"); tail -n 40 "$log"
