@@ -176,6 +176,7 @@ struct api {
     /* Queue (under mu). */
     struct api_job *head, *tail, *running;
     int waiting;
+    int in_flight;        /* requests being answered (api_stop lets them finish) */
     bool stopping;
     /* Published by the main thread (under mu). */
     char phase[16];       /* starting, loading, ready, error */

@@ -565,6 +565,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     if (!rc) {
         if (!(rc = calloc(1, sizeof *rc))) return MHD_NO;
         *con_cls = rc;
+        pthread_mutex_lock(&a->mu);
+        a->in_flight++;
+        pthread_mutex_unlock(&a->mu);
         bool path_known = false;
         bool head = !strcmp(method, "HEAD");
         for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
@@ -649,12 +652,14 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls, en
     struct req_ctx *rc = *con_cls;
     (void)conn, (void)toe;
     if (!rc) return;
+    pthread_mutex_lock(&a->mu);
     if (rc->job) {
-        pthread_mutex_lock(&a->mu);
         if (rc->job->state != JOB_DONE) rc->job->cancelled = true;
         api_job_release(a, rc->job);
-        pthread_mutex_unlock(&a->mu);
     }
+    a->in_flight--;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
     api_buf_free(&rc->body);
     free(rc);
     *con_cls = NULL;
@@ -700,7 +705,8 @@ int api_start(struct api *a, struct coord *c, char *err, size_t errlen)
     sigemptyset(&block);
     sigaddset(&block, SIGINT), sigaddset(&block, SIGTERM), sigaddset(&block, SIGCHLD);
     pthread_sigmask(SIG_BLOCK, &block, &old);
-    a->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ERROR_LOG, 0, NULL,
+    a->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC |
+                                     MHD_USE_ERROR_LOG, 0, NULL,
                                  NULL, handle, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, a, MHD_OPTION_SOCK_ADDR,
                                  (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED, completed, a,
                                  MHD_OPTION_CONNECTION_LIMIT, 128u, MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_END);
@@ -715,6 +721,10 @@ int api_start(struct api *a, struct coord *c, char *err, size_t errlen)
 void api_stop(struct api *a)
 {
     if (!a->daemon) return;
+    /* No new connections; the requests in flight get their answer (an error
+     * event and [DONE] for a stream, 503 otherwise) before the connections
+     * are closed: up to 3 s. */
+    MHD_socket listen = MHD_quiesce_daemon(a->daemon);
     pthread_mutex_lock(&a->mu);
     a->stopping = true;
     /* Queued jobs end without running; the running one was stopped by the loop. */
@@ -726,8 +736,12 @@ void api_stop(struct api *a)
     }
     a->tail = NULL, a->waiting = 0;
     pthread_cond_broadcast(&a->cv);
+    double until = now_s() + 3.0;
+    while (a->in_flight > 0 && now_s() < until) wait_until(&a->cv, &a->mu, until);
+    if (a->in_flight > 0) nb_log("http: %d requests still open after 3 s: closing them", a->in_flight);
     pthread_mutex_unlock(&a->mu);
     MHD_stop_daemon(a->daemon);
+    if (listen != MHD_INVALID_SOCKET) close(listen);
     a->daemon = NULL;
     close(a->wake[0]), close(a->wake[1]);
 }

@@ -14,7 +14,8 @@ long prefill and while queued, a gpu-worker killed mid-request (retried: the
 same text), ctl.sock during an HTTP job (status answers at once, a generate
 waits for the job, then gives the same text as HTTP), and the loading phase
 (a second coordinator whose gpu-worker is slow to start: /api/status says
-loading, generation gets 503, then ready).  Standard library only.  Prints "N checks, N failed";
+loading, generation gets 503, then ready), and SIGTERM with requests running
+and queued (each gets an error event, the coordinator exits 0 at once).  Standard library only.  Prints "N checks, N failed";
 exits 1 on any failure.  Run from the repository root (BUILD=build).
 """
 import http.client
@@ -616,6 +617,30 @@ def test_loading_phase(tmp):
         srv = main_srv
 
 
+def test_shutdown_in_flight():
+    """SIGTERM with one request running and one queued: both get an error event and [DONE], and the
+    coordinator exits 0 at once (no thread waits for a job that will never run)."""
+    prompt, n = long_prompt(3900)
+    slow = {"prompt": prompt, "max_tokens": 4, "temperature": 0, "prefill_chunk": 1, "stream": True}
+    ca, ra = open_stream("/v1/completions", slow)
+    check(wait_for(lambda: status()["queue"]["running"] == 1), "running before the shutdown")
+    cb, rb = open_stream("/v1/completions", slow)
+    check(wait_for(lambda: status()["queue"]["waiting"] == 1), "queued before the shutdown")
+    t0 = time.time()
+    srv.proc.send_signal(signal.SIGTERM)
+    for name, r in (("running", ra), ("queued", rb)):
+        ev = read_events(r)
+        errs = [e[1]["error"] for e in ev if e[0] == "data" and isinstance(e[1], dict) and "error" in e[1]]
+        check(ev and ev[-1] == ("data", "[DONE]") and errs and errs[0]["code"] == "cancelled",
+              f"the {name} request ends with an error event at shutdown: {ev[-2:]}")
+    ca.close(), cb.close()
+    try:
+        srv.proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    check(srv.proc.poll() is not None and time.time() - t0 < 5, f"the coordinator stopped in {time.time() - t0:.2f} s")
+
+
 def main():
     global srv
     tmp = tempfile.mkdtemp(prefix="nebula-api-")
@@ -636,7 +661,7 @@ def main():
         test_worker_dies_mid_generation()
         test_ctl_during_http_job(greedy)
         test_loading_phase(tmp)
-        srv.stop()
+        test_shutdown_in_flight()
         check(srv.proc.returncode == 0, f"coordinator exit status {srv.proc.returncode}")
         log = open(srv.log, errors="replace").read()
         check("Sanitizer" not in log and "runtime error:" not in log, "no sanitizer report in the coordinator's log")
