@@ -81,6 +81,11 @@ awk -F'|' '/^\| slots \|/ { gsub(/[ %]/, "", $8); if ($8 + 0 <= 0) bad = 1 } END
 grep -q "slots / zero-slot decode = " "$tmp/out.md" && grep -q "held-out hit rate" "$tmp/out.md" && ok || bad "no speed-up line or routing curve"
 grep -q "^## bench-cuda.sh — " "$tmp/B.md" && grep -q -- "--backend cpu" "$tmp/B.md" && ok || bad "--append wrote no dated block"
 ls "$tmp"/models/*.gguf >/dev/null 2>&1 && ok || bad "no model kept in --models-dir"
+# --setup-only reuses the kept model and hotlists and measures nothing.
+out=$(bash tools/bench/bench-cuda.sh "$BUILD" --backend cpu --config "$tmp/tiny.json" --layers 2 --campaign 4 --threads 1 \
+    --models-dir "$tmp/models" --setup-only 2>"$tmp/e"); rc=$?
+[ $rc -eq 0 ] && [ -z "$out" ] && grep -q "hotlists are ready" "$tmp/e" && ! grep -q generating "$tmp/e" && ok \
+    || bad "--setup-only: rc $rc, '$out', $(cat "$tmp/e")"
 
 echo "$((n - fail)) passed, $fail failed"
 [ "$fail" -eq 0 ]

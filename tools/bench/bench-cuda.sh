@@ -39,13 +39,15 @@ usage: bench-cuda.sh [BUILD] [options]
   --coord-args "A"  extra nebula-coordinator arguments
   --models-dir DIR  where models, hotlists and prepared files are kept (default BUILD/bench-models)
   --append FILE     append the dated block to FILE (default: print only)
+  --setup-only      make the model and its hotlists (kept in --models-dir), measure nothing:
+                    splits a long first run where commands have a time limit
 EOF
 }
 BUILD=build
 case ${1:-} in -*|"") ;; *) BUILD=$1; shift ;; esac
 backend=${NEBULA_BENCH_BACKEND:-cuda} layers=8 mix=q4_k_m skew= config=conf/qwen3.8-flash-next.config.json
 ngram=65536 vram_gib=12 reserve_gib=1 slot_fraction= prompts=512,2048 gen=128 reps=3 campaign=32 threads=
-coord_args= models= append=
+coord_args= models= append= setup_only=0
 while [ $# -gt 0 ]; do
     case $1 in
         --backend) backend=$2 ;; --layers) layers=$2 ;; --mix) mix=$2 ;; --skew) skew=$2 ;;
@@ -54,6 +56,7 @@ while [ $# -gt 0 ]; do
         --campaign) campaign=$2 ;; --threads) threads=$2 ;; --coord-args) coord_args=$2 ;;
         --models-dir) models=$2 ;; --append) append=$2 ;;
         -h|--help) usage; exit 0 ;;
+        --setup-only) setup_only=1; shift; continue ;;
         *) echo "bench-cuda: unknown option '$1'" >&2; usage >&2; exit 2 ;;
     esac
     [ $# -ge 2 ] || { echo "bench-cuda: $1 needs a value" >&2; exit 2; }
@@ -137,10 +140,14 @@ for h in "$hot:1" "$held:2"; do
     f=${h%:*}
     [ -s "$f" ] && continue
     campaign_file "${h##*:}" "$tmp/campaign.txt" || die "making the campaign failed"
-    "$bin/nebula" hotlist -m "$model" --ids --prompts "$tmp/campaign.txt" --out "$f" ${threads:+--threads "$threads"} 2>"$tmp/e" \
+    "$bin/nebula" hotlist -m "$model" --ids --prompts "$tmp/campaign.txt" --out "$f" --backend "$backend" ${threads:+--threads "$threads"} 2>"$tmp/e" \
         || die "nebula hotlist: $(tail -2 "$tmp/e")"
 done
 python3 "$here/hotlist-curve.py" "$hot" "$held" --json >"$tmp/curve.json" || die "hotlist-curve.py failed"
+if [ "$setup_only" = 1 ]; then
+    echo "bench-cuda: $model and its hotlists are ready; routing: $(python3 "$here/hotlist-curve.py" "$hot" "$held" --fractions 0.167 | tail -1)" >&2
+    exit 0
+fi
 
 # Budgets.
 "$bin/nebula-gen" --dry-run --config "$config" --mix "$mix" --no-mtp --ngram-base "$ngram" >"$tmp/full.json" 2>"$tmp/e" \

@@ -27,6 +27,7 @@ struct cli_common {
     int threads;      /* 0: all cores */
     int chunk;        /* prefill chunk, tokens */
     int64_t ctx;      /* context limit, tokens (0: the model's) */
+    const char *backend; /* gw_backend_params.kind; NULL: "cpu" */
 };
 
 int cli_open(const struct cli_common *o, struct cli_model *cm);

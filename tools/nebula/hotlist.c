@@ -46,7 +46,8 @@ static void usage(FILE *f)
                "  --ids            prompts are whitespace-separated token ids (models without tokenizer)\n"
                "  --gen N          also generate N greedy tokens per prompt (default 0: prompts only)\n"
                "  --out FILE       TSV: layer, expert, count, mean_weight (every expert of every layer)\n"
-               "  --chunk N, --threads N, --ctx N   as for generate\n");
+               "  --chunk N, --threads N, --ctx N   as for generate\n"
+               "  --backend B      cpu (default) or cuda (faster; its routes are the reference's but for near-ties)\n");
 }
 
 /* One campaign line → ids. */
@@ -113,6 +114,7 @@ int cmd_hotlist(int argc, char **argv)
                                          {"ids", no_argument, 0, 'I'},         {"gen", required_argument, 0, 'g'},
                                          {"chunk", required_argument, 0, 'b'}, {"threads", required_argument, 0, 'j'},
                                          {"ctx", required_argument, 0, 'c'},   {"help", no_argument, 0, 'h'},
+                                         {"backend", required_argument, 0, 'B'},
                                          {0, 0, 0, 0}};
     struct cli_common o = {0};
     const char *prompts = NULL, *out = NULL;
@@ -130,6 +132,7 @@ int cmd_hotlist(int argc, char **argv)
         case 'b': rc = cli_parse_int("--chunk", optarg, 1, 1 << 20, &v), o.chunk = (int)v; break;
         case 'j': rc = cli_parse_int("--threads", optarg, 1, 4096, &v), o.threads = (int)v; break;
         case 'c': rc = cli_parse_int("--ctx", optarg, 1, INT64_MAX, &v), o.ctx = v; break;
+        case 'B': o.backend = optarg; break;
         case 'h': usage(stdout); return CLI_OK;
         default: usage(stderr); return CLI_USAGE;
         }
