@@ -139,7 +139,7 @@ def report(a):
     print(f"Budgets: `slots` = nebula-prepare --vram-budget {meta['slots_budget_bytes'] / 2**30:.2f} GiB "
           f"({meta['budget_note']}); `zero-slot` = --vram-budget 0 (every routed expert on the CPU, as llama.cpp "
           f"`-ot exps=CPU`); RAM budget all.")
-    print(f"Bandwidths (nebula-bench-bw, same run): "
+    print(f"Bandwidths ({bw.get('source', 'nebula-bench-bw, same run')}): "
           + (f"GPU {g['name']} read {g['read_gbs']:.0f} GB/s, copy {g['copy_gbs']:.0f} GB/s, pinned H2D "
              f"{g['h2d_pinned_gbs']:.1f} GB/s; " if g else "no GPU; ")
           + f"RAM read {bw['ram']['read_gbs']:.1f} GB/s with {bw['ram']['threads']} threads.")
