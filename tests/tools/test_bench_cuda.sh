@@ -38,6 +38,25 @@ python3 "$roof" --ram-gbs 100 --dense-bytes 1 --vram-expert-bytes 1 --ram-expert
 python3 "$roof" --bw "$tmp/nope.json" --dense-bytes 1 --vram-expert-bytes 1 --ram-expert-bytes 1 2>"$tmp/e" >/dev/null
 [ $? -ne 0 ] && grep -q "cannot read" "$tmp/e" && ok || bad "roofline with a missing --bw: '$(cat "$tmp/e")'"
 
+# cuda_report.py's GPU-side report on made-up records (the path a GPU run takes):
+# 2 layers, k 10, C 2560, 1 MB experts, hit 0.5 -> hand-off 2*4*2560*(1+5) = 122880 B;
+# floor = 0.1 GB/1000 + max(10 MB/1000, 10 MB/100 + 122880 B/50) GB/s = 0.1 + 0.102458 ms.
+cat >"$tmp/meta.json" <<'EOF'
+{"layers": 2, "hidden": 2560, "experts_used": 10, "bytes_per_expert": 1000000, "dense_read_bytes": 100000000,
+ "mix": "q4_k_m", "skew": 0.38, "backend": "cuda", "gen": 8, "reps": 1, "slots_budget_bytes": 1073741824,
+ "budget_note": "test", "curve": [], "curve_note": ""}
+EOF
+rec='"prompt": 512, "gen": 8, "ttft_s": 0.5, "prefill_tps": 1024, "decode_tokens": 7, "pcie_bytes_per_token": 0, "cpu_expert_ms_per_token": 1'
+{ echo "{\"config\": \"slots\", $rec, \"decode_tps\": 100, \"vram_hit_rate\": 0.5, \"experts_per_token\": 20}"
+  echo "{\"config\": \"zero-slot\", $rec, \"decode_tps\": 25, \"vram_hit_rate\": 0, \"experts_per_token\": 20}"; } >"$tmp/rec.jsonl"
+python3 tools/bench/cuda_report.py report "$tmp/meta.json" "$tmp/rec.jsonl" "$tmp/bw.json" >"$tmp/rep.md" 2>"$tmp/e" && ok || bad "cuda_report report: $(cat "$tmp/e")"
+grep -qF '| slots | 512 | 1024.0 | 0.500 | 100.00 (100.00–100.00) | 10.00 | 50.0 % | 0 | 1.00 | 20 | 0.20 | 49.39 | CPU experts (RAM) |' "$tmp/rep.md" \
+    && ok || bad "GPU report row: $(grep '^| slots' "$tmp/rep.md")"
+grep -q "slots / zero-slot decode = 4.00×" "$tmp/rep.md" && ok || bad "speed-up line: $(grep speed "$tmp/rep.md")"
+sed -i 's/"experts_per_token": 20}$/"experts_per_token": 19.5}/' "$tmp/rec.jsonl"
+python3 tools/bench/cuda_report.py report "$tmp/meta.json" "$tmp/rec.jsonl" "$tmp/bw.json" >"$tmp/rep.md" 2>&1
+[ $? -ne 0 ] && grep -q "EXACTNESS FAILURE" "$tmp/rep.md" && ok || bad "a skipped expert is not reported: $(tail -3 "$tmp/rep.md")"
+
 have_gpu=0
 if [ -x "$bin/nebula-bench-bw" ]; then
     "$bin/nebula-bench-bw" --ram-mib 64 --reps 1 --threads 2 >"$tmp/bw-real.json" 2>"$tmp/bw.err" && ok || bad "nebula-bench-bw: $(cat "$tmp/bw.err")"

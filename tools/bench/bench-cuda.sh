@@ -185,12 +185,16 @@ measure() { # $1 = label, $2 = VRAM budget
     "$bin/nebula-coordinator" --model "$model" --prepared "$prep" --runtime "$tmp/run" --http off ${threads:+--threads "$threads"} \
         $coord_args 2>"$tmp/coord-$1.log" &
     coord_pid=$!
-    for _ in $(seq 600); do
+    ready() {
         "$bin/nebulactl" --runtime "$tmp/run" --json status 2>/dev/null |
-            python3 -c "import json,sys; d=json.load(sys.stdin); sys.exit(not all(w['state'] == 'ready' for w in d['workers']))" 2>/dev/null && break
+            python3 -c "import json,sys; d=json.load(sys.stdin); sys.exit(not all(w['state'] == 'ready' for w in d['workers']))" 2>/dev/null
+    }
+    for _ in $(seq 1500); do # up to 5 min: the RAM arena and the slots load first
+        ready && break
         kill -0 "$coord_pid" 2>/dev/null || die "$1: the coordinator exited: $(tail -5 "$tmp/coord-$1.log")"
         sleep 0.2
     done
+    ready || die "$1: the workers were not ready after 5 min: $(tail -5 "$tmp/coord-$1.log")"
     python3 -c "import random; r=random.Random(8); print(' '.join(str(r.randrange($vocab)) for _ in range(8)))" >"$tmp/prompt-short.txt"
     run() { # $1 = prompt file, $2 = tokens to generate, $3 = stderr file
         "$bin/nebula" generate --server "$tmp/run" --tokens-file "$1" --greedy -n "$2" >/dev/null 2>"$3" || die "$label: $(tail -2 "$3")"

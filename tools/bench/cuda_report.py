@@ -100,10 +100,21 @@ def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+def handoff_bytes(meta, hit):
+    """The PCIe bytes the design must move per decode token when experts miss VRAM: each
+    MoE layer's input row to the host (C floats) and one result row (C floats) back per
+    missed expert.  What the roofline charges when the worker counts fewer (or none)."""
+    if meta["backend"] == "cpu" or hit >= 1:
+        return 0.0
+    C, L, k = meta["hidden"], meta["layers"], meta["experts_used"]
+    return L * 4.0 * C * (1 + (1 - hit) * k)
+
+
 def roofline(meta, bw, hit, pcie, ms):
     """floor via roofline.py (one formula, one place)."""
     per_sel = meta["bytes_per_expert"]
     sel = meta["experts_used"] * meta["layers"]
+    pcie = max(pcie, handoff_bytes(meta, hit))
     args = [sys.executable, os.path.join(HERE, "roofline.py"), "--bw", bw, "--json",
             "--dense-bytes", str(meta["dense_read_bytes"]),
             "--vram-expert-bytes", str(hit * sel * per_sel),
@@ -145,7 +156,8 @@ def report(a):
           + f"RAM read {bw['ram']['read_gbs']:.1f} GB/s with {bw['ram']['threads']} threads.")
     print(f"Roofline: `tools/bench/roofline.py` on the row's bytes per decode token: dense "
           f"{meta['dense_read_bytes'] / 1e6:.0f} MB, {want_k} routed experts × {meta['bytes_per_expert'] / 1e6:.3f} MB "
-          f"split by the measured VRAM hit rate, measured PCIe bytes.")
+          f"split by the measured VRAM hit rate, PCIe bytes as counted by the gpu-worker (`bytes_copied`) but at least the "
+          f"hand-off (per layer the input row to the host and a result row back per missed expert, fp32).")
     print()
     print("| configuration | prompt | prefill tok/s | TTFT s | decode tok/s | ms/token | VRAM hit | PCIe B/token "
           "| CPU-expert ms/token | experts/token | floor ms | measured/floor | bound |")
