@@ -476,7 +476,7 @@ def test_queue_cancel_keepalive():
     first_data = [i for i, e in enumerate(ev) if e[0] == "data" and isinstance(e[1], dict)
                   and e[1]["choices"] and e[1]["choices"][0].get("text")]
     print(f"slow request: {n} prompt tokens one a step: {t_slow:.2f} s, {kinds.count('comment')} keep-alives", flush=True)
-    check(t_slow > 0.75, f"the slow request takes {t_slow:.2f} s (need > 0.75 s for the timing checks)")
+    check(t_slow > 0.5, f"the slow request takes {t_slow:.2f} s (need > 0.5 s for the timing checks)")
     check("comment" in kinds and (not first_data or kinds.index("comment") < first_data[0]),
           f"keep-alive comments during the prefill ({t_slow:.2f} s): {kinds[:6]}")
     check(all(e[1] == ": keep-alive" for e in ev if e[0] == "comment"), "keep-alive comment text")
@@ -508,7 +508,7 @@ def test_queue_cancel_keepalive():
     check(wait_for(lambda: status()["queue"]["running"] == 0, timeout=t_slow), "the disconnected stream stops")
     t_stop = time.time() - t0
     print(f"a disconnected stream stopped {t_stop:.3f} s after the client left", flush=True)
-    check(t_stop < t_slow * 0.6, f"stopped in {t_stop:.2f} s, well before the {t_slow:.2f} s it would take")
+    check(t_stop < t_slow * 0.8, f"stopped in {t_stop:.2f} s, well before the {t_slow:.2f} s it would take")
     check(metric("nebula_requests_total", 'status="cancelled"') == cancelled0 + 1, "counted as cancelled")
     t0 = time.time()
     check(chat(max_tokens=2, temperature=0)[0] == 200 and time.time() - t0 < 1.0, "the next request starts at once")
@@ -522,7 +522,7 @@ def test_queue_cancel_keepalive():
     check(wait_for(lambda: status()["queue"]["running"] == 1), "the non-streaming request runs")
     s.shutdown(socket.SHUT_RDWR)
     s.close()
-    check(wait_for(lambda: status()["queue"]["running"] == 0, timeout=t_slow * 0.6), "the disconnected request stops early")
+    check(wait_for(lambda: status()["queue"]["running"] == 0, timeout=t_slow * 0.8), "the disconnected request stops early")
     check(metric("nebula_requests_total", 'status="cancelled"') == cancelled0 + 2, "counted as cancelled")
 
     # A queued request whose client leaves never runs.
