@@ -24,7 +24,8 @@ trap 'rm -f "$log"' EXIT
 
 for t in $(find "$BUILD/tests" -type f -perm -u+x -name 'test_*' 2>/dev/null | sort); do
     echo "== $t"
-    if "$t" --jobs 2 >"$log" 2>&1; then rc=0; else rc=$?; fi
+    # --verbose: Criterion prints [SKIP] lines (a GPU test without a GPU) only then.
+    if "$t" --jobs 2 --verbose >"$log" 2>&1; then rc=0; else rc=$?; fi
     grep -a -E 'Synthesis|\[FAIL\]|\[SKIP\]|Assertion|Warning|signal' "$log" | head -n 40
     count_criterion "$log"
     s=$(grep -a -c '\[SKIP\]' "$log"); skipped=$((skipped + s))
