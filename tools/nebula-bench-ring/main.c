@@ -126,10 +126,21 @@ struct sample_set {
     size_t n, cap;
 };
 
+/* True while the forked echo server has not exited. */
+static bool server_running(pid_t server)
+{
+    int status;
+    return waitpid(server, &status, WNOHANG) == 0;
+}
+
 /* One round trip of `rows` rows; 0 or an error.  The response must carry the
- * request's tag and rows back, or the echo is broken. */
-static int round_trip(struct ring_pair *pair, uint32_t rows, uint64_t tag, const float *src, float *dst, bool last,
-                      char *err, size_t errlen)
+ * request's tag and rows back, or the echo is broken.  Until the row's fresh
+ * server has attached, the ring still names the previous row's server, which
+ * left after its LAST message: the wait ends with SHM_EPEER although nobody
+ * is gone.  So SHM_EPEER counts only once `server` has exited; before that the
+ * wait is retried (the answer is still to come). */
+static int round_trip(struct ring_pair *pair, pid_t server, uint32_t rows, uint64_t tag, const float *src, float *dst,
+                      bool last, char *err, size_t errlen)
 {
     struct ring_slot q, a;
     int rc = ring_reserve(pair->req, &q, WAIT_NS, err, errlen);
@@ -146,7 +157,9 @@ static int round_trip(struct ring_pair *pair, uint32_t rows, uint64_t tag, const
     }
     memcpy(q.payload, src, q.hdr->payload_bytes);
     if ((rc = ring_publish(pair->req, err, errlen)) != 0) return rc;
-    if ((rc = ring_wait(pair->resp, &a, WAIT_NS, err, errlen)) != 0) return rc;
+    while ((rc = ring_wait(pair->resp, &a, WAIT_NS, err, errlen)) == SHM_EPEER && server_running(server))
+        usleep(1000);
+    if (rc != 0) return rc;
     memcpy(dst, a.payload, a.hdr->payload_bytes);
     if (a.hdr->tag != tag || a.hdr->payload_bytes != rows * ROW_FLOATS * sizeof(float) ||
         (rows > 0 && dst[rows * ROW_FLOATS - 1] != src[rows * ROW_FLOATS - 1]))
@@ -193,17 +206,17 @@ static int measure(const struct shm_region *reg, const char *id, const struct wa
     }
     uint64_t tag = 0;
     for (int i = 0; i < WARMUP_ROUND_TRIPS && rc == 0; i++)
-        rc = round_trip(&pair, rows, tag++, src, dst, false, err, errlen);
+        rc = round_trip(&pair, pid, rows, tag++, src, dst, false, err, errlen);
     s->n = 0;
     uint64_t t_start = now_ns(), t_end = t_start + (uint64_t)(seconds * 1e9), t = t_start;
     while (rc == 0 && t < t_end && s->n < s->cap) {
-        rc = round_trip(&pair, rows, tag++, src, dst, false, err, errlen);
+        rc = round_trip(&pair, pid, rows, tag++, src, dst, false, err, errlen);
         uint64_t t1 = now_ns();
         s->ns[s->n++] = t1 - t;
         t = t1;
     }
     *elapsed_s = (double)(t - t_start) / 1e9;
-    if (rc == 0) rc = round_trip(&pair, rows, tag++, src, dst, true, err, errlen); /* LAST: the server leaves */
+    if (rc == 0) rc = round_trip(&pair, pid, rows, tag++, src, dst, true, err, errlen); /* LAST: the server leaves */
     if (rc != 0) kill(pid, SIGKILL);
     int status;
     waitpid(pid, &status, 0);
