@@ -17,7 +17,7 @@
 static const char *const stat_names[SHM_STAT_COUNT] = {
     "steps", "tokens", "expert_hits", "expert_misses", "bytes_read", "bytes_copied",
     "ring_messages", "ring_wait_ns", "ring_sleeps", "busy_ns", "errors", "ple_rows", "ple_bytes_read",
-    "ssd_blob_bytes", "experts_computed"};
+    "ssd_blob_bytes", "experts_computed", "vram_peak_bytes"};
 
 static cJSON *error_reply(const char *message)
 {
@@ -74,6 +74,7 @@ static cJSON *status(struct coord *c)
     uint64_t computed = shm_stats_get(c->stats, 0, SHM_STAT_EXPERTS_COMPUTED) + shm_stats_get(c->stats, 1, SHM_STAT_EXPERTS_COMPUTED);
     cJSON_AddNumberToObject(r, "experts_computed", (double)computed);
     cJSON_AddNumberToObject(r, "experts_computed_per_token", tokens ? (double)computed / (double)tokens : 0);
+    cJSON_AddNumberToObject(r, "vram_peak_bytes", (double)shm_stats_get(c->stats, 0, SHM_STAT_VRAM_PEAK_BYTES));
     return r;
 }
 

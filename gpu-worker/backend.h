@@ -43,6 +43,21 @@ struct gw_backend_params {
     const char *kind; /* "cpu" (the reference) or "cuda" (gpu-worker/cuda/, where built with nvcc) */
     int n_threads;    /* 0: the backend's default (cpu: OpenMP's, set per calling thread) */
     bool no_graphs;   /* cuda: run the one-token step without CUDA graphs (tests compare the two) */
+    /* cuda: the matrix kernels, "ref" (double accumulation, bit-faithful to
+     * the CPU) or "fast" (matvec.cu's fp32 kernels); NULL: $NEBULA_CUDA_KERNELS,
+     * else "ref" (gpu-worker/cuda/README.md says why). */
+    const char *kernels;
+    /* cuda: which experts are computed here, as gw_moe_remote's `local` (one
+     * byte per (layer, expert)); NULL: decided at the first eval from the
+     * remote hook then installed (none: every expert).  Only these are
+     * uploaded, into per-layer slots; a later hook with another map re-lays
+     * them out at the next eval.  Read during the call only. */
+    const uint8_t *local;
+    /* cuda: device bytes the backend may use (0: no limit): dense weights +
+     * MTP + K/V for n_ctx positions + expert slots + scratch must fit, or the
+     * expert layout (at creation when `local` is given) fails naming each part. */
+    uint64_t vram_budget;
+    int64_t n_ctx; /* positions the budget reserves K/V for (0: the model's training context, else 32768) */
 };
 
 /* Which rows of a batch an output is wanted for. */
@@ -139,6 +154,43 @@ const struct model *gw_backend_model(const gw_backend *be);
  * that no routed expert was skipped: in exact mode the sum is k × MoE layers
  * × tokens evaluated. */
 uint64_t gw_backend_experts_computed(const gw_backend *be);
+
+/* Peak device memory this backend has held, measured with cudaMemGetInfo
+ * (free before creation − free after each phase and eval; other users of the
+ * GPU count too).  0 for backends without a device. */
+uint64_t gw_backend_vram_bytes(const gw_backend *be);
+
+/* ---- the VRAM budget (gpu-worker/vram.c; host arithmetic, no device) ---- */
+
+/* The parts a CUDA backend's device memory is made of, in bytes. */
+struct gw_vram_parts {
+    uint64_t dense;   /* trunk weights except routed experts, embeddings, head, PLE table */
+    uint64_t mtp;     /* the MTP block's weights except its routed experts */
+    uint64_t kv;      /* one sequence's state for n_ctx positions (K/V, indexer keys, GDN and PLE state, MTP K/V) */
+    uint64_t slots;   /* the local experts' slots */
+    uint64_t scratch; /* temporaries: the decode graph's arena and a prefill chunk's */
+    int64_t n_ctx, n_slots;
+};
+/* Whether the CUDA backend decodes this quant type on the device (else it is widened to F32). */
+bool gw_vram_native_type(int type);
+/* Bytes of one expert (gate + up + down) of layer il as the device holds it. */
+uint64_t gw_vram_expert_bytes(const struct model *m, int il);
+/* slots, n_slots: the experts `local` marks (NULL: all); kv, scratch for n_ctx (≤ 0: the default above). */
+void gw_vram_plan(const struct model *m, const uint8_t *local, int64_t n_ctx, struct gw_vram_parts *p);
+/* Positions the budget reserves by default. */
+int64_t gw_vram_default_ctx(const struct model *m);
+/* The graph arena of a one-token step at K/V capacity cap (part of scratch). */
+uint64_t gw_vram_arena_bytes(const struct model *m, int64_t cap);
+uint64_t gw_vram_total(const struct gw_vram_parts *p);
+/* 0 when budget is 0 or the parts fit; NB_ENOMEM with every part's bytes in err otherwise. */
+int gw_vram_check(const struct gw_vram_parts *p, uint64_t budget, char *err, size_t errlen);
+/* "123", "64M", "8G", "1.5G" (binary units K M G T, a trailing "B"/"iB" allowed) into bytes; NB_EINVAL otherwise. */
+int gw_vram_parse_bytes(const char *s, uint64_t *out, char *err, size_t errlen);
+/* The device budget of a gpu-worker: `given` (--vram-budget) when not 0, else
+ * the placement's (nebula-prepare's request.vram_budget, a budget for the
+ * weights) plus what the plan p adds on top of weights (K/V and scratch),
+ * else 0 (no limit). */
+uint64_t gw_vram_worker_budget(uint64_t given, uint64_t placement_weights, const struct gw_vram_parts *p);
 
 /* Installs (or with r == NULL removes) the remote-expert hook; r is copied,
  * r->local must outlive the backend's use of it. */

@@ -31,6 +31,7 @@ struct gw_backend {
     struct gw_moe_remote remote; /* remote.fn NULL: every expert is local */
     struct gw_ple_rows ple_rows; /* ple_rows.fn NULL: the model's table */
     uint64_t experts_computed;   /* see gw_backend_experts_computed; bumped atomically */
+    uint64_t vram_peak;          /* see gw_backend_vram_bytes; the backend keeps it */
 };
 
 struct gw_seq {

@@ -230,6 +230,7 @@ enum shm_stat {
     SHM_STAT_PLE_BYTES_READ, /* the part of BYTES_READ that was ple.bin pages */
     SHM_STAT_SSD_BLOB_BYTES, /* gpu-worker: SSD-tier expert blobs its moe requests need paged */
     SHM_STAT_EXPERTS_COMPUTED, /* routed (token, expert) pairs of trunk layers whose FFN this worker ran */
+    SHM_STAT_VRAM_PEAK_BYTES,  /* gpu-worker: peak device memory of its backend (a high-water mark, raised by adds) */
     SHM_STAT_COUNT
 };
 #define SHM_STATS_COUNTERS 32 /* counter slots per block; indices ≥ SHM_STAT_COUNT are zero, reserved */

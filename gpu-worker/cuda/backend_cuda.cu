@@ -37,6 +37,7 @@ extern "C" {
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu-worker/cuda/cuda_kernels.h"
 #include "gpu-worker/cuda/ops.cuh"
 
 extern "C" const int8_t quant_iq4nl_values[16];
@@ -44,7 +45,7 @@ extern "C" const int8_t quant_iq4nl_values[16];
 /* ---------- errors ---------- */
 
 /* The message of the last failure on this thread, returned with NB_EIO. */
-static thread_local char g_msg[256];
+static thread_local char g_msg[1024];
 
 static int cu_fail(cudaError_t e, const char *what, int line)
 {
@@ -95,8 +96,11 @@ struct cu_layer {
     /* attention */
     dmat q, k, v, o, idx_q, idx_k;
     float *q_norm, *k_norm, *idx_q_norm, *idx_k_norm;
-    /* MoE */
+    /* MoE; gate/up/down_exps: the layer's slot arrays (expert_layout), matrix s at s · mat_bytes */
     dmat router, gate_exps, up_exps, down_exps, gate_sh, up_sh, down_sh;
+    int32_t *slot_of; /* device, E entries: the expert's slot, -1 = not resident (computed by the remote hook) */
+    void *slot_mem[3];
+    int n_slots;
     float *shexp_gate;
     /* PLE */
     dmat ple_key, ple_value;
@@ -126,8 +130,21 @@ struct cuda_backend {
     /* RoPE tables: cos/sin of every position below rope_cap (host-made with the CPU's libm calls) */
     float *inv_freq, *d_cos, *d_sin;
     int64_t rope_cap;
-    uint8_t *d_local; /* the remote map of the current eval, (n_layer + n_nextn) × E */
-    size_t local_bytes;
+    /* the expert layout (expert_layout): which map it follows, and a generation the graphs bake in */
+    uint8_t *layout;      /* host, (n_layer + n_nextn) × E: 1 = resident; NULL before the first layout */
+    int64_t layout_gen;
+    bool fast;            /* gw_backend_params.kernels "fast": matvec.cu's fp32 kernels where they apply */
+    uint64_t budget;      /* gw_backend_params.vram_budget (0: none) */
+    int64_t n_ctx;        /* positions the budget reserves K/V for */
+    size_t free0;         /* cudaMemGetInfo's free bytes before creation */
+    uint64_t dense_bytes, mtp_bytes; /* weights uploaded at creation (MTP: the nextn layers' own) */
+    bool acct_mtp;        /* dev_alloc counts into mtp_bytes */
+    /* pinned staging of the remote pairs (moe_forward) */
+    int32_t *h_split;     /* k_split's output: 1 + 3·P */
+    float *h_splitw, *h_x, *h_rout, *h_wts;
+    int32_t *h_ids;
+    int64_t pin_pairs, pin_rows;
+    cudaEvent_t ev_host;  /* the copies the host waits for before calling the hook */
     /* CUDA graphs of the one-token decode step (see decode_graph) */
     bool graphs;          /* off with gw_backend_params.no_graphs */
     char *arena;          /* temporaries while capturing */
@@ -163,7 +180,17 @@ static int dev_alloc(cuda_backend *be, void **p, size_t bytes)
 {
     *p = NULL;
     CK(cudaMalloc(p, bytes ? bytes : 1));
+    *(be->acct_mtp ? &be->mtp_bytes : &be->dense_bytes) += bytes;
     return track(be, *p);
+}
+
+/* Peak device use so far (gw_backend_vram_bytes): free memory at creation − free now. */
+static void vram_note(cuda_backend *be)
+{
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess || fr >= be->free0) return;
+    uint64_t used = be->free0 - fr;
+    if (used > be->base.vram_peak) __atomic_store_n(&be->base.vram_peak, used, __ATOMIC_RELAXED);
 }
 
 /* A matrix (2-D or 3-D expert tensor) on the device; absent tensors give d == NULL. */
@@ -287,9 +314,7 @@ static int up_layer(cuda_backend *be, const struct model *m, const struct model_
     TRY(up_f32(be, &l->attn.idx_q_norm, &c->idx_q_norm));
     TRY(up_f32(be, &l->attn.idx_k_norm, &c->idx_k_norm));
     TRY(up_mat(be, &l->moe.router, &c->router));
-    TRY(up_mat(be, &l->moe.gate_exps, &c->gate_exps));
-    TRY(up_mat(be, &l->moe.up_exps, &c->up_exps));
-    TRY(up_mat(be, &l->moe.down_exps, &c->down_exps));
+    /* the routed experts go into slots later (expert_layout) */
     TRY(up_mat(be, &l->moe.gate_shexp, &c->gate_sh));
     TRY(up_mat(be, &l->moe.up_shexp, &c->up_sh));
     TRY(up_mat(be, &l->moe.down_shexp, &c->down_sh));
@@ -318,7 +343,13 @@ static void cuda_free(gw_backend *gb)
     for (int i = 0; i < be->n_allocs; i++) cudaFree(be->allocs[i]);
     cudaFree(be->d_cos);
     cudaFree(be->d_sin);
-    cudaFree(be->d_local);
+    const struct model_hparams *hp = &be->base.model->hp;
+    for (int i = 0; be->L && i < hp->n_layer + hp->n_nextn; i++)
+        for (int j = 0; j < 3; j++) cudaFree(be->L[i].slot_mem[j]);
+    free(be->layout);
+    cudaFreeHost(be->h_split), cudaFreeHost(be->h_splitw), cudaFreeHost(be->h_x), cudaFreeHost(be->h_rout);
+    cudaFreeHost(be->h_wts), cudaFreeHost(be->h_ids);
+    if (be->ev_host) cudaEventDestroy(be->ev_host);
     cudaFree(be->arena);
     cudaFree(be->d_pos);
     cudaFree(be->d_tok);
@@ -396,7 +427,17 @@ static int cuda_setup(cuda_backend *be)
     TRY(up_mat(be, &m->output, &be->output));
     TRY(up_hc(be, &m->output_hc, &be->output_hc));
     TRY(up_mat(be, &m->ple_table, &be->ple_table));
-    for (int i = 0; i < n; i++) TRY(up_layer(be, m, &m->layers[i], &be->L[i]));
+    for (int i = 0; i < n; i++) {
+        be->acct_mtp = m->layers[i].is_nextn;
+        TRY(up_layer(be, m, &m->layers[i], &be->L[i]));
+        void *so;
+        be->acct_mtp = false; /* the slot tables are counted with the slots (a few bytes) */
+        TRY(dev_alloc(be, &so, (size_t)hp->n_expert * sizeof(int32_t)));
+        be->dense_bytes -= (size_t)hp->n_expert * sizeof(int32_t);
+        be->L[i].slot_of = (int32_t *)so;
+    }
+    be->acct_mtp = false;
+    CK(cudaEventCreateWithFlags(&be->ev_host, cudaEventDisableTiming));
     TRY(rope_reserve(be, 1024));
     CK(cudaMalloc(&be->d_pos, sizeof(int64_t)));
     CK(cudaMalloc(&be->d_tok, sizeof(int32_t)));
@@ -408,9 +449,156 @@ static int cuda_setup(cuda_backend *be)
     return 0;
 }
 
+/* Expert e of t (3-D) as the device holds it, into dst (device): its rows,
+ * or widened to F32 through buf (rows × n_in floats). */
+static int put_expert(const struct model_tensor *t, int64_t e, uint8_t *dst, float *buf)
+{
+    const uint8_t *src = t->data + (size_t)e * t->mat_bytes;
+    const int64_t rows = t->ne[1], n_in = t->ne[0];
+    if (dev_decodes(t->type)) {
+        CK(cudaMemcpy(dst, src, (size_t)rows * t->row_bytes, cudaMemcpyHostToDevice));
+        return 0;
+    }
+    for (int64_t r = 0; r < rows; r++) t->qt->to_float(src + (size_t)r * t->row_bytes, buf + r * n_in, n_in);
+    CK(cudaMemcpy(dst, buf, (size_t)(rows * n_in) * sizeof(float), cudaMemcpyHostToDevice));
+    return 0;
+}
+
+static dmat slot_mat(const struct model_tensor *t, void *mem)
+{
+    dmat m;
+    m.d = (const uint8_t *)mem;
+    m.n_in = t->ne[0], m.n_out = t->ne[1];
+    m.type = dev_decodes(t->type) ? (int)t->type : DT_F32;
+    m.row_bytes = dev_decodes(t->type) ? t->row_bytes : (size_t)m.n_in * 4;
+    m.mat_bytes = m.row_bytes * (size_t)m.n_out;
+    return m;
+}
+
+/* Uploads the experts `local` marks (NULL: all) into per-layer slot arrays
+ * (ascending expert id → slot) and the expert → slot tables, after checking
+ * the budget; the previous slots are freed first, so only the new map's
+ * experts are ever on the device together with the dense weights. */
+static int expert_layout(cuda_backend *be, const uint8_t *local)
+{
+    const struct model *m = be->base.model;
+    const struct model_hparams *hp = &m->hp;
+    const int n = hp->n_layer + hp->n_nextn, E = hp->n_expert;
+    struct gw_vram_parts parts;
+    gw_vram_plan(m, local, be->n_ctx, &parts);
+    parts.dense = be->dense_bytes, parts.mtp = be->mtp_bytes;
+    char msg[sizeof g_msg];
+    if (gw_vram_check(&parts, be->budget, msg, sizeof msg)) {
+        snprintf(g_msg, sizeof g_msg, "%s", msg);
+        return NB_ENOMEM;
+    }
+    CK(cudaStreamSynchronize(be->st));
+    be->layout_gen++; /* captured graphs name the old slots */
+    if (!be->layout && !(be->layout = (uint8_t *)malloc((size_t)n * E))) {
+        snprintf(g_msg, sizeof g_msg, "out of host memory");
+        return NB_ENOMEM;
+    }
+    if (local) memcpy(be->layout, local, (size_t)n * E);
+    else memset(be->layout, 1, (size_t)n * E);
+    int32_t *slot = (int32_t *)malloc((size_t)E * sizeof *slot);
+    float *buf = NULL;
+    size_t buf_floats = 0;
+    int rc = slot ? 0 : NB_ENOMEM;
+    if (rc) snprintf(g_msg, sizeof g_msg, "out of host memory");
+    for (int il = 0; il < n && rc == 0; il++) {
+        const struct model_moe *w = &m->layers[il].moe;
+        cu_layer *c = &be->L[il];
+        for (int j = 0; j < 3; j++) cudaFree(c->slot_mem[j]), c->slot_mem[j] = NULL;
+        c->n_slots = 0;
+        for (int e = 0; e < E; e++) slot[e] = be->layout[(size_t)il * E + e] ? c->n_slots++ : -1;
+        const struct model_tensor *ts[3] = {&w->gate_exps, &w->up_exps, &w->down_exps};
+        dmat *ds[3] = {&c->gate_exps, &c->up_exps, &c->down_exps};
+        for (int j = 0; j < 3 && rc == 0; j++) {
+            memset(ds[j], 0, sizeof *ds[j]);
+            if (!ts[j]->data) continue;
+            dmat sm = slot_mat(ts[j], NULL);
+            cudaError_t ce = cudaMalloc(&c->slot_mem[j], sm.mat_bytes * (size_t)(c->n_slots > 0 ? c->n_slots : 1));
+            if (ce != cudaSuccess) {
+                c->slot_mem[j] = NULL;
+                rc = cu_fail(ce, "expert slots", __LINE__);
+                break;
+            }
+            *ds[j] = slot_mat(ts[j], c->slot_mem[j]);
+            const size_t need = (size_t)(ts[j]->ne[0] * ts[j]->ne[1]);
+            if (!dev_decodes(ts[j]->type) && need > buf_floats) {
+                free(buf);
+                if (!(buf = (float *)malloc(need * sizeof(float)))) {
+                    snprintf(g_msg, sizeof g_msg, "out of host memory"), rc = NB_ENOMEM;
+                    break;
+                }
+                buf_floats = need;
+            }
+            for (int e = 0; e < E && rc == 0; e++)
+                if (slot[e] >= 0) rc = put_expert(ts[j], e, (uint8_t *)c->slot_mem[j] + (size_t)slot[e] * sm.mat_bytes, buf);
+        }
+        if (rc == 0) {
+            cudaError_t ce = cudaMemcpy(c->slot_of, slot, (size_t)E * sizeof *slot, cudaMemcpyHostToDevice);
+            if (ce != cudaSuccess) rc = cu_fail(ce, "expert slot table", __LINE__);
+        }
+    }
+    free(slot);
+    free(buf);
+    if (rc == 0) {
+        cudaError_t ce = cudaDeviceSynchronize();
+        if (ce != cudaSuccess) rc = cu_fail(ce, "expert layout", __LINE__);
+    }
+    if (rc) { /* nothing half-laid-out is used: the next eval lays out again */
+        free(be->layout);
+        be->layout = NULL;
+    }
+    vram_note(be);
+    return rc;
+}
+
+/* Before device work: the experts of the map in force (the remote hook's, or
+ * all), laid out again only when it changed since the last layout. */
+static int ensure_layout(cuda_backend *be)
+{
+    const struct model_hparams *hp = &be->base.model->hp;
+    const size_t n = (size_t)(hp->n_layer + hp->n_nextn) * hp->n_expert;
+    const uint8_t *want = be->base.remote.fn ? be->base.remote.local : NULL;
+    if (be->layout) {
+        bool same = true;
+        if (want) same = memcmp(want, be->layout, n) == 0;
+        else
+            for (size_t i = 0; i < n && same; i++) same = be->layout[i] != 0;
+        if (same) return 0;
+    }
+    return expert_layout(be, want);
+}
+
+/* The pinned staging of moe_forward for P pairs of T rows. */
+static int pin_reserve(cuda_backend *be, int64_t P, int64_t T)
+{
+    const int64_t C = be->base.model->hp.n_embd;
+    if (P <= be->pin_pairs && T <= be->pin_rows) return 0;
+    CK(cudaStreamSynchronize(be->st)); /* earlier copies may still read or fill them */
+    P = P > be->pin_pairs ? P : be->pin_pairs, T = T > be->pin_rows ? T : be->pin_rows;
+    cudaFreeHost(be->h_split), cudaFreeHost(be->h_splitw), cudaFreeHost(be->h_x), cudaFreeHost(be->h_rout);
+    cudaFreeHost(be->h_wts), cudaFreeHost(be->h_ids);
+    be->h_split = NULL, be->h_splitw = be->h_x = be->h_rout = be->h_wts = NULL, be->h_ids = NULL;
+    be->pin_pairs = be->pin_rows = 0;
+    CK(cudaMallocHost(&be->h_split, (size_t)(1 + 3 * P) * sizeof(int32_t)));
+    CK(cudaMallocHost(&be->h_splitw, (size_t)P * sizeof(float)));
+    CK(cudaMallocHost(&be->h_x, (size_t)(T * C) * sizeof(float)));
+    CK(cudaMallocHost(&be->h_rout, (size_t)(P * C) * sizeof(float)));
+    CK(cudaMallocHost(&be->h_wts, (size_t)P * sizeof(float)));
+    CK(cudaMallocHost(&be->h_ids, (size_t)P * sizeof(int32_t)));
+    be->pin_pairs = P, be->pin_rows = T;
+    return 0;
+}
+
 static int cuda_create(const struct model *m, const struct gw_backend_params *p, gw_backend **out, char *err,
                        size_t errlen)
 {
+    const char *kern = p && p->kernels ? p->kernels : getenv("NEBULA_CUDA_KERNELS");
+    if (kern && *kern && strcmp(kern, "ref") && strcmp(kern, "fast"))
+        return nb_errf(err, errlen, NB_EINVAL, "cuda backend: kernels \"%s\": want ref or fast", kern);
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0)
@@ -422,7 +610,19 @@ static int cuda_create(const struct model *m, const struct gw_backend_params *p,
     be->base.model = m;
     be->device = 0;
     be->graphs = !(p && p->no_graphs);
+    be->fast = kern && !strcmp(kern, "fast");
+    be->budget = p ? p->vram_budget : 0;
+    be->n_ctx = p && p->n_ctx > 0 ? p->n_ctx : gw_vram_default_ctx(m);
+    size_t tot = 0;
+    if ((e = cudaSetDevice(0)) == cudaSuccess) e = cudaFree(0); /* the context first: its memory is not ours */
+    if (e == cudaSuccess) e = cudaMemGetInfo(&be->free0, &tot);
+    if (e != cudaSuccess) {
+        free(be);
+        return nb_errf(err, errlen, NB_ENOTSUP, "no usable CUDA device: %s", cudaGetErrorString(e));
+    }
     int rc = cuda_setup(be);
+    if (rc == 0) vram_note(be);
+    if (rc == 0 && p && p->local) rc = expert_layout(be, p->local);
     if (rc) {
         cuda_free(&be->base);
         return nb_errf(err, errlen, rc, "cuda backend: %s", g_msg);
@@ -450,7 +650,7 @@ struct cuda_seq {
     int64_t *mtp_pos;
     bool broken;
     cudaGraphExec_t exec; /* the captured decode step (decode_graph), or NULL */
-    int64_t gkey[6];      /* what it baked in */
+    int64_t gkey[7];      /* what it baked in */
 };
 
 static int64_t gdn_conv_floats(const struct model_hparams *hp)
@@ -557,6 +757,8 @@ static int seq_reserve(cuda_seq *s, int64_t need)
     const struct model *m = s->base.be->model;
     const struct model_hparams *hp = &m->hp;
     int64_t cap = s->cap * 2 > need ? s->cap * 2 : need < 64 ? 64 : need;
+    const int64_t n_ctx = cbe(s->base.be)->n_ctx; /* doubling stops at the context the budget reserved */
+    if (cap > n_ctx && need <= n_ctx) cap = n_ctx;
     const int64_t kvw = (int64_t)hp->n_head_kv * hp->head_dim, Di = hp->idx_head_dim, n = s->base.n_pos;
     int32_t *tok = (int32_t *)realloc(s->tokens, (size_t)cap * sizeof *tok);
     if (!tok) {
@@ -719,10 +921,33 @@ static int tdone(tmp *t, int rc)
     return rc ? rc : r2;
 }
 
-/* y (T × n_out, row stride ys) = W x (T rows of n_in at stride xs). */
-static int matmul(cudaStream_t st, const dmat &w, const float *x, int64_t xs, int T, float *y, int64_t ys)
+/* The fast kernels apply to w (its type has one, its rows are whole blocks)
+ * with x and y dense and 16-byte aligned. */
+static bool fast_ok(const cuda_backend *be, const dmat &w, const float *x, int64_t xs, int64_t ys)
+{
+    return be->fast && gw_cuda_matvec_of(w.type) && xs == w.n_in && ys == w.n_out && w.n_in % 256 == 0 &&
+           !(((uintptr_t)x | (uintptr_t)w.d) & 15) && w.n_out < INT32_MAX;
+}
+
+/* y (T × n_out, row stride ys) = W x (T rows of n_in at stride xs): the
+ * reference kernel (double accumulation), or with kernels "fast" matvec.cu's
+ * (fp32, up to 16 rows a launch) where they apply. */
+static int matmul(cuda_backend *be, const dmat &w, const float *x, int64_t xs, int T, float *y, int64_t ys)
 {
     if (T <= 0) return 0;
+    cudaStream_t st = be->st;
+    if (fast_ok(be, w, x, xs, ys)) {
+        const gw_cuda_matvec_fn fn = gw_cuda_matvec_of(w.type);
+        char e[160];
+        for (int t0 = 0; t0 < T; t0 += GW_CUDA_MAX_BATCH) {
+            const int nb = T - t0 < GW_CUDA_MAX_BATCH ? T - t0 : GW_CUDA_MAX_BATCH;
+            if (fn(w.d, (int)w.n_out, (int)w.n_in, x + (int64_t)t0 * xs, nb, y + (int64_t)t0 * ys, st, e, sizeof e)) {
+                snprintf(g_msg, sizeof g_msg, "%s", e);
+                return NB_EIO;
+            }
+        }
+        return 0;
+    }
     for (int t0 = 0; t0 < T; t0 += 65535 * MM_TT) { /* grid.y limit */
         int nt = T - t0 < 65535 * MM_TT ? T - t0 : 65535 * MM_TT;
         dim3 grid((unsigned)w.n_out, nblk(nt, MM_TT));
@@ -732,14 +957,25 @@ static int matmul(cudaStream_t st, const dmat &w, const float *x, int64_t xs, in
     return 0;
 }
 
-/* Expert form: pair p uses matrix eid[p] and x row p / xdiv; non-local pairs skipped. */
-static int matmul_pairs(cudaStream_t st, const dmat &w, const float *x, int64_t xs, int P, const int32_t *eid, int xdiv,
-                        const uint8_t *local, float *y)
+/* Expert form: pair p uses the slot of expert eid[p] and x row p / xdiv; pairs without a slot skipped. */
+static int matmul_pairs(cuda_backend *be, const dmat &w, const float *x, int64_t xs, int P, const int32_t *eid, int xdiv,
+                        const int32_t *slot, float *y)
 {
+    cudaStream_t st = be->st;
+    if (P <= 0) return 0;
+    if (fast_ok(be, w, x, xs, w.n_out) && w.mat_bytes % 16 == 0) {
+        char e[160];
+        if (gw_cuda_matvec_pairs(w.type, w.d, w.mat_bytes, (int)w.n_out, (int)w.n_in, x, xdiv, eid, slot, P, y, st, e,
+                                 sizeof e)) {
+            snprintf(g_msg, sizeof g_msg, "%s", e);
+            return NB_EIO;
+        }
+        return 0;
+    }
     for (int p0 = 0; p0 < P; p0 += 65535) {
         int np = P - p0 < 65535 ? P - p0 : 65535;
         dim3 grid((unsigned)w.n_out, (unsigned)np);
-        k_matmul<<<grid, MM_THREADS, 0, st>>>(w, x, xs, P, y, w.n_out, eid, xdiv, local, p0);
+        k_matmul<<<grid, MM_THREADS, 0, st>>>(w, x, xs, P, y, w.n_out, eid, xdiv, slot, p0);
         CKL("k_matmul (experts)");
     }
     return 0;
@@ -780,19 +1016,19 @@ static int hc_mix(cuda_backend *be, const cu_hc *h, const float *X, int T, float
     if (rc == 0) rc = talloc(&t, &lo, T * r);
     if (rc == 0) rc = talloc(&t, &gate, T * wide);
     if (rc == 0) rc = rms_rows(st, X, wide, xn, wide, T, C, n, h->norm, C, hp->rms_eps);
-    if (rc == 0) rc = matmul(st, h->down, xn, wide, T, lo, r);
+    if (rc == 0) rc = matmul(be, h->down, xn, wide, T, lo, r);
     if (rc == 0) {
         k_silu_div<<<nblk(T * r, 256), 256, 0, st>>>(lo, T * r, (float)n);
         rc = LCHK("k_silu_div");
     }
-    if (rc == 0) rc = matmul(st, h->up, lo, r, T, gate, wide);
+    if (rc == 0) rc = matmul(be, h->up, lo, r, T, gate, wide);
     if (rc == 0) {
         k_hc_mean<<<nblk(T * C, 256), 256, 0, st>>>(xn, gate, T, n, C, x);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) rc = cu_fail(e, "k_hc_mean", __LINE__);
     }
     if (rc == 0 && inj) {
-        rc = matmul(st, h->inject, xn, wide, T, inj, n);
+        rc = matmul(be, h->inject, xn, wide, T, inj, n);
         if (rc == 0) {
             k_inject<<<nblk((int64_t)T * n, 256), 256, 0, st>>>(inj, (int64_t)T * n, (float)n);
             cudaError_t e = cudaGetLastError();
@@ -827,10 +1063,10 @@ static int gdn_forward(cuda_backend *be, const cu_layer *c, cu_lstate *ls, const
     if (rc == 0) rc = talloc(&t, &o, T * vdim);
     if (rc == 0) rc = talloc(&t, &g, (int64_t)T * Hv);
     if (rc == 0) rc = talloc(&t, &beta, (int64_t)T * Hv);
-    if (rc == 0) rc = matmul(st, c->qkv, x, C, T, qkv, conv_dim);
-    if (rc == 0) rc = matmul(st, c->z, x, C, T, z, vdim);
-    if (rc == 0) rc = matmul(st, c->beta, x, C, T, beta, Hv);
-    if (rc == 0) rc = matmul(st, c->alpha, x, C, T, g, Hv);
+    if (rc == 0) rc = matmul(be, c->qkv, x, C, T, qkv, conv_dim);
+    if (rc == 0) rc = matmul(be, c->z, x, C, T, z, vdim);
+    if (rc == 0) rc = matmul(be, c->beta, x, C, T, beta, Hv);
+    if (rc == 0) rc = matmul(be, c->alpha, x, C, T, g, Hv);
     cudaError_t e = cudaSuccess;
     if (rc == 0) {
         k_conv_silu<<<nblk(conv_dim, 128), 128, 0, st>>>(c->gdn_conv, hp->ssm_conv_kernel, 1, conv_dim, ls->conv, qkv, T,
@@ -861,7 +1097,7 @@ static int gdn_forward(cuda_backend *be, const cu_layer *c, cu_lstate *ls, const
         k_gated_norm<<<(unsigned)(T * Hv), nthr(D), 0, st>>>(o, z, D, c->gdn_norm, hp->rms_eps);
         if ((e = cudaGetLastError()) != cudaSuccess) rc = cu_fail(e, "k_gated_norm", __LINE__);
     }
-    if (rc == 0) rc = matmul(st, c->gdn_out, o, vdim, T, y, C);
+    if (rc == 0) rc = matmul(be, c->gdn_out, o, vdim, T, y, C);
     return tdone(&t, rc);
 }
 
@@ -887,9 +1123,9 @@ static int attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *
     if (rc == 0) rc = talloc(&t, &att, T * qw);
     if (rc == 0) rc = talloc(&t, &kt, T * kvw);
     if (rc == 0) rc = talloc(&t, &vt, T * kvw);
-    if (rc == 0) rc = matmul(st, c->q, x, C, T, qg, 2 * qw);
-    if (rc == 0) rc = matmul(st, c->k, x, C, T, kt, kvw);
-    if (rc == 0) rc = matmul(st, c->v, x, C, T, vt, kvw);
+    if (rc == 0) rc = matmul(be, c->q, x, C, T, qg, 2 * qw);
+    if (rc == 0) rc = matmul(be, c->k, x, C, T, kt, kvw);
+    if (rc == 0) rc = matmul(be, c->v, x, C, T, vt, kvw);
     /* q: norm (from the interleaved q|gate rows) then rope; k: the same, then into the cache */
     if (rc == 0) {
         k_rms_norm<<<dim3((unsigned)T, (unsigned)Hq), nthr(D), 0, st>>>(qg, 2 * qw, 2 * D, q, qw, D, D, c->q_norm, 0,
@@ -909,8 +1145,8 @@ static int attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *
     if (rc == 0 && cr > 0) {
         rc = talloc(&t, &qi, T * iw);
         if (rc == 0) rc = talloc(&t, &it, T * Di);
-        if (rc == 0) rc = matmul(st, c->idx_q, x, C, T, qi, iw);
-        if (rc == 0) rc = matmul(st, c->idx_k, x, C, T, it, Di);
+        if (rc == 0) rc = matmul(be, c->idx_q, x, C, T, qi, iw);
+        if (rc == 0) rc = matmul(be, c->idx_k, x, C, T, it, Di);
         if (rc == 0) {
             k_store_rows<<<nblk(T * Di, 256), 256, 0, st>>>(it, T, Di, ls->idx_k, pos0, dpos);
             rc = LCHK("k_store_rows (indexer keys)");
@@ -959,7 +1195,7 @@ static int attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *
             rc = LCHK("k_attend");
         }
     }
-    if (rc == 0) rc = matmul(st, c->o, att, qw, T, y, C);
+    if (rc == 0) rc = matmul(be, c->o, att, qw, T, y, C);
     return tdone(&t, rc);
 }
 
@@ -1015,8 +1251,8 @@ static int ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lsta
     }
     if (!graph) free(rows);
     free(he);
-    if (rc == 0) rc = matmul(st, c->ple_key, e, P, T, key, wide);
-    if (rc == 0) rc = matmul(st, c->ple_value, e, P, T, value, C);
+    if (rc == 0) rc = matmul(be, c->ple_key, e, P, T, key, wide);
+    if (rc == 0) rc = matmul(be, c->ple_value, e, P, T, value, C);
     if (rc == 0) rc = rms_rows(st, key, wide, key, wide, T, C, n, c->ple_norm_key, C, hp->rms_eps);
     if (rc == 0) rc = rms_rows(st, X, wide, Gn, wide, T, C, n, c->ple_norm_query, C, hp->rms_eps);
     cudaError_t ce = cudaSuccess;
@@ -1039,7 +1275,17 @@ static int ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lsta
 
 /* ---- MoE ---- */
 
-/* y = MoE(x) for T rows of layer il (trunk or MTP); a: the eval (route tap) or NULL. */
+/* y = MoE(x) for T rows of layer il (trunk or MTP); a: the eval (route tap) or NULL.
+ *
+ * The order overlaps the remote experts with the device's work: the router
+ * and top-k run on the device, k_split lists the misses (experts without a
+ * slot) there, and they are copied with x to pinned host memory, marked by
+ * an event; then the resident pairs and the shared expert are queued, and
+ * only then does the host wait — for the event, not for those kernels — and
+ * call the hook, whose results are uploaded and scattered into their pairs'
+ * contribution rows behind them.  Every token's k contributions are added
+ * in ascending expert id whatever ran where, so placement never changes the
+ * result. */
 static int moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, int T, float *y,
                        const struct gw_eval_args *a)
 {
@@ -1049,10 +1295,9 @@ static int moe_forward(cuda_backend *be, const cu_layer *c, int il, const float 
     const struct gw_moe_remote *rem = &be->base.remote;
     const bool remote = rem->fn != NULL;
     const bool tap = a && a->route_tap;
-    const uint8_t *dlocal = remote ? be->d_local + (size_t)il * E : NULL;
     cudaStream_t st = be->st;
     tmp t = tmp_begin(be);
-    float *probs, *wts, *idsf, *G, *U, *Dn, *contrib, *sc, *gs, *us, *ds;
+    float *probs, *wts, *idsf, *G, *U, *Dn, *contrib, *sc, *gs, *us, *ds, *splitf = NULL, *splitw = NULL, *dout = NULL;
     int rc = talloc(&t, &probs, (int64_t)T * E);
     if (rc == 0) rc = talloc(&t, &wts, P);
     if (rc == 0) rc = talloc(&t, &idsf, P);
@@ -1064,100 +1309,78 @@ static int moe_forward(cuda_backend *be, const cu_layer *c, int il, const float 
     if (rc == 0) rc = talloc(&t, &gs, T * Is);
     if (rc == 0) rc = talloc(&t, &us, T * Is);
     if (rc == 0) rc = talloc(&t, &ds, T * C);
+    if (rc == 0 && remote) rc = talloc(&t, &splitf, 1 + 3 * (int64_t)P);
+    if (rc == 0 && remote) rc = talloc(&t, &splitw, P);
+    if (rc == 0 && (remote || tap)) rc = pin_reserve(be, P, T);
     if (rc) return tdone(&t, rc);
-    int32_t *ids = (int32_t *)idsf;
-    cudaError_t ce;
-    if ((rc = matmul(st, c->router, x, C, T, probs, E))) return tdone(&t, rc);
+    int32_t *ids = (int32_t *)idsf, *split = (int32_t *)splitf;
+    cudaError_t ce = cudaSuccess;
+    if ((rc = matmul(be, c->router, x, C, T, probs, E))) return tdone(&t, rc);
     k_route<<<(unsigned)T, 256, (size_t)E * sizeof(float), st>>>(probs, E, k, hp->expert_weights_norm, ids, wts);
     if ((ce = cudaGetLastError()) != cudaSuccess) return tdone(&t, cu_fail(ce, "k_route", __LINE__));
-    int32_t *hids = NULL;
-    float *hw = NULL;
-    if (tap || remote) {
-        hids = (int32_t *)malloc((size_t)P * sizeof *hids);
-        hw = (float *)malloc((size_t)P * sizeof *hw);
-        if (!hids || !hw) rc = NB_ENOMEM, snprintf(g_msg, sizeof g_msg, "out of host memory");
-        if (rc == 0) {
-            ce = cudaMemcpyAsync(hids, ids, (size_t)P * sizeof *hids, cudaMemcpyDeviceToHost, st);
-            if (ce == cudaSuccess) ce = cudaMemcpyAsync(hw, wts, (size_t)P * sizeof *hw, cudaMemcpyDeviceToHost, st);
-            if (ce == cudaSuccess) ce = cudaStreamSynchronize(st);
-            if (ce != cudaSuccess) rc = cu_fail(ce, "routes to the host", __LINE__);
-        }
-        if (rc == 0 && tap) a->route_tap(a->route_ctx, il, T, k, hids, hw);
+    /* what the host needs, copied before the expert work is queued */
+    if (remote) {
+        k_split<<<1, SPLIT_THREADS, 0, st>>>(ids, wts, c->slot_of, P, k, split, splitw);
+        ce = cudaGetLastError();
+        if (ce == cudaSuccess)
+            ce = cudaMemcpyAsync(be->h_split, split, (size_t)(1 + 3 * P) * sizeof(int32_t), cudaMemcpyDeviceToHost, st);
+        if (ce == cudaSuccess) ce = cudaMemcpyAsync(be->h_splitw, splitw, (size_t)P * sizeof(float), cudaMemcpyDeviceToHost, st);
+        if (ce == cudaSuccess) ce = cudaMemcpyAsync(be->h_x, x, (size_t)(T * C) * sizeof(float), cudaMemcpyDeviceToHost, st);
     }
-    /* local pairs on the device */
-    if (rc == 0) rc = matmul_pairs(st, c->gate_exps, x, C, P, ids, k, dlocal, G);
-    if (rc == 0) rc = matmul_pairs(st, c->up_exps, x, C, P, ids, k, dlocal, U);
+    if (ce == cudaSuccess && tap) {
+        ce = cudaMemcpyAsync(be->h_ids, ids, (size_t)P * sizeof(int32_t), cudaMemcpyDeviceToHost, st);
+        if (ce == cudaSuccess) ce = cudaMemcpyAsync(be->h_wts, wts, (size_t)P * sizeof(float), cudaMemcpyDeviceToHost, st);
+    }
+    if (ce == cudaSuccess && (remote || tap)) ce = cudaEventRecord(be->ev_host, st);
+    if (ce != cudaSuccess) return tdone(&t, cu_fail(ce, "routes to the host", __LINE__));
+    /* the resident pairs and the shared expert, queued */
+    rc = matmul_pairs(be, c->gate_exps, x, C, P, ids, k, c->slot_of, G);
+    if (rc == 0) rc = matmul_pairs(be, c->up_exps, x, C, P, ids, k, c->slot_of, U);
     if (rc == 0) {
         k_swiglu<<<nblk((int64_t)P * I, 256), 256, 0, st>>>(G, U, (int64_t)P * I);
         if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_swiglu", __LINE__);
     }
-    if (rc == 0) rc = matmul_pairs(st, c->down_exps, G, I, P, ids, 1, dlocal, Dn);
+    if (rc == 0) rc = matmul_pairs(be, c->down_exps, G, I, P, ids, 1, c->slot_of, Dn);
     if (rc == 0) {
-        k_scale_pairs<<<nblk(P * C, 256), 256, 0, st>>>(Dn, wts, ids, dlocal, P, C, contrib);
+        k_scale_pairs<<<nblk(P * C, 256), 256, 0, st>>>(Dn, wts, ids, c->slot_of, P, C, contrib);
+        k_shexp_gate<<<(unsigned)T, nthr(C), 0, st>>>(c->shexp_gate, x, C, sc);
         if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_scale_pairs", __LINE__);
     }
-    /* remote pairs through the hook, synchronously */
-    if (rc == 0 && remote) {
-        const uint8_t *lmap = rem->local + (size_t)il * E;
-        int nr = 0;
-        for (int p = 0; p < P; p++) nr += !lmap[hids[p]];
-        if (nr > 0) {
-            int32_t *rrows = (int32_t *)malloc((size_t)nr * sizeof(int32_t)), *rexp = (int32_t *)malloc((size_t)nr * sizeof(int32_t));
-            int32_t *rslot = (int32_t *)malloc((size_t)nr * sizeof(int32_t));
-            float *rw = (float *)malloc((size_t)nr * sizeof(float)), *hx = (float *)malloc((size_t)(T * C) * sizeof(float));
-            float *rout = (float *)malloc((size_t)nr * (size_t)C * sizeof(float));
-            float *dout = NULL, *dslot = NULL;
-            if (!rrows || !rexp || !rslot || !rw || !hx || !rout) rc = NB_ENOMEM, snprintf(g_msg, sizeof g_msg, "out of host memory");
-            for (int p = 0, i = 0; rc == 0 && p < P; p++)
-                if (!lmap[hids[p]]) rrows[i] = p / k, rexp[i] = hids[p], rw[i] = hw[p], rslot[i++] = p;
-            if (rc == 0) {
-                ce = cudaMemcpyAsync(hx, x, (size_t)(T * C) * sizeof(float), cudaMemcpyDeviceToHost, st);
-                if (ce == cudaSuccess) ce = cudaStreamSynchronize(st);
-                if (ce != cudaSuccess) rc = cu_fail(ce, "expert input to the host", __LINE__);
-            }
-            char herr[256] = "";
-            if (rc == 0 && (rc = rem->fn(rem->ctx, il, T, hx, nr, rrows, rexp, rw, rout, herr, sizeof herr)))
-                snprintf(g_msg, sizeof g_msg, "remote experts of layer %d: %s", il, herr);
-            if (rc == 0) rc = talloc(&t, &dout, (int64_t)nr * C);
-            if (rc == 0) rc = talloc(&t, &dslot, nr);
-            if (rc == 0) {
-                ce = cudaMemcpyAsync(dout, rout, (size_t)nr * C * sizeof(float), cudaMemcpyHostToDevice, st);
-                if (ce == cudaSuccess) ce = cudaMemcpyAsync(dslot, rslot, (size_t)nr * sizeof(int32_t), cudaMemcpyHostToDevice, st);
-                if (ce == cudaSuccess) {
-                    k_scatter_rows<<<nblk((int64_t)nr * C, 256), 256, 0, st>>>(dout, (const int32_t *)dslot, nr, C, contrib);
-                    ce = cudaGetLastError();
-                }
-                if (ce == cudaSuccess) ce = cudaStreamSynchronize(st); /* the host buffers are freed below */
-                if (ce != cudaSuccess) rc = cu_fail(ce, "remote expert results", __LINE__);
-            }
-            free(rrows), free(rexp), free(rslot), free(rw), free(hx), free(rout);
-        }
-    }
-    /* The pairs run here, counted as they are dispatched (trunk layers only,
-     * gw_backend_experts_computed); a captured step counts at each replay. */
-    if (rc == 0 && il < hp->n_layer && !be->arena_on) {
-        uint64_t n_local = (uint64_t)P;
-        if (remote)
-            for (int p = 0; p < P; p++) n_local -= !rem->local[(size_t)il * E + hids[p]];
-        __atomic_add_fetch(&be->base.experts_computed, n_local, __ATOMIC_RELAXED);
-    }
-    free(hids);
-    free(hw);
-    if (rc == 0) {
-        k_expert_sum<<<nblk(T * C, 256), 256, 0, st>>>(contrib, ids, T, k, C, y);
-        k_shexp_gate<<<(unsigned)T, nthr(C), 0, st>>>(c->shexp_gate, x, C, sc);
-        if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_expert_sum", __LINE__);
-    }
-    if (rc == 0) rc = matmul(st, c->gate_sh, x, C, T, gs, Is);
-    if (rc == 0) rc = matmul(st, c->up_sh, x, C, T, us, Is);
+    if (rc == 0) rc = matmul(be, c->gate_sh, x, C, T, gs, Is);
+    if (rc == 0) rc = matmul(be, c->up_sh, x, C, T, us, Is);
     if (rc == 0) {
         k_swiglu<<<nblk(T * Is, 256), 256, 0, st>>>(gs, us, T * Is);
         if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_swiglu (shared)", __LINE__);
     }
-    if (rc == 0) rc = matmul(st, c->down_sh, gs, Is, T, ds, C);
+    if (rc == 0) rc = matmul(be, c->down_sh, gs, Is, T, ds, C);
+    /* the host's part, while the device works */
+    if (rc == 0 && (remote || tap) && (ce = cudaEventSynchronize(be->ev_host)) != cudaSuccess)
+        rc = cu_fail(ce, "routes to the host", __LINE__);
+    if (rc == 0 && tap) a->route_tap(a->route_ctx, il, T, k, be->h_ids, be->h_wts);
+    const int n_miss = remote && rc == 0 ? be->h_split[0] : 0;
+    if (n_miss > 0) {
+        const int32_t *hs = be->h_split;
+        char herr[256] = "";
+        if ((rc = rem->fn(rem->ctx, il, T, be->h_x, n_miss, hs + 1, hs + 1 + P, be->h_splitw, be->h_rout, herr, sizeof herr)))
+            snprintf(g_msg, sizeof g_msg, "remote experts of layer %d: %s", il, herr);
+        if (rc == 0) rc = talloc(&t, &dout, (int64_t)n_miss * C);
+        if (rc == 0) {
+            ce = cudaMemcpyAsync(dout, be->h_rout, (size_t)n_miss * C * sizeof(float), cudaMemcpyHostToDevice, st);
+            if (ce == cudaSuccess) {
+                k_scatter_rows<<<nblk((int64_t)n_miss * C, 256), 256, 0, st>>>(dout, split + 1 + 2 * P, n_miss, C, contrib);
+                ce = cudaGetLastError();
+            }
+            if (ce != cudaSuccess) rc = cu_fail(ce, "remote expert results", __LINE__);
+        }
+    }
+    /* The pairs run here, counted as they are dispatched (trunk layers only,
+     * gw_backend_experts_computed); a captured step counts at each replay. */
+    if (rc == 0 && il < hp->n_layer && !be->arena_on)
+        __atomic_add_fetch(&be->base.experts_computed, (uint64_t)(P - n_miss), __ATOMIC_RELAXED);
     if (rc == 0) {
+        k_expert_sum<<<nblk(T * C, 256), 256, 0, st>>>(contrib, ids, T, k, C, y);
         k_add_scaled<<<nblk(T * C, 256), 256, 0, st>>>(y, ds, sc, T, C);
-        if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_add_scaled", __LINE__);
+        if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_expert_sum", __LINE__);
     }
     return tdone(&t, rc);
 }
@@ -1176,7 +1399,7 @@ static int head(cuda_backend *be, const cu_hc *mixer, const dmat &out_w, const f
     int rc = talloc(&t, &h, T * hp->n_embd);
     if (rc == 0) rc = talloc(&t, &dl, T * V);
     if (rc == 0) rc = hc_mix(be, mixer, X, T, h, NULL);
-    if (rc == 0) rc = matmul(be->st, out_w, h, hp->n_embd, T, dl, V);
+    if (rc == 0) rc = matmul(be, out_w, h, hp->n_embd, T, dl, V);
     if (rc == 0) {
         cudaError_t ce = cudaMemcpyAsync(logits, dl, (size_t)(T * V) * sizeof(float), cudaMemcpyDeviceToHost, be->st);
         if (ce == cudaSuccess && sync) ce = cudaStreamSynchronize(be->st);
@@ -1202,24 +1425,6 @@ static int block_forward(cuda_backend *be, cuda_seq *s, const struct gw_eval_arg
     TRY(hc_mix(be, &c->hc_ffn, X, T, x, inj));
     TRY(moe_forward(be, c, il, x, T, y, a));
     return hc_add(be, X, y, inj, T);
-}
-
-/* The remote map of this call on the device (the caller owns and may change it between calls). */
-static int upload_local(cuda_backend *be)
-{
-    const struct model_hparams *hp = &be->base.model->hp;
-    if (!be->base.remote.fn) return 0;
-    size_t bytes = (size_t)(hp->n_layer + hp->n_nextn) * hp->n_expert;
-    if (bytes > be->local_bytes) {
-        CK(cudaStreamSynchronize(be->st));
-        cudaFree(be->d_local);
-        be->d_local = NULL;
-        CK(cudaMalloc(&be->d_local, bytes));
-        be->local_bytes = bytes;
-    }
-    CK(cudaMemcpyAsync(be->d_local, be->base.remote.local, bytes, cudaMemcpyHostToDevice, be->st));
-    CK(cudaStreamSynchronize(be->st)); /* the caller may edit its map after the call */
-    return 0;
 }
 
 /* The device work of one eval.  Outside a capture (dpos NULL) it may
@@ -1319,8 +1524,8 @@ static int decode_graph(cuda_seq *s, const struct gw_eval_args *a)
     be->h_tok[0] = a->tokens[0];
     be->h_pos[0] = pos0;
     if (hp->ple_layer >= 0) cpu_ple_rows(hp, s->tokens, pos0, be->h_rows);
-    const int64_t key[6] = {s->cap, be->rope_cap, (int64_t)(uintptr_t)be->arena, (int64_t)be->arena_cap,
-                            a->logits_rows != GW_ROWS_NONE, a->wide_rows != GW_ROWS_NONE};
+    const int64_t key[7] = {s->cap, be->rope_cap, (int64_t)(uintptr_t)be->arena, (int64_t)be->arena_cap,
+                            a->logits_rows != GW_ROWS_NONE, a->wide_rows != GW_ROWS_NONE, be->layout_gen};
     if (!s->exec || memcmp(key, s->gkey, sizeof key)) {
         if (s->exec) cudaGraphExecDestroy(s->exec);
         s->exec = NULL;
@@ -1357,12 +1562,12 @@ static int eval_body(cuda_seq *s, const struct gw_eval_args *a)
     cuda_backend *be = cbe(s->base.be);
     const int T = a->n_tokens;
     const int64_t pos0 = s->base.n_pos;
+    TRY(ensure_layout(be));
     /* Hooks and taps are host calls in the middle of the step: those evals run plain. */
     if (T == 1 && be->graphs && !a->tap && !a->route_tap && !be->base.remote.fn && !be->base.ple_rows.fn)
         return decode_graph(s, a);
     TRY(seq_reserve(s, pos0 + T));
     TRY(rope_reserve(be, pos0 + T));
-    TRY(upload_local(be));
     memcpy(s->tokens + pos0, a->tokens, (size_t)T * sizeof *s->tokens);
     return eval_dev(s, a, NULL);
 }
@@ -1373,6 +1578,7 @@ static int cuda_eval(gw_seq *gs, const struct gw_eval_args *a, char *err, size_t
     if (s->broken) return nb_errf(err, errlen, NB_EINVAL, "sequence state is inconsistent after a failed call: reset it");
     const int64_t pos0 = gs->n_pos;
     int rc = eval_body(s, a);
+    vram_note(cbe(gs->be));
     if (rc) {
         s->broken = true;
         return nb_errf(err, errlen, rc, "eval of %d tokens at position %lld: %s", a->n_tokens, (long long)pos0, g_msg);
@@ -1396,7 +1602,7 @@ static int mtp_body(cuda_seq *s, const struct gw_mtp_args *a)
     s->mtp_n = n_ctx;
     TRY(mtp_reserve(s, n_ctx + T));
     TRY(rope_reserve(be, a->pos + T));
-    TRY(upload_local(be));
+    TRY(ensure_layout(be));
     tmp t = tmp_begin(be);
     float *X, *x, *y, *inj, *tokf, *e, *cat, *win;
     int rc = talloc(&t, &X, T * wide);
@@ -1425,7 +1631,7 @@ static int mtp_body(cuda_seq *s, const struct gw_mtp_args *a)
             rc = rms_rows(st, win + (int64_t)sI * C, wide, cat + (int64_t)sI * 2 * C + C, (int64_t)n * 2 * C, T, C, 1,
                           c->hnorm + (int64_t)sI * C, 0, hp->rms_eps);
     }
-    if (rc == 0) rc = matmul(st, c->eh_proj, cat, 2 * C, T * n, X, C);
+    if (rc == 0) rc = matmul(be, c->eh_proj, cat, 2 * C, T * n, X, C);
     if (rc == 0) rc = block_forward(be, s, NULL, il, a->pos, T, X, x, y, inj, n_ctx, NULL);
     if (rc == 0 && a->logits) rc = head(be, &c->head, c->head_out, X, T, a->logits);
     if (rc == 0 && a->wide_out) {
@@ -1445,6 +1651,7 @@ static int cuda_mtp_eval(gw_seq *gs, const struct gw_mtp_args *a, char *err, siz
     cuda_seq *s = (cuda_seq *)gs;
     if (s->broken) return nb_errf(err, errlen, NB_EINVAL, "sequence state is inconsistent after a failed call: reset it");
     int rc = mtp_body(s, a);
+    vram_note(cbe(gs->be));
     if (rc) {
         s->broken = true;
         return nb_errf(err, errlen, rc, "MTP step of %d rows: %s", a->n_rows, g_msg);

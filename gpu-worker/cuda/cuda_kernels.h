@@ -12,6 +12,7 @@
 #define NB_GW_CUDA_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -54,6 +55,16 @@ int gw_cuda_matvec_q6_K(const void *w, int n_rows, int n_cols, const float *x, i
 /* The launcher for a ggml type number (enum quant_type), or NULL when this
  * file has no kernel for it: callers pick once, at load. */
 gw_cuda_matvec_fn gw_cuda_matvec_of(int ggml_type);
+
+/* The routed-expert form: for pair p < n_pairs, y row p (n_rows floats) =
+ * matrix s · x row p / xdiv (n_cols floats, rows contiguous), where s =
+ * slot[eid[p]] and matrix s starts s · mat_bytes after w; pairs whose slot is
+ * negative are skipped (y untouched).  eid and slot are device arrays; one
+ * launch for any number of pairs.  Types: those gw_cuda_matvec_of has;
+ * mat_bytes a multiple of 16. */
+int gw_cuda_matvec_pairs(int ggml_type, const void *w, size_t mat_bytes, int n_rows, int n_cols, const float *x,
+                         int xdiv, const int32_t *eid, const int32_t *slot, int n_pairs, float *y, void *stream,
+                         char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

@@ -175,13 +175,12 @@ struct dec_q6_K { /* ql[128], qh[64], scales[16] int8, d: see quant_impl.h; 210 
 
 /* ---- the shared kernel ---- */
 
+/* Row `row` of W times nb rows of x (one warp). */
 template <typename D, int NB>
-__global__ void __launch_bounds__(32 * WARPS_PER_BLOCK)
-matvec_kernel(const uint8_t *__restrict__ w, int n_rows, int n_cols, const float *__restrict__ x, int nb,
-              float *__restrict__ y)
+static __device__ __forceinline__ void matvec_row(const uint8_t *__restrict__ w, int n_rows, int n_cols,
+                                                  const float *__restrict__ x, int nb, float *__restrict__ y, int row,
+                                                  int lane)
 {
-    int row = blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= n_rows) return;
     const int groups_per_block = D::QK / 8;
     const int n_groups = n_cols / 8;
     const uint8_t *wrow = w + (size_t)row * (size_t)(n_cols / D::QK) * D::BYTES;
@@ -212,6 +211,31 @@ matvec_kernel(const uint8_t *__restrict__ w, int n_rows, int n_cols, const float
 #pragma unroll
     for (int b = 0; b < NB; b++)
         if (b < nb && lane == b) y[(size_t)b * n_rows + row] = acc[b];
+}
+
+template <typename D, int NB>
+__global__ void __launch_bounds__(32 * WARPS_PER_BLOCK)
+matvec_kernel(const uint8_t *__restrict__ w, int n_rows, int n_cols, const float *__restrict__ x, int nb,
+              float *__restrict__ y)
+{
+    int row = blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= n_rows) return;
+    matvec_row<D, NB>(w, n_rows, n_cols, x, nb, y, row, lane);
+}
+
+/* Expert pairs: pair p = p0 + blockIdx.y multiplies matrix slot[eid[p]] (at
+ * slot · mat_bytes; skipped when the slot is < 0) by x row p / xdiv into y row p. */
+template <typename D>
+__global__ void __launch_bounds__(32 * WARPS_PER_BLOCK)
+matvec_pairs_kernel(const uint8_t *__restrict__ w, size_t mat_bytes, int n_rows, int n_cols, const float *__restrict__ x,
+                    int xdiv, const int32_t *eid, const int32_t *slot, int p0, float *__restrict__ y)
+{
+    int row = blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int p = p0 + (int)blockIdx.y;
+    const int s = slot[eid[p]];
+    if (row >= n_rows || s < 0) return;
+    matvec_row<D, 1>(w + (size_t)s * mat_bytes, n_rows, n_cols, x + (size_t)(p / xdiv) * n_cols, 1,
+                     y + (size_t)p * n_rows, row, lane);
 }
 
 /* ---- launchers ---- */
@@ -247,6 +271,46 @@ static int launch(const char *name, const void *w, int n_rows, int n_cols, const
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return fail(err, err_len, -(int)e, name, cudaGetErrorString(e));
     return 0;
+}
+
+template <typename D>
+static int launch_pairs(const void *w, size_t mat_bytes, int n_rows, int n_cols, const float *x, int xdiv,
+                        const int32_t *eid, const int32_t *slot, int n_pairs, float *y, void *stream, char *err,
+                        size_t err_len)
+{
+    if (!w || !x || !y || !eid || !slot || n_rows <= 0 || n_cols <= 0 || n_cols % D::QK || n_cols % 8 || xdiv < 1 ||
+        ((uintptr_t)x & 15) || ((uintptr_t)w & 15) || (mat_bytes & 15))
+        return fail(err, err_len, GW_CUDA_EINVAL, "matvec pairs", "bad arguments");
+    cudaStream_t s = (cudaStream_t)stream;
+    for (int p0 = 0; p0 < n_pairs; p0 += 65535) { /* grid.y limit */
+        const int np = n_pairs - p0 < 65535 ? n_pairs - p0 : 65535;
+        dim3 grid((unsigned)((n_rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK), (unsigned)np), block(32 * WARPS_PER_BLOCK);
+        matvec_pairs_kernel<D><<<grid, block, 0, s>>>((const uint8_t *)w, mat_bytes, n_rows, n_cols, x, xdiv, eid, slot,
+                                                      p0, y);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return fail(err, err_len, -(int)e, "matvec pairs", cudaGetErrorString(e));
+    }
+    return 0;
+}
+
+extern "C" int gw_cuda_matvec_pairs(int ggml_type, const void *w, size_t mat_bytes, int n_rows, int n_cols,
+                                    const float *x, int xdiv, const int32_t *eid, const int32_t *slot, int n_pairs,
+                                    float *y, void *stream, char *err, size_t err_len)
+{
+    if (n_pairs <= 0) return 0;
+#define PAIRS(D) launch_pairs<D>(w, mat_bytes, n_rows, n_cols, x, xdiv, eid, slot, n_pairs, y, stream, err, err_len)
+    switch (ggml_type) {
+    case QT_F32: return PAIRS(dec_f32);
+    case QT_BF16: return PAIRS(dec_bf16);
+    case QT_Q8_0: return PAIRS(dec_q8_0);
+    case QT_Q5_1: return PAIRS(dec_q5_1);
+    case QT_IQ4_NL: return PAIRS(dec_iq4_nl);
+    case QT_Q4_K: return PAIRS(dec_kq<0>);
+    case QT_Q5_K: return PAIRS(dec_kq<1>);
+    case QT_Q6_K: return PAIRS(dec_q6_K);
+    default: return fail(err, err_len, GW_CUDA_EINVAL, "matvec pairs", "no kernel for this type");
+    }
+#undef PAIRS
 }
 
 #define LAUNCHER(fname, D)                                                                              \

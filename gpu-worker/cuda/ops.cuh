@@ -24,6 +24,10 @@
 #include <math.h>
 #include <stdint.h>
 
+extern "C" {
+#include "gpu-worker/backend.h"
+}
+
 /* A weight matrix on the device: n_out rows of n_in values of `type`
  * (enum quant_type numbers); expert e of a 3-D tensor at e·mat_bytes. */
 struct dmat {
@@ -37,14 +41,7 @@ struct dmat {
 enum { DT_F32 = 0, DT_F16 = 1, DT_Q4_0 = 2, DT_Q5_0 = 6, DT_Q5_1 = 7, DT_Q8_0 = 8, DT_Q4_K = 12, DT_Q5_K = 13,
        DT_Q6_K = 14, DT_IQ4_NL = 20, DT_BF16 = 30 };
 
-static inline bool dev_decodes(int t)
-{
-    switch (t) {
-    case DT_F32: case DT_F16: case DT_Q4_0: case DT_Q5_0: case DT_Q5_1: case DT_Q8_0: case DT_Q4_K: case DT_Q5_K:
-    case DT_Q6_K: case DT_IQ4_NL: case DT_BF16: return true;
-    default: return false;
-    }
-}
+static inline bool dev_decodes(int t) { return gw_vram_native_type(t); } /* one list: gpu-worker/vram.c */
 
 __constant__ int8_t c_iq4nl[16];
 
@@ -185,10 +182,11 @@ static __device__ __forceinline__ float d_softplus(float x) { return x > 20.0f ?
 
 /* y[t·ys + j] = Σ_i W[j][i] · x[xr(t)·xs + i] for output row j = blockIdx.x.
  * Plain: rows t = blockIdx.y·MM_TT …, xr(t) = t.  Expert mode (eid != NULL):
- * one pair t = p0 + blockIdx.y per block, its matrix eid[t], its x row t / xdiv;
- * pairs whose expert is not local (local != NULL and local[e] == 0) are skipped. */
+ * one pair t = p0 + blockIdx.y per block, its matrix slot[eid[t]] (the expert's
+ * slot in the layer's slot array), its x row t / xdiv; pairs whose expert has
+ * no slot (slot < 0: computed elsewhere) are skipped. */
 __global__ void k_matmul(dmat w, const float *x, int64_t xs, int T, float *y, int64_t ys, const int32_t *eid, int xdiv,
-                         const uint8_t *local, int p0)
+                         const int32_t *slot, int p0)
 {
     const int64_t j = blockIdx.x;
     const uint8_t *row = w.d + (size_t)j * w.row_bytes;
@@ -197,8 +195,8 @@ __global__ void k_matmul(dmat w, const float *x, int64_t xs, int T, float *y, in
     if (eid) {
         t0 = p0 + blockIdx.y; /* pairs beyond the grid's 65535 rows come in several launches */
         nt = 1;
-        const int e = eid[t0];
-        if (local && !local[e]) return;
+        const int e = slot[eid[t0]];
+        if (e < 0) return;
         row += (size_t)e * w.mat_bytes;
         xr[0] = x + (int64_t)(t0 / xdiv) * xs;
     } else {
@@ -691,15 +689,46 @@ __global__ void k_route(float *probs, int E, int k, int norm, int32_t *ids, floa
     }
 }
 
-/* contrib[p] = wts[p] · d[p] for the local pairs (remote ones are written by the host) */
-__global__ void k_scale_pairs(const float *d, const float *wts, const int32_t *ids, const uint8_t *local, int P,
+/* contrib[p] = wts[p] · d[p] for the resident pairs (remote ones are written by the host) */
+__global__ void k_scale_pairs(const float *d, const float *wts, const int32_t *ids, const int32_t *slot, int P,
                               int64_t C, float *contrib)
 {
     int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (idx >= (int64_t)P * C) return;
     int64_t p = idx / C;
-    if (local && !local[ids[p]]) return;
+    if (slot[ids[p]] < 0) return;
     contrib[idx] = wts[p] * d[idx];
+}
+
+/* The misses of a layer's P pairs (k per row), in ascending pair order: out[0]
+ * = their count m; then out[1 …] rows, out[1+P …] expert ids, out[1+2P …]
+ * pair indices (m of each), and ow[0 … m) their weights.  One block of
+ * SPLIT_THREADS threads, each taking a contiguous run of pairs. */
+#define SPLIT_THREADS 1024
+__global__ void k_split(const int32_t *ids, const float *wts, const int32_t *slot, int P, int k, int32_t *out, float *ow)
+{
+    __shared__ int start[SPLIT_THREADS];
+    const int per = (P + SPLIT_THREADS - 1) / SPLIT_THREADS, a = threadIdx.x * per, b = a + per < P ? a + per : P;
+    int c = 0;
+    for (int p = a; p < b; p++) c += slot[ids[p]] < 0;
+    start[threadIdx.x] = c;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int sum = 0;
+        for (int i = 0; i < SPLIT_THREADS; i++) {
+            int n = start[i];
+            start[i] = sum;
+            sum += n;
+        }
+        out[0] = sum;
+    }
+    __syncthreads();
+    int o = start[threadIdx.x];
+    for (int p = a; p < b; p++)
+        if (slot[ids[p]] < 0) {
+            out[1 + o] = p / k, out[1 + P + o] = ids[p], out[1 + 2 * P + o] = p, ow[o] = wts[p];
+            o++;
+        }
 }
 
 /* contrib[slot[i]] = remote[i] */

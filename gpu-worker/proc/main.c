@@ -45,6 +45,9 @@ struct gwp {
     uint32_t block;
     uint64_t layer_t0; /* per-layer timing through the layer tap */
     const char *backend; /* gw_backend_params.kind: --backend, else $NEBULA_GW_BACKEND, else "cpu" */
+    const char *kernels; /* --kernels (cuda; NULL: $NEBULA_CUDA_KERNELS, else ref) */
+    uint64_t vram_budget; /* --vram-budget (0: the placement's, else none) */
+    int64_t n_ctx;        /* --ctx: positions the budget reserves K/V for (0: the model's) */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -59,13 +62,19 @@ static uint64_t now_ns(void)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: nebula-gpu-worker --control ENDPOINT [--backend cpu|cuda]\n"
+    fprintf(f, "usage: nebula-gpu-worker --control ENDPOINT [--backend cpu|cuda] [--kernels ref|fast]\n"
+               "                         [--vram-budget BYTES] [--ctx N]\n"
                "\n"
                "A worker of the Nebula pipeline, started by nebula-coordinator: it connects to the\n"
                "coordinator's control socket (ipc://RUNDIR/control.sock), says hello and waits for\n"
                "its configuration (model, placement, shared-memory regions).  Not run by hand.\n"
                "--backend picks the compute backend (default: $NEBULA_GW_BACKEND, else cpu); cuda\n"
-               "runs the forward pass on the GPU and fails the configuration where there is none.\n");
+               "runs the forward pass on the GPU and fails the configuration where there is none.\n"
+               "--kernels picks its matrix kernels (default: $NEBULA_CUDA_KERNELS, else ref).\n"
+               "--vram-budget (like 80G) caps its device memory: dense weights + MTP + K/V for --ctx\n"
+               "positions (default: the model's context) + the VRAM-tier experts + scratch must fit,\n"
+               "or the configuration fails naming each part.  Without it, placement.json's\n"
+               "request.vram_budget (the weights' share) plus K/V and scratch is the cap.\n");
 }
 
 static int send_simple(struct gwp *w, const char *type, const char *message)
@@ -104,6 +113,13 @@ static void layer_tap(void *ctx, int layer, int n_tokens, const float *wide)
     uint64_t t = now_ns();
     shm_stats_add_layer(w->stats, w->block, (uint32_t)layer, t - w->layer_t0);
     w->layer_t0 = t;
+}
+
+/* The backend's peak device memory into the stats block (a high-water mark: raised by adds). */
+static void publish_vram(struct gwp *w)
+{
+    uint64_t peak = gw_backend_vram_bytes(w->be), cur = shm_stats_get(w->stats, w->block, SHM_STAT_VRAM_PEAK_BYTES);
+    if (peak > cur) shm_stats_add(w->stats, w->block, SHM_STAT_VRAM_PEAK_BYTES, peak - cur);
 }
 
 /* ---- configure ---- */
@@ -163,18 +179,32 @@ static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
     w->block = (uint32_t)block->valueint;
     int rc = model_open(model, &w->m, err, errlen);
     if (rc) return rc;
-    struct gw_backend_params bp = {.kind = w->backend, .n_threads = cJSON_IsNumber(threads) ? threads->valueint : 0};
     int64_t n_remote = 0;
     bool ple_ssd = false;
-    if ((rc = gw_backend_create(w->m, &bp, &w->be, err, errlen))) return rc;
-    if ((rc = gw_seq_create(w->be, &w->seq, err, errlen))) return rc;
+    uint64_t weights_budget = 0;
     if ((rc = gwp_placement_local(placement, w->m, &w->local, &n_remote, err, errlen))) return rc;
     if ((rc = gwp_placement_ssd_blobs(placement, w->m, &w->ssd_blob, err, errlen))) return rc;
+    if ((rc = gwp_placement_vram_budget(placement, &weights_budget, err, errlen))) return rc;
+    /* The experts it computes are known before the backend exists: only those are uploaded. */
+    struct gw_vram_parts plan;
+    gw_vram_plan(w->m, w->local, w->n_ctx, &plan);
+    struct gw_backend_params bp = {.kind = w->backend,
+                                   .n_threads = cJSON_IsNumber(threads) ? threads->valueint : 0,
+                                   .kernels = w->kernels,
+                                   .local = w->local,
+                                   .vram_budget = gw_vram_worker_budget(w->vram_budget, weights_budget, &plan),
+                                   .n_ctx = plan.n_ctx};
+    if ((rc = gw_backend_create(w->m, &bp, &w->be, err, errlen))) return rc;
+    if ((rc = gw_seq_create(w->be, &w->seq, err, errlen))) return rc;
     if ((rc = open_regions(w, inst, n_remote, err, errlen))) return rc;
+    publish_vram(w);
     if ((rc = gwp_placement_ple_ssd(placement, &ple_ssd, err, errlen))) return rc;
     if (ple_ssd && (rc = open_ple_pager(w, msg, inst, err, errlen))) return rc;
     nb_log("configured: model %s, %s backend, %lld experts remote%s, PLE table %s, %d threads", model, bp.kind,
            (long long)n_remote, placement ? "" : " (no placement: all local)", ple_ssd ? "on SSD" : "in RAM", bp.n_threads);
+    if (bp.vram_budget || gw_backend_vram_bytes(w->be))
+        nb_log("VRAM: budget %.1f MiB (0: none) for %lld positions, %.1f MiB in use after loading",
+               (double)bp.vram_budget / 1048576.0, (long long)plan.n_ctx, (double)gw_backend_vram_bytes(w->be) / 1048576.0);
     return 0;
 }
 
@@ -202,6 +232,7 @@ static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slo
     shm_stats_add(w->stats, w->block, SHM_STAT_BUSY_NS, now_ns() - t0);
     shm_stats_add(w->stats, w->block, SHM_STAT_EXPERTS_COMPUTED, gw_backend_experts_computed(w->be) - computed0);
     shm_stats_add(w->stats, w->block, SHM_STAT_TOKENS, n);
+    publish_vram(w);
     if (rc) return rc;
     resp->hdr->n_tokens = 1, resp->hdr->payload_bytes = (uint32_t)(w->m->hp.n_vocab * 4);
     return 0;
@@ -312,19 +343,35 @@ static void teardown(struct gwp *w)
 int main(int argc, char **argv)
 {
     nb_log_set_name(ROLE);
-    const char *endpoint = NULL, *backend = getenv("NEBULA_GW_BACKEND");
+    const char *endpoint = NULL, *backend = getenv("NEBULA_GW_BACKEND"), *kernels = NULL;
+    uint64_t vram_budget = 0;
+    long long n_ctx = 0;
+    char err[512];
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
         if (!strcmp(argv[i], "--control") && i + 1 < argc) endpoint = argv[++i];
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
-        else return usage(stderr), 2;
+        else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) kernels = argv[++i];
+        else if (!strcmp(argv[i], "--vram-budget") && i + 1 < argc) {
+            if (gw_vram_parse_bytes(argv[++i], &vram_budget, err, sizeof err)) {
+                fprintf(stderr, "nebula-gpu-worker: --vram-budget: %s\n", err);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--ctx") && i + 1 < argc) {
+            char *end;
+            n_ctx = strtoll(argv[++i], &end, 10);
+            if (*end || n_ctx <= 0) {
+                fprintf(stderr, "nebula-gpu-worker: --ctx wants a positive number of positions\n");
+                return 2;
+            }
+        } else return usage(stderr), 2;
     }
     if (!endpoint) return usage(stderr), 2;
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL), sigaction(SIGINT, &sa, NULL);
     struct gwp w = {0};
     w.backend = backend && *backend ? backend : "cpu";
-    char err[512];
+    w.kernels = kernels, w.vram_budget = vram_budget, w.n_ctx = n_ctx;
     if (ctl_open(CTL_DEALER, endpoint, ROLE, &w.ctl, err, sizeof err)) {
         nb_log("cannot connect to %s: %s", endpoint, err);
         return 1;

@@ -130,6 +130,23 @@ int gwp_placement_ssd_blobs(const char *placement_path, const struct model *m, u
     return rc;
 }
 
+int gwp_placement_vram_budget(const char *placement_path, uint64_t *bytes, char *err, size_t errlen)
+{
+    *bytes = 0;
+    if (!placement_path) return 0;
+    char *text = NULL;
+    int rc = read_text(placement_path, &text, err, errlen);
+    cJSON *root = rc ? NULL : cJSON_Parse(text);
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "request"), "vram_budget");
+    if (!rc && !root) rc = nb_errf(err, errlen, NB_EFORMAT, "%s: not JSON", placement_path);
+    else if (!rc && cJSON_IsNumber(b) && b->valuedouble >= 0) *bytes = (uint64_t)b->valuedouble;
+    else if (!rc && b && !(cJSON_IsString(b) && !strcmp(b->valuestring, "all")))
+        rc = nb_errf(err, errlen, NB_EFORMAT, "%s: request.vram_budget is neither a byte count nor \"all\"", placement_path);
+    cJSON_Delete(root);
+    free(text);
+    return rc;
+}
+
 int gwp_placement_ple_ssd(const char *placement_path, bool *ssd, char *err, size_t errlen)
 {
     *ssd = false;

@@ -1,11 +1,12 @@
 /* check_backend.c — the CUDA backend against the CPU reference, on a GPU.
  *
- *   check_backend MODEL.gguf TOKENS.txt [--greedy N] [--remote] [--tol X]
+ *   check_backend MODEL.gguf TOKENS.txt [--greedy N] [--remote] [--tol X] [--kernels ref|fast]
  *
  * TOKENS.txt holds the prompt (whitespace-separated ids).  Checks, each
  * printed as one PASS/FAIL line with its measured numbers:
  *   prefill   every row's logits of the whole prompt in one eval, and the
- *             routes chosen in every MoE layer (route tap), vs the CPU;
+ *             routes chosen in every MoE layer (route tap), vs the CPU (the
+ *             same ids; with --kernels fast at most 0.5% differ: near-ties);
  *   decode    the first half prefilled, the rest token by token (last-row
  *             logits each), and the wide state after it; a gw_seq_copy of
  *             the half-way state decodes the same logits bit for bit;
@@ -20,7 +21,17 @@
  *             and off; with remote placements local + remote pairs);
  *   remote    (--remote) the greedy run again with routed experts remote
  *             through the gw_moe_remote hook (computed on the CPU with
- *             gw_expert_ffn) under four placements: identical ids.
+ *             gw_expert_ffn) under four placements: identical ids (two of
+ *             them with the map given at creation, gw_backend_params.local,
+ *             two laid out at the first eval);
+ *   relayout  (--remote) the all-local backend given a placement, then none
+ *             again: its experts re-laid out each time, greedy ids identical;
+ *   vram-tier (--remote) the all-remote backend's peak VRAM is below the
+ *             all-local one's by ≥ 90% of the expert slots' bytes (checked
+ *             where the slots are ≥ 64 MiB: allocator granularity);
+ *   vram-budget  a budget of 4 KiB is refused with every part named.
+ * --kernels picks the cuda backends' matrix kernels (default: the backend's:
+ * $NEBULA_CUDA_KERNELS, else ref); "fast" must pass the same checks.
  * Logits pass when max|cuda − cpu| ≤ tol · max|cpu| (tol 1e-3).  Exit 0 only
  * when everything passed; 77 (SKIP) when no CUDA device is there. */
 #include <stdio.h>
@@ -35,6 +46,7 @@
 
 static int failures;
 static double tol = 1e-3;
+static const char *kernels; /* --kernels, for every cuda backend made here */
 
 static double now(void)
 {
@@ -146,11 +158,12 @@ static int ple_fn(void *ctx, int n_rows, const int64_t *rows, float *out, char *
     return 0;
 }
 
-static gw_backend *make_p(const struct model *m, const char *kind, bool no_graphs)
+static gw_backend *make_pl(const struct model *m, const char *kind, bool no_graphs, const uint8_t *local)
 {
-    char err[256];
+    char err[1024];
     gw_backend *be;
-    struct gw_backend_params p = {kind, 0, no_graphs};
+    struct gw_backend_params p = {.kind = kind, .no_graphs = no_graphs, .local = local};
+    if (!strcmp(kind, "cuda")) p.kernels = kernels;
     int rc = gw_backend_create(m, &p, &be, err, sizeof err);
     if (rc && strcmp(kind, "cuda") == 0 && rc == NB_ENOTSUP) {
         printf("SKIP: %s\n", err);
@@ -160,7 +173,13 @@ static gw_backend *make_p(const struct model *m, const char *kind, bool no_graph
     return be;
 }
 
+static gw_backend *make_p(const struct model *m, const char *kind, bool no_graphs)
+{
+    return make_pl(m, kind, no_graphs, NULL);
+}
 static gw_backend *make(const struct model *m, const char *kind) { return make_p(m, kind, false); }
+
+static double mib(uint64_t b) { return (double)b / 1048576.0; }
 
 static gw_seq *seq(gw_backend *be)
 {
@@ -232,6 +251,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--greedy") && i + 1 < argc) n_greedy = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--remote")) remote = true;
         else if (!strcmp(argv[i], "--tol") && i + 1 < argc) tol = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) kernels = argv[++i];
         else {
             fprintf(stderr, "unknown argument %s\n", argv[i]);
             return 2;
@@ -249,7 +269,7 @@ int main(int argc, char **argv)
            hp->n_nextn ? " + MTP" : "", hp->n_expert, hp->n_expert_used, (long long)hp->n_embd, (long long)V, T);
     double t0 = now();
     gw_backend *cpu = make(m, "cpu"), *gpu = make(m, "cuda");
-    printf("     cuda backend created in %.2f s\n", now() - t0);
+    printf("     cuda backend (kernels %s) created in %.2f s\n", kernels ? kernels : "default", now() - t0);
 
     /* prefill: all rows, and the routes */
     float *lc = malloc((size_t)T * V * sizeof *lc), *lg = malloc((size_t)T * V * sizeof *lg);
@@ -265,7 +285,10 @@ int main(int argc, char **argv)
     report("prefill", e <= tol, "max|d|/max|ref| = %.3g", e);
     int64_t rdiff = rc.n != rg.n;
     for (int64_t i = 0; i < rc.n && i < rg.n; i++) rdiff += rc.ids[i] != rg.ids[i];
-    report("routes", rdiff == 0, "%.0f of the routed expert ids differ", (double)rdiff);
+    /* ref: the same ids; fast (fp32 router logits): a near-tie may flip, at most 0.5% of them */
+    const bool fast = kernels && !strcmp(kernels, "fast");
+    report("routes", rc.n == rg.n && (fast ? rdiff * 200 <= rc.n : rdiff == 0), "%.0f of the routed expert ids differ",
+           (double)rdiff);
     printf("     prefill of %d tokens: cpu %.3f s, cuda %.3f s (first call)\n", T, tcpu, tgpu);
 
     /* prefill half + decode the rest; a copy of the half-way state decodes the same */
@@ -363,11 +386,13 @@ int main(int argc, char **argv)
             uint8_t *local = malloc((size_t)L * E);
             const char *names[] = {"all remote", "odd experts remote", "even layers remote", "~30% remote (hashed)"};
             int32_t *gr = malloc((size_t)n_greedy * sizeof *gr);
+            uint64_t peak_none = 0;
             for (int pat = 0; pat < 4; pat++) {
                 for (int l = 0; l < L; l++)
                     for (int x = 0; x < E; x++)
                         local[l * E + x] = pat == 0 ? 0 : pat == 1 ? (x % 2 == 0) : pat == 2 ? (l % 2) : ((x * 2654435761u + l * 40503u) % 10 >= 3);
-                gw_backend *rb = make(m, "cuda");
+                /* odd patterns: the map known at creation; even: laid out at the first eval */
+                gw_backend *rb = make_pl(m, "cuda", false, pat % 2 ? local : NULL);
                 struct remote_ctx rctx = {m, 0};
                 struct gw_moe_remote r = {local, remote_fn, &rctx};
                 if (gw_backend_set_moe_remote(rb, &r, err, sizeof err)) die("remote hook", err);
@@ -381,14 +406,60 @@ int main(int argc, char **argv)
                 snprintf(name, sizeof name, "pairs-%d", pat);
                 report(name, gw_backend_experts_computed(rb) + rctx.pairs == want_r, "%.0f local + remote routed pairs",
                        (double)(gw_backend_experts_computed(rb) + rctx.pairs));
-                printf("     (%s: %llu pairs computed remotely, %.1f tok/s)\n", names[pat], (unsigned long long)rctx.pairs,
-                       (n_greedy - 1) / dr);
+                printf("     (%s: %llu pairs computed remotely, %.1f tok/s, VRAM peak %.1f MiB)\n", names[pat],
+                       (unsigned long long)rctx.pairs, (n_greedy - 1) / dr, mib(gw_backend_vram_bytes(rb)));
+                if (pat == 0) peak_none = gw_backend_vram_bytes(rb);
                 gw_backend_free(rb);
             }
+            /* only the resident experts take VRAM */
+            struct gw_vram_parts all;
+            gw_vram_plan(m, NULL, 0, &all);
+            const uint64_t peak_all = gw_backend_vram_bytes(gpu);
+            printf("     (VRAM peak: all experts local %.1f MiB, all remote %.1f MiB; the slots of all experts %.1f MiB)\n",
+                   mib(peak_all), mib(peak_none), mib(all.slots));
+            if (all.slots >= (64ull << 20))
+                report("vram-tier", peak_none > 0 && peak_none + all.slots / 10 * 9 <= peak_all,
+                       "all-remote peak + 90%% of the slots <= all-local peak (%.1f MiB spare)",
+                       mib(peak_all) - mib(peak_none) - 0.9 * mib(all.slots));
+            else
+                printf("     vram-tier not compared: the slots (%.2f MiB) are under the allocator's granularity\n", mib(all.slots));
+            /* the all-local backend given the hashed placement, then none: re-laid out each time */
+            const int nr = n_greedy < 32 ? n_greedy : 32;
+            struct remote_ctx rctx = {m, 0};
+            struct gw_moe_remote r = {local, remote_fn, &rctx};
+            if (gw_backend_set_moe_remote(gpu, &r, err, sizeof err)) die("remote hook", err);
+            greedy(gpu, tok, T, nr, gr, NULL);
+            int s1 = same_prefix(gc, gr, nr);
+            if (gw_backend_set_moe_remote(gpu, NULL, err, sizeof err)) die("remote hook", err);
+            greedy(gpu, tok, T, nr, gr, NULL);
+            int s2 = same_prefix(gc, gr, nr);
+            report("relayout", s1 == nr && s2 == nr && rctx.pairs > 0, "%.0f tokens identical after each re-layout",
+                   s1 < s2 ? s1 : s2);
             free(gr);
             free(local);
         }
         free(gc), free(gg);
+    }
+    /* over budget: refused, every part named */
+    {
+        gw_backend *nb = NULL;
+        char berr[1024] = "";
+        struct gw_backend_params bp = {.kind = "cuda", .kernels = kernels, .vram_budget = 4096, .n_ctx = 256};
+        int brc = gw_backend_create(m, &bp, &nb, berr, sizeof berr);
+        /* without `local` the layout (and the check) comes at the first eval */
+        gw_seq *bs = NULL;
+        if (brc == 0 && (brc = gw_seq_create(nb, &bs, berr, sizeof berr)) == 0) {
+            float *bl = malloc((size_t)V * sizeof *bl);
+            struct gw_eval_args ba = {tok, 1, GW_ROWS_LAST, bl, GW_ROWS_NONE, NULL, NULL, NULL, NULL, NULL};
+            brc = gw_eval(bs, &ba, berr, sizeof berr);
+            free(bl);
+        }
+        report("vram-budget", brc == NB_ENOMEM && strstr(berr, "dense weights") && strstr(berr, "expert slots") &&
+                                  strstr(berr, "256 positions"),
+               "4 KiB refused at the first eval (rc %.0f)", brc);
+        printf("     (%s)\n", berr);
+        gw_seq_free(bs);
+        gw_backend_free(nb);
     }
     gw_backend_free(cpu);
     gw_backend_free(gpu);

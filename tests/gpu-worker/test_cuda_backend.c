@@ -17,6 +17,50 @@
 #include "gpu-worker/backend.h"
 #include "tests/core/model_fixture.h"
 
+/* A kernels name the backend does not have is refused before any device is looked for. */
+Test(cuda_backend, unknown_kernels_refused)
+{
+    char err[256] = "";
+    struct model *m;
+    cr_assert_eq(model_open(fixture_gguf("tiny-a"), &m, err, sizeof err), 0, "%s", err);
+    struct gw_backend_params p = {.kind = "cuda", .kernels = "turbo"};
+    gw_backend *be = NULL;
+    int rc = gw_backend_create(m, &p, &be, err, sizeof err);
+    cr_assert_null(be);
+    if (strstr(err, "built without CUDA")) {
+        cr_assert_eq(rc, NB_ENOTSUP);
+    } else {
+        cr_assert_eq(rc, NB_EINVAL, "%d: %s", rc, err);
+        cr_assert(strstr(err, "\"turbo\"") && strstr(err, "ref or fast"), "%s", err);
+    }
+    model_close(m);
+}
+
+/* Over its VRAM budget the backend is not created, and says what each part needs. */
+Test(cuda_backend, budget_refused)
+{
+    char err[1024] = "";
+    struct model *m;
+    cr_assert_eq(model_open(fixture_gguf("tiny-a"), &m, err, sizeof err), 0, "%s", err);
+    const size_t n = (size_t)(m->hp.n_layer + m->hp.n_nextn) * m->hp.n_expert;
+    uint8_t *local = malloc(n);
+    memset(local, 1, n);
+    struct gw_backend_params p = {.kind = "cuda", .local = local, .vram_budget = 4096, .n_ctx = 256};
+    gw_backend *be = NULL;
+    int rc = gw_backend_create(m, &p, &be, err, sizeof err);
+    free(local);
+    cr_assert_null(be);
+    if (rc == NB_ENOTSUP) {
+        model_close(m);
+        cr_skip_test("SKIP: %s", err);
+    }
+    cr_assert_eq(rc, NB_ENOMEM, "%d: %s", rc, err);
+    cr_assert(strstr(err, "VRAM budget") && strstr(err, "dense weights") && strstr(err, "expert slots") &&
+                  strstr(err, "256 positions"),
+              "%s", err);
+    model_close(m);
+}
+
 Test(cuda_backend, creates_or_says_why_not)
 {
     char err[256] = "";

@@ -111,6 +111,7 @@ static void print_status(const cJSON *r)
            num(r, "ssd_ple_bytes_per_token"), str(r, "ple_tier"));
     printf("routed experts computed: %.0f (%.2f per token evaluated)\n", num(r, "experts_computed"),
            num(r, "experts_computed_per_token"));
+    printf("gpu-worker VRAM peak: %.1f MiB\n", num(r, "vram_peak_bytes") / 1048576.0);
     printf("%-16s %8s %-12s %8s %10s %10s\n", "worker", "pid", "state", "restarts", "uptime_s", "beat_ago_s");
     cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(r, "workers"))
         printf("%-16s %8.0f %-12s %8.0f %10.1f %10.1f\n", str(w, "role"), num(w, "pid"), str(w, "state"), num(w, "restarts"),
