@@ -113,13 +113,27 @@ static int check_tokens(const struct model *m, const int32_t *tokens, int n, cha
     return 0;
 }
 
+static int32_t argmax(const float *v, int64_t n);
+
 int gw_eval(gw_seq *s, const struct gw_eval_args *a, char *err, size_t errlen)
 {
     int rc = check_tokens(s->be->model, a->tokens, a->n_tokens, err, errlen);
     if (rc) return rc;
-    if (a->logits_rows != GW_ROWS_NONE && !a->logits) return nb_errf(err, errlen, NB_EINVAL, "logits asked, no buffer");
+    if (a->logits_rows != GW_ROWS_NONE && !a->logits && !a->argmax)
+        return nb_errf(err, errlen, NB_EINVAL, "logits asked, no buffer");
+    if (a->argmax && a->logits_rows == GW_ROWS_NONE) return nb_errf(err, errlen, NB_EINVAL, "argmax asked for no rows");
     if (a->wide_rows != GW_ROWS_NONE && !a->wide) return nb_errf(err, errlen, NB_EINVAL, "wide state asked, no buffer");
-    return s->be->ops->eval(s, a, err, errlen);
+    if (!a->argmax || s->be->ops->argmax) return s->be->ops->eval(s, a, err, errlen);
+    /* the backend gives logits only: argmax of them here */
+    const int64_t V = s->be->model->hp.n_vocab, rows = a->logits_rows == GW_ROWS_ALL ? a->n_tokens : 1;
+    struct gw_eval_args b = *a;
+    float *own = NULL;
+    if (!b.logits && !(b.logits = own = malloc((size_t)(rows * V) * sizeof *own)))
+        return nb_errf(err, errlen, NB_ENOMEM, "logits for argmax");
+    rc = s->be->ops->eval(s, &b, err, errlen);
+    for (int64_t r = 0; rc == 0 && r < rows; r++) a->argmax[r] = argmax(b.logits + r * V, V);
+    free(own);
+    return rc;
 }
 
 int gw_mtp_eval(gw_seq *s, const struct gw_mtp_args *a, char *err, size_t errlen)

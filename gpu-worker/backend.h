@@ -85,6 +85,11 @@ struct gw_eval_args {
     void *tap_ctx;
     gw_route_tap route_tap;   /* optional */
     void *route_ctx;
+    /* Optional: for each row logits_rows asks for, the index of its largest
+     * logit (the first of equal ones; NaN rows unspecified).  logits may then
+     * be NULL: a backend that computes it where the logits are (cuda) copies
+     * one int per row instead of V floats — greedy decoding. */
+    int32_t *argmax;
 };
 
 /* One MTP step over n rows: row i combines the trunk (or previous draft)

@@ -156,6 +156,7 @@ struct cuda_backend {
     int32_t *h_tok;
     int64_t *h_rows;      /* pinned: the step's PLE table rows (ple_n_heads) */
     float *h_out;         /* pinned: logits (V) then the wide row */
+    int32_t *h_arg;       /* pinned: the step's argmax */
 };
 
 static cuda_backend *cbe(gw_backend *b) { return (cuda_backend *)b; }
@@ -357,6 +358,7 @@ static void cuda_free(gw_backend *gb)
     cudaFreeHost(be->h_tok);
     cudaFreeHost(be->h_rows);
     cudaFreeHost(be->h_out);
+    cudaFreeHost(be->h_arg);
     if (be->st) cudaStreamDestroy(be->st);
     free(be->allocs);
     free(be->ups);
@@ -445,6 +447,7 @@ static int cuda_setup(cuda_backend *be)
     CK(cudaMallocHost(&be->h_tok, sizeof(int32_t)));
     CK(cudaMallocHost(&be->h_rows, (size_t)(hp->ple_n_heads > 0 ? hp->ple_n_heads : 1) * sizeof(int64_t)));
     CK(cudaMallocHost(&be->h_out, (size_t)(hp->n_vocab + model_wide(hp)) * sizeof(float)));
+    CK(cudaMallocHost(&be->h_arg, sizeof(int32_t)));
     CK(cudaDeviceSynchronize());
     return 0;
 }
@@ -650,7 +653,7 @@ struct cuda_seq {
     int64_t *mtp_pos;
     bool broken;
     cudaGraphExec_t exec; /* the captured decode step (decode_graph), or NULL */
-    int64_t gkey[7];      /* what it baked in */
+    int64_t gkey[8];      /* what it baked in */
 };
 
 static int64_t gdn_conv_floats(const struct model_hparams *hp)
@@ -1388,20 +1391,31 @@ static int moe_forward(cuda_backend *be, const cu_layer *c, int il, const float 
 /* ---- the trunk ---- */
 
 /* Logits of T rows of X through a head mixer and an output matrix, into host
- * memory (sync false: the copy is only queued — a graph's pinned buffer). */
+ * memory (logits NULL: not copied), and each row's argmax (harg, NULL: not
+ * asked) computed on the device, so greedy decoding copies one int a row
+ * (sync false: the copies are only queued — a graph's pinned buffers). */
 static int head(cuda_backend *be, const cu_hc *mixer, const dmat &out_w, const float *X, int T, float *logits,
-                bool sync = true)
+                bool sync = true, int32_t *harg = NULL)
 {
     const struct model_hparams *hp = &be->base.model->hp;
     const int64_t V = hp->n_vocab;
     tmp t = tmp_begin(be);
-    float *h, *dl;
+    float *h, *dl, *di = NULL;
     int rc = talloc(&t, &h, T * hp->n_embd);
     if (rc == 0) rc = talloc(&t, &dl, T * V);
+    if (rc == 0 && harg) rc = talloc(&t, &di, T);
     if (rc == 0) rc = hc_mix(be, mixer, X, T, h, NULL);
     if (rc == 0) rc = matmul(be, out_w, h, hp->n_embd, T, dl, V);
     if (rc == 0) {
-        cudaError_t ce = cudaMemcpyAsync(logits, dl, (size_t)(T * V) * sizeof(float), cudaMemcpyDeviceToHost, be->st);
+        cudaError_t ce = cudaSuccess;
+        if (harg) {
+            k_argmax<<<(unsigned)T, ARGMAX_THREADS, 0, be->st>>>(dl, V, (int32_t *)di);
+            ce = cudaGetLastError();
+            if (ce == cudaSuccess)
+                ce = cudaMemcpyAsync(harg, di, (size_t)T * sizeof(int32_t), cudaMemcpyDeviceToHost, be->st);
+        }
+        if (ce == cudaSuccess && logits)
+            ce = cudaMemcpyAsync(logits, dl, (size_t)(T * V) * sizeof(float), cudaMemcpyDeviceToHost, be->st);
         if (ce == cudaSuccess && sync) ce = cudaStreamSynchronize(be->st);
         if (ce != cudaSuccess) rc = cu_fail(ce, "logits to the host", __LINE__);
     }
@@ -1480,7 +1494,8 @@ static int eval_dev(cuda_seq *s, const struct gw_eval_args *a, const int64_t *dp
     free(htap);
     const int first = a->logits_rows == GW_ROWS_LAST ? T - 1 : 0;
     if (rc == 0 && a->logits_rows != GW_ROWS_NONE)
-        rc = head(be, &be->output_hc, be->output, X + first * wide, T - first, dpos ? be->h_out : a->logits, !dpos);
+        rc = head(be, &be->output_hc, be->output, X + first * wide, T - first,
+                  dpos ? (a->logits ? be->h_out : NULL) : a->logits, !dpos, dpos ? (a->argmax ? be->h_arg : NULL) : a->argmax);
     if (rc == 0 && a->wide_rows != GW_ROWS_NONE) {
         const int w0 = a->wide_rows == GW_ROWS_LAST ? T - 1 : 0;
         ce = cudaMemcpyAsync(dpos ? be->h_out + V : a->wide, X + w0 * wide, (size_t)((T - w0) * wide) * sizeof(float),
@@ -1524,8 +1539,9 @@ static int decode_graph(cuda_seq *s, const struct gw_eval_args *a)
     be->h_tok[0] = a->tokens[0];
     be->h_pos[0] = pos0;
     if (hp->ple_layer >= 0) cpu_ple_rows(hp, s->tokens, pos0, be->h_rows);
-    const int64_t key[7] = {s->cap, be->rope_cap, (int64_t)(uintptr_t)be->arena, (int64_t)be->arena_cap,
-                            a->logits_rows != GW_ROWS_NONE, a->wide_rows != GW_ROWS_NONE, be->layout_gen};
+    const int64_t key[8] = {s->cap, be->rope_cap, (int64_t)(uintptr_t)be->arena, (int64_t)be->arena_cap,
+                            a->logits_rows != GW_ROWS_NONE && a->logits, a->wide_rows != GW_ROWS_NONE, be->layout_gen,
+                            a->logits_rows != GW_ROWS_NONE && a->argmax};
     if (!s->exec || memcmp(key, s->gkey, sizeof key)) {
         if (s->exec) cudaGraphExecDestroy(s->exec);
         s->exec = NULL;
@@ -1548,7 +1564,8 @@ static int decode_graph(cuda_seq *s, const struct gw_eval_args *a)
     CK(cudaStreamSynchronize(be->st));
     /* every trunk layer's k routed pairs ran on the device (no remote hook in a graph) */
     __atomic_add_fetch(&be->base.experts_computed, (uint64_t)hp->n_expert_used * hp->n_layer, __ATOMIC_RELAXED);
-    if (a->logits_rows != GW_ROWS_NONE) memcpy(a->logits, be->h_out, (size_t)V * sizeof(float));
+    if (a->logits_rows != GW_ROWS_NONE && a->logits) memcpy(a->logits, be->h_out, (size_t)V * sizeof(float));
+    if (a->logits_rows != GW_ROWS_NONE && a->argmax) a->argmax[0] = be->h_arg[0];
     if (a->wide_rows != GW_ROWS_NONE) memcpy(a->wide, be->h_out + V, (size_t)wide * sizeof(float));
     for (int i = 0; i < hp->n_layer; i++) {
         const int cr = m->layers[i].compress_ratio;
@@ -1661,5 +1678,5 @@ static int cuda_mtp_eval(gw_seq *gs, const struct gw_mtp_args *a, char *err, siz
 
 extern "C" const struct gw_backend_ops gw_cuda_ops = {
     "cuda",          cuda_create,    cuda_free, cuda_seq_create, cuda_seq_free, cuda_seq_reset, cuda_seq_truncate,
-    cuda_seq_copy,   cuda_eval,      cuda_mtp_eval,
+    cuda_seq_copy,   cuda_eval,      cuda_mtp_eval,  true,
 };

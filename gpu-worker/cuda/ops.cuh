@@ -731,6 +731,32 @@ __global__ void k_split(const int32_t *ids, const float *wts, const int32_t *slo
         }
 }
 
+/* out[r] = the index of the largest of the V values of row r (the first of
+ * equal ones), one block of ARGMAX_THREADS per row. */
+#define ARGMAX_THREADS 256
+__global__ void k_argmax(const float *v, int64_t V, int32_t *out)
+{
+    __shared__ float bv[ARGMAX_THREADS];
+    __shared__ int64_t bi[ARGMAX_THREADS];
+    const float *x = v + (int64_t)blockIdx.x * V;
+    float best = -INFINITY;
+    int64_t at = -1;
+    for (int64_t i = threadIdx.x; i < V; i += ARGMAX_THREADS)
+        if (at < 0 || x[i] > best) best = x[i], at = i; /* ascending i: the first of equals kept */
+    bv[threadIdx.x] = best, bi[threadIdx.x] = at;
+    __syncthreads();
+    for (int s = ARGMAX_THREADS / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            const float ov = bv[threadIdx.x + s];
+            const int64_t oi = bi[threadIdx.x + s];
+            if (oi >= 0 && (bi[threadIdx.x] < 0 || ov > bv[threadIdx.x] || (ov == bv[threadIdx.x] && oi < bi[threadIdx.x])))
+                bv[threadIdx.x] = ov, bi[threadIdx.x] = oi;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = (int32_t)bi[0];
+}
+
 /* contrib[slot[i]] = remote[i] */
 __global__ void k_scatter_rows(const float *src, const int32_t *slot, int n, int64_t C, float *contrib)
 {

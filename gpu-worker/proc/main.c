@@ -71,10 +71,11 @@ static void usage(FILE *f)
                "--backend picks the compute backend (default: $NEBULA_GW_BACKEND, else cpu); cuda\n"
                "runs the forward pass on the GPU and fails the configuration where there is none.\n"
                "--kernels picks its matrix kernels (default: $NEBULA_CUDA_KERNELS, else ref).\n"
-               "--vram-budget (like 80G) caps its device memory: dense weights + MTP + K/V for --ctx\n"
-               "positions (default: the model's context) + the VRAM-tier experts + scratch must fit,\n"
-               "or the configuration fails naming each part.  Without it, placement.json's\n"
-               "request.vram_budget (the weights' share) plus K/V and scratch is the cap.\n");
+               "--vram-budget (like 80G; default $NEBULA_GW_VRAM_BUDGET) caps its device memory:\n"
+               "dense weights + MTP + K/V for --ctx positions (default: the model's context) + the\n"
+               "VRAM-tier experts + scratch must fit, or the configuration fails naming each part.\n"
+               "Without it, placement.json's request.vram_budget (the weights' share) plus K/V and\n"
+               "scratch is the cap.\n");
 }
 
 static int send_simple(struct gwp *w, const char *type, const char *message)
@@ -347,6 +348,11 @@ int main(int argc, char **argv)
     uint64_t vram_budget = 0;
     long long n_ctx = 0;
     char err[512];
+    const char *env_budget = getenv("NEBULA_GW_VRAM_BUDGET"); /* how a coordinator-started worker gets one */
+    if (env_budget && *env_budget && gw_vram_parse_bytes(env_budget, &vram_budget, err, sizeof err)) {
+        fprintf(stderr, "nebula-gpu-worker: $NEBULA_GW_VRAM_BUDGET: %s\n", err);
+        return 2;
+    }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
         if (!strcmp(argv[i], "--control") && i + 1 < argc) endpoint = argv[++i];

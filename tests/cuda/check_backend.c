@@ -29,7 +29,8 @@
  *   vram-tier (--remote) the all-remote backend's peak VRAM is below the
  *             all-local one's by ≥ 90% of the expert slots' bytes (checked
  *             where the slots are ≥ 64 MiB: allocator granularity);
- *   vram-budget  a budget of 4 KiB is refused with every part named.
+ *   vram-budget  a budget of 4 KiB is refused with every part named;
+ *   argmax    greedy with gw_eval_args.argmax (no logits copied): the same ids.
  * --kernels picks the cuda backends' matrix kernels (default: the backend's:
  * $NEBULA_CUDA_KERNELS, else ref); "fast" must pass the same checks.
  * Logits pass when max|cuda − cpu| ≤ tol · max|cpu| (tol 1e-3).  Exit 0 only
@@ -193,7 +194,7 @@ static void eval(gw_seq *s, const int32_t *tok, int n, enum gw_rows lr, float *l
                  struct routes *rt)
 {
     char err[512];
-    struct gw_eval_args a = {tok, n, lr, logits, wr, wide, NULL, NULL, rt ? route_tap : NULL, rt};
+    struct gw_eval_args a = {tok, n, lr, logits, wr, wide, NULL, NULL, rt ? route_tap : NULL, rt, NULL};
     if (gw_eval(s, &a, err, sizeof err)) die("eval", err);
 }
 
@@ -230,6 +231,24 @@ static double greedy_h(gw_backend *be, const int32_t *prompt, int np, int n, int
 static double greedy(gw_backend *be, const int32_t *prompt, int np, int n, int32_t *out, float *last_logits)
 {
     return greedy_h(be, prompt, np, n, out, last_logits, NULL);
+}
+
+/* Greedy generation with the argmax taken by the backend and no logits copied
+ * out (gw_eval_args.argmax); returns seconds of the decode loop. */
+static double greedy_argmax(gw_backend *be, const int32_t *prompt, int np, int n, int32_t *out)
+{
+    char err[512];
+    gw_seq *s = seq(be);
+    struct gw_eval_args a = {.tokens = prompt, .n_tokens = np, .logits_rows = GW_ROWS_LAST, .argmax = &out[0]};
+    if (gw_eval(s, &a, err, sizeof err)) die("eval (argmax)", err);
+    double t0 = now();
+    for (int i = 1; i < n; i++) {
+        struct gw_eval_args b = {.tokens = &out[i - 1], .n_tokens = 1, .logits_rows = GW_ROWS_LAST, .argmax = &out[i]};
+        if (gw_eval(s, &b, err, sizeof err)) die("eval (argmax)", err);
+    }
+    double dt = now() - t0;
+    gw_seq_free(s);
+    return dt;
 }
 
 static int same_prefix(const int32_t *a, const int32_t *b, int n)
@@ -379,6 +398,14 @@ int main(int argc, char **argv)
         printf("     (decode without graphs %.1f tok/s, with graphs %.1f tok/s)\n", (n_greedy - 1) / dp,
                (n_greedy - 1) / dg);
         report("experts-g", graph_pairs == want, "%.0f routed pairs computed with graphs", (double)graph_pairs);
+        /* the argmax on the device, one int copied a step */
+        int32_t *ga = malloc((size_t)n_greedy * sizeof *ga);
+        double da = greedy_argmax(gpu, tok, T, n_greedy, ga);
+        int sa = same_prefix(gg, ga, n_greedy);
+        report("argmax", sa == n_greedy, "%.0f greedy ids identical with the argmax on the device", sa);
+        printf("     (decode with the device argmax %.1f tok/s, logits copied %.1f tok/s)\n", (n_greedy - 1) / da,
+               (n_greedy - 1) / dg);
+        free(ga);
         gw_backend_free(plain);
         free(gp), free(hg), free(hp_);
         if (remote) {
@@ -450,7 +477,7 @@ int main(int argc, char **argv)
         gw_seq *bs = NULL;
         if (brc == 0 && (brc = gw_seq_create(nb, &bs, berr, sizeof berr)) == 0) {
             float *bl = malloc((size_t)V * sizeof *bl);
-            struct gw_eval_args ba = {tok, 1, GW_ROWS_LAST, bl, GW_ROWS_NONE, NULL, NULL, NULL, NULL, NULL};
+            struct gw_eval_args ba = {.tokens = tok, .n_tokens = 1, .logits_rows = GW_ROWS_LAST, .logits = bl};
             brc = gw_eval(bs, &ba, berr, sizeof berr);
             free(bl);
         }
