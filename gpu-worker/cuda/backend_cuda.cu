@@ -2,24 +2,30 @@
  *
  * The whole forward pass runs on the GPU, layer by layer like the CPU
  * reference (gpu-worker/cpu/backend_cpu.c), whose arithmetic it follows step
- * for step (ops.cuh says how closely).  At creation every weight is copied to
- * the device as the file stores it (formats without a device decoder are
- * widened to F32 on the way), and the small tensors (norms, conv kernels,
- * biases) as fp32.  A sequence keeps all its state on the device: GDN conv
- * and recurrent state, K/V, raw indexer keys and block keys, the PLE conv
- * state, the MTP K/V; the token history stays on the host, where the PLE
- * n-gram rows are hashed (cpu_ple_rows) before the rows are gathered on the
- * device, or asked of the gw_ple_rows hook.
+ * for step (ops.cuh says how closely) with the "ref" matrix kernels, or
+ * within fp32 rounding of it with "fast" (matvec.cu).  At creation the dense
+ * weights are copied to the device as the file stores them (formats without
+ * a device decoder are widened to F32 on the way), and the small tensors
+ * (norms, conv kernels, biases) as fp32.  A sequence keeps all its state on
+ * the device: GDN conv and recurrent state, K/V, raw indexer keys and block
+ * keys, the PLE conv state, the MTP K/V; the token history stays on the
+ * host, where the PLE n-gram rows are hashed (cpu_ple_rows) before the rows
+ * are gathered on the device, or asked of the gw_ple_rows hook.
  *
- * Routed experts run for all (token, slot) pairs of a batch at once; the
- * pairs whose expert is remote (gw_moe_remote) are skipped there, their rows
- * copied to the host, computed by the hook and copied back into the same
- * contribution slots, and every token's k contributions are then added in
- * ascending expert order, so placement never changes the result.  That
- * first version synchronises the stream for each MoE layer with remote
- * pairs (and for the route and layer taps); without hooks or taps an eval
- * synchronises once, to copy the logits out, and a one-token eval replays a
- * CUDA graph of the whole step (decode_graph).
+ * Routed experts (the VRAM tier): only the experts computed here are
+ * uploaded, into per-layer slot arrays with a device table expert → slot
+ * (expert_layout; the map comes with the parameters or from the remote hook,
+ * and a changed map is laid out again).  All (token, expert) pairs of a
+ * batch run at once; pairs without a slot are listed on the device
+ * (k_split), copied to the host with x, and computed by the gw_moe_remote
+ * hook while the device runs the resident pairs and the shared expert
+ * (moe_forward); their results are scattered back into their pairs'
+ * contribution rows, and every token's k contributions are then added in
+ * ascending expert order, so placement never changes the result.  Without
+ * hooks or taps an eval synchronises once, to copy the logits (or only their
+ * argmax) out, and a one-token eval replays a CUDA graph of the whole step
+ * (decode_graph).  The peak device memory is measured (vram_note) and the
+ * budget checked at the layout (gpu-worker/vram.c).
  *
  * Temporaries come from the stream-ordered allocator (cudaMallocAsync), so
  * nothing is sized ahead for the largest batch.  Any CUDA failure marks the
@@ -1506,15 +1512,10 @@ static int eval_dev(cuda_seq *s, const struct gw_eval_args *a, const int64_t *dp
     return tdone(&t, rc);
 }
 
-/* Arena bytes for the temporaries of a captured one-token step at K/V capacity cap. */
-static size_t arena_need(const struct model_hparams *hp, int64_t cap)
-{
-    return ((size_t)64 << 20) + 4 * ((size_t)2 * hp->n_vocab + (size_t)hp->n_head * cap + 2 * (size_t)cap + 2 * 1024);
-}
-
 /* The one-token decode step as a CUDA graph.  It is captured once per
  * sequence and replayed while nothing it bakes in changes: the K/V buffers
- * (capacity), the RoPE tables, the arena and which outputs are asked.  The
+ * (capacity), the RoPE tables, the arena, the expert layout and which
+ * outputs are asked.  The
  * position and token reach the replayed kernels through d_pos / d_tok, copied
  * from pinned host words by the graph's first nodes, and the PLE rows (hashed
  * on the host) likewise; every launch is position-independent (ops.cuh: the
@@ -1527,7 +1528,7 @@ static int decode_graph(cuda_seq *s, const struct gw_eval_args *a)
     const int64_t pos0 = s->base.n_pos, V = hp->n_vocab, wide = model_wide(hp);
     TRY(seq_reserve(s, pos0 + 1));
     TRY(rope_reserve(be, pos0 + 1));
-    const size_t need = arena_need(hp, s->cap);
+    const size_t need = gw_vram_arena_bytes(m, s->cap); /* gpu-worker/vram.c: the budget counts it */
     if (be->arena_cap < need) {
         CK(cudaStreamSynchronize(be->st));
         cudaFree(be->arena);

@@ -1,8 +1,9 @@
 /* check_backend.c — the CUDA backend against the CPU reference, on a GPU.
  *
- *   check_backend MODEL.gguf TOKENS.txt [--greedy N] [--remote] [--tol X] [--kernels ref|fast]
+ *   check_backend MODEL.gguf TOKENS.txt [--greedy N] [--remote] [--tol X] [--kernels ref|fast] [--prompt N]
  *
- * TOKENS.txt holds the prompt (whitespace-separated ids).  Checks, each
+ * TOKENS.txt holds the prompt (whitespace-separated ids; --prompt N: its
+ * first N only, which keeps the CPU reference side short on big models).  Checks, each
  * printed as one PASS/FAIL line with its measured numbers:
  *   prefill   every row's logits of the whole prompt in one eval, and the
  *             routes chosen in every MoE layer (route tap), vs the CPU (the
@@ -26,9 +27,10 @@
  *             two laid out at the first eval);
  *   relayout  (--remote) the all-local backend given a placement, then none
  *             again: its experts re-laid out each time, greedy ids identical;
- *   vram-tier (--remote) the all-remote backend's peak VRAM is below the
- *             all-local one's by ≥ 90% of the expert slots' bytes (checked
- *             where the slots are ≥ 64 MiB: allocator granularity);
+ *   vram-tier (--remote) the all-remote backend's peak VRAM is below an
+ *             all-local one's (made and run alike) by ≥ 90% of the expert
+ *             slots' bytes (checked where the slots are ≥ 64 MiB: the
+ *             allocator's granularity);
  *   vram-budget  a budget of 4 KiB is refused with every part named;
  *   argmax    greedy with gw_eval_args.argmax (no logits copied): the same ids.
  * --kernels picks the cuda backends' matrix kernels (default: the backend's:
@@ -264,13 +266,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s MODEL.gguf TOKENS.txt [--greedy N] [--remote] [--tol X]\n", argv[0]);
         return 2;
     }
-    int n_greedy = 32;
+    int n_greedy = 32, n_prompt = 0;
     bool remote = false;
     for (int i = 3; i < argc; i++) {
         if (!strcmp(argv[i], "--greedy") && i + 1 < argc) n_greedy = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--remote")) remote = true;
         else if (!strcmp(argv[i], "--tol") && i + 1 < argc) tol = atof(argv[++i]);
         else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) kernels = argv[++i];
+        else if (!strcmp(argv[i], "--prompt") && i + 1 < argc) n_prompt = atoi(argv[++i]);
         else {
             fprintf(stderr, "unknown argument %s\n", argv[i]);
             return 2;
@@ -282,6 +285,7 @@ int main(int argc, char **argv)
     const struct model_hparams *hp = &m->hp;
     int T;
     int32_t *tok = read_tokens(argv[2], &T);
+    if (n_prompt > 0 && n_prompt < T) T = n_prompt;
     if (T < 4) die("tokens", "fewer than 4");
     const int64_t V = hp->n_vocab, wide = model_wide(hp);
     printf("== %s: %d layers%s, %d experts (k=%d), C=%lld, V=%lld; prompt of %d tokens\n", argv[1], hp->n_layer,
@@ -438,10 +442,14 @@ int main(int argc, char **argv)
                 if (pat == 0) peak_none = gw_backend_vram_bytes(rb);
                 gw_backend_free(rb);
             }
-            /* only the resident experts take VRAM */
+            /* only the resident experts take VRAM: an all-local backend made and run
+             * as the all-remote one was (the same backends alive beside it) */
             struct gw_vram_parts all;
             gw_vram_plan(m, NULL, 0, &all);
-            const uint64_t peak_all = gw_backend_vram_bytes(gpu);
+            gw_backend *full = make(m, "cuda");
+            greedy(full, tok, T, n_greedy, gr, NULL);
+            const uint64_t peak_all = gw_backend_vram_bytes(full);
+            gw_backend_free(full);
             printf("     (VRAM peak: all experts local %.1f MiB, all remote %.1f MiB; the slots of all experts %.1f MiB)\n",
                    mib(peak_all), mib(peak_none), mib(all.slots));
             if (all.slots >= (64ull << 20))
