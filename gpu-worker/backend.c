@@ -66,6 +66,11 @@ uint64_t gw_backend_experts_computed(const gw_backend *be)
     return __atomic_load_n(&be->experts_computed, __ATOMIC_RELAXED);
 }
 
+uint64_t gw_backend_bytes_copied(const gw_backend *be)
+{
+    return __atomic_load_n(&be->bytes_copied, __ATOMIC_RELAXED);
+}
+
 uint64_t gw_backend_vram_bytes(const gw_backend *be) { return __atomic_load_n(&be->vram_peak, __ATOMIC_RELAXED); }
 
 int gw_seq_create(gw_backend *be, gw_seq **out, char *err, size_t errlen)

@@ -165,6 +165,11 @@ uint64_t gw_backend_experts_computed(const gw_backend *be);
  * GPU count too).  0 for backends without a device. */
 uint64_t gw_backend_vram_bytes(const gw_backend *be);
 
+/* Bytes copied host → device by evals and MTP steps since creation (remote
+ * expert results, PLE rows, tokens, experts laid out again; not the weights
+ * uploaded at creation).  0 for backends without a device. */
+uint64_t gw_backend_bytes_copied(const gw_backend *be);
+
 /* ---- the VRAM budget (gpu-worker/vram.c; host arithmetic, no device) ---- */
 
 /* The parts a CUDA backend's device memory is made of, in bytes. */

@@ -145,6 +145,7 @@ struct cuda_backend {
     size_t free0;         /* cudaMemGetInfo's free bytes before creation */
     uint64_t dense_bytes, mtp_bytes; /* weights uploaded at creation (MTP: the nextn layers' own) */
     bool acct_mtp;        /* dev_alloc counts into mtp_bytes */
+    bool created;         /* creation done: uploads count as bytes copied */
     /* pinned staging of the remote pairs (moe_forward) */
     int32_t *h_split;     /* k_split's output: 1 + 3·P */
     float *h_splitw, *h_x, *h_rout, *h_wts;
@@ -190,6 +191,9 @@ static int dev_alloc(cuda_backend *be, void **p, size_t bytes)
     *(be->acct_mtp ? &be->mtp_bytes : &be->dense_bytes) += bytes;
     return track(be, *p);
 }
+
+/* Host → device bytes of evals (gw_backend_bytes_copied). */
+static void copied(cuda_backend *be, uint64_t n) { __atomic_add_fetch(&be->base.bytes_copied, n, __ATOMIC_RELAXED); }
 
 /* Peak device use so far (gw_backend_vram_bytes): free memory at creation − free now. */
 static void vram_note(cuda_backend *be)
@@ -544,6 +548,7 @@ static int expert_layout(cuda_backend *be, const uint8_t *local)
             }
             for (int e = 0; e < E && rc == 0; e++)
                 if (slot[e] >= 0) rc = put_expert(ts[j], e, (uint8_t *)c->slot_mem[j] + (size_t)slot[e] * sm.mat_bytes, buf);
+            if (rc == 0 && be->created) copied(be, (uint64_t)c->n_slots * sm.mat_bytes);
         }
         if (rc == 0) {
             cudaError_t ce = cudaMemcpy(c->slot_of, slot, (size_t)E * sizeof *slot, cudaMemcpyHostToDevice);
@@ -632,6 +637,7 @@ static int cuda_create(const struct model *m, const struct gw_backend_params *p,
     int rc = cuda_setup(be);
     if (rc == 0) vram_note(be);
     if (rc == 0 && p && p->local) rc = expert_layout(be, p->local);
+    be->created = true;
     if (rc) {
         cuda_free(&be->base);
         return nb_errf(err, errlen, rc, "cuda backend: %s", g_msg);
@@ -1244,6 +1250,7 @@ static int ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lsta
             snprintf(g_msg, sizeof g_msg, "PLE row hook: %s", herr);
         } else {
             cudaError_t ce = cudaMemcpyAsync(e, he, (size_t)(T * P) * sizeof *he, cudaMemcpyHostToDevice, st);
+            copied(be, (uint64_t)(T * P) * sizeof *he);
             if (ce == cudaSuccess) ce = cudaStreamSynchronize(st); /* he is freed below */
             if (ce != cudaSuccess) rc = cu_fail(ce, "PLE rows upload", __LINE__);
         }
@@ -1251,6 +1258,7 @@ static int ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lsta
         rc = talloc(&t, &drows, (int64_t)T * NH * 2); /* int64 */
         cudaError_t ce = cudaSuccess;
         if (rc == 0) ce = cudaMemcpyAsync(drows, rows, (size_t)T * NH * sizeof *rows, cudaMemcpyHostToDevice, st);
+        if (rc == 0 && !graph) copied(be, (uint64_t)T * NH * sizeof *rows); /* graphs: at each replay */
         if (rc == 0 && ce == cudaSuccess && !graph) ce = cudaStreamSynchronize(st); /* rows is freed below */
         if (rc == 0 && ce == cudaSuccess) {
             k_get_rows<int64_t><<<(unsigned)(T * NH), nthr(W), 0, st>>>(be->ple_table, (const int64_t *)drows, e, W);
@@ -1375,6 +1383,7 @@ static int moe_forward(cuda_backend *be, const cu_layer *c, int il, const float 
         if (rc == 0) rc = talloc(&t, &dout, (int64_t)n_miss * C);
         if (rc == 0) {
             ce = cudaMemcpyAsync(dout, be->h_rout, (size_t)n_miss * C * sizeof(float), cudaMemcpyHostToDevice, st);
+            copied(be, (uint64_t)n_miss * C * sizeof(float));
             if (ce == cudaSuccess) {
                 k_scatter_rows<<<nblk((int64_t)n_miss * C, 256), 256, 0, st>>>(dout, split + 1 + 2 * P, n_miss, C, contrib);
                 ce = cudaGetLastError();
@@ -1477,6 +1486,7 @@ static int eval_dev(cuda_seq *s, const struct gw_eval_args *a, const int64_t *dp
         } else {
             ce = cudaMemcpyAsync(tokf, a->tokens, (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice, st);
             if (ce == cudaSuccess) ce = cudaStreamSynchronize(st);
+            copied(be, (uint64_t)T * sizeof(int32_t));
         }
         if (ce == cudaSuccess) {
             k_get_rows<int32_t><<<(unsigned)T, nthr(C), 0, st>>>(be->tok_embd, dtok, e, C);
@@ -1562,6 +1572,8 @@ static int decode_graph(cuda_seq *s, const struct gw_eval_args *a)
         memcpy(s->gkey, key, sizeof key);
     }
     CK(cudaGraphLaunch(s->exec, be->st));
+    /* the replay's first copies: token, position, PLE rows */
+    copied(be, sizeof(int32_t) + sizeof(int64_t) + (hp->ple_layer >= 0 ? (uint64_t)hp->ple_n_heads * sizeof(int64_t) : 0));
     CK(cudaStreamSynchronize(be->st));
     /* every trunk layer's k routed pairs ran on the device (no remote hook in a graph) */
     __atomic_add_fetch(&be->base.experts_computed, (uint64_t)hp->n_expert_used * hp->n_layer, __ATOMIC_RELAXED);
@@ -1635,6 +1647,7 @@ static int mtp_body(cuda_seq *s, const struct gw_mtp_args *a)
     if (rc == 0) {
         ce = cudaMemcpyAsync(tokf, a->tokens, (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice, st);
         if (ce == cudaSuccess) ce = cudaMemcpyAsync(win, a->wide_in, (size_t)(T * wide) * sizeof(float), cudaMemcpyHostToDevice, st);
+        copied(be, (uint64_t)T * sizeof(int32_t) + (uint64_t)(T * wide) * sizeof(float));
         if (ce == cudaSuccess) ce = cudaStreamSynchronize(st);
         if (ce == cudaSuccess) {
             k_get_rows<int32_t><<<(unsigned)T, nthr(C), 0, st>>>(c->embed, (const int32_t *)tokf, e, C);

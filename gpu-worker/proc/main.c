@@ -227,12 +227,13 @@ static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slo
         if (ids[i] < 0 || ids[i] >= w->m->hp.n_vocab) return nb_errf(err, errlen, NB_EINVAL, "token %d out of vocabulary", ids[i]);
     struct gw_eval_args a = {.tokens = ids, .n_tokens = (int)n, .logits_rows = GW_ROWS_LAST, .logits = resp->payload,
                              .tap = layer_tap, .tap_ctx = w, .route_tap = route_tap, .route_ctx = w};
-    uint64_t t0 = now_ns(), computed0 = gw_backend_experts_computed(w->be);
+    uint64_t t0 = now_ns(), computed0 = gw_backend_experts_computed(w->be), copied0 = gw_backend_bytes_copied(w->be);
     w->layer_t0 = t0;
     int rc = gw_eval(w->seq, &a, err, errlen);
     shm_stats_add(w->stats, w->block, SHM_STAT_BUSY_NS, now_ns() - t0);
     shm_stats_add(w->stats, w->block, SHM_STAT_EXPERTS_COMPUTED, gw_backend_experts_computed(w->be) - computed0);
     shm_stats_add(w->stats, w->block, SHM_STAT_TOKENS, n);
+    shm_stats_add(w->stats, w->block, SHM_STAT_BYTES_COPIED, gw_backend_bytes_copied(w->be) - copied0);
     publish_vram(w);
     if (rc) return rc;
     resp->hdr->n_tokens = 1, resp->hdr->payload_bytes = (uint32_t)(w->m->hp.n_vocab * 4);
@@ -357,7 +358,13 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
         if (!strcmp(argv[i], "--control") && i + 1 < argc) endpoint = argv[++i];
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
-        else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) kernels = argv[++i];
+        else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) {
+            kernels = argv[++i];
+            if (strcmp(kernels, "ref") && strcmp(kernels, "fast")) {
+                fprintf(stderr, "nebula-gpu-worker: --kernels \"%s\": want ref or fast\n", kernels);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--vram-budget") && i + 1 < argc) {
             if (gw_vram_parse_bytes(argv[++i], &vram_budget, err, sizeof err)) {
                 fprintf(stderr, "nebula-gpu-worker: --vram-budget: %s\n", err);

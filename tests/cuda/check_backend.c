@@ -31,6 +31,8 @@
  *             all-local one's (made and run alike) by ≥ 90% of the expert
  *             slots' bytes (checked where the slots are ≥ 64 MiB: the
  *             allocator's granularity);
+ *   copied    (--remote) gw_backend_bytes_copied covers the remote results
+ *             (pairs × C floats) under each placement;
  *   vram-budget  a budget of 4 KiB is refused with every part named;
  *   argmax    greedy with gw_eval_args.argmax (no logits copied): the same ids.
  * --kernels picks the cuda backends' matrix kernels (default: the backend's:
@@ -440,6 +442,11 @@ int main(int argc, char **argv)
                 printf("     (%s: %llu pairs computed remotely, %.1f tok/s, VRAM peak %.1f MiB)\n", names[pat],
                        (unsigned long long)rctx.pairs, (n_greedy - 1) / dr, mib(gw_backend_vram_bytes(rb)));
                 if (pat == 0) peak_none = gw_backend_vram_bytes(rb);
+                /* the remote results came back host → device: C floats a pair, at least */
+                const uint64_t cb = gw_backend_bytes_copied(rb), want_cb = rctx.pairs * (uint64_t)hp->n_embd * 4;
+                snprintf(name, sizeof name, "copied-%d", pat);
+                report(name, cb >= want_cb, "%.0f bytes copied to the device", (double)cb);
+                printf("     (remote results: %llu bytes)\n", (unsigned long long)want_cb);
                 gw_backend_free(rb);
             }
             /* only the resident experts take VRAM: an all-local backend made and run
