@@ -68,6 +68,11 @@ if total != k * layers * gw["tokens"]:
 if gw["experts_computed"] != gw["expert_hits"]: err.append("gpu-worker computed %d, routed to it %d" % (gw["experts_computed"], gw["expert_hits"]))
 if cm["experts_computed"] != gw["expert_misses"]: err.append("cpu-moe-worker computed %d, routed to it %d" % (cm["experts_computed"], gw["expert_misses"]))
 if status["experts_computed"] != total: err.append("status says %s computed" % status["experts_computed"])
+# the cuda gpu-worker publishes its peak VRAM, and copies the remote results to the device
+import os
+if "vram_peak_bytes" not in status: err.append("status lacks vram_peak_bytes")
+if os.environ.get("NEBULA_GW_BACKEND") == "cuda" and not status.get("vram_peak_bytes"): err.append("cuda gpu-worker: no VRAM peak")
+if os.environ.get("NEBULA_GW_BACKEND") == "cuda" and gw["expert_misses"] and gw["bytes_copied"] < gw["expert_misses"] * 4: err.append("cuda gpu-worker: bytes_copied %d" % gw["bytes_copied"])
 print("; ".join(err))
 sys.exit(1 if err else 0)
 PY
