@@ -36,6 +36,7 @@ cfg=$tmp/tiny.json
 "$gen" "$tmp/x.gguf" --config "$cfg" --layers 0 2>"$tmp/e"; [ $? -eq 2 ] && grep -q -- "--layers" "$tmp/e" && ok || bad "--layers 0: '$(cat "$tmp/e")'"
 "$gen" "$tmp/x.gguf" --config "$cfg" --layers two 2>"$tmp/e"; [ $? -eq 2 ] && ok || bad "--layers two accepted"
 "$gen" "$tmp/x.gguf" --config "$cfg" --skew -1 2>"$tmp/e"; [ $? -eq 2 ] && ok || bad "--skew -1 accepted"
+"$gen" "$tmp/x.gguf" --config "$cfg" --seed -1 2>"$tmp/e"; [ $? -eq 2 ] && grep -q -- "--seed" "$tmp/e" && ok || bad "--seed -1 accepted"
 "$gen" "$tmp/x.gguf" --config "$tmp/none.json" 2>"$tmp/e"; [ $? -eq 2 ] && grep -q "cannot read the config" "$tmp/e" && ok || bad "missing config: '$(cat "$tmp/e")'"
 "$gen" "$tmp/x.gguf" --config "$cfg" --layers 9 -q 2>"$tmp/e"; [ $? -eq 1 ] && grep -qi "layers" "$tmp/e" && ok || bad "--layers past the config: '$(cat "$tmp/e")'"
 [ ! -e "$tmp/x.gguf" ] && [ ! -e "$tmp/x.gguf.tmp" ] && ok || bad "a failed run left a file"

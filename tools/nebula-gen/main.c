@@ -169,10 +169,16 @@ int main(int argc, char **argv)
         case 'B':
             if (parse_num("--ngram-base", optarg, 2, 1e12, &ngram_base) || ngram_base != floor(ngram_base)) return 2;
             break;
-        case 's':
-            if (parse_num("--seed", optarg, 0, 1.8e19, &v) || v != floor(v)) return 2;
-            synth.seed = (uint64_t)v;
+        case 's': {
+            char *end;
+            errno = 0;
+            synth.seed = strtoull(optarg, &end, 0);
+            if (errno || end == optarg || *end || optarg[0] == '-') {
+                fprintf(stderr, "nebula-gen: --seed wants a non-negative integer, got '%s'\n", optarg);
+                return 2;
+            }
             break;
+        }
         case 'c': config = optarg; break;
         case 'M': want_mtp = false; break;
         case 'n': name = optarg; break;
