@@ -118,7 +118,8 @@ gen_args=(--config "$config" --layers "$layers" --mix "$mix" --ngram-base "$ngra
 "$bin/nebula-gen" --dry-run "${gen_args[@]}" >"$tmp/slice.json" 2>"$tmp/e" || die "nebula-gen: $(cat "$tmp/e")"
 slice() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$tmp/slice.json" "$1"; }
 skew=$(slice skew) vocab=$(slice vocab)
-name=synthetic-$(basename "$config" .json)-${layers}l-$mix-skew$skew
+cfgname=$(basename "$config" .json)
+name=synthetic-${cfgname%.config}-${layers}l-$mix-skew$skew
 model=$models/$name.gguf
 if [ ! -s "$model" ]; then
     echo "bench-cuda: generating $model" >&2
