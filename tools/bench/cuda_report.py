@@ -144,17 +144,17 @@ def report(a):
     for r in rows:
         groups.setdefault((r["config"], r["prompt"]), []).append(r)
     g = bw.get("gpu")
-    print(f"Synthetic Qwen3.8-Flash-Next slice: {meta['layers']} of 48 layers at the released widths, mix "
+    print(f"- Synthetic Qwen3.8-Flash-Next slice: {meta['layers']} of 48 layers at the released widths, mix "
           f"{meta['mix']}, router skew {meta['skew']}, {meta['backend']} backend; {meta['gen']} generated tokens, "
           f"{meta['reps']} repetitions (median; decode min–max).")
-    print(f"Budgets: `slots` = nebula-prepare --vram-budget {meta['slots_budget_bytes'] / 2**30:.2f} GiB "
+    print(f"- Budgets: `slots` = nebula-prepare --vram-budget {meta['slots_budget_bytes'] / 2**30:.2f} GiB "
           f"({meta['budget_note']}); `zero-slot` = --vram-budget 0 (every routed expert on the CPU, as llama.cpp "
           f"`-ot exps=CPU`); RAM budget all.")
-    print(f"Bandwidths ({bw.get('source', 'nebula-bench-bw, same run')}): "
+    print(f"- Bandwidths ({bw.get('source', 'nebula-bench-bw, same run')}): "
           + (f"GPU {g['name']} read {g['read_gbs']:.0f} GB/s, copy {g['copy_gbs']:.0f} GB/s, pinned H2D "
              f"{g['h2d_pinned_gbs']:.1f} GB/s; " if g else "no GPU; ")
           + f"RAM read {bw['ram']['read_gbs']:.1f} GB/s with {bw['ram']['threads']} threads.")
-    print(f"Roofline: `tools/bench/roofline.py` on the row's bytes per decode token: dense "
+    print(f"- Roofline: `tools/bench/roofline.py` on the row's bytes per decode token: dense "
           f"{meta['dense_read_bytes'] / 1e6:.0f} MB, {want_k} routed experts × {meta['bytes_per_expert'] / 1e6:.3f} MB "
           f"split by the measured VRAM hit rate, PCIe bytes as counted by the gpu-worker (`bytes_copied`) but at least the "
           f"hand-off (per layer the input row to the host and a result row back per missed expert, fp32).")
