@@ -46,11 +46,11 @@ cat >"$tmp/meta.json" <<'EOF'
  "mix": "q4_k_m", "skew": 0.38, "backend": "cuda", "gen": 8, "reps": 1, "slots_budget_bytes": 1073741824,
  "budget_note": "test", "curve": [], "curve_note": ""}
 EOF
-rec='"prompt": 512, "gen": 8, "ttft_s": 0.5, "prefill_tps": 1024, "decode_tokens": 7, "pcie_bytes_per_token": 0, "cpu_expert_ms_per_token": 1'
+rec='"prompt": 512, "gen": 8, "ttft_s": 0.5, "prefill_tps": 1024, "decode_tokens": 7, "pcie_bytes_per_token": 0, "cpu_expert_ms_per_token": 1, "gpu_wait_ms_per_token": 0.5'
 { echo "{\"config\": \"slots\", $rec, \"decode_tps\": 100, \"vram_hit_rate\": 0.5, \"experts_per_token\": 20}"
   echo "{\"config\": \"zero-slot\", $rec, \"decode_tps\": 25, \"vram_hit_rate\": 0, \"experts_per_token\": 20}"; } >"$tmp/rec.jsonl"
 python3 tools/bench/cuda_report.py report "$tmp/meta.json" "$tmp/rec.jsonl" "$tmp/bw.json" >"$tmp/rep.md" 2>"$tmp/e" && ok || bad "cuda_report report: $(cat "$tmp/e")"
-grep -qF '| slots | 512 | 1024.0 | 0.500 | 100.00 (100.00–100.00) | 10.00 | 50.0 % | 0 | 1.00 | 20 | 0.20 | 49.39 | CPU experts (RAM) |' "$tmp/rep.md" \
+grep -qF '| slots | 512 | 1024.0 | 0.500 | 100.00 (100.00–100.00) | 10.00 | 50.0 % | 0 | 1.00 | 0.50 | 20 | 0.20 | 49.39 | CPU experts (RAM) |' "$tmp/rep.md" \
     && ok || bad "GPU report row: $(grep '^| slots' "$tmp/rep.md")"
 grep -q "slots / zero-slot decode = 4.00×" "$tmp/rep.md" && ok || bad "speed-up line: $(grep speed "$tmp/rep.md")"
 sed -i 's/"experts_per_token": 20}$/"experts_per_token": 19.5}/' "$tmp/rec.jsonl"
@@ -90,8 +90,8 @@ bash tools/bench/bench-cuda.sh "$BUILD" --backend cpu --config "$tmp/tiny.json" 
     >"$tmp/out.md" 2>"$tmp/err" && ok || bad "bench-cuda --backend cpu: $(tail -5 "$tmp/err")"
 rows=$(grep -cE '^\| (slots|zero-slot) \| (12|20) \|' "$tmp/out.md")
 [ "$rows" -eq 4 ] && ok || bad "want 4 result rows (2 configurations x 2 prompts), got $rows: $(cat "$tmp/out.md")"
-# experts/token column (10th) is k x layers = 8 on every row; the zero-slot rows hit nothing in VRAM.
-awk -F'|' '/^\| (slots|zero-slot) \|/ { gsub(/ /, "", $11); if ($11 != "8") bad = 1 } END { exit bad }' "$tmp/out.md" \
+# experts/token column (11th) is k x layers = 8 on every row; the zero-slot rows hit nothing in VRAM.
+awk -F'|' '/^\| (slots|zero-slot) \|/ { gsub(/ /, "", $12); if ($12 != "8") bad = 1 } END { exit bad }' "$tmp/out.md" \
     && ok || bad "experts/token is not k x layers = 8: $(grep -E '^\| (slots|zero)' "$tmp/out.md")"
 awk -F'|' '/^\| zero-slot \|/ { gsub(/ /, "", $8); if ($8 != "0.0%") bad = 1 } END { exit bad }' "$tmp/out.md" \
     && ok || bad "zero-slot rows hit VRAM: $(grep -E '^\| zero' "$tmp/out.md")"

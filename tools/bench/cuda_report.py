@@ -69,7 +69,8 @@ def record(a):
     ta, tb = timings(a[3]), timings(a[6])
     da, db = counters(a[4], a[5]), counters(a[5], a[7])
     dd, de = counters(a[8], a[9]), counters(a[9], a[10])
-    zero = {"tokens": 0, "expert_hits": 0, "expert_misses": 0, "bytes_copied": 0, "busy_ns": 0, "experts_computed": 0}
+    zero = {"tokens": 0, "expert_hits": 0, "expert_misses": 0, "bytes_copied": 0, "busy_ns": 0, "experts_computed": 0,
+            "ring_wait_ns": 0}
 
     def side(d, name):
         return {k: d.get(name, zero).get(k, 0) for k in zero}
@@ -93,6 +94,7 @@ def record(a):
         "vram_hit_rate": hits / (hits + misses) if hits + misses else 0,
         "pcie_bytes_per_token": (gwe["bytes_copied"] - gwd["bytes_copied"]) / short_tokens,
         "cpu_expert_ms_per_token": (cme["busy_ns"] - cmd["busy_ns"]) / short_tokens / 1e6,
+        "gpu_wait_ms_per_token": (gwe["ring_wait_ns"] - gwd["ring_wait_ns"]) / short_tokens / 1e6,
         "experts_per_token": computed / tokens}))
 
 
@@ -157,11 +159,13 @@ def report(a):
     print(f"- Roofline: `tools/bench/roofline.py` on the row's bytes per decode token: dense "
           f"{meta['dense_read_bytes'] / 1e6:.0f} MB, {want_k} routed experts × {meta['bytes_per_expert'] / 1e6:.3f} MB "
           f"split by the measured VRAM hit rate, PCIe bytes as counted by the gpu-worker (`bytes_copied`) but at least the "
-          f"hand-off (per layer the input row to the host and a result row back per missed expert, fp32).")
+          f"hand-off (per layer the input row to the host and a result row back per missed expert, fp32). "
+          f"`gpu-worker waits` = its time waiting for the cpu-moe-worker's answers (ring_wait_ns), the hand-off plus "
+          f"the CPU experts' time not hidden behind the GPU's.")
     print()
     print("| configuration | prompt | prefill tok/s | TTFT s | decode tok/s | ms/token | VRAM hit | PCIe B/token "
-          "| CPU-expert ms/token | experts/token | floor ms | measured/floor | bound |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+          "| CPU-expert ms/token | gpu-worker waits ms/token | experts/token | floor ms | measured/floor | bound |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     decode = {}
     bad = []
     for (config, prompt), rs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0] != "slots")):
@@ -177,7 +181,8 @@ def report(a):
         rf = roofline(meta, bw_path, hit, pcie, ms)
         print(f"| {config} | {prompt} | {med([r['prefill_tps'] for r in rs]):.1f} | {med([r['ttft_s'] for r in rs]):.3f} "
               f"| {dm:.2f} ({min(d):.2f}–{max(d):.2f}) | {ms:.2f} | {100 * hit:.1f} % | {pcie:.0f} "
-              f"| {med([r['cpu_expert_ms_per_token'] for r in rs]):.2f} | {'/'.join(f'{e:g}' for e in ept)} "
+              f"| {med([r['cpu_expert_ms_per_token'] for r in rs]):.2f} "
+              f"| {med([r.get('gpu_wait_ms_per_token', float('nan')) for r in rs]):.2f} | {'/'.join(f'{e:g}' for e in ept)} "
               f"| {rf['floor_ms']:.2f} | {rf['measured_over_floor']:.2f} | {rf['bound']} |")
     print()
     for prompt in sorted({p for _, p in decode}):
