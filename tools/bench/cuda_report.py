@@ -106,7 +106,7 @@ def handoff_bytes(meta, hit):
     """The PCIe bytes the design must move per decode token when experts miss VRAM: each
     MoE layer's input row to the host (C floats) and one result row (C floats) back per
     missed expert.  What the roofline charges when the worker counts fewer (or none)."""
-    if meta["backend"] == "cpu" or hit >= 1:
+    if meta["backend"].startswith("cpu") or hit >= 1:
         return 0.0
     C, L, k = meta["hidden"], meta["layers"], meta["experts_used"]
     return L * 4.0 * C * (1 + (1 - hit) * k)
@@ -122,7 +122,7 @@ def roofline(meta, bw, hit, pcie, ms):
             "--vram-expert-bytes", str(hit * sel * per_sel),
             "--ram-expert-bytes", str((1 - hit) * sel * per_sel),
             "--pcie-bytes", str(pcie), "--measured-ms", str(ms)]
-    if meta["backend"] == "cpu":
+    if meta["backend"].startswith("cpu"):
         args.append("--cpu-only")
     out = subprocess.run(args, capture_output=True, text=True)
     if out.returncode:
