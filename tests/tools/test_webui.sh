@@ -34,20 +34,9 @@ command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || fail "nginx is not inst
 # The page's vendored packages (web/vendor/), as make run builds them.
 make --no-print-directory web >/dev/null || fail "make web failed (npm ci in web/: registry unreachable?)"
 
-# playwright-core, unless exactly the locked version is already installed.
-installed() {
-    node -e '
-        const lock = require(process.argv[1] + "/package-lock.json").packages;
-        for (const [p, v] of Object.entries(lock)) {
-            if (!p) continue;
-            const got = require(process.argv[1] + "/" + p + "/package.json").version;
-            if (got !== v.version) process.exit(1);
-        }' "$PWD/$DIR" 2>/dev/null
-}
-if ! installed; then
-    echo "installing playwright-core (npm ci)"
-    npm ci --prefix "$DIR" --no-audit --no-fund >/dev/null || fail "npm ci --prefix $DIR failed (registry unreachable?)"
-fi
+# The locked npm packages, installed unless exactly those versions are there.
+. tests/lib/npm-locked.sh
+npm_ci_locked "$DIR" "playwright-core" fail
 
 node --test "$DIR/unit.test.mjs" || fail "unit tests of the page's modules"
 CHROMIUM=$CHROMIUM node "$DIR/run-webui-tests.mjs" || fail "browser tests"

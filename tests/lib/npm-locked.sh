@@ -1,0 +1,23 @@
+# npm-locked.sh — sourced by the tests that run npm packages (the tokenizer
+# parity test, the openai client test, the browser tests).
+#
+# npm_ci_locked DIR WHAT FAIL: runs `npm ci` in DIR unless every package its
+# package-lock.json names is already installed at exactly the locked version
+# (so repeated test runs do not reinstall, and a stale node_modules is
+# replaced).  WHAT names the packages in the progress line; FAIL is the
+# calling test's failure function, called with a message when npm ci fails.
+npm_ci_locked() {
+    local dir=$1 what=$2 fail=$3
+    if node -e '
+        const lock = require(process.argv[1] + "/package-lock.json").packages;
+        for (const [p, v] of Object.entries(lock)) {
+            if (!p) continue;
+            const got = require(process.argv[1] + "/" + p + "/package.json").version;
+            if (got !== v.version) process.exit(1);
+        }' "$PWD/$dir" 2>/dev/null; then
+        return 0
+    fi
+    echo "installing $what (npm ci)"
+    npm ci --prefix "$dir" --no-audit --no-fund >/dev/null ||
+        "$fail" "npm ci --prefix $dir failed (registry unreachable?)"
+}
