@@ -98,6 +98,13 @@ int gw_seq_truncate(gw_seq *s, int64_t n_keep, char *err, size_t errlen)
         gw_seq_reset(s);
         return 0;
     }
+    const struct model *m = s->be->model;
+    for (int i = 0; i < m->hp.n_layer; i++)
+        if (m->layers[i].kind == MODEL_LAYER_GDN || m->layers[i].has_ple)
+            return nb_errf(err, errlen, NB_ENOTSUP,
+                           "truncate to %lld of %lld: layer %d keeps recurrent state that cannot be rolled back yet "
+                           "(keep a gw_seq_copy instead)",
+                           (long long)n_keep, (long long)s->n_pos, i);
     return s->be->ops->seq_truncate(s, n_keep, err, errlen);
 }
 

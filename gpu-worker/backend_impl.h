@@ -17,7 +17,8 @@ struct gw_backend_ops {
     int (*seq_create)(gw_backend *be, gw_seq **out, char *err, size_t errlen);
     void (*seq_free)(gw_seq *s);
     void (*seq_reset)(gw_seq *s);
-    /* 0 < n_keep < pos (the trivial cases are handled by backend.c). */
+    /* 0 < n_keep < pos, and no layer keeps recurrent (GDN, PLE conv) state: backend.c handles the
+     * trivial cases and refuses those models until rollback exists. */
     int (*seq_truncate)(gw_seq *s, int64_t n_keep, char *err, size_t errlen);
     int (*seq_copy)(gw_seq *dst, const gw_seq *src, char *err, size_t errlen);
     /* Must advance s->n_pos by n_tokens on success. */

@@ -217,12 +217,6 @@ static int cpu_seq_truncate(gw_seq *gs, int64_t n_keep, char *err, size_t errlen
 {
     struct cpu_seq *s = (struct cpu_seq *)gs;
     const struct model *m = gs->be->model;
-    for (int i = 0; i < m->hp.n_layer; i++)
-        if (m->layers[i].kind == MODEL_LAYER_GDN || m->layers[i].has_ple)
-            return nb_errf(err, errlen, NB_ENOTSUP,
-                           "truncate to %lld of %lld: layer %d keeps recurrent state that cannot be rolled back yet "
-                           "(keep a gw_seq_copy instead)",
-                           (long long)n_keep, (long long)gs->n_pos, i);
     for (int i = 0; i < m->hp.n_layer; i++) {
         int cr = m->layers[i].compress_ratio;
         if (cr > 0 && s->ls[i].n_blk > n_keep / cr) s->ls[i].n_blk = n_keep / cr;
