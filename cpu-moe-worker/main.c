@@ -60,6 +60,7 @@ static int setup(struct moe_worker *m, char *err, size_t errlen)
         nb_log("arena: %lu RAM-tier experts (%lu bytes) %s; %lu others paged", (unsigned long)m->plc.n_ram,
                (unsigned long)m->plc.arena_bytes, loaded_now ? "loaded from experts.bin" : "already loaded, kept",
                (unsigned long)(m->plc.n_ssd + m->plc.n_vram));
+    if (!rc) nb_log("kernels %s, %d threads", gw_kernels_name(m->kernels), omp_get_max_threads());
     return rc;
 }
 
@@ -72,6 +73,8 @@ static void teardown(struct moe_worker *m)
     for (size_t i = 0; i < sizeof regs / sizeof *regs; i++) shm_region_close(regs[i]);
     prepared_placement_free(&m->plc);
     prepared_idx_free(&m->idx);
+    free(m->xs);
+    free(m->ys);
 }
 
 /* One turn of the serving loop (ctl_worker_serve). */
@@ -85,6 +88,7 @@ static int turn(void *ctx, char *err, size_t errlen)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: nebula-cpu-moe-worker --control ENDPOINT [--configure-timeout-ms N] [--pager-timeout-ms N]\n"
+               "                             [--kernels ref|fast]\n"
                "\n"
                "Computes the routed experts the gpu-worker does not hold (the moe ring pair of a Nebula\n"
                "instance): RAM-tier experts from the shared arena, SSD-tier ones paged by the ssd-pager.\n"
@@ -94,22 +98,27 @@ static void usage(FILE *f)
                "  --control ENDPOINT          the coordinator's ROUTER endpoint (ipc://...)\n"
                "  --configure-timeout-ms N    how long to wait for configure (default 10000)\n"
                "  --pager-timeout-ms N        longest wait for one pager answer (default 5000)\n"
+               "  --kernels ref|fast          expert matrix kernels (default $NEBULA_CPU_KERNELS, else ref):\n"
+               "                              ref is bit-identical for any placement, fast (SIMD, fp32\n"
+               "                              sums) within float tolerance (README.md)\n"
                "  -h, --help                  this text\n");
 }
 
 int main(int argc, char **argv)
 {
-    const char *endpoint = NULL;
+    const char *endpoint = NULL, *kernels = getenv("NEBULA_CPU_KERNELS");
     int timeout_ms = 10000, pager_ms = 5000;
     static const struct option opts[] = {{"control", required_argument, 0, 'c'},
                                          {"configure-timeout-ms", required_argument, 0, 't'},
                                          {"pager-timeout-ms", required_argument, 0, 'p'},
+                                         {"kernels", required_argument, 0, 'k'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     for (int o; (o = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
         if (o == 'c') endpoint = optarg;
         else if (o == 't') timeout_ms = atoi(optarg);
         else if (o == 'p') pager_ms = atoi(optarg);
+        else if (o == 'k') kernels = optarg;
         else if (o == 'h') return usage(stdout), 0;
         else return usage(stderr), 2;
     }
@@ -120,6 +129,11 @@ int main(int argc, char **argv)
     struct moe_worker m = {.arena.fd = -1, .staging.fd = -1, .moe_reg.fd = -1, .pager_reg.fd = -1, .stats_reg.fd = -1};
     m.pager_tag = (uint64_t)getpid() << 32;
     m.pager_timeout_ns = (uint64_t)pager_ms * 1000000ull;
+    if (kernels && *kernels && gw_kernels_parse(kernels, &m.kernels)) {
+        fprintf(stderr, "nebula-cpu-moe-worker: --kernels (or $NEBULA_CPU_KERNELS) must be ref or fast, not '%s'\n",
+                kernels);
+        return 2;
+    }
     if (ctl_worker_start(endpoint, "cpu-moe-worker", timeout_ms, &w, &m.conf, err, sizeof err)) {
         nb_log("control: %s", err);
         return 1;

@@ -8,6 +8,7 @@
 
 #include "core/ctl/worker.h"
 #include "core/prepared/prepared.h"
+#include "gpu-worker/backend.h"
 #include "shm/shm.h"
 
 struct moe_worker {
@@ -19,6 +20,9 @@ struct moe_worker {
     shm_stats *stats;
     uint64_t pager_tag;   /* next pager request id: pid << 32 | counter */
     uint64_t pager_timeout_ns;
+    enum gw_kernels kernels; /* --kernels / $NEBULA_CPU_KERNELS (default ref) */
+    float *xs, *ys;          /* gathered rows and their results, scratch_floats each, kept between requests */
+    size_t scratch_floats;
 };
 
 /* Fills the arena with the RAM-tier blobs of experts.bin unless its header

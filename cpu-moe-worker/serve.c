@@ -2,11 +2,13 @@
  * gw_expert_ffn on each pair, publish the response (moe_proto.h).
  *
  * The key idea: the output of a pair depends only on its expert's bytes, its
- * row and its weight — pairs are grouped by expert, each group is one
- * gw_expert_ffn call on its rows (the backend batches an expert's rows the
+ * row and its weight — pairs are grouped by expert, each group is one job of
+ * gw_expert_ffn_many on its rows (the backend batches an expert's rows the
  * same way), and each result goes to its own (r, j) place in the response —
- * so groups can run on OpenMP threads in any order and the bytes are still
- * the single-process engine's.
+ * so the work can be split over OpenMP threads any way (by weight rows, not
+ * by expert: a decode token's ten or twenty experts must keep every core
+ * busy) and, with the ref kernels, the bytes are still the single-process
+ * engine's.
  * RAM-tier experts are read in place from the arena; the others are paged
  * into this worker's staging slots through the `pager` ring pair, at most
  * staging_count at a time, and their pairs computed before the next batch.
@@ -50,49 +52,63 @@ static uint64_t now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
-/* One expert's rows in one gw_expert_ffn call (a row's result does not
- * depend on the other rows of the call: the backend batches the same way). */
-static int run_group(const struct prepared_layer *L, const struct request *q, const struct pair *p, int n)
+/* Grows the worker's gather/scatter buffers to n rows of C floats each. */
+static int reserve_rows(struct moe_worker *m, size_t floats)
 {
-    const uint8_t *b = q->blob[p[0].expert];
-    float *xs = malloc((size_t)n * q->C * sizeof *xs), *ys = malloc((size_t)n * q->C * sizeof *ys);
-    float *sc = malloc((size_t)n * sizeof *sc);
-    int rc = xs && ys && sc ? 0 : NB_ENOMEM;
-    for (int i = 0; !rc && i < n; i++) {
-        memcpy(xs + i * q->C, q->x + (int64_t)p[i].row * q->C, (size_t)q->C * sizeof *xs);
-        sc[i] = p[i].weight;
-    }
-    struct gw_expert w = {b + L->part[PREPARED_GATE].offset, b + L->part[PREPARED_UP].offset,
-                          b + L->part[PREPARED_DOWN].offset, (int)L->part[PREPARED_GATE].type,
-                          (int)L->part[PREPARED_UP].type, (int)L->part[PREPARED_DOWN].type, q->C,
-                          L->part[PREPARED_GATE].n_rows};
-    if (!rc) rc = gw_expert_ffn(&w, xs, n, sc, ys);
-    for (int i = 0; !rc && i < n; i++)
-        memcpy(q->out + (int64_t)p[i].slot * q->C, ys + i * q->C, (size_t)q->C * sizeof *ys);
-    free(xs);
-    free(ys);
-    free(sc);
-    return rc;
+    if (floats <= m->scratch_floats) return 0;
+    float *xs = realloc(m->xs, floats * sizeof *xs);
+    if (xs) m->xs = xs;
+    float *ys = xs ? realloc(m->ys, floats * sizeof *ys) : NULL;
+    if (ys) m->ys = ys;
+    if (!xs || !ys) return NB_ENOMEM;
+    m->scratch_floats = floats;
+    return 0;
 }
 
-/* Computes every expert group whose bytes are known and not yet done;
- * *n_computed += the pairs run. */
-static int compute(const struct moe_worker *m, const struct request *q, uint8_t *done, uint64_t *n_computed)
+/* Computes every expert group whose bytes are known and not yet done, all in
+ * one gw_expert_ffn_many call (its threads split each expert's rows, so a
+ * request of a few experts still uses every core); *n_computed += the pairs
+ * run.  A group's rows are gathered into xs, its results scattered from ys
+ * to their (r, j) places. */
+static int compute(struct moe_worker *m, const struct request *q, uint8_t *done, uint64_t *n_computed)
 {
     const struct prepared_layer *L = &m->idx.layers[q->li];
-    int bad = 0;
-    uint64_t n = 0;
-#pragma omp parallel for schedule(dynamic, 1) reduction(| : bad) reduction(+ : n)
-    for (int g = 0; g < q->n_groups; g++) {
+    int rc = reserve_rows(m, (size_t)q->n_pairs * (size_t)q->C);
+    struct gw_expert_job *jobs = rc ? NULL : malloc(((size_t)q->n_groups + 1) * sizeof *jobs);
+    float *sc = rc ? NULL : malloc(((size_t)q->n_pairs + 1) * sizeof *sc);
+    int *of = rc ? NULL : malloc(((size_t)q->n_groups + 1) * sizeof *of); /* group of each job */
+    int n_jobs = 0;
+    if (!rc && (!jobs || !sc || !of)) rc = NB_ENOMEM;
+    for (int g = 0; !rc && g < q->n_groups; g++) {
         const struct pair *p = &q->pairs[q->group[g]];
-        if (done[g] || !q->blob[p->expert]) continue;
-        int failed = run_group(L, q, p, q->group[g + 1] - q->group[g]) != 0;
-        bad |= failed;
-        if (!failed) n += (uint64_t)(q->group[g + 1] - q->group[g]);
-        done[g] = 1;
+        const int n = q->group[g + 1] - q->group[g];
+        const uint8_t *b = q->blob[p->expert];
+        if (done[g] || !b) continue;
+        for (int i = 0; i < n; i++) {
+            memcpy(m->xs + (int64_t)(q->group[g] + i) * q->C, q->x + (int64_t)p[i].row * q->C,
+                   (size_t)q->C * sizeof *m->xs);
+            sc[q->group[g] + i] = p[i].weight;
+        }
+        struct gw_expert w = {b + L->part[PREPARED_GATE].offset, b + L->part[PREPARED_UP].offset,
+                              b + L->part[PREPARED_DOWN].offset, (int)L->part[PREPARED_GATE].type,
+                              (int)L->part[PREPARED_UP].type, (int)L->part[PREPARED_DOWN].type, q->C,
+                              L->part[PREPARED_GATE].n_rows};
+        of[n_jobs] = g;
+        jobs[n_jobs++] = (struct gw_expert_job){w, m->xs + (int64_t)q->group[g] * q->C, n, sc + q->group[g],
+                                                m->ys + (int64_t)q->group[g] * q->C};
     }
-    *n_computed += n;
-    return bad ? NB_EINVAL : 0;
+    if (!rc) rc = gw_expert_ffn_many(jobs, n_jobs, m->kernels);
+    for (int j = 0; !rc && j < n_jobs; j++) {
+        const int g = of[j];
+        for (int i = q->group[g]; i < q->group[g + 1]; i++)
+            memcpy(q->out + (int64_t)q->pairs[i].slot * q->C, m->ys + (int64_t)i * q->C, (size_t)q->C * sizeof *m->ys);
+        done[g] = 1;
+        *n_computed += (uint64_t)(q->group[g + 1] - q->group[g]);
+    }
+    free(jobs);
+    free(sc);
+    free(of);
+    return rc;
 }
 
 /* Waits for the pager's answer to request `tag`, skipping stale answers. */
@@ -154,14 +170,16 @@ static int run_request(struct moe_worker *m, struct request *q, uint8_t *done, c
         if (at != UINT64_MAX) q->blob[e] = m->arena.base + at;
         else if (!seen[e]) seen[e] = 1, cold[n_cold++] = e;
     }
-    if (!rc && (rc = compute(m, q, done, &computed))) nb_errf(err, errlen, rc, "gw_expert_ffn refused a type");
+    if (!rc && (rc = compute(m, q, done, &computed)))
+        nb_errf(err, errlen, rc, rc == NB_ENOMEM ? "out of memory" : "gw_expert_ffn refused a type");
     if (!rc && n_cold && (!m->conf.staging_count || !m->pager.req))
         rc = nb_errf(err, errlen, NB_EINVAL, "expert %d of layer %u is not in the arena and this worker has no pager",
                      cold[0], L->block);
     for (int at = 0; at < n_cold && !rc; at += (int)m->conf.staging_count) {
         int n = n_cold - at < (int)m->conf.staging_count ? n_cold - at : (int)m->conf.staging_count;
         rc = page_batch(m, q, cold + at, n, err, errlen);
-        if (!rc && (rc = compute(m, q, done, &computed))) nb_errf(err, errlen, rc, "gw_expert_ffn refused a type");
+        if (!rc && (rc = compute(m, q, done, &computed)))
+            nb_errf(err, errlen, rc, rc == NB_ENOMEM ? "out of memory" : "gw_expert_ffn refused a type");
         for (int i = 0; i < n; i++) q->blob[cold[at + i]] = NULL; /* the slot is reused by the next batch */
     }
     shm_stats_add(m->stats, m->conf.stats_worker, SHM_STAT_EXPERT_HITS, hits);

@@ -220,6 +220,31 @@ struct gw_expert {
 };
 int gw_expert_ffn(const struct gw_expert *w, const float *x, int n, const float *scale, float *out);
 
+/* Matrix kernels of the expert FFNs: ref is gw_expert_ffn's arithmetic (each
+ * output bit-identical however the work is split); fast decodes weights with
+ * SIMD and sums in fp32 with FMA (quant.h's quant_dot_f32: within float
+ * tolerance of ref, the last bits may differ). */
+enum gw_kernels { GW_KERNELS_REF = 0, GW_KERNELS_FAST = 1 };
+/* "ref" / "fast" -> *k; NB_EINVAL otherwise. */
+int gw_kernels_parse(const char *name, enum gw_kernels *k);
+const char *gw_kernels_name(enum gw_kernels k);
+
+/* One expert FFN of a batch: out (n × C) = scale[i] · FFN_w(x[i]). */
+struct gw_expert_job {
+    struct gw_expert w;
+    const float *x;
+    int n;
+    const float *scale;
+    float *out;
+};
+/* Runs every job in one OpenMP region split by weight rows — the gate/up
+ * rows of all jobs over the threads, then their down rows — so a few experts
+ * use every thread, not one each.  With GW_KERNELS_REF each output is
+ * bit-identical to gw_expert_ffn's.  Called from inside a parallel region it
+ * runs in the caller's thread.  NB_ENOTSUP for a type without a decoder,
+ * NB_ENOMEM. */
+int gw_expert_ffn_many(const struct gw_expert_job *jobs, int n_jobs, enum gw_kernels k);
+
 int gw_seq_create(gw_backend *be, gw_seq **out, char *err, size_t errlen);
 void gw_seq_free(gw_seq *s);
 /* Tokens evaluated so far = the position of the next token. */

@@ -39,6 +39,7 @@ static struct quant_traits traits[QT_COUNT] = {
 };
 
 static enum quant_isa active_isa = QUANT_ISA_SCALAR;
+static quant_dot_f32_fn f32_dots[QT_COUNT];
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 /* Dot kernels per ISA, best last. */
@@ -73,6 +74,12 @@ bool quant_isa_supported(enum quant_isa isa)
     }
 }
 
+/* fp32-activation dots per ISA; the scalar path is the caller's to_float. */
+static const quant_dot_f32_fn *const isa_f32_dots[QUANT_ISA_COUNT] = {
+    [QUANT_ISA_AVX2] = quant_avx2_dot_f32,
+    [QUANT_ISA_AVX512] = quant_avx512_dot_f32,
+};
+
 static void init_kernels(void)
 {
     for (int isa = QUANT_ISA_COUNT - 1; isa > QUANT_ISA_SCALAR; isa--) {
@@ -88,6 +95,8 @@ static void init_kernels(void)
         /* A type may lack a kernel in the best ISA: fall back one at a time. */
         for (int isa = active_isa; isa >= QUANT_ISA_SCALAR && traits[t].vec_dot == NULL; isa--)
             if (quant_isa_supported((enum quant_isa)isa)) traits[t].vec_dot = isa_dots[isa][t];
+        for (int isa = active_isa; isa > QUANT_ISA_SCALAR && f32_dots[t] == NULL; isa--)
+            if (quant_isa_supported((enum quant_isa)isa)) f32_dots[t] = isa_f32_dots[isa][t];
     }
 }
 
@@ -120,6 +129,20 @@ quant_vec_dot_fn quant_vec_dot_isa(enum quant_type t, enum quant_isa isa)
 {
     if ((unsigned)t >= QT_COUNT || (unsigned)isa >= QUANT_ISA_COUNT || !quant_isa_supported(isa)) return NULL;
     return isa_dots[isa][t];
+}
+
+quant_dot_f32_fn quant_dot_f32(enum quant_type t)
+{
+    if ((unsigned)t >= QT_COUNT) return NULL;
+    quant_init();
+    return f32_dots[t];
+}
+
+quant_dot_f32_fn quant_dot_f32_isa(enum quant_type t, enum quant_isa isa)
+{
+    if ((unsigned)t >= QT_COUNT || (unsigned)isa >= QUANT_ISA_COUNT || !isa_f32_dots[isa] || !quant_isa_supported(isa))
+        return NULL;
+    return isa_f32_dots[isa][t];
 }
 
 int quant_type_from_name(const char *name)

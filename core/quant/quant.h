@@ -81,6 +81,19 @@ const struct quant_traits *quant_traits_of(enum quant_type t);
  * scalar one is the reference the others are tested against. */
 quant_vec_dot_fn quant_vec_dot_isa(enum quant_type t, enum quant_isa isa);
 
+/* out[t] = Σ_i w[i] · x[t·x_stride + i] for t < nt: one weight row of n values
+ * in its own format against nt rows of fp32 activations.  The activations stay
+ * fp32 (unlike vec_dot, which wants them quantized): the row is decoded with
+ * SIMD to exactly the reference decoder's floats and summed in fp32 with FMA,
+ * so the result is the exact dot within float rounding, not bit-identical to a
+ * double-precision sum.  n a multiple of the block size. */
+typedef void (*quant_dot_f32_fn)(int64_t n, const void *w, const float *x, int64_t x_stride, int nt, float *out);
+/* The best such kernel for this CPU (AVX-512, else AVX2), or NULL where the
+ * type has none or the CPU has neither (callers then use to_float). */
+quant_dot_f32_fn quant_dot_f32(enum quant_type t);
+/* That of one ISA (tests, benchmarks); NULL if none or not runnable here. */
+quant_dot_f32_fn quant_dot_f32_isa(enum quant_type t, enum quant_isa isa);
+
 /* Type by ggml name (case-insensitive), or -1. */
 int quant_type_from_name(const char *name);
 const char *quant_type_name(enum quant_type t); /* "?" if unknown */

@@ -144,6 +144,9 @@ extern const quant_from_float_fn quant_ref_from_float[QT_COUNT];
 extern const quant_vec_dot_fn quant_ref_vec_dot[QT_COUNT];
 extern const quant_vec_dot_fn quant_avx2_vec_dot[QT_COUNT];
 extern const quant_vec_dot_fn quant_avx512_vec_dot[QT_COUNT];
+/* fp32-activation dots (quant_f32_body.h); no scalar table: see quant_dot_f32. */
+extern const quant_dot_f32_fn quant_avx2_dot_f32[QT_COUNT];
+extern const quant_dot_f32_fn quant_avx512_dot_f32[QT_COUNT];
 
 /* Weight quantizers (quant_ref_encode.c), referenced by quant_ref.c's table. */
 void quant_encode_q4_0(const float *x, void *dst, int64_t n);

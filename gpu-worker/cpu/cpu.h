@@ -44,6 +44,14 @@ struct cpu_mat cpu_mat_expert(const struct model_tensor *t, int e);
 void cpu_matmul(const struct cpu_mat *w, const float *x, int T, float *y);
 /* Same with strided rows (x_stride, y_stride in floats). */
 void cpu_matmul_strided(const struct cpu_mat *w, const float *x, int64_t x_stride, int T, float *y, int64_t y_stride);
+/* Rows [j0, j1) of that product, in the caller's thread (the same
+ * arithmetic, so the same bits, as cpu_matmul_strided). */
+void cpu_matmul_rows(const struct cpu_mat *w, const float *x, int64_t x_stride, int T, float *y, int64_t y_stride,
+                     int64_t j0, int64_t j1);
+/* The same with quant_dot_f32 (fp32 FMA sums: equal within float tolerance,
+ * not bit for bit); types without such a kernel take cpu_matmul_rows. */
+void cpu_matmul_rows_f32(const struct cpu_mat *w, const float *x, int64_t x_stride, int T, float *y,
+                         int64_t y_stride, int64_t j0, int64_t j1);
 /* Row r of any 2-D tensor, dequantized (embedding and PLE table lookups). */
 void cpu_get_row(const struct model_tensor *t, int64_t r, float *out);
 /* Every element of t as fp32 (malloc'ed; NULL on failure or absent tensor). */

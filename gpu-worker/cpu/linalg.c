@@ -5,7 +5,11 @@
  * decoder and dot it with the fp32 activation in double precision.  The row
  * is decoded in pieces into a stack buffer (no allocation, so nothing can
  * fail inside the OpenMP region) and reused for a tile of activation rows,
- * so a prefill batch decodes each weight row T/TILE times, not T times. */
+ * so a prefill batch decodes each weight row T/TILE times, not T times.
+ * cpu_matmul_rows is that for a range of rows with no parallel region of its
+ * own, for callers that split several matrices' rows over one region (the
+ * routed experts, moe.c); cpu_matmul_rows_f32 is its fast twin (quant.h's
+ * quant_dot_f32: fp32 sums, float tolerance instead of bit-identity). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,12 +46,12 @@ double cpu_dot(const float *a, const float *b, int64_t n)
     return (s0 + s1) + (s2 + s3);
 }
 
-void cpu_matmul_strided(const struct cpu_mat *w, const float *x, int64_t x_stride, int T, float *y, int64_t y_stride)
+void cpu_matmul_rows(const struct cpu_mat *w, const float *x, int64_t x_stride, int T, float *y, int64_t y_stride,
+                     int64_t j0, int64_t j1)
 {
     const int64_t n_in = w->n_in, blck = w->qt->blck_size;
     const size_t type_size = w->qt->type_size;
-#pragma omp parallel for schedule(static) if (w->n_out * n_in * T >= CPU_PAR_MIN_WORK)
-    for (int64_t j = 0; j < w->n_out; j++) {
+    for (int64_t j = j0; j < j1; j++) {
         float buf[PIECE];
         const uint8_t *row = w->data + (size_t)j * w->row_bytes;
         for (int t0 = 0; t0 < T; t0 += TILE) {
@@ -61,6 +65,31 @@ void cpu_matmul_strided(const struct cpu_mat *w, const float *x, int64_t x_strid
             for (int t = 0; t < nt; t++) y[(int64_t)(t0 + t) * y_stride + j] = (float)acc[t];
         }
     }
+}
+
+void cpu_matmul_rows_f32(const struct cpu_mat *w, const float *x, int64_t x_stride, int T, float *y,
+                         int64_t y_stride, int64_t j0, int64_t j1)
+{
+    quant_dot_f32_fn dot = quant_dot_f32(w->qt->type);
+    if (!dot) {
+        cpu_matmul_rows(w, x, x_stride, T, y, y_stride, j0, j1);
+        return;
+    }
+    for (int64_t j = j0; j < j1; j++) {
+        const uint8_t *row = w->data + (size_t)j * w->row_bytes;
+        for (int t0 = 0; t0 < T; t0 += TILE) {
+            int nt = T - t0 < TILE ? T - t0 : TILE;
+            float o[TILE];
+            dot(w->n_in, row, x + (int64_t)t0 * x_stride, x_stride, nt, o);
+            for (int t = 0; t < nt; t++) y[(int64_t)(t0 + t) * y_stride + j] = o[t];
+        }
+    }
+}
+
+void cpu_matmul_strided(const struct cpu_mat *w, const float *x, int64_t x_stride, int T, float *y, int64_t y_stride)
+{
+#pragma omp parallel for schedule(static) if (w->n_out * w->n_in * T >= CPU_PAR_MIN_WORK)
+    for (int64_t j = 0; j < w->n_out; j++) cpu_matmul_rows(w, x, x_stride, T, y, y_stride, j, j + 1);
 }
 
 void cpu_matmul(const struct cpu_mat *w, const float *x, int T, float *y)

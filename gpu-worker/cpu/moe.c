@@ -83,16 +83,124 @@ static int run_expert(const struct model_hparams *hp, const struct model_moe *w,
     return rc;
 }
 
-int gw_expert_ffn(const struct gw_expert *w, const float *x, int n, const float *scale, float *out)
+int gw_kernels_parse(const char *name, enum gw_kernels *k)
+{
+    if (name && strcmp(name, "ref") == 0) return *k = GW_KERNELS_REF, 0;
+    if (name && strcmp(name, "fast") == 0) return *k = GW_KERNELS_FAST, 0;
+    return NB_EINVAL;
+}
+
+const char *gw_kernels_name(enum gw_kernels k) { return k == GW_KERNELS_FAST ? "fast" : "ref"; }
+
+#define EXPERT_ROWS 32 /* weight rows per work item of gw_expert_ffn_many */
+
+/* A job's three matrices, as cpu_mats. */
+struct job_mats {
+    struct cpu_mat g, u, d;
+};
+
+static int job_mats_of(const struct gw_expert *w, struct job_mats *m)
 {
     const struct quant_traits *tg = quant_traits_of(w->gate_type), *tu = quant_traits_of(w->up_type),
                               *td = quant_traits_of(w->down_type);
     if (!tg || !tu || !td || !tg->to_float || !tu->to_float || !td->to_float) return NB_ENOTSUP;
-    struct cpu_mat g = {w->gate, tg, w->n_embd, w->n_ff, quant_row_size(w->gate_type, w->n_embd)};
-    struct cpu_mat u = {w->up, tu, w->n_embd, w->n_ff, quant_row_size(w->up_type, w->n_embd)};
-    struct cpu_mat d = {w->down, td, w->n_ff, w->n_embd, quant_row_size(w->down_type, w->n_ff)};
-    memset(out, 0, (size_t)n * (size_t)w->n_embd * sizeof *out);
-    return ffn_add(&g, &u, &d, x, n, scale, out);
+    m->g = (struct cpu_mat){w->gate, tg, w->n_embd, w->n_ff, quant_row_size(w->gate_type, w->n_embd)};
+    m->u = (struct cpu_mat){w->up, tu, w->n_embd, w->n_ff, quant_row_size(w->up_type, w->n_embd)};
+    m->d = (struct cpu_mat){w->down, td, w->n_ff, w->n_embd, quant_row_size(w->down_type, w->n_ff)};
+    return 0;
+}
+
+static int64_t chunks(int64_t rows) { return (rows + EXPERT_ROWS - 1) / EXPERT_ROWS; }
+
+/* The job of flat work item `it` (first[j] ≤ it < first[j + 1]). */
+static int job_of(const int64_t *first, int n_jobs, int64_t it)
+{
+    int lo = 0, hi = n_jobs - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (first[mid] <= it) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* The key idea: the work of every job is cut into items of EXPERT_ROWS weight
+ * rows, numbered flat over the jobs, and threads take items dynamically —
+ * phase 1 the gate and up rows (h = gate · x, u = up · x), then, after the
+ * barrier, silu(h) ⊙ u per job, then phase 2 the down rows written straight
+ * into out and scaled.  Each output value is computed by one row function
+ * with the same operations as cpu_matmul, so ref results do not depend on
+ * the split, and 20 experts of one token keep 16 threads busy. */
+int gw_expert_ffn_many(const struct gw_expert_job *jobs, int n_jobs, enum gw_kernels k)
+{
+    if (n_jobs <= 0) return 0;
+    struct job_mats *m = malloc((size_t)n_jobs * sizeof *m);
+    int64_t *first1 = malloc(((size_t)n_jobs + 1) * sizeof *first1), *first2 = malloc(((size_t)n_jobs + 1) * sizeof *first2);
+    size_t *hoff = malloc(((size_t)n_jobs + 1) * sizeof *hoff);
+    int rc = m && first1 && first2 && hoff ? 0 : NB_ENOMEM;
+    int64_t work = 0;
+    for (int j = 0; rc == 0 && j < n_jobs; j++) {
+        const struct gw_expert *w = &jobs[j].w;
+        rc = job_mats_of(w, &m[j]);
+        first1[j] = j ? first1[j - 1] + 2 * chunks(jobs[j - 1].w.n_ff) : 0;
+        first2[j] = j ? first2[j - 1] + chunks(jobs[j - 1].w.n_embd) : 0;
+        hoff[j] = j ? hoff[j - 1] + 2 * (size_t)jobs[j - 1].n * (size_t)jobs[j - 1].w.n_ff : 0;
+        work += 3 * (int64_t)jobs[j].n * w->n_embd * w->n_ff;
+    }
+    float *h = NULL;
+    if (rc == 0) {
+        first1[n_jobs] = first1[n_jobs - 1] + 2 * chunks(jobs[n_jobs - 1].w.n_ff);
+        first2[n_jobs] = first2[n_jobs - 1] + chunks(jobs[n_jobs - 1].w.n_embd);
+        hoff[n_jobs] = hoff[n_jobs - 1] + 2 * (size_t)jobs[n_jobs - 1].n * (size_t)jobs[n_jobs - 1].w.n_ff;
+        h = malloc((hoff[n_jobs] ? hoff[n_jobs] : 1) * sizeof *h);
+        if (!h) rc = NB_ENOMEM;
+    }
+    if (rc == 0) {
+        void (*rows)(const struct cpu_mat *, const float *, int64_t, int, float *, int64_t, int64_t, int64_t) =
+            k == GW_KERNELS_FAST ? cpu_matmul_rows_f32 : cpu_matmul_rows;
+        const int64_t n1 = first1[n_jobs], n2 = first2[n_jobs];
+#pragma omp parallel if (work >= CPU_PAR_MIN_WORK)
+        {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t it = 0; it < n1; it++) {
+                int j = job_of(first1, n_jobs, it);
+                const struct gw_expert_job *J = &jobs[j];
+                const int64_t I = J->w.n_ff, c = it - first1[j], per = chunks(I);
+                const bool up = c >= per; /* items 0..per-1: gate rows; per..2·per-1: up rows */
+                const int64_t r0 = (up ? c - per : c) * EXPERT_ROWS, r1 = r0 + EXPERT_ROWS < I ? r0 + EXPERT_ROWS : I;
+                float *dst = h + hoff[j] + (up ? (size_t)J->n * (size_t)I : 0);
+                rows(up ? &m[j].u : &m[j].g, J->x, J->w.n_embd, J->n, dst, I, r0, r1);
+            }
+#pragma omp for schedule(static)
+            for (int j = 0; j < n_jobs; j++) {
+                float *g = h + hoff[j], *u = g + (size_t)jobs[j].n * (size_t)jobs[j].w.n_ff;
+                for (int64_t i = 0; i < (int64_t)jobs[j].n * jobs[j].w.n_ff; i++) g[i] = cpu_silu(g[i]) * u[i];
+            }
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t it = 0; it < n2; it++) {
+                int j = job_of(first2, n_jobs, it);
+                const struct gw_expert_job *J = &jobs[j];
+                const int64_t C = J->w.n_embd, r0 = (it - first2[j]) * EXPERT_ROWS;
+                const int64_t r1 = r0 + EXPERT_ROWS < C ? r0 + EXPERT_ROWS : C;
+                rows(&m[j].d, h + hoff[j], J->w.n_ff, J->n, J->out, C, r0, r1);
+                /* out = 0 + scale · d: ffn_add's sum into a zeroed row, bit for bit (-0 becomes +0). */
+                for (int t = 0; t < J->n; t++)
+                    for (int64_t c = r0; c < r1; c++) J->out[t * C + c] = 0.0f + J->scale[t] * J->out[t * C + c];
+            }
+        }
+    }
+    free(h);
+    free(m);
+    free(first1);
+    free(first2);
+    free(hoff);
+    return rc;
+}
+
+int gw_expert_ffn(const struct gw_expert *w, const float *x, int n, const float *scale, float *out)
+{
+    struct gw_expert_job job = {*w, x, n, scale, out};
+    return gw_expert_ffn_many(&job, 1, GW_KERNELS_REF);
 }
 
 /* The pairs whose expert is remote, handed to the backend's remote hook. */

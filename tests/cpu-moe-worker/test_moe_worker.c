@@ -8,6 +8,9 @@
  * shutdown nothing is left in /dev/shm. */
 #include "tests/cpu-moe-worker/rig.h"
 
+#include <math.h>
+#include <sys/wait.h>
+
 static float rnd(unsigned *s) { return (float)rand_r(s) / (float)RAND_MAX * 2.0f - 1.0f; }
 
 /* The reference: weight · FFN_e(x) from the GGUF's tensors, the way the
@@ -55,6 +58,10 @@ static void fill(struct rig *r, struct ring_slot *s, int block, int n, int k, bo
         }
 }
 
+/* Set by the fast-kernel test: answers are checked within float tolerance
+ * (test_expert_ffn.c checks the kernels' numerics; this checks the wiring). */
+static bool tolerant;
+
 /* Checks every remote (row, slot) of the answer against the reference. */
 static void check(const struct rig *r, const struct ring_slot *q, const struct ring_slot *a)
 {
@@ -69,6 +76,15 @@ static void check(const struct rig *r, const struct ring_slot *q, const struct r
             reference(r, (int)q->hdr->layer, e, (const float *)q->payload + row * C, q->expert_weights[row * mx + j],
                       want);
             const float *got = (const float *)a->payload + ((int64_t)row * k + j) * C;
+            if (tolerant) {
+                double mx = 0;
+                for (int64_t c = 0; c < C; c++) mx = fmax(mx, fabs(want[c]));
+                for (int64_t c = 0; c < C; c++)
+                    cr_assert_leq(fabs((double)got[c] - want[c]), 1e-5 * (fabs(want[c]) + 10 * mx),
+                                  "layer %u row %u expert %d out %ld: fast %.9g, ref %.9g", q->hdr->layer, row, e,
+                                  (long)c, (double)got[c], (double)want[c]);
+                continue;
+            }
             cr_assert(!memcmp(got, want, (size_t)C * sizeof *want),
                       "layer %u row %u expert %d: differs from gw_expert_ffn (%g vs %g)", q->hdr->layer, row, e,
                       (double)got[0], (double)want[0]);
@@ -127,6 +143,33 @@ static void bit_exact(const char *name, const char *type, const char *ram)
 
 Test(moe_worker, bit_exact_tiny_a_q8_0) { bit_exact("tiny-a", "q8_0", "48K"); }
 Test(moe_worker, bit_exact_tiny_b_mix_fused_mtp) { bit_exact("tiny-b", "mix", "64K"); }
+
+/* NEBULA_CPU_KERNELS=fast (inherited by the worker): answers within float
+ * tolerance of gw_expert_ffn, and the worker says which kernels it runs. */
+Test(moe_worker, fast_kernels_tiny_b_mix)
+{
+    setenv("NEBULA_CPU_KERNELS", "fast", 1);
+    tolerant = true;
+    struct rig r = {0};
+    rig_start(&r, fixture_gguf_typed("tiny-b", "mix"), "64K", true);
+    stream(&r, 20);
+    cr_assert_eq(shm_stats_get(r.stats, RIG_MOE_WORKER, SHM_STAT_ERRORS), 0);
+    char path[256], text[8192] = "";
+    snprintf(path, sizeof path, "%s/moe.log", r.dir);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    size_t got = fread(text, 1, sizeof text - 1, f);
+    text[got] = 0;
+    fclose(f);
+    cr_assert_not_null(strstr(text, "kernels fast"), "the worker's log does not say it runs the fast kernels:\n%s", text);
+    rig_stop(&r);
+}
+
+Test(moe_worker, unknown_kernels_refused)
+{
+    int st = system("NEBULA_CPU_KERNELS=fastest build/bin/nebula-cpu-moe-worker --control ipc:///nonexistent 2>/dev/null");
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d", st);
+}
 
 Test(moe_worker, pager_killed_and_replaced)
 {

@@ -1,0 +1,271 @@
+/* quant_f32_body.h — the fp32-activation dot kernels (quant.h's
+ * quant_dot_f32), written once and compiled twice: quant_f32_avx2.c (8-lane
+ * FMA) and quant_f32_avx512.c (16-lane FMA) include it after defining the
+ * accumulator: VW (lanes), vacc, ACC_ZERO, ACC_FMA(a, w, x), ACC_ADD, ACC_SUM
+ * and F32_TABLE (the name of the table this file exports).
+ *
+ * The key idea: the activations stay fp32 (no 8-bit quantization of x, which
+ * would not be exact within float tolerance).  A weight row is decoded to
+ * fp32 with 256-bit integer ops, at most 256 values at a time, into an L1
+ * buffer — each value with the same float operations, in the same order, as
+ * the scalar decoder of quant_ref.c, so the weights are bit-identical to the
+ * reference's — and that buffer is dotted against up to F32_ROWS activation
+ * rows with FMA in float, two accumulators per row.  Only the summation
+ * differs from the reference (float lanes and FMA instead of a double sum),
+ * which is why the results agree within float tolerance, not bit for bit. */
+#ifndef VW
+#error "define the accumulator (VW, vacc, ACC_*) and F32_TABLE before including quant_f32_body.h"
+#endif
+
+#include <immintrin.h>
+
+#define F32_ROWS 4 /* activation rows dotted against one decoded piece */
+#define PIECE 256  /* values decoded at once: one K-quant block, eight 32-value blocks */
+
+static inline float f32_half(uint16_t h) { return _cvtsh_ss(h); }
+
+static inline __m256i f32_load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* 16 bytes of nibbles as 32 bytes: low nibbles (values 0..15), then high. */
+static inline __m256i f32_nibbles32(const uint8_t *qs)
+{
+    __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(15));
+}
+
+/* Byte j = 0x10 where bit j of the 32-bit field is set. */
+static inline __m256i f32_bit4_from_bits(uint32_t bits)
+{
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits),
+                                    _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(16));
+}
+
+/* Byte j = 0x10 where byte j of v has the bit `mask`. */
+static inline __m256i f32_bit4_where(__m256i v, int mask)
+{
+    __m256i m = _mm256_set1_epi8((char)mask);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, m), m), _mm256_set1_epi8(16));
+}
+
+/* The 8 bytes of group g (0..3) of 32 codes as 8 floats, unsigned or signed. */
+static inline __m256 f32_u8x8(__m256i q, int g)
+{
+    __m128i h = g < 2 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
+    if (g & 1) h = _mm_srli_si128(h, 8);
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(h));
+}
+
+static inline __m256 f32_s8x8(__m256i q, int g)
+{
+    __m128i h = g < 2 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
+    if (g & 1) h = _mm_srli_si128(h, 8);
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h));
+}
+
+/* ---- decoders: values [i, i + len) of a row into buf (or a pointer to them) ---- */
+
+typedef const float *(*f32_decode_fn)(const uint8_t *w, int64_t i, int64_t len, float *buf);
+
+static const float *dec_f32(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    return (const float *)(const void *)w + i;
+}
+
+static const float *dec_f16(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    const uint16_t *p = (const uint16_t *)(const void *)w + i;
+    int64_t k = 0;
+    for (; k + 8 <= len; k += 8) _mm256_storeu_ps(buf + k, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + k))));
+    for (; k < len; k++) buf[k] = f32_half(p[k]);
+    return buf;
+}
+
+static const float *dec_bf16(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    const uint16_t *p = (const uint16_t *)(const void *)w + i;
+    int64_t k = 0;
+    for (; k + 8 <= len; k += 8) {
+        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + k)));
+        _mm256_storeu_ps(buf + k, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+    }
+    for (; k < len; k++) {
+        uint32_t bits = (uint32_t)p[k] << 16;
+        memcpy(buf + k, &bits, 4);
+    }
+    return buf;
+}
+
+/* d · w for 32 signed codes (Q8_0, IQ4_NL): the reference's (float)w * d. */
+static inline void put32_signed(__m256i q, float d, float *y)
+{
+    __m256 D = _mm256_set1_ps(d);
+    for (int g = 0; g < 4; g++) _mm256_storeu_ps(y + 8 * g, _mm256_mul_ps(f32_s8x8(q, g), D));
+}
+
+static const float *dec_q8_0(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    const block_q8_0 *b = (const block_q8_0 *)(const void *)w + i / QK_SMALL;
+    for (int64_t k = 0; k < len / QK_SMALL; k++) put32_signed(f32_load256(b[k].qs), f32_half(b[k].d), buf + 32 * k);
+    return buf;
+}
+
+static const float *dec_iq4_nl(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    const block_iq4_nl *b = (const block_iq4_nl *)(const void *)w + i / QK_SMALL;
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4nl_values));
+    for (int64_t k = 0; k < len / QK_SMALL; k++)
+        put32_signed(_mm256_shuffle_epi8(table, f32_nibbles32(b[k].qs)), f32_half(b[k].d), buf + 32 * k);
+    return buf;
+}
+
+/* Q5_1: (float)q * d + m, as two roundings like the reference. */
+static const float *dec_q5_1(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    const block_q5_1 *b = (const block_q5_1 *)(const void *)w + i / QK_SMALL;
+    for (int64_t k = 0; k < len / QK_SMALL; k++) {
+        uint32_t qh;
+        memcpy(&qh, b[k].qh, 4);
+        __m256i q = _mm256_or_si256(f32_nibbles32(b[k].qs), f32_bit4_from_bits(qh));
+        __m256 D = _mm256_set1_ps(f32_half(b[k].d)), M = _mm256_set1_ps(f32_half(b[k].m));
+        for (int g = 0; g < 4; g++)
+            _mm256_storeu_ps(buf + 32 * k + 8 * g, _mm256_add_ps(_mm256_mul_ps(f32_u8x8(q, g), D), M));
+    }
+    return buf;
+}
+
+/* 32 unsigned codes of one K-quant sub-block: dl * q - ml, as the reference. */
+static inline void put32_kq(__m256i q, float dl, float ml, float *y)
+{
+    __m256 DL = _mm256_set1_ps(dl), ML = _mm256_set1_ps(ml);
+    for (int g = 0; g < 4; g++) _mm256_storeu_ps(y + 8 * g, _mm256_sub_ps(_mm256_mul_ps(DL, f32_u8x8(q, g)), ML));
+}
+
+/* Q4_K (qh == NULL) and Q5_K: chunk c's low nibbles are sub-block 2c, its
+ * high nibbles 2c + 1; Q5_K's fifth bits are bits 2c and 2c + 1 of qh[l]. */
+static inline void dec_kq_block(const uint8_t *hdr, const uint8_t *qh, const uint8_t *qs, float *y)
+{
+    uint16_t dh, mh;
+    memcpy(&dh, hdr, 2);
+    memcpy(&mh, hdr + 2, 2);
+    float d = f32_half(dh), dmin = f32_half(mh);
+    __m256i hv = qh ? f32_load256(qh) : _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        __m256i bytes = f32_load256(qs + 32 * c), m15 = _mm256_set1_epi8(15);
+        __m256i lo = _mm256_and_si256(bytes, m15), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m15);
+        if (qh) {
+            lo = _mm256_or_si256(lo, f32_bit4_where(hv, 1 << (2 * c)));
+            hi = _mm256_or_si256(hi, f32_bit4_where(hv, 1 << (2 * c + 1)));
+        }
+        uint8_t sc, m;
+        quant_kscale_unpack(hdr + 4, 2 * c, &sc, &m);
+        put32_kq(lo, d * sc, dmin * m, y + 64 * c);
+        quant_kscale_unpack(hdr + 4, 2 * c + 1, &sc, &m);
+        put32_kq(hi, d * sc, dmin * m, y + 64 * c + 32);
+    }
+}
+
+static const float *dec_q4_K(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    const block_q4_K *b = (const block_q4_K *)(const void *)w + i / QK_K;
+    for (int64_t k = 0; k < len / QK_K; k++) dec_kq_block((const uint8_t *)&b[k], NULL, b[k].qs, buf + QK_K * k);
+    return buf;
+}
+
+static const float *dec_q5_K(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    const block_q5_K *b = (const block_q5_K *)(const void *)w + i / QK_K;
+    for (int64_t k = 0; k < len / QK_K; k++) dec_kq_block((const uint8_t *)&b[k], b[k].qh, b[k].qs, buf + QK_K * k);
+    return buf;
+}
+
+/* Q6_K: (d · sc[v/16]) · (q - 32), as the reference; the four 32-value
+ * quarters of each half as quant_impl.h's struct comment lays them out. */
+static const float *dec_q6_K(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    const block_q6_K *b = (const block_q6_K *)(const void *)w + i / QK_K;
+    const __m256i m15 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3), b32 = _mm256_set1_epi8(32);
+    for (int64_t k = 0; k < len / QK_K; k++) {
+        float d = f32_half(b[k].d), *y = buf + QK_K * k;
+        for (int h = 0; h < 2; h++) {
+            __m256i ql0 = f32_load256(b[k].ql + 64 * h), ql1 = f32_load256(b[k].ql + 64 * h + 32);
+            __m256i qh = f32_load256(b[k].qh + 32 * h);
+            __m256i q[4] = {
+                _mm256_or_si256(_mm256_and_si256(ql0, m15), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4)),
+                _mm256_or_si256(_mm256_and_si256(ql1, m15),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m15),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m15),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4)),
+            };
+            for (int quarter = 0; quarter < 4; quarter++) {
+                __m256i s = _mm256_sub_epi8(q[quarter], b32);
+                int v0 = 128 * h + 32 * quarter;
+                for (int g = 0; g < 4; g++) {
+                    __m256 D = _mm256_set1_ps(d * (float)b[k].scales[(v0 + 8 * g) / 16]);
+                    _mm256_storeu_ps(y + v0 + 8 * g, _mm256_mul_ps(D, f32_s8x8(s, g)));
+                }
+            }
+        }
+    }
+    return buf;
+}
+
+/* ---- the driver: decoded pieces against R activation rows ---- */
+
+QUANT_INLINE void f32_rows(int64_t n, const uint8_t *w, const float *x, int64_t xs, float *out, const int R,
+                           f32_decode_fn dec)
+{
+    float buf[PIECE] __attribute__((aligned(64)));
+    vacc a0[F32_ROWS], a1[F32_ROWS];
+    float tail[F32_ROWS];
+    for (int t = 0; t < R; t++) a0[t] = ACC_ZERO, a1[t] = ACC_ZERO, tail[t] = 0;
+    for (int64_t i = 0; i < n; i += PIECE) {
+        int64_t len = n - i < PIECE ? n - i : PIECE, k = 0;
+        const float *v = dec(w, i, len, buf);
+        for (; k + 2 * VW <= len; k += 2 * VW)
+            for (int t = 0; t < R; t++) {
+                a0[t] = ACC_FMA(a0[t], v + k, x + t * xs + i + k);
+                a1[t] = ACC_FMA(a1[t], v + k + VW, x + t * xs + i + k + VW);
+            }
+        for (; k < len; k++) /* only plain floats have pieces that are not a multiple of 2·VW */
+            for (int t = 0; t < R; t++) tail[t] += v[k] * x[t * xs + i + k];
+    }
+    for (int t = 0; t < R; t++) out[t] = ACC_SUM(ACC_ADD(a0[t], a1[t])) + tail[t];
+}
+
+QUANT_INLINE void f32_dot(int64_t n, const void *w, const float *x, int64_t xs, int nt, float *out, f32_decode_fn dec)
+{
+    for (int t0 = 0; t0 < nt; t0 += F32_ROWS) {
+        const float *xt = x + (int64_t)t0 * xs;
+        switch (nt - t0 < F32_ROWS ? nt - t0 : F32_ROWS) { /* a constant R: accumulators stay in registers */
+        case 1: f32_rows(n, w, xt, xs, out + t0, 1, dec); break;
+        case 2: f32_rows(n, w, xt, xs, out + t0, 2, dec); break;
+        case 3: f32_rows(n, w, xt, xs, out + t0, 3, dec); break;
+        default: f32_rows(n, w, xt, xs, out + t0, 4, dec); break;
+        }
+    }
+}
+
+#define F32_KERNEL(name)                                                                                          \
+    static void dot_f32_##name(int64_t n, const void *w, const float *x, int64_t xs, int nt, float *out)          \
+    {                                                                                                             \
+        f32_dot(n, w, x, xs, nt, out, dec_##name);                                                                \
+    }
+F32_KERNEL(f32)
+F32_KERNEL(f16)
+F32_KERNEL(bf16)
+F32_KERNEL(q8_0)
+F32_KERNEL(iq4_nl)
+F32_KERNEL(q5_1)
+F32_KERNEL(q4_K)
+F32_KERNEL(q5_K)
+F32_KERNEL(q6_K)
+
+const quant_dot_f32_fn F32_TABLE[QT_COUNT] = {
+    [QT_F32] = dot_f32_f32,   [QT_F16] = dot_f32_f16,   [QT_BF16] = dot_f32_bf16,
+    [QT_Q8_0] = dot_f32_q8_0, [QT_IQ4_NL] = dot_f32_iq4_nl, [QT_Q5_1] = dot_f32_q5_1,
+    [QT_Q4_K] = dot_f32_q4_K, [QT_Q5_K] = dot_f32_q5_K, [QT_Q6_K] = dot_f32_q6_K,
+};

@@ -1,0 +1,258 @@
+/* test_expert_ffn.c — the CPU expert FFN (gw_expert_ffn, gw_expert_ffn_many)
+ * and the fp32-activation dot kernels under its fast mode (quant_dot_f32).
+ *
+ * - every fp32 dot kernel, of every ISA this CPU runs, against a double sum
+ *   over the reference decoder's values: within 1e-5 of Σ|w·x| (the float
+ *   rounding a sum of that many products can make), for 1..9 activation rows
+ *   and row lengths with and without a tail;
+ * - ref results are the same bits however the work is split: all experts in
+ *   one gw_expert_ffn_many call or one gw_expert_ffn each, on 1 or 3
+ *   threads, a row alone or inside a batch (what makes placement invisible);
+ * - fast = ref within 1e-5 per output, relative to |ref| + Σ_i |W_down[c,i]·h_i|
+ *   (h = silu(gate x) ⊙ up x, in double here), for each supported format and
+ *   the full-width q4_k_m mix; the ref itself within that bound of a double
+ *   computation;
+ * - bad input: an unknown type is NB_ENOTSUP, an unknown kernel name NB_EINVAL. */
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/quant/quant.h"
+#include "core/util/err.h"
+#include "gpu-worker/backend.h"
+
+static uint64_t rng_state;
+static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
+static float rnd(void) /* [-1, 1) */
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (float)(z >> 40) / 8388608.0f - 1.0f;
+}
+
+static const enum quant_type fast_types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_Q5_1, QT_Q8_0,
+                                             QT_IQ4_NL, QT_BF16, QT_F32, QT_F16};
+#define N_FAST (sizeof fast_types / sizeof *fast_types)
+
+/* rows × n random weights of type t, and their decoded values (if dec). */
+static uint8_t *matrix(enum quant_type t, int64_t rows, int64_t n, float scale, float **dec)
+{
+    const struct quant_traits *q = quant_traits_of(t);
+    size_t rb = quant_row_size(t, n);
+    cr_assert(q && q->from_float && rb, "%s rows of %ld", quant_type_name(t), (long)n);
+    uint8_t *m = malloc(rb * (size_t)rows);
+    float *row = malloc((size_t)n * sizeof *row);
+    if (dec) *dec = malloc((size_t)(rows * n) * sizeof **dec);
+    cr_assert(m && row && (!dec || *dec));
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < n; i++) row[i] = rnd() * scale;
+        q->from_float(row, m + rb * (size_t)r, n);
+        if (dec) q->to_float(m + rb * (size_t)r, *dec + r * n, n);
+    }
+    free(row);
+    return m;
+}
+
+static bool have_fast(void) { return quant_isa_supported(QUANT_ISA_AVX2); }
+
+Test(dot_f32, every_kernel_matches_a_double_sum)
+{
+    if (!have_fast()) cr_skip_test("this CPU has no AVX2: quant_dot_f32 is NULL and fast falls back to ref");
+    rng_seed(1);
+    for (size_t k = 0; k < N_FAST; k++) {
+        enum quant_type t = fast_types[k];
+        cr_assert_not_null(quant_dot_f32(t), "no fp32 kernel for %s", quant_type_name(t));
+        int64_t blck = quant_traits_of(t)->blck_size;
+        const int64_t lens[] = {256, 2560, blck == 1 ? 37 : 512 + 32 * (blck == 32)};
+        for (size_t li = 0; li < 3; li++) {
+            const int64_t n = lens[li];
+            float *w, *x = malloc((size_t)(9 * n) * sizeof *x);
+            uint8_t *raw = matrix(t, 1, n, 0.5f, &w);
+            for (int64_t i = 0; i < 9 * n; i++) x[i] = rnd();
+            for (int isa = QUANT_ISA_AVX2; isa < QUANT_ISA_COUNT; isa++) {
+                quant_dot_f32_fn dot = quant_dot_f32_isa(t, (enum quant_isa)isa);
+                if (!quant_isa_supported((enum quant_isa)isa)) continue;
+                cr_assert_not_null(dot, "%s: no %s kernel", quant_type_name(t), quant_isa_name((enum quant_isa)isa));
+                for (int nt = 1; nt <= 9; nt++) {
+                    float got[9];
+                    dot(n, raw, x, n, nt, got);
+                    for (int r = 0; r < nt; r++) {
+                        double exact = 0, mag = 0;
+                        for (int64_t i = 0; i < n; i++)
+                            exact += (double)w[i] * x[r * n + i], mag += fabs((double)w[i] * x[r * n + i]);
+                        cr_assert_leq(fabs(got[r] - exact), 1e-5 * mag + 1e-30,
+                                      "%s %s n %ld rows %d row %d: %.9g, exact %.9g (Σ|w·x| %.3g)", quant_type_name(t),
+                                      quant_isa_name((enum quant_isa)isa), (long)n, nt, r, (double)got[r], exact, mag);
+                    }
+                }
+            }
+            free(raw);
+            free(w);
+            free(x);
+        }
+    }
+}
+
+/* One expert of C × I with the given types, weights decoded too. */
+struct expert {
+    struct gw_expert w;
+    float *g, *u, *d; /* decoded: I × C, I × C, C × I */
+};
+
+static void expert_make(struct expert *e, int64_t C, int64_t I, enum quant_type tg, enum quant_type tu,
+                        enum quant_type td)
+{
+    e->w = (struct gw_expert){NULL, NULL, NULL, tg, tu, td, C, I};
+    e->w.gate = matrix(tg, I, C, 2.0f / sqrtf((float)C), &e->g);
+    e->w.up = matrix(tu, I, C, 2.0f / sqrtf((float)C), &e->u);
+    e->w.down = matrix(td, C, I, 2.0f / sqrtf((float)I), &e->d);
+}
+
+static void expert_free(struct expert *e)
+{
+    free((void *)e->w.gate);
+    free((void *)e->w.up);
+    free((void *)e->w.down);
+    free(e->g);
+    free(e->u);
+    free(e->d);
+}
+
+/* For row x: exact[c] (double) and mag[c] = Σ_i |W_down[c,i] · h_i| · |scale|. */
+static void expert_exact(const struct expert *e, const float *x, float scale, double *exact, double *mag)
+{
+    const int64_t C = e->w.n_embd, I = e->w.n_ff;
+    double *h = malloc((size_t)I * sizeof *h);
+    cr_assert_not_null(h);
+    for (int64_t i = 0; i < I; i++) {
+        double g = 0, u = 0;
+        for (int64_t c = 0; c < C; c++) g += (double)e->g[i * C + c] * x[c], u += (double)e->u[i * C + c] * x[c];
+        h[i] = g / (1.0 + exp(-g)) * u;
+    }
+    for (int64_t c = 0; c < C; c++) {
+        double s = 0, m = 0;
+        for (int64_t i = 0; i < I; i++) s += e->d[c * I + i] * h[i], m += fabs(e->d[c * I + i] * h[i]);
+        exact[c] = s * scale, mag[c] = m * fabs(scale);
+    }
+    free(h);
+}
+
+/* fast and ref on n rows; both checked against the double computation and
+ * against each other. */
+static void check_fast(struct expert *e, int n)
+{
+    const int64_t C = e->w.n_embd;
+    float *x = malloc((size_t)(n * C) * sizeof *x), *ref = malloc((size_t)(n * C) * sizeof *ref);
+    float *fast = malloc((size_t)(n * C) * sizeof *fast), scale[8];
+    double *exact = malloc((size_t)C * sizeof *exact), *mag = malloc((size_t)C * sizeof *mag);
+    cr_assert(x && ref && fast && exact && mag && n <= 8);
+    for (int64_t i = 0; i < n * C; i++) x[i] = rnd();
+    for (int t = 0; t < n; t++) scale[t] = 0.25f + 0.1f * (float)t;
+    struct gw_expert_job jr = {e->w, x, n, scale, ref}, jf = {e->w, x, n, scale, fast};
+    cr_assert_eq(gw_expert_ffn_many(&jr, 1, GW_KERNELS_REF), 0);
+    cr_assert_eq(gw_expert_ffn_many(&jf, 1, GW_KERNELS_FAST), 0);
+    for (int t = 0; t < n; t++) {
+        expert_exact(e, x + t * C, scale[t], exact, mag);
+        for (int64_t c = 0; c < C; c++) {
+            double r = ref[t * C + c], f = fast[t * C + c], bound = 1e-5 * (fabs(r) + mag[c]);
+            cr_assert_leq(fabs(f - r), bound, "%s/%s/%s row %d out %ld: fast %.9g ref %.9g (Σ|W·h| %.3g)",
+                          quant_type_name(e->w.gate_type), quant_type_name(e->w.up_type),
+                          quant_type_name(e->w.down_type), t, (long)c, f, r, mag[c]);
+            cr_assert_leq(fabs(r - exact[c]), 1e-5 * (fabs(exact[c]) + mag[c]), "ref row %d out %ld: %.9g, exact %.9g",
+                          t, (long)c, r, exact[c]);
+        }
+    }
+    free(x);
+    free(ref);
+    free(fast);
+    free(exact);
+    free(mag);
+}
+
+Test(expert_ffn, fast_is_ref_within_float_tolerance_per_format)
+{
+    rng_seed(2);
+    for (size_t k = 0; k < N_FAST; k++) {
+        struct expert e;
+        expert_make(&e, 512, 256, fast_types[k], fast_types[k], fast_types[k]);
+        check_fast(&e, 1);
+        check_fast(&e, 5);
+        expert_free(&e);
+    }
+}
+
+Test(expert_ffn, fast_is_ref_within_float_tolerance_full_width_q4_k_m)
+{
+    rng_seed(3);
+    const enum quant_type downs[] = {QT_Q5_1, QT_Q8_0};
+    for (int k = 0; k < 2; k++) {
+        struct expert e;
+        expert_make(&e, 2560, 640, QT_Q4_K, QT_Q4_K, downs[k]);
+        check_fast(&e, 1);
+        check_fast(&e, 3);
+        expert_free(&e);
+    }
+}
+
+Test(expert_ffn, ref_bits_do_not_depend_on_the_split)
+{
+    rng_seed(4);
+    enum { E = 3, N = 4 };
+    const int64_t C = 512, I = 128;
+    struct expert e[E];
+    expert_make(&e[0], C, I, QT_Q4_K, QT_Q4_K, QT_Q5_1);
+    expert_make(&e[1], C, I, QT_Q6_K, QT_Q5_K, QT_Q8_0);
+    expert_make(&e[2], C, I, QT_IQ4_NL, QT_BF16, QT_F32);
+    float *x = malloc((size_t)(N * C) * sizeof *x), scale[N] = {0.5f, -0.25f, 1.0f, 0.125f};
+    float *all = malloc((size_t)(E * N * C) * sizeof *all), *one = malloc((size_t)(N * C) * sizeof *one);
+    cr_assert(x && all && one);
+    for (int64_t i = 0; i < N * C; i++) x[i] = rnd();
+    struct gw_expert_job jobs[E];
+    for (int j = 0; j < E; j++) jobs[j] = (struct gw_expert_job){e[j].w, x, N, scale, all + j * N * C};
+    omp_set_num_threads(3);
+    cr_assert_eq(gw_expert_ffn_many(jobs, E, GW_KERNELS_REF), 0);
+    for (int threads = 1; threads <= 3; threads += 2) {
+        omp_set_num_threads(threads);
+        for (int j = 0; j < E; j++) {
+            cr_assert_eq(gw_expert_ffn(&e[j].w, x, N, scale, one), 0);
+            cr_assert(!memcmp(one, all + j * N * C, (size_t)(N * C) * sizeof *one),
+                      "expert %d, %d thread(s): one call differs from the batch", j, threads);
+            for (int t = 0; t < N; t++) { /* a row alone: the same bits as inside the batch */
+                cr_assert_eq(gw_expert_ffn(&e[j].w, x + t * C, 1, scale + t, one), 0);
+                cr_assert(!memcmp(one, all + (j * N + t) * C, (size_t)C * sizeof *one),
+                          "expert %d row %d alone differs from the batch", j, t);
+            }
+        }
+    }
+    for (int j = 0; j < E; j++) expert_free(&e[j]);
+    free(x);
+    free(all);
+    free(one);
+}
+
+Test(expert_ffn, bad_input)
+{
+    rng_seed(5);
+    struct expert e;
+    expert_make(&e, 256, 64, QT_Q8_0, QT_Q8_0, QT_Q8_0);
+    float x[256] = {0}, out[256], s = 1;
+    struct gw_expert bad = e.w;
+    bad.down_type = 39; /* no such type */
+    cr_assert_eq(gw_expert_ffn(&bad, x, 1, &s, out), NB_ENOTSUP);
+    struct gw_expert_job jobs[2] = {{e.w, x, 1, &s, out}, {bad, x, 1, &s, out}};
+    cr_assert_eq(gw_expert_ffn_many(jobs, 2, GW_KERNELS_FAST), NB_ENOTSUP);
+    cr_assert_eq(gw_expert_ffn_many(jobs, 0, GW_KERNELS_REF), 0);
+    enum gw_kernels k = GW_KERNELS_REF;
+    cr_assert_eq(gw_kernels_parse("fast", &k), 0);
+    cr_assert_eq(k, GW_KERNELS_FAST);
+    cr_assert_eq(gw_kernels_parse("ref", &k), 0);
+    cr_assert_eq(k, GW_KERNELS_REF);
+    cr_assert_eq(gw_kernels_parse("fastest", &k), NB_EINVAL);
+    cr_assert_eq(gw_kernels_parse(NULL, &k), NB_EINVAL);
+    expert_free(&e);
+}

@@ -1,0 +1,273 @@
+/* nebula-bench-expert — speed of the CPU expert FFN (gw_expert_ffn), the
+ * cpu-moe-worker's whole job, per schedule and kernel set.
+ *
+ *   nebula-bench-expert [--embd C] [--ff I] [--experts N,N,...] [--tokens T] [--pool P] [--seconds S]
+ *
+ * Two tables.  The first is one expert per call, for each weight format
+ * (gate, up and down all of that format; down q8_0 where its rows of I values
+ * do not fit the format's blocks), on every thread: how fast each format's
+ * rows stream.  The second is the question of issue 5: one decode
+ * request of N routed experts in the q4_k_m mix (gate/up Q4_K, down Q5_1
+ * and Q8_0, as nebula-gen writes them), one token each, under three
+ * schedules —
+ *   experts   one expert per OpenMP thread, each a reference gw_expert_ffn
+ *             (the cpu-moe-worker before issue 5: its nested row loops
+ *             ran serially inside the per-expert loop);
+ *   rows-ref  gw_expert_ffn_many with the ref kernels (every expert's rows
+ *             split over the threads; bit-identical to `experts`);
+ *   rows-fast gw_expert_ffn_many with the fast kernels (SIMD decode, fp32 FMA).
+ * Experts are taken round-robin from a pool of P distinct experts (default
+ * 64, ~190 MiB in the mix) so the weights stream from RAM, not the caches, as
+ * in a real decode.  Reported: ms per call (median), GB/s of weight bytes
+ * read, and the largest difference of fast from ref relative to the largest
+ * |output| (the check that the bench computes the same thing).
+ * Exit status: 0 ok, 1 out of memory or a kernel error, 2 bad usage. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/quant/quant.h"
+#include "gpu-worker/backend.h"
+
+static const char usage[] =
+    "usage: nebula-bench-expert [--embd C] [--ff I] [--experts N,N,...] [--tokens T] [--pool P] [--seconds S]\n"
+    "\n"
+    "  --embd C      hidden width (default 2560)\n"
+    "  --ff I        expert FFN width (default 640)\n"
+    "  --experts L   experts per request for the mix table, comma-separated (default 1,10,20)\n"
+    "  --tokens T    rows per expert (default 1: a decode token)\n"
+    "  --pool P      distinct experts the calls cycle through (default 64)\n"
+    "  --seconds S   time per cell (default 1)\n"
+    "  --help        this text\n"
+    "\n"
+    "exit status: 0 ok, 1 out of memory or a kernel error, 2 bad usage\n";
+
+struct options {
+    int64_t C, I;
+    int experts[8], n_experts;
+    int tokens, pool;
+    double seconds;
+};
+
+static int bad_usage(const char *why)
+{
+    fprintf(stderr, "nebula-bench-expert: %s\n%s", why, usage);
+    return 2;
+}
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+    *o = (struct options){2560, 640, {1, 10, 20}, 3, 1, 64, 1.0};
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (strcmp(a, "--help") == 0) return fputs(usage, stdout), 1;
+        if (!v) return bad_usage("an option without its value");
+        if (strcmp(a, "--embd") == 0) o->C = strtoll(v, &end, 10);
+        else if (strcmp(a, "--ff") == 0) o->I = strtoll(v, &end, 10);
+        else if (strcmp(a, "--tokens") == 0) o->tokens = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--pool") == 0) o->pool = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--seconds") == 0) o->seconds = strtod(v, &end);
+        else if (strcmp(a, "--experts") == 0) {
+            o->n_experts = 0;
+            for (const char *p = v; *p && o->n_experts < 8; p = *end == ',' ? end + 1 : end) {
+                o->experts[o->n_experts++] = (int)strtol(p, &end, 10);
+                if (end == p || o->experts[o->n_experts - 1] < 1) return bad_usage("--experts: positive integers");
+            }
+        } else return bad_usage("unknown option");
+        if (!end || *end) return bad_usage("a value is not a number");
+    }
+    if (o->C < 256 || o->C % 256 || o->I < 32 || o->I % 32)
+        return bad_usage("--embd must be a positive multiple of 256, --ff of 32");
+    if (o->tokens < 1 || o->tokens > 4096 || o->pool < 1 || o->seconds <= 0) return bad_usage("a value out of range");
+    return 0;
+}
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+static float uniform(void) /* [-1, 1) */
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)(rng >> 40) / 8388608.0f - 1.0f;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* rows × n random weights (scaled like a trained layer's, 1/sqrt(n)) in type t. */
+static void *random_matrix(enum quant_type t, int64_t rows, int64_t n)
+{
+    const struct quant_traits *q = quant_traits_of(t);
+    size_t rb = quant_row_size(t, n);
+    uint8_t *m = malloc(rb * (size_t)rows);
+    float *row = malloc((size_t)n * sizeof *row);
+    if (m && row)
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t i = 0; i < n; i++) row[i] = uniform() / sqrtf((float)n);
+            q->from_float(row, m + rb * (size_t)r, n);
+        }
+    free(row);
+    return m;
+}
+
+struct pool {
+    struct gw_expert *e;
+    int n;
+    size_t expert_bytes;
+};
+
+static int pool_make(struct pool *p, int n, int64_t C, int64_t I, enum quant_type tg, enum quant_type tu,
+                     enum quant_type td)
+{
+    p->e = calloc((size_t)n, sizeof *p->e), p->n = n;
+    p->expert_bytes = quant_row_size(tg, C) * I + quant_row_size(tu, C) * I + quant_row_size(td, I) * C;
+    for (int i = 0; p->e && i < n; i++) {
+        p->e[i] = (struct gw_expert){random_matrix(tg, I, C), random_matrix(tu, I, C), random_matrix(td, C, I),
+                                     tg, tu, td, C, I};
+        if (!p->e[i].gate || !p->e[i].up || !p->e[i].down) return 1;
+    }
+    return p->e ? 0 : 1;
+}
+
+static void pool_free(struct pool *p)
+{
+    for (int i = 0; p->e && i < p->n; i++) {
+        free((void *)p->e[i].gate);
+        free((void *)p->e[i].up);
+        free((void *)p->e[i].down);
+    }
+    free(p->e);
+}
+
+enum sched { SCHED_EXPERTS, SCHED_ROWS_REF, SCHED_ROWS_FAST };
+static const char *const sched_name[] = {"experts", "rows-ref", "rows-fast"};
+
+/* One request: jobs[0..n) over the schedule. */
+static int run(enum sched s, struct gw_expert_job *jobs, int n)
+{
+    if (s == SCHED_ROWS_REF) return gw_expert_ffn_many(jobs, n, GW_KERNELS_REF);
+    if (s == SCHED_ROWS_FAST) return gw_expert_ffn_many(jobs, n, GW_KERNELS_FAST);
+    int bad = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(| : bad)
+    for (int j = 0; j < n; j++) bad |= gw_expert_ffn(&jobs[j].w, jobs[j].x, jobs[j].n, jobs[j].scale, jobs[j].out) != 0;
+    return bad;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median seconds per request of n experts from the pool (cycled), or < 0 on error. */
+static double time_cell(enum sched s, const struct pool *p, int n, int T, const float *x, const float *scale,
+                        float *out, double seconds)
+{
+    struct gw_expert_job jobs[64];
+    double samples[4096];
+    int ns = 0, next = 0;
+    int64_t C = p->e[0].n_embd;
+    for (double t_end = now_s() + seconds; ns < 4096 && (ns < 3 || now_s() < t_end);) {
+        for (int j = 0; j < n; j++, next = (next + 1) % p->n)
+            jobs[j] = (struct gw_expert_job){p->e[next], x, T, scale, out + (size_t)j * (size_t)T * (size_t)C};
+        double t0 = now_s();
+        if (run(s, jobs, n)) return -1;
+        samples[ns++] = now_s() - t0;
+    }
+    qsort(samples, (size_t)ns, sizeof *samples, cmp_double);
+    return samples[ns / 2];
+}
+
+/* max |fast - ref| / max |ref| over one request of n experts. */
+static double fast_vs_ref(const struct pool *p, int n, int T, const float *x, const float *scale, float *a, float *b)
+{
+    struct gw_expert_job jr[64], jf[64];
+    int64_t C = p->e[0].n_embd;
+    for (int j = 0; j < n; j++) {
+        jr[j] = (struct gw_expert_job){p->e[j % p->n], x, T, scale, a + (size_t)j * (size_t)T * (size_t)C};
+        jf[j] = jr[j], jf[j].out = b + (size_t)j * (size_t)T * (size_t)C;
+    }
+    if (gw_expert_ffn_many(jr, n, GW_KERNELS_REF) || gw_expert_ffn_many(jf, n, GW_KERNELS_FAST)) return -1;
+    double mx = 0, md = 0;
+    for (size_t i = 0; i < (size_t)n * (size_t)T * (size_t)C; i++) {
+        mx = fmax(mx, fabs(a[i]));
+        md = fmax(md, fabs((double)a[i] - b[i]));
+    }
+    return mx > 0 ? md / mx : md;
+}
+
+static void row(const char *what, int n, enum sched s, double sec, size_t bytes)
+{
+    printf("| %s | %d | %s | %.3f | %.2f |\n", what, n, sched_name[s], sec * 1e3, (double)bytes / sec / 1e9);
+}
+
+int main(int argc, char **argv)
+{
+    struct options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : rc;
+    int maxn = 1;
+    for (int i = 0; i < o.n_experts; i++) maxn = o.experts[i] > maxn ? o.experts[i] : maxn;
+    if (maxn > 64) return bad_usage("at most 64 experts per request");
+    const int64_t C = o.C, T = o.tokens;
+    float *x = malloc((size_t)(T * C) * sizeof *x), *scale = malloc((size_t)T * sizeof *scale);
+    float *out = malloc((size_t)maxn * (size_t)(T * C) * sizeof *out);
+    float *out2 = malloc((size_t)maxn * (size_t)(T * C) * sizeof *out2);
+    if (!x || !scale || !out || !out2) return fputs("nebula-bench-expert: out of memory\n", stderr), 1;
+    for (int64_t i = 0; i < T * C; i++) x[i] = uniform();
+    for (int64_t t = 0; t < T; t++) scale[t] = 0.1f;
+
+    printf("CPU expert FFN, C %ld, I %ld, %d token(s) per expert, %d threads, ISA %s\n\n", (long)C, (long)o.I,
+           o.tokens, omp_get_max_threads(), quant_isa_name(quant_isa_active()));
+    printf("| weights | experts/request | schedule | ms/request | GB/s of weights |\n|---|---:|---|---:|---:|\n");
+    static const enum quant_type types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_Q5_1, QT_Q8_0, QT_IQ4_NL, QT_BF16, QT_F32};
+    int pool_one = o.pool < 8 ? o.pool : 8; /* 8 × an f32 expert is already 150 MiB */
+    double worst = 0;
+    for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+        /* down's rows are I long: a K-quant down needs I % 256 == 0, else down is q8_0 */
+        enum quant_type down = quant_row_size(types[k], o.I) ? types[k] : QT_Q8_0;
+        char name[64];
+        snprintf(name, sizeof name, down == types[k] ? "%s" : "%s (down q8_0)", quant_type_name(types[k]));
+        struct pool p;
+        if (pool_make(&p, pool_one, C, o.I, types[k], types[k], down))
+            return fputs("nebula-bench-expert: out of memory\n", stderr), 1;
+        for (int s = SCHED_EXPERTS; s <= SCHED_ROWS_FAST; s++) {
+            double sec = time_cell((enum sched)s, &p, 1, o.tokens, x, scale, out, o.seconds);
+            if (sec < 0) return fputs("nebula-bench-expert: kernel error\n", stderr), 1;
+            row(name, 1, (enum sched)s, sec, p.expert_bytes);
+        }
+        double d = fast_vs_ref(&p, 1, o.tokens, x, scale, out, out2);
+        if (d < 0) return fputs("nebula-bench-expert: kernel error\n", stderr), 1;
+        worst = d > worst ? d : worst;
+        pool_free(&p);
+    }
+    struct { const char *name; enum quant_type down; } mixes[] = {{"q4_k_m (down q5_1)", QT_Q5_1},
+                                                                  {"q4_k_m (down q8_0)", QT_Q8_0}};
+    for (size_t k = 0; k < 2; k++) {
+        struct pool p;
+        if (pool_make(&p, o.pool, C, o.I, QT_Q4_K, QT_Q4_K, mixes[k].down))
+            return fputs("nebula-bench-expert: out of memory\n", stderr), 1;
+        for (int i = 0; i < o.n_experts; i++)
+            for (int s = SCHED_EXPERTS; s <= SCHED_ROWS_FAST; s++) {
+                double sec = time_cell((enum sched)s, &p, o.experts[i], o.tokens, x, scale, out, o.seconds);
+                if (sec < 0) return fputs("nebula-bench-expert: kernel error\n", stderr), 1;
+                row(mixes[k].name, o.experts[i], (enum sched)s, sec, p.expert_bytes * (size_t)o.experts[i]);
+            }
+        double d = fast_vs_ref(&p, maxn, o.tokens, x, scale, out, out2);
+        if (d < 0) return fputs("nebula-bench-expert: kernel error\n", stderr), 1;
+        worst = d > worst ? d : worst;
+        pool_free(&p);
+    }
+    printf("\nlargest |fast - ref| / max |ref| over the checked requests: %.2e\n", worst);
+    free(x);
+    free(scale);
+    free(out);
+    free(out2);
+    return 0;
+}
