@@ -181,8 +181,17 @@ struct gw_vram_parts {
     uint64_t scratch; /* temporaries: the decode graph's arena and a prefill chunk's */
     int64_t n_ctx, n_slots;
 };
+/* Rows of logits the CUDA backend computes at a time (a prefill chunk's or a
+ * verify window's head runs in sub-batches of this many rows; scratch counts it). */
+#define GW_VRAM_HEAD_ROWS 32
 /* Whether the CUDA backend decodes this quant type on the device (else it is widened to F32). */
 bool gw_vram_native_type(int type);
+/* The dense weights (trunk: *dense; the MTP block's own: *mtp) as the CUDA
+ * backend uploads them, shared tensors once; NB_ENOMEM only when out of host memory. */
+int gw_vram_dense_bytes(const struct model *m, uint64_t *dense, uint64_t *mtp, char *err, size_t errlen);
+/* What a budget holds besides weights: K/V and state for n_ctx positions (≤ 0:
+ * the default) plus scratch — the kv + scratch of gw_vram_plan. */
+uint64_t gw_vram_reserve(const struct model *m, int64_t n_ctx);
 /* Bytes of one expert (gate + up + down) of layer il as the device holds it. */
 uint64_t gw_vram_expert_bytes(const struct model *m, int il);
 /* slots, n_slots: the experts `local` marks (NULL: all); kv, scratch for n_ctx (≤ 0: the default above). */
@@ -197,10 +206,13 @@ int gw_vram_check(const struct gw_vram_parts *p, uint64_t budget, char *err, siz
 /* "123", "64M", "8G", "1.5G" (binary units K M G T, a trailing "B"/"iB" allowed) into bytes; NB_EINVAL otherwise. */
 int gw_vram_parse_bytes(const char *s, uint64_t *out, char *err, size_t errlen);
 /* The device budget of a gpu-worker: `given` (--vram-budget) when not 0, else
- * the placement's (nebula-prepare's request.vram_budget, a budget for the
- * weights) plus what the plan p adds on top of weights (K/V and scratch),
+ * the placement's (nebula-prepare's request.vram_budget): the whole device
+ * budget when placement_total (placement.json records request.vram_ctx, the
+ * context its reserve was computed for), else — a placement made before the
+ * reserve was recorded, a budget for the weights — plus p's K/V and scratch;
  * else 0 (no limit). */
-uint64_t gw_vram_worker_budget(uint64_t given, uint64_t placement_weights, const struct gw_vram_parts *p);
+uint64_t gw_vram_worker_budget(uint64_t given, uint64_t placement_budget, bool placement_total,
+                               const struct gw_vram_parts *p);
 
 /* Installs (or with r == NULL removes) the remote-expert hook; r is copied,
  * r->local must outlive the backend's use of it. */

@@ -24,6 +24,11 @@
 /* Rows of a prefill chunk the scratch estimate provides for (the pipeline's
  * prefill chunks are at most this; a larger batch may need more). */
 #define VRAM_BATCH 512
+/* Device memory the backend holds beyond its own allocations: the
+ * stream-ordered pool reserves whole chunks for the temporaries, and CUDA
+ * loads kernel modules lazily at their first launch (after the backend's
+ * baseline is measured). */
+#define VRAM_SLACK ((uint64_t)64 << 20)
 
 bool gw_vram_native_type(int type)
 {
@@ -32,6 +37,94 @@ bool gw_vram_native_type(int type)
     case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: case QT_IQ4_NL: case QT_BF16: return true;
     default: return false;
     }
+}
+
+/* ---- dense weights as the device holds them ----
+ * The same walk and rules as the backend's upload (backend_cuda.cu up_mat,
+ * up_f32, up_layer, cuda_setup): a matrix keeps its bytes when the device
+ * decodes its type, else it is widened to F32; a small tensor (norms, conv
+ * taps, biases) is always F32; a matrix already uploaded (same host data,
+ * device type and shape: a tied head, the MTP block's fallback embedding) is
+ * not uploaded again.  nebula-prepare pays its placement's dense bytes with
+ * this too, so a placement made for a budget fits the worker's check. */
+struct dense_walk {
+    const struct model_tensor **seen; /* matrices uploaded so far */
+    int n_seen, cap_seen;
+    uint64_t *acct; /* dense or mtp */
+    bool oom;
+};
+
+static bool same_upload(const struct model_tensor *a, const struct model_tensor *b)
+{
+    return a->data == b->data && gw_vram_native_type(a->type) == gw_vram_native_type(b->type) &&
+           (!gw_vram_native_type(a->type) || a->type == b->type) && a->ne[0] == b->ne[0] && a->ne[1] == b->ne[1];
+}
+
+static void walk_mat(struct dense_walk *d, const struct model_tensor *t)
+{
+    if (!t->data) return;
+    for (int i = 0; i < d->n_seen; i++)
+        if (same_upload(d->seen[i], t)) return;
+    if (d->n_seen == d->cap_seen) {
+        int cap = d->cap_seen ? 2 * d->cap_seen : 256;
+        const struct model_tensor **s = realloc(d->seen, (size_t)cap * sizeof *s);
+        if (!s) {
+            d->oom = true;
+            return;
+        }
+        d->seen = s, d->cap_seen = cap;
+    }
+    d->seen[d->n_seen++] = t;
+    const uint64_t n_mat = (uint64_t)t->ne[2] * (uint64_t)t->ne[3], rows = (uint64_t)t->ne[1];
+    *d->acct += gw_vram_native_type(t->type) ? n_mat * rows * t->row_bytes : n_mat * rows * (uint64_t)t->ne[0] * 4;
+}
+
+static void walk_f32(struct dense_walk *d, const struct model_tensor *t)
+{
+    if (t->data) *d->acct += 4 * (uint64_t)t->ne[0] * (uint64_t)t->ne[1] * (uint64_t)t->ne[2] * (uint64_t)t->ne[3];
+}
+
+static void walk_hc(struct dense_walk *d, const struct model_hc *h)
+{
+    walk_mat(d, &h->down), walk_mat(d, &h->up), walk_mat(d, &h->inject), walk_f32(d, &h->norm);
+}
+
+static void walk_layer(struct dense_walk *d, const struct model *m, const struct model_layer *l)
+{
+    walk_hc(d, &l->hc_attn), walk_hc(d, &l->hc_ffn);
+    walk_mat(d, &l->gdn.qkv), walk_mat(d, &l->gdn.gate), walk_mat(d, &l->gdn.alpha), walk_mat(d, &l->gdn.beta);
+    walk_mat(d, &l->gdn.out);
+    walk_f32(d, &l->gdn.conv), walk_f32(d, &l->gdn.dt_bias), walk_f32(d, &l->gdn.a), walk_f32(d, &l->gdn.norm);
+    walk_mat(d, &l->attn.q), walk_mat(d, &l->attn.k), walk_mat(d, &l->attn.v), walk_mat(d, &l->attn.o);
+    walk_mat(d, &l->attn.idx_q), walk_mat(d, &l->attn.idx_k);
+    walk_f32(d, &l->attn.q_norm), walk_f32(d, &l->attn.k_norm), walk_f32(d, &l->attn.idx_q_norm);
+    walk_f32(d, &l->attn.idx_k_norm);
+    walk_mat(d, &l->moe.router);
+    walk_mat(d, &l->moe.gate_shexp), walk_mat(d, &l->moe.up_shexp), walk_mat(d, &l->moe.down_shexp);
+    walk_f32(d, &l->moe.shexp_gate);
+    walk_mat(d, &l->ple.key), walk_mat(d, &l->ple.value);
+    walk_f32(d, &l->ple.norm_key), walk_f32(d, &l->ple.norm_query), walk_f32(d, &l->ple.norm_conv);
+    walk_f32(d, &l->ple.conv);
+    if (l->is_nextn) {
+        walk_mat(d, &l->nextn.eh_proj);
+        walk_f32(d, &l->nextn.enorm), walk_f32(d, &l->nextn.hnorm);
+        walk_hc(d, &l->nextn.head);
+        walk_mat(d, l->nextn.embed_tokens.data ? &l->nextn.embed_tokens : &m->tok_embd);
+        walk_mat(d, l->nextn.shared_head.data ? &l->nextn.shared_head : &m->output);
+    }
+}
+
+int gw_vram_dense_bytes(const struct model *m, uint64_t *dense, uint64_t *mtp, char *err, size_t errlen)
+{
+    *dense = 0, *mtp = 0;
+    struct dense_walk d = {.acct = dense};
+    walk_mat(&d, &m->tok_embd), walk_mat(&d, &m->output), walk_hc(&d, &m->output_hc), walk_mat(&d, &m->ple_table);
+    for (int i = 0; i < m->hp.n_layer + m->hp.n_nextn; i++) {
+        d.acct = m->layers[i].is_nextn ? mtp : dense;
+        walk_layer(&d, m, &m->layers[i]);
+    }
+    free(d.seen);
+    return d.oom ? nb_errf(err, errlen, NB_ENOMEM, "out of memory sizing the dense weights") : 0;
 }
 
 /* One expert matrix of t (rows ne[1] of ne[0] values) on the device. */
@@ -75,7 +168,9 @@ static uint64_t kv_bytes(const struct model *m, int64_t n)
 
 /* Temporaries of one eval of T rows: the largest sublayer's (the MoE's pairs,
  * the attention's probabilities, capped at 64 Mi floats as the backend
- * caps them) plus the residual streams, and the logits of every row. */
+ * caps them) plus the residual streams, and the head's: the backend computes
+ * logits GW_VRAM_HEAD_ROWS rows at a time (its mixed rows, logits and
+ * argmax), so a prefill chunk's logits never need T × vocabulary floats. */
 static uint64_t batch_bytes(const struct model *m, int64_t T, int64_t n_ctx)
 {
     const struct model_hparams *hp = &m->hp;
@@ -87,7 +182,14 @@ static uint64_t batch_bytes(const struct model *m, int64_t T, int64_t n_ctx)
     if (probs > ((uint64_t)64 << 20)) probs = (uint64_t)64 << 20;
     uint64_t layer = moe > gdn ? moe : gdn;
     if (5 * qw > layer) layer = 5 * qw;
-    return 4 * ((uint64_t)T * (3 * W + 3 * C + layer + hp->n_vocab) + probs);
+    const uint64_t R = T < GW_VRAM_HEAD_ROWS ? (uint64_t)T : GW_VRAM_HEAD_ROWS;
+    return 4 * ((uint64_t)T * (3 * W + 3 * C + layer) + probs + R * (C + (uint64_t)hp->n_vocab + 1));
+}
+
+static uint64_t scratch_bytes(const struct model *m, int64_t n_ctx)
+{
+    const int64_t T = n_ctx < VRAM_BATCH ? n_ctx : VRAM_BATCH;
+    return gw_vram_arena_bytes(m, n_ctx) + batch_bytes(m, T, n_ctx) + VRAM_SLACK;
 }
 
 void gw_vram_plan(const struct model *m, const uint8_t *local, int64_t n_ctx, struct gw_vram_parts *p)
@@ -102,8 +204,7 @@ void gw_vram_plan(const struct model *m, const uint8_t *local, int64_t n_ctx, st
             if (!local || local[(size_t)il * hp->n_expert + e]) p->slots += eb, p->n_slots++;
     }
     p->kv = kv_bytes(m, n_ctx);
-    const int64_t T = n_ctx < VRAM_BATCH ? n_ctx : VRAM_BATCH;
-    p->scratch = gw_vram_arena_bytes(m, n_ctx) + batch_bytes(m, T, n_ctx);
+    p->scratch = scratch_bytes(m, n_ctx);
 }
 
 uint64_t gw_vram_total(const struct gw_vram_parts *p) { return p->dense + p->mtp + p->kv + p->slots + p->scratch; }
@@ -147,8 +248,15 @@ int gw_vram_parse_bytes(const char *s, uint64_t *out, char *err, size_t errlen)
     return 0;
 }
 
-uint64_t gw_vram_worker_budget(uint64_t given, uint64_t placement_weights, const struct gw_vram_parts *p)
+uint64_t gw_vram_reserve(const struct model *m, int64_t n_ctx)
+{
+    if (n_ctx <= 0) n_ctx = gw_vram_default_ctx(m);
+    return kv_bytes(m, n_ctx) + scratch_bytes(m, n_ctx);
+}
+
+uint64_t gw_vram_worker_budget(uint64_t given, uint64_t placement_budget, bool placement_total, const struct gw_vram_parts *p)
 {
     if (given) return given;
-    return placement_weights ? placement_weights + p->kv + p->scratch : 0;
+    if (!placement_budget) return 0;
+    return placement_total ? placement_budget : placement_budget + p->kv + p->scratch;
 }

@@ -1402,30 +1402,41 @@ static int moe_forward(cuda_backend *be, const cu_layer *c, int il, const float 
 /* Logits of T rows of X through a head mixer and an output matrix, into host
  * memory (logits NULL: not copied), and each row's argmax (harg, NULL: not
  * asked) computed on the device, so greedy decoding copies one int a row
- * (sync false: the copies are only queued — a graph's pinned buffers). */
+ * (sync false: the copies are only queued — a graph's pinned buffers).  The
+ * rows go GW_VRAM_HEAD_ROWS at a time through one buffer (stream order keeps
+ * a sub-batch's copies before the next one's matmul), so a prefill chunk asking
+ * every row's logits holds a few rows × vocabulary floats, as the budget
+ * counts them (gpu-worker/vram.c). */
 static int head(cuda_backend *be, const cu_hc *mixer, const dmat &out_w, const float *X, int T, float *logits,
                 bool sync = true, int32_t *harg = NULL)
 {
     const struct model_hparams *hp = &be->base.model->hp;
-    const int64_t V = hp->n_vocab;
+    const int64_t V = hp->n_vocab, wide = model_wide(hp);
+    const int R = T < GW_VRAM_HEAD_ROWS ? T : GW_VRAM_HEAD_ROWS;
     tmp t = tmp_begin(be);
     float *h, *dl, *di = NULL;
-    int rc = talloc(&t, &h, T * hp->n_embd);
-    if (rc == 0) rc = talloc(&t, &dl, T * V);
-    if (rc == 0 && harg) rc = talloc(&t, &di, T);
-    if (rc == 0) rc = hc_mix(be, mixer, X, T, h, NULL);
-    if (rc == 0) rc = matmul(be, out_w, h, hp->n_embd, T, dl, V);
-    if (rc == 0) {
+    int rc = talloc(&t, &h, (int64_t)R * hp->n_embd);
+    if (rc == 0) rc = talloc(&t, &dl, (int64_t)R * V);
+    if (rc == 0 && harg) rc = talloc(&t, &di, R);
+    for (int r0 = 0; r0 < T && rc == 0; r0 += R) {
+        const int n = T - r0 < R ? T - r0 : R;
+        rc = hc_mix(be, mixer, X + (int64_t)r0 * wide, n, h, NULL);
+        if (rc == 0) rc = matmul(be, out_w, h, hp->n_embd, n, dl, V);
+        if (rc) break;
         cudaError_t ce = cudaSuccess;
         if (harg) {
-            k_argmax<<<(unsigned)T, ARGMAX_THREADS, 0, be->st>>>(dl, V, (int32_t *)di);
+            k_argmax<<<(unsigned)n, ARGMAX_THREADS, 0, be->st>>>(dl, V, (int32_t *)di);
             ce = cudaGetLastError();
             if (ce == cudaSuccess)
-                ce = cudaMemcpyAsync(harg, di, (size_t)T * sizeof(int32_t), cudaMemcpyDeviceToHost, be->st);
+                ce = cudaMemcpyAsync(harg + r0, di, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, be->st);
         }
         if (ce == cudaSuccess && logits)
-            ce = cudaMemcpyAsync(logits, dl, (size_t)(T * V) * sizeof(float), cudaMemcpyDeviceToHost, be->st);
-        if (ce == cudaSuccess && sync) ce = cudaStreamSynchronize(be->st);
+            ce = cudaMemcpyAsync(logits + (int64_t)r0 * V, dl, (size_t)((int64_t)n * V) * sizeof(float),
+                                 cudaMemcpyDeviceToHost, be->st);
+        if (ce != cudaSuccess) rc = cu_fail(ce, "logits to the host", __LINE__);
+    }
+    if (rc == 0 && sync) {
+        cudaError_t ce = cudaStreamSynchronize(be->st);
         if (ce != cudaSuccess) rc = cu_fail(ce, "logits to the host", __LINE__);
     }
     return tdone(&t, rc);

@@ -59,9 +59,11 @@ int gwp_moe_remote(void *ctx, int layer, int n_rows, const float *x, int n_pairs
 int gwp_placement_ssd_blobs(const char *placement_path, const struct model *m, uint64_t **blob, char *err,
                             size_t errlen);
 
-/* Reads request.vram_budget of placement.json (nebula-prepare's budget for
- * the weights): *bytes the number, 0 for "all", a missing key or a NULL path. */
-int gwp_placement_vram_budget(const char *placement_path, uint64_t *bytes, char *err, size_t errlen);
+/* Reads request.vram_budget of placement.json (nebula-prepare's device
+ * budget): *bytes the number, 0 for "all", a missing key or a NULL path; and
+ * request.vram_ctx, the positions its reserve holds K/V for (*ctx; 0 when not
+ * recorded: an older placement, whose budget is the weights' share only). */
+int gwp_placement_vram_budget(const char *placement_path, uint64_t *bytes, int64_t *ctx, char *err, size_t errlen);
 
 /* Reads request.ple_tier of placement.json: *ssd true for "ssd" (a missing
  * key or a NULL path is "ram"). */

@@ -72,10 +72,10 @@ static void usage(FILE *f)
                "runs the forward pass on the GPU and fails the configuration where there is none.\n"
                "--kernels picks its matrix kernels (default: $NEBULA_CUDA_KERNELS, else ref).\n"
                "--vram-budget (like 80G; default $NEBULA_GW_VRAM_BUDGET) caps its device memory:\n"
-               "dense weights + MTP + K/V for --ctx positions (default: the model's context) + the\n"
-               "VRAM-tier experts + scratch must fit, or the configuration fails naming each part.\n"
-               "Without it, placement.json's request.vram_budget (the weights' share) plus K/V and\n"
-               "scratch is the cap.\n");
+               "dense weights + MTP + K/V for --ctx positions (default: placement.json's\n"
+               "request.vram_ctx, else the model's context) + the VRAM-tier experts + scratch must\n"
+               "fit, or the configuration fails naming each part.  Without it, placement.json's\n"
+               "request.vram_budget (nebula-prepare --vram-budget: the whole device budget) is the cap.\n");
 }
 
 static int send_simple(struct gwp *w, const char *type, const char *message)
@@ -182,18 +182,20 @@ static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
     if (rc) return rc;
     int64_t n_remote = 0;
     bool ple_ssd = false;
-    uint64_t weights_budget = 0;
+    uint64_t placement_budget = 0;
+    int64_t placement_ctx = 0;
     if ((rc = gwp_placement_local(placement, w->m, &w->local, &n_remote, err, errlen))) return rc;
     if ((rc = gwp_placement_ssd_blobs(placement, w->m, &w->ssd_blob, err, errlen))) return rc;
-    if ((rc = gwp_placement_vram_budget(placement, &weights_budget, err, errlen))) return rc;
-    /* The experts it computes are known before the backend exists: only those are uploaded. */
+    if ((rc = gwp_placement_vram_budget(placement, &placement_budget, &placement_ctx, err, errlen))) return rc;
+    /* The experts it computes are known before the backend exists: only those
+     * are uploaded.  K/V for --ctx, else the context the placement reserved. */
     struct gw_vram_parts plan;
-    gw_vram_plan(w->m, w->local, w->n_ctx, &plan);
+    gw_vram_plan(w->m, w->local, w->n_ctx > 0 ? w->n_ctx : placement_ctx, &plan);
     struct gw_backend_params bp = {.kind = w->backend,
                                    .n_threads = cJSON_IsNumber(threads) ? threads->valueint : 0,
                                    .kernels = w->kernels,
                                    .local = w->local,
-                                   .vram_budget = gw_vram_worker_budget(w->vram_budget, weights_budget, &plan),
+                                   .vram_budget = gw_vram_worker_budget(w->vram_budget, placement_budget, placement_ctx > 0, &plan),
                                    .n_ctx = plan.n_ctx};
     if ((rc = gw_backend_create(w->m, &bp, &w->be, err, errlen))) return rc;
     if ((rc = gw_seq_create(w->be, &w->seq, err, errlen))) return rc;

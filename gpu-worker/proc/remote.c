@@ -130,9 +130,9 @@ int gwp_placement_ssd_blobs(const char *placement_path, const struct model *m, u
     return rc;
 }
 
-int gwp_placement_vram_budget(const char *placement_path, uint64_t *bytes, char *err, size_t errlen)
+int gwp_placement_vram_budget(const char *placement_path, uint64_t *bytes, int64_t *ctx, char *err, size_t errlen)
 {
-    *bytes = 0;
+    *bytes = 0, *ctx = 0;
     if (!placement_path) return 0;
     char *text = NULL;
     int rc = read_text(placement_path, &text, err, errlen);
@@ -142,6 +142,9 @@ int gwp_placement_vram_budget(const char *placement_path, uint64_t *bytes, char 
     else if (!rc && cJSON_IsNumber(b) && b->valuedouble >= 0) *bytes = (uint64_t)b->valuedouble;
     else if (!rc && b && !(cJSON_IsString(b) && !strcmp(b->valuestring, "all")))
         rc = nb_errf(err, errlen, NB_EFORMAT, "%s: request.vram_budget is neither a byte count nor \"all\"", placement_path);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "request"), "vram_ctx");
+    if (!rc && cJSON_IsNumber(c) && c->valuedouble >= 1 && c->valuedouble < 9e15) *ctx = (int64_t)c->valuedouble;
+    else if (!rc && c) rc = nb_errf(err, errlen, NB_EFORMAT, "%s: request.vram_ctx is not a positive count", placement_path);
     cJSON_Delete(root);
     free(text);
     return rc;

@@ -33,6 +33,10 @@
  *             allocator's granularity);
  *   copied    (--remote) gw_backend_bytes_copied covers the remote results
  *             (pairs × C floats) under each placement;
+ *   vram-plan  a backend given exactly gw_vram_plan's total (dense from
+ *             gw_vram_dense_bytes) as its budget prefills the prompt with
+ *             every row's logits (vs the CPU's) and decodes: its measured
+ *             peak stays within that total;
  *   vram-budget  a budget of 4 KiB is refused with every part named;
  *   argmax    greedy with gw_eval_args.argmax (no logits copied): the same ids.
  * --kernels picks the cuda backends' matrix kernels (default: the backend's:
@@ -481,6 +485,51 @@ int main(int argc, char **argv)
             free(local);
         }
         free(gc), free(gg);
+    }
+    /* the plan (gpu-worker/vram.c) bounds what the device really holds: a
+     * backend given exactly the planned total as its budget (so the dense
+     * bytes the worker's check measures must match the plan's) prefills the
+     * prompt with every row's logits (the head's sub-batches), then decodes */
+    {
+        const int64_t ctx = T + 8;
+        struct gw_vram_parts plan;
+        gw_vram_plan(m, NULL, ctx, &plan);
+        if (gw_vram_dense_bytes(m, &plan.dense, &plan.mtp, err, sizeof err)) die("gw_vram_dense_bytes", err);
+        const uint64_t total = gw_vram_total(&plan);
+        gw_backend *pb = NULL;
+        char perr[1024] = "";
+        struct gw_backend_params pp = {.kind = "cuda", .kernels = kernels, .vram_budget = total, .n_ctx = ctx};
+        int prc = gw_backend_create(m, &pp, &pb, perr, sizeof perr);
+        gw_seq *ps = NULL;
+        float *pl = malloc((size_t)T * V * sizeof *pl);
+        if (prc == 0) prc = gw_seq_create(pb, &ps, perr, sizeof perr);
+        if (prc == 0) {
+            struct gw_eval_args pa = {.tokens = tok, .n_tokens = T, .logits_rows = GW_ROWS_ALL, .logits = pl};
+            prc = gw_eval(ps, &pa, perr, sizeof perr);
+        }
+        double ep = 1e9;
+        if (prc == 0) { /* the CPU's rows again (lc was reused by the greedy runs) */
+            float *pr = malloc((size_t)T * V * sizeof *pr);
+            gw_seq *cs = seq(cpu);
+            eval(cs, tok, T, GW_ROWS_ALL, pr, GW_ROWS_NONE, NULL, NULL);
+            ep = rel_err(pl, pr, (int64_t)T * V);
+            gw_seq_free(cs);
+            free(pr);
+        }
+        for (int i = 0; i < 4 && prc == 0; i++) {
+            struct gw_eval_args da = {.tokens = &tok[i], .n_tokens = 1, .logits_rows = GW_ROWS_LAST, .logits = pl};
+            prc = gw_eval(ps, &da, perr, sizeof perr);
+        }
+        const uint64_t peak = pb ? gw_backend_vram_bytes(pb) : 0;
+        report("vram-plan", prc == 0 && peak <= total && ep <= tol,
+               "measured peak %.1f MiB within the planned total", mib(peak));
+        printf("     (planned %.1f MiB: dense %.1f + MTP %.1f + K/V %.1f + slots %.1f + scratch %.1f; all-row logits "
+               "max|d|/max|ref| = %.3g%s%s)\n",
+               mib(total), mib(plan.dense), mib(plan.mtp), mib(plan.kv), mib(plan.slots), mib(plan.scratch), ep,
+               prc ? "; " : "", prc ? perr : "");
+        free(pl);
+        gw_seq_free(ps);
+        gw_backend_free(pb);
     }
     /* over budget: refused, every part named */
     {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/gguf/gguf.h"
 #include "core/model/model.h"
 #include "core/util/err.h"
 #include "gpu-worker/backend.h"
@@ -110,9 +111,70 @@ Test(vram, check_names_every_part)
 Test(vram, worker_budget)
 {
     struct gw_vram_parts p = {.dense = 10, .mtp = 1, .kv = 300, .slots = 50, .scratch = 4000};
-    cr_assert_eq(gw_vram_worker_budget(0, 0, &p), 0);        /* none given: no limit */
-    cr_assert_eq(gw_vram_worker_budget(12345, 99, &p), 12345); /* --vram-budget wins */
-    cr_assert_eq(gw_vram_worker_budget(0, 1000, &p), 1000 + 300 + 4000); /* the weights' share + K/V + scratch */
+    cr_assert_eq(gw_vram_worker_budget(0, 0, true, &p), 0);          /* none given: no limit */
+    cr_assert_eq(gw_vram_worker_budget(12345, 99, true, &p), 12345); /* --vram-budget wins */
+    cr_assert_eq(gw_vram_worker_budget(0, 1000, true, &p), 1000);    /* the placement's whole budget */
+    cr_assert_eq(gw_vram_worker_budget(0, 1000, false, &p), 1000 + 300 + 4000); /* an older placement: the weights' share */
+}
+
+/* The reserve nebula-prepare pays before expert slots is the plan's K/V + scratch. */
+Test(vram, reserve_is_kv_and_scratch)
+{
+    struct model *m = open_fixture("tiny-a", "f32");
+    struct gw_vram_parts a, d;
+    gw_vram_plan(m, NULL, 1024, &a);
+    cr_assert_eq(gw_vram_reserve(m, 1024), a.kv + a.scratch);
+    gw_vram_plan(m, NULL, 0, &d);
+    cr_assert_eq(gw_vram_reserve(m, 0), d.kv + d.scratch);
+    model_close(m);
+}
+
+/* Logits scratch is GW_VRAM_HEAD_ROWS rows (the head runs in sub-batches),
+ * never a prefill chunk's rows × vocabulary: one more vocabulary entry costs
+ * the decode arena's 2 floats plus one float per head row. */
+Test(vram, logits_scratch_is_bounded)
+{
+    struct model *m = open_fixture("tiny-a", "f32");
+    struct model big = *m;
+    big.hp.n_vocab += 1000;
+    struct gw_vram_parts a, b;
+    gw_vram_plan(m, NULL, 4096, &a);
+    gw_vram_plan(&big, NULL, 4096, &b);
+    cr_assert_eq(b.scratch - a.scratch, 4ull * 1000 * (2 + GW_VRAM_HEAD_ROWS));
+    gw_vram_plan(m, NULL, 8, &a); /* a context shorter than the head's rows: only those rows */
+    gw_vram_plan(&big, NULL, 8, &b);
+    cr_assert_eq(b.scratch - a.scratch, 4ull * 1000 * (2 + 8));
+    model_close(m);
+}
+
+/* Dense weights as the device holds them: an F32 model's are its file's
+ * non-expert tensor bytes (shared tensors once); a quantized mix's are at
+ * least its file's (types the device does not decode grow to F32). */
+static uint64_t file_dense_bytes(const struct model *m)
+{
+    uint64_t total = 0;
+    for (int64_t i = 0; i < gguf_tensor_count(m->gguf); i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(m->gguf, i);
+        if (!strstr(t->name, "_exps.")) total += t->nbytes;
+    }
+    return total;
+}
+
+Test(vram, dense_bytes_as_uploaded)
+{
+    char err[256] = "";
+    const char *types[] = {"f32", "mix"};
+    for (int k = 0; k < 2; k++) {
+        struct model *m = open_fixture("tiny-a", types[k]);
+        uint64_t dense = 0, mtp = 0;
+        cr_assert_eq(gw_vram_dense_bytes(m, &dense, &mtp, err, sizeof err), 0, "%s", err);
+        cr_assert_gt(dense, 0);
+        if (m->hp.n_nextn > 0) cr_assert_gt(mtp, 0, "%s: the MTP block's own weights", types[k]);
+        const uint64_t file = file_dense_bytes(m);
+        if (k == 0) cr_assert_eq(dense + mtp, file, "f32: %" PRIu64 " + %" PRIu64 " vs the file's %" PRIu64, dense, mtp, file);
+        else cr_assert_geq(dense + mtp, file, "mix: %" PRIu64 " + %" PRIu64 " vs the file's %" PRIu64, dense, mtp, file);
+        model_close(m);
+    }
 }
 
 /* Types the device decodes keep their bytes; the others are widened to F32. */

@@ -57,6 +57,21 @@ sed -i 's/"experts_per_token": 20}$/"experts_per_token": 19.5}/' "$tmp/rec.jsonl
 python3 tools/bench/cuda_report.py report "$tmp/meta.json" "$tmp/rec.jsonl" "$tmp/bw.json" >"$tmp/rep.md" 2>&1
 [ $? -ne 0 ] && grep -q "EXACTNESS FAILURE" "$tmp/rep.md" && ok || bad "a skipped expert is not reported: $(tail -3 "$tmp/rep.md")"
 
+# cuda_report.py vram: the budget placement.json records against the measured peak; over it fails loudly.
+cat >"$tmp/pl.json" <<'EOF'
+{"model": {"vram_dense_bytes": 1073741824, "vram_reserve_bytes": 536870912, "vram_fixed_bytes": 1610612736},
+ "request": {"vram_budget": 2147483648, "vram_ctx": 4096}, "totals": {"vram": {"experts": 100}}}
+EOF
+echo '{"vram_peak_bytes": 1610612736}' >"$tmp/st.json"
+out=$(python3 tools/bench/cuda_report.py vram slots "$tmp/pl.json" "$tmp/st.json" 2>&1) \
+    && [[ $out == *"planned 2048.0 MiB (dense 1024.0 + K/V and scratch for 4096 positions 512.0 + slots 512.0: 100 experts), measured peak 1536.0 MiB (75 % of it)"* ]] \
+    && ok || bad "cuda_report vram within budget: $out"
+echo '{"vram_peak_bytes": 2147483649}' >"$tmp/st.json"
+out=$(python3 tools/bench/cuda_report.py vram slots "$tmp/pl.json" "$tmp/st.json" 2>&1); rc=$?
+[ $rc -eq 1 ] && [[ $out == *"VRAM BUDGET EXCEEDED"* ]] && ok || bad "a peak over the budget passes: rc $rc, $out"
+out=$(python3 tools/bench/cuda_report.py vram slots "$tmp/pl.json" "$tmp/nope.json" 2>&1); rc=$?
+[ $rc -ne 0 ] && [[ $out == *"cannot read"* ]] && ok || bad "a missing status passes: rc $rc, $out"
+
 have_gpu=0
 if [ -x "$bin/nebula-bench-bw" ]; then
     "$bin/nebula-bench-bw" --ram-mib 64 --reps 1 --threads 2 >"$tmp/bw-real.json" 2>"$tmp/bw.err" && ok || bad "nebula-bench-bw: $(cat "$tmp/bw.err")"
@@ -98,6 +113,10 @@ awk -F'|' '/^\| zero-slot \|/ { gsub(/ /, "", $8); if ($8 != "0.0%") bad = 1 } E
 awk -F'|' '/^\| slots \|/ { gsub(/[ %]/, "", $8); if ($8 + 0 <= 0) bad = 1 } END { exit bad }' "$tmp/out.md" \
     && ok || bad "slot rows hit nothing: $(grep -E '^\| slots' "$tmp/out.md")"
 grep -q "slots / zero-slot decode = " "$tmp/out.md" && grep -q "held-out hit rate" "$tmp/out.md" && ok || bad "no speed-up line or routing curve"
+# planned VRAM per configuration (the CPU backend measures no peak); the zero-slot one plans no slot
+grep -qE '^- slots: VRAM planned [0-9.]+ MiB \(dense .* \+ slots [0-9.]+: [1-9][0-9]* experts\)' "$tmp/out.md" \
+    && grep -qE '^- zero-slot: VRAM planned .* slots 0\.0: 0 experts\)' "$tmp/out.md" && ok \
+    || bad "no planned VRAM lines: $(grep -i vram "$tmp/out.md")"
 grep -q "^## bench-cuda.sh — " "$tmp/B.md" && grep -q -- "--backend cpu" "$tmp/B.md" && ok || bad "--append wrote no dated block"
 ls "$tmp"/models/*.gguf >/dev/null 2>&1 && ok || bad "no model kept in --models-dir"
 # --setup-only reuses the kept model and hotlists and measures nothing.

@@ -275,7 +275,7 @@ if [ -x "$bin/nebula-cpu-moe-worker" ] && [ -x "$bin/nebula-ssd-pager" ] && [ -x
     "$bin/nebula" generate -m "$tmp/a.gguf" --tokens-file "$tmp/prefix.txt" --greedy -n 1500 --print-ids >"$tmp/long-local.out" 2>/dev/null
     "$bin/nebula-prepare" "$tmp/a.gguf" "$tmp/prep-ram" --vram-budget 0 --ram-budget all -q && ok || bad "prepare all-RAM"
     placement_case all-ram "$tmp/a.gguf" "$tmp/prep-ram" "$tmp/prefix.txt" "$tmp/local.out" cpu-moe-worker gpu-worker
-    blob=$(python3 -c "import json; d=json.load(open('$tmp/prep-ram/placement.json')); print(d['layers'][0]['blob_bytes'], d['model']['dense_tensor_bytes'])")
+    blob=$(python3 -c "import json; d=json.load(open('$tmp/prep-ram/placement.json')); print(d['layers'][0]['blob_bytes'], d['model']['vram_fixed_bytes'])")
     set -- $blob
     "$bin/nebula-prepare" "$tmp/a.gguf" "$tmp/prep-mix" --vram-budget $(($2 + 12 * $1)) --ram-budget $((12 * $1)) -q && ok || bad "prepare mixed"
     python3 -c "import json,sys; t=json.load(open('$tmp/prep-mix/placement.json'))['totals']; sys.exit(not all(t[k]['experts'] > 0 for k in ('vram','ram','ssd')))" \
@@ -302,7 +302,7 @@ sys.exit(not (d['request']['ple_tier'] == 'ssd' and t['ssd']['experts'] >= 0.3 *
     placement_case tiny-b-vram "$tmp/b.gguf" "$tmp/prep-b-vram" "$tmp/prefix-b.txt" "$tmp/local-b.out"
     "$bin/nebula-prepare" "$tmp/b.gguf" "$tmp/prep-b-ram" --vram-budget 0 --ram-budget all -q && ok || bad "prepare tiny-b all-RAM"
     placement_case tiny-b-ram "$tmp/b.gguf" "$tmp/prep-b-ram" "$tmp/prefix-b.txt" "$tmp/local-b.out" cpu-moe-worker
-    set -- $(python3 -c "import json; d=json.load(open('$tmp/prep-b-ram/placement.json')); print(d['layers'][0]['blob_bytes'], d['model']['dense_tensor_bytes'])")
+    set -- $(python3 -c "import json; d=json.load(open('$tmp/prep-b-ram/placement.json')); print(d['layers'][0]['blob_bytes'], d['model']['vram_fixed_bytes'])")
     "$bin/nebula-prepare" "$tmp/b.gguf" "$tmp/prep-b-ple" --vram-budget $(($2 + 12 * $1)) --ram-budget $((6 * $1)) \
         --ple-tier ssd -q && ok || bad "prepare tiny-b mixed, PLE on SSD"
     python3 -c "import json,sys; d=json.load(open('$tmp/prep-b-ple/placement.json')); t=d['totals']; n=sum(t[k]['experts'] for k in t if k != 'victim_cache_bytes')

@@ -324,7 +324,9 @@ static void check_dense(const char *src_path, const char *dir)
 struct plan {
     int n_layers;
     uint32_t E;
-    uint64_t dense_bytes, blob[16];
+    uint64_t dense_bytes, blob[16]; /* dense_bytes: what --vram-budget pays before slots (dense on the device + reserve) */
+    uint64_t vram_budget;           /* request.vram_budget (0 for "all") */
+    int64_t vram_ctx;
     bool mtp[16];
     int n_tier[16][3];
     uint32_t list[16][3][64]; /* ids per tier, in file order */
@@ -342,7 +344,12 @@ static void read_plan(const char *dir, uint32_t E, struct plan *pl)
     memset(pl, 0, sizeof *pl);
     pl->E = E;
     const cJSON *model = cJSON_GetObjectItem(root, "model");
-    pl->dense_bytes = (uint64_t)cJSON_GetObjectItem(model, "dense_tensor_bytes")->valuedouble;
+    pl->dense_bytes = (uint64_t)cJSON_GetObjectItem(model, "vram_fixed_bytes")->valuedouble;
+    cr_assert_geq(pl->dense_bytes, (uint64_t)cJSON_GetObjectItem(model, "dense_tensor_bytes")->valuedouble);
+    const cJSON *req = cJSON_GetObjectItem(root, "request");
+    pl->vram_budget = cJSON_IsNumber(cJSON_GetObjectItem(req, "vram_budget"))
+                          ? (uint64_t)cJSON_GetObjectItem(req, "vram_budget")->valuedouble : 0;
+    pl->vram_ctx = (int64_t)cJSON_GetObjectItem(req, "vram_ctx")->valuedouble;
     cr_assert_str_eq(cJSON_GetObjectItem(model, "dense_sha256")->valuestring, listed_sum(dir, "dense.gguf"),
                      "the placement names the dense file it was made for");
     const cJSON *layers = cJSON_GetObjectItem(root, "layers");
@@ -510,6 +517,20 @@ Test(prepare, budgets)
     read_plan(tmp_path("out"), 8, &pl);
     cr_assert_eq(pl.tier_bytes[0], 16 * B);
     cr_assert_eq(pl.n_tier[0][0], 0);
+    /* --vram-slots: slots on top of dense + reserve; the budget recorded is the sum. */
+    run_budget(g, &pl, "--vram-slots %llu --early-quota 1", (unsigned long long)(10 * B + B / 2));
+    cr_assert_eq(pl.tier_bytes[0], 10 * B);
+    cr_assert_eq(pl.vram_budget, D + 10 * B + B / 2);
+    /* --ctx sizes the reserve (K/V grows with it) and is recorded for the worker. */
+    run_budget(g, &pl, "--vram-slots %llu --ctx 64", (unsigned long long)(10 * B));
+    cr_assert_eq(pl.vram_ctx, 64);
+    const uint64_t D64 = pl.dense_bytes;
+    run_budget(g, &pl, "--vram-slots %llu --ctx 8192", (unsigned long long)(10 * B));
+    cr_assert_eq(pl.vram_ctx, 8192);
+    cr_assert_gt(pl.dense_bytes, D64, "the reserve for 8192 positions is larger than for 64");
+    cr_assert_eq(pl.tier_bytes[0], 10 * B);
+    cr_assert_eq(prepare_rc(g, tmp_path("out"), "--ctx 0"), 2, "--ctx wants a positive count");
+    cr_assert_eq(prepare_rc(g, tmp_path("out"), "--vram-budget 1G --vram-slots 1M"), 2, "one of the two");
     /* Impossible budgets are usage errors. */
     char args[128];
     snprintf(args, sizeof args, "--vram-budget %llu", (unsigned long long)(D - 1));

@@ -3,10 +3,14 @@
 #
 # On a synthetic full-width model (nebula-gen, a slice of L of the 48 layers,
 # published-like mix, calibrated router skew) it measures, in one run:
-#   - the slot configuration: nebula-prepare with the VRAM budget a 12 GiB card
-#     leaves for expert slots, scaled by L/48, plus the slice's own dense bytes;
-#   - the zero-slot configuration: --vram-budget 0 (every routed expert on the
-#     CPU, llama.cpp's -ot exps=CPU);
+#   - the slot configuration: nebula-prepare --vram-slots with the expert-slot
+#     bytes a 12 GiB card leaves, scaled by L/48; the budget it records (the
+#     slice's dense weights as the device holds them + K/V for the run's context
+#     + scratch + those slots) is the gpu-worker's --vram-budget;
+#   - the zero-slot configuration: --vram-slots 0 (every routed expert on the
+#     CPU, llama.cpp's -ot exps=CPU), its budget likewise;
+# each configuration's budget against the gpu-worker's measured peak VRAM
+# (nebulactl status): a peak over the budget fails the run;
 # for each prompt length: prefill tok/s, time to first token, decode tok/s, VRAM
 # hit rate, PCIe bytes and CPU-expert time per decode token (nebulactl stats
 # deltas), routed experts computed per token (must be k × layers: exactness),
@@ -30,7 +34,9 @@ usage: bench-cuda.sh [BUILD] [options]
   --config FILE     shapes (default conf/qwen3.8-flash-next.config.json)
   --ngram-base B    n-gram table size (default 65536: PLE rows cost no decode bandwidth)
   --vram-gib G      card to emulate (default 12); --reserve-gib R of it is not for weights
-                    (default 1: CUDA context, KV, GDN state, scratch)
+                    (default 1: CUDA context, KV, GDN state, scratch of the full model); the full
+                    model's dense + PLE table bytes are scaled by the slice's device/file ratio
+                    (the device holds both, some types widened to F32)
   --slot-fraction F instead: slot budget = F × the slice's expert bytes (small test configs)
   --prompts LIST    prompt lengths, comma-separated (default 512,2048)
   --gen N           generated tokens per request (default 128)
@@ -76,6 +82,10 @@ here=$(dirname "$0")
 for b in nebula nebula-gen nebula-prepare nebula-coordinator nebula-gpu-worker nebulactl; do
     [ -x "$bin/$b" ] || die "$bin/$b is not built (make)"
 done
+
+# The gpu-worker takes its budget from placement.json (nebula-prepare's), not an override.
+unset NEBULA_GW_VRAM_BUDGET
+ctx=$(( $(echo "${prompts//,/ }" | tr ' ' '\n' | sort -n | tail -1) + gen + 16 )) # the longest request, K/V sized for it
 
 # The machine: bandwidths first (and whether there is a GPU at all).
 tmp=$(mktemp -d)
@@ -155,33 +165,48 @@ fi
 # Budgets.
 "$bin/nebula-gen" --dry-run --config "$config" --mix "$mix" --no-mtp --ngram-base "$ngram" >"$tmp/full.json" 2>"$tmp/e" \
     || die "nebula-gen --dry-run: $(cat "$tmp/e")"
-python3 - "$tmp/slice.json" "$tmp/full.json" "$vram_gib" "$reserve_gib" "${slot_fraction:-}" >"$tmp/budget" <<'PY' || exit 1
+prep=$models/$name.prepared
+prepare() { # $1 = label, then nebula-prepare's VRAM options
+    local label=$1
+    shift
+    "$bin/nebula-prepare" "$model" "$prep" "$@" --ctx "$ctx" --ram-budget all --hotlist "$hot" -q 2>"$tmp/e" \
+        || die "nebula-prepare ($label): $(tail -3 "$tmp/e")"
+}
+prepare zero-slot --vram-slots 0 # the slice's dense bytes on the device, from its placement
+python3 - "$tmp/slice.json" "$tmp/full.json" "$vram_gib" "$reserve_gib" "${slot_fraction:-}" "$prep/placement.json" >"$tmp/budget" <<'PY' || exit 1
 import json, sys
 s, f = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 gib, reserve, frac = float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+pj = json.load(open(sys.argv[6]))
+pm, ctx = pj["model"], pj["request"]["vram_ctx"]
+# The device holds the dense tensors and the PLE table (some types widened to F32): the slice's
+# device bytes over its file bytes scale the full model's.
+widen = pm["vram_dense_bytes"] / (s["dense_bytes"] + s["ple_table_bytes"])
 if frac:
     slots = float(frac) * s["expert_bytes"]
-    note = f"dense {s['dense_bytes'] / 2**30:.2f} GiB + {float(frac):g} of the slice's expert bytes"
+    note = f"slots {float(frac):g} of the slice's expert bytes"
 else:
-    full_slots = (gib - reserve) * 2**30 - f["dense_bytes"]
+    full_dense = (f["dense_bytes"] + f["ple_table_bytes"]) * widen
+    full_slots = (gib - reserve) * 2**30 - full_dense
     if full_slots <= 0:
-        sys.exit(f"bench-cuda: a {gib:g} GiB card holds no expert slot next to the full model's {f['dense_bytes'] / 2**30:.2f} GiB of dense weights")
+        sys.exit(f"bench-cuda: a {gib:g} GiB card holds no expert slot next to the full model's {full_dense / 2**30:.2f} GiB of dense weights")
     slots = full_slots * s["layers"] / f["layers"]
-    note = (f"a {gib:g} GiB card less {reserve:g} GiB reserve less the full model's {f['dense_bytes'] / 2**30:.2f} GiB dense "
-            f"leaves {full_slots / 2**30:.2f} GiB of slots; × {s['layers']}/{f['layers']} + the slice's {s['dense_bytes'] / 2**30:.2f} GiB dense")
-print(int(s["dense_bytes"] + slots))
+    note = (f"slots: a {gib:g} GiB card less {reserve:g} GiB reserve less the full model's {full_dense / 2**30:.2f} GiB dense "
+            f"on the device leaves {full_slots / 2**30:.2f} GiB, × {s['layers']}/{f['layers']}")
+note += (f"; + the slice's dense {pm['vram_dense_bytes'] / 2**30:.2f} GiB on the device + K/V for {ctx} positions and scratch "
+         f"{pm['vram_reserve_bytes'] / 2**30:.2f} GiB")
+print(int(slots))
 print(note)
 PY
-budget=$(sed -n 1p "$tmp/budget") budget_note=$(sed -n 2p "$tmp/budget")
+slot_bytes=$(sed -n 1p "$tmp/budget") budget_note=$(sed -n 2p "$tmp/budget")
 
 # One configuration: prepare (re-placing the same folder), start, measure every prompt length.
-prep=$models/$name.prepared
 records=$tmp/records.jsonl
 : >"$records"
 stats() { "$bin/nebulactl" --runtime "$tmp/run" --json stats >"$1" || die "nebulactl stats failed"; }
-measure() { # $1 = label, $2 = VRAM budget
-    "$bin/nebula-prepare" "$model" "$prep" --vram-budget "$2" --ram-budget all --hotlist "$hot" -q 2>"$tmp/e" \
-        || die "nebula-prepare ($1): $(tail -3 "$tmp/e")"
+measure() { # $1 = label, $2 = bytes of expert slots
+    prepare "$1" --vram-slots "$2"
+    cp "$prep/placement.json" "$tmp/placement-$1.json"
     rm -rf "$tmp/run"
     # shellcheck disable=SC2086 # coord_args is a list of words
     "$bin/nebula-coordinator" --model "$model" --prepared "$prep" --runtime "$tmp/run" --http off ${threads:+--threads "$threads"} \
@@ -225,8 +250,9 @@ measure() { # $1 = label, $2 = VRAM budget
     wait "$coord_pid" 2>/dev/null
     coord_pid=
 }
-measure slots "$budget"
+measure slots "$slot_bytes"
 measure zero-slot 0
+budget=$(python3 -c "import json,sys; print(int(json.load(open(sys.argv[1]))['request']['vram_budget']))" "$tmp/placement-slots.json")
 
 python3 - "$tmp/slice.json" "$tmp/curve.json" "$backend" "$gen" "$reps" "$budget" "$budget_note" >"$tmp/meta.json" <<'PY'
 import json, os, sys
@@ -239,16 +265,8 @@ print(json.dumps(s))
 PY
 python3 "$here/cuda_report.py" report "$tmp/meta.json" "$records" "$tmp/bw.json" >"$tmp/report.md"
 status=$?
-for s in "$tmp"/status-*.json; do # peak VRAM, when the backend reports one
-    python3 - "$s" <<'PY' >>"$tmp/report.md"
-import json, sys
-d = json.load(open(sys.argv[1]))
-peaks = {k: v for k, v in d.items() if "peak" in k and isinstance(v, (int, float))}
-for w in d.get("workers", []):
-    peaks.update({f"{w['role']}.{k}": v for k, v in w.items() if "peak" in k and isinstance(v, (int, float))})
-if peaks:
-    print("- " + sys.argv[1].rsplit("status-", 1)[1][:-5] + ": " + ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in sorted(peaks.items())))
-PY
+for c in slots zero-slot; do # planned (the budget the gpu-worker enforced) against its measured peak
+    python3 "$here/cuda_report.py" vram "$c" "$tmp/placement-$c.json" "$tmp/status-$c.json" >>"$tmp/report.md" || status=1
 done
 cat "$tmp/report.md"
 if [ -n "$append" ]; then # a failed exactness check is recorded too (the report says so)

@@ -14,6 +14,10 @@
       the Markdown block: one row per configuration and prompt length (medians over the
       repetitions, min–max of decode tok/s), the roofline floor of each row, and the
       speed-up of the slot configuration over the zero-slot one.
+  cuda_report.py vram CONFIG PLACEMENT.json STATUS.json
+      one Markdown line: the VRAM budget placement.json records (the gpu-worker's, with its
+      parts) against the measured peak in a `nebulactl --json status` reply; exit 1, saying
+      so loudly, when the peak is over the budget.
 """
 import json
 import re
@@ -149,9 +153,9 @@ def report(a):
     print(f"- Synthetic Qwen3.8-Flash-Next slice: {meta['layers']} of 48 layers at the released widths, mix "
           f"{meta['mix']}, router skew {meta['skew']}, {meta['backend']} backend; {meta['gen']} generated tokens, "
           f"{meta['reps']} repetitions (median; decode min–max).")
-    print(f"- Budgets: `slots` = nebula-prepare --vram-budget {meta['slots_budget_bytes'] / 2**30:.2f} GiB "
-          f"({meta['budget_note']}); `zero-slot` = --vram-budget 0 (every routed expert on the CPU, as llama.cpp "
-          f"`-ot exps=CPU`); RAM budget all.")
+    print(f"- Budgets: `slots` = the gpu-worker's VRAM budget {meta['slots_budget_bytes'] / 2**30:.2f} GiB "
+          f"(nebula-prepare --vram-slots; {meta['budget_note']}); `zero-slot` = --vram-slots 0 (every routed "
+          f"expert on the CPU, as llama.cpp `-ot exps=CPU`); RAM budget all.")
     print(f"- Bandwidths ({bw.get('source', 'nebula-bench-bw, same run')}): "
           + (f"GPU {g['name']} read {g['read_gbs']:.0f} GB/s, copy {g['copy_gbs']:.0f} GB/s, pinned H2D "
              f"{g['h2d_pinned_gbs']:.1f} GB/s; " if g else "no GPU; ")
@@ -204,11 +208,32 @@ def report(a):
         sys.exit(1)
 
 
+def vram(a):
+    label, pl = a[0], load_json(a[1])
+    peak = int(load_json(a[2]).get("vram_peak_bytes") or 0)
+    m, req = pl["model"], pl["request"]
+    budget = int(req["vram_budget"])
+    mib = lambda b: f"{b / 2**20:.1f}"
+    plan = (f"planned {mib(budget)} MiB (dense {mib(m['vram_dense_bytes'])} + K/V and scratch for {req['vram_ctx']} "
+            f"positions {mib(m['vram_reserve_bytes'])} + slots {mib(budget - m['vram_fixed_bytes'])}: "
+            f"{pl['totals']['vram']['experts']} experts)")
+    if not peak:
+        print(f"- {label}: VRAM {plan}; no peak measured (a backend without a device)")
+    elif peak <= budget:
+        print(f"- {label}: VRAM {plan}, measured peak {mib(peak)} MiB ({100 * peak / budget:.0f} % of it)")
+    else:
+        print(f"- **VRAM BUDGET EXCEEDED** {label}: measured peak {mib(peak)} MiB > {plan}")
+        print(f"cuda_report: {label}: peak VRAM {peak} B is over the budget of {budget} B", file=sys.stderr)
+        sys.exit(1)
+
+
 def main():
     if len(sys.argv) >= 2 and sys.argv[1] == "record" and len(sys.argv) == 13:
         record(sys.argv[2:])
     elif len(sys.argv) >= 2 and sys.argv[1] == "report" and len(sys.argv) == 5:
         report(sys.argv[2:])
+    elif len(sys.argv) >= 2 and sys.argv[1] == "vram" and len(sys.argv) == 5:
+        vram(sys.argv[2:])
     else:
         sys.exit(__doc__)
 

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "core/util/err.h"
+#include "gpu-worker/backend.h"
 
 enum { EXIT_IO = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
 
@@ -45,8 +46,13 @@ static void usage(FILE *f)
             "interrupted run resumes (experts.bin from its last complete layer).\n"
             "\n"
             "options:\n"
-            "  --vram-budget B     VRAM for weights: the dense tensors are paid first, the rest buys\n"
-            "                      expert slots (default 0: no expert in VRAM; all: every expert)\n"
+            "  --vram-budget B     the GPU's whole budget, as nebula-gpu-worker checks it: the dense tensors\n"
+            "                      (as the device holds them) and a reserve (K/V and state for --ctx\n"
+            "                      positions, scratch) are paid first, the rest buys expert slots (default 0:\n"
+            "                      no expert in VRAM; all: every expert); placement.json records it for the worker\n"
+            "  --vram-slots B      instead: B of expert slots on top of the dense tensors and the reserve\n"
+            "                      (the budget recorded is their sum)\n"
+            "  --ctx N             positions the reserve holds K/V for (default: the model's context)\n"
             "  --ram-budget B      RAM for the expert arena and victim cache (default 0; all: every expert\n"
             "                      VRAM did not take)\n"
             "  --victim-cache B    part of the RAM budget kept for a victim cache of SSD experts (default 0)\n"
@@ -81,6 +87,8 @@ struct run {
     struct sums sums;
     char input_id[1024];
     struct placement_opts popts;
+    uint64_t vram_slots; /* --vram-slots */
+    bool given_slots, given_ctx;
     bool given_vram, given_ram, given_victim, given_early, given_mtp, given_ple;
     int verified, written;
     char err[1024];
@@ -278,10 +286,12 @@ static int part_placement(struct run *r, const struct hotlist *h, const char *de
     struct placement_opts defaults = o;
     if (read_file(path, &old, &old_n, NULL, 0) == 0 && placement_read_opts(old, &o) == 0 &&
         memcmp(&o, &defaults, sizeof o) != 0 &&
-        !(r->given_vram && r->given_ram && r->given_victim && r->given_early && r->given_mtp && r->given_ple))
+        !((r->given_vram || r->given_slots) && r->given_ctx && r->given_ram && r->given_victim && r->given_early && r->given_mtp && r->given_ple))
         say("placement.json: options not given keep the previous run's values");
     free(old);
     if (r->given_vram) o.vram_bytes = r->popts.vram_bytes;
+    if (r->given_ctx) o.vram_ctx = r->popts.vram_ctx;
+    if (o.vram_ctx <= 0) o.vram_ctx = gw_vram_default_ctx(r->m);
     if (r->given_ram) o.ram_bytes = r->popts.ram_bytes;
     if (r->given_victim) o.victim_bytes = r->popts.victim_bytes;
     if (r->given_early) o.early_weight = r->popts.early_weight, o.early_layers = r->popts.early_layers;
@@ -289,9 +299,15 @@ static int part_placement(struct run *r, const struct hotlist *h, const char *de
     if (r->given_ple) o.ple_ssd = r->popts.ple_ssd;
     sha_buf_hex(r->x.idx, r->x.idx_bytes, idx_sha);
     struct placement_ids ids = {.dense_sha = dense_sha, .experts_sha = experts_sha, .idx_sha = idx_sha,
-                                .hotlist_sha = hot_sha, .dense_tensor_bytes = dense_tensor_bytes(r->m->gguf)};
+                                .hotlist_sha = hot_sha, .dense_tensor_bytes = dense_tensor_bytes(r->m->gguf),
+                                .vram_reserve_bytes = gw_vram_reserve(r->m, o.vram_ctx)};
+    uint64_t dense = 0, mtp = 0;
+    int rc = gw_vram_dense_bytes(r->m, &dense, &mtp, r->err, sizeof r->err);
+    if (rc) return rc;
+    ids.vram_dense_bytes = dense + mtp;
+    if (r->given_slots) o.vram_bytes = ids.vram_dense_bytes + ids.vram_reserve_bytes + r->vram_slots;
     char *json = NULL;
-    int rc = placement_build(&r->x, h, &o, &ids, &json, summary, sizeof summary, r->err, sizeof r->err);
+    rc = placement_build(&r->x, h, &o, &ids, &json, summary, sizeof summary, r->err, sizeof r->err);
     if (!rc) rc = small_part(r, "placement.json", json, strlen(json), NULL);
     if (!rc) say("placement: %s", summary);
     free(json);
@@ -366,9 +382,10 @@ int main(int argc, char **argv)
 {
     struct run r = {0};
     bool quiet = false;
-    enum { O_VRAM = 1000, O_RAM, O_VICTIM, O_EARLY, O_MTP, O_PLE, O_HOT, O_KILL, O_INT };
+    enum { O_VRAM = 1000, O_SLOTS, O_CTX, O_RAM, O_VICTIM, O_EARLY, O_MTP, O_PLE, O_HOT, O_KILL, O_INT };
     static const struct option opts[] = {
         {"vram-budget", required_argument, 0, O_VRAM}, {"ram-budget", required_argument, 0, O_RAM},
+        {"vram-slots", required_argument, 0, O_SLOTS},   {"ctx", required_argument, 0, O_CTX},
         {"victim-cache", required_argument, 0, O_VICTIM}, {"early-quota", required_argument, 0, O_EARLY},
         {"mtp-experts", required_argument, 0, O_MTP},    {"hotlist", required_argument, 0, O_HOT},
         {"ple-tier", required_argument, 0, O_PLE},
@@ -381,6 +398,18 @@ int main(int argc, char **argv)
         const char *bad = NULL;
         switch (o) {
         case O_VRAM: r.given_vram = true; bad = parse_size(optarg, &r.popts.vram_bytes) ? "--vram-budget" : NULL; break;
+        case O_SLOTS:
+            r.given_slots = true;
+            bad = parse_size(optarg, &r.vram_slots) || r.vram_slots == BUDGET_ALL ? "--vram-slots" : NULL;
+            break;
+        case O_CTX: {
+            char *end;
+            errno = 0;
+            long long n = strtoll(optarg, &end, 10);
+            r.given_ctx = true, r.popts.vram_ctx = n;
+            bad = errno || end == optarg || *end || n < 1 ? "--ctx" : NULL;
+            break;
+        }
         case O_RAM: r.given_ram = true; bad = parse_size(optarg, &r.popts.ram_bytes) ? "--ram-budget" : NULL; break;
         case O_VICTIM:
             r.given_victim = true;
@@ -408,6 +437,10 @@ int main(int argc, char **argv)
             fprintf(stderr, "nebula-prepare: %s: cannot use \"%s\" (see --help)\n", bad, optarg);
             return EXIT_USAGE;
         }
+    }
+    if (r.given_vram && r.given_slots) {
+        fprintf(stderr, "nebula-prepare: --vram-budget and --vram-slots are two ways to say one thing: give one\n");
+        return EXIT_USAGE;
     }
     if (argc - optind != 2) {
         fprintf(stderr, "nebula-prepare: expected MODEL.gguf and OUTDIR\n");

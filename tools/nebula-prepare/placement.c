@@ -6,8 +6,10 @@
  * Every expert is in exactly one list (ARCHITECTURE.md §3).
  *
  * The slot counts come from byte budgets:
- *   VRAM: the budget pays for the dense weights first (the tensor bytes of
- *   dense.gguf); with the MTP block "first" (the default: the draft layer's
+ *   VRAM: the budget is the whole device's, as the gpu-worker checks it
+ *   (gpu-worker/vram.c): it pays for the dense weights as the device holds
+ *   them (some types widened to F32) and the reserve — K/V and state for
+ *   vram_ctx positions plus scratch — first; with the MTP block "first" (the default: the draft layer's
  *   experts must all be resident, §5) its experts come next; what is left is
  *   shared among the trunk layers in proportion to per-layer weights —
  *   equal by default, or ramping up from --early-quota W over the first
@@ -121,6 +123,7 @@ static void add_request(cJSON *root, const struct placement_opts *o)
 {
     cJSON *r = cJSON_CreateObject();
     cJSON_AddItemToObject(r, "vram_budget", budget_json(o->vram_bytes));
+    cJSON_AddNumberToObject(r, "vram_ctx", (double)o->vram_ctx);
     cJSON_AddItemToObject(r, "ram_budget", budget_json(o->ram_bytes));
     cJSON_AddNumberToObject(r, "victim_cache", (double)o->victim_bytes);
     cJSON *e = cJSON_CreateObject();
@@ -133,27 +136,29 @@ static void add_request(cJSON *root, const struct placement_opts *o)
 }
 
 /* Checks the budgets against the model; fills the VRAM bytes left for experts. */
-static int check_budgets(const struct expert_layout *x, const struct placement_opts *o, uint64_t dense_bytes,
-                         uint64_t *expert_vram, char *err, size_t errlen)
+static int check_budgets(const struct placement_opts *o, const struct placement_ids *ids, uint64_t *expert_vram,
+                         char *err, size_t errlen)
 {
-    char a[32], b[32];
+    char a[32], b[32], c[32];
+    const uint64_t fixed = ids->vram_dense_bytes + ids->vram_reserve_bytes;
     *expert_vram = 0;
     if (o->vram_bytes == BUDGET_ALL) *expert_vram = BUDGET_ALL;
-    else if (o->vram_bytes > 0 && o->vram_bytes < dense_bytes) {
+    else if (o->vram_bytes > 0 && o->vram_bytes < fixed) {
         fmt_bytes(o->vram_bytes, a, sizeof a);
-        fmt_bytes(dense_bytes, b, sizeof b);
+        fmt_bytes(ids->vram_dense_bytes, b, sizeof b);
+        fmt_bytes(ids->vram_reserve_bytes, c, sizeof c);
         return nb_errf(err, errlen, NB_EINVAL,
-                       "--vram-budget %s is less than the dense weights (%s, the tensors of dense.gguf), which come "
-                       "first; give at least that, or 0 for no experts in VRAM", a, b);
+                       "--vram-budget %s is less than the dense weights (%s on the device) plus the reserve for K/V "
+                       "and scratch at --ctx %lld (%s), which come first; give at least that, or 0 for no experts in VRAM",
+                       a, b, (long long)o->vram_ctx, c);
     } else if (o->vram_bytes > 0) {
-        *expert_vram = o->vram_bytes - dense_bytes;
+        *expert_vram = o->vram_bytes - fixed;
     }
     if (o->ram_bytes != BUDGET_ALL && o->victim_bytes > o->ram_bytes) {
         fmt_bytes(o->victim_bytes, a, sizeof a);
         fmt_bytes(o->ram_bytes, b, sizeof b);
         return nb_errf(err, errlen, NB_EINVAL, "--victim-cache %s is larger than --ram-budget %s", a, b);
     }
-    (void)x;
     return 0;
 }
 
@@ -168,7 +173,7 @@ int placement_build(const struct expert_layout *x, const struct hotlist *h, cons
         if (x->layers[l].n_expert != E || h->n_layers != n || !h->count)
             return nb_errf(err, errlen, NB_EFORMAT, "placement: the hotlist does not match the expert layout");
     uint64_t expert_vram;
-    int rc = check_budgets(x, o, ids->dense_tensor_bytes, &expert_vram, err, errlen);
+    int rc = check_budgets(o, ids, &expert_vram, err, errlen);
     if (rc) return rc;
     uint32_t *vram = calloc((size_t)n, sizeof *vram), *ram = calloc((size_t)n, sizeof *ram);
     uint32_t *cap = calloc((size_t)n, sizeof *cap), *order = malloc((size_t)E * sizeof *order);
@@ -213,6 +218,10 @@ int placement_build(const struct expert_layout *x, const struct hotlist *h, cons
     cJSON_AddStringToObject(model, "experts_sha256", ids->experts_sha);
     cJSON_AddStringToObject(model, "experts_index_sha256", ids->idx_sha);
     cJSON_AddNumberToObject(model, "dense_tensor_bytes", (double)ids->dense_tensor_bytes);
+    cJSON_AddNumberToObject(model, "vram_dense_bytes", (double)ids->vram_dense_bytes);
+    cJSON_AddNumberToObject(model, "vram_reserve_bytes", (double)ids->vram_reserve_bytes);
+    /* what --vram-budget pays before any expert slot */
+    cJSON_AddNumberToObject(model, "vram_fixed_bytes", (double)(ids->vram_dense_bytes + ids->vram_reserve_bytes));
     cJSON_AddItemToObject(root, "model", model);
     cJSON_AddStringToObject(hot, "sha256", ids->hotlist_sha);
     cJSON_AddBoolToObject(hot, "neutral", h->neutral);
@@ -293,6 +302,8 @@ int placement_read_opts(const char *json, struct placement_opts *o)
     read_budget(r, "vram_budget", &o->vram_bytes);
     read_budget(r, "ram_budget", &o->ram_bytes);
     read_budget(r, "victim_cache", &o->victim_bytes);
+    const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(r, "vram_ctx");
+    if (cJSON_IsNumber(ctx) && ctx->valuedouble >= 1 && ctx->valuedouble < 9e15) o->vram_ctx = (int64_t)ctx->valuedouble;
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(r, "early_quota");
     const cJSON *ew = cJSON_GetObjectItemCaseSensitive(e, "weight"), *el = cJSON_GetObjectItemCaseSensitive(e, "layers");
     if (cJSON_IsNumber(ew)) o->early_weight = ew->valuedouble;

@@ -212,7 +212,9 @@ void hotlist_free(struct hotlist *h);
 #define BUDGET_ALL UINT64_MAX
 
 struct placement_opts {
-    uint64_t vram_bytes;    /* dense weights + expert slots; 0 = no expert in VRAM */
+    uint64_t vram_bytes;    /* the device's whole budget (the gpu-worker's --vram-budget): dense weights +
+                               the reserve (K/V for vram_ctx and scratch) + expert slots; 0 = no expert in VRAM */
+    int64_t vram_ctx;       /* positions the reserve holds K/V for (0: the model's context) */
     uint64_t ram_bytes;     /* RAM arena + victim cache */
     uint64_t victim_bytes;  /* part of ram_bytes kept for a victim cache of SSD experts */
     double early_weight;    /* VRAM quota weight of trunk layer 0 (1 = equal quotas) */
@@ -224,6 +226,8 @@ struct placement_opts {
 struct placement_ids {      /* what the placement must name */
     const char *dense_sha, *experts_sha, *idx_sha, *hotlist_sha;
     uint64_t dense_tensor_bytes;
+    uint64_t vram_dense_bytes;   /* dense + MTP weights as the device holds them (gw_vram_dense_bytes) */
+    uint64_t vram_reserve_bytes; /* K/V for vram_ctx + scratch (gw_vram_reserve) */
 };
 
 /* Ranks, assigns tiers and renders placement.json (malloc'ed text).
