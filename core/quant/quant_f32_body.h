@@ -6,7 +6,8 @@
  *
  * The key idea: the activations stay fp32 (no 8-bit quantization of x, which
  * would not be exact within float tolerance).  A weight row is decoded to
- * fp32 with 256-bit integer ops, at most 256 values at a time, into an L1
+ * fp32 with 256-bit integer ops (converted 16 codes at a time where VW is
+ * 16), at most 256 values at a time, into an L1
  * buffer — each value with the same float operations, in the same order, as
  * the scalar decoder of quant_ref.c, so the weights are bit-identical to the
  * reference's — and that buffer is dotted against up to F32_ROWS activation
@@ -100,9 +101,22 @@ static const float *dec_bf16(const uint8_t *w, int64_t i, int64_t len, float *bu
 /* d · w for 32 signed codes (Q8_0, IQ4_NL): the reference's (float)w * d. */
 static inline void put32_signed(__m256i q, float d, float *y)
 {
+#if VW == 16 /* 16 codes per conversion */
+    __m512 D = _mm512_set1_ps(d);
+    _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), D));
+    _mm512_storeu_ps(y + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), D));
+#else
     __m256 D = _mm256_set1_ps(d);
     for (int g = 0; g < 4; g++) _mm256_storeu_ps(y + 8 * g, _mm256_mul_ps(f32_s8x8(q, g), D));
+#endif
 }
+
+#if VW == 16
+static inline __m512 f32_u8x16(__m256i q, int half)
+{
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(half ? _mm256_extracti128_si256(q, 1) : _mm256_castsi256_si128(q)));
+}
+#endif
 
 static const float *dec_q8_0(const uint8_t *w, int64_t i, int64_t len, float *buf)
 {
@@ -128,9 +142,15 @@ static const float *dec_q5_1(const uint8_t *w, int64_t i, int64_t len, float *bu
         uint32_t qh;
         memcpy(&qh, b[k].qh, 4);
         __m256i q = _mm256_or_si256(f32_nibbles32(b[k].qs), f32_bit4_from_bits(qh));
+#if VW == 16
+        __m512 D = _mm512_set1_ps(f32_half(b[k].d)), M = _mm512_set1_ps(f32_half(b[k].m));
+        for (int g = 0; g < 2; g++)
+            _mm512_storeu_ps(buf + 32 * k + 16 * g, _mm512_add_ps(_mm512_mul_ps(f32_u8x16(q, g), D), M));
+#else
         __m256 D = _mm256_set1_ps(f32_half(b[k].d)), M = _mm256_set1_ps(f32_half(b[k].m));
         for (int g = 0; g < 4; g++)
             _mm256_storeu_ps(buf + 32 * k + 8 * g, _mm256_add_ps(_mm256_mul_ps(f32_u8x8(q, g), D), M));
+#endif
     }
     return buf;
 }
@@ -138,13 +158,18 @@ static const float *dec_q5_1(const uint8_t *w, int64_t i, int64_t len, float *bu
 /* 32 unsigned codes of one K-quant sub-block: dl * q - ml, as the reference. */
 static inline void put32_kq(__m256i q, float dl, float ml, float *y)
 {
+#if VW == 16
+    __m512 DL = _mm512_set1_ps(dl), ML = _mm512_set1_ps(ml);
+    for (int g = 0; g < 2; g++) _mm512_storeu_ps(y + 16 * g, _mm512_sub_ps(_mm512_mul_ps(DL, f32_u8x16(q, g)), ML));
+#else
     __m256 DL = _mm256_set1_ps(dl), ML = _mm256_set1_ps(ml);
     for (int g = 0; g < 4; g++) _mm256_storeu_ps(y + 8 * g, _mm256_sub_ps(_mm256_mul_ps(DL, f32_u8x8(q, g)), ML));
+#endif
 }
 
 /* Q4_K (qh == NULL) and Q5_K: chunk c's low nibbles are sub-block 2c, its
  * high nibbles 2c + 1; Q5_K's fifth bits are bits 2c and 2c + 1 of qh[l]. */
-static inline void dec_kq_block(const uint8_t *hdr, const uint8_t *qh, const uint8_t *qs, float *y)
+QUANT_INLINE void dec_kq_block(const uint8_t *hdr, const uint8_t *qh, const uint8_t *qs, float *y)
 {
     uint16_t dh, mh;
     memcpy(&dh, hdr, 2);
@@ -203,10 +228,18 @@ static const float *dec_q6_K(const uint8_t *w, int64_t i, int64_t len, float *bu
             for (int quarter = 0; quarter < 4; quarter++) {
                 __m256i s = _mm256_sub_epi8(q[quarter], b32);
                 int v0 = 128 * h + 32 * quarter;
+#if VW == 16 /* 16 values: one scale */
+                for (int g = 0; g < 2; g++) {
+                    __m512 D = _mm512_set1_ps(d * (float)b[k].scales[(v0 + 16 * g) / 16]);
+                    __m128i h16 = g ? _mm256_extracti128_si256(s, 1) : _mm256_castsi256_si128(s);
+                    _mm512_storeu_ps(y + v0 + 16 * g, _mm512_mul_ps(D, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(h16))));
+                }
+#else
                 for (int g = 0; g < 4; g++) {
                     __m256 D = _mm256_set1_ps(d * (float)b[k].scales[(v0 + 8 * g) / 16]);
                     _mm256_storeu_ps(y + v0 + 8 * g, _mm256_mul_ps(D, f32_s8x8(s, g)));
                 }
+#endif
             }
         }
     }

@@ -27,7 +27,8 @@ usage() {
     cat <<'EOF'
 usage: bench-cuda.sh [BUILD] [options]
   --backend B       cuda (default; $NEBULA_BENCH_BACKEND) or cpu; the CUDA matrix kernels are
-                    the gpu-worker's choice ($NEBULA_CUDA_KERNELS=ref|fast), recorded with the results
+                    the gpu-worker's choice ($NEBULA_CUDA_KERNELS=ref|fast), the CPU experts' the
+                    cpu-moe-worker's ($NEBULA_CPU_KERNELS=ref|fast); both recorded with the results
   --layers N        layers of the synthetic slice (default 8)
   --mix NAME        quant mix (default q4_k_m; nebula-gen --help)
   --skew X          router skew (default: nebula-gen's calibrated one)
@@ -257,7 +258,8 @@ budget=$(python3 -c "import json,sys; print(int(json.load(open(sys.argv[1]))['re
 python3 - "$tmp/slice.json" "$tmp/curve.json" "$backend" "$gen" "$reps" "$budget" "$budget_note" >"$tmp/meta.json" <<'PY'
 import json, os, sys
 s, c = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-s.update(backend=sys.argv[3] + ("" if sys.argv[3] == "cpu" else " (kernels " + (os.environ.get("NEBULA_CUDA_KERNELS") or "ref") + ")"), gen=int(sys.argv[4]), reps=int(sys.argv[5]), slots_budget_bytes=int(sys.argv[6]),
+cpu_k = "CPU experts " + (os.environ.get("NEBULA_CPU_KERNELS") or "ref")
+s.update(backend=sys.argv[3] + (" (" + cpu_k + ")" if sys.argv[3] == "cpu" else " (kernels " + (os.environ.get("NEBULA_CUDA_KERNELS") or "ref") + "; " + cpu_k + ")"), gen=int(sys.argv[4]), reps=int(sys.argv[5]), slots_budget_bytes=int(sys.argv[6]),
          budget_note=sys.argv[7], curve=c["curve"],
          curve_note=f"hotlist of one random-id campaign, hit rate measured on a second one; {c['selections']} routed selections",
          dense_read_bytes=s["dense_bytes"] - s["token_embd_bytes"] + s["token_embd_row_bytes"])

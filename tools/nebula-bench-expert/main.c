@@ -18,7 +18,8 @@
  *   rows-fast gw_expert_ffn_many with the fast kernels (SIMD decode, fp32 FMA).
  * Experts are taken round-robin from a pool of P distinct experts (default
  * 64, ~190 MiB in the mix) so the weights stream from RAM, not the caches, as
- * in a real decode.  Reported: ms per call (median), GB/s of weight bytes
+ * in a real decode.  The three schedules take turns request by request
+ * (same machine state for each).  Reported: ms per call (median), GB/s of weight bytes
  * read, and the largest difference of fast from ref relative to the largest
  * |output| (the check that the bench computes the same thing).
  * Exit status: 0 ok, 1 out of memory or a kernel error, 2 bad usage. */
@@ -40,7 +41,7 @@ static const char usage[] =
     "  --experts L   experts per request for the mix table, comma-separated (default 1,10,20)\n"
     "  --tokens T    rows per expert (default 1: a decode token)\n"
     "  --pool P      distinct experts the calls cycle through (default 64)\n"
-    "  --seconds S   time per cell (default 1)\n"
+    "  --seconds S   time per schedule and row of the table (default 1)\n"
     "  --help        this text\n"
     "\n"
     "exit status: 0 ok, 1 out of memory or a kernel error, 2 bad usage\n";
@@ -165,23 +166,33 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median seconds per request of n experts from the pool (cycled), or < 0 on error. */
-static double time_cell(enum sched s, const struct pool *p, int n, int T, const float *x, const float *scale,
-                        float *out, double seconds)
+/* Median seconds per request of n experts from the pool (cycled) for each
+ * schedule, the schedules taking turns request by request so that all three
+ * see the same machine (this one is shared: a load that comes and goes would
+ * otherwise land in one cell).  sec[s] < 0 on error. */
+static void time_cells(const struct pool *p, int n, int T, const float *x, const float *scale, float *out,
+                       double seconds, double sec[3])
 {
+    enum { MAX_SAMPLES = 2048 };
     struct gw_expert_job jobs[64];
-    double samples[4096];
+    static double samples[3][MAX_SAMPLES];
     int ns = 0, next = 0;
     int64_t C = p->e[0].n_embd;
-    for (double t_end = now_s() + seconds; ns < 4096 && (ns < 3 || now_s() < t_end);) {
-        for (int j = 0; j < n; j++, next = (next + 1) % p->n)
-            jobs[j] = (struct gw_expert_job){p->e[next], x, T, scale, out + (size_t)j * (size_t)T * (size_t)C};
-        double t0 = now_s();
-        if (run(s, jobs, n)) return -1;
-        samples[ns++] = now_s() - t0;
+    for (double t_end = now_s() + 3 * seconds; ns < MAX_SAMPLES && (ns < 3 || now_s() < t_end); ns++)
+        for (int s = SCHED_EXPERTS; s <= SCHED_ROWS_FAST; s++) {
+            for (int j = 0; j < n; j++, next = (next + 1) % p->n)
+                jobs[j] = (struct gw_expert_job){p->e[next], x, T, scale, out + (size_t)j * (size_t)T * (size_t)C};
+            double t0 = now_s();
+            if (run((enum sched)s, jobs, n)) {
+                sec[0] = sec[1] = sec[2] = -1;
+                return;
+            }
+            samples[s][ns] = now_s() - t0;
+        }
+    for (int s = 0; s < 3; s++) {
+        qsort(samples[s], (size_t)ns, sizeof **samples, cmp_double);
+        sec[s] = samples[s][ns / 2];
     }
-    qsort(samples, (size_t)ns, sizeof *samples, cmp_double);
-    return samples[ns / 2];
 }
 
 /* max |fast - ref| / max |ref| over one request of n experts. */
@@ -237,11 +248,10 @@ int main(int argc, char **argv)
         struct pool p;
         if (pool_make(&p, pool_one, C, o.I, types[k], types[k], down))
             return fputs("nebula-bench-expert: out of memory\n", stderr), 1;
-        for (int s = SCHED_EXPERTS; s <= SCHED_ROWS_FAST; s++) {
-            double sec = time_cell((enum sched)s, &p, 1, o.tokens, x, scale, out, o.seconds);
-            if (sec < 0) return fputs("nebula-bench-expert: kernel error\n", stderr), 1;
-            row(name, 1, (enum sched)s, sec, p.expert_bytes);
-        }
+        double sec[3];
+        time_cells(&p, 1, o.tokens, x, scale, out, o.seconds, sec);
+        if (sec[0] < 0) return fputs("nebula-bench-expert: kernel error\n", stderr), 1;
+        for (int s = SCHED_EXPERTS; s <= SCHED_ROWS_FAST; s++) row(name, 1, (enum sched)s, sec[s], p.expert_bytes);
         double d = fast_vs_ref(&p, 1, o.tokens, x, scale, out, out2);
         if (d < 0) return fputs("nebula-bench-expert: kernel error\n", stderr), 1;
         worst = d > worst ? d : worst;
@@ -253,12 +263,13 @@ int main(int argc, char **argv)
         struct pool p;
         if (pool_make(&p, o.pool, C, o.I, QT_Q4_K, QT_Q4_K, mixes[k].down))
             return fputs("nebula-bench-expert: out of memory\n", stderr), 1;
-        for (int i = 0; i < o.n_experts; i++)
-            for (int s = SCHED_EXPERTS; s <= SCHED_ROWS_FAST; s++) {
-                double sec = time_cell((enum sched)s, &p, o.experts[i], o.tokens, x, scale, out, o.seconds);
-                if (sec < 0) return fputs("nebula-bench-expert: kernel error\n", stderr), 1;
-                row(mixes[k].name, o.experts[i], (enum sched)s, sec, p.expert_bytes * (size_t)o.experts[i]);
-            }
+        for (int i = 0; i < o.n_experts; i++) {
+            double sec[3];
+            time_cells(&p, o.experts[i], o.tokens, x, scale, out, o.seconds, sec);
+            if (sec[0] < 0) return fputs("nebula-bench-expert: kernel error\n", stderr), 1;
+            for (int s = SCHED_EXPERTS; s <= SCHED_ROWS_FAST; s++)
+                row(mixes[k].name, o.experts[i], (enum sched)s, sec[s], p.expert_bytes * (size_t)o.experts[i]);
+        }
         double d = fast_vs_ref(&p, maxn, o.tokens, x, scale, out, out2);
         if (d < 0) return fputs("nebula-bench-expert: kernel error\n", stderr), 1;
         worst = d > worst ? d : worst;
