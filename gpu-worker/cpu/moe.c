@@ -126,11 +126,13 @@ static int job_of(const int64_t *first, int n_jobs, int64_t it)
 
 /* The key idea: the work of every job is cut into items of EXPERT_ROWS weight
  * rows, numbered flat over the jobs, and threads take items dynamically —
- * phase 1 the gate and up rows (h = gate · x, u = up · x), then, after the
- * barrier, silu(h) ⊙ u per job, then phase 2 the down rows written straight
- * into out and scaled.  Each output value is computed by one row function
- * with the same operations as cpu_matmul, so ref results do not depend on
- * the split, and 20 experts of one token keep 16 threads busy. */
+ * phase 1 the same rows of gate and up (h = gate · x, u = up · x, then
+ * silu(h) ⊙ u on those rows), then, after the one barrier, phase 2 the down
+ * rows written straight into out and scaled.  Two barriers per call (with
+ * the region's end): with OMP_WAIT_POLICY=passive each is a futex wake-up.
+ * Each output value is computed by one row function with the same
+ * operations as cpu_matmul, so ref results do not depend on the split, and
+ * 20 experts of one token keep 16 threads busy. */
 int gw_expert_ffn_many(const struct gw_expert_job *jobs, int n_jobs, enum gw_kernels k)
 {
     if (n_jobs <= 0) return 0;
@@ -142,14 +144,14 @@ int gw_expert_ffn_many(const struct gw_expert_job *jobs, int n_jobs, enum gw_ker
     for (int j = 0; rc == 0 && j < n_jobs; j++) {
         const struct gw_expert *w = &jobs[j].w;
         rc = job_mats_of(w, &m[j]);
-        first1[j] = j ? first1[j - 1] + 2 * chunks(jobs[j - 1].w.n_ff) : 0;
+        first1[j] = j ? first1[j - 1] + chunks(jobs[j - 1].w.n_ff) : 0;
         first2[j] = j ? first2[j - 1] + chunks(jobs[j - 1].w.n_embd) : 0;
         hoff[j] = j ? hoff[j - 1] + 2 * (size_t)jobs[j - 1].n * (size_t)jobs[j - 1].w.n_ff : 0;
         work += 3 * (int64_t)jobs[j].n * w->n_embd * w->n_ff;
     }
     float *h = NULL;
     if (rc == 0) {
-        first1[n_jobs] = first1[n_jobs - 1] + 2 * chunks(jobs[n_jobs - 1].w.n_ff);
+        first1[n_jobs] = first1[n_jobs - 1] + chunks(jobs[n_jobs - 1].w.n_ff);
         first2[n_jobs] = first2[n_jobs - 1] + chunks(jobs[n_jobs - 1].w.n_embd);
         hoff[n_jobs] = hoff[n_jobs - 1] + 2 * (size_t)jobs[n_jobs - 1].n * (size_t)jobs[n_jobs - 1].w.n_ff;
         h = malloc((hoff[n_jobs] ? hoff[n_jobs] : 1) * sizeof *h);
@@ -165,16 +167,13 @@ int gw_expert_ffn_many(const struct gw_expert_job *jobs, int n_jobs, enum gw_ker
             for (int64_t it = 0; it < n1; it++) {
                 int j = job_of(first1, n_jobs, it);
                 const struct gw_expert_job *J = &jobs[j];
-                const int64_t I = J->w.n_ff, c = it - first1[j], per = chunks(I);
-                const bool up = c >= per; /* items 0..per-1: gate rows; per..2·per-1: up rows */
-                const int64_t r0 = (up ? c - per : c) * EXPERT_ROWS, r1 = r0 + EXPERT_ROWS < I ? r0 + EXPERT_ROWS : I;
-                float *dst = h + hoff[j] + (up ? (size_t)J->n * (size_t)I : 0);
-                rows(up ? &m[j].u : &m[j].g, J->x, J->w.n_embd, J->n, dst, I, r0, r1);
-            }
-#pragma omp for schedule(static)
-            for (int j = 0; j < n_jobs; j++) {
-                float *g = h + hoff[j], *u = g + (size_t)jobs[j].n * (size_t)jobs[j].w.n_ff;
-                for (int64_t i = 0; i < (int64_t)jobs[j].n * jobs[j].w.n_ff; i++) g[i] = cpu_silu(g[i]) * u[i];
+                const int64_t I = J->w.n_ff, r0 = (it - first1[j]) * EXPERT_ROWS;
+                const int64_t r1 = r0 + EXPERT_ROWS < I ? r0 + EXPERT_ROWS : I;
+                float *g = h + hoff[j], *u = g + (size_t)J->n * (size_t)I;
+                rows(&m[j].g, J->x, J->w.n_embd, J->n, g, I, r0, r1);
+                rows(&m[j].u, J->x, J->w.n_embd, J->n, u, I, r0, r1);
+                for (int t = 0; t < J->n; t++)
+                    for (int64_t i = t * I + r0; i < t * I + r1; i++) g[i] = cpu_silu(g[i]) * u[i];
             }
 #pragma omp for schedule(dynamic, 1)
             for (int64_t it = 0; it < n2; it++) {
