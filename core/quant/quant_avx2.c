@@ -18,6 +18,8 @@
 
 #include <immintrin.h>
 
+#include "core/quant/quant_avx2_bytes.h"
+
 static inline float half(uint16_t h) { return _cvtsh_ss(h); }
 
 static inline float hsum_ps(__m256 v)
@@ -26,32 +28,6 @@ static inline float hsum_ps(__m256 v)
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
-}
-
-static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-
-/* 16 bytes of nibbles as 32 bytes: low nibbles first, then high nibbles,
- * which is the value order of every 32-value nibble group. */
-static inline __m256i nibbles32(const uint8_t *qs)
-{
-    __m128i b = _mm_loadu_si128((const __m128i *)qs);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(15));
-}
-
-/* Byte j = 0x10 where bit j of the 32-bit field is set (the fifth bits). */
-static inline __m256i bit4_from_bits(uint32_t bits)
-{
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits),
-                                    _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(16));
-}
-
-/* Byte j = 0x10 where byte j of v has the bit `mask`. */
-static inline __m256i bit4_where(__m256i v, int mask)
-{
-    __m256i m = _mm256_set1_epi8((char)mask);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, m), m), _mm256_set1_epi8(16));
 }
 
 /* 8 int32 lanes, each Σ u·s over 4 bytes, weighted by the int16 scale of its

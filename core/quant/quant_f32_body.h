@@ -20,35 +20,12 @@
 
 #include <immintrin.h>
 
+#include "core/quant/quant_avx2_bytes.h"
+
 #define F32_ROWS 4 /* activation rows dotted against one decoded piece */
 #define PIECE 256  /* values decoded at once: one K-quant block, eight 32-value blocks */
 
 static inline float f32_half(uint16_t h) { return _cvtsh_ss(h); }
-
-static inline __m256i f32_load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-
-/* 16 bytes of nibbles as 32 bytes: low nibbles (values 0..15), then high. */
-static inline __m256i f32_nibbles32(const uint8_t *qs)
-{
-    __m128i b = _mm_loadu_si128((const __m128i *)qs);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(15));
-}
-
-/* Byte j = 0x10 where bit j of the 32-bit field is set. */
-static inline __m256i f32_bit4_from_bits(uint32_t bits)
-{
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits),
-                                    _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(16));
-}
-
-/* Byte j = 0x10 where byte j of v has the bit `mask`. */
-static inline __m256i f32_bit4_where(__m256i v, int mask)
-{
-    __m256i m = _mm256_set1_epi8((char)mask);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, m), m), _mm256_set1_epi8(16));
-}
 
 /* The 8 bytes of group g (0..3) of 32 codes as 8 floats, unsigned or signed. */
 static inline __m256 f32_u8x8(__m256i q, int g)
@@ -121,7 +98,7 @@ static inline __m512 f32_u8x16(__m256i q, int half)
 static const float *dec_q8_0(const uint8_t *w, int64_t i, int64_t len, float *buf)
 {
     const block_q8_0 *b = (const block_q8_0 *)(const void *)w + i / QK_SMALL;
-    for (int64_t k = 0; k < len / QK_SMALL; k++) put32_signed(f32_load256(b[k].qs), f32_half(b[k].d), buf + 32 * k);
+    for (int64_t k = 0; k < len / QK_SMALL; k++) put32_signed(load256(b[k].qs), f32_half(b[k].d), buf + 32 * k);
     return buf;
 }
 
@@ -130,7 +107,7 @@ static const float *dec_iq4_nl(const uint8_t *w, int64_t i, int64_t len, float *
     const block_iq4_nl *b = (const block_iq4_nl *)(const void *)w + i / QK_SMALL;
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4nl_values));
     for (int64_t k = 0; k < len / QK_SMALL; k++)
-        put32_signed(_mm256_shuffle_epi8(table, f32_nibbles32(b[k].qs)), f32_half(b[k].d), buf + 32 * k);
+        put32_signed(_mm256_shuffle_epi8(table, nibbles32(b[k].qs)), f32_half(b[k].d), buf + 32 * k);
     return buf;
 }
 
@@ -141,7 +118,7 @@ static const float *dec_q5_1(const uint8_t *w, int64_t i, int64_t len, float *bu
     for (int64_t k = 0; k < len / QK_SMALL; k++) {
         uint32_t qh;
         memcpy(&qh, b[k].qh, 4);
-        __m256i q = _mm256_or_si256(f32_nibbles32(b[k].qs), f32_bit4_from_bits(qh));
+        __m256i q = _mm256_or_si256(nibbles32(b[k].qs), bit4_from_bits(qh));
 #if VW == 16
         __m512 D = _mm512_set1_ps(f32_half(b[k].d)), M = _mm512_set1_ps(f32_half(b[k].m));
         for (int g = 0; g < 2; g++)
@@ -175,13 +152,13 @@ QUANT_INLINE void dec_kq_block(const uint8_t *hdr, const uint8_t *qh, const uint
     memcpy(&dh, hdr, 2);
     memcpy(&mh, hdr + 2, 2);
     float d = f32_half(dh), dmin = f32_half(mh);
-    __m256i hv = qh ? f32_load256(qh) : _mm256_setzero_si256();
+    __m256i hv = qh ? load256(qh) : _mm256_setzero_si256();
     for (int c = 0; c < 4; c++) {
-        __m256i bytes = f32_load256(qs + 32 * c), m15 = _mm256_set1_epi8(15);
+        __m256i bytes = load256(qs + 32 * c), m15 = _mm256_set1_epi8(15);
         __m256i lo = _mm256_and_si256(bytes, m15), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m15);
         if (qh) {
-            lo = _mm256_or_si256(lo, f32_bit4_where(hv, 1 << (2 * c)));
-            hi = _mm256_or_si256(hi, f32_bit4_where(hv, 1 << (2 * c + 1)));
+            lo = _mm256_or_si256(lo, bit4_where(hv, 1 << (2 * c)));
+            hi = _mm256_or_si256(hi, bit4_where(hv, 1 << (2 * c + 1)));
         }
         uint8_t sc, m;
         quant_kscale_unpack(hdr + 4, 2 * c, &sc, &m);
@@ -214,8 +191,8 @@ static const float *dec_q6_K(const uint8_t *w, int64_t i, int64_t len, float *bu
     for (int64_t k = 0; k < len / QK_K; k++) {
         float d = f32_half(b[k].d), *y = buf + QK_K * k;
         for (int h = 0; h < 2; h++) {
-            __m256i ql0 = f32_load256(b[k].ql + 64 * h), ql1 = f32_load256(b[k].ql + 64 * h + 32);
-            __m256i qh = f32_load256(b[k].qh + 32 * h);
+            __m256i ql0 = load256(b[k].ql + 64 * h), ql1 = load256(b[k].ql + 64 * h + 32);
+            __m256i qh = load256(b[k].qh + 32 * h);
             __m256i q[4] = {
                 _mm256_or_si256(_mm256_and_si256(ql0, m15), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4)),
                 _mm256_or_si256(_mm256_and_si256(ql1, m15),
