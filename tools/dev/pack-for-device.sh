@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# pack-for-device.sh [BUILD] — packs what a run on the GPU machine needs into
+# .devrun/ (gitignored), for the device tool's `carry`: the binaries of BUILD
+# (stripped), the CUDA check, and every shared library they load that is not
+# part of the C runtime (the GPU machine's image lacks Debian's -dev libraries:
+# cjson, zmq, utf8proc, uring, microhttpd and their dependencies).  Build first
+# with `make -j2 all cuda-check` (nvcc found, so the CUDA backend is linked).
+# On the GPU machine: `bash tools/dev/device-run.sh` (LD_LIBRARY_PATH is set
+# there).  Prints the packed size: the carry limit is 64 MiB.
+set -eu
+BUILD=${1:-build}
+D=.devrun
+[ -x "$BUILD/tests/cuda/check_backend" ] || { echo "pack-for-device: $BUILD/tests/cuda/check_backend missing: make -j2 all cuda-check" >&2; exit 1; }
+[ -x "$BUILD/bin/nebula-bench-bw" ] || { echo "pack-for-device: $BUILD/bin/nebula-bench-bw missing: nvcc was not found at build time" >&2; exit 1; }
+rm -rf "$D/build" "$D/lib"
+mkdir -p "$D/build/bin" "$D/build/tests/cuda" "$D/lib"
+cp "$BUILD"/bin/* "$D/build/bin/"
+cp "$BUILD/tests/cuda/check_backend" "$D/build/tests/cuda/"
+strip "$D"/build/bin/* "$D/build/tests/cuda/check_backend"
+ldd "$D"/build/bin/* "$D/build/tests/cuda/check_backend" 2>/dev/null | awk '/=> \//{print $3}' | sort -u |
+    grep -v -E '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|libcuda|ld-linux[^/]*)\.so' |
+    while read -r lib; do cp -L "$lib" "$D/lib/"; done
+echo "pack-for-device: $(du -sh "$D" | cut -f1) in $D ($(ls "$D/lib" | wc -l) libraries); carry [\"$D\"]"
