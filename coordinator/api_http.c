@@ -499,9 +499,12 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
 
     pthread_mutex_lock(&a->mu);
     if (a->stopping) st = api_errorf(&e, 503, "server_error", NULL, "shutting_down", "the server is stopping");
-    else if (a->waiting >= a->cfg.max_queue)
+    /* One job may run and max_queue wait: counting the running one (or, on an
+     * idle server, the first queued, which the main loop is about to take)
+     * keeps --max-queue 0 serving one request at a time instead of none. */
+    else if (a->waiting + (a->running ? 1 : 0) >= a->cfg.max_queue + 1)
         st = api_errorf(&e, 429, "rate_limit_exceeded", NULL, "queue_full",
-                        "the queue is full (%d waiting, 1 running): try again later", a->waiting);
+                        "the queue is full (%d waiting, 1 running): try again later", a->waiting - (a->running ? 0 : 1));
     if (st) {
         pthread_mutex_unlock(&a->mu);
         api_job_release(a, j);

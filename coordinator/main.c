@@ -98,6 +98,9 @@ static int parse_http(const char *arg, struct api_config *h, bool *off)
     host[colon - arg] = 0;
     if (!strcmp(host, "localhost")) strcpy(host, "127.0.0.1");
     h->host = host, h->port = (int)port, *off = false;
+    if (strncmp(host, "127.", 4))
+        fprintf(stderr, "nebula-coordinator: WARNING: --http %s listens beyond this machine's loopback; the API has no "
+                        "authentication: anyone who can reach %s:%ld can use the model\n", arg, host, port);
     return 0;
 }
 
