@@ -521,13 +521,14 @@ static int expert_layout(cuda_backend *be, const uint8_t *local)
     for (int il = 0; il < n && rc == 0; il++) {
         const struct model_moe *w = &m->layers[il].moe;
         cu_layer *c = &be->L[il];
-        for (int j = 0; j < 3; j++) cudaFree(c->slot_mem[j]), c->slot_mem[j] = NULL;
-        c->n_slots = 0;
-        for (int e = 0; e < E; e++) slot[e] = be->layout[(size_t)il * E + e] ? c->n_slots++ : -1;
         const struct model_tensor *ts[3] = {&w->gate_exps, &w->up_exps, &w->down_exps};
         dmat *ds[3] = {&c->gate_exps, &c->up_exps, &c->down_exps};
+        /* All three views cleared with their memory: a failed allocation below
+         * leaves none pointing at freed slots. */
+        for (int j = 0; j < 3; j++) cudaFree(c->slot_mem[j]), c->slot_mem[j] = NULL, memset(ds[j], 0, sizeof *ds[j]);
+        c->n_slots = 0;
+        for (int e = 0; e < E; e++) slot[e] = be->layout[(size_t)il * E + e] ? c->n_slots++ : -1;
         for (int j = 0; j < 3 && rc == 0; j++) {
-            memset(ds[j], 0, sizeof *ds[j]);
             if (!ts[j]->data) continue;
             dmat sm = slot_mat(ts[j], NULL);
             cudaError_t ce = cudaMalloc(&c->slot_mem[j], sm.mat_bytes * (size_t)(c->n_slots > 0 ? c->n_slots : 1));
@@ -611,8 +612,12 @@ static int cuda_create(const struct model *m, const struct gw_backend_params *p,
                        size_t errlen)
 {
     const char *kern = p && p->kernels ? p->kernels : getenv("NEBULA_CUDA_KERNELS");
-    if (kern && *kern && strcmp(kern, "ref") && strcmp(kern, "fast"))
+    enum gw_kernels kernels = GW_KERNELS_REF;
+    if (kern && *kern && gw_kernels_parse(kern, &kernels))
         return nb_errf(err, errlen, NB_EINVAL, "cuda backend: kernels \"%s\": want ref or fast", kern);
+    if (m->hp.n_expert_used > GW_CUDA_MAX_EXPERT_USED)
+        return nb_errf(err, errlen, NB_ENOTSUP, "cuda backend: %d experts per token; the kernels handle at most %d",
+                       (int)m->hp.n_expert_used, GW_CUDA_MAX_EXPERT_USED);
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0)
@@ -624,7 +629,7 @@ static int cuda_create(const struct model *m, const struct gw_backend_params *p,
     be->base.model = m;
     be->device = 0;
     be->graphs = !(p && p->no_graphs);
-    be->fast = kern && !strcmp(kern, "fast");
+    be->fast = kernels == GW_KERNELS_FAST;
     be->budget = p ? p->vram_budget : 0;
     be->n_ctx = p && p->n_ctx > 0 ? p->n_ctx : gw_vram_default_ctx(m);
     size_t tot = 0;

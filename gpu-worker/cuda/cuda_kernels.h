@@ -20,6 +20,7 @@ extern "C" {
 
 #define GW_CUDA_EINVAL (-100000) /* below every -(cudaError) */
 #define GW_CUDA_MAX_BATCH 16     /* rows of x one launch multiplies */
+#define GW_CUDA_MAX_EXPERT_USED 32 /* routed experts per token the MoE kernels hold in registers */
 
 /* One matrix-vector product:
  *   w          device pointer to n_rows rows of n_cols values each; a row is

@@ -771,7 +771,7 @@ __global__ void k_expert_sum(const float *contrib, const int32_t *ids, int T, in
     int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (idx >= (int64_t)T * C) return;
     int64_t t = idx / C, c = idx % C;
-    int order[32];
+    int order[GW_CUDA_MAX_EXPERT_USED];
     for (int j = 0; j < k; j++) order[j] = j;
     for (int a = 1; a < k; a++)
         for (int b = a; b > 0 && ids[t * k + order[b]] < ids[t * k + order[b - 1]]; b--) {

@@ -362,7 +362,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
         else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) {
             kernels = argv[++i];
-            if (strcmp(kernels, "ref") && strcmp(kernels, "fast")) {
+            enum gw_kernels k;
+            if (gw_kernels_parse(kernels, &k)) {
                 fprintf(stderr, "nebula-gpu-worker: --kernels \"%s\": want ref or fast\n", kernels);
                 return 2;
             }
