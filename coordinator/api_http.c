@@ -148,16 +148,7 @@ static enum MHD_Result fail(struct api *a, struct MHD_Connection *conn, int stat
 static int encode(const struct api *a, const char *text, int32_t **ids, size_t *n, struct api_error *e)
 {
     char err[256];
-    size_t len = strlen(text), cap = len + 16;
-    *ids = malloc(cap * sizeof **ids);
-    if (!*ids) return api_errorf(e, 500, "server_error", NULL, NULL, "out of memory");
-    int rc = tok_encode(a->tok, text, len, true, *ids, cap, n, err, sizeof err);
-    if (!rc && *n > cap) {
-        int32_t *more = realloc(*ids, *n * sizeof *more);
-        if (!more) return api_errorf(e, 500, "server_error", NULL, NULL, "out of memory");
-        *ids = more;
-        rc = tok_encode(a->tok, text, len, true, *ids, *n, n, err, sizeof err);
-    }
+    int rc = tok_encode_alloc(a->tok, text, strlen(text), true, ids, n, err, sizeof err);
     return rc ? api_errorf(e, 500, "server_error", NULL, NULL, "tokenizer: %s", err) : 0;
 }
 

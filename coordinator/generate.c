@@ -97,18 +97,7 @@ static int step_call(struct coord *c, uint32_t op, const int32_t *ids, int n, fl
 static int encode(const struct coord *c, const char *text, struct gen_req *g, char *err, size_t errlen)
 {
     if (!c->tok) return nb_errf(err, errlen, NB_EINVAL, "this model has no tokenizer; send token ids");
-    size_t len = strlen(text), cap = len + 16, got = 0;
-    g->ids = malloc(cap * sizeof *g->ids);
-    if (!g->ids) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
-    int rc = tok_encode(c->tok, text, len, true, g->ids, cap, &got, err, errlen);
-    if (!rc && got > cap) { /* tok_encode's two-pass contract: normalisation can lengthen a text */
-        int32_t *more = realloc(g->ids, got * sizeof *more);
-        if (!more) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
-        g->ids = more;
-        rc = tok_encode(c->tok, text, len, true, g->ids, got, &got, err, errlen);
-    }
-    g->n = got;
-    return rc;
+    return tok_encode_alloc(c->tok, text, strlen(text), true, &g->ids, &g->n, err, errlen);
 }
 
 /* The prompt: "tokens" (ids), "prompt" (text) or "chat" (+ "system", "think"). */

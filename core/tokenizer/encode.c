@@ -287,3 +287,24 @@ int tok_normalize(const tok_tokenizer *t, const char *text, size_t len, bool par
     *out_len = b.len - 1;
     return 0;
 }
+
+int tok_encode_alloc(const tok_tokenizer *t, const char *text, size_t len, bool parse_special, int32_t **ids,
+                     size_t *n_ids, char *err, size_t errlen)
+{
+    size_t cap = len + 16; /* most texts; NFC may lengthen one, then the second pass */
+    int32_t *v = malloc(cap * sizeof *v);
+    int rc = v ? tok_encode(t, text, len, parse_special, v, cap, n_ids, err, errlen) : NB_ENOMEM;
+    if (!rc && *n_ids > cap) {
+        int32_t *more = realloc(v, *n_ids * sizeof *more);
+        if (more) v = more;
+        rc = more ? tok_encode(t, text, len, parse_special, v, *n_ids, n_ids, err, errlen) : NB_ENOMEM;
+    }
+    if (rc == NB_ENOMEM) nb_errf(err, errlen, rc, "out of memory");
+    if (rc) {
+        free(v);
+        v = NULL;
+        *n_ids = 0;
+    }
+    *ids = v;
+    return rc;
+}

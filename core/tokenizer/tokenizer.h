@@ -101,6 +101,11 @@ void tok_free(tok_tokenizer *t);
  * add tok_bos_id() when tok_add_bos(). */
 int tok_encode(const tok_tokenizer *t, const char *text, size_t len, bool parse_special, int32_t *ids,
                size_t cap, size_t *n_ids, char *err, size_t errlen);
+/* tok_encode into a malloc'ed array of exactly the ids' count (the two
+ * passes done here): *ids (free() it) and *n_ids.  On error *ids is NULL and
+ * the message is in err (NB_ENOMEM: "out of memory"). */
+int tok_encode_alloc(const tok_tokenizer *t, const char *text, size_t len, bool parse_special, int32_t **ids,
+                     size_t *n_ids, char *err, size_t errlen);
 
 /* The bytes tok_encode's ids stand for: the special tokens it would cut out
  * (same parse_special), as they are, and the text between them normalized.

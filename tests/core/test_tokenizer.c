@@ -314,6 +314,34 @@ Test(tokenizer, encode_two_pass_contract)
     vocab_free(&v);
 }
 
+/* tok_encode_alloc does both passes itself: a text NFC makes longer than
+ * its first guess (U+0958 decomposes to two code points: 3 bytes → 6) comes
+ * back whole, equal to the two-pass tok_encode. */
+Test(tokenizer, encode_alloc_grows_past_nfc)
+{
+    struct vocab v;
+    vocab_init(&v);
+    tok_tokenizer *t = vocab_load_norm(&v, "qwen2", "nfc");
+    char text[20 * 3 + 1] = "";
+    for (int i = 0; i < 20; i++) strcat(text, "\xE0\xA5\x98");
+    size_t len = strlen(text), n = 0, want = 0;
+    cr_assert_eq(tok_encode(t, text, len, true, NULL, 0, &want, NULL, 0), 0);
+    cr_assert_eq(want, 120, "NFC doubles the bytes: %zu ids", want);
+    int32_t *ref = malloc(want * sizeof *ref), *ids = NULL;
+    cr_assert_eq(tok_encode(t, text, len, true, ref, want, &want, NULL, 0), 0);
+    char err[128];
+    cr_assert_eq(tok_encode_alloc(t, text, len, true, &ids, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, want);
+    cr_assert_arr_eq(ids, ref, n * sizeof *ids);
+    free(ids);
+    cr_assert_eq(tok_encode_alloc(t, "", 0, true, &ids, &n, err, sizeof err), 0);
+    cr_assert_eq(n, 0);
+    free(ids);
+    free(ref);
+    tok_free(t);
+    vocab_free(&v);
+}
+
 Test(tokenizer, load_errors_are_named)
 {
     struct vocab v;

@@ -160,19 +160,8 @@ static int for_each_line(const char *path, int (*fn)(const char *, size_t, void 
 static int encode(const tok_tokenizer *t, const char *text, size_t len, bool special, int32_t **ids, size_t *n)
 {
     char err[256];
-    size_t cap = len + 16;
-    *ids = malloc(cap * sizeof **ids);
-    int rc = *ids ? tok_encode(t, text, len, special, *ids, cap, n, err, sizeof err) : NB_ENOMEM;
-    if (!rc && *n > cap) {
-        int32_t *more = realloc(*ids, *n * sizeof **ids);
-        if (more) *ids = more;
-        rc = more ? tok_encode(t, text, len, special, *ids, *n, n, err, sizeof err) : NB_ENOMEM;
-    }
-    if (rc) {
-        fprintf(stderr, "nebula-tokenize: %s\n", rc == NB_ENOMEM ? "out of memory" : err);
-        free(*ids);
-        *ids = NULL;
-    }
+    int rc = tok_encode_alloc(t, text, len, special, ids, n, err, sizeof err);
+    if (rc) fprintf(stderr, "nebula-tokenize: %s\n", err);
     return rc;
 }
 

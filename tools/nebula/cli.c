@@ -120,26 +120,12 @@ int cli_encode(const struct cli_model *cm, const char *text, int32_t **ids, size
         fprintf(stderr, "nebula: this model file has no tokenizer; give token ids with --tokens-file\n");
         return CLI_USAGE;
     }
-    size_t len = strlen(text), cap = len + 16, got = 0;
-    int32_t *v = malloc(cap * sizeof *v);
-    if (!v) return CLI_FAIL;
-    int rc = tok_encode(cm->tok, text, len, true, v, cap, &got, err, sizeof err);
-    if (!rc && got > cap) { /* NFC can lengthen a text: the two-pass contract of tok_encode */
-        int32_t *more = realloc(v, got * sizeof *v);
-        if (!more) {
-            free(v);
-            return CLI_FAIL;
-        }
-        v = more;
-        rc = tok_encode(cm->tok, text, len, true, v, got, &got, err, sizeof err);
-    }
+    int rc = tok_encode_alloc(cm->tok, text, strlen(text), true, ids, n, err, sizeof err);
+    if (rc == NB_ENOMEM) return CLI_FAIL;
     if (rc) {
         fprintf(stderr, "nebula: cannot tokenize the prompt: %s\n", err);
-        free(v);
         return CLI_USAGE;
     }
-    *ids = v;
-    *n = got;
     return CLI_OK;
 }
 
