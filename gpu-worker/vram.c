@@ -175,7 +175,10 @@ static uint64_t batch_bytes(const struct model *m, int64_t T, int64_t n_ctx)
 {
     const struct model_hparams *hp = &m->hp;
     const uint64_t C = hp->n_embd, W = model_wide(hp), k = hp->n_expert_used;
-    const uint64_t moe = (uint64_t)hp->n_expert + k * (2 * (uint64_t)hp->n_ff_exp + 2 * C + 3) + 3 * (uint64_t)hp->n_ff_shexp + C;
+    /* per row: router probabilities, the k pairs' gate/up/down/contribution rows and weights, the shared
+     * expert, and with remote experts the miss list (3k + 1), their weights (k) and their results (k·C) */
+    const uint64_t moe = (uint64_t)hp->n_expert + k * (2 * (uint64_t)hp->n_ff_exp + 2 * C + 3) + 3 * (uint64_t)hp->n_ff_shexp + C +
+                         k * (C + 4) + 1;
     const uint64_t gdn = 2 * (uint64_t)model_gdn_conv_dim(hp) + 2 * (uint64_t)hp->ssm_n_v_heads * hp->ssm_head_dim;
     const uint64_t qw = (uint64_t)hp->n_head * hp->head_dim;
     uint64_t probs = (uint64_t)hp->n_head * (uint64_t)n_ctx * (uint64_t)T;
