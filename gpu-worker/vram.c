@@ -159,9 +159,8 @@ static uint64_t kv_bytes(const struct model *m, int64_t n)
         if (!l->is_nextn && l->kind == MODEL_LAYER_ATTN && l->compress_ratio > 0)
             f += (uint64_t)n * Di + ((uint64_t)n / l->compress_ratio + 1) * Di;
         if (!l->is_nextn && l->kind == MODEL_LAYER_GDN)
-            f += (uint64_t)(hp->ssm_conv_kernel - 1) * model_gdn_conv_dim(hp) +
-                 (uint64_t)hp->ssm_n_v_heads * hp->ssm_head_dim * hp->ssm_head_dim;
-        if (!l->is_nextn && l->has_ple) f += (uint64_t)(hp->ple_conv_kernel - 1) * hp->ple_dilation * model_wide(hp);
+            f += (uint64_t)(model_gdn_conv_state_floats(hp) + model_gdn_ssm_state_floats(hp));
+        if (!l->is_nextn && l->has_ple) f += (uint64_t)model_ple_conv_state_floats(hp);
     }
     return 4 * f;
 }

@@ -185,4 +185,20 @@ static inline int64_t model_gdn_conv_dim(const struct model_hparams *hp)
     return (int64_t)(2 * hp->ssm_n_k_heads + hp->ssm_n_v_heads) * hp->ssm_head_dim;
 }
 
+/* Floats of a sequence's fixed-size state per layer, whatever the backend:
+ * the GDN conv's last Kc-1 columns, the GDN recurrent state (Hv × dk × dv),
+ * and the PLE dilated conv's (Kp-1)·dilation wide columns. */
+static inline int64_t model_gdn_conv_state_floats(const struct model_hparams *hp)
+{
+    return (int64_t)(hp->ssm_conv_kernel - 1) * model_gdn_conv_dim(hp);
+}
+static inline int64_t model_gdn_ssm_state_floats(const struct model_hparams *hp)
+{
+    return (int64_t)hp->ssm_n_v_heads * hp->ssm_head_dim * hp->ssm_head_dim;
+}
+static inline int64_t model_ple_conv_state_floats(const struct model_hparams *hp)
+{
+    return (int64_t)(hp->ple_conv_kernel - 1) * hp->ple_dilation * model_wide(hp);
+}
+
 #endif

@@ -103,20 +103,6 @@ static void cpu_seq_free(gw_seq *gs)
     free(s);
 }
 
-/* Sizes (floats) of the fixed-size state of layer l. */
-static int64_t gdn_conv_floats(const struct model_hparams *hp)
-{
-    return (int64_t)(hp->ssm_conv_kernel - 1) * model_gdn_conv_dim(hp);
-}
-static int64_t gdn_ssm_floats(const struct model_hparams *hp)
-{
-    return (int64_t)hp->ssm_n_v_heads * hp->ssm_head_dim * hp->ssm_head_dim;
-}
-static int64_t ple_conv_floats(const struct model_hparams *hp)
-{
-    return (int64_t)(hp->ple_conv_kernel - 1) * hp->ple_dilation * model_wide(hp);
-}
-
 static int seq_alloc_fixed(struct cpu_seq *s)
 {
     const struct model *m = s->base.be->model;
@@ -126,11 +112,11 @@ static int seq_alloc_fixed(struct cpu_seq *s)
     for (int i = 0; i < hp->n_layer; i++) {
         struct cpu_layer_state *st = &s->ls[i];
         if (m->layers[i].kind == MODEL_LAYER_GDN) {
-            st->conv = calloc((size_t)gdn_conv_floats(hp), sizeof(float));
-            st->ssm = calloc((size_t)gdn_ssm_floats(hp), sizeof(float));
+            st->conv = calloc((size_t)model_gdn_conv_state_floats(hp), sizeof(float));
+            st->ssm = calloc((size_t)model_gdn_ssm_state_floats(hp), sizeof(float));
             if (!st->conv || !st->ssm) return NB_ENOMEM;
         }
-        if (m->layers[i].has_ple && !(st->ple_conv = calloc((size_t)ple_conv_floats(hp), sizeof(float))))
+        if (m->layers[i].has_ple && !(st->ple_conv = calloc((size_t)model_ple_conv_state_floats(hp), sizeof(float))))
             return NB_ENOMEM;
     }
     return 0;
@@ -155,9 +141,9 @@ static void cpu_seq_reset(gw_seq *gs)
     const struct model_hparams *hp = &gs->be->model->hp;
     for (int i = 0; i < hp->n_layer; i++) {
         struct cpu_layer_state *st = &s->ls[i];
-        if (st->conv) memset(st->conv, 0, (size_t)gdn_conv_floats(hp) * sizeof(float));
-        if (st->ssm) memset(st->ssm, 0, (size_t)gdn_ssm_floats(hp) * sizeof(float));
-        if (st->ple_conv) memset(st->ple_conv, 0, (size_t)ple_conv_floats(hp) * sizeof(float));
+        if (st->conv) memset(st->conv, 0, (size_t)model_gdn_conv_state_floats(hp) * sizeof(float));
+        if (st->ssm) memset(st->ssm, 0, (size_t)model_gdn_ssm_state_floats(hp) * sizeof(float));
+        if (st->ple_conv) memset(st->ple_conv, 0, (size_t)model_ple_conv_state_floats(hp) * sizeof(float));
         st->n_blk = 0;
     }
     gs->n_pos = 0;
@@ -244,8 +230,8 @@ static int cpu_seq_copy(gw_seq *gd, const gw_seq *gsrc, char *err, size_t errlen
         const struct cpu_layer_state *a = &s->ls[i];
         struct cpu_layer_state *b = &d->ls[i];
         int64_t n = i < hp->n_layer ? gsrc->n_pos : s->mtp_n;
-        rc |= copy_floats(&b->conv, a->conv, gdn_conv_floats(hp)) | copy_floats(&b->ssm, a->ssm, gdn_ssm_floats(hp));
-        rc |= copy_floats(&b->ple_conv, a->ple_conv, ple_conv_floats(hp));
+        rc |= copy_floats(&b->conv, a->conv, model_gdn_conv_state_floats(hp)) | copy_floats(&b->ssm, a->ssm, model_gdn_ssm_state_floats(hp));
+        rc |= copy_floats(&b->ple_conv, a->ple_conv, model_ple_conv_state_floats(hp));
         if (a->k) {
             memcpy(b->k, a->k, (size_t)(n * kvw) * sizeof(float));
             memcpy(b->v, a->v, (size_t)(n * kvw) * sizeof(float));

@@ -673,19 +673,6 @@ struct cuda_seq {
     int64_t gkey[8];      /* what it baked in */
 };
 
-static int64_t gdn_conv_floats(const struct model_hparams *hp)
-{
-    return (int64_t)(hp->ssm_conv_kernel - 1) * model_gdn_conv_dim(hp);
-}
-static int64_t gdn_ssm_floats(const struct model_hparams *hp)
-{
-    return (int64_t)hp->ssm_n_v_heads * hp->ssm_head_dim * hp->ssm_head_dim;
-}
-static int64_t ple_conv_floats(const struct model_hparams *hp)
-{
-    return (int64_t)(hp->ple_conv_kernel - 1) * hp->ple_dilation * model_wide(hp);
-}
-
 static void seq_release(cuda_seq *s)
 {
     const struct model_hparams *hp = &s->base.be->model->hp;
@@ -727,10 +714,10 @@ static int cuda_seq_create(gw_backend *gb, gw_seq **out, char *err, size_t errle
     for (int i = 0; i < hp->n_layer && rc == 0; i++) {
         cu_lstate *st = &s->ls[i];
         if (m->layers[i].kind == MODEL_LAYER_GDN) {
-            rc = zalloc(&st->conv, gdn_conv_floats(hp));
-            if (rc == 0) rc = zalloc(&st->ssm, gdn_ssm_floats(hp));
+            rc = zalloc(&st->conv, model_gdn_conv_state_floats(hp));
+            if (rc == 0) rc = zalloc(&st->ssm, model_gdn_ssm_state_floats(hp));
         }
-        if (rc == 0 && m->layers[i].has_ple) rc = zalloc(&st->ple_conv, ple_conv_floats(hp));
+        if (rc == 0 && m->layers[i].has_ple) rc = zalloc(&st->ple_conv, model_ple_conv_state_floats(hp));
     }
     if (rc == 0 && cudaDeviceSynchronize() != cudaSuccess) rc = cu_fail(cudaGetLastError(), "sequence state", __LINE__);
     if (rc) {
@@ -749,9 +736,9 @@ static void cuda_seq_reset(gw_seq *gs)
     bool ok = cudaStreamSynchronize(be->st) == cudaSuccess;
     for (int i = 0; i < hp->n_layer; i++) {
         cu_lstate *st = &s->ls[i];
-        if (st->conv) ok &= cudaMemset(st->conv, 0, (size_t)gdn_conv_floats(hp) * sizeof(float)) == cudaSuccess;
-        if (st->ssm) ok &= cudaMemset(st->ssm, 0, (size_t)gdn_ssm_floats(hp) * sizeof(float)) == cudaSuccess;
-        if (st->ple_conv) ok &= cudaMemset(st->ple_conv, 0, (size_t)ple_conv_floats(hp) * sizeof(float)) == cudaSuccess;
+        if (st->conv) ok &= cudaMemset(st->conv, 0, (size_t)model_gdn_conv_state_floats(hp) * sizeof(float)) == cudaSuccess;
+        if (st->ssm) ok &= cudaMemset(st->ssm, 0, (size_t)model_gdn_ssm_state_floats(hp) * sizeof(float)) == cudaSuccess;
+        if (st->ple_conv) ok &= cudaMemset(st->ple_conv, 0, (size_t)model_ple_conv_state_floats(hp) * sizeof(float)) == cudaSuccess;
         st->n_blk = 0;
     }
     ok &= cudaDeviceSynchronize() == cudaSuccess;
@@ -854,9 +841,9 @@ static int seq_copy_body(cuda_seq *d, const cuda_seq *s)
         const cu_lstate *a = &s->ls[i];
         cu_lstate *b = &d->ls[i];
         int64_t n = i < hp->n_layer ? s->base.n_pos : s->mtp_n;
-        TRY(dcopy(b->conv, a->conv, gdn_conv_floats(hp)));
-        TRY(dcopy(b->ssm, a->ssm, gdn_ssm_floats(hp)));
-        TRY(dcopy(b->ple_conv, a->ple_conv, ple_conv_floats(hp)));
+        TRY(dcopy(b->conv, a->conv, model_gdn_conv_state_floats(hp)));
+        TRY(dcopy(b->ssm, a->ssm, model_gdn_ssm_state_floats(hp)));
+        TRY(dcopy(b->ple_conv, a->ple_conv, model_ple_conv_state_floats(hp)));
         TRY(dcopy(b->k, a->k, n * kvw));
         TRY(dcopy(b->v, a->v, n * kvw));
         TRY(dcopy(b->idx_k, a->idx_k, n * Di));
