@@ -168,13 +168,14 @@ $(BUILD)/tests/%: tests/%.c $(TEST_HELPERS) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
 # The model and backend suites convert the HF fixtures to GGUF on first use (build/fixtures/).
 $(filter $(BUILD)/tests/gpu-worker/% $(BUILD)/tests/core/test_model,$(TEST_BINS)): | $(filter $(BUILD)/bin/nebula-convert,$(TOOL_BINS))
 
-cuda:
+# CUDA objects and tools as plain prerequisites (not a sub-make: the objects
+# are also in libnebula-gw.a's, and two makes building one object under -j2
+# raced — one archived matvec.o while the other was still writing it).
 ifeq ($(strip $(NVCC)),)
+cuda:
 	@echo "nvcc not found: skipping CUDA objects ($(words $(CU_SRCS)) sources)"
-else ifeq ($(strip $(CU_SRCS) $(CU_TOOL_BINS)),)
-	@echo "no CUDA sources yet"
 else
-	@$(MAKE) --no-print-directory $(CU_OBJS) $(CU_TOOL_BINS)
+cuda: $(CU_OBJS) $(CU_TOOL_BINS)
 endif
 
 $(CU_TOOL_BINS): $(BUILD)/bin/%: tools/%/main.cu
