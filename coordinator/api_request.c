@@ -108,14 +108,6 @@ static int boolean(const cJSON *o, const char *name, bool *out, struct api_error
     return 1;
 }
 
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *p = malloc(n);
-    if (p) memcpy(p, s, n);
-    return p;
-}
-
 /* `think`: a boolean, or "on"/"off"; also chat_template_kwargs.enable_thinking
  * (the vLLM / llama.cpp spelling).  Default on. */
 static int parse_think(const cJSON *root, bool *think, struct api_error *e)
@@ -144,8 +136,8 @@ static int content_text(const cJSON *c, int i, char **out, struct api_error *e)
 {
     char param[64];
     snprintf(param, sizeof param, "messages[%d].content", i);
-    if (!c || cJSON_IsNull(c)) return (*out = dup_str("")) ? 0 : oom(e);
-    if (cJSON_IsString(c)) return (*out = dup_str(c->valuestring)) ? 0 : oom(e);
+    if (!c || cJSON_IsNull(c)) return (*out = strdup("")) ? 0 : oom(e);
+    if (cJSON_IsString(c)) return (*out = strdup(c->valuestring)) ? 0 : oom(e);
     if (!cJSON_IsArray(c)) return api_errorf(e, 400, "invalid_request_error", param, "invalid_type", "'%s' must be a string or an array of text parts", param);
     size_t len = 0;
     const cJSON *part;
@@ -202,7 +194,7 @@ static int parse_messages(const cJSON *root, struct api_request *r, struct api_e
         if (rs && rl == CHAT_ASSISTANT) {
             snprintf(param, sizeof param, "messages[%d].reasoning_content", i);
             if (!cJSON_IsString(rs)) return api_errorf(e, 400, "invalid_request_error", param, "invalid_type", "'%s' must be a string", param);
-            if (!(reasoning = dup_str(rs->valuestring))) return oom(e);
+            if (!(reasoning = strdup(rs->valuestring))) return oom(e);
             r->msgs[i].reasoning = reasoning;
         }
         i++;
@@ -217,7 +209,7 @@ static int parse_stop(const cJSON *root, struct api_request *r, struct api_error
     if (cJSON_IsString(s)) {
         if (!s->valuestring[0]) return bad(e, "stop", "'stop' must not be an empty string%s", NULL);
         if (strlen(s->valuestring) > API_MAX_STOP_BYTES) return bad(e, "stop", "a stop string is longer than 256 bytes%s", NULL);
-        if (!(r->stop[0] = dup_str(s->valuestring))) return oom(e);
+        if (!(r->stop[0] = strdup(s->valuestring))) return oom(e);
         r->n_stop = 1;
         return 0;
     }
@@ -228,7 +220,7 @@ static int parse_stop(const cJSON *root, struct api_request *r, struct api_error
         if (!cJSON_IsString(it)) return api_errorf(e, 400, "invalid_request_error", "stop", "invalid_type", "'stop' must be a string or an array of strings");
         if (!it->valuestring[0]) return bad(e, "stop", "stop strings must not be empty%s", NULL);
         if (strlen(it->valuestring) > API_MAX_STOP_BYTES) return bad(e, "stop", "a stop string is longer than 256 bytes%s", NULL);
-        if (!(r->stop[r->n_stop] = dup_str(it->valuestring))) return oom(e);
+        if (!(r->stop[r->n_stop] = strdup(it->valuestring))) return oom(e);
         r->n_stop++;
     }
     return 0;
@@ -281,7 +273,7 @@ static int parse_root(enum api_kind kind, const cJSON *root, struct api_request 
     if (!cJSON_IsObject(root)) return api_errorf(e, 400, "invalid_request_error", NULL, "invalid_json", "the body must be a JSON object");
     const cJSON *model = field(root, "model");
     if (model && !cJSON_IsString(model)) return api_errorf(e, 400, "invalid_request_error", "model", "invalid_type", "'model' must be a string");
-    if (model && !(r->model = dup_str(model->valuestring))) return oom(e);
+    if (model && !(r->model = strdup(model->valuestring))) return oom(e);
     if ((rc = parse_think(root, &r->think, e))) return rc;
     if (kind == API_CHAT) {
         if ((rc = parse_messages(root, r, e))) return rc;
@@ -294,7 +286,7 @@ static int parse_root(enum api_kind kind, const cJSON *root, struct api_request 
             return api_errorf(e, 400, "invalid_request_error", name, "missing_required_parameter",
                               kind == API_TOKENIZE ? "'text' or 'messages' is required" : "'prompt' is required");
         if (!cJSON_IsString(p)) return api_errorf(e, 400, "invalid_request_error", name, "invalid_type", "'%s' must be a string", name);
-        if (!(r->prompt = dup_str(p->valuestring))) return oom(e);
+        if (!(r->prompt = strdup(p->valuestring))) return oom(e);
     }
     return kind == API_TOKENIZE ? 0 : parse_generation(root, r, e);
 }

@@ -113,14 +113,6 @@ static int read_json(const char *dir, const char *name, bool required, cJSON **j
     return 0;
 }
 
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *p = malloc(n);
-    if (p) memcpy(p, s, n);
-    return p;
-}
-
 /* s with every occurrence of `from` replaced by `to` (malloc'ed). */
 static char *replace_all(const char *s, const char *from, const char *to)
 {
@@ -205,7 +197,7 @@ static int vocab_size(const struct hf_src *s, int32_t max_id, uint32_t *n, char 
 /* Puts text at id (a later entry for the same id replaces an earlier one). */
 static int set_token(struct tok_hf_vocab *v, int32_t id, const char *text, char *err, size_t errlen)
 {
-    char *p = dup_str(text);
+    char *p = strdup(text);
     if (!p) return nb_errf(err, errlen, NB_ENOMEM, "out of memory for the vocabulary");
     free(v->tokens[id]);
     v->tokens[id] = p;
@@ -331,7 +323,7 @@ static int collect_merges(const struct hf_src *s, struct tok_hf_vocab *v, char *
     if (!v->merges) return nb_errf(err, errlen, NB_ENOMEM, "out of memory for %d merges", n);
     const cJSON *e;
     cJSON_ArrayForEach(e, s->merges) {
-        char *m = cJSON_IsString(e) ? dup_str(e->valuestring) : cJSON_IsArray(e) ? join_pair(e) : NULL;
+        char *m = cJSON_IsString(e) ? strdup(e->valuestring) : cJSON_IsArray(e) ? join_pair(e) : NULL;
         if (!m) return nb_errf(err, errlen, NB_EFORMAT, "tokenizer.json: merge %u is neither \"a b\" nor [\"a\", \"b\"]",
                                v->n_merges);
         v->merges[v->n_merges++] = m;
@@ -397,7 +389,7 @@ static int add_named_template(struct tok_hf_vocab *v, const cJSON *choice, char 
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(choice, "name");
     const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(choice, "template");
     if (!cJSON_IsString(name) || !*name->valuestring || !cJSON_IsString(tmpl)) return 0;
-    char *n = dup_str(name->valuestring), *t = dup_str(tmpl->valuestring);
+    char *n = strdup(name->valuestring), *t = strdup(tmpl->valuestring);
     char **names = realloc(v->template_names, (v->n_named_templates + 1) * sizeof *names);
     if (names) v->template_names = names;
     char **tmpls = names ? realloc(v->templates, (v->n_named_templates + 1) * sizeof *tmpls) : NULL;
@@ -423,7 +415,7 @@ static int add_named_template(struct tok_hf_vocab *v, const cJSON *choice, char 
 static int set_template(struct tok_hf_vocab *v, const cJSON *ct, char *err, size_t errlen)
 {
     if (cJSON_IsString(ct)) {
-        v->chat_template = dup_str(ct->valuestring);
+        v->chat_template = strdup(ct->valuestring);
         return v->chat_template ? 0 : nb_errf(err, errlen, NB_ENOMEM, "out of memory for the chat template");
     }
     if (!cJSON_IsArray(ct)) return 0;
