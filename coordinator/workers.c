@@ -6,7 +6,8 @@
  * STARTING (spawned, waiting for hello) → CONFIGURING (configure sent) →
  * READY (ready received, heartbeats expected every second).  A worker whose
  * pid is reaped, or that misses heartbeats for COORD_HEARTBEAT_MISS_S while
- * it is not busy for us, is killed if needed and started again with the same
+ * ready and not busy for us (or is silent for COORD_CONFIGURE_SILENCE_S
+ * while it sets up), is killed if needed and started again with the same
  * argv; its hello gets the same configure.  A worker that fails to become
  * ready COORD_MAX_FAILED_STARTS times in a row is marked FAILED (its log
  * says why) instead of being restarted forever. */
@@ -190,8 +191,12 @@ void coord_supervise(struct coord *c)
         if (w->state == W_DOWN && now - w->down_since >= 0.2 * (1 + w->failed_starts)) {
             w->restarts += w->started_at > 0;
             coord_spawn(c, w);
-        } else if (w->pid > 0 && !busy && w->state != W_STARTING && now - w->last_beat > COORD_HEARTBEAT_MISS_S) {
+        } else if (w->pid > 0 && !busy && w->state == W_READY && now - w->last_beat > COORD_HEARTBEAT_MISS_S) {
             nb_log("%s (pid %d) missed heartbeats for %.1f s: killing it", w->role, (int)w->pid, now - w->last_beat);
+            kill(w->pid, SIGKILL);
+            w->last_beat = now; /* reaped on a later tick */
+        } else if (w->pid > 0 && w->state == W_CONFIGURING && now - w->last_beat > COORD_CONFIGURE_SILENCE_S) {
+            nb_log("%s (pid %d) silent for %.0f s while setting up: killing it", w->role, (int)w->pid, now - w->last_beat);
             kill(w->pid, SIGKILL);
             w->last_beat = now; /* reaped on a later tick */
         } else if (w->state == W_STARTING && now - w->started_at > COORD_READY_TIMEOUT_S) {

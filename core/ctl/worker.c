@@ -110,6 +110,8 @@ static int send_locked(ctl_worker *w, cJSON *m, char *err, size_t errlen)
     return rc;
 }
 
+static void *heartbeat_main(void *arg);
+
 int ctl_worker_start(const char *endpoint, const char *role, int timeout_ms, ctl_worker **out,
                      struct ctl_configure *conf, char *err, size_t errlen)
 {
@@ -133,6 +135,13 @@ int ctl_worker_start(const char *endpoint, const char *role, int timeout_ms, ctl
         rc = nb_errf(err, errlen, NB_EFORMAT, "expected configure, got \"%s\"", ctl_type(m));
     if (!rc) rc = ctl_configure_parse(m, conf, err, errlen);
     cJSON_Delete(m);
+    /* Heartbeats start now, not at ready: a worker's setup (loading a RAM
+     * arena of tens of GB, uploading dense weights) can take minutes, and the
+     * coordinator kills a configuring worker that falls silent for
+     * COORD_HEARTBEAT_MISS_S as it kills a ready one. */
+    if (!rc && pthread_create(&w->thread, NULL, heartbeat_main, w))
+        rc = nb_errf(err, errlen, NB_EIO, "cannot start the heartbeat thread");
+    if (!rc) w->thread_started = true;
     if (rc) {
         ctl_worker_close(w);
         return rc;
@@ -178,12 +187,7 @@ static void *heartbeat_main(void *arg)
 
 int ctl_worker_ready(ctl_worker *w, char *err, size_t errlen)
 {
-    int rc = send_locked(w, ctl_msg("ready"), err, errlen);
-    if (rc) return rc;
-    if (pthread_create(&w->thread, NULL, heartbeat_main, w))
-        return nb_errf(err, errlen, NB_EIO, "cannot start the heartbeat thread");
-    w->thread_started = true;
-    return 0;
+    return send_locked(w, ctl_msg("ready"), err, errlen);
 }
 
 void ctl_worker_error(ctl_worker *w, const char *message)

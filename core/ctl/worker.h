@@ -45,14 +45,15 @@ int ctl_configure_parse(const cJSON *msg, struct ctl_configure *c, char *err, si
 typedef struct ctl_worker ctl_worker;
 
 /* Connects to endpoint as `role`, sends hello {role, pid, version} and waits
- * up to timeout_ms for configure.  A shutdown instead of configure is
+ * up to timeout_ms for configure, then starts the heartbeat thread
+ * (heartbeat {role, t} every second, during the worker's setup too; a
+ * shutdown message sets the stop flag, and so does the death of the process
+ * that started the worker: a worker never outlives its coordinator, which
+ * ZeroMQ alone would not tell it).  A shutdown instead of configure is
  * NB_EINVAL with err "shutdown". */
 int ctl_worker_start(const char *endpoint, const char *role, int timeout_ms, ctl_worker **out,
                      struct ctl_configure *conf, char *err, size_t errlen);
-/* Sends ready {role} and starts the heartbeat thread (heartbeat {role, t}
- * every second; a shutdown message sets the stop flag, and so does the death
- * of the process that started the worker: a worker never outlives its
- * coordinator, which ZeroMQ alone would not tell it). */
+/* Sends ready {role}: setup is done. */
 int ctl_worker_ready(ctl_worker *w, char *err, size_t errlen);
 /* The serving loop every worker runs after ready: calls turn(ctx) until
  * shutdown.  A turn serves at most one request and returns 0 (also when it

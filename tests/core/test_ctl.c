@@ -10,6 +10,7 @@
 #include <zmq.h>
 
 #include "core/ctl/ctl.h"
+#include "core/ctl/worker.h"
 #include "core/util/err.h"
 #include "tests/core/tmpfiles.h"
 
@@ -139,4 +140,56 @@ Test(ctl, malformed_messages_are_rejected)
     cJSON_Delete(e);
     ctl_close(q);
     ctl_close(rep);
+}
+
+/* A worker whose setup is slow (2.5 s between configure and ready, as a RAM
+ * arena loading) heartbeats during it: the coordinator must not take a long
+ * setup for a hang. */
+static void slow_worker(const char *ep)
+{
+    ctl_after_fork();
+    ctl_worker *w;
+    struct ctl_configure conf;
+    char err[256];
+    if (ctl_worker_start(ep, "cpu-moe-worker", 5000, &w, &conf, err, sizeof err)) _exit(10);
+    usleep(2500000);
+    if (ctl_worker_ready(w, err, sizeof err)) _exit(11);
+    for (int i = 0; i < 100 && !ctl_worker_stopping(w); i++) usleep(50000);
+    int stopped = ctl_worker_stopping(w);
+    ctl_worker_close(w);
+    _exit(stopped ? 0 : 12);
+}
+
+Test(ctl, worker_heartbeats_while_setting_up)
+{
+    char ep[512], err[256], peer[64];
+    ctl_endpoint(ep, sizeof ep, tmp_dir, "slow.sock");
+    ctl_sock *r;
+    cr_assert_eq(ctl_open(CTL_ROUTER, ep, NULL, &r, err, sizeof err), 0, "%s", err);
+    pid_t pid = fork();
+    if (pid == 0) slow_worker(ep);
+    cJSON *m;
+    cr_assert_eq(ctl_recv(r, 5000, peer, sizeof peer, &m, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(ctl_type(m), "hello");
+    cJSON_Delete(m);
+    struct ctl_configure c = {.instance = "t", .model = "m.gguf", .prepared = "p", .placement = "p/placement.json"};
+    cJSON *conf = ctl_configure_to_json(&c);
+    cr_assert_eq(ctl_send(r, "cpu-moe-worker", conf, err, sizeof err), 0, "%s", err);
+    cJSON_Delete(conf);
+    int beats_before_ready = 0, ready = 0;
+    while (!ready) {
+        cr_assert_eq(ctl_recv(r, 5000, peer, sizeof peer, &m, err, sizeof err), 0, "%s", err);
+        if (!strcmp(ctl_type(m), "heartbeat")) beats_before_ready++;
+        else if (!strcmp(ctl_type(m), "ready")) ready = 1;
+        else cr_assert_fail("unexpected %s", ctl_type(m));
+        cJSON_Delete(m);
+    }
+    cr_assert_geq(beats_before_ready, 2, "%d heartbeats during a 2.5 s setup", beats_before_ready);
+    cJSON *bye = ctl_msg("shutdown");
+    cr_assert_eq(ctl_send(r, "cpu-moe-worker", bye, err, sizeof err), 0, "%s", err);
+    cJSON_Delete(bye);
+    int status;
+    waitpid(pid, &status, 0);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker status %x", status);
+    ctl_close(r);
 }
