@@ -39,6 +39,7 @@ extern "C" {
 }
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +165,20 @@ struct cuda_backend {
     int64_t *h_rows;      /* pinned: the step's PLE table rows (ple_n_heads) */
     float *h_out;         /* pinned: logits (V) then the wide row */
     int32_t *h_arg;       /* pinned: the step's argmax */
+    float *h_ple;         /* pinned: the step's PLE rows from the gw_ple_rows hook (ple_embd floats) */
+    /* the doorbell (mailbox, ops.cuh): remote experts of evals of at most
+     * MB_ROWS rows, posted and awaited inside the stream (mb_begin) */
+    char *mb_host, *mb_dev;  /* one pinned mapped block: its host and device addresses */
+    mb_head *mb;             /* its head (host address) */
+    int64_t mb_pairs;        /* pairs it holds (MB_ROWS · k) */
+    unsigned int *d_mb_seq;  /* device: [0] requests posted, [1] the one the next wait waits for */
+    pthread_t mb_thread;
+    bool mb_started;
+    pthread_mutex_t mb_lock;
+    pthread_cond_t mb_cond;
+    int mb_active, mb_quit;  /* under mb_lock (read atomically by the thread while it spins) */
+    uint64_t mb_remote;      /* trunk pairs the thread had computed remotely during this eval */
+    char mb_err[512];        /* the first hook failure of this eval */
 };
 
 static cuda_backend *cbe(gw_backend *b) { return (cuda_backend *)b; }
@@ -347,6 +362,8 @@ static int up_layer(cuda_backend *be, const struct model *m, const struct model_
     return 0;
 }
 
+static void mb_stop(cuda_backend *be);
+
 static void cuda_free(gw_backend *gb)
 {
     cuda_backend *be = cbe(gb);
@@ -369,6 +386,8 @@ static void cuda_free(gw_backend *gb)
     cudaFreeHost(be->h_rows);
     cudaFreeHost(be->h_out);
     cudaFreeHost(be->h_arg);
+    cudaFreeHost(be->h_ple);
+    mb_stop(be);
     if (be->st) cudaStreamDestroy(be->st);
     free(be->allocs);
     free(be->ups);
@@ -458,6 +477,7 @@ static int cuda_setup(cuda_backend *be)
     CK(cudaMallocHost(&be->h_rows, (size_t)(hp->ple_n_heads > 0 ? hp->ple_n_heads : 1) * sizeof(int64_t)));
     CK(cudaMallocHost(&be->h_out, (size_t)(hp->n_vocab + model_wide(hp)) * sizeof(float)));
     CK(cudaMallocHost(&be->h_arg, sizeof(int32_t)));
+    CK(cudaMallocHost(&be->h_ple, (size_t)(hp->ple_embd > 0 ? hp->ple_embd : 1) * sizeof(float)));
     CK(cudaDeviceSynchronize());
     return 0;
 }
@@ -633,7 +653,11 @@ static int cuda_create(const struct model *m, const struct gw_backend_params *p,
     be->budget = p ? p->vram_budget : 0;
     be->n_ctx = p && p->n_ctx > 0 ? p->n_ctx : gw_vram_default_ctx(m);
     size_t tot = 0;
-    if ((e = cudaSetDevice(0)) == cudaSuccess) e = cudaFree(0); /* the context first: its memory is not ours */
+    /* Yield while the host waits for the stream: during a step the cores belong
+     * to the cpu-moe-worker (and the remote thread), not to a spinning wait. */
+    if ((e = cudaSetDevice(0)) == cudaSuccess) e = cudaSetDeviceFlags(cudaDeviceScheduleYield | cudaDeviceMapHost);
+    if (e == cudaErrorSetOnActiveProcess) e = cudaSuccess; /* a context exists already (a second backend): its flags */
+    if (e == cudaSuccess) e = cudaFree(0); /* the context first: its memory is not ours */
     if (e == cudaSuccess) e = cudaMemGetInfo(&be->free0, &tot);
     if (e != cudaSuccess) {
         free(be);
@@ -670,7 +694,7 @@ struct cuda_seq {
     int64_t *mtp_pos;
     bool broken;
     cudaGraphExec_t exec; /* the captured decode step (decode_graph), or NULL */
-    int64_t gkey[8];      /* what it baked in */
+    int64_t gkey[10];     /* what it baked in */
 };
 
 static void seq_release(cuda_seq *s)
@@ -1203,7 +1227,8 @@ static int attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *
 /* ---- PLE ---- */
 
 /* graph: a captured one-token step, whose rows decode_graph writes into
- * the pinned h_rows before each replay (no host work inside the capture). */
+ * the pinned h_rows before each replay (no host work inside the capture) —
+ * and, with the gw_ple_rows hook, their values into h_ple. */
 static int ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lstate *ls, int64_t pos0, int T, float *X,
                        bool graph)
 {
@@ -1227,7 +1252,10 @@ static int ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lsta
     if (rc == 0) rc = talloc(&t, &G, T * wide);
     if (rc == 0) rc = talloc(&t, &Gn, T * wide);
     if (rc == 0) rc = talloc(&t, &cv, T * wide);
-    if (rc == 0 && be->base.ple_rows.fn) {
+    if (rc == 0 && be->base.ple_rows.fn && graph) { /* decode_graph asked the hook before the replay */
+        cudaError_t ce = cudaMemcpyAsync(e, be->h_ple, (size_t)(T * P) * sizeof(float), cudaMemcpyHostToDevice, st);
+        if (ce != cudaSuccess) rc = cu_fail(ce, "PLE rows upload", __LINE__);
+    } else if (rc == 0 && be->base.ple_rows.fn) {
         he = (float *)malloc((size_t)(T * P) * sizeof *he);
         char herr[256] = "";
         if (!he) {
@@ -1276,6 +1304,163 @@ static int ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lsta
     return tdone(&t, rc);
 }
 
+/* ---- the doorbell ----
+ *
+ * The key idea: the host's part of a layer with remote experts is not a
+ * wait of the host thread in the middle of the step but a request in mapped
+ * pinned memory (ops.cuh, mb_head): the stream posts it (k_mb_post), waits
+ * for its answer (k_mb_wait) and reads the results (k_mb_scatter), all as
+ * kernels, so an eval synchronises once and a decode step with remote
+ * experts replays as one CUDA graph.  The backend's remote thread answers:
+ * while an eval is in flight (mb_begin … mb_end) it spins on `posted`, calls
+ * the gw_moe_remote hook (in the pipeline the ring round trip to the
+ * cpu-moe-worker) with the mailbox's rows, pairs and results, and stores the
+ * request's number into `done`; between evals it sleeps.  Evals of more
+ * than MB_ROWS rows (prefill chunks) keep the host path of moe_forward. */
+#define MB_ROWS 17 /* a decode step or a verify window of up to 16 drafts */
+
+static size_t mb_align(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* Offsets of the mailbox's arrays: rows, experts, weights (pairs), x (MB_ROWS · C), out (pairs · C). */
+static void mb_layout(int64_t pairs, int64_t C, size_t off[6])
+{
+    off[0] = mb_align(sizeof(mb_head));
+    off[1] = off[0] + mb_align((size_t)pairs * sizeof(int32_t));
+    off[2] = off[1] + mb_align((size_t)pairs * sizeof(int32_t));
+    off[3] = off[2] + mb_align((size_t)pairs * sizeof(float));
+    off[4] = off[3] + mb_align((size_t)(MB_ROWS * C) * sizeof(float));
+    off[5] = off[4] + mb_align((size_t)(pairs * C) * sizeof(float)); /* the end */
+}
+
+static void mb_serve(cuda_backend *be, unsigned int seq)
+{
+    const struct model_hparams *hp = &be->base.model->hp;
+    const struct gw_moe_remote *rem = &be->base.remote;
+    size_t off[6];
+    mb_layout(be->mb_pairs, hp->n_embd, off);
+    mb_head *h = be->mb;
+    const int layer = h->layer, T = h->n_rows, n = h->n_miss;
+    char herr[256] = "";
+    int rc = 0;
+    if (n < 1 || n > be->mb_pairs || T < 1 || T > MB_ROWS || layer < 0 || layer >= hp->n_layer + hp->n_nextn || !rem->fn)
+        rc = nb_errf(herr, sizeof herr, NB_EINVAL, "bad mailbox request (%d pairs of %d rows)", n, T);
+    else
+        rc = rem->fn(rem->ctx, layer, T, (const float *)(be->mb_host + off[3]), n, (const int32_t *)(be->mb_host + off[0]),
+                     (const int32_t *)(be->mb_host + off[1]), (const float *)(be->mb_host + off[2]),
+                     (float *)(be->mb_host + off[4]), herr, sizeof herr);
+    if (rc && !h->failed) {
+        snprintf(be->mb_err, sizeof be->mb_err, "remote experts of layer %d: %s", layer, herr);
+        h->failed = 1;
+    }
+    if (rc == 0) {
+        copied(be, (uint64_t)n * (uint64_t)hp->n_embd * sizeof(float)); /* the results, read over PCIe */
+        if (layer < hp->n_layer) __atomic_add_fetch(&be->mb_remote, (uint64_t)n, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&h->done, seq, __ATOMIC_RELEASE);
+}
+
+static void *mb_main(void *arg)
+{
+    cuda_backend *be = (cuda_backend *)arg;
+    unsigned int seen = __atomic_load_n(&be->mb->posted, __ATOMIC_ACQUIRE);
+    for (;;) {
+        const unsigned int p = __atomic_load_n(&be->mb->posted, __ATOMIC_ACQUIRE);
+        if (p != seen) {
+            mb_serve(be, seen = p);
+            continue;
+        }
+        if (__atomic_load_n(&be->mb_active, __ATOMIC_ACQUIRE)) {
+            __builtin_ia32_pause();
+            continue;
+        }
+        pthread_mutex_lock(&be->mb_lock);
+        while (!be->mb_active && !be->mb_quit) pthread_cond_wait(&be->mb_cond, &be->mb_lock);
+        const int quit = be->mb_quit;
+        pthread_mutex_unlock(&be->mb_lock);
+        if (quit) return NULL;
+    }
+}
+
+/* Before an eval of T rows: with a remote hook and T ≤ MB_ROWS, the mailbox
+ * (made at the first such eval) is cleared and its thread set spinning (a
+ * prefill chunk takes the host path: no core spins while the cpu-moe-worker
+ * needs them all). */
+static int mb_begin(cuda_backend *be, int T)
+{
+    if (!be->base.remote.fn || T > MB_ROWS) return 0;
+    const struct model_hparams *hp = &be->base.model->hp;
+    if (!be->mb_host) {
+        const int64_t pairs = (int64_t)MB_ROWS * hp->n_expert_used;
+        size_t off[6];
+        mb_layout(pairs, hp->n_embd, off);
+        void *hm = NULL, *dm = NULL;
+        CK(cudaHostAlloc(&hm, off[5], cudaHostAllocMapped));
+        memset(hm, 0, off[5]);
+        cudaError_t ce = cudaHostGetDevicePointer(&dm, hm, 0);
+        if (ce == cudaSuccess) ce = cudaMalloc(&be->d_mb_seq, 2 * sizeof(unsigned int));
+        if (ce == cudaSuccess) ce = cudaMemset(be->d_mb_seq, 0, 2 * sizeof(unsigned int));
+        if (ce != cudaSuccess) {
+            cudaFreeHost(hm);
+            return cu_fail(ce, "the remote-expert mailbox", __LINE__);
+        }
+        be->mb_host = (char *)hm, be->mb_dev = (char *)dm, be->mb = (mb_head *)hm, be->mb_pairs = pairs;
+        pthread_mutex_init(&be->mb_lock, NULL);
+        pthread_cond_init(&be->mb_cond, NULL);
+        if (pthread_create(&be->mb_thread, NULL, mb_main, be)) {
+            snprintf(g_msg, sizeof g_msg, "cannot start the remote-expert thread");
+            return NB_EIO;
+        }
+        be->mb_started = true;
+    }
+    be->mb->failed = 0, be->mb->timed_out = 0, be->mb_err[0] = 0;
+    __atomic_store_n(&be->mb_remote, 0, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&be->mb_lock);
+    __atomic_store_n(&be->mb_active, 1, __ATOMIC_RELEASE);
+    pthread_cond_signal(&be->mb_cond);
+    pthread_mutex_unlock(&be->mb_lock);
+    return 0;
+}
+
+/* After an eval (rc: its result so far): the stream drained (an eval that
+ * failed half-way may have queued waits), the thread put to sleep, a hook
+ * failure or a timed-out wait turned into the eval's error, and the pairs
+ * the hook computed taken off the device's count. */
+static int mb_end(cuda_backend *be, int rc)
+{
+    if (!be->mb_started || !__atomic_load_n(&be->mb_active, __ATOMIC_ACQUIRE)) return rc;
+    cudaError_t ce = cudaStreamSynchronize(be->st);
+    pthread_mutex_lock(&be->mb_lock);
+    __atomic_store_n(&be->mb_active, 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&be->mb_lock);
+    __atomic_sub_fetch(&be->base.experts_computed, __atomic_load_n(&be->mb_remote, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+    if (rc) return rc;
+    if (ce != cudaSuccess) return cu_fail(ce, "eval", __LINE__);
+    if (be->mb->failed) {
+        snprintf(g_msg, sizeof g_msg, "%s", be->mb_err);
+        return NB_EIO;
+    }
+    if (be->mb->timed_out) {
+        snprintf(g_msg, sizeof g_msg, "no answer from the remote-expert thread in %.0f s", MB_WAIT_NS / 1e9);
+        return NB_EIO;
+    }
+    return 0;
+}
+
+static void mb_stop(cuda_backend *be)
+{
+    if (be->mb_started) {
+        pthread_mutex_lock(&be->mb_lock);
+        be->mb_quit = 1;
+        pthread_cond_signal(&be->mb_cond);
+        pthread_mutex_unlock(&be->mb_lock);
+        pthread_join(be->mb_thread, NULL);
+        pthread_mutex_destroy(&be->mb_lock);
+        pthread_cond_destroy(&be->mb_cond);
+    }
+    if (be->mb_host) cudaFreeHost(be->mb_host);
+    cudaFree(be->d_mb_seq);
+}
+
 /* ---- MoE ---- */
 
 /* y = MoE(x) for T rows of layer il (trunk or MTP); a: the eval (route tap) or NULL.
@@ -1298,6 +1483,7 @@ static int moe_forward(cuda_backend *be, const cu_layer *c, int il, const float 
     const struct gw_moe_remote *rem = &be->base.remote;
     const bool remote = rem->fn != NULL;
     const bool tap = a && a->route_tap;
+    const bool mbox = remote && !tap && T <= MB_ROWS && __atomic_load_n(&be->mb_active, __ATOMIC_ACQUIRE); /* the doorbell */
     cudaStream_t st = be->st;
     tmp t = tmp_begin(be);
     float *probs, *wts, *idsf, *G, *U, *Dn, *contrib, *sc, *gs, *us, *ds, *splitf = NULL, *splitw = NULL, *dout = NULL;
@@ -1314,27 +1500,38 @@ static int moe_forward(cuda_backend *be, const cu_layer *c, int il, const float 
     if (rc == 0) rc = talloc(&t, &ds, T * C);
     if (rc == 0 && remote) rc = talloc(&t, &splitf, 1 + 3 * (int64_t)P);
     if (rc == 0 && remote) rc = talloc(&t, &splitw, P);
-    if (rc == 0 && (remote || tap)) rc = pin_reserve(be, P, T);
+    if (rc == 0 && ((remote && !mbox) || tap)) rc = pin_reserve(be, P, T);
     if (rc) return tdone(&t, rc);
     int32_t *ids = (int32_t *)idsf, *split = (int32_t *)splitf;
     cudaError_t ce = cudaSuccess;
     if ((rc = matmul(be, c->router, x, C, T, probs, E))) return tdone(&t, rc);
     k_route<<<(unsigned)T, 256, (size_t)E * sizeof(float), st>>>(probs, E, k, hp->expert_weights_norm, ids, wts);
     if ((ce = cudaGetLastError()) != cudaSuccess) return tdone(&t, cu_fail(ce, "k_route", __LINE__));
-    /* what the host needs, copied before the expert work is queued */
+    /* what the host needs, copied (or posted) before the expert work is queued */
     if (remote) {
         k_split<<<1, SPLIT_THREADS, 0, st>>>(ids, wts, c->slot_of, P, k, split, splitw);
         ce = cudaGetLastError();
-        if (ce == cudaSuccess)
+        if (ce == cudaSuccess && mbox) {
+            size_t off[6];
+            mb_layout(be->mb_pairs, C, off);
+            char *d = be->mb_dev;
+            k_mb_post<<<1, MB_POST_THREADS, 0, st>>>(split, splitw, x, T, C, P, il, (mb_head *)d, (int32_t *)(d + off[0]),
+                                                     (int32_t *)(d + off[1]), (float *)(d + off[2]), (float *)(d + off[3]),
+                                                     be->d_mb_seq, be->d_mb_seq + 1);
+            ce = cudaGetLastError();
+        }
+        if (ce == cudaSuccess && !mbox)
             ce = cudaMemcpyAsync(be->h_split, split, (size_t)(1 + 3 * P) * sizeof(int32_t), cudaMemcpyDeviceToHost, st);
-        if (ce == cudaSuccess) ce = cudaMemcpyAsync(be->h_splitw, splitw, (size_t)P * sizeof(float), cudaMemcpyDeviceToHost, st);
-        if (ce == cudaSuccess) ce = cudaMemcpyAsync(be->h_x, x, (size_t)(T * C) * sizeof(float), cudaMemcpyDeviceToHost, st);
+        if (ce == cudaSuccess && !mbox)
+            ce = cudaMemcpyAsync(be->h_splitw, splitw, (size_t)P * sizeof(float), cudaMemcpyDeviceToHost, st);
+        if (ce == cudaSuccess && !mbox)
+            ce = cudaMemcpyAsync(be->h_x, x, (size_t)(T * C) * sizeof(float), cudaMemcpyDeviceToHost, st);
     }
     if (ce == cudaSuccess && tap) {
         ce = cudaMemcpyAsync(be->h_ids, ids, (size_t)P * sizeof(int32_t), cudaMemcpyDeviceToHost, st);
         if (ce == cudaSuccess) ce = cudaMemcpyAsync(be->h_wts, wts, (size_t)P * sizeof(float), cudaMemcpyDeviceToHost, st);
     }
-    if (ce == cudaSuccess && (remote || tap)) ce = cudaEventRecord(be->ev_host, st);
+    if (ce == cudaSuccess && ((remote && !mbox) || tap)) ce = cudaEventRecord(be->ev_host, st);
     if (ce != cudaSuccess) return tdone(&t, cu_fail(ce, "routes to the host", __LINE__));
     /* the resident pairs and the shared expert, queued */
     rc = matmul_pairs(be, c->gate_exps, x, C, P, ids, k, c->slot_of, G);
@@ -1356,11 +1553,19 @@ static int moe_forward(cuda_backend *be, const cu_layer *c, int il, const float 
         if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_swiglu (shared)", __LINE__);
     }
     if (rc == 0) rc = matmul(be, c->down_sh, gs, Is, T, ds, C);
-    /* the host's part, while the device works */
-    if (rc == 0 && (remote || tap) && (ce = cudaEventSynchronize(be->ev_host)) != cudaSuccess)
+    /* the host's part, while the device works: through the mailbox, inside the stream */
+    if (rc == 0 && mbox) {
+        size_t off[6];
+        mb_layout(be->mb_pairs, C, off);
+        k_mb_wait<<<1, 1, 0, st>>>((mb_head *)be->mb_dev, be->d_mb_seq + 1);
+        k_mb_scatter<<<nblk(P * C, 256), 256, 0, st>>>((const float *)(be->mb_dev + off[4]), split, P, C, contrib);
+        if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_mb_wait", __LINE__);
+    }
+    /* or by the host thread, behind the event */
+    if (rc == 0 && ((remote && !mbox) || tap) && (ce = cudaEventSynchronize(be->ev_host)) != cudaSuccess)
         rc = cu_fail(ce, "routes to the host", __LINE__);
     if (rc == 0 && tap) a->route_tap(a->route_ctx, il, T, k, be->h_ids, be->h_wts);
-    const int n_miss = remote && rc == 0 ? be->h_split[0] : 0;
+    const int n_miss = remote && !mbox && rc == 0 ? be->h_split[0] : 0; /* mailbox: mb_end takes its misses off */
     if (n_miss > 0) {
         const int32_t *hs = be->h_split;
         char herr[256] = "";
@@ -1546,10 +1751,19 @@ static int decode_graph(cuda_seq *s, const struct gw_eval_args *a)
     s->tokens[pos0] = a->tokens[0];
     be->h_tok[0] = a->tokens[0];
     be->h_pos[0] = pos0;
+    const struct gw_ple_rows *pr = &be->base.ple_rows;
     if (hp->ple_layer >= 0) cpu_ple_rows(hp, s->tokens, pos0, be->h_rows);
-    const int64_t key[8] = {s->cap, be->rope_cap, (int64_t)(uintptr_t)be->arena, (int64_t)be->arena_cap,
-                            a->logits_rows != GW_ROWS_NONE && a->logits, a->wide_rows != GW_ROWS_NONE, be->layout_gen,
-                            a->logits_rows != GW_ROWS_NONE && a->argmax};
+    if (hp->ple_layer >= 0 && pr->fn) { /* rows depend on the tokens only: asked before the replay */
+        char herr[256] = "";
+        if (pr->fn(pr->ctx, hp->ple_n_heads, be->h_rows, be->h_ple, herr, sizeof herr)) {
+            snprintf(g_msg, sizeof g_msg, "PLE row hook: %s", herr);
+            return NB_EIO;
+        }
+        copied(be, (uint64_t)hp->ple_embd * sizeof(float));
+    }
+    const int64_t key[10] = {s->cap, be->rope_cap, (int64_t)(uintptr_t)be->arena, (int64_t)be->arena_cap,
+                             a->logits_rows != GW_ROWS_NONE && a->logits, a->wide_rows != GW_ROWS_NONE, be->layout_gen,
+                             a->logits_rows != GW_ROWS_NONE && a->argmax, be->base.remote.fn != NULL, pr->fn != NULL};
     if (!s->exec || memcmp(key, s->gkey, sizeof key)) {
         if (s->exec) cudaGraphExecDestroy(s->exec);
         s->exec = NULL;
@@ -1570,9 +1784,10 @@ static int decode_graph(cuda_seq *s, const struct gw_eval_args *a)
     }
     CK(cudaGraphLaunch(s->exec, be->st));
     /* the replay's first copies: token, position, PLE rows */
-    copied(be, sizeof(int32_t) + sizeof(int64_t) + (hp->ple_layer >= 0 ? (uint64_t)hp->ple_n_heads * sizeof(int64_t) : 0));
+    copied(be, sizeof(int32_t) + sizeof(int64_t) +
+                   (hp->ple_layer >= 0 && !pr->fn ? (uint64_t)hp->ple_n_heads * sizeof(int64_t) : 0));
     CK(cudaStreamSynchronize(be->st));
-    /* every trunk layer's k routed pairs ran on the device (no remote hook in a graph) */
+    /* every trunk layer's k routed pairs, as if on the device: mb_end takes the remote ones off */
     __atomic_add_fetch(&be->base.experts_computed, (uint64_t)hp->n_expert_used * hp->n_layer, __ATOMIC_RELAXED);
     if (a->logits_rows != GW_ROWS_NONE && a->logits) memcpy(a->logits, be->h_out, (size_t)V * sizeof(float));
     if (a->logits_rows != GW_ROWS_NONE && a->argmax) a->argmax[0] = be->h_arg[0];
@@ -1590,9 +1805,10 @@ static int eval_body(cuda_seq *s, const struct gw_eval_args *a)
     const int T = a->n_tokens;
     const int64_t pos0 = s->base.n_pos;
     TRY(ensure_layout(be));
-    /* Hooks and taps are host calls in the middle of the step: those evals run plain. */
-    if (T == 1 && be->graphs && !a->tap && !a->route_tap && !be->base.remote.fn && !be->base.ple_rows.fn)
-        return decode_graph(s, a);
+    /* Taps are host calls in the middle of the step: those evals run plain.
+     * The hooks are not: remote experts go through the mailbox, PLE rows are
+     * asked before the replay. */
+    if (T == 1 && be->graphs && !a->tap && !a->route_tap) return decode_graph(s, a);
     TRY(seq_reserve(s, pos0 + T));
     TRY(rope_reserve(be, pos0 + T));
     memcpy(s->tokens + pos0, a->tokens, (size_t)T * sizeof *s->tokens);
@@ -1604,7 +1820,9 @@ static int cuda_eval(gw_seq *gs, const struct gw_eval_args *a, char *err, size_t
     cuda_seq *s = (cuda_seq *)gs;
     if (s->broken) return nb_errf(err, errlen, NB_EINVAL, "sequence state is inconsistent after a failed call: reset it");
     const int64_t pos0 = gs->n_pos;
-    int rc = eval_body(s, a);
+    int rc = mb_begin(cbe(gs->be), a->n_tokens);
+    if (rc == 0) rc = eval_body(s, a);
+    rc = mb_end(cbe(gs->be), rc);
     vram_note(cbe(gs->be));
     if (rc) {
         s->broken = true;
@@ -1678,7 +1896,9 @@ static int cuda_mtp_eval(gw_seq *gs, const struct gw_mtp_args *a, char *err, siz
 {
     cuda_seq *s = (cuda_seq *)gs;
     if (s->broken) return nb_errf(err, errlen, NB_EINVAL, "sequence state is inconsistent after a failed call: reset it");
-    int rc = mtp_body(s, a);
+    int rc = mb_begin(cbe(gs->be), a->n_rows);
+    if (rc == 0) rc = mtp_body(s, a);
+    rc = mb_end(cbe(gs->be), rc);
     vram_note(cbe(gs->be));
     if (rc) {
         s->broken = true;

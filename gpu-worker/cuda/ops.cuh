@@ -765,6 +765,81 @@ __global__ void k_scatter_rows(const float *src, const int32_t *slot, int n, int
     contrib[(int64_t)slot[idx / C] * C + idx % C] = src[idx];
 }
 
+/* ---- the doorbell: remote experts inside the stream (backend_cuda.cu, "mailbox") ----
+ *
+ * The mailbox is pinned host memory mapped into the device.  k_mb_post (one
+ * block) writes a layer's misses (k_split's list) and its rows of x there,
+ * then — after a system-wide fence — the request's sequence number into
+ * `posted`; the backend's remote thread sees it, runs the gw_moe_remote hook
+ * into `out` and stores the number into `done`; k_mb_wait (one thread) spins
+ * on `done` inside the stream, so the host never waits between layers and a
+ * step with remote experts can be a CUDA graph; k_mb_scatter then reads the
+ * results over PCIe into their pairs' contribution rows.  A layer without
+ * misses posts nothing and waits for nothing (want = 0). */
+struct mb_head {
+    unsigned int posted;   /* device → host: the last request's number */
+    unsigned int pad0[31]; /* own cache lines: the two sides poll different words */
+    unsigned int done;     /* host → device: the last request answered */
+    unsigned int failed;   /* host: a hook call failed (its message is on the host) */
+    unsigned int timed_out; /* device: k_mb_wait gave up (the host side is gone) */
+    unsigned int pad1[29];
+    int layer, n_rows, n_miss, pad2;
+};
+
+#define MB_POST_THREADS 1024
+__global__ void k_mb_post(const int32_t *split, const float *splitw, const float *x, int T, int64_t C, int P, int layer,
+                          mb_head *h, int32_t *mrows, int32_t *mexp, float *mw, float *mx, unsigned int *seq,
+                          unsigned int *want)
+{
+    const int n = split[0];
+    if (n == 0) {
+        if (threadIdx.x == 0) *want = 0;
+        return;
+    }
+    for (int64_t i = threadIdx.x; i < (int64_t)T * C; i += MB_POST_THREADS) mx[i] = x[i];
+    for (int i = threadIdx.x; i < n; i += MB_POST_THREADS)
+        mrows[i] = split[1 + i], mexp[i] = split[1 + P + i], mw[i] = splitw[i];
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned int s = *seq + 1;
+        *seq = s, *want = s;
+        h->layer = layer, h->n_rows = T, h->n_miss = n;
+        __threadfence_system();
+        *(volatile unsigned int *)&h->posted = s;
+        __threadfence_system();
+    }
+}
+
+/* Spins until the host answered request *want (none: returns at once); gives
+ * up after MB_WAIT_NS, marking timed_out, so a lost host side fails the eval
+ * instead of hanging the GPU. */
+#define MB_WAIT_NS 120000000000ull
+__global__ void k_mb_wait(mb_head *h, const unsigned int *want)
+{
+    const unsigned int w = *want;
+    if (w == 0) return;
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    while ((int)(*(volatile unsigned int *)&h->done - w) < 0) {
+        __nanosleep(256);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if (t - t0 > MB_WAIT_NS) {
+            *(volatile unsigned int *)&h->timed_out = 1;
+            return;
+        }
+    }
+    __threadfence_system();
+}
+
+/* contrib[pair of miss i] = out[i] for the split's n misses (split[1 + 2P + i]: the pair). */
+__global__ void k_mb_scatter(const float *out, const int32_t *split, int P, int64_t C, float *contrib)
+{
+    int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)split[0] * C) return;
+    contrib[(int64_t)split[1 + 2 * P + idx / C] * C + idx % C] = ((const volatile float *)out)[idx];
+}
+
 /* y[t][c] = Σ of the k contributions in ascending expert order (float adds, from 0). */
 __global__ void k_expert_sum(const float *contrib, const int32_t *ids, int T, int k, int64_t C, float *y)
 {

@@ -44,6 +44,7 @@ struct gwp {
     shm_stats *stats;
     uint32_t block;
     uint64_t layer_t0; /* per-layer timing through the layer tap */
+    bool layer_times;  /* take it (layer_times_wanted) */
     const char *backend; /* gw_backend_params.kind: --backend, else $NEBULA_GW_BACKEND, else "cpu" */
     const char *kernels; /* --kernels (cuda; NULL: $NEBULA_CUDA_KERNELS, else ref) */
     uint64_t vram_budget; /* --vram-budget (0: the placement's, else none) */
@@ -75,7 +76,9 @@ static void usage(FILE *f)
                "dense weights + MTP + K/V for --ctx positions (default: placement.json's\n"
                "request.vram_ctx, else the model's context) + the VRAM-tier experts + scratch must\n"
                "fit, or the configuration fails naming each part.  Without it, placement.json's\n"
-               "request.vram_budget (nebula-prepare --vram-budget: the whole device budget) is the cap.\n");
+               "request.vram_budget (nebula-prepare --vram-budget: the whole device budget) is the cap.\n"
+               "Time per layer (nebulactl profile) is taken on the CPU backend; on cuda only with\n"
+               "$NEBULA_GW_LAYER_TIMES=1, as it costs a synchronisation per layer and the CUDA graph.\n");
 }
 
 static int send_simple(struct gwp *w, const char *type, const char *message)
@@ -95,16 +98,19 @@ static int send_simple(struct gwp *w, const char *type, const char *message)
     return rc;
 }
 
-/* ---- taps: hits/misses against the placement, time per layer ---- */
-
-static void route_tap(void *ctx, int layer, int n_tokens, int k, const int32_t *experts, const float *weights)
+/* ---- time per layer ----
+ *
+ * Through the layer tap, a host call after each layer: free on the CPU
+ * backend, but on the GPU it costs a synchronisation per layer and the
+ * decode step's CUDA graph, so there it is taken only when asked
+ * ($NEBULA_GW_LAYER_TIMES=1, for `nebulactl profile`).  The VRAM hits and
+ * misses need no tap: the pairs the backend computed are the hits
+ * (gw_backend_experts_computed), the rest of k per row and layer missed. */
+static bool layer_times_wanted(const char *backend)
 {
-    struct gwp *w = ctx;
-    (void)weights;
-    uint64_t hits = 0, n = (uint64_t)n_tokens * (uint64_t)k;
-    for (uint64_t i = 0; i < n; i++) hits += w->local[(size_t)layer * (size_t)w->m->hp.n_expert + (size_t)experts[i]];
-    shm_stats_add(w->stats, w->block, SHM_STAT_EXPERT_HITS, hits);
-    shm_stats_add(w->stats, w->block, SHM_STAT_EXPERT_MISSES, n - hits);
+    const char *e = getenv("NEBULA_GW_LAYER_TIMES");
+    if (e && *e) return strcmp(e, "0") != 0;
+    return !backend || strcmp(backend, "cuda") != 0;
 }
 
 static void layer_tap(void *ctx, int layer, int n_tokens, const float *wide)
@@ -228,12 +234,16 @@ static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slo
     for (uint32_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= w->m->hp.n_vocab) return nb_errf(err, errlen, NB_EINVAL, "token %d out of vocabulary", ids[i]);
     struct gw_eval_args a = {.tokens = ids, .n_tokens = (int)n, .logits_rows = GW_ROWS_LAST, .logits = resp->payload,
-                             .tap = layer_tap, .tap_ctx = w, .route_tap = route_tap, .route_ctx = w};
+                             .tap = w->layer_times ? layer_tap : NULL, .tap_ctx = w};
     uint64_t t0 = now_ns(), computed0 = gw_backend_experts_computed(w->be), copied0 = gw_backend_bytes_copied(w->be);
     w->layer_t0 = t0;
     int rc = gw_eval(w->seq, &a, err, errlen);
     shm_stats_add(w->stats, w->block, SHM_STAT_BUSY_NS, now_ns() - t0);
-    shm_stats_add(w->stats, w->block, SHM_STAT_EXPERTS_COMPUTED, gw_backend_experts_computed(w->be) - computed0);
+    const uint64_t hits = gw_backend_experts_computed(w->be) - computed0;
+    const uint64_t pairs = (uint64_t)n * (uint64_t)w->m->hp.n_expert_used * (uint64_t)w->m->hp.n_layer;
+    shm_stats_add(w->stats, w->block, SHM_STAT_EXPERTS_COMPUTED, hits);
+    if (rc == 0) shm_stats_add(w->stats, w->block, SHM_STAT_EXPERT_HITS, hits);
+    if (rc == 0) shm_stats_add(w->stats, w->block, SHM_STAT_EXPERT_MISSES, pairs > hits ? pairs - hits : 0);
     shm_stats_add(w->stats, w->block, SHM_STAT_TOKENS, n);
     shm_stats_add(w->stats, w->block, SHM_STAT_BYTES_COPIED, gw_backend_bytes_copied(w->be) - copied0);
     publish_vram(w);
@@ -387,6 +397,7 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL), sigaction(SIGINT, &sa, NULL);
     struct gwp w = {0};
     w.backend = backend && *backend ? backend : "cpu";
+    w.layer_times = layer_times_wanted(w.backend);
     w.kernels = kernels, w.vram_budget = vram_budget, w.n_ctx = n_ctx;
     if (ctl_open(CTL_DEALER, endpoint, ROLE, &w.ctl, err, sizeof err)) {
         nb_log("cannot connect to %s: %s", endpoint, err);

@@ -134,11 +134,13 @@ static void route_tap(void *ctx, int layer, int n_tokens, int k, const int32_t *
 struct remote_ctx {
     const struct model *m;
     uint64_t pairs;
+    int fail; /* answer with an error (the failure path) */
 };
 static int remote_fn(void *ctx, int layer, int n_rows, const float *x, int n_pairs, const int32_t *rows,
                      const int32_t *experts, const float *weights, float *out, char *err, size_t errlen)
 {
     struct remote_ctx *r = ctx;
+    if (r->fail) return nb_errf(err, errlen, NB_EIO, "told to fail");
     const struct model_moe *w = &r->m->layers[layer].moe;
     const int64_t C = r->m->hp.n_embd;
     for (int i = 0; i < n_pairs; i++) {
@@ -430,7 +432,7 @@ int main(int argc, char **argv)
                         local[l * E + x] = pat == 0 ? 0 : pat == 1 ? (x % 2 == 0) : pat == 2 ? (l % 2) : ((x * 2654435761u + l * 40503u) % 10 >= 3);
                 /* odd patterns: the map known at creation; even: laid out at the first eval */
                 gw_backend *rb = make_pl(m, "cuda", false, pat % 2 ? local : NULL);
-                struct remote_ctx rctx = {m, 0};
+                struct remote_ctx rctx = {m, 0, 0};
                 struct gw_moe_remote r = {local, remote_fn, &rctx};
                 if (gw_backend_set_moe_remote(rb, &r, err, sizeof err)) die("remote hook", err);
                 double dr = greedy(rb, tok, T, n_greedy, gr, NULL);
@@ -453,6 +455,44 @@ int main(int argc, char **argv)
                 printf("     (remote results: %llu bytes)\n", (unsigned long long)want_cb);
                 gw_backend_free(rb);
             }
+            /* the doorbell inside a CUDA graph: the hashed placement's decode steps
+             * bit-identical to plain launches (both post through the mailbox) */
+            {
+                gw_backend *g1 = make_pl(m, "cuda", false, local), *g0 = make_pl(m, "cuda", true, local);
+                struct remote_ctx c1 = {m, 0, 0}, c0 = {m, 0, 0};
+                struct gw_moe_remote r1 = {local, remote_fn, &c1}, r0 = {local, remote_fn, &c0};
+                if (gw_backend_set_moe_remote(g1, &r1, err, sizeof err)) die("remote hook", err);
+                if (gw_backend_set_moe_remote(g0, &r0, err, sizeof err)) die("remote hook", err);
+                uint64_t *h1 = malloc((size_t)n_greedy * sizeof *h1), *h0 = malloc((size_t)n_greedy * sizeof *h0);
+                int32_t *o0 = malloc((size_t)n_greedy * sizeof *o0);
+                double d1 = greedy_h(g1, tok, T, n_greedy, gr, NULL, h1), d0 = greedy_h(g0, tok, T, n_greedy, o0, NULL, h0);
+                int sh = 0;
+                while (sh < n_greedy && h1[sh] == h0[sh] && gr[sh] == o0[sh]) sh++;
+                report("remote-graphs", sh == n_greedy && c1.pairs == c0.pairs && c1.pairs > 0,
+                       "%.0f steps' logits bit-identical, remote experts in a CUDA graph vs plain launches", sh);
+                printf("     (hashed placement: %.1f tok/s with graphs, %.1f without; %llu pairs remote)\n",
+                       (n_greedy - 1) / d1, (n_greedy - 1) / d0, (unsigned long long)c1.pairs);
+                /* a failing hook fails the eval with its message, in a graph and out of one */
+                gw_backend *gs2[2] = {g1, g0};
+                struct remote_ctx *cs[2] = {&c1, &c0};
+                for (int g = 0; g < 2; g++) {
+                    gw_seq *sq = seq(gs2[g]);
+                    eval(sq, tok, T, GW_ROWS_LAST, NULL, GW_ROWS_NONE, NULL, NULL);
+                    cs[g]->fail = 1;
+                    struct gw_eval_args fa = {.tokens = tok, .n_tokens = 1, .logits_rows = GW_ROWS_LAST, .argmax = o0};
+                    char ferr[512] = "";
+                    double tf = now();
+                    int frc = gw_eval(sq, &fa, ferr, sizeof ferr);
+                    tf = now() - tf;
+                    report(g ? "remote-err" : "remote-err-g", frc != 0 && strstr(ferr, "told to fail") && tf < 10,
+                           "a failing hook fails the eval in %.3f s", tf);
+                    printf("     (%s)\n", ferr);
+                    cs[g]->fail = 0;
+                    gw_seq_free(sq);
+                }
+                gw_backend_free(g1), gw_backend_free(g0);
+                free(h1), free(h0), free(o0);
+            }
             /* only the resident experts take VRAM: an all-local backend made and run
              * as the all-remote one was (the same backends alive beside it) */
             struct gw_vram_parts all;
@@ -471,7 +511,7 @@ int main(int argc, char **argv)
                 printf("     vram-tier not compared: the slots (%.2f MiB) are under the allocator's granularity\n", mib(all.slots));
             /* the all-local backend given the hashed placement, then none: re-laid out each time */
             const int nr = n_greedy < 32 ? n_greedy : 32;
-            struct remote_ctx rctx = {m, 0};
+            struct remote_ctx rctx = {m, 0, 0};
             struct gw_moe_remote r = {local, remote_fn, &rctx};
             if (gw_backend_set_moe_remote(gpu, &r, err, sizeof err)) die("remote hook", err);
             greedy(gpu, tok, T, nr, gr, NULL);
