@@ -56,8 +56,10 @@ static int need_workers(struct coord *c, char *err, size_t errlen)
     return 0;
 }
 
-/* One round trip: op with n ids; for EVAL the last row's logits into logits. */
-static int step_call(struct coord *c, uint32_t op, const int32_t *ids, int n, float *logits, char *err, size_t errlen)
+/* One round trip: op with n ids; for EVAL the last row's logits into logits,
+ * or (argmax not NULL) only their argmax, taken by the gpu-worker. */
+static int step_call(struct coord *c, uint32_t op, const int32_t *ids, int n, float *logits, int32_t *argmax,
+                     char *err, size_t errlen)
 {
     struct coord_worker *w = coord_worker_by_role(c, "gpu-worker");
     pid_t pid = w->pid;
@@ -65,7 +67,8 @@ static int step_call(struct coord *c, uint32_t op, const int32_t *ids, int n, fl
     int rc = ring_reserve(c->step.req, &s, 1000000000ull, err, errlen);
     if (rc) return nb_errf(err, errlen, NB_EIO, "step ring: no free slot (%s)", shm_strerror(rc));
     uint64_t tag = ++c->next_tag;
-    *s.hdr = (struct ring_slot_header){.layer = op, .n_tokens = (uint32_t)n, .payload_bytes = (uint32_t)n * 4, .tag = tag};
+    *s.hdr = (struct ring_slot_header){.layer = op, .n_tokens = (uint32_t)n, .payload_bytes = (uint32_t)n * 4, .tag = tag,
+                                       .flags = op == STEP_EVAL && argmax ? STEP_FLAG_ARGMAX : 0};
     if (n) memcpy(s.payload, ids, (size_t)n * sizeof *ids);
     if ((rc = ring_publish(c->step.req, err, errlen))) return rc;
     c->step_in_flight = true;
@@ -88,6 +91,8 @@ static int step_call(struct coord *c, uint32_t op, const int32_t *ids, int n, fl
     if (rc) return rc;
     w->last_beat = coord_now(); /* an answer is a sign of life: its heartbeat may still be queued after a long eval */
     if (s.hdr->flags & RING_FLAG_ERROR) rc = nb_errf(err, errlen, NB_EIO, "gpu-worker: %.*s", (int)STEP_ERR_BYTES, (const char *)s.payload);
+    else if (op == STEP_EVAL && argmax && s.hdr->payload_bytes != 4) rc = nb_errf(err, errlen, NB_EFORMAT, "gpu-worker: argmax of %u bytes", s.hdr->payload_bytes);
+    else if (op == STEP_EVAL && argmax) memcpy(argmax, s.payload, sizeof *argmax);
     else if (op == STEP_EVAL && s.hdr->payload_bytes != (uint32_t)c->m->hp.n_vocab * 4) rc = nb_errf(err, errlen, NB_EFORMAT, "gpu-worker: logits of %u bytes", s.hdr->payload_bytes);
     else if (op == STEP_EVAL) memcpy(logits, s.payload, (size_t)c->m->hp.n_vocab * sizeof *logits);
     int rc2 = ring_release(c->step.resp, err, errlen);
@@ -209,12 +214,16 @@ static int run(struct coord *c, struct gen_req *g, int32_t *out, long long budge
             rc = nb_errf(err, errlen, NB_EIO, "logits_out %s: %s", dump_tmp, strerror(errno));
         }
     }
+    /* Greedy without a presence penalty or a logits dump needs only each
+     * step's argmax: the gpu-worker takes it and sends 4 bytes, not V · 4. */
+    const bool greedy = g->sp.temperature <= 0.0f && g->sp.presence_penalty == 0.0f && !dump;
+    int32_t next = -1;
     double t0 = coord_now();
-    if (!rc) rc = step_call(c, STEP_RESET, NULL, 0, NULL, err, errlen);
+    if (!rc) rc = step_call(c, STEP_RESET, NULL, 0, NULL, NULL, err, errlen);
     bool ended = false; /* a hook said stop */
     for (size_t at = 0; !rc && !ended && at < g->n; at += (size_t)chunk) {
         int nb = (int)(g->n - at < (size_t)chunk ? g->n - at : (size_t)chunk);
-        rc = step_call(c, STEP_EVAL, g->ids + at, nb, logits, err, errlen);
+        rc = step_call(c, STEP_EVAL, g->ids + at, nb, logits, greedy ? &next : NULL, err, errlen);
         if (!rc && h && h->on_prefill && h->on_prefill(h->ctx, at + (size_t)nb, g->n)) ended = true, *why = "hook";
     }
     *t_prompt = coord_now() - t0;
@@ -224,7 +233,7 @@ static int run(struct coord *c, struct gen_req *g, int32_t *out, long long budge
         if (dump && fwrite(logits, sizeof *logits, (size_t)V, dump) != (size_t)V)
             rc = nb_errf(err, errlen, NB_EIO, "writing %s failed", dump_tmp);
         if (rc) break;
-        int32_t id = sampling_sample(smp, logits);
+        int32_t id = greedy ? next : sampling_sample(smp, logits);
         out[(*made)++] = id;
         sampling_accept(smp, id);
         if (!(h && h->ignore_stop) && is_stop(c, id)) {
@@ -235,7 +244,7 @@ static int run(struct coord *c, struct gen_req *g, int32_t *out, long long budge
             *why = "hook";
             break;
         }
-        if (*made < budget) rc = step_call(c, STEP_EVAL, &id, 1, logits, err, errlen);
+        if (*made < budget) rc = step_call(c, STEP_EVAL, &id, 1, logits, greedy ? &next : NULL, err, errlen);
     }
     if (dump) {
         if (fclose(dump) && !rc) rc = nb_errf(err, errlen, NB_EIO, "writing %s failed", dump_tmp);

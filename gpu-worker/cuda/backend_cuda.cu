@@ -950,8 +950,9 @@ static int tdone(tmp *t, int rc)
  * with x and y dense and 16-byte aligned. */
 static bool fast_ok(const cuda_backend *be, const dmat &w, const float *x, int64_t xs, int64_t ys)
 {
-    return be->fast && gw_cuda_matvec_of(w.type) && xs == w.n_in && ys == w.n_out && w.n_in % 256 == 0 &&
-           !(((uintptr_t)x | (uintptr_t)w.d) & 15) && w.n_out < INT32_MAX;
+    const struct quant_traits *q = quant_traits_of((enum quant_type)w.type);
+    return be->fast && gw_cuda_matvec_of(w.type) && q && xs == w.n_in && ys == w.n_out && w.n_in % q->blck_size == 0 &&
+           w.n_in % 8 == 0 && !(((uintptr_t)x | (uintptr_t)w.d) & 15) && w.n_out < INT32_MAX;
 }
 
 /* y (T × n_out, row stride ys) = W x (T rows of n_in at stride xs): the

@@ -42,6 +42,8 @@ int gw_cuda_matvec_bf16(const void *w, int n_rows, int n_cols, const float *x, i
                         void *stream, char *err, size_t err_len);
 int gw_cuda_matvec_q8_0(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
                         void *stream, char *err, size_t err_len);
+int gw_cuda_matvec_q5_0(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
+                        void *stream, char *err, size_t err_len);
 int gw_cuda_matvec_q5_1(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
                         void *stream, char *err, size_t err_len);
 int gw_cuda_matvec_iq4_nl(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,

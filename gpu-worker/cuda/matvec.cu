@@ -100,6 +100,23 @@ struct dec_q5_1 { /* d, m, qh[4], qs[16]: value j = (nib | bit j of qh << 4) * d
     }
 };
 
+struct dec_q5_0 { /* d, qh[4], qs[16]: value j = d * ((nib | bit j of qh << 4) - 16); 22 bytes: 2-byte aligned */
+    enum { QK = 32, BYTES = 22 };
+    static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
+    {
+        float d = half_at(b);
+        int base = 8 * g, shift = base < 16 ? 0 : 4;
+        const unsigned short *h = (const unsigned short *)(b + 2);
+        uint32_t qh = ((uint32_t)h[0] | (uint32_t)h[1] << 16) >> base;
+        uint2 q = load8<2>(b + 6 + (base & 15));
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int c = (int)(byte_of(q, i) >> shift & 15) | (int)((qh >> i) & 1) << 4;
+            v[i] = d * (float)(c - 16);
+        }
+    }
+};
+
 /* The IQ4_NL levels (quant_iq4nl_values) packed four to a word: a level is
  * picked with byte permutes in registers, since a table in memory indexed by
  * a different nibble in each lane serializes the warp's reads. */
@@ -303,6 +320,7 @@ extern "C" int gw_cuda_matvec_pairs(int ggml_type, const void *w, size_t mat_byt
     case QT_F32: return PAIRS(dec_f32);
     case QT_BF16: return PAIRS(dec_bf16);
     case QT_Q8_0: return PAIRS(dec_q8_0);
+    case QT_Q5_0: return PAIRS(dec_q5_0);
     case QT_Q5_1: return PAIRS(dec_q5_1);
     case QT_IQ4_NL: return PAIRS(dec_iq4_nl);
     case QT_Q4_K: return PAIRS(dec_kq<0>);
@@ -323,6 +341,7 @@ extern "C" int gw_cuda_matvec_pairs(int ggml_type, const void *w, size_t mat_byt
 LAUNCHER(f32, dec_f32)
 LAUNCHER(bf16, dec_bf16)
 LAUNCHER(q8_0, dec_q8_0)
+LAUNCHER(q5_0, dec_q5_0)
 LAUNCHER(q5_1, dec_q5_1)
 LAUNCHER(iq4_nl, dec_iq4_nl)
 LAUNCHER(q4_K, dec_kq<0>)
@@ -335,6 +354,7 @@ extern "C" gw_cuda_matvec_fn gw_cuda_matvec_of(int ggml_type)
     case QT_F32: return gw_cuda_matvec_f32;
     case QT_BF16: return gw_cuda_matvec_bf16;
     case QT_Q8_0: return gw_cuda_matvec_q8_0;
+    case QT_Q5_0: return gw_cuda_matvec_q5_0;
     case QT_Q5_1: return gw_cuda_matvec_q5_1;
     case QT_IQ4_NL: return gw_cuda_matvec_iq4_nl;
     case QT_Q4_K: return gw_cuda_matvec_q4_K;

@@ -233,8 +233,10 @@ static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slo
     const int32_t *ids = req->payload;
     for (uint32_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= w->m->hp.n_vocab) return nb_errf(err, errlen, NB_EINVAL, "token %d out of vocabulary", ids[i]);
-    struct gw_eval_args a = {.tokens = ids, .n_tokens = (int)n, .logits_rows = GW_ROWS_LAST, .logits = resp->payload,
-                             .tap = w->layer_times ? layer_tap : NULL, .tap_ctx = w};
+    const bool only_argmax = req->hdr->flags & STEP_FLAG_ARGMAX;
+    struct gw_eval_args a = {.tokens = ids, .n_tokens = (int)n, .logits_rows = GW_ROWS_LAST,
+                             .logits = only_argmax ? NULL : resp->payload, .tap = w->layer_times ? layer_tap : NULL,
+                             .tap_ctx = w, .argmax = only_argmax ? (int32_t *)resp->payload : NULL};
     uint64_t t0 = now_ns(), computed0 = gw_backend_experts_computed(w->be), copied0 = gw_backend_bytes_copied(w->be);
     w->layer_t0 = t0;
     int rc = gw_eval(w->seq, &a, err, errlen);
@@ -248,7 +250,7 @@ static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slo
     shm_stats_add(w->stats, w->block, SHM_STAT_BYTES_COPIED, gw_backend_bytes_copied(w->be) - copied0);
     publish_vram(w);
     if (rc) return rc;
-    resp->hdr->n_tokens = 1, resp->hdr->payload_bytes = (uint32_t)(w->m->hp.n_vocab * 4);
+    resp->hdr->n_tokens = 1, resp->hdr->payload_bytes = only_argmax ? 4u : (uint32_t)(w->m->hp.n_vocab * 4);
     return 0;
 }
 

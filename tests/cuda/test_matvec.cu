@@ -39,7 +39,7 @@ static int g_failures = 0;
         }                                                                                          \
     } while (0)
 
-static const enum quant_type k_types[] = {QT_F32, QT_BF16, QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_Q5_1, QT_IQ4_NL};
+static const enum quant_type k_types[] = {QT_F32, QT_BF16, QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_Q5_0, QT_Q5_1, QT_IQ4_NL};
 #define N_TYPES (int)(sizeof k_types / sizeof k_types[0])
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;

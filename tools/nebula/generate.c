@@ -44,6 +44,8 @@ static void usage(FILE *f)
             "  --ctx N                context limit in tokens (default: the model's)\n"
             "  --chunk N              prefill chunk in tokens (default 512)\n"
             "  --threads N            CPU threads (default: all cores)\n"
+            "  --backend B            cpu (default: the reference) or cuda (the whole model on the GPU;\n"
+            "                         kernels from $NEBULA_CUDA_KERNELS)\n"
             "  --server RUNDIR        send the request to the coordinator running in RUNDIR\n"
             "  --dump-logits FILE     write the logits each token was sampled from (float32, one row of\n"
             "                         vocab values per generated token): a parity diagnostic\n"
@@ -84,7 +86,7 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         {"print-ids", no_argument, 0, 'i'},       {"ctx", required_argument, 0, 'c'},
         {"chunk", required_argument, 0, 'b'},     {"threads", required_argument, 0, 'j'},
         {"server", required_argument, 0, 'R'},    {"dump-logits", required_argument, 0, 'D'},
-        {"help", no_argument, 0, 'h'},
+        {"backend", required_argument, 0, 'B'},   {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     long long v;
     int c, rc = CLI_OK;
@@ -118,6 +120,13 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         case 'b': rc = cli_parse_int("--chunk", optarg, 1, 1 << 20, &v), o->c.chunk = (int)v; break;
         case 'j': rc = cli_parse_int("--threads", optarg, 1, 4096, &v), o->c.threads = (int)v; break;
         case 'R': o->server = optarg; break;
+        case 'B':
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+                fprintf(stderr, "nebula: --backend takes cpu or cuda, got '%s'\n", optarg);
+                return CLI_USAGE;
+            }
+            o->c.backend = optarg;
+            break;
         case 'D': o->dump_logits = optarg; break;
         case 'h': usage(stdout); return -1;
         default: usage(stderr); return CLI_USAGE;
