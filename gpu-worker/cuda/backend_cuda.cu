@@ -1106,7 +1106,11 @@ static int gdn_forward(cuda_backend *be, const cu_layer *c, cu_lstate *ls, const
     }
     const float *q = mixed, *k = mixed + kdim, *v = mixed + 2 * kdim;
     const int thr = (D + 31) / 32 * 32;
-    if (rc == 0 && T == 1) {
+    if (rc == 0 && T == 1 && D <= 128) {
+        k_gdn_recurrent_cols<128><<<dim3((unsigned)Hv, (unsigned)((D + 31) / 32)), 32, 0, st>>>(Hk, Hv, D, T, q, k, v,
+                                                                                              conv_dim, g, beta, ls->ssm, o);
+        if ((e = cudaGetLastError()) != cudaSuccess) rc = cu_fail(e, "k_gdn_recurrent_cols", __LINE__);
+    } else if (rc == 0 && T == 1) {
         k_gdn_recurrent<<<Hv, thr, 0, st>>>(Hk, Hv, D, T, q, k, v, conv_dim, g, beta, ls->ssm, o);
         if ((e = cudaGetLastError()) != cudaSuccess) rc = cu_fail(e, "k_gdn_recurrent", __LINE__);
     } else if (rc == 0) {

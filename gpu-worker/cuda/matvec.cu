@@ -230,6 +230,159 @@ static __device__ __forceinline__ void matvec_row(const uint8_t *__restrict__ w,
         if (b < nb && lane == b) y[(size_t)b * n_rows + row] = acc[b];
 }
 
+/* ---- the K-quants: eight lanes per 256-value block ----
+ *
+ * Decoding 8 values per lane (above) reads the K-quants' nibbles twice and
+ * issues many narrow loads per weight byte: they ran at 0.7–1.0 TB/s of the
+ * H200's 4.3.  Here lane j of a group of eight takes 32 values of one block
+ * from 16 consecutive bytes of quants (one 16-byte load where the format is
+ * 16-byte aligned: Q4_K, Q5_K; eight 2-byte loads for Q6_K's 210-byte
+ * blocks), whose 16 low nibbles share one sub-block scale and whose 16 high
+ * nibbles share another, so a sub-block's sum is d·sc·Σq·x − dmin·m·Σx: the
+ * scales are applied twice per lane, not once per value.  A warp covers four
+ * blocks of its row per step. */
+
+/* Σ q·x and Σ x over 16 values: q = nibble (bits shift..shift+3 of each byte
+ * of q[]) | hbits high bits (at hshift of each byte of qh[]) << 4. */
+template <int NB, int HBITS>
+static __device__ __forceinline__ void dot16(const uint32_t q[4], int shift, const uint32_t qh[4], int hshift,
+                                             const float *x, int nb, int n_cols, float sq[NB], float sx[NB])
+{
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+        sq[b] = 0.0f, sx[b] = 0.0f;
+        if (b < nb) {
+            const float4 *xp = (const float4 *)(x + (size_t)b * n_cols);
+#pragma unroll
+            for (int wd = 0; wd < 4; wd++) {
+                float4 xv = __ldg(xp + wd);
+                float xs[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int c = (int)(q[wd] >> (8 * i + shift) & 15);
+                    if (HBITS) c |= (int)(qh[wd] >> (8 * i + hshift) & ((1u << HBITS) - 1)) << 4;
+                    sq[b] = fmaf((float)c, xs[i], sq[b]);
+                    sx[b] += xs[i];
+                }
+            }
+        }
+    }
+}
+
+template <int HAS_QH, int NB>
+static __device__ __forceinline__ void matvec_row_kq(const uint8_t *__restrict__ w, int n_rows, int n_cols,
+                                                     const float *__restrict__ x, int nb, float *__restrict__ y, int row,
+                                                     int lane)
+{
+    const int BYTES = HAS_QH ? 176 : 144, n_blocks = n_cols / 256, j = lane % 8;
+    const int c = j / 2, l0 = 16 * (j % 2); /* 64-value chunk, and where in its 32 bytes */
+    const uint8_t *wrow = w + (size_t)row * (size_t)n_blocks * BYTES;
+    float acc[NB];
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[b] = 0.0f;
+    for (int k = lane / 8; k < n_blocks; k += 4) {
+        const uint8_t *blk = wrow + (size_t)k * BYTES;
+        const uint4 qv = *(const uint4 *)(blk + (HAS_QH ? 48 : 16) + 32 * c + l0);
+        uint4 hv = make_uint4(0, 0, 0, 0);
+        if (HAS_QH) hv = *(const uint4 *)(blk + 16 + l0);
+        const uint32_t dm = *(const uint32_t *)blk;
+        const float d = __half2float(__ushort_as_half((unsigned short)(dm & 0xffffu)));
+        const float dmin = __half2float(__ushort_as_half((unsigned short)(dm >> 16)));
+        const uint32_t q[4] = {qv.x, qv.y, qv.z, qv.w}, qh[4] = {hv.x, hv.y, hv.z, hv.w};
+        int sc_lo, m_lo, sc_hi, m_hi;
+        kscale(blk + 4, 2 * c, &sc_lo, &m_lo);
+        kscale(blk + 4, 2 * c + 1, &sc_hi, &m_hi);
+        const float *xb = x + (size_t)k * 256 + 64 * c + l0;
+        float sq[NB], sx[NB];
+        dot16<NB, HAS_QH>(q, 0, qh, 2 * c, xb, nb, n_cols, sq, sx);
+#pragma unroll
+        for (int b = 0; b < NB; b++) acc[b] += d * (float)sc_lo * sq[b] - dmin * (float)m_lo * sx[b];
+        dot16<NB, HAS_QH>(q, 4, qh, 2 * c + 1, xb + 32, nb, n_cols, sq, sx);
+#pragma unroll
+        for (int b = 0; b < NB; b++) acc[b] += d * (float)sc_hi * sq[b] - dmin * (float)m_hi * sx[b];
+    }
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) acc[b] += __shfl_xor_sync(0xffffffffu, acc[b], o);
+    }
+#pragma unroll
+    for (int b = 0; b < NB; b++)
+        if (b < nb && lane == b) y[(size_t)b * n_rows + row] = acc[b];
+}
+
+/* 16 bytes at a 2-byte aligned p, as four little-endian words. */
+static __device__ __forceinline__ void load16_a2(const uint8_t *p, uint32_t v[4])
+{
+    const unsigned short *h = (const unsigned short *)p;
+#pragma unroll
+    for (int i = 0; i < 4; i++) v[i] = (uint32_t)h[2 * i] | (uint32_t)h[2 * i + 1] << 16;
+}
+
+/* Q6_K: lane j of eight takes ql bytes 16j..16j+15 of its block: half h = j/4
+ * (128 values), o = 16·(j%4); low nibbles are values 128h+o+i, high nibbles
+ * 128h+o+64+i, their two high bits in qh[32h + o%32 + i] at 2·(o/32) and
+ * 2·(o/32)+4; one scale per 16 values. */
+template <int NB>
+static __device__ __forceinline__ void matvec_row_q6k(const uint8_t *__restrict__ w, int n_rows, int n_cols,
+                                                      const float *__restrict__ x, int nb, float *__restrict__ y, int row,
+                                                      int lane)
+{
+    const int BYTES = 210, n_blocks = n_cols / 256, j = lane % 8, h = j / 4, o = 16 * (j % 4);
+    const uint8_t *wrow = w + (size_t)row * (size_t)n_blocks * BYTES;
+    float acc[NB];
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[b] = 0.0f;
+    for (int k = lane / 8; k < n_blocks; k += 4) {
+        const uint8_t *blk = wrow + (size_t)k * BYTES;
+        uint32_t q[4], qh[4];
+        load16_a2(blk + 64 * h + o, q);
+        load16_a2(blk + 128 + 32 * h + o % 32, qh);
+        const float d = half_at(blk + 208);
+        const int8_t *sc = (const int8_t *)(blk + 192);
+        const float s_lo = d * (float)sc[8 * h + o / 16], s_hi = d * (float)sc[8 * h + o / 16 + 4];
+        const float *xb = x + (size_t)k * 256 + 128 * h + o;
+        float sq[NB], sx[NB];
+        dot16<NB, 2>(q, 0, qh, 2 * (o / 32), xb, nb, n_cols, sq, sx);
+#pragma unroll
+        for (int b = 0; b < NB; b++) acc[b] += s_lo * (sq[b] - 32.0f * sx[b]);
+        dot16<NB, 2>(q, 4, qh, 2 * (o / 32) + 4, xb + 64, nb, n_cols, sq, sx);
+#pragma unroll
+        for (int b = 0; b < NB; b++) acc[b] += s_hi * (sq[b] - 32.0f * sx[b]);
+    }
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+#pragma unroll
+        for (int o2 = 16; o2 > 0; o2 /= 2) acc[b] += __shfl_xor_sync(0xffffffffu, acc[b], o2);
+    }
+#pragma unroll
+    for (int b = 0; b < NB; b++)
+        if (b < nb && lane == b) y[(size_t)b * n_rows + row] = acc[b];
+}
+
+/* The row function of a format: the K-quants' own, the generic one for the rest. */
+template <typename D, int NB> struct row_of {
+    static __device__ __forceinline__ void run(const uint8_t *w, int n_rows, int n_cols, const float *x, int nb, float *y,
+                                               int row, int lane)
+    {
+        matvec_row<D, NB>(w, n_rows, n_cols, x, nb, y, row, lane);
+    }
+};
+template <int H, int NB> struct row_of<dec_kq<H>, NB> {
+    static __device__ __forceinline__ void run(const uint8_t *w, int n_rows, int n_cols, const float *x, int nb, float *y,
+                                               int row, int lane)
+    {
+        matvec_row_kq<H, NB>(w, n_rows, n_cols, x, nb, y, row, lane);
+    }
+};
+template <int NB> struct row_of<dec_q6_K, NB> {
+    static __device__ __forceinline__ void run(const uint8_t *w, int n_rows, int n_cols, const float *x, int nb, float *y,
+                                               int row, int lane)
+    {
+        matvec_row_q6k<NB>(w, n_rows, n_cols, x, nb, y, row, lane);
+    }
+};
+
 template <typename D, int NB>
 __global__ void __launch_bounds__(32 * WARPS_PER_BLOCK)
 matvec_kernel(const uint8_t *__restrict__ w, int n_rows, int n_cols, const float *__restrict__ x, int nb,
@@ -237,7 +390,7 @@ matvec_kernel(const uint8_t *__restrict__ w, int n_rows, int n_cols, const float
 {
     int row = blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= n_rows) return;
-    matvec_row<D, NB>(w, n_rows, n_cols, x, nb, y, row, lane);
+    row_of<D, NB>::run(w, n_rows, n_cols, x, nb, y, row, lane);
 }
 
 /* Expert pairs: pair p = p0 + blockIdx.y multiplies matrix slot[eid[p]] (at
@@ -251,7 +404,7 @@ matvec_pairs_kernel(const uint8_t *__restrict__ w, size_t mat_bytes, int n_rows,
     const int p = p0 + (int)blockIdx.y;
     const int s = slot[eid[p]];
     if (row >= n_rows || s < 0) return;
-    matvec_row<D, 1>(w + (size_t)s * mat_bytes, n_rows, n_cols, x + (size_t)(p / xdiv) * n_cols, 1,
+    row_of<D, 1>::run(w + (size_t)s * mat_bytes, n_rows, n_cols, x + (size_t)(p / xdiv) * n_cols, 1,
                      y + (size_t)p * n_rows, row, lane);
 }
 

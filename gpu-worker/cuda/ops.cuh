@@ -400,6 +400,50 @@ __global__ void k_gdn_recurrent(int Hk, int Hv, int D, int T, const float *q, co
     }
 }
 
+/* The same recurrence with each thread's state column in registers: read
+ * once and written once per call instead of four passes over memory per
+ * token, and the columns of a head spread over blockDim-sized groups
+ * (grid Hv × ⌈D / blockDim⌉) so every SM has work.  The operations and their
+ * order per column are k_gdn_recurrent's (the decay before the k·S sum, the
+ * update before the q·S sum, doubles where it accumulates in double), so
+ * the results are its results.  For D ≤ DMAX. */
+template <int DMAX>
+__global__ void k_gdn_recurrent_cols(int Hk, int Hv, int D, int T, const float *q, const float *k, const float *v,
+                                     int64_t rs, const float *g, const float *beta, float *state, float *out)
+{
+    const int h = blockIdx.x, j = blockIdx.y * blockDim.x + threadIdx.x, kh = h % Hk;
+    if (j >= D) return;
+    float *S = state + (size_t)h * D * D;
+    float s[DMAX];
+#pragma unroll
+    for (int i = 0; i < DMAX; i++)
+        if (i < D) s[i] = S[i * D + j];
+    for (int t = 0; t < T; t++) {
+        const float *qt = q + t * rs + (int64_t)kh * D, *kt = k + t * rs + (int64_t)kh * D;
+        const float *vt = v + t * rs + (int64_t)h * D;
+        const float decay = (float)exp((double)g[(int64_t)t * Hv + h]), b = beta[(int64_t)t * Hv + h];
+        double kv = 0;
+#pragma unroll
+        for (int i = 0; i < DMAX; i++)
+            if (i < D) {
+                s[i] *= decay;
+                kv += (double)s[i] * kt[i];
+            }
+        const float delta = (float)((vt[j] - kv) * b);
+        double o = 0;
+#pragma unroll
+        for (int i = 0; i < DMAX; i++)
+            if (i < D) {
+                s[i] += kt[i] * delta;
+                o += (double)s[i] * qt[i];
+            }
+        out[((int64_t)t * Hv + h) * D + j] = (float)o;
+    }
+#pragma unroll
+    for (int i = 0; i < DMAX; i++)
+        if (i < D) S[i * D + j] = s[i];
+}
+
 /* The chunked form (cpu_gdn_core_chunked / chunk_step), block = value head,
  * thread c = state column c; scratch per head: cum, dec (chunk doubles),
  * A (chunk²), U, W (chunk × D floats). */
