@@ -55,6 +55,7 @@ static int setup(struct moe_worker *m, char *err, size_t errlen)
     if (!rc) rc = moe_arena_load(m, &loaded_now, err, errlen);
     if (!rc && m->plc.n_ssd > 0) rc = open_pager(m, err, errlen);
     if (!rc) rc = ring_pair_attach(&m->moe, &m->moe_reg, m->conf.moe_offset, RING_SERVER, NULL, err, errlen);
+    if (!rc) rc = moe_serve_init(m, err, errlen);
     if (!rc && m->conf.threads > 0) omp_set_num_threads(m->conf.threads);
     if (!rc)
         nb_log("arena: %lu RAM-tier experts (%lu bytes) %s; %lu others paged", (unsigned long)m->plc.n_ram,
@@ -73,8 +74,7 @@ static void teardown(struct moe_worker *m)
     for (size_t i = 0; i < sizeof regs / sizeof *regs; i++) shm_region_close(regs[i]);
     prepared_placement_free(&m->plc);
     prepared_idx_free(&m->idx);
-    free(m->xs);
-    free(m->ys);
+    moe_serve_free(m);
 }
 
 /* One turn of the serving loop (ctl_worker_serve). */

@@ -21,14 +21,19 @@ struct moe_worker {
     uint64_t pager_tag;   /* next pager request id: pid << 32 | counter */
     uint64_t pager_timeout_ns;
     enum gw_kernels kernels; /* --kernels / $NEBULA_CPU_KERNELS (default ref) */
-    float *xs, *ys;          /* gathered rows and their results, scratch_floats each, kept between requests */
-    size_t scratch_floats;
+    struct moe_scratch *scratch; /* serve.c's per-request working memory (moe_serve_init) */
+    uint64_t last_request_ns;    /* when the last request was answered (CLOCK_MONOTONIC) */
 };
 
 /* Fills the arena with the RAM-tier blobs of experts.bin unless its header
  * says the same plan is already loaded (a restarted worker).  *loaded_now
  * tells which. */
 int moe_arena_load(struct moe_worker *m, bool *loaded_now, char *err, size_t errlen);
+
+/* Sizes the per-request working memory from the moe ring's geometry and the
+ * placement (after both are attached/loaded); moe_serve_free releases it. */
+int moe_serve_init(struct moe_worker *m, char *err, size_t errlen);
+void moe_serve_free(struct moe_worker *m);
 
 /* Waits for one moe request (up to timeout_ns), answers it, releases it.
  * SHM_ETIMEDOUT / SHM_EPEER pass through (nothing was served); any other

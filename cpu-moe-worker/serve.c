@@ -14,7 +14,11 @@
  * staging_count at a time, and their pairs computed before the next batch.
  * A pager that is gone or late makes the request fail (RING_FLAG_ERROR with
  * a message), never hang; pager responses are matched by tag, so answers to
- * requests given up on earlier are skipped. */
+ * requests given up on earlier are skipped.
+ * Nothing is allocated per request: every table a request needs is sized
+ * once from the ring's geometry and the placement (moe_serve_init), and the
+ * gathered rows and gw_expert_ffn_many's scratch grow to the largest request
+ * seen and stay — a decode token's request per layer is all compute. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +35,24 @@
 struct pair {
     int32_t row, slot, expert; /* slot = r·k + j */
     float weight;
+};
+
+/* The per-request working memory, kept between requests.  P = max_tokens ×
+ * max_experts of the moe ring (the most pairs a request can name); E = the
+ * placement's stride (the most experts of a layer). */
+struct moe_scratch {
+    struct pair *pairs;          /* [P] */
+    int *group;                  /* [P + 1] */
+    uint8_t *done;               /* [P]: group computed */
+    struct gw_expert_job *jobs;  /* [P]: at most one per group */
+    int *job_group;              /* [P]: the group of each job */
+    float *weights;              /* [P]: the pairs' weights, in pair order */
+    const uint8_t **blob;        /* [E] */
+    int32_t *cold;               /* [E]: experts to page */
+    uint8_t *seen;               /* [E] */
+    float *xs, *ys;              /* gathered rows and their results, rows_floats each, grown */
+    size_t rows_floats;
+    struct gw_expert_scratch ffn;
 };
 
 struct request {
@@ -52,16 +74,49 @@ static uint64_t now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
-/* Grows the worker's gather/scatter buffers to n rows of C floats each. */
-static int reserve_rows(struct moe_worker *m, size_t floats)
+int moe_serve_init(struct moe_worker *m, char *err, size_t errlen)
 {
-    if (floats <= m->scratch_floats) return 0;
-    float *xs = realloc(m->xs, floats * sizeof *xs);
-    if (xs) m->xs = xs;
-    float *ys = xs ? realloc(m->ys, floats * sizeof *ys) : NULL;
-    if (ys) m->ys = ys;
+    struct ring_geometry g = ring_get_geometry(m->moe.req);
+    size_t P = (size_t)g.max_tokens * g.max_experts + 1, E = (size_t)m->plc.stride + 1;
+    struct moe_scratch *sc = calloc(1, sizeof *sc);
+    if (!sc) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    m->scratch = sc;
+    sc->pairs = malloc(P * sizeof *sc->pairs);
+    sc->group = malloc((P + 1) * sizeof *sc->group);
+    sc->done = malloc(P);
+    sc->jobs = malloc(P * sizeof *sc->jobs);
+    sc->job_group = malloc(P * sizeof *sc->job_group);
+    sc->weights = malloc(P * sizeof *sc->weights);
+    sc->blob = malloc(E * sizeof *sc->blob);
+    sc->cold = malloc(E * sizeof *sc->cold);
+    sc->seen = malloc(E);
+    if (!sc->pairs || !sc->group || !sc->done || !sc->jobs || !sc->job_group || !sc->weights || !sc->blob || !sc->cold ||
+        !sc->seen)
+        return nb_errf(err, errlen, NB_ENOMEM, "out of memory for the tables of %zu pairs", P - 1);
+    return 0;
+}
+
+void moe_serve_free(struct moe_worker *m)
+{
+    struct moe_scratch *sc = m->scratch;
+    if (!sc) return;
+    free(sc->pairs), free(sc->group), free(sc->done), free(sc->jobs), free(sc->job_group), free(sc->weights);
+    free(sc->blob), free(sc->cold), free(sc->seen), free(sc->xs), free(sc->ys);
+    gw_expert_scratch_free(&sc->ffn);
+    free(sc);
+    m->scratch = NULL;
+}
+
+/* Grows the gather/scatter buffers to `floats` each (n rows of C). */
+static int reserve_rows(struct moe_scratch *sc, size_t floats)
+{
+    if (floats <= sc->rows_floats) return 0;
+    float *xs = realloc(sc->xs, floats * sizeof *xs);
+    if (xs) sc->xs = xs;
+    float *ys = xs ? realloc(sc->ys, floats * sizeof *ys) : NULL;
+    if (ys) sc->ys = ys;
     if (!xs || !ys) return NB_ENOMEM;
-    m->scratch_floats = floats;
+    sc->rows_floats = floats;
     return 0;
 }
 
@@ -70,23 +125,23 @@ static int reserve_rows(struct moe_worker *m, size_t floats)
  * request of a few experts still uses every core); *n_computed += the pairs
  * run.  A group's rows are gathered into xs, its results scattered from ys
  * to their (r, j) places. */
-static int compute(struct moe_worker *m, const struct request *q, uint8_t *done, uint64_t *n_computed)
+static int compute(struct moe_worker *m, const struct request *q, uint64_t *n_computed)
 {
     const struct prepared_layer *L = &m->idx.layers[q->li];
-    int rc = reserve_rows(m, (size_t)q->n_pairs * (size_t)q->C);
-    struct gw_expert_job *jobs = rc ? NULL : malloc(((size_t)q->n_groups + 1) * sizeof *jobs);
-    float *sc = rc ? NULL : malloc(((size_t)q->n_pairs + 1) * sizeof *sc);
-    int *of = rc ? NULL : malloc(((size_t)q->n_groups + 1) * sizeof *of); /* group of each job */
-    int n_jobs = 0;
-    if (!rc && (!jobs || !sc || !of)) rc = NB_ENOMEM;
+    struct moe_scratch *S = m->scratch;
+    int rc = reserve_rows(S, (size_t)q->n_pairs * (size_t)q->C);
+    struct gw_expert_job *jobs = S->jobs;
+    float *sc = S->weights;
+    int *of = S->job_group, n_jobs = 0;
+    uint8_t *done = S->done;
     for (int g = 0; !rc && g < q->n_groups; g++) {
         const struct pair *p = &q->pairs[q->group[g]];
         const int n = q->group[g + 1] - q->group[g];
         const uint8_t *b = q->blob[p->expert];
         if (done[g] || !b) continue;
         for (int i = 0; i < n; i++) {
-            memcpy(m->xs + (int64_t)(q->group[g] + i) * q->C, q->x + (int64_t)p[i].row * q->C,
-                   (size_t)q->C * sizeof *m->xs);
+            memcpy(S->xs + (int64_t)(q->group[g] + i) * q->C, q->x + (int64_t)p[i].row * q->C,
+                   (size_t)q->C * sizeof *S->xs);
             sc[q->group[g] + i] = p[i].weight;
         }
         struct gw_expert w = {b + L->part[PREPARED_GATE].offset, b + L->part[PREPARED_UP].offset,
@@ -94,20 +149,17 @@ static int compute(struct moe_worker *m, const struct request *q, uint8_t *done,
                               (int)L->part[PREPARED_UP].type, (int)L->part[PREPARED_DOWN].type, q->C,
                               L->part[PREPARED_GATE].n_rows};
         of[n_jobs] = g;
-        jobs[n_jobs++] = (struct gw_expert_job){w, m->xs + (int64_t)q->group[g] * q->C, n, sc + q->group[g],
-                                                m->ys + (int64_t)q->group[g] * q->C};
+        jobs[n_jobs++] = (struct gw_expert_job){w, S->xs + (int64_t)q->group[g] * q->C, n, sc + q->group[g],
+                                                S->ys + (int64_t)q->group[g] * q->C};
     }
-    if (!rc) rc = gw_expert_ffn_many(jobs, n_jobs, m->kernels);
+    if (!rc) rc = gw_expert_ffn_many(jobs, n_jobs, m->kernels, &S->ffn);
     for (int j = 0; !rc && j < n_jobs; j++) {
         const int g = of[j];
         for (int i = q->group[g]; i < q->group[g + 1]; i++)
-            memcpy(q->out + (int64_t)q->pairs[i].slot * q->C, m->ys + (int64_t)i * q->C, (size_t)q->C * sizeof *m->ys);
+            memcpy(q->out + (int64_t)q->pairs[i].slot * q->C, S->ys + (int64_t)i * q->C, (size_t)q->C * sizeof *S->ys);
         done[g] = 1;
         *n_computed += (uint64_t)(q->group[g + 1] - q->group[g]);
     }
-    free(jobs);
-    free(sc);
-    free(of);
     return rc;
 }
 
@@ -155,22 +207,26 @@ static int page_batch(struct moe_worker *m, const struct request *q, const int32
     return first_rc;
 }
 
-/* RAM-tier pairs first, then the others in batches of staging_count experts. */
-static int run_request(struct moe_worker *m, struct request *q, uint8_t *done, char *err, size_t errlen)
+/* RAM-tier pairs first, then the others in batches of staging_count experts.
+ * blob[] is kept between requests: every expert of this request's pairs is
+ * set here (NULL until paged), so no other request's entry is ever read. */
+static int run_request(struct moe_worker *m, struct request *q, char *err, size_t errlen)
 {
     const struct prepared_layer *L = &m->idx.layers[q->li];
-    int32_t *cold = malloc(L->n_expert * sizeof *cold);
-    uint8_t *seen = calloc(L->n_expert, 1);
-    int n_cold = 0, rc = cold && seen ? 0 : nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    int32_t *cold = m->scratch->cold;
+    uint8_t *seen = m->scratch->seen;
+    int n_cold = 0, rc = 0;
     uint64_t hits = 0, misses = 0, computed = 0;
-    for (int i = 0; i < q->n_pairs && !rc; i++) {
+    memset(seen, 0, L->n_expert);
+    memset(m->scratch->done, 0, (size_t)q->n_groups);
+    for (int i = 0; i < q->n_pairs; i++) {
         int e = q->pairs[i].expert;
         uint64_t at = m->plc.arena_off[(size_t)q->li * m->plc.stride + e];
         hits += at != UINT64_MAX, misses += at == UINT64_MAX;
-        if (at != UINT64_MAX) q->blob[e] = m->arena.base + at;
-        else if (!seen[e]) seen[e] = 1, cold[n_cold++] = e;
+        q->blob[e] = at != UINT64_MAX ? m->arena.base + at : NULL;
+        if (at == UINT64_MAX && !seen[e]) seen[e] = 1, cold[n_cold++] = e;
     }
-    if (!rc && (rc = compute(m, q, done, &computed)))
+    if ((rc = compute(m, q, &computed)))
         nb_errf(err, errlen, rc, rc == NB_ENOMEM ? "out of memory" : "gw_expert_ffn refused a type");
     if (!rc && n_cold && (!m->conf.staging_count || !m->pager.req))
         rc = nb_errf(err, errlen, NB_EINVAL, "expert %d of layer %u is not in the arena and this worker has no pager",
@@ -178,15 +234,13 @@ static int run_request(struct moe_worker *m, struct request *q, uint8_t *done, c
     for (int at = 0; at < n_cold && !rc; at += (int)m->conf.staging_count) {
         int n = n_cold - at < (int)m->conf.staging_count ? n_cold - at : (int)m->conf.staging_count;
         rc = page_batch(m, q, cold + at, n, err, errlen);
-        if (!rc && (rc = compute(m, q, done, &computed)))
+        if (!rc && (rc = compute(m, q, &computed)))
             nb_errf(err, errlen, rc, rc == NB_ENOMEM ? "out of memory" : "gw_expert_ffn refused a type");
         for (int i = 0; i < n; i++) q->blob[cold[at + i]] = NULL; /* the slot is reused by the next batch */
     }
     shm_stats_add(m->stats, m->conf.stats_worker, SHM_STAT_EXPERT_HITS, hits);
     shm_stats_add(m->stats, m->conf.stats_worker, SHM_STAT_EXPERT_MISSES, misses);
     if (!L->mtp) shm_stats_add(m->stats, m->conf.stats_worker, SHM_STAT_EXPERTS_COMPUTED, computed);
-    free(cold);
-    free(seen);
     return rc;
 }
 
@@ -238,19 +292,11 @@ static int parse_request(const struct moe_worker *m, const struct ring_slot *s, 
 static int answer(struct moe_worker *m, const struct ring_slot *s, struct ring_slot *a, char *err, size_t errlen)
 {
     struct ring_geometry g = ring_get_geometry(m->moe.req);
-    struct request q = {.x = s->payload, .out = a->payload};
-    q.pairs = malloc((size_t)g.max_tokens * g.max_experts * sizeof *q.pairs + 1);
-    q.blob = calloc(m->plc.stride, sizeof *q.blob);
-    q.group = malloc(((size_t)g.max_tokens * g.max_experts + 1) * sizeof *q.group);
-    uint8_t *done = calloc((size_t)g.max_tokens * g.max_experts + 1, 1);
-    int rc = q.pairs && q.blob && q.group && done ? parse_request(m, s, g.payload_bytes, &q, err, errlen)
-                                       : nb_errf(err, errlen, NB_ENOMEM, "out of memory");
-    if (!rc) rc = run_request(m, &q, done, err, errlen);
+    struct request q = {.x = s->payload, .out = a->payload, .pairs = m->scratch->pairs, .group = m->scratch->group,
+                        .blob = m->scratch->blob};
+    int rc = parse_request(m, s, g.payload_bytes, &q, err, errlen);
+    if (!rc) rc = run_request(m, &q, err, errlen);
     if (!rc) a->hdr->payload_bytes = (uint32_t)moe_payload_bytes(s->hdr->n_tokens, s->hdr->n_experts, (uint64_t)q.C);
-    free(q.pairs);
-    free(q.blob);
-    free(q.group);
-    free(done);
     return rc;
 }
 

@@ -249,13 +249,22 @@ struct gw_expert_job {
     const float *scale;
     float *out;
 };
+/* Working memory of gw_expert_ffn_many (its tables and the gate/up rows),
+ * grown to the largest call and kept, so that a worker serving one request
+ * per layer allocates nothing per request.  Start zeroed; one per calling
+ * thread; gw_expert_scratch_free when done. */
+struct gw_expert_scratch {
+    void *buf;
+    size_t bytes;
+};
+void gw_expert_scratch_free(struct gw_expert_scratch *s);
 /* Runs every job in one OpenMP region split by weight rows — the gate/up
  * rows of all jobs over the threads, then their down rows — so a few experts
  * use every thread, not one each.  With GW_KERNELS_REF each output is
  * bit-identical to gw_expert_ffn's.  Called from inside a parallel region it
- * runs in the caller's thread.  NB_ENOTSUP for a type without a decoder,
- * NB_ENOMEM. */
-int gw_expert_ffn_many(const struct gw_expert_job *jobs, int n_jobs, enum gw_kernels k);
+ * runs in the caller's thread.  s: the caller's scratch, or NULL for one of
+ * the call's own.  NB_ENOTSUP for a type without a decoder, NB_ENOMEM. */
+int gw_expert_ffn_many(const struct gw_expert_job *jobs, int n_jobs, enum gw_kernels k, struct gw_expert_scratch *s);
 
 int gw_seq_create(gw_backend *be, gw_seq **out, char *err, size_t errlen);
 void gw_seq_free(gw_seq *s);

@@ -124,6 +124,14 @@ static int job_of(const int64_t *first, int n_jobs, int64_t it)
     return lo;
 }
 
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+void gw_expert_scratch_free(struct gw_expert_scratch *s)
+{
+    free(s->buf);
+    s->buf = NULL, s->bytes = 0;
+}
+
 /* The key idea: the work of every job is cut into items of EXPERT_ROWS weight
  * rows, numbered flat over the jobs, and threads take items dynamically —
  * phase 1 the same rows of gate and up (h = gate · x, u = up · x, then
@@ -132,14 +140,31 @@ static int job_of(const int64_t *first, int n_jobs, int64_t it)
  * the region's end): with OMP_WAIT_POLICY=passive each is a futex wake-up.
  * Each output value is computed by one row function with the same
  * operations as cpu_matmul, so ref results do not depend on the split, and
- * 20 experts of one token keep 16 threads busy. */
-int gw_expert_ffn_many(const struct gw_expert_job *jobs, int n_jobs, enum gw_kernels k)
+ * 20 experts of one token keep 16 threads busy.  The per-call tables and
+ * the h/u rows are one block of the caller's scratch (grown, never shrunk),
+ * so a worker's steady state allocates nothing. */
+int gw_expert_ffn_many(const struct gw_expert_job *jobs, int n_jobs, enum gw_kernels k, struct gw_expert_scratch *s)
 {
     if (n_jobs <= 0) return 0;
-    struct job_mats *m = malloc((size_t)n_jobs * sizeof *m);
-    int64_t *first1 = malloc(((size_t)n_jobs + 1) * sizeof *first1), *first2 = malloc(((size_t)n_jobs + 1) * sizeof *first2);
-    size_t *hoff = malloc(((size_t)n_jobs + 1) * sizeof *hoff);
-    int rc = m && first1 && first2 && hoff ? 0 : NB_ENOMEM;
+    struct gw_expert_scratch own = {0};
+    if (!s) s = &own;
+    const size_t n_tab = (size_t)n_jobs + 1; /* entries of first1, first2, hoff */
+    size_t h_floats = 0;
+    for (int j = 0; j < n_jobs; j++) h_floats += 2 * (size_t)jobs[j].n * (size_t)jobs[j].w.n_ff;
+    const size_t at_first = align64((size_t)n_jobs * sizeof(struct job_mats));
+    const size_t at_hoff = at_first + align64(2 * n_tab * sizeof(int64_t));
+    const size_t at_h = at_hoff + align64(n_tab * sizeof(size_t));
+    const size_t bytes = at_h + h_floats * sizeof(float);
+    if (bytes > s->bytes) {
+        free(s->buf);
+        s->bytes = (s->buf = malloc(bytes)) ? bytes : 0;
+    }
+    int rc = s->buf ? 0 : NB_ENOMEM;
+    uint8_t *base = s->buf;
+    struct job_mats *m = (struct job_mats *)base;
+    int64_t *first1 = (int64_t *)(base + at_first), *first2 = first1 + n_tab;
+    size_t *hoff = (size_t *)(base + at_hoff);
+    float *h = (float *)(base + at_h);
     int64_t work = 0;
     for (int j = 0; rc == 0 && j < n_jobs; j++) {
         const struct gw_expert *w = &jobs[j].w;
@@ -149,15 +174,10 @@ int gw_expert_ffn_many(const struct gw_expert_job *jobs, int n_jobs, enum gw_ker
         hoff[j] = j ? hoff[j - 1] + 2 * (size_t)jobs[j - 1].n * (size_t)jobs[j - 1].w.n_ff : 0;
         work += 3 * (int64_t)jobs[j].n * w->n_embd * w->n_ff;
     }
-    float *h = NULL;
     if (rc == 0) {
         first1[n_jobs] = first1[n_jobs - 1] + chunks(jobs[n_jobs - 1].w.n_ff);
         first2[n_jobs] = first2[n_jobs - 1] + chunks(jobs[n_jobs - 1].w.n_embd);
-        hoff[n_jobs] = hoff[n_jobs - 1] + 2 * (size_t)jobs[n_jobs - 1].n * (size_t)jobs[n_jobs - 1].w.n_ff;
-        h = malloc((hoff[n_jobs] ? hoff[n_jobs] : 1) * sizeof *h);
-        if (!h) rc = NB_ENOMEM;
-    }
-    if (rc == 0) {
+        hoff[n_jobs] = h_floats;
         void (*rows)(const struct cpu_mat *, const float *, int64_t, int, float *, int64_t, int64_t, int64_t) =
             k == GW_KERNELS_FAST ? cpu_matmul_rows_f32 : cpu_matmul_rows;
         const int64_t n1 = first1[n_jobs], n2 = first2[n_jobs];
@@ -188,18 +208,14 @@ int gw_expert_ffn_many(const struct gw_expert_job *jobs, int n_jobs, enum gw_ker
             }
         }
     }
-    free(h);
-    free(m);
-    free(first1);
-    free(first2);
-    free(hoff);
+    gw_expert_scratch_free(&own);
     return rc;
 }
 
 int gw_expert_ffn(const struct gw_expert *w, const float *x, int n, const float *scale, float *out)
 {
     struct gw_expert_job job = {*w, x, n, scale, out};
-    return gw_expert_ffn_many(&job, 1, GW_KERNELS_REF);
+    return gw_expert_ffn_many(&job, 1, GW_KERNELS_REF, NULL);
 }
 
 /* The pairs whose expert is remote, handed to the backend's remote hook. */

@@ -2,6 +2,7 @@
  * cpu-moe-worker's whole job, per schedule and kernel set.
  *
  *   nebula-bench-expert [--embd C] [--ff I] [--experts N,N,...] [--tokens T] [--pool P] [--seconds S]
+ *                       [--threads N] [--latency [--gap-us G,G,...] [--busy B] [--kernels ref|fast]]
  *
  * Two tables.  The first is one expert per call, for each weight format
  * (gate, up and down all of that format; down q8_0 where its rows of I values
@@ -24,10 +25,27 @@
  * thread descheduled at a barrier costs a whole time slice) and the median;
  * GB/s of weight bytes read at the fastest; and the largest difference of
  * fast from ref relative to the largest |output| (the check that the bench
- * computes the same thing).
+ * computes the same thing).  The rows schedules keep one gw_expert_scratch
+ * across calls, as the cpu-moe-worker does.
+ *
+ * --latency replaces both tables with the question the pipeline asks: how
+ * long one request takes when requests come with a gap between them — a
+ * decode token sends one request per layer, with 50 µs–1 ms of GPU work in
+ * between.  During the gap (the calling thread spins it, as the worker's ring
+ * wait does while requests flow) the OpenMP team waits however
+ * OMP_WAIT_POLICY / GOMP_SPINCOUNT in the environment make it wait: passive
+ * threads sleep and each request starts with futex wake-ups, spinning ones
+ * are still on their cores.  --busy B starts B threads that spin for the
+ * whole run, the gpu-worker's host thread waiting on the moe ring: with
+ * --threads = the cores, one OpenMP thread shares its core with a spinner.
+ * Reported per (experts, gap): requests, p50 / p90 / p99 / max ms per
+ * request, and GB/s of weights at the p50.
  * Exit status: 0 ok, 1 out of memory or a kernel error, 2 bad usage. */
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +56,7 @@
 
 static const char usage[] =
     "usage: nebula-bench-expert [--embd C] [--ff I] [--experts N,N,...] [--tokens T] [--pool P] [--seconds S]\n"
+    "                           [--threads N] [--latency [--gap-us G,G,...] [--busy B] [--kernels ref|fast]]\n"
     "\n"
     "  --embd C      hidden width (default 2560)\n"
     "  --ff I        expert FFN width (default 640)\n"
@@ -45,6 +64,13 @@ static const char usage[] =
     "  --tokens T    rows per expert (default 1: a decode token)\n"
     "  --pool P      distinct experts the calls cycle through (default 64)\n"
     "  --seconds S   time per schedule and row of the table (default 1)\n"
+    "  --threads N   OpenMP threads (default: OMP_NUM_THREADS, else every core)\n"
+    "  --latency     instead of the two tables: ms per request of the q4_k_m (down q5_1) mix when\n"
+    "                requests come with a gap between them; the OpenMP team waits in the gaps as\n"
+    "                OMP_WAIT_POLICY / GOMP_SPINCOUNT say (compare passive with active or unset)\n"
+    "  --gap-us L    --latency: gaps between requests, comma-separated µs (default 0,200,1000)\n"
+    "  --busy B      --latency: B more threads spin all the time (the gpu-worker's host thread; default 0)\n"
+    "  --kernels K   --latency: ref or fast (default fast)\n"
     "  --help        this text\n"
     "\n"
     "exit status: 0 ok, 1 out of memory or a kernel error, 2 bad usage\n";
@@ -54,7 +80,26 @@ struct options {
     int experts[8], n_experts;
     int tokens, pool;
     double seconds;
+    int threads;
+    bool latency;
+    int gaps_us[8], n_gaps;
+    int busy;
+    enum gw_kernels kernels;
 };
+
+/* "N,N,..." → at most 8 integers ≥ lo; -1 on anything else. */
+static int parse_list(const char *v, int lo, int *out)
+{
+    int n = 0;
+    char *end = NULL;
+    for (const char *p = v; *p; p = end + (*end == ',')) {
+        if (n == 8) return -1;
+        long x = strtol(p, &end, 10);
+        if (end == p || x < lo || x > 1000000 || (*end && *end != ',')) return -1;
+        out[n++] = (int)x;
+    }
+    return n ? n : -1;
+}
 
 static int bad_usage(const char *why)
 {
@@ -64,26 +109,36 @@ static int bad_usage(const char *why)
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    *o = (struct options){2560, 640, {1, 10, 20}, 3, 1, 64, 1.0};
+    *o = (struct options){2560, 640, {1, 10, 20}, 3, 1, 64, 1.0, 0, false, {0, 200, 1000}, 3, 0, GW_KERNELS_FAST};
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
         if (strcmp(a, "--help") == 0) return fputs(usage, stdout), 1;
+        if (strcmp(a, "--latency") == 0) { /* the one flag without a value */
+            o->latency = true, i--;
+            continue;
+        }
         if (!v) return bad_usage("an option without its value");
         if (strcmp(a, "--embd") == 0) o->C = strtoll(v, &end, 10);
         else if (strcmp(a, "--ff") == 0) o->I = strtoll(v, &end, 10);
         else if (strcmp(a, "--tokens") == 0) o->tokens = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--pool") == 0) o->pool = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--seconds") == 0) o->seconds = strtod(v, &end);
-        else if (strcmp(a, "--experts") == 0) {
-            o->n_experts = 0;
-            for (const char *p = v; *p && o->n_experts < 8; p = *end == ',' ? end + 1 : end) {
-                o->experts[o->n_experts++] = (int)strtol(p, &end, 10);
-                if (end == p || o->experts[o->n_experts - 1] < 1) return bad_usage("--experts: positive integers");
-            }
+        else if (strcmp(a, "--threads") == 0) o->threads = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--busy") == 0) o->busy = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--kernels") == 0) {
+            if (gw_kernels_parse(v, &o->kernels)) return bad_usage("--kernels: ref or fast");
+            continue;
+        } else if (strcmp(a, "--experts") == 0) {
+            if ((o->n_experts = parse_list(v, 1, o->experts)) < 0) return bad_usage("--experts: up to 8 positive integers");
+            continue;
+        } else if (strcmp(a, "--gap-us") == 0) {
+            if ((o->n_gaps = parse_list(v, 0, o->gaps_us)) < 0) return bad_usage("--gap-us: up to 8 integers ≥ 0");
+            continue;
         } else return bad_usage("unknown option");
         if (!end || *end) return bad_usage("a value is not a number");
     }
+    if (o->threads < 0 || o->threads > 4096 || o->busy < 0 || o->busy > 64) return bad_usage("a value out of range");
     if (o->C < 256 || o->C % 256 || o->I < 32 || o->I % 32)
         return bad_usage("--embd must be a positive multiple of 256, --ff of 32");
     if (o->tokens < 1 || o->tokens > 4096 || o->pool < 1 || o->seconds <= 0) return bad_usage("a value out of range");
@@ -153,10 +208,12 @@ enum sched { SCHED_EXPERTS, SCHED_ROWS_REF, SCHED_ROWS_FAST };
 static const char *const sched_name[] = {"experts", "rows-ref", "rows-fast"};
 
 /* One request: jobs[0..n) over the schedule. */
+static struct gw_expert_scratch ffn_scratch; /* kept across requests, as in the cpu-moe-worker */
+
 static int run(enum sched s, struct gw_expert_job *jobs, int n)
 {
-    if (s == SCHED_ROWS_REF) return gw_expert_ffn_many(jobs, n, GW_KERNELS_REF);
-    if (s == SCHED_ROWS_FAST) return gw_expert_ffn_many(jobs, n, GW_KERNELS_FAST);
+    if (s == SCHED_ROWS_REF) return gw_expert_ffn_many(jobs, n, GW_KERNELS_REF, &ffn_scratch);
+    if (s == SCHED_ROWS_FAST) return gw_expert_ffn_many(jobs, n, GW_KERNELS_FAST, &ffn_scratch);
     int bad = 0;
 #pragma omp parallel for schedule(dynamic, 1) reduction(| : bad)
     for (int j = 0; j < n; j++) bad |= gw_expert_ffn(&jobs[j].w, jobs[j].x, jobs[j].n, jobs[j].scale, jobs[j].out) != 0;
@@ -207,7 +264,8 @@ static double fast_vs_ref(const struct pool *p, int n, int T, const float *x, co
         jr[j] = (struct gw_expert_job){p->e[j % p->n], x, T, scale, a + (size_t)j * (size_t)T * (size_t)C};
         jf[j] = jr[j], jf[j].out = b + (size_t)j * (size_t)T * (size_t)C;
     }
-    if (gw_expert_ffn_many(jr, n, GW_KERNELS_REF) || gw_expert_ffn_many(jf, n, GW_KERNELS_FAST)) return -1;
+    if (gw_expert_ffn_many(jr, n, GW_KERNELS_REF, &ffn_scratch) || gw_expert_ffn_many(jf, n, GW_KERNELS_FAST, &ffn_scratch))
+        return -1;
     double mx = 0, md = 0;
     for (size_t i = 0; i < (size_t)n * (size_t)T * (size_t)C; i++) {
         mx = fmax(mx, fabs(a[i]));
@@ -220,6 +278,96 @@ static void row(const char *what, int n, enum sched s, double sec, double med, s
 {
     printf("| %s | %d | %s | %.3f | %.3f | %.2f |\n", what, n, sched_name[s], sec * 1e3, med * 1e3,
            (double)bytes / sec / 1e9);
+}
+
+/* ---- --latency ---- */
+
+static atomic_bool busy_stop;
+
+static void *busy_spin(void *arg)
+{
+    (void)arg;
+    while (!atomic_load_explicit(&busy_stop, memory_order_relaxed)) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+    return NULL;
+}
+
+static void spin_until(double t)
+{
+    while (now_s() < t) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+}
+
+/* Seconds per request of n experts (cycled from the pool), gap_us between
+ * one request's end and the next one's start, for `seconds` after 5 unmeasured
+ * requests: sorted into samples[0..*ns).  Nonzero on a kernel error. */
+static int time_gapped(const struct pool *p, int n, int T, const float *x, const float *scale, float *out,
+                       enum gw_kernels k, int gap_us, double seconds, double *samples, int max_samples, int *ns)
+{
+    struct gw_expert_job jobs[64];
+    int64_t C = p->e[0].n_embd;
+    int next = 0;
+    *ns = 0;
+    double t_end = 0;
+    for (int i = -5; i < 0 || (*ns < max_samples && (*ns < 5 || now_s() < t_end)); i++) {
+        for (int j = 0; j < n; j++, next = (next + 1) % p->n)
+            jobs[j] = (struct gw_expert_job){p->e[next], x, T, scale, out + (size_t)j * (size_t)T * (size_t)C};
+        spin_until(now_s() + gap_us * 1e-6);
+        double t0 = now_s();
+        if (gw_expert_ffn_many(jobs, n, k, &ffn_scratch)) return 1;
+        double dt = now_s() - t0;
+        if (i == -1) t_end = now_s() + seconds;
+        if (i >= 0) samples[(*ns)++] = dt;
+    }
+    qsort(samples, (size_t)*ns, sizeof *samples, cmp_double);
+    return 0;
+}
+
+static int latency_table(const struct options *o, const float *x, const float *scale, float *out)
+{
+    enum { MAX_SAMPLES = 200000 };
+    double *samples = malloc(MAX_SAMPLES * sizeof *samples);
+    pthread_t busy[64];
+    struct pool p;
+    if (!samples || pool_make(&p, o->pool, o->C, o->I, QT_Q4_K, QT_Q4_K, QT_Q5_1))
+        return fputs("nebula-bench-expert: out of memory\n", stderr), 1;
+    const char *policy = getenv("OMP_WAIT_POLICY"), *spins = getenv("GOMP_SPINCOUNT");
+    printf("CPU expert FFN latency, q4_k_m (down q5_1), C %ld, I %ld, %d token(s) per expert, %s kernels, %d threads, "
+           "%d busy thread(s), OMP_WAIT_POLICY=%s, GOMP_SPINCOUNT=%s, %d cores, ISA %s\n\n",
+           (long)o->C, (long)o->I, o->tokens, gw_kernels_name(o->kernels), omp_get_max_threads(), o->busy,
+           policy ? policy : "(unset)", spins ? spins : "(unset)", omp_get_num_procs(),
+           quant_isa_name(quant_isa_active()));
+    printf("| experts/request | gap µs | requests | p50 ms | p90 ms | p99 ms | max ms | GB/s of weights (p50) |\n"
+           "|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    atomic_store(&busy_stop, false);
+    int started = 0, rc = 0;
+    while (started < o->busy && pthread_create(&busy[started], NULL, busy_spin, NULL) == 0) started++;
+    if (started < o->busy) rc = 1, fputs("nebula-bench-expert: cannot start the busy threads\n", stderr);
+    for (int i = 0; !rc && i < o->n_experts; i++)
+        for (int g = 0; !rc && g < o->n_gaps; g++) {
+            int ns;
+            if (time_gapped(&p, o->experts[i], o->tokens, x, scale, out, o->kernels, o->gaps_us[g], o->seconds,
+                            samples, MAX_SAMPLES, &ns)) {
+                rc = 1, fputs("nebula-bench-expert: kernel error\n", stderr);
+                break;
+            }
+            double p50 = samples[ns / 2], p90 = samples[ns * 9 / 10], p99 = samples[ns * 99 / 100];
+            printf("| %d | %d | %d | %.3f | %.3f | %.3f | %.3f | %.2f |\n", o->experts[i], o->gaps_us[g], ns, p50 * 1e3,
+                   p90 * 1e3, p99 * 1e3, samples[ns - 1] * 1e3,
+                   (double)p.expert_bytes * o->experts[i] / p50 / 1e9);
+            fflush(stdout);
+        }
+    atomic_store(&busy_stop, true);
+    for (int i = 0; i < started; i++) pthread_join(busy[i], NULL);
+    pool_free(&p);
+    free(samples);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -237,6 +385,13 @@ int main(int argc, char **argv)
     if (!x || !scale || !out || !out2) return fputs("nebula-bench-expert: out of memory\n", stderr), 1;
     for (int64_t i = 0; i < T * C; i++) x[i] = uniform();
     for (int64_t t = 0; t < T; t++) scale[t] = 0.1f;
+    if (o.threads > 0) omp_set_num_threads(o.threads);
+    if (o.latency) {
+        rc = latency_table(&o, x, scale, out);
+        free(x), free(scale), free(out), free(out2);
+        gw_expert_scratch_free(&ffn_scratch);
+        return rc;
+    }
 
     printf("CPU expert FFN, C %ld, I %ld, %d token(s) per expert, %d threads, ISA %s\n\n", (long)C, (long)o.I,
            o.tokens, omp_get_max_threads(), quant_isa_name(quant_isa_active()));
@@ -285,5 +440,6 @@ int main(int argc, char **argv)
     free(scale);
     free(out);
     free(out2);
+    gw_expert_scratch_free(&ffn_scratch);
     return 0;
 }

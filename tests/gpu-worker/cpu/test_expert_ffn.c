@@ -8,6 +8,9 @@
  * - ref results are the same bits however the work is split: all experts in
  *   one gw_expert_ffn_many call or one gw_expert_ffn each, on 1 or 3
  *   threads, a row alone or inside a batch (what makes placement invisible);
+ * - a scratch kept across calls of other shapes (the cpu-moe-worker's) gives
+ *   the same bits as a fresh one, grows once to the largest call, and a
+ *   refused call leaves it usable;
  * - fast = ref within 1e-5 per output, relative to |ref| + Σ_i |W_down[c,i]·h_i|
  *   (h = silu(gate x) ⊙ up x, in double here), for each supported format and
  *   the full-width q4_k_m mix; the ref itself within that bound of a double
@@ -154,8 +157,8 @@ static void check_fast(struct expert *e, int n)
     for (int64_t i = 0; i < n * C; i++) x[i] = rnd();
     for (int t = 0; t < n; t++) scale[t] = 0.25f + 0.1f * (float)t;
     struct gw_expert_job jr = {e->w, x, n, scale, ref}, jf = {e->w, x, n, scale, fast};
-    cr_assert_eq(gw_expert_ffn_many(&jr, 1, GW_KERNELS_REF), 0);
-    cr_assert_eq(gw_expert_ffn_many(&jf, 1, GW_KERNELS_FAST), 0);
+    cr_assert_eq(gw_expert_ffn_many(&jr, 1, GW_KERNELS_REF, NULL), 0);
+    cr_assert_eq(gw_expert_ffn_many(&jf, 1, GW_KERNELS_FAST, NULL), 0);
     for (int t = 0; t < n; t++) {
         expert_exact(e, x + t * C, scale[t], exact, mag);
         for (int64_t c = 0; c < C; c++) {
@@ -215,7 +218,7 @@ Test(expert_ffn, ref_bits_do_not_depend_on_the_split)
     struct gw_expert_job jobs[E];
     for (int j = 0; j < E; j++) jobs[j] = (struct gw_expert_job){e[j].w, x, N, scale, all + j * N * C};
     omp_set_num_threads(3);
-    cr_assert_eq(gw_expert_ffn_many(jobs, E, GW_KERNELS_REF), 0);
+    cr_assert_eq(gw_expert_ffn_many(jobs, E, GW_KERNELS_REF, NULL), 0);
     for (int threads = 1; threads <= 3; threads += 2) {
         omp_set_num_threads(threads);
         for (int j = 0; j < E; j++) {
@@ -235,6 +238,57 @@ Test(expert_ffn, ref_bits_do_not_depend_on_the_split)
     free(one);
 }
 
+Test(expert_ffn, kept_scratch_changes_no_bit)
+{
+    rng_seed(6);
+    enum { E = 3, N = 3 };
+    const int64_t C = 512, I = 128;
+    struct expert e[E];
+    expert_make(&e[0], C, I, QT_Q4_K, QT_Q4_K, QT_Q5_1);
+    expert_make(&e[1], C, I, QT_Q6_K, QT_Q5_K, QT_Q8_0);
+    expert_make(&e[2], C, I, QT_Q8_0, QT_Q4_K, QT_Q8_0);
+    float *x = malloc((size_t)(N * C) * sizeof *x), scale[N] = {0.5f, -0.25f, 1.0f};
+    float *want = malloc((size_t)(E * N * C) * sizeof *want), *got = malloc((size_t)(E * N * C) * sizeof *got);
+    cr_assert(x && want && got);
+    for (int64_t i = 0; i < N * C; i++) x[i] = rnd();
+    omp_set_num_threads(2);
+    struct gw_expert_scratch s = {0};
+    /* Shapes in the order a worker meets them: small, large, small again, for both kernel sets. */
+    const int shapes[][2] = {{1, 1}, {E, N}, {2, 1}, {E, N}, {1, N}};
+    for (int k = GW_KERNELS_REF; k <= GW_KERNELS_FAST; k++)
+        for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+            const int n_jobs = shapes[c][0], n = shapes[c][1];
+            struct gw_expert_job jw[E], jg[E];
+            for (int j = 0; j < n_jobs; j++) {
+                jw[j] = (struct gw_expert_job){e[j].w, x, n, scale, want + j * N * C};
+                jg[j] = jw[j], jg[j].out = got + j * N * C;
+            }
+            cr_assert_eq(gw_expert_ffn_many(jw, n_jobs, (enum gw_kernels)k, NULL), 0);
+            cr_assert_eq(gw_expert_ffn_many(jg, n_jobs, (enum gw_kernels)k, &s), 0);
+            for (int j = 0; j < n_jobs; j++)
+                cr_assert(!memcmp(want + j * N * C, got + j * N * C, (size_t)(n * C) * sizeof *got),
+                          "%s kernels, call %zu (%d jobs × %d rows): job %d differs with the kept scratch",
+                          gw_kernels_name((enum gw_kernels)k), c, n_jobs, n, j);
+        }
+    const size_t grown = s.bytes;
+    cr_assert_gt(grown, 0);
+    struct gw_expert bad = e[0].w;
+    bad.up_type = 39; /* no such type: refused, the scratch stays */
+    struct gw_expert_job jb[2] = {{e[1].w, x, 1, scale, got}, {bad, x, 1, scale, got + C}};
+    cr_assert_eq(gw_expert_ffn_many(jb, 2, GW_KERNELS_REF, &s), NB_ENOTSUP);
+    struct gw_expert_job jl = {e[2].w, x, N, scale, got};
+    cr_assert_eq(gw_expert_ffn_many(&jl, 1, GW_KERNELS_REF, &s), 0);
+    cr_assert_eq(s.bytes, grown, "a call no larger than the largest one so far grew the scratch");
+    cr_assert_eq(gw_expert_ffn(&e[2].w, x, N, scale, want), 0);
+    cr_assert(!memcmp(want, got, (size_t)(N * C) * sizeof *got), "after a refused call the scratch gives other bits");
+    gw_expert_scratch_free(&s);
+    cr_assert(s.buf == NULL && s.bytes == 0);
+    for (int j = 0; j < E; j++) expert_free(&e[j]);
+    free(x);
+    free(want);
+    free(got);
+}
+
 Test(expert_ffn, bad_input)
 {
     rng_seed(5);
@@ -245,8 +299,8 @@ Test(expert_ffn, bad_input)
     bad.down_type = 39; /* no such type */
     cr_assert_eq(gw_expert_ffn(&bad, x, 1, &s, out), NB_ENOTSUP);
     struct gw_expert_job jobs[2] = {{e.w, x, 1, &s, out}, {bad, x, 1, &s, out}};
-    cr_assert_eq(gw_expert_ffn_many(jobs, 2, GW_KERNELS_FAST), NB_ENOTSUP);
-    cr_assert_eq(gw_expert_ffn_many(jobs, 0, GW_KERNELS_REF), 0);
+    cr_assert_eq(gw_expert_ffn_many(jobs, 2, GW_KERNELS_FAST, NULL), NB_ENOTSUP);
+    cr_assert_eq(gw_expert_ffn_many(jobs, 0, GW_KERNELS_REF, NULL), 0);
     enum gw_kernels k = GW_KERNELS_REF;
     cr_assert_eq(gw_kernels_parse("fast", &k), 0);
     cr_assert_eq(k, GW_KERNELS_FAST);
