@@ -53,6 +53,9 @@ struct coord_worker {
     int restarts;         /* over the instance's life */
     int failed_starts;    /* in a row, without reaching ready */
     char log_path[PATH_MAX];
+    int threads;           /* configure's threads (0: the worker's default) */
+    uint32_t ring_spin_us; /* configure's ring_spin_us */
+    bool omp_spin;         /* started without OMP_WAIT_POLICY=passive (cpu_plan.c) */
 };
 
 struct coord_tiers {
@@ -109,6 +112,19 @@ int coord_path(char *dst, size_t len, const char *dir, const char *name);
  * it (ctl.sock when serve_ctl, or during an HTTP job all but generate and
  * restart, which wait for the loop), then supervises the workers. */
 void coord_tick(struct coord *c, int timeout_ms, bool serve_ctl);
+
+/* cpu_plan.c: the cpu-moe-worker's threads and whether the workers spin
+ * while they wait, from nproc, --threads (0: not given), the environment's
+ * OMP_NUM_THREADS and OMP_WAIT_POLICY (NULL: unset) and the gpu-worker's
+ * backend.  The rule and its reasons are at the top of cpu_plan.c. */
+#define COORD_RING_SPIN_US 5000u
+struct coord_cpu_plan {
+    int moe_threads;       /* configure's threads for the cpu-moe-worker (0: its OpenMP default) */
+    bool moe_spin;         /* its OpenMP team keeps libgomp's bounded spin */
+    uint32_t ring_spin_us; /* both workers' ring waits (0: the rings' default) */
+};
+void coord_cpu_plan(int nproc, int threads, const char *omp_num_threads, const char *omp_wait_policy, bool gw_cuda,
+                    struct coord_cpu_plan *p);
 
 /* workers.c */
 int coord_workers_init(struct coord *c, char *err, size_t errlen);

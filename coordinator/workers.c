@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,33 @@ static int add_worker(struct coord *c, const char *role, const char *binary, uin
     return 0;
 }
 
+static int cores(void)
+{
+    cpu_set_t set;
+    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+/* Threads and waits per worker (cpu_plan.c).  The gpu-worker's backend is
+ * the one it will pick: $NEBULA_GW_BACKEND, which it inherits, else cpu. */
+static void plan_cpu(struct coord *c)
+{
+    const char *backend = getenv("NEBULA_GW_BACKEND");
+    bool cuda = backend && !strcmp(backend, "cuda");
+    int n = cores();
+    struct coord_cpu_plan p;
+    coord_cpu_plan(n, c->threads, getenv("OMP_NUM_THREADS"), getenv("OMP_WAIT_POLICY"), cuda, &p);
+    struct coord_worker *moe = coord_worker_by_role(c, "cpu-moe-worker");
+    for (int i = 0; i < c->n_workers; i++) c->w[i].threads = c->threads;
+    if (!moe) return;
+    moe->threads = p.moe_threads, moe->omp_spin = p.moe_spin, moe->ring_spin_us = p.ring_spin_us;
+    coord_worker_by_role(c, "gpu-worker")->ring_spin_us = p.ring_spin_us;
+    char th[32];
+    snprintf(th, sizeof th, "%d", p.moe_threads);
+    nb_log("cpu-moe-worker: %s threads, %s (%d cores, %s gpu-worker)", p.moe_threads ? th : "OMP_NUM_THREADS",
+           p.moe_spin ? "spinning waits (OpenMP and rings, 5 ms)" : "sleeping waits (OMP_WAIT_POLICY=passive)", n,
+           cuda ? "cuda" : "cpu");
+}
+
 /* The gpu-worker always; the cpu-moe-worker when experts live in RAM or on
  * SSD; the pager when some live on SSD or the PLE table does. */
 int coord_workers_init(struct coord *c, char *err, size_t errlen)
@@ -64,6 +92,7 @@ int coord_workers_init(struct coord *c, char *err, size_t errlen)
         rc = add_worker(c, "cpu-moe-worker", "nebula-cpu-moe-worker", 1, err, errlen);
     if (!rc && (c->tiers.experts[2] > 0 || c->tiers.ple_ssd))
         rc = add_worker(c, "ssd-pager", "nebula-ssd-pager", 2, err, errlen);
+    if (!rc) plan_cpu(c);
     return rc;
 }
 
@@ -83,10 +112,11 @@ int coord_spawn(struct coord *c, struct coord_worker *w)
         if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
         int devnull = open("/dev/null", O_RDONLY);
         if (devnull >= 0) dup2(devnull, 0);
-        /* Three processes with OpenMP teams share the cores: libgomp's default
-         * spinning wait holds a core its peer process needs (measured on 2 cores:
-         * 371 vs 1332 tok/s all-RAM).  Passive waiting, unless the user chose. */
-        setenv("OMP_WAIT_POLICY", "passive", 0);
+        /* Processes with OpenMP teams share the cores: libgomp's default
+         * spinning wait holds a core a peer process needs (measured on 2 cores:
+         * 371 vs 1332 tok/s all-RAM).  Passive waiting, unless the user chose
+         * or the cores suffice for the cpu-moe-worker to spin (cpu_plan.c). */
+        if (!w->omp_spin) setenv("OMP_WAIT_POLICY", "passive", 0);
         char *argv[] = {w->binary, "--control", endpoint, NULL};
         execv(w->binary, argv);
         fprintf(stderr, "cannot exec %s: %s\n", w->binary, strerror(errno));
@@ -106,7 +136,8 @@ static void send_configure(struct coord *c, struct coord_worker *w)
     cJSON_AddStringToObject(m, "model", c->model_path);
     cJSON_AddStringToObject(m, "prepared", c->prepared ? c->prepared : "");
     cJSON_AddStringToObject(m, "placement", c->placement_path);
-    cJSON_AddNumberToObject(m, "threads", c->threads);
+    cJSON_AddNumberToObject(m, "threads", w->threads);
+    cJSON_AddNumberToObject(m, "ring_spin_us", w->ring_spin_us);
     cJSON_AddNumberToObject(m, "stats_worker", w->stats_block);
     /* Regions by name and size; each ring pair at offset 0 of the region of
      * its name (pager-gw: the gpu-worker's PLE rows); staging slots. */

@@ -61,7 +61,10 @@ static int setup(struct moe_worker *m, char *err, size_t errlen)
         nb_log("arena: %lu RAM-tier experts (%lu bytes) %s; %lu others paged", (unsigned long)m->plc.n_ram,
                (unsigned long)m->plc.arena_bytes, loaded_now ? "loaded from experts.bin" : "already loaded, kept",
                (unsigned long)(m->plc.n_ssd + m->plc.n_vram));
-    if (!rc) nb_log("kernels %s, %d threads", gw_kernels_name(m->kernels), omp_get_max_threads());
+    if (!rc)
+        nb_log("kernels %s, %d threads, OMP_WAIT_POLICY %s, ring spin %u µs after a request", gw_kernels_name(m->kernels),
+               omp_get_max_threads(), getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "unset (libgomp's bounded spin)",
+               m->conf.ring_spin_us);
     return rc;
 }
 

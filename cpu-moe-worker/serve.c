@@ -303,6 +303,14 @@ static int answer(struct moe_worker *m, const struct ring_slot *s, struct ring_s
 int moe_serve_one(struct moe_worker *m, uint64_t timeout_ns, char *err, size_t errlen)
 {
     struct ring_slot s, a;
+    if (m->conf.ring_spin_us) {
+        /* While requests flow — the last one answered less than ring_spin_us
+         * ago: a token's next layer is on its way — spin until ring_spin_us
+         * after it, so the request is seen in microseconds, not after a
+         * futex wake-up; idle, the ring's short spin, then sleep. */
+        uint64_t hot = (uint64_t)m->conf.ring_spin_us * 1000ull, since = now_ns() - m->last_request_ns;
+        ring_set_spin_ns(m->moe.req, since < hot ? hot - since : 0);
+    }
     int rc = ring_wait(m->moe.req, &s, timeout_ns, err, errlen);
     if (rc) return rc;
     uint64_t t0 = now_ns();
@@ -324,5 +332,6 @@ int moe_serve_one(struct moe_worker *m, uint64_t timeout_ns, char *err, size_t e
     shm_stats_add(m->stats, m->conf.stats_worker, SHM_STAT_BUSY_NS, dt);
     shm_stats_add_layer(m->stats, m->conf.stats_worker, s.hdr->layer, dt);
     if ((rc = ring_publish(m->moe.resp, err, errlen))) return rc;
+    m->last_request_ns = now_ns();
     return ring_release(m->moe.req, err, errlen);
 }

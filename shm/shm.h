@@ -190,6 +190,11 @@ int ring_wait(ring *r, struct ring_slot *slot, uint64_t timeout_ns, char *err, s
 /* Consumer: hands the slot of the last ring_wait() back to the producer. */
 int ring_release(ring *r, char *err, size_t errlen);
 
+/* Changes this handle's spin_ns (struct ring_options; 0: the 50 µs default)
+ * for its waits from now on: a waiter that expects its message soon (the
+ * next layer of a token) spins longer than one that may wait for minutes. */
+void ring_set_spin_ns(ring *r, uint64_t spin_ns);
+
 /* This handle's counts, and the ring's geometry. */
 struct ring_counters ring_get_counters(const ring *r);
 struct ring_geometry ring_get_geometry(const ring *r);

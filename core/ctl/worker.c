@@ -37,6 +37,7 @@ cJSON *ctl_configure_to_json(const struct ctl_configure *c)
     cJSON_AddStringToObject(m, "prepared", c->prepared);
     cJSON_AddStringToObject(m, "placement", c->placement);
     cJSON_AddNumberToObject(m, "threads", c->threads);
+    cJSON_AddNumberToObject(m, "ring_spin_us", c->ring_spin_us);
     cJSON_AddNumberToObject(m, "stats_worker", c->stats_worker);
     cJSON *rings = cJSON_AddObjectToObject(m, "rings");
     cJSON_AddNumberToObject(rings, "moe", (double)c->moe_offset);
@@ -72,12 +73,13 @@ int ctl_configure_parse(const cJSON *m, struct ctl_configure *c, char *err, size
     memset(c, 0, sizeof *c);
     const cJSON *rings = cJSON_GetObjectItemCaseSensitive(m, "rings");
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(m, "staging");
-    uint64_t threads, worker, slots, first, count;
+    uint64_t threads, spin_us, worker, slots, first, count;
     int rc = get_str(m, "instance", c->instance, sizeof c->instance, err, errlen);
     if (!rc) rc = get_str(m, "model", c->model, sizeof c->model, err, errlen);
     if (!rc) rc = get_str(m, "prepared", c->prepared, sizeof c->prepared, err, errlen);
     if (!rc) rc = get_str(m, "placement", c->placement, sizeof c->placement, err, errlen);
     if (!rc) rc = get_num(m, "threads", &threads, err, errlen);
+    if (!rc) rc = get_num(m, "ring_spin_us", &spin_us, err, errlen);
     if (!rc) rc = get_num(m, "stats_worker", &worker, err, errlen);
     if (!rc) rc = get_num(rings, "moe", &c->moe_offset, err, errlen);
     if (!rc) rc = get_num(rings, "pager", &c->pager_offset, err, errlen);
@@ -86,10 +88,10 @@ int ctl_configure_parse(const cJSON *m, struct ctl_configure *c, char *err, size
     if (!rc) rc = get_num(st, "first", &first, err, errlen);
     if (!rc) rc = get_num(st, "count", &count, err, errlen);
     if (rc) return rc;
-    if (first + count > slots || slots > UINT32_MAX || threads > 4096 || worker > UINT32_MAX)
+    if (first + count > slots || slots > UINT32_MAX || threads > 4096 || spin_us > 1000000 || worker > UINT32_MAX)
         return nb_errf(err, errlen, NB_EFORMAT, "configure: staging share %lu+%lu exceeds %lu slots (or a bad count)",
                        (unsigned long)first, (unsigned long)count, (unsigned long)slots);
-    c->threads = (int)threads, c->stats_worker = (uint32_t)worker;
+    c->threads = (int)threads, c->ring_spin_us = (uint32_t)spin_us, c->stats_worker = (uint32_t)worker;
     c->staging_slots = (uint32_t)slots, c->staging_first = (uint32_t)first, c->staging_count = (uint32_t)count;
     if (!c->placement[0] && snprintf(c->placement, sizeof c->placement, "%s/placement.json", c->prepared) >=
                                 (int)sizeof c->placement)

@@ -28,6 +28,7 @@ struct ctl_configure {
     char prepared[CTL_PATH_MAX];   /* the nebula-prepare directory */
     char placement[CTL_PATH_MAX];  /* placement.json ("": PREPARED/placement.json) */
     int threads;                   /* compute threads (0: the worker's default) */
+    uint32_t ring_spin_us;         /* a ring wait spins this long before it sleeps (0: the ring's default) */
     uint32_t stats_worker;         /* this worker's block in the stats region */
     uint64_t moe_offset;           /* ring pair `moe` in region "moe" */
     uint64_t pager_offset;         /* ring pair `pager` in region "pager" */

@@ -180,6 +180,7 @@ static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
     const char *inst = str_field(msg, "instance"), *model = str_field(msg, "model");
     const char *placement = str_field(msg, "placement");
     const cJSON *threads = cJSON_GetObjectItemCaseSensitive(msg, "threads");
+    const cJSON *spin_us = cJSON_GetObjectItemCaseSensitive(msg, "ring_spin_us");
     const cJSON *block = cJSON_GetObjectItemCaseSensitive(msg, "stats_worker");
     if (!inst || !model || !cJSON_IsNumber(block))
         return nb_errf(err, errlen, NB_EINVAL, "configure lacks instance, model or stats_worker");
@@ -206,6 +207,11 @@ static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
     if ((rc = gw_backend_create(w->m, &bp, &w->be, err, errlen))) return rc;
     if ((rc = gw_seq_create(w->be, &w->seq, err, errlen))) return rc;
     if ((rc = open_regions(w, inst, n_remote, err, errlen))) return rc;
+    /* The answer of the cpu-moe-worker comes within a millisecond or so: when
+     * the coordinator found a core for it (coordinator/cpu_plan.c), wait
+     * spinning that long instead of being woken by a futex. */
+    if (w->have_moe && cJSON_IsNumber(spin_us) && spin_us->valuedouble >= 1 && spin_us->valuedouble <= 1e6)
+        ring_set_spin_ns(w->moe.rp.resp, (uint64_t)spin_us->valuedouble * 1000ull);
     publish_vram(w);
     if ((rc = gwp_placement_ple_ssd(placement, &ple_ssd, err, errlen))) return rc;
     if (ple_ssd && (rc = open_ple_pager(w, msg, inst, err, errlen))) return rc;

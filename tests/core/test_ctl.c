@@ -1,5 +1,6 @@
 /* test_ctl.c — control messages between processes over ZeroMQ ipc sockets:
- * identities, replies, timeouts, malformed messages, socket permissions. */
+ * identities, replies, timeouts, malformed messages, socket permissions; the
+ * configure message's round trip. */
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -192,4 +193,28 @@ Test(ctl, worker_heartbeats_while_setting_up)
     waitpid(pid, &status, 0);
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker status %x", status);
     ctl_close(r);
+}
+
+/* configure → JSON → configure keeps every field, ring_spin_us included, and
+ * a message without ring_spin_us or with an absurd one is refused by name. */
+Test(ctl, configure_round_trip_and_ring_spin)
+{
+    struct ctl_configure a = {.instance = "nebula-1-2", .prepared = "/p", .threads = 15, .ring_spin_us = 5000,
+                              .stats_worker = 1, .moe_offset = 4096, .staging_slot_bytes = 8192, .staging_slots = 4,
+                              .staging_first = 1, .staging_count = 3},
+                         b;
+    char err[256];
+    cJSON *m = ctl_configure_to_json(&a);
+    cr_assert_not_null(m);
+    cr_assert_eq(ctl_configure_parse(m, &b, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(b.threads, 15);
+    cr_assert_eq(b.ring_spin_us, 5000);
+    cr_assert_eq(b.staging_first, 1);
+    cr_assert_str_eq(b.placement, "/p/placement.json");
+    cJSON_ReplaceItemInObject(m, "ring_spin_us", cJSON_CreateNumber(2e6));
+    cr_assert_eq(ctl_configure_parse(m, &b, err, sizeof err), NB_EFORMAT);
+    cJSON_DeleteItemFromObject(m, "ring_spin_us");
+    cr_assert_eq(ctl_configure_parse(m, &b, err, sizeof err), NB_EFORMAT);
+    cr_assert(strstr(err, "ring_spin_us"), "%s", err);
+    cJSON_Delete(m);
 }

@@ -237,10 +237,16 @@ midkill() {
 placement_case() { # $1 = name, $2 = model, $3 = prepared dir, $4 = prefix ids, $5 = expected output, then roles to kill -9
     local name=$1 model=$2 prep=$3 ids=$4 want_out=$5 role; shift 5
     rm -rf "$run"
-    "$bin/nebula-coordinator" --model "$model" --prepared "$prep" --runtime "$run" --threads 2 --http 127.0.0.1:0 2>"$tmp/coord.log" &
+    "$bin/nebula-coordinator" --model "$model" --prepared "$prep" --runtime "$run" --threads "${case_threads:-2}" --http 127.0.0.1:0 2>"$tmp/coord.log" &
     coord_pid=$!
     for _ in $(seq 100); do [ -S "$run/ctl.sock" ] && break; sleep 0.1; done
     wait_ready none || { bad "$name: workers not ready: $(cat "$tmp/coord.log" "$run"/*.log)"; return; }
+    if [ "$name" = all-ram-spin ] && [ -z "${OMP_WAIT_POLICY:-}" ] && [ "$(nproc)" -ge 2 ]; then
+        # 1 + 1 threads fit the cores: the cpu-moe-worker spins (coordinator/cpu_plan.c).
+        grep -q 'cpu-moe-worker: 1 threads, spinning waits' "$tmp/coord.log" && ok || bad "$name: the plan: $(grep 'cpu-moe-worker:' "$tmp/coord.log")"
+        grep -q 'OMP_WAIT_POLICY unset .*, ring spin 5000 µs' "$run/cpu-moe-worker.log" && ok \
+            || bad "$name: the cpu-moe-worker did not start spinning: $(grep kernels "$run/cpu-moe-worker.log")"
+    fi
     inst=$(ctl --json status | json "d['instance']")
     note_pids
     sgen() { "$bin/nebula" generate --server "$run" --tokens-file "$ids" --greedy -n 32 --print-ids 2>>"$tmp/gen.err"; }
@@ -275,6 +281,8 @@ if [ -x "$bin/nebula-cpu-moe-worker" ] && [ -x "$bin/nebula-ssd-pager" ] && [ -x
     "$bin/nebula" generate -m "$tmp/a.gguf" --tokens-file "$tmp/prefix.txt" --greedy -n 1500 --print-ids >"$tmp/long-local.out" 2>/dev/null
     "$bin/nebula-prepare" "$tmp/a.gguf" "$tmp/prep-ram" --vram-budget 0 --ram-budget all -q && ok || bad "prepare all-RAM"
     placement_case all-ram "$tmp/a.gguf" "$tmp/prep-ram" "$tmp/prefix.txt" "$tmp/local.out" cpu-moe-worker gpu-worker
+    # One thread each: the spinning waits (OpenMP and both ring waits), the same bits.
+    case_threads=1 placement_case all-ram-spin "$tmp/a.gguf" "$tmp/prep-ram" "$tmp/prefix.txt" "$tmp/local.out" cpu-moe-worker
     blob=$(python3 -c "import json; d=json.load(open('$tmp/prep-ram/placement.json')); print(d['layers'][0]['blob_bytes'], d['model']['vram_fixed_bytes'])")
     set -- $blob
     "$bin/nebula-prepare" "$tmp/a.gguf" "$tmp/prep-mix" --vram-budget $(($2 + 12 * $1)) --ram-budget $((12 * $1)) -q && ok || bad "prepare mixed"
