@@ -24,7 +24,10 @@ check "nine rows: 0, 1 and 16 rows x three waits (got $rows)" [ "$rows" -eq 9 ]
 check "every row counted round trips" bash -c "! grep -Eq '^\| +[0-9]+ \| +[0-9]+ \| [a-z, ]+ \| +0 \|' '$out'"
 left=$(ls /dev/shm | grep -c "^nebula-$pid-")
 check "nothing of the run left in /dev/shm (found $left)" [ "$left" -eq 0 ]
+"$BIN" --seconds 0.02 --gap-us 100 >"$out"; check "--gap-us run exits 0" [ $? -eq 0 ]
+check "--gap-us: the header says the gap, nine rows" bash -c "grep -q '100 µs between round trips' '$out' && [ \$(grep -Ec '^\| +(0|1|16) \| ' '$out') -eq 9 ]"
 "$BIN" --help >/dev/null; check "--help exits 0" [ $? -eq 0 ]
+"$BIN" --gap-us -5 >/dev/null 2>&1; check "bad --gap-us exits 2" [ $? -eq 2 ]
 "$BIN" --seconds 0 >/dev/null 2>&1; check "bad --seconds exits 2" [ $? -eq 2 ]
 "$BIN" --spin-us >/dev/null 2>&1; check "missing value exits 2" [ $? -eq 2 ]
 "$BIN" --frobnicate >/dev/null 2>&1; check "unknown option exits 2" [ $? -eq 2 ]

@@ -1,7 +1,7 @@
 /* nebula-bench-ring — round-trip latency between two processes through a
  * request/response ring pair (shm/), the gpu-worker ↔ cpu-moe-worker hand-off.
  *
- *   nebula-bench-ring [--seconds S] [--spin-us U]
+ *   nebula-bench-ring [--seconds S] [--spin-us U] [--gap-us G]
  *
  * The client (this process) writes R rows of 2560 fp32 activations and their
  * expert ids/weights into a request slot and publishes it; an echo server
@@ -13,6 +13,10 @@
  * futex at once) it prints p50 / p99 / p99.9 in µs and round trips per
  * second as a Markdown table (tools/bench/run-bench.sh appends it to
  * docs/BENCHMARKS.md).  Both sides wait the same way.
+ * --gap-us G puts G µs (spun by the client, not timed) between one round
+ * trip and the next, as a decode token's GPU work does between two layers'
+ * requests: with a gap longer than the spin the server is asleep when the
+ * request comes, and the round trip includes its futex wake-up.
  * Exit status: 0 ok, 1 a shared-memory or echo failure, 2 bad usage. */
 #include <math.h>
 #include <signal.h>
@@ -33,10 +37,11 @@
 #define WAIT_NS 5000000000ull /* a wait longer than this is a failure, not a latency */
 
 static const char usage[] =
-    "usage: nebula-bench-ring [--seconds S] [--spin-us U]\n"
+    "usage: nebula-bench-ring [--seconds S] [--spin-us U] [--gap-us G]\n"
     "\n"
     "  --seconds S   measuring time per table row, default 2\n"
     "  --spin-us U   spin budget of the spin-then-futex rows, default 50\n"
+    "  --gap-us G    untimed pause of the client between round trips, default 0\n"
     "  --help        this text\n"
     "\n"
     "exit status: 0 ok, 1 a shared-memory or echo failure, 2 bad usage\n";
@@ -44,6 +49,7 @@ static const char usage[] =
 struct options {
     double seconds;
     double spin_us;
+    double gap_us;
 };
 
 static int bad_usage(const char *why)
@@ -55,7 +61,7 @@ static int bad_usage(const char *why)
 /* Fills opt from argv; returns 0, 1 for --help, or 2 for bad usage. */
 static int parse_args(int argc, char **argv, struct options *opt)
 {
-    *opt = (struct options){2.0, 50.0};
+    *opt = (struct options){2.0, 50.0, 0.0};
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end;
@@ -68,8 +74,11 @@ static int parse_args(int argc, char **argv, struct options *opt)
         } else if (strcmp(a, "--spin-us") == 0 && v) {
             opt->spin_us = strtod(v, &end);
             if (*end || !(opt->spin_us >= 1 && opt->spin_us <= 1e6)) return bad_usage("--spin-us wants 1 to 1e6");
+        } else if (strcmp(a, "--gap-us") == 0 && v) {
+            opt->gap_us = strtod(v, &end);
+            if (*end || !(opt->gap_us >= 0 && opt->gap_us <= 1e6)) return bad_usage("--gap-us wants 0 to 1e6");
         } else {
-            bool known = !strcmp(a, "--seconds") || !strcmp(a, "--spin-us");
+            bool known = !strcmp(a, "--seconds") || !strcmp(a, "--spin-us") || !strcmp(a, "--gap-us");
             return bad_usage(known ? "missing value" : "unknown argument");
         }
     }
@@ -181,10 +190,10 @@ static double percentile_us(const struct sample_set *s, double p)
 }
 
 /* Runs one table row: a fresh echo server, warm-up, then `seconds` of round
- * trips.  Fills s and *elapsed_s. */
+ * trips, gap_ns apart.  Fills s and *elapsed_s (gaps included). */
 static int measure(const struct shm_region *reg, const char *id, const struct wait_kind *wk, uint32_t rows,
-                   double seconds, const float *src, float *dst, struct sample_set *s, double *elapsed_s, char *err,
-                   size_t errlen)
+                   double seconds, uint64_t gap_ns, const float *src, float *dst, struct sample_set *s,
+                   double *elapsed_s, char *err, size_t errlen)
 {
     struct ring_pair pair;
     int rc = ring_pair_attach(&pair, reg, 0, RING_CLIENT, &wk->opt, err, errlen);
@@ -210,6 +219,10 @@ static int measure(const struct shm_region *reg, const char *id, const struct wa
     s->n = 0;
     uint64_t t_start = now_ns(), t_end = t_start + (uint64_t)(seconds * 1e9), t = t_start;
     while (rc == 0 && t < t_end && s->n < s->cap) {
+        if (gap_ns) { /* the client is busy elsewhere: spun, not slept, so only the server's wait is measured */
+            for (uint64_t until = t + gap_ns; (t = now_ns()) < until;)
+                ;
+        }
         rc = round_trip(&pair, pid, rows, tag++, src, dst, false, err, errlen);
         uint64_t t1 = now_ns();
         s->ns[s->n++] = t1 - t;
@@ -263,16 +276,18 @@ static int run(const struct options *opt, char *err, size_t errlen)
         printf("Round trip between two processes through a request/response ring pair (shm/): the client writes "
                "R rows of %d fp32 (and %d expert ids + weights per row) into a request slot, an echo process copies "
                "the rows into a response slot, the client reads them back. %u slots per ring, %.1f s per row after "
-               "%d warm-up round trips; \"spin, then futex\" spins %.0f µs first. Load average at start: %.2f.\n\n",
-               ROW_FLOATS, TOP_K, g.n_slots, opt->seconds, WARMUP_ROUND_TRIPS, opt->spin_us, load_average());
+               "%d warm-up round trips; \"spin, then futex\" spins %.0f µs first; %.0f µs between round trips. "
+               "Load average at start: %.2f.\n\n",
+               ROW_FLOATS, TOP_K, g.n_slots, opt->seconds, WARMUP_ROUND_TRIPS, opt->spin_us, opt->gap_us,
+               load_average());
         printf("| rows | payload KiB | wait             | round trips |  p50 µs |  p99 µs | p99.9 µs | round trips/s |\n");
         printf("|-----:|------------:|------------------|------------:|--------:|--------:|---------:|--------------:|\n");
     }
     for (size_t r = 0; rc == 0 && r < sizeof row_counts / sizeof *row_counts; r++) {
         for (size_t k = 0; rc == 0 && k < sizeof kinds / sizeof *kinds; k++) {
             double elapsed = 0;
-            rc = measure(&reg, shm_instance_id(inst), &kinds[k], row_counts[r], opt->seconds, src, dst, &s, &elapsed,
-                         err, errlen);
+            rc = measure(&reg, shm_instance_id(inst), &kinds[k], row_counts[r], opt->seconds,
+                         (uint64_t)(opt->gap_us * 1000), src, dst, &s, &elapsed, err, errlen);
             if (rc != 0) break;
             qsort(s.ns, s.n, sizeof *s.ns, cmp_u64);
             printf("| %4u | %11.0f | %-16s | %11zu | %7.2f | %7.2f | %8.2f | %13.0f |\n", row_counts[r],
