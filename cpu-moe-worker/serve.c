@@ -309,7 +309,8 @@ int moe_serve_one(struct moe_worker *m, uint64_t timeout_ns, char *err, size_t e
          * after it, so the request is seen in microseconds, not after a
          * futex wake-up; idle, the ring's short spin, then sleep. */
         uint64_t hot = (uint64_t)m->conf.ring_spin_us * 1000ull, since = now_ns() - m->last_request_ns;
-        ring_set_spin_ns(m->moe.req, since < hot ? hot - since : 0);
+        uint64_t left = since < hot ? hot - since : 0;
+        ring_set_spin_ns(m->moe.req, left > RING_DEFAULT_SPIN_NS ? left : RING_DEFAULT_SPIN_NS);
     }
     int rc = ring_wait(m->moe.req, &s, timeout_ns, err, errlen);
     if (rc) return rc;

@@ -29,7 +29,6 @@
 #define MAX_SLOTS 65536u
 #define MAX_PAYLOAD_BYTES (1u << 30)
 #define PAIR_ALIGN 4096u
-#define DEFAULT_SPIN_NS 50000u
 
 /* The ring header as it lies at the ring's offset.  One line per writer. */
 struct ring_header {
@@ -215,7 +214,7 @@ int ring_attach(ring **out, const struct shm_region *reg, size_t offset, enum ri
                        .weights_offset = l.weights_offset, .payload_offset = l.payload_offset, .role = role,
                        .fd = reg->fd, .lock_at = lock_at};
     r->opt.mode = opt ? opt->mode : RING_WAIT_FUTEX;
-    r->opt.spin_ns = opt && opt->spin_ns ? opt->spin_ns : DEFAULT_SPIN_NS;
+    r->opt.spin_ns = opt && opt->spin_ns ? opt->spin_ns : RING_DEFAULT_SPIN_NS;
     r->opt.peer_check_ns = opt && opt->peer_check_ns ? opt->peer_check_ns : 10000000;
     if (role == RING_PRODUCER) {
         r->next = atomic_load_explicit(&h->head, memory_order_acquire);
@@ -353,7 +352,7 @@ int ring_release(ring *r, char *err, size_t errlen)
     return 0;
 }
 
-void ring_set_spin_ns(ring *r, uint64_t spin_ns) { r->opt.spin_ns = spin_ns ? spin_ns : DEFAULT_SPIN_NS; }
+void ring_set_spin_ns(ring *r, uint64_t spin_ns) { r->opt.spin_ns = spin_ns ? spin_ns : RING_DEFAULT_SPIN_NS; }
 
 struct ring_counters ring_get_counters(const ring *r) { return r->c; }
 struct ring_geometry ring_get_geometry(const ring *r) { return r->g; }

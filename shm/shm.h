@@ -190,6 +190,8 @@ int ring_wait(ring *r, struct ring_slot *slot, uint64_t timeout_ns, char *err, s
 /* Consumer: hands the slot of the last ring_wait() back to the producer. */
 int ring_release(ring *r, char *err, size_t errlen);
 
+#define RING_DEFAULT_SPIN_NS 50000ull /* ring_options.spin_ns when 0 */
+
 /* Changes this handle's spin_ns (struct ring_options; 0: the 50 µs default)
  * for its waits from now on: a waiter that expects its message soon (the
  * next layer of a token) spins longer than one that may wait for minutes. */

@@ -1,7 +1,7 @@
 /* test_ring.c — the ring protocol (shm/ring.c): the words at their documented
  * offsets, full and empty, order and payload integrity across processes over
  * the slot wrap and the 32-bit counter wrap, request/response pairs, one
- * producer at a time, and the restart of either side. */
+ * producer at a time, the restart of either side, and ring_set_spin_ns. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -131,6 +131,30 @@ Test(ring, full_and_empty)
     cr_assert_eq(ring_release(c, fx_err, sizeof fx_err), 0);
     cr_assert_eq(ring_reserve(p, &s, 0, fx_err, sizeof fx_err), 0, "released: one free slot");
     cr_assert_eq(s.hdr->tag, 0, "reserve clears the slot's last header");
+    fx_sides_detach(&sd);
+    fx_ring_end(&f);
+}
+
+/* ring_set_spin_ns: a waiter spins that long before it sleeps (a wait
+ * shorter than the spin never sleeps), 1 ns sleeps at once, 0 is the 50 µs
+ * default again. */
+Test(ring, set_spin_decides_when_a_waiter_sleeps)
+{
+    const struct ring_geometry g = {4, 1, 0, 64};
+    struct fx_ring f = fx_ring_new(&g);
+    struct fx_sides sd = fx_sides_attach(f.id, NULL);
+    ring *c = sd.c;
+    struct ring_slot s;
+    ring_set_spin_ns(c, 1000000000ull);
+    cr_assert_eq(ring_wait(c, &s, 10000000, fx_err, sizeof fx_err), SHM_ETIMEDOUT);
+    cr_assert_eq(ring_get_counters(c).sleeps, 0, "a 10 ms wait inside a 1 s spin slept");
+    ring_set_spin_ns(c, 1);
+    cr_assert_eq(ring_wait(c, &s, 10000000, fx_err, sizeof fx_err), SHM_ETIMEDOUT);
+    uint64_t slept = ring_get_counters(c).sleeps;
+    cr_assert_geq(slept, 1, "a 1 ns spin did not sleep");
+    ring_set_spin_ns(c, 0);
+    cr_assert_eq(ring_wait(c, &s, 20000, fx_err, sizeof fx_err), SHM_ETIMEDOUT);
+    cr_assert_eq(ring_get_counters(c).sleeps, slept, "a 20 µs wait inside the default 50 µs spin slept");
     fx_sides_detach(&sd);
     fx_ring_end(&f);
 }
