@@ -477,7 +477,7 @@ int main(int argc, char **argv)
                 struct remote_ctx *cs[2] = {&c1, &c0};
                 for (int g = 0; g < 2; g++) {
                     gw_seq *sq = seq(gs2[g]);
-                    eval(sq, tok, T, GW_ROWS_LAST, NULL, GW_ROWS_NONE, NULL, NULL);
+                    eval(sq, tok, T, GW_ROWS_NONE, NULL, GW_ROWS_NONE, NULL, NULL);
                     cs[g]->fail = 1;
                     struct gw_eval_args fa = {.tokens = tok, .n_tokens = 1, .logits_rows = GW_ROWS_LAST, .argmax = o0};
                     char ferr[512] = "";
