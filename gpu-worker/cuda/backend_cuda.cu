@@ -632,7 +632,7 @@ static int cuda_create(const struct model *m, const struct gw_backend_params *p,
                        size_t errlen)
 {
     const char *kern = p && p->kernels ? p->kernels : getenv("NEBULA_CUDA_KERNELS");
-    enum gw_kernels kernels = GW_KERNELS_REF;
+    enum gw_kernels kernels = GW_KERNELS_FAST; /* within 1e-6 of the CPU, greedy-identical (docs/BENCHMARKS.md) */
     if (kern && *kern && gw_kernels_parse(kern, &kernels))
         return nb_errf(err, errlen, NB_EINVAL, "cuda backend: kernels \"%s\": want ref or fast", kern);
     if (m->hp.n_expert_used > GW_CUDA_MAX_EXPERT_USED)

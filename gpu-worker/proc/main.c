@@ -46,7 +46,7 @@ struct gwp {
     uint64_t layer_t0; /* per-layer timing through the layer tap */
     bool layer_times;  /* take it (layer_times_wanted) */
     const char *backend; /* gw_backend_params.kind: --backend, else $NEBULA_GW_BACKEND, else "cpu" */
-    const char *kernels; /* --kernels (cuda; NULL: $NEBULA_CUDA_KERNELS, else ref) */
+    const char *kernels; /* --kernels (cuda; NULL: $NEBULA_CUDA_KERNELS, else fast) */
     uint64_t vram_budget; /* --vram-budget (0: the placement's, else none) */
     int64_t n_ctx;        /* --ctx: positions the budget reserves K/V for (0: the model's) */
 };
@@ -71,7 +71,8 @@ static void usage(FILE *f)
                "its configuration (model, placement, shared-memory regions).  Not run by hand.\n"
                "--backend picks the compute backend (default: $NEBULA_GW_BACKEND, else cpu); cuda\n"
                "runs the forward pass on the GPU and fails the configuration where there is none.\n"
-               "--kernels picks its matrix kernels (default: $NEBULA_CUDA_KERNELS, else ref).\n"
+               "--kernels picks its matrix kernels (default: $NEBULA_CUDA_KERNELS, else fast: fp32,\n"
+               "within 1e-6 of the CPU reference; ref: bit-faithful to it, for parity checks).\n"
                "--vram-budget (like 80G; default $NEBULA_GW_VRAM_BUDGET) caps its device memory:\n"
                "dense weights + MTP + K/V for --ctx positions (default: placement.json's\n"
                "request.vram_ctx, else the model's context) + the VRAM-tier experts + scratch must\n"

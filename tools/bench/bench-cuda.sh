@@ -259,7 +259,7 @@ python3 - "$tmp/slice.json" "$tmp/curve.json" "$backend" "$gen" "$reps" "$budget
 import json, os, sys
 s, c = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 cpu_k = "CPU experts " + (os.environ.get("NEBULA_CPU_KERNELS") or "ref")
-s.update(backend=sys.argv[3] + (" (" + cpu_k + ")" if sys.argv[3] == "cpu" else " (kernels " + (os.environ.get("NEBULA_CUDA_KERNELS") or "ref") + "; " + cpu_k + ")"), gen=int(sys.argv[4]), reps=int(sys.argv[5]), slots_budget_bytes=int(sys.argv[6]),
+s.update(backend=sys.argv[3] + (" (" + cpu_k + ")" if sys.argv[3] == "cpu" else " (kernels " + (os.environ.get("NEBULA_CUDA_KERNELS") or "fast") + "; " + cpu_k + ")"), gen=int(sys.argv[4]), reps=int(sys.argv[5]), slots_budget_bytes=int(sys.argv[6]),
          budget_note=sys.argv[7], curve=c["curve"],
          curve_note=f"hotlist of one random-id campaign, hit rate measured on a second one; {c['selections']} routed selections",
          dense_read_bytes=s["dense_bytes"] - s["token_embd_bytes"] + s["token_embd_row_bytes"])
