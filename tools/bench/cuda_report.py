@@ -99,6 +99,7 @@ def record(a):
         "pcie_bytes_per_token": (gwe["bytes_copied"] - gwd["bytes_copied"]) / short_tokens,
         "cpu_expert_ms_per_token": (cme["busy_ns"] - cmd["busy_ns"]) / short_tokens / 1e6,
         "gpu_wait_ms_per_token": (gwe["ring_wait_ns"] - gwd["ring_wait_ns"]) / short_tokens / 1e6,
+        "gpu_busy_ms_per_token": (gwe["busy_ns"] - gwd["busy_ns"]) / short_tokens / 1e6,
         "experts_per_token": computed / tokens}))
 
 
@@ -189,6 +190,15 @@ def report(a):
               f"| {med([r.get('gpu_wait_ms_per_token', float('nan')) for r in rs]):.2f} | {'/'.join(f'{e:g}' for e in ept)} "
               f"| {rf['floor_ms']:.2f} | {rf['measured_over_floor']:.2f} | {rf['bound']} |")
     print()
+    for (config, prompt), rs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0] != "slots")):
+        busy = med([r.get("gpu_busy_ms_per_token", float("nan")) for r in rs])
+        if busy != busy:  # records from before the gpu-worker's busy time was kept
+            continue
+        ms = 1e3 / decode[(config, prompt)] if decode[(config, prompt)] > 0 else float("nan")
+        wait = med([r.get("gpu_wait_ms_per_token", float("nan")) for r in rs])
+        print(f"- {config}, prompt {prompt}: a decode token {ms:.2f} ms = the gpu-worker's eval {busy:.2f} ms "
+              f"(waiting for the cpu-moe-worker {wait:.2f}, the GPU's own work and the hand-offs {busy - wait:.2f}) "
+              f"+ {ms - busy:.2f} ms outside it (coordinator, step ring, sampling)")
     for prompt in sorted({p for _, p in decode}):
         s, z = decode.get(("slots", prompt)), decode.get(("zero-slot", prompt))
         if s and z:
