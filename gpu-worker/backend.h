@@ -184,6 +184,10 @@ struct gw_vram_parts {
 /* Rows of logits the CUDA backend computes at a time (a prefill chunk's or a
  * verify window's head runs in sub-batches of this many rows; scratch counts it). */
 #define GW_VRAM_HEAD_ROWS 32
+/* Rows of one eval the scratch estimate provides for (the pipeline's prefill
+ * chunks are at most this); under a budget the CUDA backend runs a larger
+ * batch in pieces of this many rows. */
+#define GW_VRAM_BATCH_ROWS 512
 /* Whether the CUDA backend decodes this quant type on the device (else it is widened to F32). */
 bool gw_vram_native_type(int type);
 /* The dense weights (trunk: *dense; the MTP block's own: *mtp) as the CUDA

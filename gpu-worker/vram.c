@@ -21,9 +21,6 @@
 #include "core/model/model.h"
 #include "core/util/err.h"
 
-/* Rows of a prefill chunk the scratch estimate provides for (the pipeline's
- * prefill chunks are at most this; a larger batch may need more). */
-#define VRAM_BATCH 512
 /* Device memory the backend holds beyond its own allocations: the
  * stream-ordered pool reserves whole chunks for the temporaries, and CUDA
  * loads kernel modules lazily at their first launch (after the backend's
@@ -190,7 +187,7 @@ static uint64_t batch_bytes(const struct model *m, int64_t T, int64_t n_ctx)
 
 static uint64_t scratch_bytes(const struct model *m, int64_t n_ctx)
 {
-    const int64_t T = n_ctx < VRAM_BATCH ? n_ctx : VRAM_BATCH;
+    const int64_t T = n_ctx < GW_VRAM_BATCH_ROWS ? n_ctx : GW_VRAM_BATCH_ROWS;
     return gw_vram_arena_bytes(m, n_ctx) + batch_bytes(m, T, n_ctx) + VRAM_SLACK;
 }
 

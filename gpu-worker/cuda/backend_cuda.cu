@@ -1820,7 +1820,44 @@ static int eval_body(cuda_seq *s, const struct gw_eval_args *a)
     return eval_dev(s, a, NULL);
 }
 
+/* Under a VRAM budget: the positions are those the budget reserved K/V for,
+ * and a batch larger than the scratch estimate's GW_VRAM_BATCH_ROWS runs in
+ * pieces of that many rows (each piece's asked rows of logits, argmax and
+ * wide state go to their places in the caller's buffers). */
+static int cuda_eval_piece(gw_seq *gs, const struct gw_eval_args *a, char *err, size_t errlen);
+
 static int cuda_eval(gw_seq *gs, const struct gw_eval_args *a, char *err, size_t errlen)
+{
+    cuda_seq *s = (cuda_seq *)gs;
+    cuda_backend *be = cbe(gs->be);
+    const int T = a->n_tokens;
+    if (be->budget && gs->n_pos + T > be->n_ctx)
+        return nb_errf(err, errlen, NB_EINVAL,
+                       "eval of %d tokens at position %lld: past the %lld positions the VRAM budget reserved K/V for "
+                       "(the gpu-worker's --ctx)", T, (long long)gs->n_pos, (long long)be->n_ctx);
+    if (!be->budget || T <= GW_VRAM_BATCH_ROWS || s->broken) return cuda_eval_piece(gs, a, err, errlen);
+    const struct model_hparams *hp = &be->base.model->hp;
+    const int64_t V = hp->n_vocab, wide = model_wide(hp);
+    for (int r0 = 0; r0 < T; r0 += GW_VRAM_BATCH_ROWS) {
+        const int n = T - r0 < GW_VRAM_BATCH_ROWS ? T - r0 : GW_VRAM_BATCH_ROWS;
+        const bool last = r0 + n == T;
+        struct gw_eval_args p = *a;
+        p.tokens = a->tokens + r0, p.n_tokens = n;
+        if (a->logits_rows == GW_ROWS_ALL) {
+            p.logits = a->logits ? a->logits + (int64_t)r0 * V : NULL;
+            p.argmax = a->argmax ? a->argmax + r0 : NULL;
+        } else if (!last) {
+            p.logits_rows = GW_ROWS_NONE, p.logits = NULL, p.argmax = NULL;
+        }
+        if (a->wide_rows == GW_ROWS_ALL) p.wide = a->wide + (int64_t)r0 * wide;
+        else if (!last) p.wide_rows = GW_ROWS_NONE, p.wide = NULL;
+        int rc = cuda_eval_piece(gs, &p, err, errlen);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int cuda_eval_piece(gw_seq *gs, const struct gw_eval_args *a, char *err, size_t errlen)
 {
     cuda_seq *s = (cuda_seq *)gs;
     if (s->broken) return nb_errf(err, errlen, NB_EINVAL, "sequence state is inconsistent after a failed call: reset it");

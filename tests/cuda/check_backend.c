@@ -561,6 +561,16 @@ int main(int argc, char **argv)
             prc = gw_eval(ps, &da, perr, sizeof perr);
         }
         const uint64_t peak = pb ? gw_backend_vram_bytes(pb) : 0;
+        if (prc == 0) { /* 5 more tokens would pass the ctx the budget reserved K/V for: refused up front */
+            char cerr[512] = "";
+            struct gw_eval_args xa = {.tokens = tok, .n_tokens = 5, .logits_rows = GW_ROWS_LAST, .logits = pl};
+            int crc = gw_eval(ps, &xa, cerr, sizeof cerr);
+            struct gw_eval_args ya = {.tokens = tok, .n_tokens = 1, .logits_rows = GW_ROWS_LAST, .logits = pl};
+            int yrc = crc ? gw_eval(ps, &ya, perr, sizeof perr) : -1; /* the sequence is still usable */
+            report("vram-ctx", crc == NB_EINVAL && strstr(cerr, "past the") && yrc == 0,
+                   "an eval past the budget's %.0f positions refused, the sequence kept", (double)ctx);
+            printf("     (%s)\n", cerr);
+        }
         report("vram-plan", prc == 0 && peak <= total && ep <= tol,
                "measured peak %.1f MiB within the planned total", mib(peak));
         printf("     (planned %.1f MiB: dense %.1f + MTP %.1f + K/V %.1f + slots %.1f + scratch %.1f; all-row logits "
