@@ -13,13 +13,16 @@
  * ~200 µs.  The rule:
  *
  *   threads  --threads when given; else OMP_NUM_THREADS's own (0 is sent:
- *            the worker's OpenMP reads it); else nproc − 1 when nproc > 2,
- *            leaving one core to the gpu-worker's host thread, which waits
- *            on the moe ring while the experts are computed — an OpenMP
- *            thread sharing its core gets preempted and holds the team at
- *            the barrier for a scheduler slice; else nproc.
+ *            the worker's OpenMP reads it); else, when nproc > 2, nproc
+ *            less the gpu-worker's host threads that wait while the experts
+ *            are computed (at least 2) — an OpenMP thread sharing a core
+ *            with one of them gets preempted and holds the team at the
+ *            barrier for a scheduler slice; else nproc.  Host threads: the
+ *            CUDA backend's two (the doorbell's remote thread spins on the
+ *            mailbox, then on the moe ring; the main thread waits on the
+ *            stream, yielding), the CPU backend's one (its ring wait).
  *   spin     when the cpu-moe-worker's threads plus the gpu-worker's busy
- *            threads fit in nproc: the CUDA backend's one host thread, the
+ *            threads fit in nproc: the CUDA backend's two host threads, the
  *            CPU backend's whole team (the two alternate, and a team that
  *            spins on the cores the other one computes on is the 2-core
  *            case above).  The ssd-pager is not counted: it waits for its
@@ -43,12 +46,13 @@ void coord_cpu_plan(int nproc, int threads, const char *omp_num_threads, const c
                     struct coord_cpu_plan *p)
 {
     if (nproc < 1) nproc = 1;
+    const int host = gw_cuda ? 2 : 1; /* the gpu-worker's threads waiting for the experts */
     int moe = nproc; /* the threads the cpu-moe-worker will run */
     int env = omp_num_threads ? atoi(omp_num_threads) : 0;
     if (threads > 0) p->moe_threads = moe = threads;
     else if (omp_num_threads && *omp_num_threads) p->moe_threads = 0, moe = env > 0 ? env : nproc;
-    else p->moe_threads = moe = nproc > 2 ? nproc - 1 : nproc;
-    int gw_busy = gw_cuda ? 1 : threads > 0 ? threads : nproc;
+    else p->moe_threads = moe = nproc <= 2 ? nproc : nproc - host >= 2 ? nproc - host : 2;
+    int gw_busy = gw_cuda ? host : threads > 0 ? threads : nproc;
     bool passive = omp_wait_policy && !strcasecmp(omp_wait_policy, "passive");
     p->moe_spin = !passive && moe + gw_busy <= nproc;
     p->ring_spin_us = p->moe_spin ? COORD_RING_SPIN_US : 0;

@@ -36,8 +36,9 @@
  * OMP_WAIT_POLICY / GOMP_SPINCOUNT in the environment make it wait: passive
  * threads sleep and each request starts with futex wake-ups, spinning ones
  * are still on their cores.  --busy B starts B threads that spin for the
- * whole run, the gpu-worker's host thread waiting on the moe ring: with
- * --threads = the cores, one OpenMP thread shares its core with a spinner.
+ * whole run, the gpu-worker's host threads waiting for the experts (the
+ * CUDA backend's doorbell thread spins; its main thread yields): with
+ * --threads + B over the cores, OpenMP threads share cores with spinners.
  * Reported per (experts, gap): requests, p50 / p90 / p99 / max ms per
  * request, and GB/s of weights at the p50.
  * Exit status: 0 ok, 1 out of memory or a kernel error, 2 bad usage. */
@@ -69,7 +70,7 @@ static const char usage[] =
     "                requests come with a gap between them; the OpenMP team waits in the gaps as\n"
     "                OMP_WAIT_POLICY / GOMP_SPINCOUNT say (compare passive with active or unset)\n"
     "  --gap-us L    --latency: gaps between requests, comma-separated µs (default 0,200,1000)\n"
-    "  --busy B      --latency: B more threads spin all the time (the gpu-worker's host thread; default 0)\n"
+    "  --busy B      --latency: B more threads spin all the time (the gpu-worker's host threads; default 0)\n"
     "  --kernels K   --latency: ref or fast (default fast)\n"
     "  --help        this text\n"
     "\n"
