@@ -52,7 +52,7 @@ measure() {
 }
 
 echo "Decode of greedy tokens after a 32-token prompt (64 on the fixture, 16 on the synthetic slice), 3 repetitions (median);"
-echo "CPU reference backend, 2 threads per process; the coordinator starts workers with OMP_WAIT_POLICY=passive unless it is set"
+echo "CPU reference backend, 2 threads per process; OpenMP and ring waits as coordinator/cpu_plan.c decides for $(nproc) cores (passive unless 2 + 2 threads fit, or as OMP_WAIT_POLICY says)"
 echo
 echo "| model | configuration | decode tok/s | ms/token | overhead ms/token vs single process |"
 echo "|---|---|---:|---:|---:|"
