@@ -135,6 +135,7 @@ struct remote_ctx {
     const struct model *m;
     uint64_t pairs;
     int fail; /* answer with an error (the failure path) */
+    struct gw_expert_scratch scratch;
 };
 static int remote_fn(void *ctx, int layer, int n_rows, const float *x, int n_pairs, const int32_t *rows,
                      const int32_t *experts, const float *weights, float *out, char *err, size_t errlen)
@@ -143,17 +144,26 @@ static int remote_fn(void *ctx, int layer, int n_rows, const float *x, int n_pai
     if (r->fail) return nb_errf(err, errlen, NB_EIO, "told to fail");
     const struct model_moe *w = &r->m->layers[layer].moe;
     const int64_t C = r->m->hp.n_embd;
+    /* one job per pair, all in one gw_expert_ffn_many call: its threads split
+     * the rows, and with the ref kernels each pair's bits are gw_expert_ffn's */
+    struct gw_expert_job *jobs = malloc((size_t)(n_pairs > 0 ? n_pairs : 1) * sizeof *jobs);
+    if (!jobs) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     for (int i = 0; i < n_pairs; i++) {
         int e = experts[i];
-        if (rows[i] < 0 || rows[i] >= n_rows) return nb_errf(err, errlen, NB_EINVAL, "pair %d: row %d", i, rows[i]);
+        if (rows[i] < 0 || rows[i] >= n_rows) {
+            free(jobs);
+            return nb_errf(err, errlen, NB_EINVAL, "pair %d: row %d", i, rows[i]);
+        }
         struct gw_expert ex = {w->gate_exps.data + (size_t)e * w->gate_exps.mat_bytes,
                                w->up_exps.data + (size_t)e * w->up_exps.mat_bytes,
                                w->down_exps.data + (size_t)e * w->down_exps.mat_bytes,
                                w->gate_exps.type, w->up_exps.type, w->down_exps.type, C, w->gate_exps.ne[1]};
-        if (gw_expert_ffn(&ex, x + (int64_t)rows[i] * C, 1, &weights[i], out + (int64_t)i * C))
-            return nb_errf(err, errlen, NB_ENOTSUP, "expert %d of layer %d", e, layer);
-        r->pairs++;
+        jobs[i] = (struct gw_expert_job){ex, x + (int64_t)rows[i] * C, 1, &weights[i], out + (int64_t)i * C};
     }
+    int rc = gw_expert_ffn_many(jobs, n_pairs, GW_KERNELS_REF, &r->scratch);
+    free(jobs);
+    if (rc) return nb_errf(err, errlen, NB_ENOTSUP, "experts of layer %d", layer);
+    r->pairs += (uint64_t)n_pairs;
     return 0;
 }
 
@@ -432,7 +442,7 @@ int main(int argc, char **argv)
                         local[l * E + x] = pat == 0 ? 0 : pat == 1 ? (x % 2 == 0) : pat == 2 ? (l % 2) : ((x * 2654435761u + l * 40503u) % 10 >= 3);
                 /* odd patterns: the map known at creation; even: laid out at the first eval */
                 gw_backend *rb = make_pl(m, "cuda", false, pat % 2 ? local : NULL);
-                struct remote_ctx rctx = {m, 0, 0};
+                struct remote_ctx rctx = {m, 0, 0, {0}};
                 struct gw_moe_remote r = {local, remote_fn, &rctx};
                 if (gw_backend_set_moe_remote(rb, &r, err, sizeof err)) die("remote hook", err);
                 double dr = greedy(rb, tok, T, n_greedy, gr, NULL);
@@ -454,12 +464,13 @@ int main(int argc, char **argv)
                 report(name, cb >= want_cb, "%.0f bytes copied to the device", (double)cb);
                 printf("     (remote results: %llu bytes)\n", (unsigned long long)want_cb);
                 gw_backend_free(rb);
+                gw_expert_scratch_free(&rctx.scratch);
             }
             /* the doorbell inside a CUDA graph: the hashed placement's decode steps
              * bit-identical to plain launches (both post through the mailbox) */
             {
                 gw_backend *g1 = make_pl(m, "cuda", false, local), *g0 = make_pl(m, "cuda", true, local);
-                struct remote_ctx c1 = {m, 0, 0}, c0 = {m, 0, 0};
+                struct remote_ctx c1 = {m, 0, 0, {0}}, c0 = {m, 0, 0, {0}};
                 struct gw_moe_remote r1 = {local, remote_fn, &c1}, r0 = {local, remote_fn, &c0};
                 if (gw_backend_set_moe_remote(g1, &r1, err, sizeof err)) die("remote hook", err);
                 if (gw_backend_set_moe_remote(g0, &r0, err, sizeof err)) die("remote hook", err);
@@ -491,6 +502,7 @@ int main(int argc, char **argv)
                     gw_seq_free(sq);
                 }
                 gw_backend_free(g1), gw_backend_free(g0);
+                gw_expert_scratch_free(&c1.scratch), gw_expert_scratch_free(&c0.scratch);
                 free(h1), free(h0), free(o0);
             }
             /* only the resident experts take VRAM: an all-local backend made and run
@@ -511,7 +523,7 @@ int main(int argc, char **argv)
                 printf("     vram-tier not compared: the slots (%.2f MiB) are under the allocator's granularity\n", mib(all.slots));
             /* the all-local backend given the hashed placement, then none: re-laid out each time */
             const int nr = n_greedy < 32 ? n_greedy : 32;
-            struct remote_ctx rctx = {m, 0, 0};
+            struct remote_ctx rctx = {m, 0, 0, {0}};
             struct gw_moe_remote r = {local, remote_fn, &rctx};
             if (gw_backend_set_moe_remote(gpu, &r, err, sizeof err)) die("remote hook", err);
             greedy(gpu, tok, T, nr, gr, NULL);
@@ -521,6 +533,7 @@ int main(int argc, char **argv)
             int s2 = same_prefix(gc, gr, nr);
             report("relayout", s1 == nr && s2 == nr && rctx.pairs > 0, "%.0f tokens identical after each re-layout",
                    s1 < s2 ? s1 : s2);
+            gw_expert_scratch_free(&rctx.scratch);
             free(gr);
             free(local);
         }
