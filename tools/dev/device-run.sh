@@ -7,7 +7,9 @@
 # device time runs out.  Environment: CHECK_S (default 240), BENCH_S (default
 # 300 per kernel set), LAYERS (default 4), PROMPTS (default 512), GEN (default
 # 64), REPS (default 2), CPU_KERNELS (default "ref fast"), CUDA_KERNELS
-# (default fast), SKIP_CHECK=1 to go straight to the bench.
+# (default fast), CAMPAIGN (hotlist campaign prompts, default 8), SKIP_CHECK=1
+# to go straight to the bench; KERNELS, FIXTURES, GREEDY pass on to
+# run-backend-on-gpu.sh.
 set -u
 OUT=${OUT:-/tmp/nebula-device-out}
 mkdir -p "$OUT"
@@ -28,9 +30,9 @@ fi
 for k in ${CPU_KERNELS:-ref fast}; do
     NEBULA_CPU_KERNELS=$k NEBULA_CUDA_KERNELS=${CUDA_KERNELS:-fast} timeout "${BENCH_S:-300}" \
         bash tools/bench/bench-cuda.sh "$B" --layers "${LAYERS:-4}" --prompts "${PROMPTS:-512}" --gen "${GEN:-64}" \
-        --reps "${REPS:-2}" --models-dir /tmp/nebula-bench-models >"$OUT/bench-cpu-$k.md" 2>"$OUT/bench-cpu-$k.err"
+        --reps "${REPS:-2}" --campaign "${CAMPAIGN:-8}" --models-dir /tmp/nebula-bench-models >"$OUT/bench-cpu-$k.md" 2>"$OUT/bench-cpu-$k.err"
     echo "bench (cpu experts $k): rc=$? at $(elapsed) s"
-    grep -E '^\| (slots|zero-slot)|slots / zero-slot|VRAM planned|EXCEEDED|EXACTNESS' "$OUT/bench-cpu-$k.md" | head -12
+    grep -E '^\| (slots|zero-slot)|slots / zero-slot|a decode token|VRAM planned|EXCEEDED|EXACTNESS' "$OUT/bench-cpu-$k.md" | head -12
     tail -3 "$OUT/bench-cpu-$k.err"
 done
 echo "device-run: $(elapsed) s in all; results in $OUT"
