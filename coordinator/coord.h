@@ -56,6 +56,7 @@ struct coord_worker {
     int threads;           /* configure's threads (0: the worker's default) */
     uint32_t ring_spin_us; /* configure's ring_spin_us */
     bool omp_spin;         /* started without OMP_WAIT_POLICY=passive (cpu_plan.c) */
+    bool fast_kernels;     /* cpu-moe-worker beside the CUDA backend: $NEBULA_CPU_KERNELS=fast unless set */
 };
 
 struct coord_tiers {

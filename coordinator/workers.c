@@ -75,6 +75,11 @@ static void plan_cpu(struct coord *c)
     for (int i = 0; i < c->n_workers; i++) c->w[i].threads = c->threads;
     if (!moe) return;
     moe->threads = p.moe_threads, moe->omp_spin = p.moe_spin, moe->ring_spin_us = p.ring_spin_us;
+    /* The CPU experts' kernels follow the GPU's: beside the CUDA backend (fast
+     * fp32 kernels by default) the fast ones, within float tolerance of the
+     * reference and 10–20× faster per core; beside the CPU reference backend
+     * the ref ones, so every placement gives the single-process bits. */
+    moe->fast_kernels = cuda;
     coord_worker_by_role(c, "gpu-worker")->ring_spin_us = p.ring_spin_us;
     char th[32];
     snprintf(th, sizeof th, "%d", p.moe_threads);
@@ -117,6 +122,7 @@ int coord_spawn(struct coord *c, struct coord_worker *w)
          * 371 vs 1332 tok/s all-RAM).  Passive waiting, unless the user chose
          * or the cores suffice for the cpu-moe-worker to spin (cpu_plan.c). */
         if (!w->omp_spin) setenv("OMP_WAIT_POLICY", "passive", 0);
+        if (w->fast_kernels) setenv("NEBULA_CPU_KERNELS", "fast", 0);
         char *argv[] = {w->binary, "--control", endpoint, NULL};
         execv(w->binary, argv);
         fprintf(stderr, "cannot exec %s: %s\n", w->binary, strerror(errno));
