@@ -25,7 +25,12 @@ trap 'rm -f "$log"' EXIT
 for t in $(find "$BUILD/tests" -type f -perm -u+x -name 'test_*' 2>/dev/null | sort); do
     echo "== $t"
     # --verbose: Criterion prints [SKIP] lines (a GPU test without a GPU) only then.
-    if "$t" --jobs 2 --verbose >"$log" 2>&1; then rc=0; else rc=$?; fi
+    # test_region one test at a time: creating an instance sweeps the dead
+    # ones, so a test creating one beside the test that leaves a dead
+    # instance behind to count its entries can remove them first.
+    jobs=2
+    case $t in */shm/test_region) jobs=1 ;; esac
+    if "$t" --jobs "$jobs" --verbose >"$log" 2>&1; then rc=0; else rc=$?; fi
     grep -a -E 'Synthesis|\[FAIL\]|\[SKIP\]|Assertion|Warning|signal' "$log" | head -n 40
     count_criterion "$log"
     s=$(grep -a -c '\[SKIP\]' "$log"); skipped=$((skipped + s))
