@@ -192,6 +192,22 @@ struct dec_q6_K { /* ql[128], qh[64], scales[16] int8, d: see quant_impl.h; 210 
 
 /* ---- the shared kernel ---- */
 
+/* The warp's 32 partial sums of each x row added with shuffles; lane b
+ * writes row b's result (y row b, column `row`). */
+template <int NB>
+static __device__ __forceinline__ void warp_store(float acc[NB], int nb, float *__restrict__ y, int n_rows, int row,
+                                                  int lane)
+{
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) acc[b] += __shfl_xor_sync(0xffffffffu, acc[b], o);
+    }
+#pragma unroll
+    for (int b = 0; b < NB; b++)
+        if (b < nb && lane == b) y[(size_t)b * n_rows + row] = acc[b];
+}
+
 /* Row `row` of W times nb rows of x (one warp). */
 template <typename D, int NB>
 static __device__ __forceinline__ void matvec_row(const uint8_t *__restrict__ w, int n_rows, int n_cols,
@@ -220,14 +236,7 @@ static __device__ __forceinline__ void matvec_row(const uint8_t *__restrict__ w,
             }
         }
     }
-#pragma unroll
-    for (int b = 0; b < NB; b++) {
-#pragma unroll
-        for (int o = 16; o > 0; o /= 2) acc[b] += __shfl_xor_sync(0xffffffffu, acc[b], o);
-    }
-#pragma unroll
-    for (int b = 0; b < NB; b++)
-        if (b < nb && lane == b) y[(size_t)b * n_rows + row] = acc[b];
+    warp_store<NB>(acc, nb, y, n_rows, row, lane);
 }
 
 /* ---- the K-quants: eight lanes per 256-value block ----
@@ -301,14 +310,7 @@ static __device__ __forceinline__ void matvec_row_kq(const uint8_t *__restrict__
 #pragma unroll
         for (int b = 0; b < NB; b++) acc[b] += d * (float)sc_hi * sq[b] - dmin * (float)m_hi * sx[b];
     }
-#pragma unroll
-    for (int b = 0; b < NB; b++) {
-#pragma unroll
-        for (int o = 16; o > 0; o /= 2) acc[b] += __shfl_xor_sync(0xffffffffu, acc[b], o);
-    }
-#pragma unroll
-    for (int b = 0; b < NB; b++)
-        if (b < nb && lane == b) y[(size_t)b * n_rows + row] = acc[b];
+    warp_store<NB>(acc, nb, y, n_rows, row, lane);
 }
 
 /* 16 bytes at a 2-byte aligned p, as four little-endian words. */
@@ -350,14 +352,7 @@ static __device__ __forceinline__ void matvec_row_q6k(const uint8_t *__restrict_
 #pragma unroll
         for (int b = 0; b < NB; b++) acc[b] += s_hi * (sq[b] - 32.0f * sx[b]);
     }
-#pragma unroll
-    for (int b = 0; b < NB; b++) {
-#pragma unroll
-        for (int o2 = 16; o2 > 0; o2 /= 2) acc[b] += __shfl_xor_sync(0xffffffffu, acc[b], o2);
-    }
-#pragma unroll
-    for (int b = 0; b < NB; b++)
-        if (b < nb && lane == b) y[(size_t)b * n_rows + row] = acc[b];
+    warp_store<NB>(acc, nb, y, n_rows, row, lane);
 }
 
 /* The row function of a format: the K-quants' own, the generic one for the rest. */

@@ -8,12 +8,7 @@ set -u
 BIN=${BUILD:-build}/bin/nebula-bench-expert
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-fails=0
-check() { # $1 = description, rest = command that must succeed
-    local what=$1
-    shift
-    if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
-}
+. "$(dirname "$0")/../lib/check.sh"
 
 [ -x "$BIN" ] || { echo "FAIL $BIN not built"; exit 1; }
 
@@ -36,5 +31,4 @@ check "ref kernels, policy unset" grep -q 'ref kernels, .* OMP_WAIT_POLICY=(unse
 "$BIN" --experts 0 >/dev/null 2>&1; check "bad --experts exits 2" [ $? -eq 2 ]
 "$BIN" --threads >/dev/null 2>&1; check "missing value exits 2" [ $? -eq 2 ]
 
-echo "$fails failed"
-[ "$fails" -eq 0 ]
+check_done

@@ -6,12 +6,7 @@ set -u
 BIN=${BUILD:-build}/bin/nebula-bench-quant
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-fails=0
-check() { # $1 = description, rest = command that must succeed
-    local what=$1
-    shift
-    if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
-}
+. "$(dirname "$0")/../lib/check.sh"
 
 [ -x "$BIN" ] || { echo "FAIL $BIN not built"; exit 1; }
 
@@ -26,5 +21,4 @@ check "one row per ISA (got $rows)" [ "$rows" -ge 1 ]
 "$BIN" --type q9_9 >/dev/null 2>&1; check "unknown type exits 2" [ $? -eq 2 ]
 "$BIN" --frobnicate >/dev/null 2>&1; check "unknown option exits 2" [ $? -eq 2 ]
 
-echo "$fails failed"
-[ "$fails" -eq 0 ]
+check_done

@@ -6,12 +6,7 @@ set -u
 BIN=${BUILD:-build}/bin/nebula-bench-ring
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-fails=0
-check() { # $1 = description, rest = command that must succeed
-    local what=$1
-    shift
-    if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
-}
+. "$(dirname "$0")/../lib/check.sh"
 
 [ -x "$BIN" ] || { echo "FAIL $BIN not built"; exit 1; }
 
@@ -32,5 +27,4 @@ check "--gap-us: the header says the gap, nine rows" bash -c "grep -q '100 µs b
 "$BIN" --spin-us >/dev/null 2>&1; check "missing value exits 2" [ $? -eq 2 ]
 "$BIN" --frobnicate >/dev/null 2>&1; check "unknown option exits 2" [ $? -eq 2 ]
 
-echo "$fails failed"
-[ "$fails" -eq 0 ]
+check_done
