@@ -14,7 +14,7 @@
 # directory already prepared for this file is used as it is.
 #
 # Environment (make passes its variables of the same names): PORT, API_PORT,
-# NEBULA_STATE_DIR, PREPARED, VRAM_BUDGET, RAM_BUDGET, THREADS.
+# NEBULA_STATE_DIR, PREPARED, VRAM_BUDGET, RAM_BUDGET, THREADS, BACKEND (auto, cuda or cpu).
 set -euo pipefail
 BUILD=${1:-build}
 MODEL=${2:-}
@@ -25,6 +25,7 @@ case $BUILD in /*) NEBULA_BIN=$BUILD/bin ;; esac
 
 args=(--port "${PORT:-8090}" --api-port "${API_PORT:-8091}")
 [ -n "${THREADS:-}" ] && args+=(--threads "$THREADS")
+[ -n "${BACKEND:-}" ] && args+=(--backend "$BACKEND")
 
 if [ -z "$MODEL" ]; then
     say "no MODEL given: the bundled demo model (make run MODEL=path.gguf serves a real one)"

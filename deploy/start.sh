@@ -16,6 +16,8 @@
 #   --state DIR       pid files, logs, nginx.conf, the engine's runtime directory
 #                     (default $NEBULA_STATE_DIR, else ~/.local/state/nebula)
 #   --threads N       CPU threads of the engine (default: all cores)
+#   --backend B       auto (default: cuda where nebula-gpu-worker --probe cuda finds a
+#                     usable GPU, else cpu), cuda or cpu; $NEBULA_GW_BACKEND sets the default
 #   --max-body BYTES  largest request body, for nginx and the coordinator (default 4194304)
 #   --name NAME       the model id the API reports (default: the GGUF's general.name)
 #   --wait SECONDS    how long to wait for the model to load (default 1800; 0: return
@@ -36,6 +38,7 @@ umask 077
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
 model= prepared= demo=0 port=8090 api_port=8091 state_arg= threads= max_body=4194304 name= wait_s=1800
+backend=${NEBULA_GW_BACKEND:-auto}
 WEB=${NEBULA_WEB:-$NEBULA_REPO/web}
 need() { [ $# -ge 2 ] || { echo "start.sh: $1 needs a value (try --help)" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
@@ -47,6 +50,7 @@ while [ $# -gt 0 ]; do
     --api-port) need "$@"; api_port=$2; shift ;;
     --state) need "$@"; state_arg=$2; shift ;;
     --threads) need "$@"; threads=$2; shift ;;
+    --backend) need "$@"; backend=$2; shift ;;
     --max-body) need "$@"; max_body=$2; shift ;;
     --name) need "$@"; name=$2; shift ;;
     --wait) need "$@"; wait_s=$2; shift ;;
@@ -63,6 +67,7 @@ is_port "$api_port" || { echo "start.sh: --api-port must be a port number, not '
 [[ $max_body =~ ^[0-9]+$ ]] && [ "$max_body" -ge 1024 ] || { echo "start.sh: --max-body must be a number of bytes >= 1024" >&2; exit 2; }
 [[ $wait_s =~ ^[0-9]+$ ]] || { echo "start.sh: --wait must be a number of seconds" >&2; exit 2; }
 [ -z "$threads" ] || [[ $threads =~ ^[0-9]+$ ]] || { echo "start.sh: --threads must be a number" >&2; exit 2; }
+case $backend in auto | cpu | cuda) ;; *) echo "start.sh: --backend must be auto, cpu or cuda, not '$backend'" >&2; exit 2 ;; esac
 
 STATE=$(resolve_state "$state_arg")
 # nginx.conf takes the paths unquoted, and the control socket path must fit
@@ -116,6 +121,25 @@ COORD=$NEBULA_BIN/nebula-coordinator
 [ -x "$COORD" ] || { log_error "$COORD is missing: run make"; exit 1; }
 "$COORD" --help 2>/dev/null | grep -q -- '--http' ||
     { log_error "$COORD has no HTTP API (--http): rebuild with make"; exit 1; }
+# The gpu-worker's backend (the workers inherit NEBULA_GW_BACKEND): the GPU
+# where this build can run on it, else the CPU reference; asked for
+# explicitly, cuda must be usable.
+GW=$NEBULA_BIN/nebula-gpu-worker
+if [ "$backend" != cpu ]; then
+    probe="cuda: $GW is missing" usable=0
+    if [ -x "$GW" ] && probe=$("$GW" --probe cuda 2>&1); then usable=1; fi
+    if [ "$usable" = 1 ]; then
+        say "backend: cuda (${probe#cuda: })"
+        backend=cuda
+    elif [ "$backend" = cuda ]; then
+        log_error "--backend cuda: ${probe#cuda: }"
+        exit 1
+    else
+        say "backend: cpu (no usable GPU: ${probe#cuda: })"
+        backend=cpu
+    fi
+fi
+export NEBULA_GW_BACKEND=$backend
 [ -r "$WEB/index.html" ] || { log_error "$WEB/index.html is missing: run make web"; exit 1; }
 
 if [ -z "$model" ]; then

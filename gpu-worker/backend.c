@@ -37,6 +37,17 @@ int gw_backend_create(const struct model *m, const struct gw_backend_params *p, 
     return nb_errf(err, errlen, NB_ENOTSUP, "backend \"%s\" is not built in (have: " HAVE_LIST ")", kind);
 }
 
+int gw_backend_probe(const char *kind, char *msg, size_t len)
+{
+    if (kind && strcmp(kind, "cpu") == 0) return nb_errf(msg, len, 0, "the reference backend (CPU, OpenMP)");
+    if (!kind || strcmp(kind, "cuda") != 0) return nb_errf(msg, len, NB_EINVAL, "unknown backend \"%s\" (have: " HAVE_LIST ")", kind ? kind : "");
+#ifdef NB_HAVE_CUDA
+    return gw_cuda_probe(msg, len);
+#else
+    return nb_errf(msg, len, NB_ENOTSUP, "built without CUDA (no nvcc when this was built)");
+#endif
+}
+
 void gw_backend_free(gw_backend *be)
 {
     if (be) be->ops->free(be);

@@ -149,6 +149,13 @@ struct gw_ple_rows {
 int gw_backend_create(const struct model *m, const struct gw_backend_params *p, gw_backend **out, char *err,
                       size_t errlen);
 void gw_backend_free(gw_backend *be);
+/* Whether a backend of this kind can be created on this machine, without a
+ * model: 0 with a description in msg ("cpu": the reference; "cuda": the
+ * device, its memory and compute capability), NB_ENOTSUP with the reason
+ * (built without CUDA, no driver or device, no kernels for its
+ * architecture), NB_EINVAL for an unknown kind.  How a launcher picks
+ * "auto" (nebula-gpu-worker --probe). */
+int gw_backend_probe(const char *kind, char *msg, size_t len);
 const char *gw_backend_kind(const gw_backend *be);
 const struct model *gw_backend_model(const gw_backend *be);
 

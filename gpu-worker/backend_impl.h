@@ -47,5 +47,9 @@ struct gw_seq {
 extern const struct gw_backend_ops gw_cpu_ops;
 /* gpu-worker/cuda/backend_cuda.cu; in the table only where nvcc built it (NB_HAVE_CUDA). */
 extern const struct gw_backend_ops gw_cuda_ops;
+/* backend_cuda.cu: 0 when a cuda backend can run here (msg: the device), else
+ * NB_ENOTSUP with the reason (no driver or device, no kernels for its
+ * architecture). */
+int gw_cuda_probe(char *msg, size_t len);
 
 #endif

@@ -1949,6 +1949,27 @@ static int cuda_mtp_eval(gw_seq *gs, const struct gw_mtp_args *a, char *err, siz
     return 0;
 }
 
+/* Device 0 usable by this build: a driver, a device, and kernels for its
+ * architecture (the library holds sm_86/89/90 code: cudaFuncGetAttributes
+ * on one kernel fails for a device it cannot run on). */
+extern "C" int gw_cuda_probe(char *msg, size_t len)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+        return nb_errf(msg, len, NB_ENOTSUP, "no CUDA device: %s",
+                       e != cudaSuccess ? cudaGetErrorString(e) : "the driver sees no GPU");
+    cudaDeviceProp prop;
+    if ((e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess)
+        return nb_errf(msg, len, NB_ENOTSUP, "CUDA device 0: %s", cudaGetErrorString(e));
+    cudaFuncAttributes fa;
+    if ((e = cudaFuncGetAttributes(&fa, k_argmax)) != cudaSuccess)
+        return nb_errf(msg, len, NB_ENOTSUP, "%s (compute capability %d.%d): this build has no kernels for it (%s)",
+                       prop.name, prop.major, prop.minor, cudaGetErrorString(e));
+    return nb_errf(msg, len, 0, "%s, %.1f GiB, compute capability %d.%d", prop.name,
+                   (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), prop.major, prop.minor);
+}
+
 extern "C" const struct gw_backend_ops gw_cuda_ops = {
     "cuda",          cuda_create,    cuda_free, cuda_seq_create, cuda_seq_free, cuda_seq_reset, cuda_seq_truncate,
     cuda_seq_copy,   cuda_eval,      cuda_mtp_eval,  true,

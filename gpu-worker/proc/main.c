@@ -65,6 +65,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: nebula-gpu-worker --control ENDPOINT [--backend cpu|cuda] [--kernels ref|fast]\n"
                "                         [--vram-budget BYTES] [--ctx N]\n"
+               "       nebula-gpu-worker --probe cpu|cuda\n"
                "\n"
                "A worker of the Nebula pipeline, started by nebula-coordinator: it connects to the\n"
                "coordinator's control socket (ipc://RUNDIR/control.sock), says hello and waits for\n"
@@ -78,6 +79,8 @@ static void usage(FILE *f)
                "request.vram_ctx, else the model's context) + the VRAM-tier experts + scratch must\n"
                "fit, or the configuration fails naming each part.  Without it, placement.json's\n"
                "request.vram_budget (nebula-prepare --vram-budget: the whole device budget) is the cap.\n"
+               "--probe KIND says whether that backend can run on this machine (exit 0) or why not\n"
+               "(exit 1): deploy/start.sh --backend auto uses it.\n"
                "Time per layer (nebulactl profile) is taken on the CPU backend; on cuda only with\n"
                "$NEBULA_GW_LAYER_TIMES=1, as it costs a synchronisation per layer and the CUDA graph.\n");
 }
@@ -377,6 +380,11 @@ int main(int argc, char **argv)
     }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
+        if (!strcmp(argv[i], "--probe") && i + 1 < argc) { /* can a backend of this kind run here? */
+            int rc = gw_backend_probe(argv[i + 1], err, sizeof err);
+            printf("%s: %s\n", argv[i + 1], err);
+            return rc == 0 ? 0 : rc == NB_EINVAL ? 2 : 1;
+        }
         if (!strcmp(argv[i], "--control") && i + 1 < argc) endpoint = argv[++i];
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
         else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) {

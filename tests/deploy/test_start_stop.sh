@@ -109,6 +109,17 @@ after=$(procs_of "$S/" | sort)
 [ "$before" = "$after" ] && [ "$(cat "$S/coordinator.pid")" = "$cpid" ] && [ "$(cat "$S/nginx.pid")" = "$npid" ] && ok ||
     bad "second start changed the processes: '$(echo $before)' -> '$(echo $after)'"
 
+# ---- the backend: auto says which it took, a bad one is refused ----
+if "$bin/nebula-gpu-worker" --probe cuda >/dev/null 2>&1; then want="backend: cuda"; else want="backend: cpu (no usable GPU"; fi
+grep -qF "$want" "$tmp/out" && ok || bad "start.sh did not say '$want': $(grep backend "$tmp/out")"
+start --port "$port2" --api-port "$port3" --state "$tmp/b" --backend tpu >"$tmp/out11" 2>&1; rc=$?
+[ $rc -eq 2 ] && grep -q "backend must be auto, cpu or cuda" "$tmp/out11" && ok || bad "--backend tpu: exit $rc, $(cat "$tmp/out11")"
+if ! "$bin/nebula-gpu-worker" --probe cuda >/dev/null 2>&1; then # asked for explicitly, a missing GPU is an error
+    start --port "$port2" --api-port "$port3" --state "$tmp/b" --backend cuda >"$tmp/out12" 2>&1; rc=$?
+    [ $rc -eq 1 ] && grep -q -- "--backend cuda: " "$tmp/out12" && [ -z "$(procs_of "$tmp/b/")" ] && ok ||
+        bad "--backend cuda without a GPU: exit $rc, $(cat "$tmp/out12")"
+fi
+
 # ---- the same ports from another state directory: the running instance is named ----
 start --port "$port" --api-port "$port3" --state "$tmp/b" >"$tmp/out10" 2>&1; rc=$?
 [ $rc -ne 0 ] && grep -q "port $port .*in use by another Nebula instance (state directory $S" "$tmp/out10" && ok ||

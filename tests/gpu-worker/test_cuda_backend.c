@@ -102,3 +102,20 @@ Test(cuda_backend, creates_or_says_why_not)
     free(lc), free(lg), free(tok);
     model_close(m);
 }
+
+/* What a launcher's "auto" asks: the cpu backend always runs, an unknown kind
+ * is a usage error, and cuda either names its device or says why not. */
+Test(cuda_backend, probe_says_what_can_run)
+{
+    char msg[256];
+    cr_assert_eq(gw_backend_probe("cpu", msg, sizeof msg), 0);
+    cr_assert_eq(gw_backend_probe("tpu", msg, sizeof msg), NB_EINVAL);
+    cr_assert(strstr(msg, "\"tpu\"") && strstr(msg, "cpu"), "%s", msg);
+    int rc = gw_backend_probe("cuda", msg, sizeof msg);
+    if (rc == 0)
+        cr_assert(strstr(msg, "compute capability"), "%s", msg);
+    else
+        cr_assert(rc == NB_ENOTSUP && (strstr(msg, "no CUDA device") || strstr(msg, "built without CUDA") ||
+                                       strstr(msg, "no kernels")),
+                  "rc %d: %s", rc, msg);
+}
