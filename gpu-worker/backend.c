@@ -82,6 +82,11 @@ uint64_t gw_backend_bytes_copied(const gw_backend *be)
     return __atomic_load_n(&be->bytes_copied, __ATOMIC_RELAXED);
 }
 
+uint64_t gw_backend_graph_replays(const gw_backend *be)
+{
+    return __atomic_load_n(&be->graph_replays, __ATOMIC_RELAXED);
+}
+
 uint64_t gw_backend_vram_bytes(const gw_backend *be) { return __atomic_load_n(&be->vram_peak, __ATOMIC_RELAXED); }
 
 int gw_seq_create(gw_backend *be, gw_seq **out, char *err, size_t errlen)

@@ -177,6 +177,10 @@ uint64_t gw_backend_vram_bytes(const gw_backend *be);
  * uploaded at creation).  0 for backends without a device. */
 uint64_t gw_backend_bytes_copied(const gw_backend *be);
 
+/* Decode steps replayed from a captured CUDA graph since creation (the rest
+ * ran as plain launches).  0 for backends without graphs. */
+uint64_t gw_backend_graph_replays(const gw_backend *be);
+
 /* ---- the VRAM budget (gpu-worker/vram.c; host arithmetic, no device) ---- */
 
 /* The parts a CUDA backend's device memory is made of, in bytes. */

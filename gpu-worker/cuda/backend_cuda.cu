@@ -40,9 +40,11 @@ extern "C" {
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpu-worker/cuda/cuda_kernels.h"
 #include "gpu-worker/cuda/ops.cuh"
@@ -173,7 +175,7 @@ struct cuda_backend {
     int64_t mb_pairs;        /* pairs it holds (MB_ROWS · k) */
     unsigned int *d_mb_seq;  /* device: [0] requests posted, [1] the one the next wait waits for */
     pthread_t mb_thread;
-    bool mb_started;
+    bool mb_started, mb_sync; /* the thread runs; its mutex and condition exist */
     pthread_mutex_t mb_lock;
     pthread_cond_t mb_cond;
     int mb_active, mb_quit;  /* under mb_lock (read atomically by the thread while it spins) */
@@ -656,7 +658,7 @@ static int cuda_create(const struct model *m, const struct gw_backend_params *p,
     /* Yield while the host waits for the stream: during a step the cores belong
      * to the cpu-moe-worker (and the remote thread), not to a spinning wait. */
     if ((e = cudaSetDevice(0)) == cudaSuccess) e = cudaSetDeviceFlags(cudaDeviceScheduleYield | cudaDeviceMapHost);
-    if (e == cudaErrorSetOnActiveProcess) e = cudaSuccess; /* a context exists already (a second backend): its flags */
+    if (e == cudaErrorSetOnActiveProcess) e = cudaSuccess, (void)cudaGetLastError(); /* a context exists (a second backend): its flags */
     if (e == cudaSuccess) e = cudaFree(0); /* the context first: its memory is not ours */
     if (e == cudaSuccess) e = cudaMemGetInfo(&be->free0, &tot);
     if (e != cudaSuccess) {
@@ -1347,6 +1349,10 @@ static void mb_serve(cuda_backend *be, unsigned int seq)
     const int layer = h->layer, T = h->n_rows, n = h->n_miss;
     char herr[256] = "";
     int rc = 0;
+    if (h->failed || h->timed_out) { /* this eval has failed: later layers are answered at once */
+        __atomic_store_n(&h->done, seq, __ATOMIC_RELEASE);
+        return;
+    }
     if (n < 1 || n > be->mb_pairs || T < 1 || T > MB_ROWS || layer < 0 || layer >= hp->n_layer + hp->n_nextn || !rem->fn)
         rc = nb_errf(herr, sizeof herr, NB_EINVAL, "bad mailbox request (%d pairs of %d rows)", n, T);
     else
@@ -1361,8 +1367,17 @@ static void mb_serve(cuda_backend *be, unsigned int seq)
         copied(be, (uint64_t)n * (uint64_t)hp->n_embd * sizeof(float)); /* the results, read over PCIe */
         if (layer < hp->n_layer) __atomic_add_fetch(&be->mb_remote, (uint64_t)n, __ATOMIC_RELAXED);
     }
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* the hook's stores (non-temporal ones too) before `done` */
     __atomic_store_n(&h->done, seq, __ATOMIC_RELEASE);
 }
+
+#if defined(__x86_64__) || defined(__i386__)
+#define MB_PAUSE() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define MB_PAUSE() __asm__ __volatile__("yield")
+#else
+#define MB_PAUSE() ((void)0)
+#endif
 
 static void *mb_main(void *arg)
 {
@@ -1375,7 +1390,7 @@ static void *mb_main(void *arg)
             continue;
         }
         if (__atomic_load_n(&be->mb_active, __ATOMIC_ACQUIRE)) {
-            __builtin_ia32_pause();
+            MB_PAUSE();
             continue;
         }
         pthread_mutex_lock(&be->mb_lock);
@@ -1402,15 +1417,20 @@ static int mb_begin(cuda_backend *be, int T)
         CK(cudaHostAlloc(&hm, off[5], cudaHostAllocMapped));
         memset(hm, 0, off[5]);
         cudaError_t ce = cudaHostGetDevicePointer(&dm, hm, 0);
-        if (ce == cudaSuccess) ce = cudaMalloc(&be->d_mb_seq, 2 * sizeof(unsigned int));
+        if (ce == cudaSuccess && !be->d_mb_seq) ce = cudaMalloc(&be->d_mb_seq, 2 * sizeof(unsigned int));
         if (ce == cudaSuccess) ce = cudaMemset(be->d_mb_seq, 0, 2 * sizeof(unsigned int));
         if (ce != cudaSuccess) {
             cudaFreeHost(hm);
             return cu_fail(ce, "the remote-expert mailbox", __LINE__);
         }
         be->mb_host = (char *)hm, be->mb_dev = (char *)dm, be->mb = (mb_head *)hm, be->mb_pairs = pairs;
+    }
+    if (!be->mb_sync) {
         pthread_mutex_init(&be->mb_lock, NULL);
         pthread_cond_init(&be->mb_cond, NULL);
+        be->mb_sync = true;
+    }
+    if (!be->mb_started) { /* a failed start is tried again at the next eval */
         if (pthread_create(&be->mb_thread, NULL, mb_main, be)) {
             snprintf(g_msg, sizeof g_msg, "cannot start the remote-expert thread");
             return NB_EIO;
@@ -1427,13 +1447,26 @@ static int mb_begin(cuda_backend *be, int T)
 }
 
 /* After an eval (rc: its result so far): the stream drained (an eval that
- * failed half-way may have queued waits), the thread put to sleep, a hook
- * failure or a timed-out wait turned into the eval's error, and the pairs
- * the hook computed taken off the device's count. */
+ * failed half-way may have queued a post without its wait), every posted
+ * request answered (so the hook never runs after the eval, beside the host
+ * path of the next one), the thread put to sleep, a hook failure or a
+ * timed-out wait turned into the eval's error, and the pairs the hook
+ * computed taken off the device's count. */
 static int mb_end(cuda_backend *be, int rc)
 {
     if (!be->mb_started || !__atomic_load_n(&be->mb_active, __ATOMIC_ACQUIRE)) return rc;
     cudaError_t ce = cudaStreamSynchronize(be->st);
+    const unsigned int posted = __atomic_load_n(&be->mb->posted, __ATOMIC_ACQUIRE);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (__atomic_load_n(&be->mb->done, __ATOMIC_ACQUIRE) != posted) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec) > MB_WAIT_NS / 1e9) {
+            be->mb->timed_out = 1;
+            break;
+        }
+        sched_yield();
+    }
     pthread_mutex_lock(&be->mb_lock);
     __atomic_store_n(&be->mb_active, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&be->mb_lock);
@@ -1459,6 +1492,8 @@ static void mb_stop(cuda_backend *be)
         pthread_cond_signal(&be->mb_cond);
         pthread_mutex_unlock(&be->mb_lock);
         pthread_join(be->mb_thread, NULL);
+    }
+    if (be->mb_sync) {
         pthread_mutex_destroy(&be->mb_lock);
         pthread_cond_destroy(&be->mb_cond);
     }
@@ -1788,6 +1823,7 @@ static int decode_graph(cuda_seq *s, const struct gw_eval_args *a)
         memcpy(s->gkey, key, sizeof key);
     }
     CK(cudaGraphLaunch(s->exec, be->st));
+    __atomic_add_fetch(&be->base.graph_replays, 1, __ATOMIC_RELAXED);
     /* the replay's first copies: token, position, PLE rows */
     copied(be, sizeof(int32_t) + sizeof(int64_t) +
                    (hp->ple_layer >= 0 && !pr->fn ? (uint64_t)hp->ple_n_heads * sizeof(int64_t) : 0));
@@ -1813,7 +1849,9 @@ static int eval_body(cuda_seq *s, const struct gw_eval_args *a)
     /* Taps are host calls in the middle of the step: those evals run plain.
      * The hooks are not: remote experts go through the mailbox, PLE rows are
      * asked before the replay. */
-    if (T == 1 && be->graphs && !a->tap && !a->route_tap) return decode_graph(s, a);
+    if (T == 1 && be->graphs && !a->tap && !a->route_tap &&
+        (!be->base.remote.fn || __atomic_load_n(&be->mb_active, __ATOMIC_ACQUIRE)))
+        return decode_graph(s, a);
     TRY(seq_reserve(s, pos0 + T));
     TRY(rope_reserve(be, pos0 + T));
     memcpy(s->tokens + pos0, a->tokens, (size_t)T * sizeof *s->tokens);

@@ -835,8 +835,14 @@ __global__ void k_mb_post(const int32_t *split, const float *splitw, const float
                           mb_head *h, int32_t *mrows, int32_t *mexp, float *mw, float *mx, unsigned int *seq,
                           unsigned int *want)
 {
+    /* nothing missed, or the eval has failed already (its host side answers
+     * nothing more): one reading of the flags for the whole block */
+    __shared__ int skip;
     const int n = split[0];
-    if (n == 0) {
+    if (threadIdx.x == 0)
+        skip = n == 0 || *(volatile unsigned int *)&h->failed || *(volatile unsigned int *)&h->timed_out;
+    __syncthreads();
+    if (skip) {
         if (threadIdx.x == 0) *want = 0;
         return;
     }

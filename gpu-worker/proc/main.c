@@ -253,7 +253,7 @@ static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slo
     shm_stats_add(w->stats, w->block, SHM_STAT_BUSY_NS, now_ns() - t0);
     const uint64_t hits = gw_backend_experts_computed(w->be) - computed0;
     const uint64_t pairs = (uint64_t)n * (uint64_t)w->m->hp.n_expert_used * (uint64_t)w->m->hp.n_layer;
-    shm_stats_add(w->stats, w->block, SHM_STAT_EXPERTS_COMPUTED, hits);
+    if (rc == 0) shm_stats_add(w->stats, w->block, SHM_STAT_EXPERTS_COMPUTED, hits);
     if (rc == 0) shm_stats_add(w->stats, w->block, SHM_STAT_EXPERT_HITS, hits);
     if (rc == 0) shm_stats_add(w->stats, w->block, SHM_STAT_EXPERT_MISSES, pairs > hits ? pairs - hits : 0);
     shm_stats_add(w->stats, w->block, SHM_STAT_TOKENS, n);
