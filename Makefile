@@ -157,10 +157,11 @@ $(BUILD)/tests/api/%: tests/api/%.c $(API_PURE_SRCS:%.c=$(BUILD)/obj/%.o) $(CORE
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(API_PURE_SRCS:%.c=$(BUILD)/obj/%.o) $(CORE_LIB) $(LDLIBS_BASE) -lcriterion -o $@
 
-# tests/coordinator/: the coordinator's pure pieces, linked one object each.
-$(BUILD)/tests/coordinator/test_cpu_plan: tests/coordinator/test_cpu_plan.c $(BUILD)/obj/coordinator/cpu_plan.o
+# tests/coordinator/: the coordinator's pure pieces, linked one object each
+# (test_X.c tests coordinator/X.c).
+$(BUILD)/tests/coordinator/test_%: tests/coordinator/test_%.c $(BUILD)/obj/coordinator/%.o
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(BUILD)/obj/coordinator/cpu_plan.o $(LDLIBS_BASE) -lcriterion -o $@
+	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(BUILD)/obj/coordinator/$*.o $(LDLIBS_BASE) -lcriterion -o $@
 
 $(BUILD)/bin/nebula-gpu-worker: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard gpu-worker/proc/*.c)) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)

@@ -673,7 +673,7 @@ int api_start(struct api *a, struct coord *c, char *err, size_t errlen)
 {
     const struct model_hparams *hp = &c->m->hp;
     a->model_path = c->model_path;
-    a->ctx = hp->n_ctx_train > 0 ? hp->n_ctx_train : 32768;
+    a->ctx = c->n_ctx;
     a->vocab = hp->n_vocab, a->layers = hp->n_layer, a->has_mtp = hp->n_nextn > 0;
     a->tok = c->tok;
     a->chunk_max = c->chunk;

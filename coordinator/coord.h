@@ -65,6 +65,7 @@ struct coord_tiers {
     uint64_t arena_bytes;    /* the `experts` region: a header page + Σ RAM-tier blobs */
     uint64_t max_blob_bytes; /* a staging slot holds the largest blob */
     bool ple_ssd;            /* request.ple_tier "ssd": the gpu-worker pages the n-gram table */
+    int64_t vram_ctx;        /* request.vram_ctx: positions the VRAM plan reserved K/V for (0: none) */
 };
 
 #define COORD_ARENA_HEADER 4096u  /* core/prepared's arena header page */
@@ -90,6 +91,7 @@ struct coord {
     struct model *m;
     tok_tokenizer *tok;
     struct coord_tiers tiers;
+    int64_t n_ctx;                 /* positions a request may use (coord_context_limit) */
     /* workers */
     struct coord_worker w[COORD_MAX_WORKERS];
     int n_workers;
@@ -126,6 +128,10 @@ struct coord_cpu_plan {
 };
 void coord_cpu_plan(int nproc, int threads, const char *omp_num_threads, const char *omp_wait_policy, bool gw_cuda,
                     struct coord_cpu_plan *p);
+
+/* context.c: the positions a request may use — the model's context, or the
+ * placement's vram_ctx where the gpu-worker runs CUDA under it and it is less. */
+int64_t coord_context_limit(int64_t n_ctx_train, int64_t vram_ctx, bool gw_cuda);
 
 /* workers.c */
 int coord_workers_init(struct coord *c, char *err, size_t errlen);

@@ -312,7 +312,7 @@ cJSON *coord_generate(struct coord *c, const cJSON *req)
         goto fail;
     }
     g.logits_out = lo ? lo->valuestring : NULL;
-    int64_t ctx = c->m->hp.n_ctx_train > 0 ? c->m->hp.n_ctx_train : 32768;
+    int64_t ctx = c->n_ctx;
     if ((int64_t)g.n >= ctx) {
         snprintf(err, sizeof err, "the prompt has %zu tokens, the context holds %lld", g.n, (long long)ctx);
         goto fail;

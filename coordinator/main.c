@@ -213,6 +213,10 @@ static int read_tiers(struct coord *c, char *err, size_t errlen)
     if (!rc && pt && !(cJSON_IsString(pt) && (!strcmp(pt->valuestring, "ram") || !strcmp(pt->valuestring, "ssd"))))
         rc = nb_errf(err, errlen, NB_EFORMAT, "%s: request.ple_tier is neither \"ram\" nor \"ssd\"", c->placement_path);
     c->tiers.ple_ssd = !rc && pt && !strcmp(pt->valuestring, "ssd") && c->m->ple_table.data;
+    const cJSON *vc = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "request"), "vram_ctx");
+    if (!rc && vc && !(cJSON_IsNumber(vc) && vc->valuedouble >= 1 && vc->valuedouble < 9e15))
+        rc = nb_errf(err, errlen, NB_EFORMAT, "%s: request.vram_ctx is not a positive count", c->placement_path);
+    c->tiers.vram_ctx = !rc && vc ? (int64_t)vc->valuedouble : 0;
     cJSON_Delete(root);
     return rc;
 }
@@ -387,6 +391,14 @@ static int start(struct coord *c, const char *runtime, char *err, size_t errlen)
     if (gguf_find_key(c->m->gguf, "tokenizer.ggml.tokens") >= 0 && (rc = tok_load_gguf(c->m->gguf, &c->tok, err, errlen)))
         return rc;
     if ((rc = read_tiers(c, err, errlen))) return rc;
+    {
+        const char *b = getenv("NEBULA_GW_BACKEND"); /* the gpu-worker's backend: it inherits this */
+        const int64_t trained = c->m->hp.n_ctx_train;
+        c->n_ctx = coord_context_limit(trained, c->tiers.vram_ctx, b && !strcmp(b, "cuda"));
+        if (c->n_ctx < (trained > 0 ? trained : 32768))
+            nb_log("context: %lld positions, the K/V the VRAM plan reserved (placement.json request.vram_ctx; "
+                   "nebula-prepare --ctx)", (long long)c->n_ctx);
+    }
     /* HTTP before the workers: /api/status shows their start-up. */
     if (c->api && (rc = api_start(c->api, c, err, errlen))) return rc;
     if ((rc = shm_instance_create(&c->inst, &n_stale, err, errlen))) return rc;
