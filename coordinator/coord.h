@@ -35,10 +35,10 @@ typedef struct tok_tokenizer tok_tokenizer;
 #define COORD_HEARTBEAT_MISS_S 3.0
 #define COORD_READY_TIMEOUT_S 60.0
 /* A configuring worker is loading (a RAM arena of tens of GB from disk, dense
- * weights to the GPU): workers built on core/ctl/worker.h heartbeat during
- * setup, the gpu-worker sets up on its one thread and is silent until ready,
- * so silence is a hang only after this long. */
-#define COORD_CONFIGURE_SILENCE_S 600.0
+ * weights to the GPU) for as long as it takes, but every worker heartbeats
+ * from another thread meanwhile (core/ctl/worker.c; the gpu-worker's
+ * setup_beat): silence this long means the process is stuck. */
+#define COORD_CONFIGURE_SILENCE_S 30.0
 #define COORD_MAX_FAILED_STARTS 5
 
 enum coord_wstate { W_DOWN, W_STARTING, W_CONFIGURING, W_READY, W_FAILED };

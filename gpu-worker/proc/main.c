@@ -18,7 +18,9 @@
 #include "gpu-worker/proc/gw_proc.h"
 #include "gpu-worker/step_proto.h"
 
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -326,6 +328,25 @@ static int serve(struct gwp *w)
     return 0;
 }
 
+/* Heartbeats while configure() runs (loading the model, uploading weights to
+ * the GPU: seconds to minutes), so the coordinator tells a slow setup from a
+ * hung one as it does for the other workers (core/ctl/worker.c).  configure()
+ * does not touch the control socket, so this thread is its only user. */
+struct setup_beat {
+    struct gwp *w;
+    atomic_bool done;
+};
+
+static void *setup_beat_main(void *arg)
+{
+    struct setup_beat *b = arg;
+    for (int tick = 1; !atomic_load(&b->done); tick++) {
+        usleep(100000);
+        if (tick % 10 == 0 && !atomic_load(&b->done)) send_simple(b->w, "heartbeat", NULL);
+    }
+    return NULL;
+}
+
 /* hello, then wait for configure (30 s). */
 static int handshake(struct gwp *w)
 {
@@ -335,7 +356,12 @@ static int handshake(struct gwp *w)
     for (int waited = 0; waited < 30 && !stop_requested; waited++) {
         if (ctl_recv(w->ctl, 1000, NULL, 0, &m, err, sizeof err)) continue;
         int is_conf = !strcmp(ctl_type(m), "configure"), rc = 0;
-        if (is_conf && (rc = configure(w, m, err, sizeof err))) {
+        struct setup_beat beat = {w, false};
+        pthread_t bt;
+        const bool beating = is_conf && pthread_create(&bt, NULL, setup_beat_main, &beat) == 0;
+        if (is_conf) rc = configure(w, m, err, sizeof err);
+        if (beating) atomic_store(&beat.done, true), pthread_join(bt, NULL);
+        if (is_conf && rc) {
             nb_log("configure failed: %s", err);
             send_simple(w, "error", err);
         }
