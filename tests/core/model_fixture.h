@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +38,8 @@ static inline const char *fixture_gguf_typed(const char *name, const char *type)
     if (stat(path, &out) == 0 && out.st_mtime >= conv.st_mtime) return path;
     char tmp[300], cmd[1024];
     snprintf(tmp, sizeof tmp, "build/fixtures/%s-%s.%d.gguf", name, type, (int)getpid());
-    snprintf(cmd, sizeof cmd, "mkdir -p build/fixtures && %s tests/fixtures/%s %s --type %s -q --threads 1",
+    /* names may be paths (sweep/sweep-101): the GGUF's folder is made first */
+    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname %s)\" && %s tests/fixtures/%s %s --type %s -q --threads 1", path,
              FIXTURE_CONVERTER, name, tmp, type);
     cr_assert(system(cmd) == 0, "conversion failed: %s", cmd);
     cr_assert(rename(tmp, path) == 0, "rename %s", tmp);
@@ -97,6 +99,67 @@ static inline int fixture_prefix_len(const char *name)
     int v = pl->valueint;
     cJSON_Delete(root);
     free(text);
+    return v;
+}
+
+/* The first row where transformers' own QSA choice was a tie on the top-k
+ * boundary (checks.qsa[].boundary_tie_rows of manifest.json, written by
+ * make_sweep.py for fixtures that keep such ties); INT32_MAX when there is
+ * none.  torch.topk breaks those ties in an unspecified order, so no engine
+ * can be held to the reference from that row on (tests/fixtures/make_sweep.py,
+ * TIES). */
+static inline int fixture_first_tie_row(const char *name)
+{
+    size_t len;
+    char *text = fixture_read(name, "manifest.json", &len);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert(root, "manifest.json of %s", name);
+    int first = INT32_MAX;
+    const cJSON *q, *qsa = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "checks"), "qsa");
+    cJSON_ArrayForEach(q, qsa)
+    {
+        const cJSON *row;
+        cJSON_ArrayForEach(row, cJSON_GetObjectItem(q, "boundary_tie_rows"))
+        if (cJSON_IsNumber(row) && row->valueint < first) first = row->valueint;
+    }
+    cJSON_Delete(root);
+    free(text);
+    return first;
+}
+
+/* The sweep fixtures (tests/fixtures/sweep/NAME, made by make_sweep.py) as
+ * Criterion parameters: names "sweep/NAME", sorted, in cr_malloc'd memory
+ * (each parameterized test runs in its own process). */
+struct sweep_fixture {
+    char name[64];
+};
+
+static inline int sweep_name_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct sweep_fixture *)a)->name, ((const struct sweep_fixture *)b)->name);
+}
+
+static inline struct sweep_fixture *sweep_fixtures(size_t *n)
+{
+    FILE *ls = popen("ls tests/fixtures/sweep 2>/dev/null", "r");
+    struct sweep_fixture *v = NULL;
+    size_t cap = 0;
+    char line[128];
+    *n = 0;
+    while (ls && fgets(line, sizeof line, ls)) {
+        line[strcspn(line, "\n")] = 0;
+        char probe[300];
+        snprintf(probe, sizeof probe, "tests/fixtures/sweep/%s/manifest.json", line);
+        if (access(probe, R_OK) != 0) continue;
+        if (*n == cap) {
+            struct sweep_fixture *w = cr_malloc((cap = cap ? 2 * cap : 32) * sizeof *w);
+            if (v) memcpy(w, v, *n * sizeof *w), cr_free(v);
+            v = w;
+        }
+        snprintf(v[(*n)++].name, sizeof v->name, "sweep/%s", line);
+    }
+    if (ls) pclose(ls);
+    if (v) qsort(v, *n, sizeof *v, sweep_name_cmp);
     return v;
 }
 
