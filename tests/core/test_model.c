@@ -51,7 +51,8 @@ Test(model, tiny_a_hyperparameters)
     cr_expect_float_eq(hp->rope_theta, 1e7f, 1.0f);
     cr_expect_eq(hp->ssm_n_k_heads, 2);
     cr_expect_eq(hp->ssm_n_v_heads, 6);
-    cr_expect_eq(hp->ssm_head_dim, 16);
+    cr_expect_eq(hp->ssm_k_head_dim, 16);
+    cr_expect_eq(hp->ssm_v_head_dim, 16);
     cr_expect_eq(hp->n_expert, 8);
     cr_expect_eq(hp->n_expert_used, 2);
     cr_expect_eq(hp->idx_n_head, 4);

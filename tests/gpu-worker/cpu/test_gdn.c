@@ -27,7 +27,7 @@ struct gdn_case {
  * decays in (e^-3, 1], β in (0, 1). */
 static struct gdn_case make_case(int Hk, int Hv, int D, int T)
 {
-    struct gdn_case c = {{Hk, Hv, D}, T, NULL, NULL, NULL, NULL, NULL, NULL};
+    struct gdn_case c = {{Hk, Hv, D, D}, T, NULL, NULL, NULL, NULL, NULL, NULL};
     size_t nk = (size_t)T * Hk * D, nv = (size_t)T * Hv * D, ns = (size_t)Hv * D * D;
     c.q = malloc(nk * sizeof(float)), c.k = malloc(nk * sizeof(float)), c.v = malloc(nv * sizeof(float));
     c.g = malloc((size_t)T * Hv * sizeof(float)), c.beta = malloc((size_t)T * Hv * sizeof(float));
