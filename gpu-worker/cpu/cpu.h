@@ -134,8 +134,8 @@ void cpu_hc_combine(const struct model_hparams *hp, float *X, const float *y, co
 /* gdn.c.  The delta-rule core over T tokens, both forms (tested against each
  * other): q, k are T × Hk × dk (L2-normalised, q already scaled by 1/√dk),
  * v is T × Hv × dv, g (log decay) and beta are T × Hv, state is Hv × dk × dv
- * (updated; row-major per head: element (i, j) at i·dv + j), out is T × Hv × dv.  Value head h reads key head h mod Hk
- * (GGUF's tiled order). */
+ * (updated; row-major per head: element (i, j) at i·dv + j), out is
+ * T × Hv × dv.  Value head h reads key head h mod Hk (GGUF's tiled order). */
 #define CPU_GDN_CHUNK 64 /* transformers' chunk size */
 struct cpu_gdn_dims {
     int n_k_heads, n_v_heads; /* Hk, Hv */
