@@ -175,7 +175,7 @@ static uint64_t batch_bytes(const struct model *m, int64_t T, int64_t n_ctx)
      * expert, and with remote experts the miss list (3k + 1), their weights (k) and their results (k·C) */
     const uint64_t moe = (uint64_t)hp->n_expert + k * (2 * (uint64_t)hp->n_ff_exp + 2 * C + 3) + 3 * (uint64_t)hp->n_ff_shexp + C +
                          k * (C + 4) + 1;
-    const uint64_t gdn = 2 * (uint64_t)model_gdn_conv_dim(hp) + 2 * (uint64_t)hp->ssm_n_v_heads * hp->ssm_head_dim;
+    const uint64_t gdn = 2 * (uint64_t)model_gdn_conv_dim(hp) + 2 * (uint64_t)model_gdn_v_dim(hp); /* qkv, mixed; z, o */
     const uint64_t qw = (uint64_t)hp->n_head * hp->head_dim;
     uint64_t probs = (uint64_t)hp->n_head * (uint64_t)n_ctx * (uint64_t)T;
     if (probs > ((uint64_t)64 << 20)) probs = (uint64_t)64 << 20;

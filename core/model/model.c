@@ -134,13 +134,16 @@ static int read_gdn_moe(const gguf_file *g, struct model_hparams *hp, char *err,
 {
     int rc, inner;
     if ((rc = req_int(g, KEY("ssm.conv_kernel"), &hp->ssm_conv_kernel, err, errlen))) return rc;
-    if ((rc = req_int(g, KEY("ssm.state_size"), &hp->ssm_head_dim, err, errlen))) return rc;
+    /* As llama.cpp reads them: state_size is the key head size dk, and the
+     * value head size is derived, dv = inner_size / time_step_rank (Hv). */
+    if ((rc = req_int(g, KEY("ssm.state_size"), &hp->ssm_k_head_dim, err, errlen))) return rc;
     if ((rc = req_int(g, KEY("ssm.group_count"), &hp->ssm_n_k_heads, err, errlen))) return rc;
     if ((rc = req_int(g, KEY("ssm.time_step_rank"), &hp->ssm_n_v_heads, err, errlen))) return rc;
     if ((rc = req_int(g, KEY("ssm.inner_size"), &inner, err, errlen))) return rc;
-    if ((int64_t)inner != (int64_t)hp->ssm_n_v_heads * hp->ssm_head_dim)
-        return nb_errf(err, errlen, NB_EFORMAT, "%s: %d != time_step_rank %d × state_size %d", KEY("ssm.inner_size"),
-                       inner, hp->ssm_n_v_heads, hp->ssm_head_dim);
+    if (inner % hp->ssm_n_v_heads)
+        return nb_errf(err, errlen, NB_EFORMAT, "%s %d is not a multiple of %s %d (value heads × value head size)",
+                       KEY("ssm.inner_size"), inner, KEY("ssm.time_step_rank"), hp->ssm_n_v_heads);
+    hp->ssm_v_head_dim = inner / hp->ssm_n_v_heads;
     if (hp->ssm_n_v_heads % hp->ssm_n_k_heads)
         return nb_errf(err, errlen, NB_EFORMAT, "%s %d is not a multiple of %s %d", KEY("ssm.time_step_rank"),
                        hp->ssm_n_v_heads, KEY("ssm.group_count"), hp->ssm_n_k_heads);

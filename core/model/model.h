@@ -137,7 +137,8 @@ struct model_hparams {
     float rope_theta;
 
     int ssm_conv_kernel;    /* Kc */
-    int ssm_head_dim;       /* dk = dv */
+    int ssm_k_head_dim;     /* dk: q and k heads, the recurrent state's rows (ssm.state_size) */
+    int ssm_v_head_dim;     /* dv: v, z and output heads, the state's columns (ssm.inner_size / Hv) */
     int ssm_n_k_heads;      /* Hk */
     int ssm_n_v_heads;      /* Hv (the output gate is sigmoid: no GGUF key, llama.cpp hard-codes it too) */
 
@@ -179,10 +180,13 @@ void model_close(struct model *m);
 
 /* Width of the wide residual, n·C. */
 static inline int64_t model_wide(const struct model_hparams *hp) { return (int64_t)hp->hc_count * hp->n_embd; }
-/* Channels of the GDN conv: 2·Hk·dk + Hv·dv. */
+/* Widths of GDN's q (and k) projection, Hk·dk, and of its v, z and output, Hv·dv. */
+static inline int64_t model_gdn_k_dim(const struct model_hparams *hp) { return (int64_t)hp->ssm_n_k_heads * hp->ssm_k_head_dim; }
+static inline int64_t model_gdn_v_dim(const struct model_hparams *hp) { return (int64_t)hp->ssm_n_v_heads * hp->ssm_v_head_dim; }
+/* Channels of the GDN conv: 2·Hk·dk + Hv·dv (q, k, v). */
 static inline int64_t model_gdn_conv_dim(const struct model_hparams *hp)
 {
-    return (int64_t)(2 * hp->ssm_n_k_heads + hp->ssm_n_v_heads) * hp->ssm_head_dim;
+    return 2 * model_gdn_k_dim(hp) + model_gdn_v_dim(hp);
 }
 
 /* Floats of a sequence's fixed-size state per layer, whatever the backend:
@@ -194,7 +198,7 @@ static inline int64_t model_gdn_conv_state_floats(const struct model_hparams *hp
 }
 static inline int64_t model_gdn_ssm_state_floats(const struct model_hparams *hp)
 {
-    return (int64_t)hp->ssm_n_v_heads * hp->ssm_head_dim * hp->ssm_head_dim;
+    return (int64_t)hp->ssm_n_v_heads * hp->ssm_k_head_dim * hp->ssm_v_head_dim;
 }
 static inline int64_t model_ple_conv_state_floats(const struct model_hparams *hp)
 {

@@ -95,7 +95,7 @@ static void bind_hc(struct binder *b, const struct model_hparams *hp, struct mod
 
 static void bind_gdn(struct binder *b, const struct model_hparams *hp, struct model_gdn *w, int il)
 {
-    int64_t C = hp->n_embd, Hv = hp->ssm_n_v_heads, vdim = Hv * hp->ssm_head_dim;
+    int64_t C = hp->n_embd, Hv = hp->ssm_n_v_heads, vdim = model_gdn_v_dim(hp);
     int64_t conv_dim = model_gdn_conv_dim(hp);
     bind(b, &w->qkv, REQUIRED, S2(C, conv_dim), "blk.%d.attn_qkv.weight", il);
     bind(b, &w->gate, REQUIRED, S2(C, vdim), "blk.%d.attn_gate.weight", il);
@@ -104,7 +104,7 @@ static void bind_gdn(struct binder *b, const struct model_hparams *hp, struct mo
     bind(b, &w->a, REQUIRED, S1(Hv), "blk.%d.ssm_a", il);
     bind(b, &w->alpha, REQUIRED, S2(C, Hv), "blk.%d.ssm_alpha.weight", il);
     bind(b, &w->beta, REQUIRED, S2(C, Hv), "blk.%d.ssm_beta.weight", il);
-    bind(b, &w->norm, REQUIRED, S1(hp->ssm_head_dim), "blk.%d.ssm_norm.weight", il);
+    bind(b, &w->norm, REQUIRED, S1(hp->ssm_v_head_dim), "blk.%d.ssm_norm.weight", il);
     bind(b, &w->out, REQUIRED, S2(vdim, C), "blk.%d.ssm_out.weight", il);
 }
 

@@ -134,11 +134,13 @@ void cpu_hc_combine(const struct model_hparams *hp, float *X, const float *y, co
 /* gdn.c.  The delta-rule core over T tokens, both forms (tested against each
  * other): q, k are T × Hk × dk (L2-normalised, q already scaled by 1/√dk),
  * v is T × Hv × dv, g (log decay) and beta are T × Hv, state is Hv × dk × dv
- * (updated), out is T × Hv × dv.  Value head h reads key head h mod Hk
- * (GGUF's tiled order). */
+ * (updated; row-major per head: element (i, j) at i·dv + j), out is
+ * T × Hv × dv.  Value head h reads key head h mod Hk (GGUF's tiled order). */
 #define CPU_GDN_CHUNK 64 /* transformers' chunk size */
 struct cpu_gdn_dims {
-    int n_k_heads, n_v_heads, head_dim;
+    int n_k_heads, n_v_heads; /* Hk, Hv */
+    int k_head_dim;           /* dk: q, k and the state's rows */
+    int v_head_dim;           /* dv: v, out and the state's columns */
 };
 void cpu_gdn_core_recurrent(const struct cpu_gdn_dims *d, int T, const float *q, const float *k, const float *v,
                             const float *g, const float *beta, float *state, float *out);

@@ -640,6 +640,9 @@ static int cuda_create(const struct model *m, const struct gw_backend_params *p,
     if (m->hp.n_expert_used > GW_CUDA_MAX_EXPERT_USED)
         return nb_errf(err, errlen, NB_ENOTSUP, "cuda backend: %d experts per token; the kernels handle at most %d",
                        (int)m->hp.n_expert_used, GW_CUDA_MAX_EXPERT_USED);
+    if (m->hp.ssm_k_head_dim > 1024 || m->hp.ssm_v_head_dim > 1024) /* one GDN thread per state column */
+        return nb_errf(err, errlen, NB_ENOTSUP, "cuda backend: GDN head sizes dk %d, dv %d; the kernels handle at most 1024",
+                       m->hp.ssm_k_head_dim, m->hp.ssm_v_head_dim);
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0)
@@ -1080,8 +1083,8 @@ static int hc_add(cuda_backend *be, float *X, const float *y, const float *inj, 
 static int gdn_forward(cuda_backend *be, const cu_layer *c, cu_lstate *ls, const float *x, int T, float *y)
 {
     const struct model_hparams *hp = &be->base.model->hp;
-    const int Hk = hp->ssm_n_k_heads, Hv = hp->ssm_n_v_heads, D = hp->ssm_head_dim;
-    const int64_t conv_dim = model_gdn_conv_dim(hp), vdim = (int64_t)Hv * D, kdim = (int64_t)Hk * D, C = hp->n_embd;
+    const int Hk = hp->ssm_n_k_heads, Hv = hp->ssm_n_v_heads, Dk = hp->ssm_k_head_dim, Dv = hp->ssm_v_head_dim;
+    const int64_t conv_dim = model_gdn_conv_dim(hp), vdim = model_gdn_v_dim(hp), kdim = model_gdn_k_dim(hp), C = hp->n_embd;
     cudaStream_t st = be->st;
     tmp t = tmp_begin(be);
     float *qkv, *mixed, *z, *o, *g, *beta;
@@ -1102,31 +1105,31 @@ static int gdn_forward(cuda_backend *be, const cu_layer *c, cu_lstate *ls, const
         if ((e = cudaGetLastError()) != cudaSuccess) rc = cu_fail(e, "k_conv_silu", __LINE__);
     }
     if (rc == 0) {
-        k_gdn_prep<<<dim3((unsigned)T, (unsigned)(Hk > Hv ? Hk : Hv)), nthr(D), 0, st>>>(
-            mixed, conv_dim, Hk, Hv, D, 1.0f / sqrtf((float)D), g, beta, c->gdn_a, c->dt_bias);
+        k_gdn_prep<<<dim3((unsigned)T, (unsigned)(Hk > Hv ? Hk : Hv)), nthr(Dk), 0, st>>>(
+            mixed, conv_dim, Hk, Hv, Dk, 1.0f / sqrtf((float)Dk), g, beta, c->gdn_a, c->dt_bias);
         if ((e = cudaGetLastError()) != cudaSuccess) rc = cu_fail(e, "k_gdn_prep", __LINE__);
     }
     const float *q = mixed, *k = mixed + kdim, *v = mixed + 2 * kdim;
-    const int thr = (D + 31) / 32 * 32;
-    if (rc == 0 && T == 1 && D <= 128) {
-        k_gdn_recurrent_cols<128><<<dim3((unsigned)Hv, (unsigned)((D + 31) / 32)), 32, 0, st>>>(Hk, Hv, D, T, q, k, v,
-                                                                                              conv_dim, g, beta, ls->ssm, o);
+    if (rc == 0 && T == 1 && Dk <= 128) { /* a state column of Dk floats fits in registers */
+        k_gdn_recurrent_cols<128><<<dim3((unsigned)Hv, (unsigned)((Dv + 31) / 32)), 32, 0, st>>>(
+            Hk, Hv, Dk, Dv, T, q, k, v, conv_dim, g, beta, ls->ssm, o);
         if ((e = cudaGetLastError()) != cudaSuccess) rc = cu_fail(e, "k_gdn_recurrent_cols", __LINE__);
     } else if (rc == 0 && T == 1) {
-        k_gdn_recurrent<<<Hv, thr, 0, st>>>(Hk, Hv, D, T, q, k, v, conv_dim, g, beta, ls->ssm, o);
+        k_gdn_recurrent<<<Hv, (Dv + 31) / 32 * 32, 0, st>>>(Hk, Hv, Dk, Dv, T, q, k, v, conv_dim, g, beta, ls->ssm, o);
         if ((e = cudaGetLastError()) != cudaSuccess) rc = cu_fail(e, "k_gdn_recurrent", __LINE__);
     } else if (rc == 0) {
-        const int ch = CPU_GDN_CHUNK;
+        const int ch = CPU_GDN_CHUNK, Dmax = Dk > Dv ? Dk : Dv;
         float *fs, *ds;
-        rc = talloc(&t, &fs, (int64_t)Hv * (ch * ch + 2 * ch * D));
+        rc = talloc(&t, &fs, (int64_t)Hv * (ch * ch + ch * (Dk + Dv)));
         if (rc == 0) rc = talloc(&t, &ds, (int64_t)Hv * 2 * ch * 2); /* doubles */
         if (rc == 0) {
-            k_gdn_chunked<<<Hv, thr, 0, st>>>(Hk, Hv, D, T, ch, q, k, v, conv_dim, g, beta, ls->ssm, o, (double *)ds, fs);
+            k_gdn_chunked<<<Hv, (Dmax + 31) / 32 * 32, 0, st>>>(Hk, Hv, Dk, Dv, T, ch, q, k, v, conv_dim, g, beta,
+                                                                 ls->ssm, o, (double *)ds, fs);
             if ((e = cudaGetLastError()) != cudaSuccess) rc = cu_fail(e, "k_gdn_chunked", __LINE__);
         }
     }
     if (rc == 0) {
-        k_gated_norm<<<(unsigned)(T * Hv), nthr(D), 0, st>>>(o, z, D, c->gdn_norm, hp->rms_eps);
+        k_gated_norm<<<(unsigned)(T * Hv), nthr(Dv), 0, st>>>(o, z, Dv, c->gdn_norm, hp->rms_eps);
         if ((e = cudaGetLastError()) != cudaSuccess) rc = cu_fail(e, "k_gated_norm", __LINE__);
     }
     if (rc == 0) rc = matmul(be, c->gdn_out, o, vdim, T, y, C);

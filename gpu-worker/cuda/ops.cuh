@@ -351,22 +351,25 @@ __global__ void k_broadcast_streams(const float *e, int T, int n, int64_t C, flo
     X[idx] = e[t * C + c];
 }
 
-/* ---------- GDN ---------- */
+/* ---------- GDN ----------
+ * q and k heads are Dk wide, v and the outputs Dv wide; a value head's state
+ * is Dk × Dv, row-major (element (i, j) at i·Dv + j), as on the CPU.  No
+ * kernel assumes Dk or Dv a multiple of 32: threads past a size idle. */
 
-/* Per (row t, head): L2-normalise q (× 1/√D) and k heads in place in the conv
+/* Per (row t, head): L2-normalise q (× 1/√Dk) and k heads in place in the conv
  * output, squash beta and g.  grid (T, max(Hk, Hv)); blockDim.x = 32·k. */
-__global__ void k_gdn_prep(float *mixed, int64_t conv_dim, int Hk, int Hv, int D, float qscale, float *g, float *beta,
+__global__ void k_gdn_prep(float *mixed, int64_t conv_dim, int Hk, int Hv, int Dk, float qscale, float *g, float *beta,
                            const float *a, const float *dt_bias)
 {
     const int t = blockIdx.x, h = blockIdx.y;
     if (h < Hk) {
         for (int which = 0; which < 2; which++) {
-            float *v = mixed + (int64_t)t * conv_dim + (int64_t)which * Hk * D + (int64_t)h * D;
+            float *v = mixed + (int64_t)t * conv_dim + (int64_t)which * Hk * Dk + (int64_t)h * Dk;
             double ss = 0;
-            for (int i = threadIdx.x; i < D; i += blockDim.x) ss += (double)v[i] * v[i];
+            for (int i = threadIdx.x; i < Dk; i += blockDim.x) ss += (double)v[i] * v[i];
             ss = block_sum(ss);
             const float inv = (float)(1.0 / sqrt(ss + 1e-6)), sc = which == 0 ? qscale : 1.0f;
-            for (int i = threadIdx.x; i < D; i += blockDim.x) v[i] = v[i] * inv * sc;
+            for (int i = threadIdx.x; i < Dk; i += blockDim.x) v[i] = v[i] * inv * sc;
         }
     }
     if (h < Hv && threadIdx.x == 0) {
@@ -377,55 +380,57 @@ __global__ void k_gdn_prep(float *mixed, int64_t conv_dim, int Hk, int Hv, int D
 }
 
 /* The recurrent delta rule (cpu_gdn_core_recurrent): block = value head,
- * thread j = column j of the head's state, which only that thread touches.
- * q, k, v rows at stride rs (the conv output); out T × Hv × D. */
-__global__ void k_gdn_recurrent(int Hk, int Hv, int D, int T, const float *q, const float *k, const float *v, int64_t rs,
-                                const float *g, const float *beta, float *state, float *out)
+ * thread j = value column j of the head's state (Dk values), which only that
+ * thread touches; blockDim ≥ Dv.  q, k, v rows at stride rs (the conv
+ * output); out T × Hv × Dv. */
+__global__ void k_gdn_recurrent(int Hk, int Hv, int Dk, int Dv, int T, const float *q, const float *k, const float *v,
+                                int64_t rs, const float *g, const float *beta, float *state, float *out)
 {
     const int h = blockIdx.x, j = threadIdx.x, kh = h % Hk;
-    if (j >= D) return;
-    float *S = state + (size_t)h * D * D;
+    if (j >= Dv) return;
+    float *S = state + (size_t)h * Dk * Dv;
     for (int t = 0; t < T; t++) {
-        const float *qt = q + t * rs + (int64_t)kh * D, *kt = k + t * rs + (int64_t)kh * D;
-        const float *vt = v + t * rs + (int64_t)h * D;
+        const float *qt = q + t * rs + (int64_t)kh * Dk, *kt = k + t * rs + (int64_t)kh * Dk;
+        const float *vt = v + t * rs + (int64_t)h * Dv;
         const float decay = (float)exp((double)g[(int64_t)t * Hv + h]), b = beta[(int64_t)t * Hv + h];
-        for (int i = 0; i < D; i++) S[i * D + j] *= decay;
+        for (int i = 0; i < Dk; i++) S[i * Dv + j] *= decay;
         double kv = 0;
-        for (int i = 0; i < D; i++) kv += (double)S[i * D + j] * kt[i];
+        for (int i = 0; i < Dk; i++) kv += (double)S[i * Dv + j] * kt[i];
         const float delta = (float)((vt[j] - kv) * b);
-        for (int i = 0; i < D; i++) S[i * D + j] += kt[i] * delta;
+        for (int i = 0; i < Dk; i++) S[i * Dv + j] += kt[i] * delta;
         double o = 0;
-        for (int i = 0; i < D; i++) o += (double)S[i * D + j] * qt[i];
-        out[((int64_t)t * Hv + h) * D + j] = (float)o;
+        for (int i = 0; i < Dk; i++) o += (double)S[i * Dv + j] * qt[i];
+        out[((int64_t)t * Hv + h) * Dv + j] = (float)o;
     }
 }
 
-/* The same recurrence with each thread's state column in registers: read
- * once and written once per call instead of four passes over memory per
- * token, and the columns of a head spread over blockDim-sized groups
- * (grid Hv × ⌈D / blockDim⌉) so every SM has work.  The operations and their
- * order per column are k_gdn_recurrent's (the decay before the k·S sum, the
- * update before the q·S sum, doubles where it accumulates in double), so
- * the results are its results.  For D ≤ DMAX. */
+/* The same recurrence with each thread's state column (Dk values) in
+ * registers: read once and written once per call instead of four passes over
+ * memory per token, and the Dv columns of a head spread over blockDim-sized
+ * groups (grid Hv × ⌈Dv / blockDim⌉) so every SM has work.  The operations
+ * and their order per column are k_gdn_recurrent's (the decay before the k·S
+ * sum, the update before the q·S sum, doubles where it accumulates in
+ * double), so the results are its results.  For Dk ≤ DMAX (Dv is free). */
 template <int DMAX>
-__global__ void k_gdn_recurrent_cols(int Hk, int Hv, int D, int T, const float *q, const float *k, const float *v,
-                                     int64_t rs, const float *g, const float *beta, float *state, float *out)
+__global__ void k_gdn_recurrent_cols(int Hk, int Hv, int Dk, int Dv, int T, const float *q, const float *k,
+                                     const float *v, int64_t rs, const float *g, const float *beta, float *state,
+                                     float *out)
 {
     const int h = blockIdx.x, j = blockIdx.y * blockDim.x + threadIdx.x, kh = h % Hk;
-    if (j >= D) return;
-    float *S = state + (size_t)h * D * D;
+    if (j >= Dv) return;
+    float *S = state + (size_t)h * Dk * Dv;
     float s[DMAX];
 #pragma unroll
     for (int i = 0; i < DMAX; i++)
-        if (i < D) s[i] = S[i * D + j];
+        if (i < Dk) s[i] = S[i * Dv + j];
     for (int t = 0; t < T; t++) {
-        const float *qt = q + t * rs + (int64_t)kh * D, *kt = k + t * rs + (int64_t)kh * D;
-        const float *vt = v + t * rs + (int64_t)h * D;
+        const float *qt = q + t * rs + (int64_t)kh * Dk, *kt = k + t * rs + (int64_t)kh * Dk;
+        const float *vt = v + t * rs + (int64_t)h * Dv;
         const float decay = (float)exp((double)g[(int64_t)t * Hv + h]), b = beta[(int64_t)t * Hv + h];
         double kv = 0;
 #pragma unroll
         for (int i = 0; i < DMAX; i++)
-            if (i < D) {
+            if (i < Dk) {
                 s[i] *= decay;
                 kv += (double)s[i] * kt[i];
             }
@@ -433,32 +438,33 @@ __global__ void k_gdn_recurrent_cols(int Hk, int Hv, int D, int T, const float *
         double o = 0;
 #pragma unroll
         for (int i = 0; i < DMAX; i++)
-            if (i < D) {
+            if (i < Dk) {
                 s[i] += kt[i] * delta;
                 o += (double)s[i] * qt[i];
             }
-        out[((int64_t)t * Hv + h) * D + j] = (float)o;
+        out[((int64_t)t * Hv + h) * Dv + j] = (float)o;
     }
 #pragma unroll
     for (int i = 0; i < DMAX; i++)
-        if (i < D) S[i * D + j] = s[i];
+        if (i < Dk) S[i * Dv + j] = s[i];
 }
 
 /* The chunked form (cpu_gdn_core_chunked / chunk_step), block = value head,
- * thread c = state column c; scratch per head: cum, dec (chunk doubles),
- * A (chunk²), U, W (chunk × D floats). */
-__global__ void k_gdn_chunked(int Hk, int Hv, int D, int T, int chunk, const float *q, const float *k, const float *v,
-                              int64_t rs, const float *g, const float *beta, float *state, float *out, double *dscr,
-                              float *fscr)
+ * thread c = value column c of the state and, where c < Dk, key column c of
+ * W; blockDim ≥ max(Dk, Dv).  Scratch per head: cum, dec (chunk doubles),
+ * A (chunk²), U (chunk × Dv), W (chunk × Dk floats). */
+__global__ void k_gdn_chunked(int Hk, int Hv, int Dk, int Dv, int T, int chunk, const float *q, const float *k,
+                              const float *v, int64_t rs, const float *g, const float *beta, float *state, float *out,
+                              double *dscr, float *fscr)
 {
     const int h = blockIdx.x, c = threadIdx.x, kh = h % Hk;
     double *cum = dscr + (size_t)h * 2 * chunk, *dec = cum + chunk;
-    float *A = fscr + (size_t)h * (chunk * chunk + 2 * chunk * D), *U = A + chunk * chunk, *W = U + chunk * D;
-    float *S = state + (size_t)h * D * D;
+    float *A = fscr + (size_t)h * (chunk * chunk + chunk * (Dv + Dk)), *U = A + chunk * chunk, *W = U + chunk * Dv;
+    float *S = state + (size_t)h * Dk * Dv;
     for (int c0 = 0; c0 < T; c0 += chunk) {
         const int L = T - c0 < chunk ? T - c0 : chunk;
-#define QROW(i) (q + (int64_t)(c0 + (i)) * rs + (int64_t)kh * D)
-#define KROW(i) (k + (int64_t)(c0 + (i)) * rs + (int64_t)kh * D)
+#define QROW(i) (q + (int64_t)(c0 + (i)) * rs + (int64_t)kh * Dk)
+#define KROW(i) (k + (int64_t)(c0 + (i)) * rs + (int64_t)kh * Dk)
 #define GV(i) g[(int64_t)(c0 + (i)) * Hv + h]
 #define BV(i) beta[(int64_t)(c0 + (i)) * Hv + h]
         if (threadIdx.x == 0) {
@@ -470,55 +476,57 @@ __global__ void k_gdn_chunked(int Hk, int Hv, int D, int T, int chunk, const flo
             int i = idx / L, j = idx % L;
             if (j >= i) continue;
             double d = 0;
-            for (int a = 0; a < D; a++) d += (double)KROW(i)[a] * KROW(j)[a];
+            for (int a = 0; a < Dk; a++) d += (double)KROW(i)[a] * KROW(j)[a];
             A[i * L + j] = (float)(BV(i) * d * exp(cum[i] - cum[j]));
         }
         __syncthreads();
-        if (c < D)
+        /* column c of U (c < Dv) and of W (c < Dk): each only reads its own column */
+        if (c < Dv)
             for (int i = 0; i < L; i++) {
-                const float bi = BV(i);
-                const float *vi = v + (int64_t)(c0 + i) * rs + (int64_t)h * D;
-                double u = (double)bi * vi[c], w = (double)bi * exp(cum[i]) * KROW(i)[c];
-                for (int j = 0; j < i; j++) {
-                    u -= (double)A[i * L + j] * U[j * D + c];
-                    w -= (double)A[i * L + j] * W[j * D + c];
-                }
-                U[i * D + c] = (float)u;
-                W[i * D + c] = (float)w;
+                const float *vi = v + (int64_t)(c0 + i) * rs + (int64_t)h * Dv;
+                double u = (double)BV(i) * vi[c];
+                for (int j = 0; j < i; j++) u -= (double)A[i * L + j] * U[j * Dv + c];
+                U[i * Dv + c] = (float)u;
+            }
+        if (c < Dk)
+            for (int i = 0; i < L; i++) {
+                double w = (double)BV(i) * exp(cum[i]) * KROW(i)[c];
+                for (int j = 0; j < i; j++) w -= (double)A[i * L + j] * W[j * Dk + c];
+                W[i * Dk + c] = (float)w;
             }
         __syncthreads();
-        if (c < D)
+        if (c < Dv)
             for (int i = 0; i < L; i++) {
                 double s = 0;
-                for (int a = 0; a < D; a++) s += (double)W[i * D + a] * S[a * D + c];
-                U[i * D + c] -= (float)s;
+                for (int a = 0; a < Dk; a++) s += (double)W[i * Dk + a] * S[a * Dv + c];
+                U[i * Dv + c] -= (float)s;
             }
         __syncthreads();
         for (int idx = threadIdx.x; idx < L * L; idx += blockDim.x) {
             int i = idx / L, j = idx % L;
             if (j > i) continue;
             double d = 0;
-            for (int a = 0; a < D; a++) d += (double)QROW(i)[a] * KROW(j)[a];
+            for (int a = 0; a < Dk; a++) d += (double)QROW(i)[a] * KROW(j)[a];
             A[i * L + j] = (float)(d * exp(cum[i] - cum[j]));
         }
         __syncthreads();
-        if (c < D)
+        if (c < Dv)
             for (int i = 0; i < L; i++) {
                 double inter = 0, intra = 0;
-                for (int a = 0; a < D; a++) inter += (double)QROW(i)[a] * S[a * D + c];
-                for (int j = 0; j <= i; j++) intra += (double)A[i * L + j] * U[j * D + c];
-                out[((int64_t)(c0 + i) * Hv + h) * D + c] = (float)(exp(cum[i]) * inter + intra);
+                for (int a = 0; a < Dk; a++) inter += (double)QROW(i)[a] * S[a * Dv + c];
+                for (int j = 0; j <= i; j++) intra += (double)A[i * L + j] * U[j * Dv + c];
+                out[((int64_t)(c0 + i) * Hv + h) * Dv + c] = (float)(exp(cum[i]) * inter + intra);
             }
         __syncthreads();
         const double last = cum[L - 1];
         if (threadIdx.x == 0)
             for (int i = 0; i < L; i++) dec[i] = exp(last - cum[i]);
         __syncthreads();
-        if (c < D)
-            for (int a = 0; a < D; a++) {
-                double s = exp(last) * S[a * D + c];
-                for (int i = 0; i < L; i++) s += dec[i] * KROW(i)[a] * U[i * D + c];
-                S[a * D + c] = (float)s;
+        if (c < Dv)
+            for (int a = 0; a < Dk; a++) {
+                double s = exp(last) * S[a * Dv + c];
+                for (int i = 0; i < L; i++) s += dec[i] * KROW(i)[a] * U[i * Dv + c];
+                S[a * Dv + c] = (float)s;
             }
         __syncthreads();
 #undef QROW
@@ -528,7 +536,8 @@ __global__ void k_gdn_chunked(int Hk, int Hv, int D, int T, int chunk, const flo
     }
 }
 
-/* Gated RMS norm of each (row, head) of o: rms(o)·w, × sigmoid(z).  grid T·Hv. */
+/* Gated RMS norm of each (row, value head) of o, D = Dv values: rms(o)·w,
+ * × sigmoid(z).  grid T·Hv. */
 __global__ void k_gated_norm(float *o, const float *z, int D, const float *w, float eps)
 {
     float *x = o + (int64_t)blockIdx.x * D;

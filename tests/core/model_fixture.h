@@ -4,6 +4,9 @@
  * that edits on the way (drop or replace a key, drop, rename, reshape or
  * retype a tensor) to make broken or re-typed variants of a good file.
  *
+ * fixture_gguf_gdn_dims makes a synthetic (random-weight) model of a
+ * fixture's shapes with other GDN head sizes, for dk ≠ dv.
+ *
  * The GGUF lives in build/fixtures/NAME-TYPE.gguf and is remade when the
  * converter binary is newer than it.  Criterion runs tests in parallel
  * processes, so a conversion writes a file of its own and renames it into
@@ -27,27 +30,6 @@
 
 #define FIXTURE_CONVERTER "build/bin/nebula-convert"
 
-static inline const char *fixture_gguf_typed(const char *name, const char *type)
-{
-    static char bufs[4][256];
-    static int next;
-    char *path = bufs[next++ & 3];
-    snprintf(path, sizeof bufs[0], "build/fixtures/%s-%s.gguf", name, type);
-    struct stat conv, out;
-    cr_assert(stat(FIXTURE_CONVERTER, &conv) == 0, "%s is not built (make)", FIXTURE_CONVERTER);
-    if (stat(path, &out) == 0 && out.st_mtime >= conv.st_mtime) return path;
-    char tmp[300], cmd[1024];
-    snprintf(tmp, sizeof tmp, "build/fixtures/%s-%s.%d.gguf", name, type, (int)getpid());
-    /* names may be paths (sweep/sweep-101): the GGUF's folder is made first */
-    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname %s)\" && %s tests/fixtures/%s %s --type %s -q --threads 1", path,
-             FIXTURE_CONVERTER, name, tmp, type);
-    cr_assert(system(cmd) == 0, "conversion failed: %s", cmd);
-    cr_assert(rename(tmp, path) == 0, "rename %s", tmp);
-    return path;
-}
-
-static inline const char *fixture_gguf(const char *name) { return fixture_gguf_typed(name, "f32"); }
-
 static inline void *fixture_read(const char *name, const char *file, size_t *bytes)
 {
     char path[256];
@@ -64,6 +46,68 @@ static inline void *fixture_read(const char *name, const char *file, size_t *byt
     *bytes = (size_t)len;
     return buf;
 }
+
+/* build/fixtures/STEM.gguf made by `nebula-convert SRC OUT OPTS` (SRC a
+ * checkpoint folder or "--synthetic CONFIG"), remade when the converter is
+ * newer than it. */
+static inline const char *fixture_converted(const char *stem, const char *src, const char *opts)
+{
+    static char bufs[4][256];
+    static int next;
+    char *path = bufs[next++ & 3];
+    snprintf(path, sizeof bufs[0], "build/fixtures/%s.gguf", stem);
+    struct stat conv, out;
+    cr_assert(stat(FIXTURE_CONVERTER, &conv) == 0, "%s is not built (make)", FIXTURE_CONVERTER);
+    if (stat(path, &out) == 0 && out.st_mtime >= conv.st_mtime) return path;
+    char tmp[300], cmd[1024];
+    snprintf(tmp, sizeof tmp, "build/fixtures/%s.%d.gguf", stem, (int)getpid());
+    /* stems may be paths (sweep/sweep-101-f32): the GGUF's folder is made first */
+    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname %s)\" && %s %s %s %s -q --threads 1", path, FIXTURE_CONVERTER, src, tmp,
+             opts);
+    cr_assert(system(cmd) == 0, "conversion failed: %s", cmd);
+    cr_assert(rename(tmp, path) == 0, "rename %s", tmp);
+    return path;
+}
+
+static inline const char *fixture_gguf_typed(const char *name, const char *type)
+{
+    char stem[128], src[160], opts[64];
+    snprintf(stem, sizeof stem, "%s-%s", name, type);
+    snprintf(src, sizeof src, "tests/fixtures/%s", name);
+    snprintf(opts, sizeof opts, "--type %s", type);
+    return fixture_converted(stem, src, opts);
+}
+
+/* A synthetic f32 model (random weights, nebula-convert --synthetic) with the
+ * shapes of fixture NAME's config.json but GDN head sizes dk (keys, queries,
+ * state rows) and dv (values, outputs, state columns): what the fixtures,
+ * all dk = dv, cannot show.  Its vocabulary is the fixture's, so the
+ * fixture's tokens.txt is a valid prompt. */
+static inline const char *fixture_gguf_gdn_dims(const char *name, int dk, int dv)
+{
+    char stem[128], cfg[160], tmp[200], src[200];
+    snprintf(stem, sizeof stem, "%s-dk%d-dv%d-synthetic-f32", name, dk, dv);
+    snprintf(cfg, sizeof cfg, "build/fixtures/%s-dk%d-dv%d.config.json", name, dk, dv);
+    snprintf(tmp, sizeof tmp, "%s.%d", cfg, (int)getpid());
+    size_t len;
+    char *text = fixture_read(name, "config.json", &len);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert(root, "config.json of %s", name);
+    cJSON_ReplaceItemInObject(root, "linear_key_head_dim", cJSON_CreateNumber(dk));
+    cJSON_ReplaceItemInObject(root, "linear_value_head_dim", cJSON_CreateNumber(dv));
+    char *out = cJSON_Print(root);
+    cr_assert(system("mkdir -p build/fixtures") == 0);
+    FILE *f = fopen(tmp, "w");
+    cr_assert(f && fputs(out, f) >= 0 && fclose(f) == 0, "write %s", tmp);
+    cr_assert(rename(tmp, cfg) == 0, "rename %s", tmp); /* parallel tests write the same bytes */
+    free(out);
+    cJSON_Delete(root);
+    free(text);
+    snprintf(src, sizeof src, "--synthetic %s", cfg);
+    return fixture_converted(stem, src, "--type f32");
+}
+
+static inline const char *fixture_gguf(const char *name) { return fixture_gguf_typed(name, "f32"); }
 
 /* Whitespace-separated integers of a text file (tokens.txt, greedy.txt). */
 static inline int32_t *fixture_ints(const char *name, const char *file, int *n)

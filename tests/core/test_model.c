@@ -51,7 +51,8 @@ Test(model, tiny_a_hyperparameters)
     cr_expect_float_eq(hp->rope_theta, 1e7f, 1.0f);
     cr_expect_eq(hp->ssm_n_k_heads, 2);
     cr_expect_eq(hp->ssm_n_v_heads, 6);
-    cr_expect_eq(hp->ssm_head_dim, 16);
+    cr_expect_eq(hp->ssm_k_head_dim, 16);
+    cr_expect_eq(hp->ssm_v_head_dim, 16);
     cr_expect_eq(hp->n_expert, 8);
     cr_expect_eq(hp->n_expert_used, 2);
     cr_expect_eq(hp->idx_n_head, 4);
@@ -111,6 +112,70 @@ Test(model, tiny_b_mtp_and_ple_width)
     cr_expect_not(m->nextn_uses_trunk_head);
     cr_expect_null(mtp->nextn.embed_tokens.data);
     model_close(m);
+}
+
+/* GDN key and value heads of different sizes (synthetic models of tiny-a's
+ * shapes): dk from ssm.state_size, dv = ssm.inner_size / ssm.time_step_rank,
+ * and every GDN tensor bound at the size its head kind implies. */
+static void gdn_dims(int dk, int dv)
+{
+    struct model *m = open_ok(fixture_gguf_gdn_dims("tiny-a", dk, dv));
+    const struct model_hparams *hp = &m->hp;
+    char err[256];
+    uint32_t state_size, inner;
+    cr_assert_eq(gguf_get_u32(m->gguf, "qwen4exp.ssm.state_size", &state_size, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(gguf_get_u32(m->gguf, "qwen4exp.ssm.inner_size", &inner, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(state_size, (uint32_t)dk, "ssm.state_size carries dk");
+    cr_expect_eq(inner, (uint32_t)(6 * dv), "ssm.inner_size carries Hv·dv");
+    cr_expect_eq(hp->ssm_n_k_heads, 2);
+    cr_expect_eq(hp->ssm_n_v_heads, 6);
+    cr_expect_eq(hp->ssm_k_head_dim, dk);
+    cr_expect_eq(hp->ssm_v_head_dim, dv);
+    const int64_t conv_dim = 2 * 2 * dk + 6 * dv;
+    cr_expect_eq(model_gdn_conv_dim(hp), conv_dim);
+    cr_expect_eq(model_gdn_ssm_state_floats(hp), 6 * dk * dv);
+    const struct model_gdn *w = &m->layers[0].gdn;
+    cr_expect_eq(w->qkv.ne[1], conv_dim);
+    cr_expect_eq(w->conv.ne[1], conv_dim);
+    cr_expect_eq(w->gate.ne[1], 6 * dv);
+    cr_expect_eq(w->out.ne[0], 6 * dv);
+    cr_expect_eq(w->norm.ne[0], dv, "the gated norm is over a value head");
+    model_close(m);
+}
+
+Test(model, gdn_value_heads_wider_than_key_heads) { gdn_dims(16, 24); }
+Test(model, gdn_value_heads_narrower_than_key_heads) { gdn_dims(24, 16); }
+
+static bool keep_all_but_inner(const char *key, void *ctx) { return strcmp(key, "qwen4exp.ssm.inner_size") != 0; }
+static void odd_inner(gguf_writer *w, void *ctx) { gguf_w_set_u32(w, "qwen4exp.ssm.inner_size", 6 * 24 + 1); }
+
+Test(model, gdn_inner_size_must_split_into_value_heads)
+{
+    const char *path = tmp_path("odd-inner.gguf");
+    struct fx_edits ed = {.keep_key = keep_all_but_inner, .add_keys = odd_inner};
+    fx_gguf_copy(fixture_gguf_gdn_dims("tiny-a", 16, 24), path, &ed);
+    char err[256] = "";
+    struct model *m = NULL;
+    cr_assert_eq(model_open(path, &m, err, sizeof err), NB_EFORMAT, "%s", err);
+    cr_assert(strstr(err, "qwen4exp.ssm.inner_size 145 is not a multiple of qwen4exp.ssm.time_step_rank 6"), "%s", err);
+}
+
+/* A norm of key-head size where the value head size is due (dk = 16, dv = 24). */
+static bool key_sized_norm(struct fx_tensor *t, const gguf_file *g, void *ctx)
+{
+    if (strcmp(t->name, "blk.2.ssm_norm.weight") == 0) t->ne[0] = 16; /* data: the first 16 values */
+    return true;
+}
+
+Test(model, gdn_norm_of_the_key_head_size_is_named)
+{
+    const char *path = tmp_path("key-norm.gguf");
+    struct fx_edits ed = {.edit_tensor = key_sized_norm};
+    fx_gguf_copy(fixture_gguf_gdn_dims("tiny-a", 16, 24), path, &ed);
+    char err[256] = "";
+    struct model *m = NULL;
+    cr_assert_eq(model_open(path, &m, err, sizeof err), NB_EFORMAT, "%s", err);
+    cr_assert(strstr(err, "blk.2.ssm_norm.weight: expected 24, got 16"), "%s", err);
 }
 
 /* ---------- broken copies ---------- */

@@ -308,8 +308,9 @@ int main(int argc, char **argv)
     if (n_prompt > 0 && n_prompt < T) T = n_prompt;
     if (T < 4) die("tokens", "fewer than 4");
     const int64_t V = hp->n_vocab, wide = model_wide(hp);
-    printf("== %s: %d layers%s, %d experts (k=%d), C=%lld, V=%lld; prompt of %d tokens\n", argv[1], hp->n_layer,
-           hp->n_nextn ? " + MTP" : "", hp->n_expert, hp->n_expert_used, (long long)hp->n_embd, (long long)V, T);
+    printf("== %s: %d layers%s, %d experts (k=%d), C=%lld, V=%lld, GDN %d×%d key / %d×%d value heads; prompt of %d tokens\n",
+           argv[1], hp->n_layer, hp->n_nextn ? " + MTP" : "", hp->n_expert, hp->n_expert_used, (long long)hp->n_embd,
+           (long long)V, hp->ssm_n_k_heads, hp->ssm_k_head_dim, hp->ssm_n_v_heads, hp->ssm_v_head_dim, T);
     double t0 = now();
     gw_backend *cpu = make(m, "cpu"), *gpu = make(m, "cuda");
     printf("     cuda backend (kernels %s) created in %.2f s\n", kernels ? kernels : "default", now() - t0);

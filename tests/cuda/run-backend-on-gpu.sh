@@ -10,10 +10,18 @@
 # greedy identity).  Exits 0 with a SKIP line where there is no GPU: never
 # silently green.  Binaries from `make all cuda-check` (BIN, CHECK to use
 # others); the models are written to WORK.  GREEDY (default 128) tokens after
-# a PROMPT (default 64) tokens on the synthetic model keep the run near 3
-# minutes on an H200 (the CPU reference side, ~5 tok/s, is most of it).
+# a PROMPT (default 64) tokens on the synthetic model keep each synthetic
+# model's run near 3 minutes on an H200 (the CPU reference side, ~5 tok/s,
+# is most of it).
 # FIXTURES (default: all three) names the fixtures; empty checks only the
 # synthetic model.
+# GDN key and value heads of different sizes (no fixture has them yet):
+# synthetic models of tiny-a's shapes with the GDN head sizes DK:DV of each
+# GDN_DIMS entry (default "16:24 24:16 16:40 160:24": values wider, narrower,
+# over two 32-column blocks with a partial one, and keys past the 128 that
+# the register decode kernel holds, so the plain one runs), f32 and mix, with
+# tiny-a's tokens; and the released-width synthetic model again with
+# linear_value_head_dim WIDE_DV (default 192; empty skips it).
 set -u
 if ! command -v nvidia-smi >/dev/null 2>&1; then
     echo "SKIP: no GPU (nvidia-smi absent)"
@@ -27,6 +35,8 @@ PROMPT=${PROMPT:-64} # prompt tokens on the synthetic model (the CPU reference p
 KERNELS=${KERNELS:-ref fast}
 FIXTURE_GREEDY=${FIXTURE_GREEDY:-64}
 FIXTURES=${FIXTURES-tiny-a tiny-b tiny-b-vl} # set empty to check only the synthetic model
+GDN_DIMS=${GDN_DIMS-16:24 24:16 16:40 160:24}
+WIDE_DV=${WIDE_DV-192}
 mkdir -p "$WORK"
 start=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -40,21 +50,47 @@ for fx in $FIXTURES; do
         done
     done
 done
-python3 - conf/qwen3.8-flash-next.config.json "$WORK/cfg64.json" <<'PY'
+# A config.json with some fields replaced: SRC OUT key=value...
+edit_config() {
+    python3 - "$@" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
-(c.get("text_config") or c)["num_experts"] = 64
+t = c.get("text_config") or c
+for kv in sys.argv[3:]:
+    k, v = kv.split("=")
+    t[k] = int(v)
 json.dump(c, open(sys.argv[2], "w"))
 PY
-t0=$(date +%s)
-"$BIN/nebula-convert" --synthetic "$WORK/cfg64.json" "$WORK/synthetic-4l-64e-mix.gguf" --layers 4 --ngram-base 65536 \
-    --type mix -q || fail=1
-echo "synthetic model converted in $(($(date +%s) - t0)) s"
-for k in $KERNELS; do
+}
+for dims in $GDN_DIMS; do
+    dk=${dims%%:*} dv=${dims##*:}
+    edit_config tests/fixtures/tiny-a/config.json "$WORK/tiny-a-dk$dk-dv$dv.json" linear_key_head_dim="$dk" \
+        linear_value_head_dim="$dv" || { fail=1; continue; }
+    for ty in f32 mix; do
+        gg="$WORK/tiny-a-dk$dk-dv$dv-synthetic-$ty.gguf"
+        "$BIN/nebula-convert" --synthetic "$WORK/tiny-a-dk$dk-dv$dv.json" "$gg" --type "$ty" -q || { fail=1; continue; }
+        for k in $KERNELS; do
+            "$CHECK" "$gg" tests/fixtures/tiny-a/tokens.txt --greedy "$FIXTURE_GREEDY" --remote --kernels "$k" \
+                || { echo "FAIL: tiny-a dk $dk dv $dv $ty (kernels $k)"; fail=1; }
+        done
+    done
+done
+edit_config conf/qwen3.8-flash-next.config.json "$WORK/cfg64.json" num_experts=64
+wide="synthetic-4l-64e-mix"
+[ -n "$WIDE_DV" ] && edit_config "$WORK/cfg64.json" "$WORK/cfg64-dv$WIDE_DV.json" linear_value_head_dim="$WIDE_DV" &&
+    wide="$wide synthetic-4l-64e-dv$WIDE_DV-mix"
+for name in $wide; do
+    cfg="$WORK/cfg64.json"
+    [ "$name" = "synthetic-4l-64e-mix" ] || cfg="$WORK/cfg64-dv$WIDE_DV.json"
     t0=$(date +%s)
-    "$CHECK" "$WORK/synthetic-4l-64e-mix.gguf" tests/fixtures/tiny-a/tokens.txt --greedy "$GREEDY" --prompt "$PROMPT" --remote \
-        --kernels "$k" || { echo "FAIL: synthetic (kernels $k)"; fail=1; }
-    echo "synthetic model checked with kernels $k in $(($(date +%s) - t0)) s"
+    "$BIN/nebula-convert" --synthetic "$cfg" "$WORK/$name.gguf" --layers 4 --ngram-base 65536 --type mix -q || { fail=1; continue; }
+    echo "$name converted in $(($(date +%s) - t0)) s"
+    for k in $KERNELS; do
+        t0=$(date +%s)
+        "$CHECK" "$WORK/$name.gguf" tests/fixtures/tiny-a/tokens.txt --greedy "$GREEDY" --prompt "$PROMPT" --remote \
+            --kernels "$k" || { echo "FAIL: $name (kernels $k)"; fail=1; }
+        echo "$name checked with kernels $k in $(($(date +%s) - t0)) s"
+    done
 done
 echo "run-backend-on-gpu: $(($(date +%s) - start)) s in all"
 if [ $fail -ne 0 ]; then echo "FAIL: some CUDA backend checks failed"; exit 1; fi

@@ -5,7 +5,8 @@
  * ("no CUDA device: …", or "built without CUDA" where nvcc was absent), and
  * the test says SKIP for the comparison it could not make.  Where a GPU is
  * there, the comparison runs: tiny-a's logits for the whole prompt within
- * 1e-3 · max|ref| of the CPU reference.  The full GPU checks (every fixture,
+ * 1e-3 · max|ref| of the CPU reference, and on synthetic models whose GDN
+ * key and value heads differ in size, a prefill and decode.  The full GPU checks (every fixture,
  * decode, MTP, hooks, 512-token greedy) are tests/cuda/run-backend-on-gpu.sh. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -119,3 +120,55 @@ Test(cuda_backend, probe_says_what_can_run)
                                        strstr(msg, "no kernels")),
                   "rc %d: %s", rc, msg);
 }
+
+/* GDN key and value heads of different sizes (synthetic models of tiny-a's
+ * shapes, fixture_gguf_gdn_dims): half the prompt prefilled (the chunked
+ * kernel), the rest decoded token by token (the decode kernels: the register
+ * one for dk ≤ 128, the plain one above), every row's logits within 1e-3 ·
+ * max|ref| of the CPU reference. */
+static void gdn_dims_on_gpu(int dk, int dv)
+{
+    char err[256] = "";
+    struct model *m;
+    cr_assert_eq(model_open(fixture_gguf_gdn_dims("tiny-a", dk, dv), &m, err, sizeof err), 0, "%s", err);
+    struct gw_backend_params p = {.kind = "cuda"};
+    gw_backend *gpu, *cpu;
+    int rc = gw_backend_create(m, &p, &gpu, err, sizeof err);
+    if (rc) {
+        cr_assert_eq(rc, NB_ENOTSUP, "unexpected error %d: %s", rc, err);
+        model_close(m);
+        cr_skip_test("SKIP: %s", err);
+    }
+    cr_assert_eq(gw_backend_create(m, NULL, &cpu, err, sizeof err), 0, "%s", err);
+    int T;
+    int32_t *tok = fixture_ints("tiny-a", "tokens.txt", &T);
+    const int64_t V = m->hp.n_vocab;
+    float *l[2];
+    gw_backend *be[2] = {cpu, gpu};
+    for (int b = 0; b < 2; b++) {
+        l[b] = malloc((size_t)T * V * sizeof *l[b]);
+        gw_seq *s;
+        cr_assert_eq(gw_seq_create(be[b], &s, err, sizeof err), 0, "%s", err);
+        struct gw_eval_args a = {.tokens = tok, .n_tokens = T / 2, .logits_rows = GW_ROWS_ALL, .logits = l[b]};
+        cr_assert_eq(gw_eval(s, &a, err, sizeof err), 0, "%s", err);
+        for (int t = T / 2; t < T; t++) {
+            struct gw_eval_args d = {.tokens = tok + t, .n_tokens = 1, .logits_rows = GW_ROWS_LAST, .logits = l[b] + (int64_t)t * V};
+            cr_assert_eq(gw_eval(s, &d, err, sizeof err), 0, "%s", err);
+        }
+        gw_seq_free(s);
+    }
+    double md = 0, mr = 0;
+    for (int64_t i = 0; i < (int64_t)T * V; i++) {
+        double d = fabs((double)l[1][i] - l[0][i]);
+        if (!(d <= md)) md = d;
+        if (fabs(l[0][i]) > mr) mr = fabs(l[0][i]);
+    }
+    cr_assert(md <= 1e-3 * mr, "dk %d dv %d: cuda logits off by %g (max|ref| %g)", dk, dv, md, mr);
+    gw_backend_free(cpu), gw_backend_free(gpu);
+    free(l[0]), free(l[1]), free(tok);
+    model_close(m);
+}
+
+Test(cuda_backend, gdn_values_wider_than_keys) { gdn_dims_on_gpu(16, 24); }
+Test(cuda_backend, gdn_values_narrower_than_keys) { gdn_dims_on_gpu(24, 16); }
+Test(cuda_backend, gdn_keys_past_the_register_kernel) { gdn_dims_on_gpu(160, 24); }

@@ -6,12 +6,17 @@
  * converter's row maps: the value-head tiling from the forward permutation
  * (HF head k·g + j goes to GGUF position j·Hk + k), expert stacks and table
  * shards by plain index arithmetic.  Every HF tensor but the vision tower must
- * be used, and the tensor count must be the layout's. */
+ * be used, and the tensor count must be the layout's.  Checkpoints with GDN
+ * key and value heads of different sizes (dk ≠ dv) are written here from
+ * tiny-a's and checked the same way, with the ssm.* keys that carry dk and dv. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
 
 #include "core/gguf/gguf.h"
 #include "core/quant/quant.h"
@@ -35,11 +40,18 @@ static const char *bin(void)
     return path;
 }
 
-static void convert(const char *fixture, const char *type, const char *out)
+static void convert_dir(const char *dir, const char *type, const char *out)
 {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s tests/fixtures/%s %s --type %s -q", bin(), fixture, out, type);
+    snprintf(cmd, sizeof cmd, "%s %s %s --type %s -q", bin(), dir, out, type);
     cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+}
+
+static void convert(const char *fixture, const char *type, const char *out)
+{
+    char dir[256];
+    snprintf(dir, sizeof dir, "tests/fixtures/%s", fixture);
+    convert_dir(dir, type, out);
 }
 
 static double hf(struct fx *f, const char *name, int64_t flat)
@@ -188,19 +200,27 @@ static double expect_global(struct fx *f, const struct gguf_tensor *t, int64_t i
     return 0;
 }
 
-/* Converts a fixture to f32 and checks every element of every tensor. */
-static void check_fixture_f32(const char *fixture, const char *pfx, int64_t hk, int64_t g, int64_t dv, int64_t C,
-                              int64_t I, int64_t nh_i, int64_t di, int64_t n_layers, int64_t expect_tensors)
+/* Converts a checkpoint folder to f32 and checks every element of every
+ * tensor, and the GDN head sizes' keys (ssm.state_size = dk, ssm.inner_size
+ * = Hv·dv). */
+static void check_checkpoint_f32(const char *dir, const char *pfx, int64_t hk, int64_t g, int64_t dk, int64_t dv,
+                                 int64_t C, int64_t I, int64_t nh_i, int64_t di, int64_t n_layers, int64_t expect_tensors)
 {
     const char *out = tmp_path("f32.gguf");
-    convert(fixture, "f32", out);
-    char err[512], dir[256];
+    convert_dir(dir, "f32", out);
+    char err[512];
     gguf_file *g_ = NULL;
     st_set *st = NULL;
     cr_assert_eq(gguf_open(out, &g_, err, sizeof err), 0, "%s", err);
-    snprintf(dir, sizeof dir, "tests/fixtures/%s", fixture);
     cr_assert_eq(st_open(dir, &st, err, sizeof err), 0, "%s", err);
-    struct fx f = {st, pfx, hk, g, dv, dv, C, I, nh_i, di, n_layers, calloc((size_t)st_count(st), 1)};
+    uint32_t state_size = 0, inner = 0, rank = 0;
+    cr_assert_eq(gguf_get_u32(g_, "qwen4exp.ssm.state_size", &state_size, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(gguf_get_u32(g_, "qwen4exp.ssm.inner_size", &inner, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(gguf_get_u32(g_, "qwen4exp.ssm.time_step_rank", &rank, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(state_size, dk, "ssm.state_size %u, dk is %lld", state_size, (long long)dk);
+    cr_assert_eq(rank, hk * g, "ssm.time_step_rank %u, Hv is %lld", rank, (long long)(hk * g));
+    cr_assert_eq(inner, hk * g * dv, "ssm.inner_size %u, Hv·dv is %lld", inner, (long long)(hk * g * dv));
+    struct fx f = {st, pfx, hk, g, dk, dv, C, I, nh_i, di, n_layers, calloc((size_t)st_count(st), 1)};
     cr_assert_eq(gguf_tensor_count(g_), expect_tensors, "%lld tensors, the layout has %lld", (long long)gguf_tensor_count(g_),
                  (long long)expect_tensors);
     int64_t checked = 0;
@@ -233,10 +253,18 @@ static void check_fixture_f32(const char *fixture, const char *pfx, int64_t hk, 
         bool skip = strstr(t->name, "model.visual.") == t->name || t->dtype == ST_I64; /* vision; PLE constants are keys */
         cr_assert(skip || f.used[i], "HF tensor %s was not converted", t->name);
     }
-    cr_log_info("%s: %lld values checked", fixture, (long long)checked);
+    cr_log_info("%s: %lld values checked", dir, (long long)checked);
     free(f.used);
     st_close(st);
     gguf_close(g_);
+}
+
+static void check_fixture_f32(const char *fixture, const char *pfx, int64_t hk, int64_t g, int64_t dv, int64_t C,
+                              int64_t I, int64_t nh_i, int64_t di, int64_t n_layers, int64_t expect_tensors)
+{
+    char dir[256];
+    snprintf(dir, sizeof dir, "tests/fixtures/%s", fixture);
+    check_checkpoint_f32(dir, pfx, hk, g, dv, dv, C, I, nh_i, di, n_layers, expect_tensors);
 }
 
 /* Tensor count of the layout (docs/CONVERSION.md §3.7): 8 HC + 8 MoE per block,
@@ -256,6 +284,119 @@ Test(convert, tiny_b_fused_experts_sharded_mtp)
 Test(convert, tiny_b_vl_released_layout)
 {
     check_fixture_f32("tiny-b-vl", "model.language_model.", 2, 2, 8, 48, 16, 3, 12, 5, layout_count(3, 2, true));
+}
+
+/* ---------- dk ≠ dv: a real checkpoint made here ---------- */
+
+/* tiny-a's checkpoint with GDN key head size dk and value head size dv:
+ * config.json edited, the five GDN tensors whose shapes depend on them
+ * (in_proj_qkv, conv1d, in_proj_z, norm, out_proj) written at the new shapes
+ * with seeded values, every other tensor copied byte for byte — a
+ * safetensors checkpoint as save_pretrained would write one (no fixture with
+ * dk ≠ dv exists yet).  Returns the folder. */
+static const char *write_gdn_dims_checkpoint(int64_t dk, int64_t dv)
+{
+    char name[64], path[512], err[256];
+    snprintf(name, sizeof name, "ckpt-dk%lld-dv%lld", (long long)dk, (long long)dv);
+    static char dir[256];
+    snprintf(dir, sizeof dir, "%s", tmp_path(name));
+    cr_assert(mkdir(dir, 0755) == 0, "mkdir %s", dir);
+    /* config.json */
+    size_t len;
+    char *text = slurp("tests/fixtures/tiny-a/config.json", &len);
+    text = realloc(text, len + 1);
+    text[len] = 0;
+    cJSON *cfg = cJSON_Parse(text);
+    cr_assert(cfg);
+    const int64_t hk = (int64_t)cJSON_GetObjectItem(cfg, "linear_num_key_heads")->valuedouble,
+                  hv = (int64_t)cJSON_GetObjectItem(cfg, "linear_num_value_heads")->valuedouble,
+                  C = (int64_t)cJSON_GetObjectItem(cfg, "hidden_size")->valuedouble,
+                  K = (int64_t)cJSON_GetObjectItem(cfg, "linear_conv_kernel_dim")->valuedouble;
+    cJSON_ReplaceItemInObject(cfg, "linear_key_head_dim", cJSON_CreateNumber((double)dk));
+    cJSON_ReplaceItemInObject(cfg, "linear_value_head_dim", cJSON_CreateNumber((double)dv));
+    char *out = cJSON_Print(cfg);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    spit(path, out, strlen(out));
+    free(out), free(text);
+    cJSON_Delete(cfg);
+    /* model.safetensors: header entries and the data, tensor by tensor */
+    st_set *st;
+    cr_assert_eq(st_open("tests/fixtures/tiny-a", &st, err, sizeof err), 0, "%s", err);
+    const int64_t conv_dim = 2 * hk * dk + hv * dv;
+    cJSON *hdr = cJSON_CreateObject();
+    cJSON *meta = cJSON_AddObjectToObject(hdr, "__metadata__");
+    cJSON_AddStringToObject(meta, "format", "pt");
+    size_t cap = 1 << 20, used = 0;
+    uint8_t *data = malloc(cap);
+    uint64_t seed = 0x243F6A8885A308D3ull;
+    for (int64_t i = 0; i < st_count(st); i++) {
+        const struct st_tensor *t = st_at(st, i);
+        const char *la = strstr(t->name, ".linear_attn.");
+        const char *w = la ? la + strlen(".linear_attn.") : "";
+        int64_t shape[3] = {0};
+        int nd = 0;
+        if (!strcmp(w, "in_proj_qkv.weight")) nd = 2, shape[0] = conv_dim, shape[1] = C;
+        else if (!strcmp(w, "conv1d.weight")) nd = 3, shape[0] = conv_dim, shape[1] = 1, shape[2] = K;
+        else if (!strcmp(w, "in_proj_z.weight")) nd = 2, shape[0] = hv * dv, shape[1] = C;
+        else if (!strcmp(w, "norm.weight")) nd = 1, shape[0] = dv;
+        else if (!strcmp(w, "out_proj.weight")) nd = 2, shape[0] = C, shape[1] = hv * dv;
+        size_t bytes = nd ? 4 : (size_t)t->nbytes;
+        for (int d = 0; d < nd; d++) bytes *= (size_t)shape[d];
+        while (used + bytes > cap) data = realloc(data, cap *= 2);
+        if (nd) {
+            const bool norm = !strcmp(w, "norm.weight"); /* used plain: values near 1 */
+            float *v = (float *)(data + used);
+            for (size_t k = 0; k < bytes / 4; k++) { /* xorshift: distinct values, so a misplaced row shows */
+                seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+                double u = (double)(seed >> 11) / 9007199254740992.0 - 0.5;
+                v[k] = norm ? (float)(1 + 0.2 * u) : (float)(0.5 * u);
+            }
+        } else {
+            memcpy(data + used, t->data, bytes);
+        }
+        cJSON *e = cJSON_AddObjectToObject(hdr, t->name);
+        cJSON_AddStringToObject(e, "dtype", nd ? "F32" : st_dtype_name(t->dtype));
+        cJSON *sh = cJSON_AddArrayToObject(e, "shape");
+        for (int d = 0; d < (nd ? nd : t->n_dims); d++)
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)(nd ? shape[d] : t->shape[d])));
+        cJSON *off = cJSON_AddArrayToObject(e, "data_offsets");
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)used));
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)(used + bytes)));
+        used += bytes;
+    }
+    st_close(st);
+    char *h = cJSON_PrintUnformatted(hdr);
+    cJSON_Delete(hdr);
+    size_t hl = strlen(h), padded = (hl + 7) / 8 * 8;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "create %s", path);
+    uint64_t n8 = padded;
+    uint8_t le[8];
+    for (int b = 0; b < 8; b++) le[b] = (uint8_t)(n8 >> (8 * b));
+    cr_assert(fwrite(le, 1, 8, f) == 8 && fwrite(h, 1, hl, f) == hl);
+    for (size_t k = hl; k < padded; k++) fputc(' ', f);
+    cr_assert(fwrite(data, 1, used, f) == used);
+    cr_assert(fclose(f) == 0);
+    free(h), free(data);
+    return dir;
+}
+
+/* Every value of a dk ≠ dv conversion, both ways round and with neither size
+ * dividing the other: q/k rows dk wide, v rows (tiled by value head) dv wide. */
+Test(convert, gdn_values_wider_than_keys)
+{
+    check_checkpoint_f32(write_gdn_dims_checkpoint(16, 24), "model.", 2, 3, 16, 24, 64, 32, 4, 16, 4, layout_count(3, 1, false));
+}
+
+Test(convert, gdn_values_narrower_than_keys)
+{
+    check_checkpoint_f32(write_gdn_dims_checkpoint(24, 16), "model.", 2, 3, 24, 16, 64, 32, 4, 16, 4, layout_count(3, 1, false));
+}
+
+Test(convert, gdn_values_narrower_and_not_dividing)
+{
+    check_checkpoint_f32(write_gdn_dims_checkpoint(16, 12), "model.", 2, 3, 16, 12, 64, 32, 4, 16, 4, layout_count(3, 1, false));
 }
 
 /* The released layout holds tiny-b's weights: the two conversions must carry

@@ -454,9 +454,10 @@ int conv_plan_build(struct conv_plan *p, const st_set *st, const struct conv_syn
     const struct hf_config *f = &p->cfg;
     int64_t C = f->hidden_size, V = f->vocab_size;
 
-    if (f->lin_k_head_dim != f->lin_v_head_dim)
-        return nb_errf(err, errlen, NB_ENOTSUP, "linear_key_head_dim %lld != linear_value_head_dim %lld: the qwen4exp GGUF "
-                       "layout has one ssm.state_size", (long long)f->lin_k_head_dim, (long long)f->lin_v_head_dim);
+    /* dk and dv may differ: ssm.state_size carries dk, ssm.inner_size Hv·dv (write.c). */
+    if (f->lin_k_head_dim <= 0 || f->lin_v_head_dim <= 0)
+        return nb_errf(err, errlen, NB_EFORMAT, "config.json: linear_key_head_dim %lld and linear_value_head_dim %lld "
+                       "must be positive", (long long)f->lin_k_head_dim, (long long)f->lin_v_head_dim);
     if (f->lin_n_k_heads <= 0 || f->lin_n_v_heads % f->lin_n_k_heads)
         return nb_errf(err, errlen, NB_EFORMAT, "config.json: linear_num_value_heads must be a multiple of linear_num_key_heads");
     if (f->n_ple > 1)
