@@ -147,6 +147,16 @@ static int read_gdn_moe(const gguf_file *g, struct model_hparams *hp, char *err,
     if (hp->ssm_n_v_heads % hp->ssm_n_k_heads)
         return nb_errf(err, errlen, NB_EFORMAT, "%s %d is not a multiple of %s %d", KEY("ssm.time_step_rank"),
                        hp->ssm_n_v_heads, KEY("ssm.group_count"), hp->ssm_n_k_heads);
+    /* The GDN output gate (config.json output_gate_type): Nebula's key, absent
+     * from published files, whose model is sigmoid-gated. */
+    hp->ssm_gate_silu = false;
+    if (gguf_find_key(g, KEY("ssm.output_gate")) >= 0) {
+        const char *gate;
+        if ((rc = gguf_get_str(g, KEY("ssm.output_gate"), &gate, err, errlen))) return rc;
+        if (strcmp(gate, "sigmoid") && strcmp(gate, "silu"))
+            return nb_errf(err, errlen, NB_EFORMAT, "%s \"%s\" is not sigmoid or silu", KEY("ssm.output_gate"), gate);
+        hp->ssm_gate_silu = strcmp(gate, "silu") == 0;
+    }
 
     if ((rc = req_int(g, KEY("expert_count"), &hp->n_expert, err, errlen))) return rc;
     if ((rc = req_int(g, KEY("expert_used_count"), &hp->n_expert_used, err, errlen))) return rc;

@@ -139,6 +139,7 @@ struct model_hparams {
     int ssm_conv_kernel;    /* Kc */
     int ssm_k_head_dim;     /* dk: q and k heads, the recurrent state's rows (ssm.state_size) */
     int ssm_v_head_dim;     /* dv: v, z and output heads, the state's columns (ssm.inner_size / Hv) */
+    bool ssm_gate_silu;     /* the output gate is silu(z), not sigmoid(z) (ssm.output_gate) */
     int ssm_n_k_heads;      /* Hk */
     int ssm_n_v_heads;      /* Hv (the output gate is sigmoid: no GGUF key, llama.cpp hard-codes it too) */
 

@@ -184,10 +184,15 @@ int cpu_gdn_forward(const struct model_hparams *hp, const struct model_gdn *w, c
         cpu_gdn_core_recurrent(&dims, T, q, k, v, g, beta, st->ssm, o);
     else
         cpu_gdn_core_chunked(&dims, T, CPU_GDN_CHUNK, q, k, v, g, beta, st->ssm, o);
-    /* Gated RMS norm per value head (dv wide): plain weight, sigmoid output gate. */
+    /* Gated RMS norm per value head (dv wide): plain weight, then the output
+     * gate, sigmoid(z) (the released model) or silu(z) = z·sigmoid(z). */
+    const bool silu = hp->ssm_gate_silu;
     for (int64_t r = 0; r < (int64_t)T * Hv; r++) {
         cpu_rms_norm(o + r * Dv, Dv, c->gdn_norm, hp->rms_eps, o + r * Dv);
-        for (int j = 0; j < Dv; j++) o[r * Dv + j] *= cpu_sigmoid(z[r * Dv + j]);
+        for (int j = 0; j < Dv; j++) {
+            const float zj = z[r * Dv + j];
+            o[r * Dv + j] *= silu ? zj * cpu_sigmoid(zj) : cpu_sigmoid(zj);
+        }
     }
     cpu_matmul(&wout, o, T, y);
 out:

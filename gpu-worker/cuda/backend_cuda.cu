@@ -1129,7 +1129,7 @@ static int gdn_forward(cuda_backend *be, const cu_layer *c, cu_lstate *ls, const
         }
     }
     if (rc == 0) {
-        k_gated_norm<<<(unsigned)(T * Hv), nthr(Dv), 0, st>>>(o, z, Dv, c->gdn_norm, hp->rms_eps);
+        k_gated_norm<<<(unsigned)(T * Hv), nthr(Dv), 0, st>>>(o, z, Dv, c->gdn_norm, hp->rms_eps, hp->ssm_gate_silu);
         if ((e = cudaGetLastError()) != cudaSuccess) rc = cu_fail(e, "k_gated_norm", __LINE__);
     }
     if (rc == 0) rc = matmul(be, c->gdn_out, o, vdim, T, y, C);

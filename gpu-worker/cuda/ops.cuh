@@ -537,8 +537,8 @@ __global__ void k_gdn_chunked(int Hk, int Hv, int Dk, int Dv, int T, int chunk, 
 }
 
 /* Gated RMS norm of each (row, value head) of o, D = Dv values: rms(o)·w,
- * × sigmoid(z).  grid T·Hv. */
-__global__ void k_gated_norm(float *o, const float *z, int D, const float *w, float eps)
+ * × sigmoid(z), or × silu(z) when `silu` (ssm.output_gate).  grid T·Hv. */
+__global__ void k_gated_norm(float *o, const float *z, int D, const float *w, float eps, bool silu)
 {
     float *x = o + (int64_t)blockIdx.x * D;
     const float *zz = z + (int64_t)blockIdx.x * D;
@@ -548,7 +548,7 @@ __global__ void k_gated_norm(float *o, const float *z, int D, const float *w, fl
     const float scale = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
     for (int i = threadIdx.x; i < D; i += blockDim.x) {
         float r = x[i] * scale * w[i];
-        x[i] = r * d_sigmoid(zz[i]);
+        x[i] = r * (silu ? zz[i] * d_sigmoid(zz[i]) : d_sigmoid(zz[i]));
     }
 }
 

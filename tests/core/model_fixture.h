@@ -200,7 +200,7 @@ static inline struct sweep_fixture *sweep_fixtures(size_t *n)
             if (v) memcpy(w, v, *n * sizeof *w), cr_free(v);
             v = w;
         }
-        snprintf(v[(*n)++].name, sizeof v->name, "sweep/%s", line);
+        snprintf(v[(*n)++].name, sizeof v->name, "sweep/%.56s", line);
     }
     if (ls) pclose(ls);
     if (v) qsort(v, *n, sizeof *v, sweep_name_cmp);

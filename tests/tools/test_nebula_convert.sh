@@ -69,5 +69,27 @@ diff <(table "$tmp/syn.gguf") <(table "$tmp/real.gguf") >"$tmp/d" && ok || bad "
 "$info" info --key qwen4exp.block_count "$tmp/syn2.gguf" | grep -q '^2$' && ok || bad "--layers 2 block_count"
 "$conv" tests/fixtures/tiny-a "$tmp/l.gguf" --layers 2 2>/dev/null; [ $? -eq 2 ] && ok || bad "--layers without --synthetic should exit 2"
 
+# Configurations transformers refuses (Qwen4ExpTextConfig's validate_architecture) are refused
+# too, naming the rule, and nothing is written.  tiny-a: 4 layers, QSA at layer 4 (1-based).
+illegal() { # $1 = what, $2 = python edit of the config dict c, $3 = words the message must have
+    local d=$tmp/illegal-$n
+    mkdir -p "$d" && cp tests/fixtures/tiny-a/model.safetensors "$d/"
+    python3 -c "import json,sys; c=json.load(open('tests/fixtures/tiny-a/config.json')); $2; json.dump(c, open('$d/config.json','w'))"
+    "$conv" "$d" "$d/out.gguf" -q 2>"$tmp/e"; local rc=$?
+    [ $rc -eq 1 ] && grep -q -- "$3" "$tmp/e" && [ ! -e "$d/out.gguf" ] && ok || bad "$1: exit $rc, '$(cat "$tmp/e")'"
+}
+illegal "hc_count 1" "c['hc_count'] = 1" "more than one hyper-connection stream"
+illegal "PLE on a QSA layer" "c['ple_layer_ids'] = [4]" "linear_attention (GDN) layers only"
+illegal "budget not a multiple of the ratio" "c['indexer_budget'] = 18" "indexer_budget 18 is not a positive multiple"
+illegal "rotary dims over the indexer head" "c['indexer_head_dim'] = 4" "exceed indexer_head_dim 4"
+illegal "PLE width not a multiple of its heads" "c['ple_embed_dim'] = 66" "ple_embed_dim 66 is not a multiple"
+illegal "two indexer key heads" "c['indexer_kv_heads'] = 2" "indexer_kv_heads 2"
+# The GDN output gate travels as Nebula's key ssm.output_gate (sigmoid for the released model).
+has "$tmp/info.txt" 'qwen4exp.ssm.output_gate *= "sigmoid"' "output gate key"
+mkdir -p "$tmp/silu" && cp tests/fixtures/tiny-a/model.safetensors "$tmp/silu/"
+sed 's/"output_gate_type": "sigmoid"/"output_gate_type": "silu"/' tests/fixtures/tiny-a/config.json >"$tmp/silu/config.json"
+"$conv" "$tmp/silu" "$tmp/silu.gguf" -q && "$info" info "$tmp/silu.gguf" | grep -q 'qwen4exp.ssm.output_gate *= "silu"' && ok \
+    || bad "a silu-gated checkpoint: no ssm.output_gate silu"
+
 echo "$((n - fail)) passed, $fail failed"
 [ "$fail" -eq 0 ]

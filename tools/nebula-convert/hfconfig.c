@@ -110,6 +110,36 @@ static int read_layer_types(const cJSON *t, struct hf_config *c, char *err, size
     return 0;
 }
 
+/* The invariants transformers' Qwen4ExpTextConfig enforces (validate_architecture,
+ * 5.17): a configuration it refuses is no model, so the converter refuses it too,
+ * naming the rule, rather than writing a file no reference can check. */
+static int check_legal(const struct hf_config *c, char *err, size_t errlen)
+{
+    if (c->hc_count <= 1)
+        return nb_errf(err, errlen, NB_EFORMAT, "config.json: hc_count %lld: qwen4_exp requires more than one "
+                       "hyper-connection stream", (long long)c->hc_count);
+    for (int i = 0; i < c->n_ple; i++)
+        if (!c->is_linear[c->ple_layers[i]])
+            return nb_errf(err, errlen, NB_EFORMAT, "config.json: ple_layer_ids has layer %lld, a QSA layer: qwen4_exp "
+                           "allows PLE on linear_attention (GDN) layers only", (long long)c->ple_layers[i] + 1);
+    const int64_t ngram_heads = (c->ngram_size - 1) * c->heads_per_ngram;
+    if (c->n_ple && (ngram_heads <= 0 || c->ple_embed_dim % ngram_heads))
+        return nb_errf(err, errlen, NB_EFORMAT, "config.json: ple_embed_dim %lld is not a multiple of the %lld n-gram "
+                       "heads ((ngram_size - 1) × heads_per_ngram)", (long long)c->ple_embed_dim, (long long)ngram_heads);
+    if (c->has_indexer) {
+        if (c->idx_kv_heads != 1)
+            return nb_errf(err, errlen, NB_EFORMAT, "config.json: indexer_kv_heads %lld: qwen4_exp requires 1",
+                           (long long)c->idx_kv_heads);
+        if (c->idx_ratio <= 0 || c->idx_budget <= 0 || c->idx_budget % c->idx_ratio)
+            return nb_errf(err, errlen, NB_EFORMAT, "config.json: indexer_budget %lld is not a positive multiple of "
+                           "indexer_compress_ratio %lld", (long long)c->idx_budget, (long long)c->idx_ratio);
+        if (c->rope_dim > c->idx_head_dim)
+            return nb_errf(err, errlen, NB_EFORMAT, "config.json: the rotary dims %lld (head_dim × partial_rotary_factor) "
+                           "exceed indexer_head_dim %lld", (long long)c->rope_dim, (long long)c->idx_head_dim);
+    }
+    return 0;
+}
+
 static int read_text_fields(const cJSON *t, struct hf_config *c, char *err, size_t errlen)
 {
     int rc = 0;
@@ -189,7 +219,7 @@ static int read_text_fields(const cJSON *t, struct hf_config *c, char *err, size
     c->ple_eos = c->n_eos ? c->eos[0] : -1;
     if (c->n_ple && c->ple_eos < 0)
         return nb_errf(err, errlen, NB_EFORMAT, "config.json: eos_token_id is required when PLE layers are set");
-    return 0;
+    return check_legal(c, err, errlen);
 }
 
 int hf_config_load(const char *dir, struct hf_config *c, char *err, size_t errlen)

@@ -61,6 +61,7 @@ static int write_keys(gguf_writer *w, const struct conv_plan *p, const struct co
     K(gguf_w_set_u32(w, A "ssm.group_count", (uint32_t)f->lin_n_k_heads));
     K(gguf_w_set_u32(w, A "ssm.time_step_rank", (uint32_t)f->lin_n_v_heads));
     K(gguf_w_set_u32(w, A "ssm.inner_size", (uint32_t)(f->lin_v_head_dim * f->lin_n_v_heads)));
+    K(gguf_w_set_str(w, A "ssm.output_gate", f->gate_sigmoid ? "sigmoid" : "silu"));
     if (f->full_attention_interval) K(gguf_w_set_u32(w, A "full_attention_interval", (uint32_t)f->full_attention_interval));
     K(gguf_w_set_u32(w, A "hyper_connection.count", (uint32_t)f->hc_count));
     K(gguf_w_set_u32(w, A "hyper_connection.low_rank", (uint32_t)f->hc_lowrank));
