@@ -14,7 +14,7 @@
 # model's run near 3 minutes on an H200 (the CPU reference side, ~5 tok/s,
 # is most of it).
 # FIXTURES (default: all three) names the fixtures; empty checks only the
-# synthetic model.
+# synthetic model.  SWEEP names the sweep fixtures (default: all).
 # GDN key and value heads of different sizes (no fixture has them yet):
 # synthetic models of tiny-a's shapes with the GDN head sizes DK:DV of each
 # GDN_DIMS entry (default "16:24 24:16 16:40 160:24": values wider, narrower,
@@ -48,6 +48,17 @@ for fx in $FIXTURES; do
             "$CHECK" "$WORK/$fx-$ty.gguf" "tests/fixtures/$fx/tokens.txt" --greedy "$FIXTURE_GREEDY" --remote --kernels "$k" \
                 || { echo "FAIL: $fx-$ty (kernels $k)"; fail=1; }
         done
+    done
+done
+# The sweep (tests/fixtures/sweep: random legal configurations and issue 11's
+# cases, docs/PARITY.md): each in f32 under every kernel set, with the remote
+# placements.  SWEEP (default: every fixture there) names them; empty skips.
+SWEEP=${SWEEP-$(ls tests/fixtures/sweep 2>/dev/null)}
+for fx in $SWEEP; do
+    "$BIN/nebula-convert" "tests/fixtures/sweep/$fx" "$WORK/$fx-f32.gguf" --type f32 -q || { echo "FAIL: convert $fx"; fail=1; continue; }
+    for k in $KERNELS; do
+        "$CHECK" "$WORK/$fx-f32.gguf" "tests/fixtures/sweep/$fx/tokens.txt" --greedy "$FIXTURE_GREEDY" --remote --kernels "$k" \
+            || { echo "FAIL: sweep $fx (kernels $k)"; fail=1; }
     done
 done
 # A config.json with some fields replaced: SRC OUT key=value...
