@@ -2,11 +2,12 @@
 // the answer being generated, the composer's documents and settings.
 //
 // One plain object, read and written directly by the modules that need it
-// (no getters, no events): the page re-renders from it after each change.
-// What a single module keeps for itself (the status poll's timer, the
-// message elements on screen) stays private to that module.  Where each
-// field is kept beyond the page's lifetime: chats in IndexedDB (store.js),
-// settings in localStorage (settings.js); the rest lives only here.
+// (no getters, no change notifications): whoever changes a field redraws
+// what shows it.  What a single module keeps for itself (the status poll's
+// timer, the message elements on screen) stays private to that module.
+// Where each field is kept beyond the page's lifetime: chats in IndexedDB
+// (store.js), settings in localStorage (settings.js); the rest lives only
+// here.
 
 export const state = {
   chats: [],          // every chat, most recently updated first (chatlist.js loads and saves them)
