@@ -2,8 +2,10 @@
 # test_webui.sh — the chat page (web/) tested in a real browser against the
 # real stack.
 #
-# 1. node --test tests/web/unit.test.mjs: the page's SSE parser and the text
-#    it builds (documents in the prompt, Markdown export), under node.
+# 1. node --test tests/web/unit.test.mjs tests/web/modules.test.mjs: the
+#    page's SSE parser and the text it builds (documents in the prompt,
+#    Markdown export), under node; and the shape of web/js/ (a comment atop
+#    each module, at most 400 lines each, imports that exist, no cycles).
 # 2. tests/web/run-webui-tests.mjs: playwright-core (locked in
 #    tests/web/package-lock.json) drives Debian's chromium, headless, against
 #    deploy/start.sh --demo on free ports with a temporary state directory:
@@ -38,6 +40,6 @@ make --no-print-directory web >/dev/null || fail "make web failed (npm ci in web
 . tests/lib/npm-locked.sh
 npm_ci_locked "$DIR" "playwright-core" fail
 
-node --test "$DIR/unit.test.mjs" || fail "unit tests of the page's modules"
+node --test "$DIR/unit.test.mjs" "$DIR/modules.test.mjs" || fail "unit tests of the page's modules"
 CHROMIUM=$CHROMIUM node "$DIR/run-webui-tests.mjs" || fail "browser tests"
 echo "test_webui: ok"

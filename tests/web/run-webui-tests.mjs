@@ -499,6 +499,9 @@ scenario("delete while an answer streams: the answer stops, the chat stays delet
 });
 
 scenario("options: context, prefill chunk and accuracy bounded by /api/status and sent in the request", async ({ page, bodies }) => {
+  // The lists are bounded once the page's first /api/status answer is in,
+  // which may come after html[data-ready].
+  await page.waitForSelector('#server-status[data-state="ready"]');
   const st = await (await page.request.get(new URL("api/status", page.url()).href)).json();
   const ctx = st.model.context_length;
   const ctxOptions = (await page.locator("#opt-context option").evaluateAll((os) => os.map((o) => o.value))).filter(Boolean).map(Number);

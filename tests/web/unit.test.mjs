@@ -5,7 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { SseParser } from "../../web/js/api.js";
 import {
-  composeUserContent, fenceFor, langForFile, chatToMarkdown, titleFromText, formatStats, exportFileName,
+  composeUserContent, fenceFor, langForFile, chatToMarkdown, titleFromText, formatStats, formatSize, exportFileName,
 } from "../../web/js/chatformat.js";
 
 function parseAll(pieces) {
@@ -70,7 +70,7 @@ test("documents: fenced with the file name and a language, fences longer than an
   assert.equal(composeUserContent("just text"), "just text");
 });
 
-test("titles, stats and export file names", () => {
+test("titles, stats, sizes and export file names", () => {
   assert.equal(titleFromText("\n  Hello there  \nsecond line"), "Hello there");
   assert.equal(titleFromText(""), "New chat");
   assert.equal(titleFromText("x".repeat(100)).length, 48);
@@ -79,6 +79,10 @@ test("titles, stats and export file names", () => {
   assert.equal(formatStats(null), "");
   assert.equal(formatStats({ tokens_per_s: 0, ttft_ms: 7, completion_tokens: 1 }), "TTFT 7 ms · 1 tokens");
   assert.equal(exportFileName({ title: "Ünïcode: a/b?" }, new Date("2026-11-30T07:00:00Z")), "Unicode-ab-2026-11-30.md");
+  assert.equal(formatSize(1023), "1023 B");
+  assert.equal(formatSize(1536), "1.5 KiB");
+  assert.equal(formatSize(300 * 1024), "300 KiB");
+  assert.equal(formatSize(4 * 1024 * 1024), "4.0 MiB");
 });
 
 test("Markdown export: title, roles, documents, thinking, notes", () => {

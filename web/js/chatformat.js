@@ -1,7 +1,8 @@
 // chatformat.js — the text the page builds from a chat: the user message with
 // its attached documents (what the model sees), the Markdown export (what the
-// user downloads) and chat titles.  Pure functions, no DOM, so that they read
-// the same in the browser and in a test under node.
+// user downloads), chat titles, and the speed and size figures it shows.
+// Pure functions, no DOM, so that they read the same in the browser and in a
+// test under node.
 
 // Attached documents: one file at most this size (the whole request must also
 // fit the server's body limit, checked when sending).
@@ -70,6 +71,13 @@ export function formatStats(stats) {
   }
   if (typeof stats.completion_tokens === "number") parts.push(`${stats.completion_tokens} tokens`);
   return parts.join(" · ");
+}
+
+// A byte count as the page shows it: B, KiB (one decimal under 10 KiB), MiB.
+export function formatSize(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(n < 10240 ? 1 : 0)} KiB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MiB`;
 }
 
 function quote(text) {

@@ -5,8 +5,8 @@
 // Model output is untrusted input: a prompt can make a model write any HTML.
 // Sanitising happens last, on the final HTML, so nothing the renderer or the
 // highlighter produced can bypass it.  The packages come from web/vendor/
-// (make web); app.js imports this module dynamically and falls back to plain
-// text, with a visible error, if they are missing.
+// (make web); messages.js imports this module dynamically and falls back to
+// plain text, with a visible error, if they are missing.
 import { Marked } from "../vendor/marked.esm.js";
 import DOMPurify from "../vendor/purify.es.mjs";
 import hljs from "../vendor/highlight/core.js";

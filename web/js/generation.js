@@ -1,0 +1,213 @@
+// generation.js — one answer being generated: the request built from the
+// chat and the settings, streamed into a new assistant message, Stop and
+// Regenerate.
+//
+// One answer streams at a time (the engine serves one request at a time
+// anyway); state.generation names it while it runs.  Its message object is
+// filled in place as pieces arrive and redrawn through scheduleRender; the
+// chat is saved when the message is created, every 2 s while it streams and
+// once at the end, whatever the end was (done, stopped, failed), so a page
+// closed mid-answer keeps all but its last seconds.  Every failure ends up
+// in the message.
+import { el } from "./dom.js";
+import { state } from "./state.js";
+import * as store from "./store.js";
+import { ApiError, streamChat } from "./api.js";
+import { composeUserContent, formatSize } from "./chatformat.js";
+import { appendMessage, removeMessage, updateMessageEl, updateRegenerate, scheduleRender, nearBottom, scrollToEnd } from "./messages.js";
+import { renderChatList, saveChat } from "./chatlist.js";
+import { pollStatus, waitUntilReady } from "./status.js";
+
+function setGenerating(on) {
+  el.send.hidden = on;
+  el.stop.hidden = !on;
+  renderChatList();
+  updateRegenerate();
+}
+
+// The messages as the API gets them: user turns with their documents,
+// assistant turns without their thinking (the template drops it anyway),
+// failed or empty answers left out.
+// A user turn whose answer failed with nothing written (e.g. a 400 for a
+// prompt over the context) is left out too, or every later request would
+// fail the same way; the turn being answered is always sent.
+function requestMessages(chat, upTo) {
+  const msgs = chat.messages.slice(0, upTo);
+  const out = [];
+  msgs.forEach((m, i) => {
+    const next = msgs[i + 1];
+    if (m.role === "user") {
+      if (next && next.role === "assistant" && next.error && !next.content) return;
+      out.push({ role: "user", content: composeUserContent(m.content, m.attachments) });
+    } else if (m.content) {
+      out.push({ role: "assistant", content: m.content });
+    }
+  });
+  return out;
+}
+
+function requestBody(chat, upTo) {
+  const s = state.settings;
+  const body = {
+    messages: requestMessages(chat, upTo),
+    stream: true,
+    stream_options: { include_usage: true },
+    think: !!s.think,
+    accuracy_level: Number(s.accuracy_level) || 3,
+  };
+  if (s.context_length) body.context_length = Number(s.context_length);
+  if (s.prefill_chunk) body.prefill_chunk = Number(s.prefill_chunk);
+  if (s.max_tokens) body.max_tokens = Number(s.max_tokens);
+  return body;
+}
+
+// Answers the last turn of chat: a new assistant message, streamed.
+export async function generate(chat) {
+  const msg = {
+    id: store.newId(), role: "assistant", content: "", reasoning: "", created: Date.now(), pending: true,
+  };
+  chat.messages.push(msg);
+  chat.updated = Date.now();
+  const controller = new AbortController();
+  const gen = { chat, msg, controller, firstToken: false };
+  state.generation = gen;
+  if (state.current === chat) {
+    appendMessage(msg);
+    scrollToEnd();
+  }
+  setGenerating(true);
+  await saveChat(chat);
+
+  const body = requestBody(chat, chat.messages.length - 1);
+  const limit = state.status && state.status.limits && state.status.limits.max_body_bytes;
+  const size = new TextEncoder().encode(JSON.stringify(body)).length;
+
+  // When the request went out and the first piece came, and how many came:
+  // the speed figures where the server sends none.
+  const clock = { t0: performance.now(), tFirst: null, pieces: 0, lastSave: Date.now() };
+  try {
+    if (limit && size > limit) {
+      throw new ApiError(`This conversation with its documents is ${formatSize(size)}; the server accepts at most ${formatSize(limit)} per request. Remove a document or start a new chat.`);
+    }
+    const res = await streamWhenReady(gen, body, clock);
+    const tEnd = performance.now();
+    msg.finish_reason = res.finish_reason;
+    msg.model = res.model;
+    if (res.nebula) msg.nebula = res.nebula;
+    msg.stats = statsFrom(res.timings, res.usage, clock.t0, clock.tFirst, tEnd, clock.pieces);
+  } catch (e) {
+    const tEnd = performance.now();
+    if (e && e.name === "AbortError") {
+      msg.stopped = true;
+      if (clock.tFirst !== null) msg.stats = statsFrom(null, null, clock.t0, clock.tFirst, tEnd, clock.pieces);
+    } else {
+      msg.error = e && e.message ? e.message : String(e);
+      if (!(e instanceof ApiError)) console.error(e);
+    }
+  } finally {
+    delete msg.pending;
+    delete msg.waiting;
+    state.generation = null;
+    chat.updated = Date.now();
+    await saveChat(chat);
+    setGenerating(false);
+    if (state.current === chat) {
+      updateMessageEl(msg);
+      if (nearBottom()) scrollToEnd();
+    }
+    pollStatus();
+  }
+}
+
+// Sends the request once the model is ready and streams the answer into
+// gen.msg.  A 503 model_not_ready (the engine restarted, or it loads on the
+// first request) waits for the model once more and retries.
+async function streamWhenReady(gen, body, clock) {
+  const { chat, msg, controller } = gen;
+  for (let attempt = 0; ; attempt++) {
+    await waitUntilReady(controller.signal, (s) => {
+      msg.waiting = `waiting for the model to load (${Math.round((s.progress || 0) * 100)}%)…`;
+      scheduleRender(msg);
+    });
+    msg.waiting = "sending…";
+    scheduleRender(msg);
+    pollStatus(); // a first request may make the engine load: show it
+    try {
+      return await streamChat(body, {
+        signal: controller.signal,
+        onFirstByte: () => { msg.waiting = "waiting for the first token…"; scheduleRender(msg); },
+        onKeepAlive: () => {
+          const secs = Math.round((performance.now() - clock.t0) / 1000);
+          msg.waiting = `queued or reading the prompt… ${secs} s`;
+          scheduleRender(msg);
+        },
+        onDelta: ({ content, reasoning }) => {
+          if (clock.tFirst === null) {
+            clock.tFirst = performance.now();
+            gen.firstToken = true;
+            msg.waiting = "";
+          }
+          clock.pieces++;
+          msg.content += content;
+          msg.reasoning += reasoning;
+          scheduleRender(msg);
+          if (Date.now() - clock.lastSave > 2000) {
+            clock.lastSave = Date.now();
+            saveChat(chat);
+          }
+        },
+      });
+    } catch (e) {
+      if (attempt > 0 || !(e instanceof ApiError) || e.status !== 503 || e.code !== "model_not_ready") throw e;
+      await pollStatus();
+    }
+  }
+}
+
+function statsFrom(timings, usage, t0, tFirst, tEnd, pieces) {
+  if (timings && (typeof timings.tokens_per_s === "number" || typeof timings.ttft_ms === "number")) {
+    return {
+      tokens_per_s: timings.tokens_per_s,
+      ttft_ms: timings.ttft_ms,
+      completion_tokens: timings.completion_tokens ?? (usage ? usage.completion_tokens : undefined),
+      prompt_tokens: timings.prompt_tokens ?? (usage ? usage.prompt_tokens : undefined),
+      queue_ms: timings.queue_ms,
+      measured: false,
+    };
+  }
+  if (tFirst === null) return null;
+  const n = usage && typeof usage.completion_tokens === "number" ? usage.completion_tokens : pieces;
+  const secs = (tEnd - tFirst) / 1000;
+  return {
+    ttft_ms: tFirst - t0,
+    tokens_per_s: secs > 0 && n > 1 ? (n - 1) / secs : undefined,
+    completion_tokens: n,
+    prompt_tokens: usage ? usage.prompt_tokens : undefined,
+    measured: true,
+  };
+}
+
+// The last answer of the chat on screen, replaced by a new one.
+async function regenerate() {
+  const chat = state.current;
+  if (!chat || state.generation) return;
+  const last = chat.messages[chat.messages.length - 1];
+  if (!last || last.role !== "assistant") return;
+  chat.messages.pop();
+  removeMessage(last.id);
+  await generate(chat);
+}
+
+export function stop() {
+  if (state.generation) state.generation.controller.abort();
+}
+
+export function wireGeneration() {
+  // A message's regenerate button (messages.js sends its click up as this event).
+  el.messages.addEventListener("nebula:regenerate", () => regenerate());
+  el.stop.addEventListener("click", stop);
+  // Leaving the page while an answer streams asks first.
+  window.addEventListener("beforeunload", (e) => {
+    if (state.generation) e.preventDefault();
+  });
+}

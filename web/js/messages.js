@@ -1,0 +1,221 @@
+// messages.js — the conversation on screen: its title, its messages (the
+// answer streaming in, thinking, speed, errors) and their copy and
+// regenerate buttons; markdown.js is loaded from here.
+//
+// Each message object is drawn into one <article> (cloned from
+// #msg-template) and redrawn from the object whenever it changes: the
+// object is the truth, the element only shows it.  While an answer streams,
+// its redraws are batched to one per animation frame (scheduleRender), and
+// the view follows the end only if the user was already there.  The
+// regenerate button belongs to generation.js, which this module does not
+// import: a click on it is sent up as a "nebula:regenerate" event on the
+// message, which bubbles to #messages.
+import { $, el } from "./dom.js";
+import { state } from "./state.js";
+import { showError } from "./banners.js";
+import { composeUserContent, formatStats } from "./chatformat.js";
+import { applyIcons, setIcon } from "./icons.js";
+import { copyText } from "./copy.js";
+import { fileChip } from "./attachments.js";
+
+// What this module keeps for itself.
+const view = {
+  els: new Map(),     // message id → its <article>, for the chat on screen
+  queued: new Set(),  // messages to redraw at the next animation frame
+  md: null,           // markdown.js once loaded (null: answers as plain text)
+};
+
+export async function loadMarkdown() {
+  try {
+    const md = await import("./markdown.js");
+    await md.loadLanguages();
+    view.md = md;
+  } catch (e) {
+    showError(`Markdown rendering is unavailable (web/vendor/ is missing or broken: run make web): ${e.message}. Answers are shown as plain text.`);
+  }
+}
+
+export function renderTitle() {
+  const t = state.current ? state.current.title : "New chat";
+  el.title.textContent = t;
+  document.title = state.current ? `${t} · Nebula` : "Nebula";
+  el.exportChat.disabled = !state.current || state.current.messages.length === 0;
+}
+
+export function renderChat() {
+  renderTitle();
+  view.els.clear();
+  for (const a of el.messages.querySelectorAll(".msg")) a.remove();
+  const msgs = state.current ? state.current.messages : [];
+  el.empty.hidden = msgs.length > 0;
+  for (const m of msgs) {
+    const a = createMessageEl(m);
+    el.messages.append(a);
+    updateMessageEl(m);
+  }
+  updateRegenerate();
+  scrollToEnd();
+}
+
+// A new message at the end of the conversation on screen.
+export function appendMessage(m) {
+  el.empty.hidden = true;
+  el.messages.append(createMessageEl(m));
+  updateMessageEl(m);
+}
+
+export function removeMessage(id) {
+  const a = view.els.get(id);
+  if (a) a.remove();
+  view.els.delete(id);
+}
+
+function createMessageEl(m) {
+  const a = el.msgTemplate.content.firstElementChild.cloneNode(true);
+  a.classList.add(m.role === "user" ? "user" : "assistant");
+  a.dataset.id = m.id;
+  a.dataset.role = m.role;
+  $(".role", a).textContent = m.role === "user" ? "You" : "Nebula";
+  $(".avatar", a).textContent = m.role === "user" ? "You" : "";
+  applyIcons(a);
+  $('[data-action="copy"]', a).addEventListener("click", (e) => copyMessage(m, e.currentTarget));
+  $('[data-action="regenerate"]', a).addEventListener("click", () => {
+    a.dispatchEvent(new CustomEvent("nebula:regenerate", { bubbles: true }));
+  });
+  // Only the user's clicks decide whether a finished thinking section stays open.
+  const details = $(".thinking", a);
+  $("summary", details).addEventListener("click", () => { m.thinkingOpen = !details.open; });
+  view.els.set(m.id, a);
+  return a;
+}
+
+function copyMessage(m, button) {
+  const text = m.role === "user" ? composeUserContent(m.content, m.attachments) : m.content || m.reasoning || "";
+  copyText(text, button);
+}
+
+function renderMarkdownInto(target, text) {
+  if (view.md) {
+    target.innerHTML = view.md.renderMarkdown(text);
+    decorateCodeBlocks(target);
+  } else {
+    target.textContent = text;
+  }
+}
+
+function decorateCodeBlocks(root) {
+  for (const pre of root.querySelectorAll("pre.code-block")) {
+    const bar = document.createElement("div");
+    bar.className = "code-bar";
+    const lang = document.createElement("span");
+    lang.textContent = pre.dataset.lang || "text";
+    const btn = document.createElement("button");
+    btn.type = "button";
+    btn.className = "icon-btn small";
+    btn.title = "Copy the code";
+    btn.setAttribute("aria-label", "Copy the code");
+    setIcon(btn, "copy");
+    btn.addEventListener("click", () => copyText(pre.querySelector("code").textContent, btn));
+    bar.append(lang, btn);
+    pre.prepend(bar);
+  }
+}
+
+// Redraws message m's element from m (nothing if m is not on screen).
+export function updateMessageEl(m) {
+  const a = view.els.get(m.id);
+  if (!a) return;
+  if (m.role === "user") {
+    const body = $(".msg-body", a);
+    body.className = "msg-body plain";
+    body.textContent = m.content;
+    body.hidden = m.content === "";
+    $(".msg-files", a).replaceChildren(...(m.attachments || []).map((f) => fileChip(f, null)));
+  } else {
+    updateAnswerEl(m, a);
+  }
+}
+
+function updateAnswerEl(m, a) {
+  const live = state.generation && state.generation.msg === m;
+  a.classList.toggle("streaming", live);
+  const details = $(".thinking", a);
+  details.hidden = !m.reasoning;
+  if (m.reasoning) {
+    const thinkingNow = live && !m.content;
+    $(".thinking-label", details).textContent = thinkingNow ? "Thinking…" : "Thinking";
+    details.classList.toggle("active", thinkingNow);
+    // Open while the model thinks; afterwards as the user left it (closed by default).
+    details.open = m.thinkingOpen ?? thinkingNow;
+    renderMarkdownInto($(".thinking-body", details), m.reasoning);
+  }
+  const body = $(".msg-body", a);
+  body.className = "msg-body md";
+  if (m.content) {
+    renderMarkdownInto(body, m.content);
+  } else if (live && !m.reasoning) {
+    body.innerHTML = '<span class="typing"><i></i><i></i><i></i></span>';
+  } else {
+    body.textContent = "";
+  }
+  body.hidden = body.childNodes.length === 0;
+  let st = "";
+  if (live) st = m.waiting || "";
+  else if (m.stopped) st = m.interrupted ? "interrupted" : "stopped";
+  else if (m.finish_reason === "length") st = "cut at the token limit";
+  else if (!m.error && !m.content && m.reasoning) st = "no answer after the thinking";
+  $(".msg-state", a).textContent = st;
+  const err = $(".msg-error", a);
+  err.hidden = !m.error;
+  err.textContent = m.error || "";
+  renderStats(m, $(".stats", a));
+  $(".msg-foot", a).hidden = live;
+}
+
+// The line under an answer: speed, and the accuracy level if it differs from
+// the one asked; hovering says where the figures come from.
+function renderStats(m, stats) {
+  let acc = "";
+  const nb = m.nebula;
+  if (nb && nb.accuracy_level_effective != null && nb.accuracy_level != null && nb.accuracy_level_effective !== nb.accuracy_level) {
+    acc = ` · accuracy ${nb.accuracy_level_effective} (asked ${nb.accuracy_level})`;
+  }
+  stats.textContent = formatStats(m.stats) + acc;
+  stats.title = m.stats
+    ? (m.stats.measured ? "Measured in the browser (the server sent no timings)" : "Reported by the server") +
+      (m.stats.prompt_tokens != null ? ` · prompt ${m.stats.prompt_tokens} tokens` : "") +
+      (m.stats.queue_ms != null ? ` · queued ${Math.round(m.stats.queue_ms)} ms` : "") +
+      (m.model ? ` · model ${m.model}` : "")
+    : "";
+}
+
+// The regenerate button shows on the last answer only, and not while one streams.
+export function updateRegenerate() {
+  const msgs = state.current ? state.current.messages : [];
+  const last = msgs[msgs.length - 1];
+  for (const [id, a] of view.els) {
+    const b = $('[data-action="regenerate"]', a);
+    b.hidden = !(last && last.role === "assistant" && last.id === id && !state.generation);
+  }
+}
+
+export function scheduleRender(m) {
+  if (view.queued.size === 0) {
+    requestAnimationFrame(() => {
+      const stick = nearBottom();
+      for (const x of view.queued) updateMessageEl(x);
+      view.queued.clear();
+      if (stick) scrollToEnd();
+    });
+  }
+  view.queued.add(m);
+}
+
+export function nearBottom() {
+  const m = el.messages;
+  return m.scrollHeight - m.scrollTop - m.clientHeight < 120;
+}
+
+export function scrollToEnd() {
+  el.messages.scrollTop = el.messages.scrollHeight;
+}

@@ -1,0 +1,107 @@
+// settings.js — the composer's options under the message box: thinking,
+// context, prefill chunk, accuracy and the longest answer.
+//
+// state.settings holds the values as the controls give them (strings, ""
+// meaning "send none"), kept in localStorage under nebula.settings.v1.  The
+// choices offered depend on the server (the model's context, its prefill
+// chunk from /api/status), so the lists are rebuilt whenever those limits
+// change, keeping the chosen value where it is still offered.
+import { el } from "./dom.js";
+import { state } from "./state.js";
+import { showError } from "./banners.js";
+
+const SETTINGS_KEY = "nebula.settings.v1";
+const DEFAULT_SETTINGS = { think: true, context_length: "", prefill_chunk: "", accuracy_level: "3", max_tokens: "" };
+
+const CONTEXT_STEPS = [512, 1024, 2048, 4096, 8192, 16384, 24576, 32768, 65536, 131072, 262144];
+const PREFILL_STEPS = [64, 128, 256, 512, 1024, 2048, 4096, 8192];
+const MAX_TOKEN_STEPS = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768];
+
+// The server limits the option lists were last built for, "context/chunk".
+const built = { limits: "" };
+
+// The saved settings over the defaults (the defaults alone when none are saved).
+export function loadSettings() {
+  try {
+    const s = JSON.parse(localStorage.getItem(SETTINGS_KEY) || "{}");
+    return { ...DEFAULT_SETTINGS, ...s };
+  } catch (_) {
+    return { ...DEFAULT_SETTINGS };
+  }
+}
+
+function saveSettings() {
+  try {
+    localStorage.setItem(SETTINGS_KEY, JSON.stringify(state.settings));
+  } catch (e) {
+    showError(`Cannot save the settings in this browser: ${e.message}`);
+  }
+}
+
+function modelContext() {
+  const s = state.status;
+  if (!s) return null;
+  const n = (s.model && s.model.context_length) || (s.limits && s.limits.context_length);
+  return Number.isInteger(n) && n > 0 ? n : null;
+}
+
+function maxPrefillChunk() {
+  const n = state.status && state.status.limits && state.status.limits.max_prefill_chunk;
+  return Number.isInteger(n) && n > 0 ? n : null;
+}
+
+function fillSelect(select, options, value) {
+  select.replaceChildren(...options.map(([v, label]) => {
+    const o = document.createElement("option");
+    o.value = v;
+    o.textContent = label;
+    return o;
+  }));
+  select.value = options.some(([v]) => v === value) ? value : "";
+}
+
+export function renderOptions() {
+  const max = modelContext();
+  const s = state.settings;
+  el.think.checked = !!s.think;
+  const ctx = [["", max ? `model's (${max.toLocaleString("en")})` : "model's"]];
+  for (const n of CONTEXT_STEPS) if (!max || n <= max) ctx.push([String(n), n.toLocaleString("en")]);
+  if (max && !CONTEXT_STEPS.includes(max)) ctx.push([String(max), max.toLocaleString("en")]);
+  fillSelect(el.context, ctx, s.context_length);
+  const limit = Number(s.context_length) || max;
+  // The server caps a request's prefill_chunk at its own (--chunk): larger
+  // values would change nothing, so they are not offered.
+  const maxChunk = maxPrefillChunk();
+  const pre = [["", maxChunk ? `default (${maxChunk})` : "default"]];
+  for (const n of PREFILL_STEPS) if (!maxChunk || n <= maxChunk) pre.push([String(n), String(n)]);
+  fillSelect(el.prefill, pre, s.prefill_chunk);
+  el.accuracy.value = ["1", "2", "3"].includes(s.accuracy_level) ? s.accuracy_level : "3";
+  const mt = [["", "auto"]];
+  for (const n of MAX_TOKEN_STEPS) if (!limit || n < limit) mt.push([String(n), n.toLocaleString("en")]);
+  fillSelect(el.maxTokens, mt, s.max_tokens);
+}
+
+// After each /api/status answer: rebuilds the lists if the limits changed.
+export function renderOptionsIfLimitsChanged() {
+  const key = `${modelContext()}/${maxPrefillChunk()}`;
+  if (key !== built.limits) {
+    built.limits = key;
+    renderOptions();
+  }
+}
+
+function readOptions() {
+  state.settings = {
+    think: el.think.checked,
+    context_length: el.context.value,
+    prefill_chunk: el.prefill.value,
+    accuracy_level: el.accuracy.value,
+    max_tokens: el.maxTokens.value,
+  };
+  saveSettings();
+  renderOptions();
+}
+
+export function wireSettings() {
+  for (const s of [el.think, el.context, el.prefill, el.accuracy, el.maxTokens]) s.addEventListener("change", readOptions);
+}
