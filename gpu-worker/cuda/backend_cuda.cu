@@ -39,12 +39,9 @@ extern "C" {
 }
 
 #include <math.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "gpu-worker/cuda/cuda_kernels.h"
 #include "gpu-worker/cuda/ops.cuh"
@@ -171,16 +168,11 @@ struct cuda_backend {
     /* the doorbell (mailbox, ops.cuh): remote experts of evals of at most
      * MB_ROWS rows, posted and awaited inside the stream (mb_begin) */
     char *mb_host, *mb_dev;  /* one pinned mapped block: its host and device addresses */
-    mb_head *mb;             /* its head (host address) */
     int64_t mb_pairs;        /* pairs it holds (MB_ROWS · k) */
     unsigned int *d_mb_seq;  /* device: [0] requests posted, [1] the one the next wait waits for */
-    pthread_t mb_thread;
-    bool mb_started, mb_sync; /* the thread runs; its mutex and condition exist */
-    pthread_mutex_t mb_lock;
-    pthread_cond_t mb_cond;
-    int mb_active, mb_quit;  /* under mb_lock (read atomically by the thread while it spins) */
+    gw_mailbox mb;           /* the remote thread and the eval's accounting (gpu-worker/mailbox.c) */
+    bool mb_resync;          /* the last eval broke the protocol: counters cleared before the next */
     uint64_t mb_remote;      /* trunk pairs the thread had computed remotely during this eval */
-    char mb_err[512];        /* the first hook failure of this eval */
 };
 
 static cuda_backend *cbe(gw_backend *b) { return (cuda_backend *)b; }
@@ -383,6 +375,7 @@ static void cuda_free(gw_backend *gb)
     cudaFree(be->arena);
     cudaFree(be->d_pos);
     cudaFree(be->d_tok);
+    cudaFree(be->d_mb_seq);
     cudaFreeHost(be->h_pos);
     cudaFreeHost(be->h_tok);
     cudaFreeHost(be->h_rows);
@@ -474,6 +467,7 @@ static int cuda_setup(cuda_backend *be)
     TRY(rope_reserve(be, 1024));
     CK(cudaMalloc(&be->d_pos, sizeof(int64_t)));
     CK(cudaMalloc(&be->d_tok, sizeof(int32_t)));
+    CK(cudaMalloc(&be->d_mb_seq, 2 * sizeof(unsigned int)));
     CK(cudaMallocHost(&be->h_pos, sizeof(int64_t)));
     CK(cudaMallocHost(&be->h_tok, sizeof(int32_t)));
     CK(cudaMallocHost(&be->h_rows, (size_t)(hp->ple_n_heads > 0 ? hp->ple_n_heads : 1) * sizeof(int64_t)));
@@ -1315,15 +1309,16 @@ static int ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lsta
  *
  * The key idea: the host's part of a layer with remote experts is not a
  * wait of the host thread in the middle of the step but a request in mapped
- * pinned memory (ops.cuh, mb_head): the stream posts it (k_mb_post), waits
- * for its answer (k_mb_wait) and reads the results (k_mb_scatter), all as
- * kernels, so an eval synchronises once and a decode step with remote
- * experts replays as one CUDA graph.  The backend's remote thread answers:
- * while an eval is in flight (mb_begin … mb_end) it spins on `posted`, calls
- * the gw_moe_remote hook (in the pipeline the ring round trip to the
- * cpu-moe-worker) with the mailbox's rows, pairs and results, and stores the
- * request's number into `done`; between evals it sleeps.  Evals of more
- * than MB_ROWS rows (prefill chunks) keep the host path of moe_forward. */
+ * pinned memory (gpu-worker/mailbox.h): the stream posts it (k_mb_post),
+ * waits for its answer (k_mb_wait) and reads the results (k_mb_scatter), all
+ * as kernels, so an eval synchronises once and a decode step with remote
+ * experts replays as one CUDA graph.  The backend's remote thread
+ * (gpu-worker/mailbox.c) answers: while an eval is in flight (mb_begin …
+ * mb_end) it spins on the head, calls the gw_moe_remote hook (in the
+ * pipeline the ring round trip to the cpu-moe-worker) on the mailbox's rows,
+ * pairs and results (mb_answer), and stores the request's number into
+ * `done`; between evals it sleeps.  Evals of more than MB_ROWS rows (prefill
+ * chunks) keep the host path of moe_forward. */
 #define MB_ROWS 17 /* a decode step or a verify window of up to 16 drafts */
 
 static size_t mb_align(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -1339,75 +1334,41 @@ static void mb_layout(int64_t pairs, int64_t C, size_t off[6])
     off[5] = off[4] + mb_align((size_t)(pairs * C) * sizeof(float)); /* the end */
 }
 
-static void mb_serve(cuda_backend *be, unsigned int seq)
+/* The remote thread's answer to the request in h: the hook on the mailbox's arrays. */
+static int mb_answer(void *ctx, const mb_head *h, char *err, size_t errlen)
 {
+    cuda_backend *be = (cuda_backend *)ctx;
     const struct model_hparams *hp = &be->base.model->hp;
     const struct gw_moe_remote *rem = &be->base.remote;
     size_t off[6];
     mb_layout(be->mb_pairs, hp->n_embd, off);
-    mb_head *h = be->mb;
     const int layer = h->layer, T = h->n_rows, n = h->n_miss;
-    char herr[256] = "";
-    int rc = 0;
-    if (h->failed || h->timed_out) { /* this eval has failed: later layers are answered at once */
-        __atomic_store_n(&h->done, seq, __ATOMIC_RELEASE);
-        return;
-    }
     if (n < 1 || n > be->mb_pairs || T < 1 || T > MB_ROWS || layer < 0 || layer >= hp->n_layer + hp->n_nextn || !rem->fn)
-        rc = nb_errf(herr, sizeof herr, NB_EINVAL, "bad mailbox request (%d pairs of %d rows)", n, T);
-    else
-        rc = rem->fn(rem->ctx, layer, T, (const float *)(be->mb_host + off[3]), n, (const int32_t *)(be->mb_host + off[0]),
+        return nb_errf(err, errlen, NB_EINVAL, "bad mailbox request (%d pairs of %d rows, layer %d)", n, T, layer);
+    char herr[256] = "";
+    int rc = rem->fn(rem->ctx, layer, T, (const float *)(be->mb_host + off[3]), n, (const int32_t *)(be->mb_host + off[0]),
                      (const int32_t *)(be->mb_host + off[1]), (const float *)(be->mb_host + off[2]),
                      (float *)(be->mb_host + off[4]), herr, sizeof herr);
-    if (rc && !h->failed) {
-        snprintf(be->mb_err, sizeof be->mb_err, "remote experts of layer %d: %s", layer, herr);
-        h->failed = 1;
-    }
-    if (rc == 0) {
-        copied(be, (uint64_t)n * (uint64_t)hp->n_embd * sizeof(float)); /* the results, read over PCIe */
-        if (layer < hp->n_layer) __atomic_add_fetch(&be->mb_remote, (uint64_t)n, __ATOMIC_RELAXED);
-    }
-    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* the hook's stores (non-temporal ones too) before `done` */
-    __atomic_store_n(&h->done, seq, __ATOMIC_RELEASE);
+    if (rc) return nb_errf(err, errlen, rc, "remote experts of layer %d: %s", layer, herr);
+    copied(be, (uint64_t)n * (uint64_t)hp->n_embd * sizeof(float)); /* the results, read over PCIe */
+    if (layer < hp->n_layer) __atomic_add_fetch(&be->mb_remote, (uint64_t)n, __ATOMIC_RELAXED);
+    return 0;
 }
 
-#if defined(__x86_64__) || defined(__i386__)
-#define MB_PAUSE() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define MB_PAUSE() __asm__ __volatile__("yield")
-#else
-#define MB_PAUSE() ((void)0)
-#endif
-
-static void *mb_main(void *arg)
-{
-    cuda_backend *be = (cuda_backend *)arg;
-    unsigned int seen = __atomic_load_n(&be->mb->posted, __ATOMIC_ACQUIRE);
-    for (;;) {
-        const unsigned int p = __atomic_load_n(&be->mb->posted, __ATOMIC_ACQUIRE);
-        if (p != seen) {
-            mb_serve(be, seen = p);
-            continue;
-        }
-        if (__atomic_load_n(&be->mb_active, __ATOMIC_ACQUIRE)) {
-            MB_PAUSE();
-            continue;
-        }
-        pthread_mutex_lock(&be->mb_lock);
-        while (!be->mb_active && !be->mb_quit) pthread_cond_wait(&be->mb_cond, &be->mb_lock);
-        const int quit = be->mb_quit;
-        pthread_mutex_unlock(&be->mb_lock);
-        if (quit) return NULL;
-    }
-}
-
-/* Before an eval of T rows: with a remote hook and T ≤ MB_ROWS, the mailbox
- * (made at the first such eval) is cleared and its thread set spinning (a
- * prefill chunk takes the host path: no core spins while the cpu-moe-worker
- * needs them all). */
+/* Before an eval of T rows.  With a remote hook: no request of an earlier
+ * eval may still be pending (the host path below would call the hook beside
+ * the thread); and for T ≤ MB_ROWS the mailbox (made at the first such eval)
+ * is opened and its thread set spinning (a prefill chunk takes the host
+ * path: no core spins while the cpu-moe-worker needs them all). */
 static int mb_begin(cuda_backend *be, int T)
 {
-    if (!be->base.remote.fn || T > MB_ROWS) return 0;
+    if (!be->base.remote.fn) return 0;
+    char msg[512];
+    if (be->mb_host && gw_mb_idle(&be->mb, msg, sizeof msg)) {
+        snprintf(g_msg, sizeof g_msg, "%s", msg);
+        return NB_EIO;
+    }
+    if (T > MB_ROWS) return 0;
     const struct model_hparams *hp = &be->base.model->hp;
     if (!be->mb_host) {
         const int64_t pairs = (int64_t)MB_ROWS * hp->n_expert_used;
@@ -1417,88 +1378,55 @@ static int mb_begin(cuda_backend *be, int T)
         CK(cudaHostAlloc(&hm, off[5], cudaHostAllocMapped));
         memset(hm, 0, off[5]);
         cudaError_t ce = cudaHostGetDevicePointer(&dm, hm, 0);
-        if (ce == cudaSuccess && !be->d_mb_seq) ce = cudaMalloc(&be->d_mb_seq, 2 * sizeof(unsigned int));
-        if (ce == cudaSuccess) ce = cudaMemset(be->d_mb_seq, 0, 2 * sizeof(unsigned int));
+        /* the counters cleared in the stream that reads them (not the legacy stream, which `st` does not wait for) */
+        if (ce == cudaSuccess) ce = cudaMemsetAsync(be->d_mb_seq, 0, 2 * sizeof(unsigned int), be->st);
+        if (ce == cudaSuccess) ce = cudaStreamSynchronize(be->st);
         if (ce != cudaSuccess) {
             cudaFreeHost(hm);
             return cu_fail(ce, "the remote-expert mailbox", __LINE__);
         }
-        be->mb_host = (char *)hm, be->mb_dev = (char *)dm, be->mb = (mb_head *)hm, be->mb_pairs = pairs;
+        be->mb_host = (char *)hm, be->mb_dev = (char *)dm, be->mb_pairs = pairs;
+        be->mb.head = (mb_head *)hm, be->mb.answer = mb_answer, be->mb.ctx = be;
     }
-    if (!be->mb_sync) {
-        pthread_mutex_init(&be->mb_lock, NULL);
-        pthread_cond_init(&be->mb_cond, NULL);
-        be->mb_sync = true;
+    if (be->mb_resync) { /* both sides' counts from 0 again (no hook runs: gw_mb_idle above) */
+        CK(cudaMemsetAsync(be->d_mb_seq, 0, 2 * sizeof(unsigned int), be->st));
+        CK(cudaStreamSynchronize(be->st));
+        be->mb.head->posted = be->mb.head->done = be->mb.head->taken = 0;
+        be->mb_resync = false;
     }
-    if (!be->mb_started) { /* a failed start is tried again at the next eval */
-        if (pthread_create(&be->mb_thread, NULL, mb_main, be)) {
-            snprintf(g_msg, sizeof g_msg, "cannot start the remote-expert thread");
-            return NB_EIO;
-        }
-        be->mb_started = true;
-    }
-    be->mb->failed = 0, be->mb->timed_out = 0, be->mb_err[0] = 0;
     __atomic_store_n(&be->mb_remote, 0, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&be->mb_lock);
-    __atomic_store_n(&be->mb_active, 1, __ATOMIC_RELEASE);
-    pthread_cond_signal(&be->mb_cond);
-    pthread_mutex_unlock(&be->mb_lock);
+    if (gw_mb_begin(&be->mb, msg, sizeof msg)) {
+        snprintf(g_msg, sizeof g_msg, "%s", msg);
+        return NB_EIO;
+    }
     return 0;
 }
 
 /* After an eval (rc: its result so far): the stream drained (an eval that
- * failed half-way may have queued a post without its wait), every posted
- * request answered (so the hook never runs after the eval, beside the host
- * path of the next one), the thread put to sleep, a hook failure or a
- * timed-out wait turned into the eval's error, and the pairs the hook
- * computed taken off the device's count. */
+ * failed half-way may have queued a post without its wait), a request the
+ * thread has taken answered (so the hook never runs after the eval, beside
+ * the host path of the next one), the thread put to sleep, a break of the
+ * protocol, a hook failure, a timed-out answer or a count of requests
+ * posted ≠ answers given turned into the eval's error (mailbox.c), and the
+ * pairs the hook computed taken off the device's count. */
 static int mb_end(cuda_backend *be, int rc)
 {
-    if (!be->mb_started || !__atomic_load_n(&be->mb_active, __ATOMIC_ACQUIRE)) return rc;
+    if (!gw_mb_active(&be->mb)) return rc;
     cudaError_t ce = cudaStreamSynchronize(be->st);
-    const unsigned int posted = __atomic_load_n(&be->mb->posted, __ATOMIC_ACQUIRE);
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (__atomic_load_n(&be->mb->done, __ATOMIC_ACQUIRE) != posted) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if ((double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec) > MB_WAIT_NS / 1e9) {
-            be->mb->timed_out = 1;
-            break;
-        }
-        sched_yield();
-    }
-    pthread_mutex_lock(&be->mb_lock);
-    __atomic_store_n(&be->mb_active, 0, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&be->mb_lock);
+    char msg[512];
+    const int mrc = gw_mb_end(&be->mb, msg, sizeof msg);
+    if (be->mb.head->lost) be->mb_resync = true;
     __atomic_sub_fetch(&be->base.experts_computed, __atomic_load_n(&be->mb_remote, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
     if (rc) return rc;
     if (ce != cudaSuccess) return cu_fail(ce, "eval", __LINE__);
-    if (be->mb->failed) {
-        snprintf(g_msg, sizeof g_msg, "%s", be->mb_err);
-        return NB_EIO;
-    }
-    if (be->mb->timed_out) {
-        snprintf(g_msg, sizeof g_msg, "no answer from the remote-expert thread in %.0f s", MB_WAIT_NS / 1e9);
-        return NB_EIO;
-    }
-    return 0;
+    if (mrc) snprintf(g_msg, sizeof g_msg, "%s", msg);
+    return mrc;
 }
 
 static void mb_stop(cuda_backend *be)
 {
-    if (be->mb_started) {
-        pthread_mutex_lock(&be->mb_lock);
-        be->mb_quit = 1;
-        pthread_cond_signal(&be->mb_cond);
-        pthread_mutex_unlock(&be->mb_lock);
-        pthread_join(be->mb_thread, NULL);
-    }
-    if (be->mb_sync) {
-        pthread_mutex_destroy(&be->mb_lock);
-        pthread_cond_destroy(&be->mb_cond);
-    }
+    gw_mb_stop(&be->mb);
     if (be->mb_host) cudaFreeHost(be->mb_host);
-    cudaFree(be->d_mb_seq);
 }
 
 /* ---- MoE ---- */
@@ -1523,7 +1451,7 @@ static int moe_forward(cuda_backend *be, const cu_layer *c, int il, const float 
     const struct gw_moe_remote *rem = &be->base.remote;
     const bool remote = rem->fn != NULL;
     const bool tap = a && a->route_tap;
-    const bool mbox = remote && !tap && T <= MB_ROWS && __atomic_load_n(&be->mb_active, __ATOMIC_ACQUIRE); /* the doorbell */
+    const bool mbox = remote && !tap && T <= MB_ROWS && gw_mb_active(&be->mb); /* the doorbell */
     cudaStream_t st = be->st;
     tmp t = tmp_begin(be);
     float *probs, *wts, *idsf, *G, *U, *Dn, *contrib, *sc, *gs, *us, *ds, *splitf = NULL, *splitw = NULL, *dout = NULL;
@@ -1850,7 +1778,7 @@ static int eval_body(cuda_seq *s, const struct gw_eval_args *a)
      * The hooks are not: remote experts go through the mailbox, PLE rows are
      * asked before the replay. */
     if (T == 1 && be->graphs && !a->tap && !a->route_tap &&
-        (!be->base.remote.fn || __atomic_load_n(&be->mb_active, __ATOMIC_ACQUIRE)))
+        (!be->base.remote.fn || gw_mb_active(&be->mb)))
         return decode_graph(s, a);
     TRY(seq_reserve(s, pos0 + T));
     TRY(rope_reserve(be, pos0 + T));
