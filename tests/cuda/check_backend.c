@@ -25,6 +25,9 @@
  *             gw_expert_ffn) under four placements: identical ids (two of
  *             them with the map given at creation, gw_backend_params.local,
  *             two laid out at the first eval);
+ *   remote-first (--remote) 8 fresh backends, even layers remote laid out at
+ *             the first eval: prefill and the first decode steps (issue 11's
+ *             hang) in seconds, the greedy ids;
  *   relayout  (--remote) the all-local backend given a placement, then none
  *             again: its experts re-laid out each time, greedy ids identical;
  *   vram-tier (--remote) the all-remote backend's peak VRAM is below an
@@ -467,6 +470,42 @@ int main(int argc, char **argv)
                 printf("     (remote results: %llu bytes)\n", (unsigned long long)want_cb);
                 gw_backend_free(rb);
                 gw_expert_scratch_free(&rctx.scratch);
+            }
+            /* issue 11: a backend's first eval of <= 17 rows starts its remote
+             * thread, and layer 0's request could be posted before the thread
+             * first looked (never answered: 240 s, then "no answer").  Fresh
+             * backends, even layers remote laid out at the first eval, each
+             * prefilled and decoding two steps: every step in seconds. */
+            {
+                uint8_t *even = malloc((size_t)L * E);
+                for (int l = 0; l < L; l++)
+                    for (int x = 0; x < E; x++) even[l * E + x] = l % 2;
+                const int n_fresh = 8, steps = n_greedy < 3 ? n_greedy : 3;
+                double worst = 0;
+                int same = 1;
+                for (int f = 0; f < n_fresh; f++) {
+                    gw_backend *fb = make_pl(m, "cuda", false, NULL);
+                    struct remote_ctx fctx = {m, 0, 0, 0, {0}};
+                    struct gw_moe_remote fr = {even, remote_fn, &fctx};
+                    if (gw_backend_set_moe_remote(fb, &fr, err, sizeof err)) die("remote hook", err);
+                    gw_seq *fs = seq(fb);
+                    int32_t tk[4];
+                    struct gw_eval_args pa = {.tokens = tok, .n_tokens = T, .logits_rows = GW_ROWS_LAST, .argmax = &tk[0]};
+                    if (gw_eval(fs, &pa, err, sizeof err)) die("remote-first prefill", err);
+                    for (int i = 1; i < steps; i++) {
+                        struct gw_eval_args da = {.tokens = &tk[i - 1], .n_tokens = 1, .logits_rows = GW_ROWS_LAST, .argmax = &tk[i]};
+                        double t1 = now();
+                        if (gw_eval(fs, &da, err, sizeof err)) die("remote-first decode", err);
+                        if (now() - t1 > worst) worst = now() - t1;
+                    }
+                    same &= same_prefix(gc, tk, steps) == steps;
+                    gw_seq_free(fs);
+                    gw_backend_free(fb);
+                    gw_expert_scratch_free(&fctx.scratch);
+                }
+                report("remote-first", same && worst < 10, "%.3f s the slowest first decode steps of fresh backends (even layers remote)",
+                       worst);
+                free(even);
             }
             /* the doorbell inside a CUDA graph: the hashed placement's decode steps
              * bit-identical to plain launches (both post through the mailbox) */
