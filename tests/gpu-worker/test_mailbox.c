@@ -80,6 +80,19 @@ static int dev_layer(struct dev *d, int layer, int n)
     return mb_wait_answer(d->h, d->want, PICKUP_NS, ANSWER_NS);
 }
 
+/* An eval's start and a clean end, which most tests need. */
+static void begin_ok(struct dev *d)
+{
+    char err[512] = "";
+    cr_assert_eq(gw_mb_begin(&d->mb, err, sizeof err), 0, "%s", err);
+}
+
+static void end_ok(struct dev *d)
+{
+    char err[512] = "";
+    cr_assert_eq(gw_mb_end(&d->mb, err, sizeof err), 0, "%s", err);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -101,8 +114,7 @@ Test(mailbox, late_thread)
     for (int run = 0; run < 20; run++) {
         struct dev d;
         dev_open(&d);
-        char err[512] = "";
-        cr_assert_eq(gw_mb_begin(&d.mb, err, sizeof err), 0, "%s", err); /* starts the thread */
+        begin_ok(&d); /* starts the thread */
         /* the device posts layer 0's request at once */
         cr_assert(mb_post_open(d.h, &d.seq, 6));
         mb_post_publish(d.h, &d.seq, &d.want, 0, 1, 6);
@@ -112,7 +124,7 @@ Test(mailbox, late_thread)
         cr_assert_lt(now_s() - t0, 0.1);
         cr_assert_eq(dev_layer(&d, 1, 0), 0);
         cr_assert_eq(dev_layer(&d, 2, 6), 0);
-        cr_assert_eq(gw_mb_end(&d.mb, err, sizeof err), 0, "%s", err);
+        end_ok(&d);
         cr_assert_eq(d.ans.calls, 2);
         dev_close(&d);
     }
@@ -137,8 +149,8 @@ Test(mailbox, layers_without_misses)
         /* between evals the thread sleeps; an eval of the host path (no posts) in between changes nothing */
         if (ev % 10 == 3) {
             cr_assert_eq(gw_mb_idle(&d.mb, err, sizeof err), 0, "%s", err);
-            cr_assert_eq(gw_mb_begin(&d.mb, err, sizeof err), 0, "%s", err);
-            cr_assert_eq(gw_mb_end(&d.mb, err, sizeof err), 0, "%s", err);
+            begin_ok(&d);
+            end_ok(&d);
         }
     }
     cr_assert_eq(d.seq, 200);
@@ -154,12 +166,12 @@ Test(mailbox, counts_out_of_step)
     struct dev d;
     dev_open(&d);
     char err[512] = "";
-    cr_assert_eq(gw_mb_begin(&d.mb, err, sizeof err), 0, "%s", err);
+    begin_ok(&d);
     cr_assert_eq(dev_layer(&d, 0, 3), 0);
-    cr_assert_eq(gw_mb_end(&d.mb, err, sizeof err), 0, "%s", err);
+    end_ok(&d);
     d.seq = 0; /* the device's counter reset */
     const double t0 = now_s();
-    cr_assert_eq(gw_mb_begin(&d.mb, err, sizeof err), 0, "%s", err);
+    begin_ok(&d);
     for (int l = 0; l < 4; l++) cr_assert_eq(dev_layer(&d, l, 3), 0, "layer %d posts nothing and waits for nothing", l);
     cr_assert_eq(gw_mb_end(&d.mb, err, sizeof err), NB_EIO);
     cr_assert_lt(now_s() - t0, 0.1, "not at once");
@@ -175,7 +187,7 @@ Test(mailbox, skipped_request)
     struct dev d;
     dev_open(&d);
     char err[512] = "";
-    cr_assert_eq(gw_mb_begin(&d.mb, err, sizeof err), 0, "%s", err);
+    begin_ok(&d);
     cr_assert_eq(dev_layer(&d, 0, 2), 0);
     d.seq++; /* request 2 posted where the host never saw it (mb_post_open would refuse: bypassed) */
     const double t0 = now_s();
@@ -205,9 +217,9 @@ Test(mailbox, no_server)
     gw_mb_lost_msg(d.h, err, sizeof err);
     cr_assert(strstr(err, "request 1 was not taken"), "%s", err);
     cr_assert_eq(gw_mb_idle(&d.mb, err, sizeof err), 0, "no hook is running: %s", err);
-    cr_assert_eq(gw_mb_begin(&d.mb, err, sizeof err), 0, "%s", err);
+    begin_ok(&d);
     cr_assert_eq(dev_layer(&d, 0, 5), 0);
-    cr_assert_eq(gw_mb_end(&d.mb, err, sizeof err), 0, "%s", err);
+    end_ok(&d);
     cr_assert_eq(d.ans.calls, 1, "the dropped request was not answered with the hook");
     dev_close(&d);
 }
@@ -217,10 +229,9 @@ Test(mailbox, asleep_between_evals)
 {
     struct dev d;
     dev_open(&d);
-    char err[512] = "";
-    cr_assert_eq(gw_mb_begin(&d.mb, err, sizeof err), 0, "%s", err);
+    begin_ok(&d);
     cr_assert_eq(dev_layer(&d, 0, 1), 0);
-    cr_assert_eq(gw_mb_end(&d.mb, err, sizeof err), 0, "%s", err);
+    end_ok(&d);
     struct timespec ts = {0, 50000000L}; /* the thread's last spin over, it sleeps */
     nanosleep(&ts, NULL);
     cr_assert_eq(dev_layer(&d, 1, 1), -1); /* nobody serves now */
@@ -235,16 +246,16 @@ Test(mailbox, hook_failure)
     dev_open(&d);
     d.ans.fail_at = 2;
     char err[512] = "";
-    cr_assert_eq(gw_mb_begin(&d.mb, err, sizeof err), 0, "%s", err);
+    begin_ok(&d);
     for (int l = 0; l < 7; l++) dev_layer(&d, l, 4);
     cr_assert_eq(gw_mb_end(&d.mb, err, sizeof err), NB_EIO);
     cr_assert(strstr(err, "told to fail at layer 2"), "%s", err);
     cr_assert_eq(d.ans.calls, 3);
     cr_assert_eq(d.seq, 3, "layers after the failure posted");
     d.ans.fail_at = -1; /* the next eval starts clean */
-    cr_assert_eq(gw_mb_begin(&d.mb, err, sizeof err), 0, "%s", err);
+    begin_ok(&d);
     cr_assert_eq(dev_layer(&d, 0, 4), 0);
-    cr_assert_eq(gw_mb_end(&d.mb, err, sizeof err), 0, "%s", err);
+    end_ok(&d);
     dev_close(&d);
 }
 
@@ -257,7 +268,7 @@ Test(mailbox, slow_hook)
     dev_open(&d);
     d.ans.sleep_ms = 1300;
     char err[512] = "";
-    cr_assert_eq(gw_mb_begin(&d.mb, err, sizeof err), 0, "%s", err);
+    begin_ok(&d);
     const double t0 = now_s();
     cr_assert_eq(dev_layer(&d, 0, 4), -1);
     const double dt = now_s() - t0;
@@ -272,9 +283,9 @@ Test(mailbox, slow_hook)
     struct timespec ts = {1, 0};
     nanosleep(&ts, NULL);
     d.ans.sleep_ms = 0;
-    cr_assert_eq(gw_mb_begin(&d.mb, err, sizeof err), 0, "%s", err);
+    begin_ok(&d);
     cr_assert_eq(dev_layer(&d, 0, 4), 0);
-    cr_assert_eq(gw_mb_end(&d.mb, err, sizeof err), 0, "%s", err);
+    end_ok(&d);
     cr_assert_eq(d.ans.calls, 2);
     dev_close(&d);
 }
