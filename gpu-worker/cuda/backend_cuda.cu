@@ -961,7 +961,6 @@ static int cuda_seq_truncate(gw_seq *gs, int64_t n_keep, char *err, size_t errle
     return 0;
 }
 
-
 static int seq_copy_body(cuda_seq *d, const cuda_seq *s)
 {
     const struct model_hparams *hp = &d->base.be->model->hp;
