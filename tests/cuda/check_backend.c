@@ -25,7 +25,7 @@
  *             gw_expert_ffn) under four placements: identical ids (two of
  *             them with the map given at creation, gw_backend_params.local,
  *             two laid out at the first eval);
- *   remote-first (--remote) 8 fresh backends, even layers remote laid out at
+ *   remote-first (--remote) 4 fresh backends, even layers remote laid out at
  *             the first eval: prefill and the first decode steps (issue 11's
  *             hang) in seconds, the greedy ids;
  *   relayout  (--remote) the all-local backend given a placement, then none
@@ -483,7 +483,7 @@ int main(int argc, char **argv)
                 uint8_t *even = malloc((size_t)L * E);
                 for (int l = 0; l < L; l++)
                     for (int x = 0; x < E; x++) even[l * E + x] = l % 2;
-                const int n_fresh = 8, steps = n_greedy < 3 ? n_greedy : 3;
+                const int n_fresh = 4, steps = n_greedy < 3 ? n_greedy : 3;
                 double worst = 0;
                 int same = 1;
                 for (int f = 0; f < n_fresh; f++) {
