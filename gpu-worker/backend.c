@@ -89,6 +89,8 @@ uint64_t gw_backend_graph_replays(const gw_backend *be)
 
 uint64_t gw_backend_vram_bytes(const gw_backend *be) { return __atomic_load_n(&be->vram_peak, __ATOMIC_RELAXED); }
 
+void gw_backend_vram_used(const gw_backend *be, struct gw_vram_parts *used) { *used = be->vram_used; }
+
 int gw_seq_create(gw_backend *be, gw_seq **out, char *err, size_t errlen)
 {
     *out = NULL;

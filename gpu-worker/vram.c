@@ -5,10 +5,15 @@
  * dense weights (everything but routed experts; formats without a device
  * decoder widened to F32, small tensors as F32), the MTP block's dense
  * weights, one sequence's state, the local experts' slots and temporaries.
- * The first two it measures as it uploads them; the others are the formulas
- * here, which the backend and the gpu-worker process share, so the check
- * made before anything is uploaded and the one made by the backend agree.
- * This file needs no CUDA: it is part of every build and unit-tested
+ * The one idea: the backend sizes every device block it allocates with the
+ * functions here — the dense walk, the slot, state and K/V layouts, the
+ * capacities it grows to — so the plan is the sum of the very blocks the
+ * backend asks the driver for (gw_vram_allocs lists them), plus one page of
+ * the driver's rounding per block, the pool's temporaries (an estimate: the
+ * batch) and a slack for what the driver itself loads.  The gpu-worker
+ * process and nebula-prepare share them, so the check made before anything
+ * is uploaded and the one made by the backend agree.  This file needs no
+ * CUDA: it is part of every build and unit-tested
  * (tests/gpu-worker/test_vram.c). */
 #include "gpu-worker/backend.h"
 
@@ -21,11 +26,17 @@
 #include "core/model/model.h"
 #include "core/util/err.h"
 
-/* Device memory the backend holds beyond its own allocations: the
- * stream-ordered pool reserves whole chunks for the temporaries, and CUDA
- * loads kernel modules lazily at their first launch (after the backend's
- * baseline is measured). */
+/* Device memory the backend holds beyond its own blocks: the stream-ordered
+ * pool reserves whole chunks for the temporaries, and CUDA loads kernel
+ * modules lazily at their first launch and makes graphs' executables (after
+ * the backend's baseline is measured). */
 #define VRAM_SLACK ((uint64_t)64 << 20)
+/* The step's position, token and mailbox counters: words in the dense block. */
+#define VRAM_STEP_WORDS 3
+/* RoPE tables cover at least this many positions. */
+#define VRAM_ROPE_MIN 1024
+
+uint64_t gw_vram_align(uint64_t bytes) { return (bytes + GW_VRAM_ALIGN - 1) / GW_VRAM_ALIGN * GW_VRAM_ALIGN; }
 
 bool gw_vram_native_type(int type)
 {
@@ -73,12 +84,12 @@ static void walk_mat(struct dense_walk *d, const struct model_tensor *t)
     }
     d->seen[d->n_seen++] = t;
     const uint64_t n_mat = (uint64_t)t->ne[2] * (uint64_t)t->ne[3], rows = (uint64_t)t->ne[1];
-    *d->acct += gw_vram_native_type(t->type) ? n_mat * rows * t->row_bytes : n_mat * rows * (uint64_t)t->ne[0] * 4;
+    *d->acct += gw_vram_align(gw_vram_native_type(t->type) ? n_mat * rows * t->row_bytes : n_mat * rows * (uint64_t)t->ne[0] * 4);
 }
 
 static void walk_f32(struct dense_walk *d, const struct model_tensor *t)
 {
-    if (t->data) *d->acct += 4 * (uint64_t)t->ne[0] * (uint64_t)t->ne[1] * (uint64_t)t->ne[2] * (uint64_t)t->ne[3];
+    if (t->data) *d->acct += gw_vram_align(4 * (uint64_t)t->ne[0] * (uint64_t)t->ne[1] * (uint64_t)t->ne[2] * (uint64_t)t->ne[3]);
 }
 
 static void walk_hc(struct dense_walk *d, const struct model_hc *h)
@@ -120,6 +131,9 @@ int gw_vram_dense_bytes(const struct model *m, uint64_t *dense, uint64_t *mtp, c
         d.acct = m->layers[i].is_nextn ? mtp : dense;
         walk_layer(&d, m, &m->layers[i]);
     }
+    /* each layer's expert → slot table, and the step's words */
+    *dense += (uint64_t)(m->hp.n_layer + m->hp.n_nextn) * gw_vram_align((uint64_t)m->hp.n_expert * 4) +
+              VRAM_STEP_WORDS * (uint64_t)GW_VRAM_ALIGN;
     free(d.seen);
     return d.oom ? nb_errf(err, errlen, NB_ENOMEM, "out of memory sizing the dense weights") : 0;
 }
@@ -137,7 +151,80 @@ uint64_t gw_vram_expert_bytes(const struct model *m, int il)
     return mat_bytes(&w->gate_exps) + mat_bytes(&w->up_exps) + mat_bytes(&w->down_exps);
 }
 
+uint64_t gw_vram_slot_layout(const struct model *m, int il, int64_t n, uint64_t off[3])
+{
+    const struct model_moe *w = &m->layers[il].moe;
+    const struct model_tensor *ts[3] = {&w->gate_exps, &w->up_exps, &w->down_exps};
+    uint64_t at = 0;
+    for (int j = 0; j < 3; j++) {
+        if (off) off[j] = at;
+        at += gw_vram_align((uint64_t)(n > 0 ? n : 0) * mat_bytes(ts[j]));
+    }
+    return at;
+}
+
 int64_t gw_vram_default_ctx(const struct model *m) { return m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : 32768; }
+
+int64_t gw_vram_capacity(enum gw_grow kind, int64_t cur, int64_t need, int64_t n_ctx, bool fixed)
+{
+    const int64_t floor = kind == GW_GROW_ROPE ? VRAM_ROPE_MIN : 64;
+    int64_t planned = kind == GW_GROW_KV ? n_ctx : n_ctx + GW_VRAM_PAST_CTX;
+    if (kind == GW_GROW_ROPE && planned < VRAM_ROPE_MIN) planned = VRAM_ROPE_MIN;
+    if (need <= cur) return cur;
+    if (fixed) return need > planned ? need : planned;
+    int64_t cap = cur * 2 > need ? cur * 2 : need < floor ? floor : need;
+    if (cap > planned && need <= planned) cap = planned; /* doubling stops at the context */
+    return cap;
+}
+
+/* Lays arrays of the given bytes out one after another from *at (off: their offsets; 0 bytes: none, UINT64_MAX). */
+static void lay(uint64_t *at, uint64_t *off, uint64_t bytes)
+{
+    if (off) *off = bytes ? *at : UINT64_MAX;
+    *at += gw_vram_align(bytes);
+}
+
+uint64_t gw_vram_state_layout(const struct model *m, uint64_t (*off)[3])
+{
+    const struct model_hparams *hp = &m->hp;
+    uint64_t at = 0;
+    for (int i = 0; i < hp->n_layer; i++) {
+        const struct model_layer *l = &m->layers[i];
+        const bool gdn = l->kind == MODEL_LAYER_GDN;
+        lay(&at, off ? &off[i][0] : NULL, gdn ? 4 * (uint64_t)model_gdn_conv_state_floats(hp) : 0);
+        lay(&at, off ? &off[i][1] : NULL, gdn ? 4 * (uint64_t)model_gdn_ssm_state_floats(hp) : 0);
+        lay(&at, off ? &off[i][2] : NULL, l->has_ple ? 4 * (uint64_t)model_ple_conv_state_floats(hp) : 0);
+    }
+    return at;
+}
+
+uint64_t gw_vram_kv_layout(const struct model *m, int64_t cap, uint64_t (*off)[4])
+{
+    const struct model_hparams *hp = &m->hp;
+    const uint64_t kvw = (uint64_t)hp->n_head_kv * hp->head_dim, Di = hp->idx_head_dim, n = cap > 0 ? (uint64_t)cap : 0;
+    uint64_t at = 0;
+    for (int i = 0; i < hp->n_layer; i++) {
+        const struct model_layer *l = &m->layers[i];
+        const bool attn = l->kind == MODEL_LAYER_ATTN, qsa = attn && l->compress_ratio > 0;
+        lay(&at, off ? &off[i][0] : NULL, attn ? 4 * n * kvw : 0);
+        lay(&at, off ? &off[i][1] : NULL, attn ? 4 * n * kvw : 0);
+        lay(&at, off ? &off[i][2] : NULL, qsa ? 4 * n * Di : 0);
+        lay(&at, off ? &off[i][3] : NULL, qsa ? 4 * (n / (uint64_t)l->compress_ratio + 1) * Di : 0);
+    }
+    return at;
+}
+
+uint64_t gw_vram_mtp_kv_bytes(const struct model *m, int64_t cap)
+{
+    const struct model_hparams *hp = &m->hp;
+    if (hp->n_nextn <= 0) return 0;
+    return 2 * gw_vram_align(4 * (uint64_t)(cap > 0 ? cap : 0) * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim);
+}
+
+uint64_t gw_vram_rope_bytes(const struct model *m, int64_t cap)
+{
+    return 2 * gw_vram_align(4 * (uint64_t)(cap > 0 ? cap : 0) * (uint64_t)(m->hp.rope_dim / 2));
+}
 
 uint64_t gw_vram_arena_bytes(const struct model *m, int64_t cap)
 {
@@ -145,21 +232,22 @@ uint64_t gw_vram_arena_bytes(const struct model *m, int64_t cap)
     return ((uint64_t)64 << 20) + 4 * ((uint64_t)2 * hp->n_vocab + (uint64_t)hp->n_head * cap + 2 * (uint64_t)cap + 2 * 1024);
 }
 
+/* One sequence's state at the capacities the backend gives it for n positions, and the RoPE tables. */
 static uint64_t kv_bytes(const struct model *m, int64_t n)
 {
-    const struct model_hparams *hp = &m->hp;
-    const uint64_t kvw = (uint64_t)hp->n_head_kv * hp->head_dim, Di = hp->idx_head_dim;
-    uint64_t f = 0; /* floats */
-    for (int i = 0; i < hp->n_layer + hp->n_nextn; i++) {
-        const struct model_layer *l = &m->layers[i];
-        if (l->is_nextn || l->kind == MODEL_LAYER_ATTN) f += 2 * (uint64_t)n * kvw;
-        if (!l->is_nextn && l->kind == MODEL_LAYER_ATTN && l->compress_ratio > 0)
-            f += (uint64_t)n * Di + ((uint64_t)n / l->compress_ratio + 1) * Di;
-        if (!l->is_nextn && l->kind == MODEL_LAYER_GDN)
-            f += (uint64_t)(model_gdn_conv_state_floats(hp) + model_gdn_ssm_state_floats(hp));
-        if (!l->is_nextn && l->has_ple) f += (uint64_t)model_ple_conv_state_floats(hp);
-    }
-    return 4 * f;
+    return gw_vram_state_layout(m, NULL) + gw_vram_kv_layout(m, gw_vram_capacity(GW_GROW_KV, 0, 1, n, true), NULL) +
+           gw_vram_mtp_kv_bytes(m, gw_vram_capacity(GW_GROW_MTP, 0, 1, n, true)) +
+           gw_vram_rope_bytes(m, gw_vram_capacity(GW_GROW_ROPE, 0, 1, n, true));
+}
+
+/* The device blocks (one cudaMalloc each): dense weights, slots, the
+ * sequence's fixed state, its K/V, the MTP K/V, the RoPE tables, the arena. */
+static int n_blocks(const struct model *m) { return 6 + (m->hp.n_nextn > 0); }
+
+/* What the driver's rounding and the slot arrays' alignment may add: a page a block, GW_VRAM_ALIGN an array. */
+static uint64_t rounding_bytes(const struct model *m)
+{
+    return (uint64_t)n_blocks(m) * GW_VRAM_PAGE + 3 * (uint64_t)(m->hp.n_layer + m->hp.n_nextn) * GW_VRAM_ALIGN;
 }
 
 /* Temporaries of one eval of T rows: the largest sublayer's (the MoE's pairs,
@@ -185,10 +273,48 @@ static uint64_t batch_bytes(const struct model *m, int64_t T, int64_t n_ctx)
     return 4 * ((uint64_t)T * (3 * W + 3 * C + layer) + probs + R * (C + (uint64_t)hp->n_vocab + 1));
 }
 
+/* The arena, the pool's temporaries, the slack and the rounding. */
 static uint64_t scratch_bytes(const struct model *m, int64_t n_ctx)
 {
+    return gw_vram_arena_bytes(m, gw_vram_capacity(GW_GROW_KV, 0, 1, n_ctx, true)) + gw_vram_pool_bytes(m, n_ctx) +
+           VRAM_SLACK + rounding_bytes(m);
+}
+
+uint64_t gw_vram_pool_bytes(const struct model *m, int64_t n_ctx)
+{
+    if (n_ctx <= 0) n_ctx = gw_vram_default_ctx(m);
     const int64_t T = n_ctx < GW_VRAM_BATCH_ROWS ? n_ctx : GW_VRAM_BATCH_ROWS;
-    return gw_vram_arena_bytes(m, n_ctx) + batch_bytes(m, T, n_ctx) + VRAM_SLACK;
+    return batch_bytes(m, T, n_ctx);
+}
+
+int gw_vram_allocs(const struct model *m, const uint8_t *local, int64_t n_ctx, struct gw_vram_alloc *a, int max)
+{
+    const struct model_hparams *hp = &m->hp;
+    if (n_ctx <= 0) n_ctx = gw_vram_default_ctx(m);
+    uint64_t dense = 0, mtp = 0;
+    if (gw_vram_dense_bytes(m, &dense, &mtp, NULL, 0)) return -1;
+    uint64_t slots = 0;
+    for (int il = 0; il < hp->n_layer + hp->n_nextn; il++) {
+        int64_t n = 0;
+        for (int e = 0; e < hp->n_expert; e++) n += !local || local[(size_t)il * hp->n_expert + e];
+        slots += gw_vram_slot_layout(m, il, n, NULL);
+    }
+    const struct gw_vram_alloc all[] = {
+        {"dense weights (and MTP's)", GW_PART_DENSE, dense + mtp},
+        {"expert slots", GW_PART_SLOTS, slots},
+        {"GDN and PLE state", GW_PART_KV, gw_vram_state_layout(m, NULL)},
+        {"K/V and indexer keys", GW_PART_KV, gw_vram_kv_layout(m, gw_vram_capacity(GW_GROW_KV, 0, 1, n_ctx, true), NULL)},
+        {"MTP K/V", GW_PART_KV, gw_vram_mtp_kv_bytes(m, gw_vram_capacity(GW_GROW_MTP, 0, 1, n_ctx, true))},
+        {"RoPE tables", GW_PART_KV, gw_vram_rope_bytes(m, gw_vram_capacity(GW_GROW_ROPE, 0, 1, n_ctx, true))},
+        {"decode arena", GW_PART_SCRATCH, gw_vram_arena_bytes(m, gw_vram_capacity(GW_GROW_KV, 0, 1, n_ctx, true))},
+    };
+    int n = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i].bytes) {
+            if (n < max) a[n] = all[i];
+            n++;
+        }
+    return n;
 }
 
 void gw_vram_plan(const struct model *m, const uint8_t *local, int64_t n_ctx, struct gw_vram_parts *p)

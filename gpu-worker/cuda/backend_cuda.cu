@@ -39,12 +39,9 @@ extern "C" {
 }
 
 #include <math.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "gpu-worker/cuda/cuda_kernels.h"
 #include "gpu-worker/cuda/ops.cuh"
@@ -108,8 +105,7 @@ struct cu_layer {
     /* MoE; gate/up/down_exps: the layer's slot arrays (expert_layout), matrix s at s · mat_bytes */
     dmat router, gate_exps, up_exps, down_exps, gate_sh, up_sh, down_sh;
     int32_t *slot_of; /* device, E entries: the expert's slot, -1 = not resident (computed by the remote hook) */
-    void *slot_mem[3];
-    int n_slots;
+    int n_slots;      /* 0: no slot arrays (every pair of the layer is remote) */
     float *shexp_gate;
     /* PLE */
     dmat ple_key, ple_value;
@@ -132,12 +128,25 @@ struct cuda_backend {
     cu_layer *L; /* n_layer + n_nextn */
     dmat tok_embd, output, ple_table;
     cu_hc output_hc;
-    void **allocs; /* every weight allocation, freed with the backend */
-    int n_allocs, cap_allocs;
+    /* Device memory is a few blocks sized by gpu-worker/vram.c (one cudaMalloc
+     * each, every array at a GW_VRAM_ALIGN multiple), so the plan counts what
+     * is allocated: the dense block (every weight upload, the slot tables, the
+     * step's words), the slots, the RoPE tables, the arena, and per sequence
+     * its state, K/V and MTP K/V. */
+    char *dense_blk;
+    size_t dense_cap, dense_off;
+    char *slots_blk;
+    uint64_t slots_bytes;
+    cudaMemPool_t pool;   /* the temporaries' stream-ordered pool: the backend's own, else the device's */
+    bool own_pool;
+    bool ctx_fixed;       /* a budget: position-indexed blocks at their planned capacity at once */
+    uint64_t used[5];     /* bytes of the blocks held now, by enum gw_vram_part (scratch: the arena) */
     upload *ups; /* host data → device matrix, so shared tensors are copied once */
     int n_ups, cap_ups;
-    /* RoPE tables: cos/sin of every position below rope_cap (host-made with the CPU's libm calls) */
+    /* RoPE tables: cos/sin of every position below rope_cap (host-made with the CPU's libm calls), one block */
     float *inv_freq, *d_cos, *d_sin;
+    void *rope_blk;
+    uint64_t rope_bytes;
     int64_t rope_cap;
     /* the expert layout (expert_layout): which map it follows, and a generation the graphs bake in */
     uint8_t *layout;      /* host, (n_layer + n_nextn) × E: 1 = resident; NULL before the first layout */
@@ -171,51 +180,79 @@ struct cuda_backend {
     /* the doorbell (mailbox, ops.cuh): remote experts of evals of at most
      * MB_ROWS rows, posted and awaited inside the stream (mb_begin) */
     char *mb_host, *mb_dev;  /* one pinned mapped block: its host and device addresses */
-    mb_head *mb;             /* its head (host address) */
     int64_t mb_pairs;        /* pairs it holds (MB_ROWS · k) */
     unsigned int *d_mb_seq;  /* device: [0] requests posted, [1] the one the next wait waits for */
-    pthread_t mb_thread;
-    bool mb_started, mb_sync; /* the thread runs; its mutex and condition exist */
-    pthread_mutex_t mb_lock;
-    pthread_cond_t mb_cond;
-    int mb_active, mb_quit;  /* under mb_lock (read atomically by the thread while it spins) */
+    gw_mailbox mb;           /* the remote thread and the eval's accounting (gpu-worker/mailbox.c) */
+    bool mb_resync;          /* the last eval broke the protocol: counters cleared before the next */
     uint64_t mb_remote;      /* trunk pairs the thread had computed remotely during this eval */
-    char mb_err[512];        /* the first hook failure of this eval */
 };
 
 static cuda_backend *cbe(gw_backend *b) { return (cuda_backend *)b; }
 
-static int track(cuda_backend *be, void *p)
+/* The blocks held now, by part, and each part's high-water mark (gw_backend_vram_used). */
+static void ledger(cuda_backend *be, int part, int64_t delta)
 {
-    if (be->n_allocs == be->cap_allocs) {
-        int cap = be->cap_allocs ? 2 * be->cap_allocs : 256;
-        void **a = (void **)realloc(be->allocs, (size_t)cap * sizeof *a);
-        if (!a) {
-            cudaFree(p);
-            snprintf(g_msg, sizeof g_msg, "out of host memory");
-            return NB_ENOMEM;
-        }
-        be->allocs = a, be->cap_allocs = cap;
+    be->used[part] += (uint64_t)delta;
+    uint64_t *peak = part == GW_PART_DENSE ? &be->base.vram_used.dense : part == GW_PART_MTP ? &be->base.vram_used.mtp
+                     : part == GW_PART_KV ? &be->base.vram_used.kv : part == GW_PART_SLOTS ? &be->base.vram_used.slots
+                                          : &be->base.vram_used.scratch;
+    if (part != GW_PART_SCRATCH && be->used[part] > *peak) *peak = be->used[part]; /* scratch: vram_note */
+}
+
+/* A device block of one part (NULL for 0 bytes). */
+static int block_alloc(cuda_backend *be, int part, void **p, uint64_t bytes, const char *what)
+{
+    *p = NULL;
+    if (!bytes) return 0;
+    cudaError_t e = cudaMalloc(p, bytes);
+    if (e != cudaSuccess) {
+        *p = NULL;
+        snprintf(g_msg, sizeof g_msg, "%s (%.1f MiB): %s", what, (double)bytes / 1048576.0, cudaGetErrorString(e));
+        return NB_EIO;
     }
-    be->allocs[be->n_allocs++] = p;
+    ledger(be, part, (int64_t)bytes);
     return 0;
 }
 
+static void block_free(cuda_backend *be, int part, void *p, uint64_t bytes)
+{
+    if (!p) return;
+    cudaFree(p);
+    ledger(be, part, -(int64_t)bytes);
+}
+
+/* An array of the dense block (weights, slot tables, the step's words), at the
+ * next GW_VRAM_ALIGN multiple; the block is gw_vram_dense_bytes' total, which
+ * walks the same uploads: running past it is that walk undercounting. */
 static int dev_alloc(cuda_backend *be, void **p, size_t bytes)
 {
+    const size_t need = gw_vram_align(bytes);
     *p = NULL;
-    CK(cudaMalloc(p, bytes ? bytes : 1));
-    *(be->acct_mtp ? &be->mtp_bytes : &be->dense_bytes) += bytes;
-    return track(be, *p);
+    if (be->dense_off + need > be->dense_cap) {
+        snprintf(g_msg, sizeof g_msg, "the dense block (%zu B, gpu-worker/vram.c gw_vram_dense_bytes) holds no %zu B more "
+                 "at %zu B: the walk misses an upload", be->dense_cap, bytes, be->dense_off);
+        return NB_EIO;
+    }
+    *p = be->dense_blk + be->dense_off;
+    be->dense_off += need;
+    *(be->acct_mtp ? &be->mtp_bytes : &be->dense_bytes) += need;
+    return 0;
 }
 
 /* Host → device bytes of evals (gw_backend_bytes_copied). */
 static void copied(cuda_backend *be, uint64_t n) { __atomic_add_fetch(&be->base.bytes_copied, n, __ATOMIC_RELAXED); }
 
-/* Peak device use so far (gw_backend_vram_bytes): free memory at creation − free now. */
+/* Peak device use so far (gw_backend_vram_bytes): free memory at creation −
+ * free now; and the scratch the backend holds (gw_backend_vram_used): the
+ * arena and what its own pool has reserved at most (the device's pool, when
+ * it has none of its own, is shared: not counted). */
 static void vram_note(cuda_backend *be)
 {
     size_t fr = 0, tot = 0;
+    uint64_t pool = 0; /* the attribute is a cuuint64_t */
+    if (be->own_pool && cudaMemPoolGetAttribute(be->pool, cudaMemPoolAttrReservedMemHigh, &pool) != cudaSuccess)
+        (void)cudaGetLastError(), pool = 0;
+    if (be->used[GW_PART_SCRATCH] + pool > be->base.vram_used.scratch) be->base.vram_used.scratch = be->used[GW_PART_SCRATCH] + pool;
     if (cudaMemGetInfo(&fr, &tot) != cudaSuccess || fr >= be->free0) return;
     uint64_t used = be->free0 - fr;
     if (used > be->base.vram_peak) __atomic_store_n(&be->base.vram_peak, used, __ATOMIC_RELAXED);
@@ -370,19 +407,14 @@ static void cuda_free(gw_backend *gb)
 {
     cuda_backend *be = cbe(gb);
     if (be->st) cudaStreamSynchronize(be->st);
-    for (int i = 0; i < be->n_allocs; i++) cudaFree(be->allocs[i]);
-    cudaFree(be->d_cos);
-    cudaFree(be->d_sin);
-    const struct model_hparams *hp = &be->base.model->hp;
-    for (int i = 0; be->L && i < hp->n_layer + hp->n_nextn; i++)
-        for (int j = 0; j < 3; j++) cudaFree(be->L[i].slot_mem[j]);
+    cudaFree(be->dense_blk);
+    cudaFree(be->rope_blk);
+    cudaFree(be->slots_blk);
     free(be->layout);
     cudaFreeHost(be->h_split), cudaFreeHost(be->h_splitw), cudaFreeHost(be->h_x), cudaFreeHost(be->h_rout);
     cudaFreeHost(be->h_wts), cudaFreeHost(be->h_ids);
     if (be->ev_host) cudaEventDestroy(be->ev_host);
-    cudaFree(be->arena);
-    cudaFree(be->d_pos);
-    cudaFree(be->d_tok);
+    block_free(be, GW_PART_SCRATCH, be->arena, be->arena_cap);
     cudaFreeHost(be->h_pos);
     cudaFreeHost(be->h_tok);
     cudaFreeHost(be->h_rows);
@@ -390,22 +422,24 @@ static void cuda_free(gw_backend *gb)
     cudaFreeHost(be->h_arg);
     cudaFreeHost(be->h_ple);
     mb_stop(be);
+    if (be->own_pool) cudaMemPoolDestroy(be->pool);
     if (be->st) cudaStreamDestroy(be->st);
-    free(be->allocs);
     free(be->ups);
     free(be->L);
     free(be->inv_freq);
     free(be);
 }
 
-/* cos/sin tables for positions < need (CPU: inv_freq = 1/powf(θ, 2i/d), angle = (float)pos·inv_freq). */
+/* cos/sin tables for positions < need (CPU: inv_freq = 1/powf(θ, 2i/d), angle = (float)pos·inv_freq),
+ * one block (gpu-worker/vram.c: gw_vram_rope_bytes at gw_vram_capacity's positions). */
 static int rope_reserve(cuda_backend *be, int64_t need)
 {
     if (need <= be->rope_cap) return 0;
-    const struct model_hparams *hp = &be->base.model->hp;
-    const int half = hp->rope_dim / 2;
-    int64_t cap = be->rope_cap * 2 > need ? be->rope_cap * 2 : need < 1024 ? 1024 : need;
-    float *hc = (float *)malloc((size_t)(cap * half) * sizeof(float) * 2);
+    const struct model *m = be->base.model;
+    const int half = m->hp.rope_dim / 2;
+    const int64_t cap = gw_vram_capacity(GW_GROW_ROPE, be->rope_cap, need, be->n_ctx, be->ctx_fixed);
+    const uint64_t bytes = gw_vram_rope_bytes(m, cap);
+    float *hc = (float *)malloc((size_t)(cap * half) * sizeof(float) * 2 + 1);
     if (!hc) {
         snprintf(g_msg, sizeof g_msg, "out of host memory for RoPE tables");
         return NB_ENOMEM;
@@ -417,22 +451,23 @@ static int rope_reserve(cuda_backend *be, int64_t need)
             hc[p * half + i] = cosf(angle);
             hs[p * half + i] = sinf(angle);
         }
-    float *dc = NULL, *ds = NULL;
-    cudaError_t e = cudaMalloc(&dc, (size_t)(cap * half) * sizeof(float) + 1);
-    if (e == cudaSuccess) e = cudaMalloc(&ds, (size_t)(cap * half) * sizeof(float) + 1);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(be->st); /* the old tables may be in use */
-    if (e == cudaSuccess) e = cudaMemcpy(dc, hc, (size_t)(cap * half) * sizeof(float), cudaMemcpyHostToDevice);
-    if (e == cudaSuccess) e = cudaMemcpy(ds, hs, (size_t)(cap * half) * sizeof(float), cudaMemcpyHostToDevice);
-    if (e == cudaSuccess) e = cudaDeviceSynchronize(); /* legacy-stream copies: done before `st` reads them */
+    void *blk = NULL;
+    const uint64_t held = bytes ? bytes : GW_VRAM_ALIGN; /* no rotated dims: a block all the same */
+    int rc = block_alloc(be, GW_PART_KV, &blk, held, "RoPE tables");
+    float *dc = (float *)blk, *ds = (float *)((char *)blk + bytes / 2);
+    cudaError_t e = cudaSuccess;
+    if (rc == 0) e = cudaStreamSynchronize(be->st); /* the old tables may be in use */
+    if (rc == 0 && e == cudaSuccess) e = cudaMemcpy(dc, hc, (size_t)(cap * half) * sizeof(float), cudaMemcpyHostToDevice);
+    if (rc == 0 && e == cudaSuccess) e = cudaMemcpy(ds, hs, (size_t)(cap * half) * sizeof(float), cudaMemcpyHostToDevice);
+    if (rc == 0 && e == cudaSuccess) e = cudaDeviceSynchronize(); /* legacy-stream copies: done before `st` reads them */
     free(hc);
+    if (rc) return rc;
     if (e != cudaSuccess) {
-        cudaFree(dc);
-        cudaFree(ds);
+        block_free(be, GW_PART_KV, blk, held);
         return cu_fail(e, "RoPE tables", __LINE__);
     }
-    cudaFree(be->d_cos);
-    cudaFree(be->d_sin);
-    be->d_cos = dc, be->d_sin = ds, be->rope_cap = cap;
+    block_free(be, GW_PART_KV, be->rope_blk, be->rope_bytes);
+    be->rope_blk = blk, be->rope_bytes = held, be->d_cos = dc, be->d_sin = ds, be->rope_cap = cap;
     return 0;
 }
 
@@ -443,10 +478,30 @@ static int cuda_setup(cuda_backend *be)
     CK(cudaSetDevice(be->device));
     CK(cudaStreamCreateWithFlags(&be->st, cudaStreamNonBlocking));
     CK(cudaMemcpyToSymbol(c_iq4nl, quant_iq4nl_values, sizeof c_iq4nl));
-    cudaMemPool_t pool;
-    CK(cudaDeviceGetDefaultMemPool(&pool, be->device));
+    /* The temporaries' pool: the backend's own (its memory is this backend's
+     * alone, measured and given back with it), else the device's. */
+    cudaMemPoolProps pp;
+    memset(&pp, 0, sizeof pp);
+    pp.allocType = cudaMemAllocationTypePinned;
+    pp.location.type = cudaMemLocationTypeDevice;
+    pp.location.id = be->device;
+    if (cudaMemPoolCreate(&be->pool, &pp) == cudaSuccess) {
+        be->own_pool = true;
+    } else {
+        (void)cudaGetLastError();
+        CK(cudaDeviceGetDefaultMemPool(&be->pool, be->device));
+    }
     uint64_t keep = UINT64_MAX; /* keep freed temporaries in the pool between evals */
-    CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    CK(cudaMemPoolSetAttribute(be->pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    /* one block for every weight upload, the slot tables and the step's words, sized by the walk that plans it */
+    uint64_t dense = 0, mtp = 0;
+    char derr[256];
+    if (gw_vram_dense_bytes(m, &dense, &mtp, derr, sizeof derr)) {
+        snprintf(g_msg, sizeof g_msg, "%s", derr);
+        return NB_ENOMEM;
+    }
+    TRY(block_alloc(be, GW_PART_DENSE, (void **)&be->dense_blk, dense + mtp, "the dense weights"));
+    be->dense_cap = dense + mtp;
     const int n = hp->n_layer + hp->n_nextn;
     be->L = (cu_layer *)calloc((size_t)n, sizeof *be->L);
     be->inv_freq = (float *)calloc((size_t)(hp->rope_dim / 2 + 1), sizeof(float));
@@ -464,16 +519,20 @@ static int cuda_setup(cuda_backend *be)
         be->acct_mtp = m->layers[i].is_nextn;
         TRY(up_layer(be, m, &m->layers[i], &be->L[i]));
         void *so;
-        be->acct_mtp = false; /* the slot tables are counted with the slots (a few bytes) */
+        be->acct_mtp = false; /* the slot tables: dense (gw_vram_dense_bytes counts them so) */
         TRY(dev_alloc(be, &so, (size_t)hp->n_expert * sizeof(int32_t)));
-        be->dense_bytes -= (size_t)hp->n_expert * sizeof(int32_t);
         be->L[i].slot_of = (int32_t *)so;
     }
     be->acct_mtp = false;
     CK(cudaEventCreateWithFlags(&be->ev_host, cudaEventDisableTiming));
     TRY(rope_reserve(be, 1024));
-    CK(cudaMalloc(&be->d_pos, sizeof(int64_t)));
-    CK(cudaMalloc(&be->d_tok, sizeof(int32_t)));
+    void *w;
+    TRY(dev_alloc(be, &w, sizeof(int64_t)));
+    be->d_pos = (int64_t *)w;
+    TRY(dev_alloc(be, &w, sizeof(int32_t)));
+    be->d_tok = (int32_t *)w;
+    TRY(dev_alloc(be, &w, 2 * sizeof(unsigned int)));
+    be->d_mb_seq = (unsigned int *)w;
     CK(cudaMallocHost(&be->h_pos, sizeof(int64_t)));
     CK(cudaMallocHost(&be->h_tok, sizeof(int32_t)));
     CK(cudaMallocHost(&be->h_rows, (size_t)(hp->ple_n_heads > 0 ? hp->ple_n_heads : 1) * sizeof(int64_t)));
@@ -535,31 +594,44 @@ static int expert_layout(cuda_backend *be, const uint8_t *local)
     }
     if (local) memcpy(be->layout, local, (size_t)n * E);
     else memset(be->layout, 1, (size_t)n * E);
+    /* The previous slots go first; every view is cleared with them, so a failure below leaves none pointing at freed slots. */
+    for (int il = 0; il < n; il++) {
+        cu_layer *c = &be->L[il];
+        memset(&c->gate_exps, 0, sizeof c->gate_exps), memset(&c->up_exps, 0, sizeof c->up_exps);
+        memset(&c->down_exps, 0, sizeof c->down_exps);
+        c->n_slots = 0;
+    }
+    block_free(be, GW_PART_SLOTS, be->slots_blk, be->slots_bytes);
+    be->slots_blk = NULL, be->slots_bytes = 0;
+    /* one block, each layer's three arrays laid out by gw_vram_slot_layout (a layer without slots: none) */
     int32_t *slot = (int32_t *)malloc((size_t)E * sizeof *slot);
+    uint64_t *at = (uint64_t *)malloc((size_t)n * sizeof *at);
     float *buf = NULL;
     size_t buf_floats = 0;
-    int rc = slot ? 0 : NB_ENOMEM;
+    int rc = slot && at ? 0 : NB_ENOMEM;
     if (rc) snprintf(g_msg, sizeof g_msg, "out of host memory");
+    uint64_t total = 0;
+    for (int il = 0; il < n && rc == 0; il++) {
+        int64_t k = 0;
+        for (int e = 0; e < E; e++) k += be->layout[(size_t)il * E + e] != 0;
+        at[il] = total;
+        total += gw_vram_slot_layout(m, il, k, NULL);
+    }
+    if (rc == 0 && (rc = block_alloc(be, GW_PART_SLOTS, (void **)&be->slots_blk, total, "expert slots")) == 0)
+        be->slots_bytes = total;
     for (int il = 0; il < n && rc == 0; il++) {
         const struct model_moe *w = &m->layers[il].moe;
         cu_layer *c = &be->L[il];
         const struct model_tensor *ts[3] = {&w->gate_exps, &w->up_exps, &w->down_exps};
         dmat *ds[3] = {&c->gate_exps, &c->up_exps, &c->down_exps};
-        /* All three views cleared with their memory: a failed allocation below
-         * leaves none pointing at freed slots. */
-        for (int j = 0; j < 3; j++) cudaFree(c->slot_mem[j]), c->slot_mem[j] = NULL, memset(ds[j], 0, sizeof *ds[j]);
-        c->n_slots = 0;
-        for (int e = 0; e < E; e++) slot[e] = be->layout[(size_t)il * E + e] ? c->n_slots++ : -1;
-        for (int j = 0; j < 3 && rc == 0; j++) {
+        int n_slots = 0;
+        for (int e = 0; e < E; e++) slot[e] = be->layout[(size_t)il * E + e] ? n_slots++ : -1;
+        uint64_t off[3];
+        gw_vram_slot_layout(m, il, n_slots, off);
+        for (int j = 0; j < 3 && rc == 0 && n_slots > 0; j++) {
             if (!ts[j]->data) continue;
-            dmat sm = slot_mat(ts[j], NULL);
-            cudaError_t ce = cudaMalloc(&c->slot_mem[j], sm.mat_bytes * (size_t)(c->n_slots > 0 ? c->n_slots : 1));
-            if (ce != cudaSuccess) {
-                c->slot_mem[j] = NULL;
-                rc = cu_fail(ce, "expert slots", __LINE__);
-                break;
-            }
-            *ds[j] = slot_mat(ts[j], c->slot_mem[j]);
+            uint8_t *mem = (uint8_t *)be->slots_blk + at[il] + off[j];
+            *ds[j] = slot_mat(ts[j], mem);
             const size_t need = (size_t)(ts[j]->ne[0] * ts[j]->ne[1]);
             if (!dev_decodes(ts[j]->type) && need > buf_floats) {
                 free(buf);
@@ -570,14 +642,16 @@ static int expert_layout(cuda_backend *be, const uint8_t *local)
                 buf_floats = need;
             }
             for (int e = 0; e < E && rc == 0; e++)
-                if (slot[e] >= 0) rc = put_expert(ts[j], e, (uint8_t *)c->slot_mem[j] + (size_t)slot[e] * sm.mat_bytes, buf);
-            if (rc == 0 && be->created) copied(be, (uint64_t)c->n_slots * sm.mat_bytes);
+                if (slot[e] >= 0) rc = put_expert(ts[j], e, mem + (size_t)slot[e] * ds[j]->mat_bytes, buf);
+            if (rc == 0 && be->created) copied(be, (uint64_t)n_slots * ds[j]->mat_bytes);
         }
+        if (rc == 0) c->n_slots = n_slots;
         if (rc == 0) {
             cudaError_t ce = cudaMemcpy(c->slot_of, slot, (size_t)E * sizeof *slot, cudaMemcpyHostToDevice);
             if (ce != cudaSuccess) rc = cu_fail(ce, "expert slot table", __LINE__);
         }
     }
+    free(at);
     free(slot);
     free(buf);
     if (rc == 0) {
@@ -657,6 +731,10 @@ static int cuda_create(const struct model *m, const struct gw_backend_params *p,
     be->fast = kernels == GW_KERNELS_FAST;
     be->budget = p ? p->vram_budget : 0;
     be->n_ctx = p && p->n_ctx > 0 ? p->n_ctx : gw_vram_default_ctx(m);
+    /* Under a budget the position-indexed blocks get the capacities the plan
+     * reserved at once (gw_vram_capacity): held anyway, never grown in steps
+     * (an old and a new block side by side). */
+    be->ctx_fixed = p && p->vram_budget;
     size_t tot = 0;
     /* Yield while the host waits for the stream: during a step the cores belong
      * to the cpu-moe-worker (and the remote thread), not to a spinning wait. */
@@ -692,11 +770,16 @@ struct cu_lstate {
 
 struct cuda_seq {
     struct gw_seq base;
-    cu_lstate *ls;   /* n_layer + n_nextn */
+    cu_lstate *ls;   /* n_layer + n_nextn; its arrays are views of the three blocks */
     int32_t *tokens; /* host history */
     int64_t cap;
     int64_t mtp_n, mtp_cap;
     int64_t *mtp_pos;
+    /* device blocks laid out by gpu-worker/vram.c: the fixed-size state
+     * (gw_vram_state_layout), K/V and indexer keys for cap positions
+     * (gw_vram_kv_layout), the MTP K/V for mtp_cap (gw_vram_mtp_kv_bytes) */
+    void *state_blk, *kv_blk, *mtp_blk;
+    uint64_t state_bytes, kv_bytes, mtp_bytes;
     bool broken;
     cudaGraphExec_t exec; /* the captured decode step (decode_graph), or NULL */
     int64_t gkey[10];     /* what it baked in */
@@ -704,12 +787,10 @@ struct cuda_seq {
 
 static void seq_release(cuda_seq *s)
 {
-    const struct model_hparams *hp = &s->base.be->model->hp;
-    for (int i = 0; s->ls && i < hp->n_layer + hp->n_nextn; i++) {
-        cu_lstate *st = &s->ls[i];
-        cudaFree(st->conv), cudaFree(st->ssm), cudaFree(st->k), cudaFree(st->v), cudaFree(st->idx_k);
-        cudaFree(st->blk_k), cudaFree(st->ple_conv);
-    }
+    cuda_backend *be = cbe(s->base.be);
+    block_free(be, GW_PART_KV, s->state_blk, s->state_bytes);
+    block_free(be, GW_PART_KV, s->kv_blk, s->kv_bytes);
+    block_free(be, GW_PART_KV, s->mtp_blk, s->mtp_bytes);
     free(s->ls);
     free(s->tokens);
     free(s->mtp_pos);
@@ -724,12 +805,8 @@ static void cuda_seq_free(gw_seq *gs)
     free(s);
 }
 
-static int zalloc(float **p, int64_t n)
-{
-    CK(cudaMalloc(p, (size_t)(n > 0 ? n : 1) * sizeof(float)));
-    CK(cudaMemset(*p, 0, (size_t)(n > 0 ? n : 1) * sizeof(float)));
-    return 0;
-}
+/* The array at off of a block (NULL where the layout has none). */
+static float *at_off(void *blk, uint64_t off) { return off == UINT64_MAX || !blk ? NULL : (float *)((char *)blk + off); }
 
 static int cuda_seq_create(gw_backend *gb, gw_seq **out, char *err, size_t errlen)
 {
@@ -739,15 +816,21 @@ static int cuda_seq_create(gw_backend *gb, gw_seq **out, char *err, size_t errle
     if (!s) return nb_errf(err, errlen, NB_ENOMEM, "sequence");
     s->base.be = gb;
     s->ls = (cu_lstate *)calloc((size_t)(hp->n_layer + hp->n_nextn), sizeof *s->ls);
-    int rc = s->ls ? 0 : NB_ENOMEM;
+    uint64_t(*off)[3] = (uint64_t(*)[3])malloc((size_t)(hp->n_layer > 0 ? hp->n_layer : 1) * sizeof *off);
+    int rc = s->ls && off ? 0 : NB_ENOMEM;
+    if (rc == 0) {
+        const uint64_t bytes = gw_vram_state_layout(m, off);
+        rc = block_alloc(cbe(gb), GW_PART_KV, &s->state_blk, bytes, "sequence state");
+        if (rc == 0) s->state_bytes = bytes;
+        if (rc == 0 && bytes && cudaMemset(s->state_blk, 0, bytes) != cudaSuccess)
+            rc = cu_fail(cudaGetLastError(), "sequence state", __LINE__);
+    }
     for (int i = 0; i < hp->n_layer && rc == 0; i++) {
         cu_lstate *st = &s->ls[i];
-        if (m->layers[i].kind == MODEL_LAYER_GDN) {
-            rc = zalloc(&st->conv, model_gdn_conv_state_floats(hp));
-            if (rc == 0) rc = zalloc(&st->ssm, model_gdn_ssm_state_floats(hp));
-        }
-        if (rc == 0 && m->layers[i].has_ple) rc = zalloc(&st->ple_conv, model_ple_conv_state_floats(hp));
+        st->conv = at_off(s->state_blk, off[i][0]), st->ssm = at_off(s->state_blk, off[i][1]);
+        st->ple_conv = at_off(s->state_blk, off[i][2]);
     }
+    free(off);
     if (rc == 0 && cudaDeviceSynchronize() != cudaSuccess) rc = cu_fail(cudaGetLastError(), "sequence state", __LINE__);
     if (rc) {
         cuda_seq_free(&s->base);
@@ -763,38 +846,32 @@ static void cuda_seq_reset(gw_seq *gs)
     cuda_backend *be = cbe(gs->be);
     const struct model_hparams *hp = &gs->be->model->hp;
     bool ok = cudaStreamSynchronize(be->st) == cudaSuccess;
-    for (int i = 0; i < hp->n_layer; i++) {
-        cu_lstate *st = &s->ls[i];
-        if (st->conv) ok &= cudaMemset(st->conv, 0, (size_t)model_gdn_conv_state_floats(hp) * sizeof(float)) == cudaSuccess;
-        if (st->ssm) ok &= cudaMemset(st->ssm, 0, (size_t)model_gdn_ssm_state_floats(hp) * sizeof(float)) == cudaSuccess;
-        if (st->ple_conv) ok &= cudaMemset(st->ple_conv, 0, (size_t)model_ple_conv_state_floats(hp) * sizeof(float)) == cudaSuccess;
-        st->n_blk = 0;
-    }
+    if (s->state_blk) ok &= cudaMemset(s->state_blk, 0, s->state_bytes) == cudaSuccess; /* GDN and PLE conv state */
+    for (int i = 0; i < hp->n_layer; i++) s->ls[i].n_blk = 0;
     ok &= cudaDeviceSynchronize() == cudaSuccess;
     gs->n_pos = 0;
     s->mtp_n = 0;
     s->broken = !ok; /* a device that cannot clear state keeps refusing work */
 }
 
-/* Grows a device array from `keep` to n floats, keeping its first `keep`. */
-static int dgrow(float **p, int64_t keep, int64_t n)
+/* n floats of src to dst (device, legacy stream), when there are any. */
+static int dcopy(float *dst, const float *src, int64_t n)
 {
-    float *q;
-    CK(cudaMalloc(&q, (size_t)n * sizeof(float)));
-    if (*p && keep > 0) CK(cudaMemcpy(q, *p, (size_t)keep * sizeof(float), cudaMemcpyDeviceToDevice));
-    cudaFree(*p);
-    *p = q;
+    if (dst && src && n > 0) CK(cudaMemcpy(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice));
     return 0;
 }
 
+/* K/V and indexer keys for `need` positions: a new block at the capacity
+ * gw_vram_capacity gives (with the context fixed: the planned one at once,
+ * so no old and new block are ever held together), the live entries copied
+ * over, the old block freed. */
 static int seq_reserve(cuda_seq *s, int64_t need)
 {
     if (need <= s->cap) return 0;
-    const struct model *m = s->base.be->model;
+    cuda_backend *be = cbe(s->base.be);
+    const struct model *m = be->base.model;
     const struct model_hparams *hp = &m->hp;
-    int64_t cap = s->cap * 2 > need ? s->cap * 2 : need < 64 ? 64 : need;
-    const int64_t n_ctx = cbe(s->base.be)->n_ctx; /* doubling stops at the context the budget reserved */
-    if (cap > n_ctx && need <= n_ctx) cap = n_ctx;
+    const int64_t cap = gw_vram_capacity(GW_GROW_KV, s->cap, need, be->n_ctx, be->ctx_fixed);
     const int64_t kvw = (int64_t)hp->n_head_kv * hp->head_dim, Di = hp->idx_head_dim, n = s->base.n_pos;
     int32_t *tok = (int32_t *)realloc(s->tokens, (size_t)cap * sizeof *tok);
     if (!tok) {
@@ -802,29 +879,54 @@ static int seq_reserve(cuda_seq *s, int64_t need)
         return NB_ENOMEM;
     }
     s->tokens = tok;
-    CK(cudaStreamSynchronize(cbe(s->base.be)->st));
-    for (int i = 0; i < hp->n_layer; i++) {
-        const struct model_layer *l = &m->layers[i];
-        cu_lstate *st = &s->ls[i];
-        if (l->kind != MODEL_LAYER_ATTN) continue;
-        TRY(dgrow(&st->k, n * kvw, cap * kvw));
-        TRY(dgrow(&st->v, n * kvw, cap * kvw));
-        if (l->compress_ratio > 0) {
-            TRY(dgrow(&st->idx_k, n * Di, cap * Di));
-            TRY(dgrow(&st->blk_k, st->n_blk * Di, (cap / l->compress_ratio + 1) * Di));
-        }
+    uint64_t(*off)[4] = (uint64_t(*)[4])malloc((size_t)(hp->n_layer > 0 ? hp->n_layer : 1) * sizeof *off);
+    if (!off) {
+        snprintf(g_msg, sizeof g_msg, "out of host memory");
+        return NB_ENOMEM;
     }
-    CK(cudaDeviceSynchronize()); /* the copies ran on the legacy stream, which `st` does not wait for */
-    s->cap = cap;
+    const uint64_t bytes = gw_vram_kv_layout(m, cap, off);
+    void *blk = NULL;
+    cudaError_t ce = cudaStreamSynchronize(be->st);
+    int rc = ce == cudaSuccess ? block_alloc(be, GW_PART_KV, &blk, bytes, "K/V") : cu_fail(ce, "K/V", __LINE__);
+    cu_lstate *nl = rc == 0 ? (cu_lstate *)calloc((size_t)hp->n_layer, sizeof *nl) : NULL;
+    if (rc == 0 && !nl) snprintf(g_msg, sizeof g_msg, "out of host memory"), rc = NB_ENOMEM;
+    for (int i = 0; i < hp->n_layer && rc == 0; i++) {
+        const cu_lstate *o = &s->ls[i];
+        cu_lstate *q = &nl[i];
+        q->k = at_off(blk, off[i][0]), q->v = at_off(blk, off[i][1]);
+        q->idx_k = at_off(blk, off[i][2]), q->blk_k = at_off(blk, off[i][3]);
+        rc = dcopy(q->k, o->k, n * kvw);
+        if (rc == 0) rc = dcopy(q->v, o->v, n * kvw);
+        if (rc == 0) rc = dcopy(q->idx_k, o->idx_k, n * Di);
+        if (rc == 0) rc = dcopy(q->blk_k, o->blk_k, o->n_blk * Di);
+    }
+    free(off);
+    if (rc == 0 && (ce = cudaDeviceSynchronize()) != cudaSuccess) /* the copies ran on the legacy stream, which `st` does not wait for */
+        rc = cu_fail(ce, "K/V", __LINE__);
+    if (rc) {
+        free(nl);
+        block_free(be, GW_PART_KV, blk, bytes);
+        return rc;
+    }
+    for (int i = 0; i < hp->n_layer; i++) {
+        cu_lstate *st = &s->ls[i];
+        st->k = nl[i].k, st->v = nl[i].v, st->idx_k = nl[i].idx_k, st->blk_k = nl[i].blk_k;
+    }
+    free(nl);
+    block_free(be, GW_PART_KV, s->kv_blk, s->kv_bytes);
+    s->kv_blk = blk, s->kv_bytes = bytes, s->cap = cap;
     return 0;
 }
 
+/* The MTP block's K/V for `need` entries, the same way (one block: K, then V at half). */
 static int mtp_reserve(cuda_seq *s, int64_t need)
 {
     if (need <= s->mtp_cap) return 0;
-    const struct model_hparams *hp = &s->base.be->model->hp;
+    cuda_backend *be = cbe(s->base.be);
+    const struct model *m = be->base.model;
+    const struct model_hparams *hp = &m->hp;
     cu_lstate *st = &s->ls[hp->n_layer];
-    int64_t cap = s->mtp_cap * 2 > need ? s->mtp_cap * 2 : need < 64 ? 64 : need;
+    const int64_t cap = gw_vram_capacity(GW_GROW_MTP, s->mtp_cap, need, be->n_ctx, be->ctx_fixed);
     const int64_t kvw = (int64_t)hp->n_head_kv * hp->head_dim;
     int64_t *pos = (int64_t *)realloc(s->mtp_pos, (size_t)cap * sizeof *pos);
     if (!pos) {
@@ -832,11 +934,21 @@ static int mtp_reserve(cuda_seq *s, int64_t need)
         return NB_ENOMEM;
     }
     s->mtp_pos = pos;
-    CK(cudaStreamSynchronize(cbe(s->base.be)->st));
-    TRY(dgrow(&st->k, s->mtp_n * kvw, cap * kvw));
-    TRY(dgrow(&st->v, s->mtp_n * kvw, cap * kvw));
-    CK(cudaDeviceSynchronize());
-    s->mtp_cap = cap;
+    const uint64_t bytes = gw_vram_mtp_kv_bytes(m, cap);
+    void *blk = NULL;
+    CK(cudaStreamSynchronize(be->st));
+    TRY(block_alloc(be, GW_PART_KV, &blk, bytes, "MTP K/V"));
+    float *k = (float *)blk, *v = (float *)((char *)blk + bytes / 2);
+    int rc = dcopy(k, st->k, s->mtp_n * kvw);
+    if (rc == 0) rc = dcopy(v, st->v, s->mtp_n * kvw);
+    cudaError_t ce = cudaSuccess;
+    if (rc == 0 && (ce = cudaDeviceSynchronize()) != cudaSuccess) rc = cu_fail(ce, "MTP K/V", __LINE__);
+    if (rc) {
+        block_free(be, GW_PART_KV, blk, bytes);
+        return rc;
+    }
+    block_free(be, GW_PART_KV, s->mtp_blk, s->mtp_bytes);
+    s->mtp_blk = blk, s->mtp_bytes = bytes, st->k = k, st->v = v, s->mtp_cap = cap;
     return 0;
 }
 
@@ -849,12 +961,6 @@ static int cuda_seq_truncate(gw_seq *gs, int64_t n_keep, char *err, size_t errle
         if (cr > 0 && s->ls[i].n_blk > n_keep / cr) s->ls[i].n_blk = n_keep / cr;
     }
     gs->n_pos = n_keep;
-    return 0;
-}
-
-static int dcopy(float *dst, const float *src, int64_t n)
-{
-    if (src && n > 0) CK(cudaMemcpy(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice));
     return 0;
 }
 
@@ -925,7 +1031,8 @@ static int talloc(tmp *t, float **out, int64_t n)
         return 0;
     }
     void *p;
-    CK(cudaMallocAsync(&p, bytes, be->st));
+    if (be->arena_on) CK(cudaMallocAsync(&p, bytes, be->st)); /* the arena full while capturing: a graph allocation */
+    else CK(cudaMallocFromPoolAsync(&p, bytes, be->pool, be->st));
     t->p[t->n++] = p;
     *out = (float *)p;
     return 0;
@@ -1318,15 +1425,16 @@ static int ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lsta
  *
  * The key idea: the host's part of a layer with remote experts is not a
  * wait of the host thread in the middle of the step but a request in mapped
- * pinned memory (ops.cuh, mb_head): the stream posts it (k_mb_post), waits
- * for its answer (k_mb_wait) and reads the results (k_mb_scatter), all as
- * kernels, so an eval synchronises once and a decode step with remote
- * experts replays as one CUDA graph.  The backend's remote thread answers:
- * while an eval is in flight (mb_begin … mb_end) it spins on `posted`, calls
- * the gw_moe_remote hook (in the pipeline the ring round trip to the
- * cpu-moe-worker) with the mailbox's rows, pairs and results, and stores the
- * request's number into `done`; between evals it sleeps.  Evals of more
- * than MB_ROWS rows (prefill chunks) keep the host path of moe_forward. */
+ * pinned memory (gpu-worker/mailbox.h): the stream posts it (k_mb_post),
+ * waits for its answer (k_mb_wait) and reads the results (k_mb_scatter), all
+ * as kernels, so an eval synchronises once and a decode step with remote
+ * experts replays as one CUDA graph.  The backend's remote thread
+ * (gpu-worker/mailbox.c) answers: while an eval is in flight (mb_begin …
+ * mb_end) it spins on the head, calls the gw_moe_remote hook (in the
+ * pipeline the ring round trip to the cpu-moe-worker) on the mailbox's rows,
+ * pairs and results (mb_answer), and stores the request's number into
+ * `done`; between evals it sleeps.  Evals of more than MB_ROWS rows (prefill
+ * chunks) keep the host path of moe_forward. */
 #define MB_ROWS 17 /* a decode step or a verify window of up to 16 drafts */
 
 static size_t mb_align(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -1342,75 +1450,41 @@ static void mb_layout(int64_t pairs, int64_t C, size_t off[6])
     off[5] = off[4] + mb_align((size_t)(pairs * C) * sizeof(float)); /* the end */
 }
 
-static void mb_serve(cuda_backend *be, unsigned int seq)
+/* The remote thread's answer to the request in h: the hook on the mailbox's arrays. */
+static int mb_answer(void *ctx, const mb_head *h, char *err, size_t errlen)
 {
+    cuda_backend *be = (cuda_backend *)ctx;
     const struct model_hparams *hp = &be->base.model->hp;
     const struct gw_moe_remote *rem = &be->base.remote;
     size_t off[6];
     mb_layout(be->mb_pairs, hp->n_embd, off);
-    mb_head *h = be->mb;
     const int layer = h->layer, T = h->n_rows, n = h->n_miss;
-    char herr[256] = "";
-    int rc = 0;
-    if (h->failed || h->timed_out) { /* this eval has failed: later layers are answered at once */
-        __atomic_store_n(&h->done, seq, __ATOMIC_RELEASE);
-        return;
-    }
     if (n < 1 || n > be->mb_pairs || T < 1 || T > MB_ROWS || layer < 0 || layer >= hp->n_layer + hp->n_nextn || !rem->fn)
-        rc = nb_errf(herr, sizeof herr, NB_EINVAL, "bad mailbox request (%d pairs of %d rows)", n, T);
-    else
-        rc = rem->fn(rem->ctx, layer, T, (const float *)(be->mb_host + off[3]), n, (const int32_t *)(be->mb_host + off[0]),
+        return nb_errf(err, errlen, NB_EINVAL, "bad mailbox request (%d pairs of %d rows, layer %d)", n, T, layer);
+    char herr[256] = "";
+    int rc = rem->fn(rem->ctx, layer, T, (const float *)(be->mb_host + off[3]), n, (const int32_t *)(be->mb_host + off[0]),
                      (const int32_t *)(be->mb_host + off[1]), (const float *)(be->mb_host + off[2]),
                      (float *)(be->mb_host + off[4]), herr, sizeof herr);
-    if (rc && !h->failed) {
-        snprintf(be->mb_err, sizeof be->mb_err, "remote experts of layer %d: %s", layer, herr);
-        h->failed = 1;
-    }
-    if (rc == 0) {
-        copied(be, (uint64_t)n * (uint64_t)hp->n_embd * sizeof(float)); /* the results, read over PCIe */
-        if (layer < hp->n_layer) __atomic_add_fetch(&be->mb_remote, (uint64_t)n, __ATOMIC_RELAXED);
-    }
-    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* the hook's stores (non-temporal ones too) before `done` */
-    __atomic_store_n(&h->done, seq, __ATOMIC_RELEASE);
+    if (rc) return nb_errf(err, errlen, rc, "remote experts of layer %d: %s", layer, herr);
+    copied(be, (uint64_t)n * (uint64_t)hp->n_embd * sizeof(float)); /* the results, read over PCIe */
+    if (layer < hp->n_layer) __atomic_add_fetch(&be->mb_remote, (uint64_t)n, __ATOMIC_RELAXED);
+    return 0;
 }
 
-#if defined(__x86_64__) || defined(__i386__)
-#define MB_PAUSE() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define MB_PAUSE() __asm__ __volatile__("yield")
-#else
-#define MB_PAUSE() ((void)0)
-#endif
-
-static void *mb_main(void *arg)
-{
-    cuda_backend *be = (cuda_backend *)arg;
-    unsigned int seen = __atomic_load_n(&be->mb->posted, __ATOMIC_ACQUIRE);
-    for (;;) {
-        const unsigned int p = __atomic_load_n(&be->mb->posted, __ATOMIC_ACQUIRE);
-        if (p != seen) {
-            mb_serve(be, seen = p);
-            continue;
-        }
-        if (__atomic_load_n(&be->mb_active, __ATOMIC_ACQUIRE)) {
-            MB_PAUSE();
-            continue;
-        }
-        pthread_mutex_lock(&be->mb_lock);
-        while (!be->mb_active && !be->mb_quit) pthread_cond_wait(&be->mb_cond, &be->mb_lock);
-        const int quit = be->mb_quit;
-        pthread_mutex_unlock(&be->mb_lock);
-        if (quit) return NULL;
-    }
-}
-
-/* Before an eval of T rows: with a remote hook and T ≤ MB_ROWS, the mailbox
- * (made at the first such eval) is cleared and its thread set spinning (a
- * prefill chunk takes the host path: no core spins while the cpu-moe-worker
- * needs them all). */
+/* Before an eval of T rows.  With a remote hook: no request of an earlier
+ * eval may still be pending (the host path below would call the hook beside
+ * the thread); and for T ≤ MB_ROWS the mailbox (made at the first such eval)
+ * is opened and its thread set spinning (a prefill chunk takes the host
+ * path: no core spins while the cpu-moe-worker needs them all). */
 static int mb_begin(cuda_backend *be, int T)
 {
-    if (!be->base.remote.fn || T > MB_ROWS) return 0;
+    if (!be->base.remote.fn) return 0;
+    char msg[512];
+    if (be->mb_host && gw_mb_idle(&be->mb, msg, sizeof msg)) {
+        snprintf(g_msg, sizeof g_msg, "%s", msg);
+        return NB_EIO;
+    }
+    if (T > MB_ROWS) return 0;
     const struct model_hparams *hp = &be->base.model->hp;
     if (!be->mb_host) {
         const int64_t pairs = (int64_t)MB_ROWS * hp->n_expert_used;
@@ -1420,88 +1494,55 @@ static int mb_begin(cuda_backend *be, int T)
         CK(cudaHostAlloc(&hm, off[5], cudaHostAllocMapped));
         memset(hm, 0, off[5]);
         cudaError_t ce = cudaHostGetDevicePointer(&dm, hm, 0);
-        if (ce == cudaSuccess && !be->d_mb_seq) ce = cudaMalloc(&be->d_mb_seq, 2 * sizeof(unsigned int));
-        if (ce == cudaSuccess) ce = cudaMemset(be->d_mb_seq, 0, 2 * sizeof(unsigned int));
+        /* the counters cleared in the stream that reads them (not the legacy stream, which `st` does not wait for) */
+        if (ce == cudaSuccess) ce = cudaMemsetAsync(be->d_mb_seq, 0, 2 * sizeof(unsigned int), be->st);
+        if (ce == cudaSuccess) ce = cudaStreamSynchronize(be->st);
         if (ce != cudaSuccess) {
             cudaFreeHost(hm);
             return cu_fail(ce, "the remote-expert mailbox", __LINE__);
         }
-        be->mb_host = (char *)hm, be->mb_dev = (char *)dm, be->mb = (mb_head *)hm, be->mb_pairs = pairs;
+        be->mb_host = (char *)hm, be->mb_dev = (char *)dm, be->mb_pairs = pairs;
+        be->mb.head = (mb_head *)hm, be->mb.answer = mb_answer, be->mb.ctx = be;
     }
-    if (!be->mb_sync) {
-        pthread_mutex_init(&be->mb_lock, NULL);
-        pthread_cond_init(&be->mb_cond, NULL);
-        be->mb_sync = true;
+    if (be->mb_resync) { /* both sides' counts from 0 again (no hook runs: gw_mb_idle above) */
+        CK(cudaMemsetAsync(be->d_mb_seq, 0, 2 * sizeof(unsigned int), be->st));
+        CK(cudaStreamSynchronize(be->st));
+        be->mb.head->posted = be->mb.head->done = be->mb.head->taken = 0;
+        be->mb_resync = false;
     }
-    if (!be->mb_started) { /* a failed start is tried again at the next eval */
-        if (pthread_create(&be->mb_thread, NULL, mb_main, be)) {
-            snprintf(g_msg, sizeof g_msg, "cannot start the remote-expert thread");
-            return NB_EIO;
-        }
-        be->mb_started = true;
-    }
-    be->mb->failed = 0, be->mb->timed_out = 0, be->mb_err[0] = 0;
     __atomic_store_n(&be->mb_remote, 0, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&be->mb_lock);
-    __atomic_store_n(&be->mb_active, 1, __ATOMIC_RELEASE);
-    pthread_cond_signal(&be->mb_cond);
-    pthread_mutex_unlock(&be->mb_lock);
+    if (gw_mb_begin(&be->mb, msg, sizeof msg)) {
+        snprintf(g_msg, sizeof g_msg, "%s", msg);
+        return NB_EIO;
+    }
     return 0;
 }
 
 /* After an eval (rc: its result so far): the stream drained (an eval that
- * failed half-way may have queued a post without its wait), every posted
- * request answered (so the hook never runs after the eval, beside the host
- * path of the next one), the thread put to sleep, a hook failure or a
- * timed-out wait turned into the eval's error, and the pairs the hook
- * computed taken off the device's count. */
+ * failed half-way may have queued a post without its wait), a request the
+ * thread has taken answered (so the hook never runs after the eval, beside
+ * the host path of the next one), the thread put to sleep, a break of the
+ * protocol, a hook failure, a timed-out answer or a count of requests
+ * posted ≠ answers given turned into the eval's error (mailbox.c), and the
+ * pairs the hook computed taken off the device's count. */
 static int mb_end(cuda_backend *be, int rc)
 {
-    if (!be->mb_started || !__atomic_load_n(&be->mb_active, __ATOMIC_ACQUIRE)) return rc;
+    if (!gw_mb_active(&be->mb)) return rc;
     cudaError_t ce = cudaStreamSynchronize(be->st);
-    const unsigned int posted = __atomic_load_n(&be->mb->posted, __ATOMIC_ACQUIRE);
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (__atomic_load_n(&be->mb->done, __ATOMIC_ACQUIRE) != posted) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if ((double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec) > MB_WAIT_NS / 1e9) {
-            be->mb->timed_out = 1;
-            break;
-        }
-        sched_yield();
-    }
-    pthread_mutex_lock(&be->mb_lock);
-    __atomic_store_n(&be->mb_active, 0, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&be->mb_lock);
+    char msg[512];
+    const int mrc = gw_mb_end(&be->mb, msg, sizeof msg);
+    if (be->mb.head->lost) be->mb_resync = true;
     __atomic_sub_fetch(&be->base.experts_computed, __atomic_load_n(&be->mb_remote, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
     if (rc) return rc;
     if (ce != cudaSuccess) return cu_fail(ce, "eval", __LINE__);
-    if (be->mb->failed) {
-        snprintf(g_msg, sizeof g_msg, "%s", be->mb_err);
-        return NB_EIO;
-    }
-    if (be->mb->timed_out) {
-        snprintf(g_msg, sizeof g_msg, "no answer from the remote-expert thread in %.0f s", MB_WAIT_NS / 1e9);
-        return NB_EIO;
-    }
-    return 0;
+    if (mrc) snprintf(g_msg, sizeof g_msg, "%s", msg);
+    return mrc;
 }
 
 static void mb_stop(cuda_backend *be)
 {
-    if (be->mb_started) {
-        pthread_mutex_lock(&be->mb_lock);
-        be->mb_quit = 1;
-        pthread_cond_signal(&be->mb_cond);
-        pthread_mutex_unlock(&be->mb_lock);
-        pthread_join(be->mb_thread, NULL);
-    }
-    if (be->mb_sync) {
-        pthread_mutex_destroy(&be->mb_lock);
-        pthread_cond_destroy(&be->mb_cond);
-    }
+    gw_mb_stop(&be->mb);
     if (be->mb_host) cudaFreeHost(be->mb_host);
-    cudaFree(be->d_mb_seq);
 }
 
 /* ---- MoE ---- */
@@ -1526,7 +1567,7 @@ static int moe_forward(cuda_backend *be, const cu_layer *c, int il, const float 
     const struct gw_moe_remote *rem = &be->base.remote;
     const bool remote = rem->fn != NULL;
     const bool tap = a && a->route_tap;
-    const bool mbox = remote && !tap && T <= MB_ROWS && __atomic_load_n(&be->mb_active, __ATOMIC_ACQUIRE); /* the doorbell */
+    const bool mbox = remote && !tap && T <= MB_ROWS && gw_mb_active(&be->mb); /* the doorbell */
     cudaStream_t st = be->st;
     tmp t = tmp_begin(be);
     float *probs, *wts, *idsf, *G, *U, *Dn, *contrib, *sc, *gs, *us, *ds, *splitf = NULL, *splitw = NULL, *dout = NULL;
@@ -1576,18 +1617,23 @@ static int moe_forward(cuda_backend *be, const cu_layer *c, int il, const float 
     }
     if (ce == cudaSuccess && ((remote && !mbox) || tap)) ce = cudaEventRecord(be->ev_host, st);
     if (ce != cudaSuccess) return tdone(&t, cu_fail(ce, "routes to the host", __LINE__));
-    /* the resident pairs and the shared expert, queued */
-    rc = matmul_pairs(be, c->gate_exps, x, C, P, ids, k, c->slot_of, G);
-    if (rc == 0) rc = matmul_pairs(be, c->up_exps, x, C, P, ids, k, c->slot_of, U);
-    if (rc == 0) {
-        k_swiglu<<<nblk((int64_t)P * I, 256), 256, 0, st>>>(G, U, (int64_t)P * I);
-        if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_swiglu", __LINE__);
+    /* the resident pairs (a layer without slots has none: every pair is remote) and the shared expert, queued */
+    if (c->n_slots > 0) {
+        rc = matmul_pairs(be, c->gate_exps, x, C, P, ids, k, c->slot_of, G);
+        if (rc == 0) rc = matmul_pairs(be, c->up_exps, x, C, P, ids, k, c->slot_of, U);
+        if (rc == 0) {
+            k_swiglu<<<nblk((int64_t)P * I, 256), 256, 0, st>>>(G, U, (int64_t)P * I);
+            if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_swiglu", __LINE__);
+        }
+        if (rc == 0) rc = matmul_pairs(be, c->down_exps, G, I, P, ids, 1, c->slot_of, Dn);
+        if (rc == 0) {
+            k_scale_pairs<<<nblk(P * C, 256), 256, 0, st>>>(Dn, wts, ids, c->slot_of, P, C, contrib);
+            if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_scale_pairs", __LINE__);
+        }
     }
-    if (rc == 0) rc = matmul_pairs(be, c->down_exps, G, I, P, ids, 1, c->slot_of, Dn);
     if (rc == 0) {
-        k_scale_pairs<<<nblk(P * C, 256), 256, 0, st>>>(Dn, wts, ids, c->slot_of, P, C, contrib);
         k_shexp_gate<<<(unsigned)T, nthr(C), 0, st>>>(c->shexp_gate, x, C, sc);
-        if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_scale_pairs", __LINE__);
+        if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_shexp_gate", __LINE__);
     }
     if (rc == 0) rc = matmul(be, c->gate_sh, x, C, T, gs, Is);
     if (rc == 0) rc = matmul(be, c->up_sh, x, C, T, us, Is);
@@ -1786,9 +1832,9 @@ static int decode_graph(cuda_seq *s, const struct gw_eval_args *a)
     const size_t need = gw_vram_arena_bytes(m, s->cap); /* gpu-worker/vram.c: the budget counts it */
     if (be->arena_cap < need) {
         CK(cudaStreamSynchronize(be->st));
-        cudaFree(be->arena);
+        block_free(be, GW_PART_SCRATCH, be->arena, be->arena_cap);
         be->arena = NULL, be->arena_cap = 0;
-        CK(cudaMalloc(&be->arena, need));
+        TRY(block_alloc(be, GW_PART_SCRATCH, (void **)&be->arena, need, "the decode arena"));
         be->arena_cap = need;
     }
     s->tokens[pos0] = a->tokens[0];
@@ -1853,7 +1899,7 @@ static int eval_body(cuda_seq *s, const struct gw_eval_args *a)
      * The hooks are not: remote experts go through the mailbox, PLE rows are
      * asked before the replay. */
     if (T == 1 && be->graphs && !a->tap && !a->route_tap &&
-        (!be->base.remote.fn || __atomic_load_n(&be->mb_active, __ATOMIC_ACQUIRE)))
+        (!be->base.remote.fn || gw_mb_active(&be->mb)))
         return decode_graph(s, a);
     TRY(seq_reserve(s, pos0 + T));
     TRY(rope_reserve(be, pos0 + T));

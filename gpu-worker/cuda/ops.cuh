@@ -27,6 +27,7 @@
 extern "C" {
 #include "gpu-worker/backend.h"
 }
+#include "gpu-worker/mailbox.h"
 
 /* A weight matrix on the device: n_out rows of n_in values of `type`
  * (enum quant_type numbers); expert e of a 3-D tensor at e·mat_bytes. */
@@ -820,76 +821,44 @@ __global__ void k_scatter_rows(const float *src, const int32_t *slot, int n, int
 
 /* ---- the doorbell: remote experts inside the stream (backend_cuda.cu, "mailbox") ----
  *
- * The mailbox is pinned host memory mapped into the device.  k_mb_post (one
- * block) writes a layer's misses (k_split's list) and its rows of x there,
- * then — after a system-wide fence — the request's sequence number into
- * `posted`; the backend's remote thread sees it, runs the gw_moe_remote hook
- * into `out` and stores the number into `done`; k_mb_wait (one thread) spins
- * on `done` inside the stream, so the host never waits between layers and a
+ * The mailbox is pinned host memory mapped into the device; its protocol is
+ * gpu-worker/mailbox.h's, whose step functions these kernels run.  k_mb_post
+ * (one block) writes a layer's misses (k_split's list) and its rows of x
+ * there, then — after a system-wide fence — the request's number into
+ * `posted`; the backend's remote thread runs the gw_moe_remote hook into
+ * `out` and stores the number into `done`; k_mb_wait (one thread) spins on
+ * `done` inside the stream, so the host never waits between layers and a
  * step with remote experts can be a CUDA graph; k_mb_scatter then reads the
  * results over PCIe into their pairs' contribution rows.  A layer without
  * misses posts nothing and waits for nothing (want = 0). */
-struct mb_head {
-    unsigned int posted;   /* device → host: the last request's number */
-    unsigned int pad0[31]; /* own cache lines: the two sides poll different words */
-    unsigned int done;     /* host → device: the last request answered */
-    unsigned int failed;   /* host: a hook call failed (its message is on the host) */
-    unsigned int timed_out; /* device: k_mb_wait gave up (the host side is gone) */
-    unsigned int pad1[29];
-    int layer, n_rows, n_miss, pad2;
-};
-
 #define MB_POST_THREADS 1024
 __global__ void k_mb_post(const int32_t *split, const float *splitw, const float *x, int T, int64_t C, int P, int layer,
                           mb_head *h, int32_t *mrows, int32_t *mexp, float *mw, float *mx, unsigned int *seq,
                           unsigned int *want)
 {
-    /* nothing missed, or the eval has failed already (its host side answers
-     * nothing more): one reading of the flags for the whole block */
-    __shared__ int skip;
+    /* nothing missed, the eval failed already (its host side answers nothing
+     * more) or the counts out of step: one decision for the whole block */
+    __shared__ int open;
     const int n = split[0];
-    if (threadIdx.x == 0)
-        skip = n == 0 || *(volatile unsigned int *)&h->failed || *(volatile unsigned int *)&h->timed_out;
-    __syncthreads();
-    if (skip) {
-        if (threadIdx.x == 0) *want = 0;
-        return;
+    if (threadIdx.x == 0) {
+        open = mb_post_open(h, seq, n);
+        if (!open) *want = 0;
     }
+    __syncthreads();
+    if (!open) return;
     for (int64_t i = threadIdx.x; i < (int64_t)T * C; i += MB_POST_THREADS) mx[i] = x[i];
     for (int i = threadIdx.x; i < n; i += MB_POST_THREADS)
         mrows[i] = split[1 + i], mexp[i] = split[1 + P + i], mw[i] = splitw[i];
     __threadfence_system();
     __syncthreads();
-    if (threadIdx.x == 0) {
-        const unsigned int s = *seq + 1;
-        *seq = s, *want = s;
-        h->layer = layer, h->n_rows = T, h->n_miss = n;
-        __threadfence_system();
-        *(volatile unsigned int *)&h->posted = s;
-        __threadfence_system();
-    }
+    if (threadIdx.x == 0) mb_post_publish(h, seq, want, layer, T, n);
 }
 
-/* Spins until the host answered request *want (none: returns at once); gives
- * up after MB_WAIT_NS, marking timed_out, so a lost host side fails the eval
- * instead of hanging the GPU. */
-#define MB_WAIT_NS 120000000000ull
-__global__ void k_mb_wait(mb_head *h, const unsigned int *want)
-{
-    const unsigned int w = *want;
-    if (w == 0) return;
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    while ((int)(*(volatile unsigned int *)&h->done - w) < 0) {
-        __nanosleep(256);
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        if (t - t0 > MB_WAIT_NS) {
-            *(volatile unsigned int *)&h->timed_out = 1;
-            return;
-        }
-    }
-    __threadfence_system();
-}
+/* Waits until the host answered request *want (none: returns at once); a
+ * request the host cannot see or no thread takes fails at once (lost), one
+ * whose hook does not return gives up after MB_WAIT_NS (timed_out), so the
+ * eval fails instead of hanging the GPU. */
+__global__ void k_mb_wait(mb_head *h, const unsigned int *want) { mb_wait_answer(h, *want, MB_PICKUP_NS, MB_WAIT_NS); }
 
 /* contrib[pair of miss i] = out[i] for the split's n misses (split[1 + 2P + i]: the pair). */
 __global__ void k_mb_scatter(const float *out, const int32_t *split, int P, int64_t C, float *contrib)

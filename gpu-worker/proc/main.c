@@ -383,6 +383,14 @@ static void teardown(struct gwp *w)
     if (w->moe_reg.base) shm_region_close(&w->moe_reg);
     if (w->staging_reg.base) shm_region_close(&w->staging_reg);
     if (w->pager_gw_reg.base) shm_region_close(&w->pager_gw_reg);
+    if (w->be && gw_backend_vram_bytes(w->be)) { /* measured vs the backend's own blocks, by the plan's parts */
+        struct gw_vram_parts u;
+        gw_backend_vram_used(w->be, &u);
+        nb_log("VRAM: peak %.1f MiB measured; the backend's blocks at their peaks: dense %.1f + MTP %.1f + state, K/V and "
+               "RoPE %.1f + slots %.1f + arena and pool %.1f MiB (the rest: the driver's pages and own)",
+               gw_backend_vram_bytes(w->be) / 1048576.0, u.dense / 1048576.0, u.mtp / 1048576.0, u.kv / 1048576.0,
+               u.slots / 1048576.0, u.scratch / 1048576.0);
+    }
     if (w->seq) gw_seq_free(w->seq);
     if (w->be) gw_backend_free(w->be);
     if (w->m) model_close(w->m);

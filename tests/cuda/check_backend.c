@@ -25,6 +25,9 @@
  *             gw_expert_ffn) under four placements: identical ids (two of
  *             them with the map given at creation, gw_backend_params.local,
  *             two laid out at the first eval);
+ *   remote-first (--remote) 4 fresh backends, even layers remote laid out at
+ *             the first eval: prefill and the first decode steps (issue 11's
+ *             hang) in seconds, the greedy ids;
  *   relayout  (--remote) the all-local backend given a placement, then none
  *             again: its experts re-laid out each time, greedy ids identical;
  *   vram-tier (--remote) the all-remote backend's peak VRAM is below an
@@ -36,7 +39,10 @@
  *   vram-plan  a backend given exactly gw_vram_plan's total (dense from
  *             gw_vram_dense_bytes) as its budget prefills the prompt with
  *             every row's logits (vs the CPU's) and decodes: its measured
- *             peak stays within that total;
+ *             peak stays within that total; vram-plan-0 the same with no
+ *             expert local (zero slots, all remote);
+ *   vram-blocks(-0) the backend's own blocks by part (gw_backend_vram_used)
+ *             are the ones gw_vram_allocs lists;
  *   vram-budget  a budget of 4 KiB is refused with every part named;
  *   argmax    greedy with gw_eval_args.argmax (no logits copied): the same ids.
  * --kernels picks the cuda backends' matrix kernels (default: the backend's:
@@ -469,6 +475,42 @@ int main(int argc, char **argv)
                 gw_backend_free(rb);
                 gw_expert_scratch_free(&rctx.scratch);
             }
+            /* issue 11: a backend's first eval of <= 17 rows starts its remote
+             * thread, and layer 0's request could be posted before the thread
+             * first looked (never answered: 240 s, then "no answer").  Fresh
+             * backends, even layers remote laid out at the first eval, each
+             * prefilled and decoding two steps: every step in seconds. */
+            {
+                uint8_t *even = malloc((size_t)L * E);
+                for (int l = 0; l < L; l++)
+                    for (int x = 0; x < E; x++) even[l * E + x] = l % 2;
+                const int n_fresh = 4, steps = n_greedy < 3 ? n_greedy : 3;
+                double worst = 0;
+                int same = 1;
+                for (int f = 0; f < n_fresh; f++) {
+                    gw_backend *fb = make_pl(m, "cuda", false, NULL);
+                    struct remote_ctx fctx = {m, 0, 0, 0, {0}};
+                    struct gw_moe_remote fr = {even, remote_fn, &fctx};
+                    if (gw_backend_set_moe_remote(fb, &fr, err, sizeof err)) die("remote hook", err);
+                    gw_seq *fs = seq(fb);
+                    int32_t tk[4];
+                    struct gw_eval_args pa = {.tokens = tok, .n_tokens = T, .logits_rows = GW_ROWS_LAST, .argmax = &tk[0]};
+                    if (gw_eval(fs, &pa, err, sizeof err)) die("remote-first prefill", err);
+                    for (int i = 1; i < steps; i++) {
+                        struct gw_eval_args da = {.tokens = &tk[i - 1], .n_tokens = 1, .logits_rows = GW_ROWS_LAST, .argmax = &tk[i]};
+                        double t1 = now();
+                        if (gw_eval(fs, &da, err, sizeof err)) die("remote-first decode", err);
+                        if (now() - t1 > worst) worst = now() - t1;
+                    }
+                    same &= same_prefix(gc, tk, steps) == steps;
+                    gw_seq_free(fs);
+                    gw_backend_free(fb);
+                    gw_expert_scratch_free(&fctx.scratch);
+                }
+                report("remote-first", same && worst < 10, "%.3f s the slowest first decode steps of fresh backends (even layers remote)",
+                       worst);
+                free(even);
+            }
             /* the doorbell inside a CUDA graph: the hashed placement's decode steps
              * bit-identical to plain launches (both post through the mailbox) */
             {
@@ -553,17 +595,27 @@ int main(int argc, char **argv)
     /* the plan (gpu-worker/vram.c) bounds what the device really holds: a
      * backend given exactly the planned total as its budget (so the dense
      * bytes the worker's check measures must match the plan's) prefills the
-     * prompt with every row's logits (the head's sub-batches), then decodes */
-    {
+     * prompt with every row's logits (the head's sub-batches), then decodes;
+     * once with every expert local, once with none (zero slots, the remote
+     * hook computing them all: issue 11's bench configuration, where the
+     * backend used to allocate an expert per layer the plan did not count).
+     * The backend's own blocks (gw_backend_vram_used) are the ones
+     * gw_vram_allocs lists from the same layouts. */
+    for (int z = 0; z < 2; z++) {
         const int64_t ctx = T + 8;
+        const int Lz = hp->n_layer + hp->n_nextn;
+        uint8_t *none = z ? calloc((size_t)Lz * hp->n_expert, 1) : NULL;
         struct gw_vram_parts plan;
-        gw_vram_plan(m, NULL, ctx, &plan);
+        gw_vram_plan(m, none, ctx, &plan);
         if (gw_vram_dense_bytes(m, &plan.dense, &plan.mtp, err, sizeof err)) die("gw_vram_dense_bytes", err);
         const uint64_t total = gw_vram_total(&plan);
         gw_backend *pb = NULL;
         char perr[1024] = "";
-        struct gw_backend_params pp = {.kind = "cuda", .kernels = kernels, .vram_budget = total, .n_ctx = ctx};
+        struct gw_backend_params pp = {.kind = "cuda", .kernels = kernels, .vram_budget = total, .n_ctx = ctx, .local = none};
         int prc = gw_backend_create(m, &pp, &pb, perr, sizeof perr);
+        struct remote_ctx zctx = {m, 0, 0, 0, {0}};
+        struct gw_moe_remote zr = {none, remote_fn, &zctx};
+        if (prc == 0 && z) prc = gw_backend_set_moe_remote(pb, &zr, perr, sizeof perr);
         gw_seq *ps = NULL;
         float *pl = malloc((size_t)T * V * sizeof *pl);
         if (prc == 0) prc = gw_seq_create(pb, &ps, perr, sizeof perr);
@@ -585,7 +637,7 @@ int main(int argc, char **argv)
             prc = gw_eval(ps, &da, perr, sizeof perr);
         }
         const uint64_t peak = pb ? gw_backend_vram_bytes(pb) : 0;
-        if (prc == 0) { /* 5 more tokens would pass the ctx the budget reserved K/V for: refused up front */
+        if (prc == 0 && !z) { /* 5 more tokens would pass the ctx the budget reserved K/V for: refused up front */
             char cerr[512] = "";
             struct gw_eval_args xa = {.tokens = tok, .n_tokens = 5, .logits_rows = GW_ROWS_LAST, .logits = pl};
             int crc = gw_eval(ps, &xa, cerr, sizeof cerr);
@@ -595,15 +647,37 @@ int main(int argc, char **argv)
                    "an eval past the budget's %.0f positions refused, the sequence kept", (double)ctx);
             printf("     (%s)\n", cerr);
         }
-        report("vram-plan", prc == 0 && peak <= total && ep <= tol,
-               "measured peak %.1f MiB within the planned total", mib(peak));
-        printf("     (planned %.1f MiB: dense %.1f + MTP %.1f + K/V %.1f + slots %.1f + scratch %.1f; all-row logits "
+        const char *name = z ? "vram-plan-0" : "vram-plan";
+        report(name, prc == 0 && peak <= total && ep <= tol, "measured peak %.1f MiB within the planned total", mib(peak));
+        printf("     (%s: planned %.1f MiB: dense %.1f + MTP %.1f + K/V %.1f + slots %.1f + scratch %.1f; all-row logits "
                "max|d|/max|ref| = %.3g%s%s)\n",
-               mib(total), mib(plan.dense), mib(plan.mtp), mib(plan.kv), mib(plan.slots), mib(plan.scratch), ep,
-               prc ? "; " : "", prc ? perr : "");
+               z ? "no expert local" : "every expert local", mib(total), mib(plan.dense), mib(plan.mtp), mib(plan.kv),
+               mib(plan.slots), mib(plan.scratch), ep, prc ? "; " : "", prc ? perr : "");
+        /* the blocks it allocated are the ones the plan lists (an MTP K/V only once an MTP step ran) */
+        struct gw_vram_alloc al[16];
+        const int na = gw_vram_allocs(m, none, ctx, al, 16);
+        uint64_t part[5] = {0}, mtp_kv = 0;
+        for (int i = 0; i < na && i < 16; i++) {
+            part[al[i].part] += al[i].bytes;
+            if (!strcmp(al[i].what, "MTP K/V")) mtp_kv = al[i].bytes;
+        }
+        struct gw_vram_parts used = {0};
+        if (pb) gw_backend_vram_used(pb, &used);
+        report(z ? "vram-blocks-0" : "vram-blocks", prc == 0 && used.dense + used.mtp == part[GW_PART_DENSE] && used.kv <= part[GW_PART_KV] &&
+                         used.kv + mtp_kv >= part[GW_PART_KV] && used.slots == part[GW_PART_SLOTS] &&
+                         used.scratch >= part[GW_PART_SCRATCH] && used.scratch <= plan.scratch,
+               "%.1f MiB of the backend's own blocks, as gw_vram_allocs lists them",
+               mib(used.dense + used.mtp + used.kv + used.slots + used.scratch));
+        printf("     (allocated: dense %.1f + MTP %.1f + state, K/V, RoPE %.1f (listed %.1f) + slots %.1f (listed %.1f) + "
+               "arena and pool %.1f MiB; measured − allocated = %.1f MiB: the driver's pages and own)\n",
+               mib(used.dense), mib(used.mtp), mib(used.kv), mib(part[GW_PART_KV]), mib(used.slots),
+               mib(part[GW_PART_SLOTS]), mib(used.scratch),
+               mib(peak) - mib(used.dense + used.mtp + used.kv + used.slots + used.scratch));
         free(pl);
         gw_seq_free(ps);
         gw_backend_free(pb);
+        gw_expert_scratch_free(&zctx.scratch);
+        free(none);
     }
     /* over budget: refused, every part named */
     {

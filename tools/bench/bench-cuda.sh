@@ -250,6 +250,8 @@ measure() { # $1 = label, $2 = bytes of expert slots
     "$bin/nebulactl" --runtime "$tmp/run" shutdown >/dev/null 2>&1
     wait "$coord_pid" 2>/dev/null
     coord_pid=
+    # the gpu-worker's last word on VRAM: its measured peak beside its own blocks by the plan's parts
+    grep -h "VRAM" "$tmp/run/gpu-worker.log" 2>/dev/null | tail -2 | sed "s/^/bench-cuda: $1: /" >&2
 }
 measure slots "$slot_bytes"
 measure zero-slot 0

@@ -33,6 +33,7 @@ for k in ${CPU_KERNELS:-ref fast}; do
         --reps "${REPS:-2}" --campaign "${CAMPAIGN:-8}" --models-dir /tmp/nebula-bench-models >"$OUT/bench-cpu-$k.md" 2>"$OUT/bench-cpu-$k.err"
     echo "bench (cpu experts $k): rc=$? at $(elapsed) s"
     grep -E '^\| (slots|zero-slot)|slots / zero-slot|a decode token|VRAM planned|EXCEEDED|EXACTNESS' "$OUT/bench-cpu-$k.md" | head -12
+    grep -h 'VRAM: peak' "$OUT/bench-cpu-$k.err" | head -4 # the gpu-worker's blocks beside its measured peak
     tail -3 "$OUT/bench-cpu-$k.err"
 done
 echo "device-run: $(elapsed) s in all; results in $OUT"
