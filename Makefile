@@ -2,6 +2,7 @@
 #
 #   make            build everything into build/ (binaries in build/bin/)
 #   make test       build and run every test (Criterion units, fuzz-corpus replay, tool checks)
+#   make test-gpu   the GPU checks of the CUDA kernels and backend (fails where there is no GPU)
 #   make bench      CPU kernel benchmarks (results appended to docs/BENCHMARKS.md)
 #   make fuzz       run each libFuzzer target for FUZZ_SECONDS (default 60) seconds
 #   make clean      remove build/
@@ -93,7 +94,7 @@ endif
 # The backend follows the CPU reference's rounding: no fused multiply-adds.
 $(BUILD)/obj/gpu-worker/cuda/backend_cuda.o: NVCC_FLAGS += --fmad=false
 
-.PHONY: all test test-build deps run stop bench fuzz clean cuda cuda-check unit
+.PHONY: all test test-build test-gpu deps run stop bench fuzz clean cuda cuda-check unit
 all: $(CORE_LIB) $(GW_LIB) $(SHM_LIB) $(TOOL_BINS) $(PROC_BINS) cuda
 
 # Installs missing Debian packages (a no-op when all are present).
@@ -205,6 +206,17 @@ test: deps
 	@bash tests/run-tests.sh $(BUILD)
 
 test-build: all $(TEST_BINS) $(FUZZ_BINS)
+
+# The GPU checks, not in make test (they need the GPU machine): the matvec
+# kernels against the CPU decode (tests/cuda/run-on-gpu.sh, correctness only),
+# then the CUDA backend against the CPU reference (run-backend-on-gpu.sh).
+# Where there is no GPU they fail and say so (tests/lib/gpu.sh) rather than
+# pass having run nothing; run-on-gpu.sh builds its own binary, so it comes
+# first and a machine without a GPU fails before anything is built.
+test-gpu: deps
+	@bash tests/cuda/run-on-gpu.sh --no-timing
+	@$(MAKE) --no-print-directory all cuda-check
+	@bash tests/cuda/run-backend-on-gpu.sh
 
 # make run [MODEL=M.gguf] [PORT=8090] [API_PORT=8091]: builds the engine and
 # the page, starts Nebula (deploy/run.sh, docs/RUNNING.md); make stop stops it.
