@@ -6,7 +6,9 @@
 # one that prints nothing and exits 0) and scripts (one printing SKIP lines,
 # one exiting 1).  Every bad one alone, beside a passing suite, must make the
 # run fail with "N passed, 1 failed"; the good ones alone must pass with the
-# skips counted.  Run by tests/run-tests.sh (make test).
+# skips counted.  Then tests/run-asan.sh on a suite built with ASan whose
+# test leaks: the report alone fails the run.  Run by tests/run-tests.sh
+# (make test).
 set -u
 . "$(dirname "$0")/../lib/check.sh"
 runner=$(cd "$(dirname "$0")/.." && pwd)/run-tests.sh
@@ -70,5 +72,18 @@ tree test_pass
 run "$tmp/scripts"
 check "a script exiting 1 fails the run (rc $rc)" [ "$rc" -ne 0 ]
 check "a script exiting 1: '3 passed, 1 failed, 2 skipped' (got '$last')" [ "$last" = "3 passed, 1 failed, 2 skipped" ]
+
+# tests/run-asan.sh: a leak that Criterion does not see (the test passes)
+# is in a report file, and the report fails the run.
+build test_leak "$crit
+Test(fake, leaks) { char *p = malloc(40); p[0] = 1; cr_assert(p[0] == 1); }" "-g -fsanitize=address -lcriterion"
+tree test_pass test_leak
+asan=$(dirname "$runner")/run-asan.sh
+ASAN_OPTIONS= bash "$asan" "$tmp/build" "$tmp/none" >"$tmp/out" 2>&1
+rc=$?
+check "run-asan: a leak fails the run (rc $rc)" [ "$rc" -ne 0 ]
+check "run-asan: the tests passed, the report counted" \
+    bash -c "grep -q '^3 passed, 0 failed' '$tmp/out' && grep -q '1 sanitizer report(s) in .*: FAILED' '$tmp/out'"
+check "run-asan: the report is shown" grep -q 'ERROR: LeakSanitizer: detected memory leaks' "$tmp/out"
 
 check_done
