@@ -2,9 +2,11 @@
 #
 #   make            build everything into build/ (binaries in build/bin/)
 #   make test       build and run every test (Criterion units, fuzz-corpus replay, tool checks)
+#   make test-gpu   the GPU checks of the CUDA kernels and backend (fails where there is no GPU)
+#   make test-asan  the engine with ASan + UBSan in build-asan/, CPU only, and its tests on it
 #   make bench      CPU kernel benchmarks (results appended to docs/BENCHMARKS.md)
 #   make fuzz       run each libFuzzer target for FUZZ_SECONDS (default 60) seconds
-#   make clean      remove build/
+#   make clean      remove build/ and build-asan/
 #
 # Sources are discovered by folder: core/**.c form libnebula-core.a;
 # gpu-worker/*.c and gpu-worker/cpu/*.c (the backend interface and the CPU
@@ -21,10 +23,26 @@ NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>
 JOBS    ?= 2
 FUZZ_SECONDS ?= 60
 
+# The sanitizers, for the fuzz targets (clang) and the sanitized build.  A
+# UB finding aborts (no recovery) so that it fails the test that hit it.
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+
+# SANITIZE=1 (make test-asan, BUILD=build-asan): every C object and binary
+# built with $(SAN_FLAGS) by $(CC), at -O1 (as ASan's documentation advises
+# and the fuzz targets are; OPT= overrides it).  CPU only: NVCC is emptied, so
+# no .cu object is linked and NB_HAVE_CUDA is not defined — the CUDA runtime
+# and ASan's shadow memory do not mix, and CI has no GPU.
+SANITIZE ?=
+ifneq ($(strip $(SANITIZE)),)
+override NVCC :=
+OPT ?= -O1
+CFLAGS_SAN := $(SAN_FLAGS)
+endif
+
 OPT      ?= -O2
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -g $(OPT) -fopenmp -I. \
-               $(shell pkg-config --cflags libcjson 2>/dev/null)
-LDLIBS_BASE := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson) $(shell pkg-config --libs libutf8proc) $(shell pkg-config --libs libzmq) $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) $(shell pkg-config --libs liburing 2>/dev/null || echo -luring) -lm -lpthread -fopenmp
+               $(shell pkg-config --cflags libcjson 2>/dev/null) $(CFLAGS_SAN)
+LDLIBS_BASE := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson) $(shell pkg-config --libs libutf8proc) $(shell pkg-config --libs libzmq) $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) $(shell pkg-config --libs liburing 2>/dev/null || echo -luring) -lm -lpthread -fopenmp $(CFLAGS_SAN)
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mavx2 -mfma -mf16c
@@ -61,12 +79,12 @@ TEST_HELPERS := $(wildcard tests/common/*.c)
 
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
-FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined \
-               -fno-sanitize-recover=undefined $(shell pkg-config --cflags libcjson 2>/dev/null)
+FUZZ_COMMON := -std=c11 -D_GNU_SOURCE -g -O1 -I. $(SAN_FLAGS) $(shell pkg-config --cflags libcjson 2>/dev/null)
+FUZZ_CFLAGS := $(FUZZ_COMMON) -fsanitize=fuzzer
 # The fuzzed parsers do not need the SIMD kernels; the whole core is built with
 # sanitizers except the ISA files, which clang builds with their flags too.
 # Core objects get the coverage instrumentation without libFuzzer's main().
-FUZZ_OBJ_CFLAGS := $(filter-out -fsanitize=fuzzer%,$(FUZZ_CFLAGS)) -fsanitize=address,undefined,fuzzer-no-link
+FUZZ_OBJ_CFLAGS := $(FUZZ_COMMON) -fsanitize=fuzzer-no-link
 
 CU_SRCS := $(shell find gpu-worker/cuda -name '*.cu' 2>/dev/null | sort)
 CU_OBJS := $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
@@ -93,7 +111,7 @@ endif
 # The backend follows the CPU reference's rounding: no fused multiply-adds.
 $(BUILD)/obj/gpu-worker/cuda/backend_cuda.o: NVCC_FLAGS += --fmad=false
 
-.PHONY: all test test-build deps run stop bench fuzz clean cuda cuda-check unit
+.PHONY: all test test-build test-gpu test-asan deps run stop bench fuzz clean cuda cuda-check unit
 all: $(CORE_LIB) $(GW_LIB) $(SHM_LIB) $(TOOL_BINS) $(PROC_BINS) cuda
 
 # Installs missing Debian packages (a no-op when all are present).
@@ -179,7 +197,7 @@ $(filter $(BUILD)/tests/gpu-worker/% $(BUILD)/tests/core/test_model,$(TEST_BINS)
 # raced — one archived matvec.o while the other was still writing it).
 ifeq ($(strip $(NVCC)),)
 cuda:
-	@echo "nvcc not found: skipping CUDA objects ($(words $(CU_SRCS)) sources)"
+	@echo "$(if $(SANITIZE),sanitized build,nvcc not found): skipping CUDA objects ($(words $(CU_SRCS)) sources)"
 else
 cuda: $(CU_OBJS) $(CU_TOOL_BINS)
 endif
@@ -204,7 +222,33 @@ test: deps
 	@$(MAKE) --no-print-directory test-build
 	@bash tests/run-tests.sh $(BUILD)
 
-test-build: all $(TEST_BINS) $(FUZZ_BINS)
+# (A sanitized build leaves out the fuzz targets: build/fuzz/ has them sanitized.)
+test-build: all $(TEST_BINS) $(if $(SANITIZE),,$(FUZZ_BINS))
+
+# The GPU checks, not in make test (they need the GPU machine): the matvec
+# kernels against the CPU decode (tests/cuda/run-on-gpu.sh, correctness only),
+# then the CUDA backend against the CPU reference (run-backend-on-gpu.sh).
+# Where there is no GPU they fail and say so (tests/lib/gpu.sh) rather than
+# pass having run nothing; run-on-gpu.sh builds its own binary, so it comes
+# first and a machine without a GPU fails before anything is built.
+test-gpu: deps
+	@bash tests/cuda/run-on-gpu.sh --no-timing
+	@$(MAKE) --no-print-directory all cuda-check
+	@bash tests/cuda/run-backend-on-gpu.sh
+
+# The sanitized engine (SANITIZE=1 above) in its own build directory, then
+# under it the Criterion suites, the pipeline test and the HTTP API's tests
+# (tests/run-asan.sh: every process's sanitizer report goes to a file there,
+# and any report fails the run, even one from a worker the coordinator
+# restarted).  The other tool tests and the browser tests stay in make test:
+# they drive the same code through the same binaries, and under ASan they
+# would add about 5 minutes on 2 cores (test_nebula_gen.sh alone ~3); run by
+# hand once under it (BUILD=build-asan and these ASAN_OPTIONS), they passed
+# with no report.
+ASAN_BUILD ?= build-asan
+test-asan: deps
+	@$(MAKE) --no-print-directory BUILD=$(ASAN_BUILD) SANITIZE=1 test-build
+	@bash tests/run-asan.sh $(ASAN_BUILD)
 
 # make run [MODEL=M.gguf] [PORT=8090] [API_PORT=8091]: builds the engine and
 # the page, starts Nebula (deploy/run.sh, docs/RUNNING.md); make stop stops it.
@@ -261,6 +305,6 @@ web/vendor/versions.json: web/package.json web/package-lock.json web/build-vendo
 	node web/build-vendor.mjs
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -167,7 +167,7 @@ static int list_entries(struct entry **out, int *n_out, const char *only_id, cha
         struct stat st;
         if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || (euid != 0 && st.st_uid != euid))
             continue;
-        snprintf(e.name, sizeof e.name, "/%s", de->d_name);
+        snprintf(e.name, sizeof e.name, "/%.*s", (int)sizeof e.name - 2, de->d_name); /* fits: length checked above */
         e.is_owner = strcmp(what, OWNER_WHAT) == 0;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;

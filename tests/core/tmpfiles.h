@@ -37,6 +37,8 @@ static inline const char *tmp_path(const char *name)
     return p;
 }
 
+/* The whole file, NUL-terminated past its *len bytes (so text files can go
+ * to strchr or cJSON as they are). */
 static inline void *slurp(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
@@ -44,8 +46,10 @@ static inline void *slurp(const char *path, size_t *len)
     fseek(f, 0, SEEK_END);
     *len = (size_t)ftell(f);
     fseek(f, 0, SEEK_SET);
-    void *buf = malloc(*len ? *len : 1);
+    char *buf = malloc(*len + 1);
+    cr_assert(buf, "out of memory reading %s", path);
     cr_assert(fread(buf, 1, *len, f) == *len);
+    buf[*len] = 0;
     fclose(f);
     return buf;
 }

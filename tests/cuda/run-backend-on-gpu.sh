@@ -7,28 +7,29 @@
 # placements, the expert re-layout, the VRAM tier and budget — each model
 # once per matrix kernel set in KERNELS ("ref fast": the bit-faithful kernels
 # and matvec.cu's fp32 ones, which must pass the same 1e-3 tolerance and
-# greedy identity).  Exits 0 with a SKIP line where there is no GPU: never
-# silently green.  Binaries from `make all cuda-check` (BIN, CHECK to use
-# others); the models are written to WORK.  GREEDY (default 128) tokens after
-# a PROMPT (default 64) tokens on the synthetic model keep each synthetic
-# model's run near 3 minutes on an H200 (the CPU reference side, ~5 tok/s,
-# is most of it).
+# greedy identity).  Exits 1 with a FAIL line where there is no GPU
+# (tests/lib/gpu.sh): never green without having run.  Binaries from
+# `make all cuda-check` (BIN, CHECK to use others); the models are written
+# to WORK.  GREEDY (default 128) tokens after a PROMPT (default 64) tokens on
+# the synthetic model keep each synthetic model's run near 3 minutes on an
+# H200 (the CPU reference side, ~5 tok/s, is most of it).
 # FIXTURES (default: all three) names the fixtures; empty checks only the
 # synthetic model.  SWEEP names the sweep fixtures (default: all).
-# GDN key and value heads of different sizes (no fixture has them yet):
-# synthetic models of tiny-a's shapes with the GDN head sizes DK:DV of each
+# GDN key and value heads of different sizes beyond the sweep's: synthetic
+# models of tiny-a's shapes with the GDN head sizes DK:DV of each
 # GDN_DIMS entry (default "16:24 24:16 16:40 160:24": values wider, narrower,
 # over two 32-column blocks with a partial one, and keys past the 128 that
 # the register decode kernel holds, so the plain one runs), f32 and mix, with
 # tiny-a's tokens; and the released-width synthetic model again with
 # linear_value_head_dim WIDE_DV (default 192; empty skips it).
 set -u
-if ! command -v nvidia-smi >/dev/null 2>&1; then
-    echo "SKIP: no GPU (nvidia-smi absent)"
-    exit 0
-fi
+. "$(dirname "$0")/../lib/gpu.sh"
+require_gpu run-backend-on-gpu.sh
 BIN=${BIN:-build/bin}
 CHECK=${CHECK:-build/tests/cuda/check_backend}
+for b in "$BIN/nebula-convert" "$CHECK"; do
+    [ -x "$b" ] || { echo "FAIL: $b is not built (make all cuda-check: needs nvcc and libcudart_static.a)" >&2; exit 1; }
+done
 WORK=${WORK:-build/cuda-check}
 GREEDY=${GREEDY:-128}
 PROMPT=${PROMPT:-64} # prompt tokens on the synthetic model (the CPU reference prefills at ~15 tok/s)

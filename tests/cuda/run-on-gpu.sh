@@ -3,12 +3,11 @@
 # (correctness against the CPU reference, then timing; --no-timing skips the
 # timing).  Run from the repository root.  Needs no Makefile and no library
 # but the CUDA runtime: the CPU reference is core/quant/*.c, compiled here.
-# Exits 0 with a SKIP line when this machine has no GPU: never silently green.
+# Exits 1 with a FAIL line when this machine has no GPU (tests/lib/gpu.sh):
+# never green without having run.
 set -eu
-if ! command -v nvidia-smi >/dev/null 2>&1; then
-    echo "SKIP: no GPU (nvidia-smi absent)"
-    exit 0
-fi
+. "$(dirname "$0")/../lib/gpu.sh"
+require_gpu run-on-gpu.sh
 NVCC=${NVCC:-$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)}
 CC=${CC:-cc}
 OUTDIR=${OUTDIR:-build/cuda-test}

@@ -404,9 +404,10 @@ static int add_ple(struct ctx *c, int blk, const char *L)
     int64_t per = shards[0]->n_dims == 2 ? shards[0]->shape[0] : 0;
     for (int64_t s = 0; s < S; s++) {
         if (shards[s]->n_dims != 2 || shards[s]->shape[1] != W || shards[s]->shape[0] != per) {
+            int rc = nb_errf(c->err, c->errlen, NB_EFORMAT, "PLE table shard %s: expected [%lld, %lld] like shard 0",
+                             shards[s]->name, (long long)per, (long long)W); /* the name is read before the free */
             free(shards);
-            return nb_errf(c->err, c->errlen, NB_EFORMAT, "PLE table shard %s: expected [%lld, %lld] like shard 0",
-                           shards[s]->name, (long long)per, (long long)W);
+            return rc;
         }
         rows += per;
     }

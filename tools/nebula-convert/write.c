@@ -216,16 +216,15 @@ int conv_write_gguf(const struct conv_plan *p, const char *out, const struct con
         if ((rc = write_tensor(w, p, t, progress, err, errlen))) goto done;
         done_bytes += bytes;
     }
-    rc = gguf_writer_finish(w);
+    rc = gguf_writer_finish(w); /* the writer is still ours: freed below (a failed finish's .tmp removed) */
     if (rc) snprintf(err, errlen, "%s", gguf_writer_error(w));
-    w = NULL;
     if (!rc && !o->quiet) {
         char size[32];
         fmt_bytes(total, size, sizeof size);
         fprintf(stderr, "%s: wrote %s (%s of tensor data) in %.1f s\n", o->prog, out, size, now_s() - t0);
     }
 done:
-    if (w) gguf_writer_free(w); /* removes the unfinished .tmp */
+    gguf_writer_free(w); /* removes the .tmp unless finished */
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     return rc;
