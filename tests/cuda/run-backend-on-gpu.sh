@@ -21,7 +21,8 @@
 # over two 32-column blocks with a partial one, and keys past the 128 that
 # the register decode kernel holds, so the plain one runs), f32 and mix, with
 # tiny-a's tokens; and the released-width synthetic model again with
-# linear_value_head_dim WIDE_DV (default 192; empty skips it).
+# linear_value_head_dim WIDE_DV (default 192; empty skips it).  SYNTHETIC=0
+# leaves out both released-width models (a run split over device calls).
 set -u
 . "$(dirname "$0")/../lib/gpu.sh"
 require_gpu run-backend-on-gpu.sh
@@ -89,6 +90,7 @@ for dims in $GDN_DIMS; do
 done
 edit_config conf/qwen3.8-flash-next.config.json "$WORK/cfg64.json" num_experts=64
 wide="synthetic-4l-64e-mix"
+[ "${SYNTHETIC:-1}" = 0 ] && wide= WIDE_DV=
 [ -n "$WIDE_DV" ] && edit_config "$WORK/cfg64.json" "$WORK/cfg64-dv$WIDE_DV.json" linear_value_head_dim="$WIDE_DV" &&
     wide="$wide synthetic-4l-64e-dv$WIDE_DV-mix"
 for name in $wide; do
