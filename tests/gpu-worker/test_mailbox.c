@@ -58,7 +58,8 @@ struct dev {
 static void dev_open(struct dev *d)
 {
     memset(d, 0, sizeof *d);
-    d->h = aligned_alloc(128, sizeof *d->h);
+    /* aligned_alloc wants a size that is a multiple of the alignment (C11) */
+    d->h = aligned_alloc(128, (sizeof *d->h + 127) / 128 * 128);
     cr_assert(d->h);
     memset(d->h, 0, sizeof *d->h);
     d->ans.fail_at = -1;
