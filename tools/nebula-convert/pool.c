@@ -4,7 +4,7 @@
  * a few MB/s per core; the bytes only need to be valid blocks of the right
  * type with the statistics of the exact path (rows.c).  The one idea: per
  * kind of tensor (its name with the layer number taken out, its type and
- * shape) quantize a pool of POOL_ROWS rows once, taken by the exact path from
+ * shape) quantize a small pool of rows once, taken by the exact path from
  * rows spread over the first tensor of that kind, then build every output row
  * from segments (about 256 values, whole blocks) of pool rows at the same
  * column, each segment's pool row picked by a counter-based hash of (seed,
@@ -22,10 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define POOL_ROWS 1024          /* rows per pool, at most */
-#define POOL_BYTES (8u << 20)   /* and at most this many bytes */
-#define POOL_MIN_ROWS 64        /* wide rows still get at least this many */
-#define SEGMENT_VALUES 256      /* values per picked segment (whole blocks) */
+/* A pool is small because segments are picked independently: a row of S
+ * segments has POOL_ROWS^S possible contents.  Building it costs as much as
+ * the exact path for POOL_ROWS rows, once per kind for all layers. */
+#define POOL_ROWS 256          /* rows per pool, at most */
+#define POOL_BYTES (4u << 20)  /* and at most this many bytes */
+#define POOL_MIN_ROWS 32       /* wide rows still get at least this many */
+#define SEGMENT_VALUES 256     /* values per picked segment (whole blocks) */
 
 struct conv_pool {
     char kind[128];
@@ -76,13 +79,13 @@ static int64_t pool_rows_for(size_t row_bytes)
 bool conv_pool_applies(const struct conv_plan *p, const struct conv_tensor *t)
 {
     /* Routers, norms, conv kernels and decays (ROLE_F32) stay exact: the
-     * routing skew is calibrated against the router rows.  A tensor of few
-     * rows gains nothing from a pool. */
+     * routing skew is calibrated against the router rows.  A tensor of no
+     * more rows than a pool gains nothing from one. */
     if (!p->synth.on || p->synth.exact_rows || t->role == ROLE_F32 || t->n_dims < 2) return false;
     const struct quant_traits *tr = quant_traits_of(t->type);
     if (!tr || !tr->from_float) return false;
     int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
-    return rows > 2 * pool_rows_for(quant_row_size(t->type, t->ne[0]));
+    return rows > pool_rows_for(quant_row_size(t->type, t->ne[0]));
 }
 
 /* The tensor's kind: its name with "blk.N." made "blk.*.", so every layer's
@@ -112,7 +115,7 @@ static int pool_build(struct conv_pool *pool, const struct conv_plan *p, const s
         free(work);
         return nb_errf(err, errlen, NB_ENOMEM, "out of memory for a pool of %lld %s rows", (long long)pool->n_rows, t->name);
     }
-#pragma omp parallel for schedule(dynamic, 4)
+#pragma omp parallel for schedule(dynamic, 4) if (pool->n_rows * n >= (1 << 16))
     for (int64_t i = 0; i < pool->n_rows; i++) {
         if (__atomic_load_n(&failed, __ATOMIC_RELAXED)) continue;
         float *row = work + (size_t)omp_get_thread_num() * 3 * (size_t)n;
@@ -184,7 +187,7 @@ int conv_pool_rows(struct conv_pools *ps, const struct conv_plan *p, const struc
         n_seg = (nb + seg_blocks - 1) / seg_blocks;
     }
     uint64_t h0 = mix64(p->synth.seed ^ name_hash(t->name) ^ 0x706f6f6c726f7773ull), P = (uint64_t)pool->n_rows;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)nr * rb >= (1u << 20))
     for (int64_t k = 0; k < nr; k++) {
         unsigned char *row = dst + (size_t)k * rb;
         uint64_t base = (uint64_t)(r0 + k) * (uint64_t)n_seg;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #define CHUNK_BYTES (64u << 20)
+#define PARALLEL_VALUES (1 << 16) /* fewer values are converted on one thread: waking a team costs more */
 
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
@@ -120,7 +121,7 @@ static int convert_rows(const struct conv_plan *p, const struct conv_tensor *t, 
     int64_t n = t->ne[0];
     size_t row_bytes = quant_row_size(t->type, n);
     int failed = 0;
-#pragma omp parallel for schedule(dynamic, 16)
+#pragma omp parallel for schedule(dynamic, 16) if (nr * n >= PARALLEL_VALUES)
     for (int64_t k = 0; k < nr; k++) {
         if (__atomic_load_n(&failed, __ATOMIC_RELAXED)) continue;
         float *row = work + (size_t)omp_get_thread_num() * 3 * (size_t)n;
