@@ -1,7 +1,8 @@
 /* write.c — writing a planned model (convert.h) as a GGUF: every qwen4exp
  * key, the tokenizer when the checkpoint has one, then the tensors streamed
  * row chunk by row chunk, converting and quantizing rows in parallel (OpenMP)
- * and writing them in order.  Memory stays at one chunk (≤ 64 MiB) however
+ * — or, for a synthetic model's large tensors, copying them from pools of
+ * quantized rows (pool.c) — and writing each chunk with one large write.  Memory stays at one chunk (≤ 64 MiB) however
  * large the model.  Shared by nebula-convert and nebula-gen. */
 #include "core/gguf/gguf.h"
 #include "core/quant/quant.h"
@@ -150,6 +151,9 @@ static int write_tensor(gguf_writer *w, const struct conv_plan *p, struct conv_p
     if (chunk < 1) chunk = 1;
     if (chunk > rows) chunk = rows;
     bool pooled = pools && conv_pool_applies(p, t);
+    const struct quant_traits *tr = quant_traits_of(t->type);
+    if (!tr || !tr->from_float)
+        return nb_errf(err, errlen, NB_ENOTSUP, "%s: no quantizer for type %s", t->name, quant_type_name(t->type));
     unsigned char *buf = malloc((size_t)chunk * row_bytes);
     float *work = pooled ? NULL : malloc((size_t)omp_get_max_threads() * 3 * (size_t)n * sizeof *work);
     int rc = 0;

@@ -7,8 +7,10 @@
  * expert popularity is as concentrated as the real model's (the VRAM hit rate
  * depends on it; MODEL.md, last section).  Random weights at the real shapes
  * cost the real bytes and FLOPs, so decode speed is measurable without the
- * 100 GB download.  Before writing it says how big the file will be and
- * refuses when the disk cannot hold it. */
+ * 100 GB download.  The large tensors are built from pools of quantized rows
+ * (tools/nebula-convert/pool.c), so writing is bound by the disk, not by the
+ * quantizers.  Before writing it says how big the file will be and refuses
+ * when the disk cannot hold it. */
 #include "core/util/err.h"
 #include "tools/nebula-convert/convert.h"
 
