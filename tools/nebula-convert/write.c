@@ -2,8 +2,10 @@
  * key, the tokenizer when the checkpoint has one, then the tensors streamed
  * row chunk by row chunk, converting and quantizing rows in parallel (OpenMP)
  * — or, for a synthetic model's large tensors, copying them from pools of
- * quantized rows (pool.c) — and writing each chunk with one large write.  Memory stays at one chunk (≤ 64 MiB) however
- * large the model.  Shared by nebula-convert and nebula-gen. */
+ * quantized rows (pool.c) — and writing each chunk with one large write.
+ * Memory stays at one chunk (≤ 64 MiB), plus a synthetic model's pools (≤ 4
+ * MiB per kind of tensor), however large the model.  Shared by
+ * nebula-convert and nebula-gen. */
 #include "core/gguf/gguf.h"
 #include "core/quant/quant.h"
 #include "core/tokenizer/tokenizer.h"
