@@ -127,6 +127,9 @@ struct conv_write_opts {
 int conv_write_gguf(const struct conv_plan *p, const char *out, const struct conv_write_opts *o, char *err, size_t errlen);
 /* Bytes of tensor data the plan writes (types chosen). */
 double conv_plan_bytes(const struct conv_plan *p);
+/* The synthetic values' hashes: splitmix64's finalizer, FNV-1a of a name. */
+uint64_t conv_mix64(uint64_t x);
+uint64_t conv_name_hash(const char *s);
 /* Values of a synthetic source tensor (data == NULL): n values from `first`. */
 void conv_synth_values(const struct conv_plan *p, const struct st_tensor *t, int64_t first, int64_t n, float *dst);
 /* pool.c: a synthetic model's large tensors from pools of quantized rows. */

@@ -44,21 +44,6 @@ struct conv_pools {
     int n, cap;
 };
 
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-static uint64_t name_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    while (*s) h = (h ^ (unsigned char)*s++) * 1099511628211ull;
-    return h;
-}
-
 struct conv_pools *conv_pools_new(void) { return calloc(1, sizeof(struct conv_pools)); }
 
 void conv_pools_free(struct conv_pools *ps)
@@ -186,13 +171,13 @@ int conv_pool_rows(struct conv_pools *ps, const struct conv_plan *p, const struc
         seg_bytes = (size_t)seg_blocks * tr->type_size;
         n_seg = (nb + seg_blocks - 1) / seg_blocks;
     }
-    uint64_t h0 = mix64(p->synth.seed ^ name_hash(t->name) ^ 0x706f6f6c726f7773ull), P = (uint64_t)pool->n_rows;
+    uint64_t h0 = conv_mix64(p->synth.seed ^ conv_name_hash(t->name) ^ 0x706f6f6c726f7773ull), P = (uint64_t)pool->n_rows;
 #pragma omp parallel for schedule(static) if ((size_t)nr * rb >= (1u << 20))
     for (int64_t k = 0; k < nr; k++) {
         unsigned char *row = dst + (size_t)k * rb;
         uint64_t base = (uint64_t)(r0 + k) * (uint64_t)n_seg;
         for (int64_t s = 0; s < n_seg; s++) {
-            uint64_t pick = ((mix64(h0 + base + (uint64_t)s) >> 32) * P) >> 32;
+            uint64_t pick = ((conv_mix64(h0 + base + (uint64_t)s) >> 32) * P) >> 32;
             size_t off = (size_t)s * seg_bytes, len = off + seg_bytes <= rb ? seg_bytes : rb - off;
             memcpy(row + off, pool->rows + pick * rb + off, len);
         }
