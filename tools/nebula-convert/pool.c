@@ -6,12 +6,12 @@
  * kind of tensor (its name with the layer number taken out, its type and
  * shape) quantize a small pool of rows once, taken by the exact path from
  * rows spread over the first tensor of that kind, then build every output row
- * from segments (about 256 values, whole blocks) of pool rows at the same
+ * from segments (about 64 values, whole blocks) of pool rows at the same
  * column, each segment's pool row picked by a counter-based hash of (seed,
  * tensor name, row, segment).  A row is then a concatenation of valid blocks
- * drawn from the exact distribution, no two rows alike, for every type that
- * has a quantizer and a row of independent blocks; writing costs a hash and
- * a memcpy per segment.  Same seed, same bytes, whatever the thread count:
+ * drawn from the exact distribution, hardly two rows alike, for every type
+ * that has a quantizer and a row of independent blocks (other rows are picked
+ * whole); writing costs a hash and a memcpy per segment.  Same seed, same bytes, whatever the thread count:
  * every pool row and every pick depends only on its own index. */
 #include "tools/nebula-convert/convert.h"
 
@@ -28,7 +28,7 @@
 #define POOL_ROWS 256          /* rows per pool, at most */
 #define POOL_BYTES (4u << 20)  /* and at most this many bytes */
 #define POOL_MIN_ROWS 32       /* wide rows still get at least this many */
-#define SEGMENT_VALUES 256     /* values per picked segment (whole blocks) */
+#define SEGMENT_VALUES 64      /* values per picked segment (whole blocks; a K-quant's is one) */
 
 struct conv_pool {
     char kind[128];
