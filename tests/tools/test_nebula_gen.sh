@@ -6,7 +6,11 @@
 # concentrates routing (nebula hotlist + tools/bench/hotlist-curve.py: the
 # hottest 16.7 % of experts take a larger share than without skew, and more
 # with a larger skew); --dry-run's byte counts equal the file's; bad
-# arguments exit 2 with a message.
+# arguments exit 2 with a message.  The pooled rows (the default) against the
+# exact path (--exact-rows): every value decodes finite, each tensor's std and
+# range stay near the exact path's, the f32 tensors (routers, norms) are the
+# same; the bytes depend on the seed only, not on the thread count; the model
+# gives finite logits.
 set -u
 BUILD=${BUILD:-build}
 bin=$BUILD/bin
@@ -67,14 +71,45 @@ seq 1 24 | awk '{print ($1 * 37) % 500}' >"$tmp/prompt.txt"
 "$bin/nebula" generate -m "$tmp/q5.gguf" --tokens-file "$tmp/prompt.txt" --greedy -n 4 >/dev/null 2>"$tmp/e" && ok \
     || bad "nebula generate on the q5_k_m model: $(tail -2 "$tmp/e")"
 
+# Pooled rows against the exact path, tensor by tensor (nebula-gguf stats decodes every row).
+"$gen" "$tmp/ex.gguf" --config "$cfg" --layers 3 --exact-rows -q && ok || bad "nebula-gen --exact-rows"
+for m in m q5 ex; do
+    "$bin/nebula-gguf" stats "$tmp/$m.gguf" >"$tmp/$m.stats" && ok \
+        || bad "nebula-gguf stats $m.gguf: $(awk -F'\t' 'NR > 1 && $8 != 0' "$tmp/$m.stats" | head -3)"
+done
+python3 - "$tmp/m.stats" "$tmp/ex.stats" >"$tmp/e" <<'PY' && ok || bad "pooled rows vs --exact-rows: $(head -5 "$tmp/e")"
+import csv, sys
+pooled, exact = ({r["name"]: r for r in csv.DictReader(open(f), delimiter="\t")} for f in sys.argv[1:])
+bad = [] if pooled.keys() == exact.keys() else ["tensor lists differ"]
+for name, e in exact.items():
+    p = pooled[name]
+    if e["type"] == "f32":  # routers, norms, conv kernels: the exact path's values
+        if p != e: bad.append(f"{name}: {p} vs {e}")
+        continue
+    ps, es = float(p["std"]), float(e["std"])
+    prange, erange = (max(abs(float(r["min"])), abs(float(r["max"]))) for r in (p, e))
+    if not (es / 1.25 <= ps <= es * 1.25 and prange <= 1.5 * erange):
+        bad.append(f"{name}: std {ps:g} vs {es:g}, max |v| {prange:g} vs {erange:g}")
+print("\n".join(bad))
+sys.exit(bool(bad))
+PY
+
+# nebula logits over the 24-token prompt: finite, not all zero.
+"$bin/nebula" logits -m "$tmp/m.gguf" --tokens-file "$tmp/prompt.txt" --out "$tmp/logits.f32" 2>"$tmp/e" && ok \
+    || bad "nebula logits: $(tail -2 "$tmp/e")"
+python3 -c "import array, math, sys; a = array.array('f', open(sys.argv[1], 'rb').read()); sys.exit(not (len(a) == 24 * 512 and all(map(math.isfinite, a)) and max(map(abs, a)) > 0))" \
+    "$tmp/logits.f32" && ok || bad "logits not finite (or empty) on the pooled model"
+
 # --dry-run: the byte budget without a file, equal to what the file holds.
 "$gen" --dry-run --config "$cfg" --layers 3 >"$tmp/dry.json" 2>"$tmp/e" && ok || bad "--dry-run: $(cat "$tmp/e")"
 have=$(info "$tmp/m.gguf" | awk '$2 ~ /\.weight$|\.bias$|ssm_a$/ && $6 ~ /^[0-9]+$/ {s += $6} END {print s}')
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(not (d['total_bytes'] == int(sys.argv[2]) and d['layers'] == 3 and d['experts_used'] == 4 and d['expert_bytes'] > 0 and d['dense_bytes'] + d['expert_bytes'] + d['ple_table_bytes'] == d['total_bytes']))" \
     "$tmp/dry.json" "$have" && ok || bad "--dry-run bytes $(cat "$tmp/dry.json") vs the file's $have"
 
-# --seed: the same seed makes the same file, another one another file.
-"$gen" "$tmp/m2.gguf" --config "$cfg" --layers 3 -q && cmp -s "$tmp/m.gguf" "$tmp/m2.gguf" && ok || bad "same seed, different file"
+# --seed: the same seed makes the same file whatever the thread count, another one another file.
+"$gen" "$tmp/m2.gguf" --config "$cfg" --layers 3 --threads 1 -q && "$gen" "$tmp/m3.gguf" --config "$cfg" --layers 3 --threads 3 -q \
+    && [ "$(sha256sum <"$tmp/m.gguf")" = "$(sha256sum <"$tmp/m2.gguf")" ] && cmp -s "$tmp/m.gguf" "$tmp/m3.gguf" && ok \
+    || bad "same seed, different file (default threads, --threads 1, --threads 3)"
 "$gen" "$tmp/s2.gguf" --config "$cfg" --layers 3 --seed 2 -q && ! cmp -s "$tmp/m.gguf" "$tmp/s2.gguf" && ok || bad "--seed 2 made the same file"
 
 # --ngram-base sizes the PLE table: 4 heads of primes >= 1000.
@@ -87,7 +122,7 @@ r0=$(rows "$tmp/m.gguf") r1=$(rows "$tmp/ng.gguf")
 awk 'BEGIN { s = 7; for (p = 0; p < 30; p++) { l = ""; n = 20 + (p * 13) % 40;
      for (i = 0; i < n; i++) { s = (s * 1103515245 + 12345) % 2147483648; l = l " " int(s / 65536) % 512 } print l } }' >"$tmp/campaign.txt"
 share() { # $1 = skew
-    "$gen" "$tmp/k$1.gguf" --config "$cfg" --skew "$1" -q &&
+    "$gen" "$tmp/k$1.gguf" --config "$cfg" --layers 2 --skew "$1" -q &&
         "$bin/nebula" hotlist -m "$tmp/k$1.gguf" --ids --prompts "$tmp/campaign.txt" --out "$tmp/k$1.tsv" 2>/dev/null &&
         python3 tools/bench/hotlist-curve.py "$tmp/k$1.tsv" --fractions 0.167 --json |
         python3 -c "import json, sys; print(json.load(sys.stdin)['curve'][0]['hit_rate'])"

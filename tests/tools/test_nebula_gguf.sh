@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_nebula_gguf.sh — nebula-gguf from the shell: output of `info` on a seed
-# file (key/values and tensor lines), --key and --no-tensors, and the exit
-# codes: 0 ok, 1 corrupt/unreadable file or missing key, 2 bad usage.
+# file (key/values and tensor lines), --key and --no-tensors, `stats`, and
+# the exit codes: 0 ok, 1 corrupt/unreadable file, missing key or a
+# non-finite value, 2 bad usage.
 # Run by tests/run-tests.sh with BUILD set; uses the committed fuzz seeds.
 set -u
 BIN=${BUILD:-build}/bin/nebula-gguf
@@ -64,6 +65,14 @@ check "bad magic message" grep -q "bad magic" "$tmp/err"
 check "missing file: 1" status 1 info "$tmp/none.gguf"
 check "missing key: 1" status 1 info --key no.such.key "$SEED"
 check "missing key message" grep -q 'key "no.such.key" not found' "$tmp/err"
+
+# stats: every row decoded; the seed's f16 norm holds one non-finite value, so exit 1.
+check "stats on the seed: 1 (a non-finite value)" status 1 stats "$SEED"
+check "stats: a header and a line per tensor" test "$(wc -l <"$tmp/out")" -eq 6
+check "stats: the q8_0 tensor's values" grep -qE '^blk\.0\.attn_q\.weight	q8_0	64	' "$tmp/out"
+check "stats counts the non-finite value" grep -qE '^blk\.0\.attn_norm\.weight	f16	16	.*	1$' "$tmp/out"
+check "stats without FILE: 2" status 2 stats
+check "stats on a truncated file: 1" status 1 stats "$tmp/cut.gguf"
 
 [ "$fails" -eq 0 ] && echo "nebula-gguf: all checks passed" || echo "nebula-gguf: $fails checks failed"
 [ "$fails" -eq 0 ]

@@ -61,6 +61,7 @@ struct conv_synth {
     bool on;
     uint64_t seed;
     double router_skew; /* 0: uniform expert popularity */
+    bool exact_rows;    /* every row drawn and quantized (slow); else large tensors come from pools (pool.c) */
     struct st_tensor **virt;
     int n_virt, cap_virt;
 };
@@ -126,8 +127,21 @@ struct conv_write_opts {
 int conv_write_gguf(const struct conv_plan *p, const char *out, const struct conv_write_opts *o, char *err, size_t errlen);
 /* Bytes of tensor data the plan writes (types chosen). */
 double conv_plan_bytes(const struct conv_plan *p);
+/* The synthetic values' hashes: splitmix64's finalizer, FNV-1a of a name. */
+uint64_t conv_mix64(uint64_t x);
+uint64_t conv_name_hash(const char *s);
 /* Values of a synthetic source tensor (data == NULL): n values from `first`. */
 void conv_synth_values(const struct conv_plan *p, const struct st_tensor *t, int64_t first, int64_t n, float *dst);
+/* pool.c: a synthetic model's large tensors from pools of quantized rows. */
+struct conv_pools;
+struct conv_pools *conv_pools_new(void);
+void conv_pools_free(struct conv_pools *ps);
+/* Whether tensor t (type chosen) is written from a pool rather than row by row. */
+bool conv_pool_applies(const struct conv_plan *p, const struct conv_tensor *t);
+/* Rows [r0, r0 + nr) of t, quantized, into dst (nr · its row size); the
+ * pool of t's kind is built on first use. */
+int conv_pool_rows(struct conv_pools *ps, const struct conv_plan *p, const struct conv_tensor *t, int64_t r0, int64_t nr,
+                   unsigned char *dst, char *err, size_t errlen);
 /* Produces output row r (ne[0] floats) of tensor t; scratch has ≥ 2·ne[0] floats. */
 int conv_row(const struct conv_plan *p, const struct conv_tensor *t, int64_t r, float *out, float *scratch, char *err, size_t errlen);
 /* GGUF head h′ of a tiled axis holds HF head tile_src_head(h′). */

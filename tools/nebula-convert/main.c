@@ -43,6 +43,8 @@ static void usage(FILE *f)
             "                 (default " CONV_SKEW_DEFAULT_STR ", calibrated: docs/BENCHMARKS.md; nebula-gen is the friendlier front end)\n"
             "  --ngram-base B synthetic: n-gram head sizes start at B (the released 20000000 makes a\n"
             "                 320M-row table, 29 GB in iq4_nl)\n"
+            "  --exact-rows   synthetic: draw and quantize every row (slow) instead of building the\n"
+            "                 large tensors from pools of quantized rows (docs/CONVERSION.md)\n"
             "  -q, --quiet    no progress output\n"
             "  -h, --help     this text\n"
             "\n"
@@ -62,6 +64,7 @@ int main(int argc, char **argv)
                                          {"ngram-base", required_argument, 0, 'B'},
                                          {"name", required_argument, 0, 'n'}, {"threads", required_argument, 0, 'j'},
                                          {"quiet", no_argument, 0, 'q'},     {"help", no_argument, 0, 'h'},
+                                         {"exact-rows", no_argument, 0, 'E'},
                                          {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "t:qhj:", opts, NULL)) != -1) {
@@ -86,6 +89,7 @@ int main(int argc, char **argv)
         case 's': synth.seed = strtoull(optarg, NULL, 0); break;
         case 'k': synth.router_skew = atof(optarg); break;
         case 'B': ngram_base = atoll(optarg); break;
+        case 'E': synth.exact_rows = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

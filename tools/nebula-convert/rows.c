@@ -51,7 +51,7 @@ static void locate(const struct conv_tensor *t, int64_t r, const struct st_tenso
     }
 }
 
-static uint64_t mix64(uint64_t x)
+uint64_t conv_mix64(uint64_t x)
 {
     x += 0x9E3779B97F4A7C15ull;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -59,7 +59,7 @@ static uint64_t mix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-static uint64_t name_hash(const char *s)
+uint64_t conv_name_hash(const char *s)
 {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
     while (*s) h = (h ^ (unsigned char)*s++) * 1099511628211ull;
@@ -82,7 +82,7 @@ void conv_synth_values(const struct conv_plan *p, const struct st_tensor *t, int
      * popularity is skewed (--router-skew). */
     const char *name = t->name;
     int64_t fan_in = t->n_dims ? t->shape[t->n_dims - 1] : 1;
-    uint64_t h0 = mix64(p->synth.seed ^ name_hash(name));
+    uint64_t h0 = conv_mix64(p->synth.seed ^ conv_name_hash(name));
     float scale = 1.0f / sqrtf((float)fan_in), shift = 0.0f;
     bool router = strstr(name, "mlp.gate.weight") != NULL;
     if (strstr(name, "linear_attn.norm.weight")) shift = 1.0f, scale = 0.1f; /* used plain */
@@ -92,10 +92,10 @@ void conv_synth_values(const struct conv_plan *p, const struct st_tensor *t, int
     else if (strstr(name, "ngram_embedding") || strstr(name, "embed_tokens")) scale = 1.0f;
     for (int64_t i = 0; i < n; i++) {
         int64_t idx = first + i;
-        float v = shift + scale * normal_of(mix64(h0 + (uint64_t)idx * 0xD1B54A32D192ED03ull));
+        float v = shift + scale * normal_of(conv_mix64(h0 + (uint64_t)idx * 0xD1B54A32D192ED03ull));
         if (router && p->synth.router_skew != 0.0) {
             int64_t row = idx / fan_in;
-            v *= expf((float)p->synth.router_skew * normal_of(mix64(h0 ^ ((uint64_t)row + 0x5bd1e995ull))));
+            v *= expf((float)p->synth.router_skew * normal_of(conv_mix64(h0 ^ ((uint64_t)row + 0x5bd1e995ull))));
         }
         dst[i] = v;
     }

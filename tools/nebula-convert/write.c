@@ -1,8 +1,11 @@
 /* write.c — writing a planned model (convert.h) as a GGUF: every qwen4exp
  * key, the tokenizer when the checkpoint has one, then the tensors streamed
  * row chunk by row chunk, converting and quantizing rows in parallel (OpenMP)
- * and writing them in order.  Memory stays at one chunk (≤ 64 MiB) however
- * large the model.  Shared by nebula-convert and nebula-gen. */
+ * — or, for a synthetic model's large tensors, copying them from pools of
+ * quantized rows (pool.c) — and writing each chunk with one large write.
+ * Memory stays at one chunk (≤ 64 MiB), plus a synthetic model's pools (≤ 4
+ * MiB per kind of tensor), however large the model.  Shared by
+ * nebula-convert and nebula-gen. */
 #include "core/gguf/gguf.h"
 #include "core/quant/quant.h"
 #include "core/tokenizer/tokenizer.h"
@@ -19,6 +22,7 @@
 #include <unistd.h>
 
 #define CHUNK_BYTES (64u << 20)
+#define PARALLEL_VALUES (1 << 16) /* fewer values are converted on one thread: waking a team costs more */
 
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
@@ -111,41 +115,56 @@ static void fmt_bytes(double b, char *buf, size_t len)
     snprintf(buf, len, "%.1f %s", b, u[i]);
 }
 
-/* Converts and writes one tensor, chunk by chunk. */
-static int write_tensor(gguf_writer *w, const struct conv_plan *p, const struct conv_tensor *t, bool progress, char *err,
-                        size_t errlen)
+/* Rows [r0, r0 + nr) of t converted and quantized into buf, in parallel;
+ * work has 3 · ne[0] floats per thread. */
+static int convert_rows(const struct conv_plan *p, const struct conv_tensor *t, int64_t r0, int64_t nr, unsigned char *buf,
+                        float *work, char *err, size_t errlen)
 {
     const struct quant_traits *tr = quant_traits_of(t->type);
+    int64_t n = t->ne[0];
+    size_t row_bytes = quant_row_size(t->type, n);
+    int failed = 0;
+#pragma omp parallel for schedule(dynamic, 16) if (nr * n >= PARALLEL_VALUES)
+    for (int64_t k = 0; k < nr; k++) {
+        if (__atomic_load_n(&failed, __ATOMIC_RELAXED)) continue;
+        float *row = work + (size_t)omp_get_thread_num() * 3 * (size_t)n;
+        char e[256];
+        if (conv_row(p, t, r0 + k, row, row + n, e, sizeof e)) {
+#pragma omp critical
+            if (!failed) {
+                failed = 1;
+                nb_errf(err, errlen, NB_EFORMAT, "%s row %lld: %s", t->name, (long long)(r0 + k), e);
+            }
+            continue;
+        }
+        tr->from_float(row, buf + (size_t)k * row_bytes, n);
+    }
+    return failed ? NB_EFORMAT : 0;
+}
+
+/* Converts and writes one tensor, chunk by chunk: row by row, or for a
+ * synthetic model's large tensors from a pool of rows (pool.c). */
+static int write_tensor(gguf_writer *w, const struct conv_plan *p, struct conv_pools *pools, const struct conv_tensor *t,
+                        bool progress, char *err, size_t errlen)
+{
     int64_t n = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
     size_t row_bytes = quant_row_size(t->type, n);
     int64_t chunk = (int64_t)(CHUNK_BYTES / row_bytes);
     if (chunk < 1) chunk = 1;
     if (chunk > rows) chunk = rows;
+    bool pooled = pools && conv_pool_applies(p, t);
+    const struct quant_traits *tr = quant_traits_of(t->type);
+    if (!tr || !tr->from_float)
+        return nb_errf(err, errlen, NB_ENOTSUP, "%s: no quantizer for type %s", t->name, quant_type_name(t->type));
     unsigned char *buf = malloc((size_t)chunk * row_bytes);
-    int nthreads = omp_get_max_threads();
-    float *work = malloc((size_t)nthreads * 3 * (size_t)n * sizeof *work);
+    float *work = pooled ? NULL : malloc((size_t)omp_get_max_threads() * 3 * (size_t)n * sizeof *work);
     int rc = 0;
-    if (!buf || !work) rc = nb_errf(err, errlen, NB_ENOMEM, "out of memory for a %lld-value row", (long long)n);
+    if (!buf || (!pooled && !work)) rc = nb_errf(err, errlen, NB_ENOMEM, "out of memory for a %lld-value row", (long long)n);
     for (int64_t r0 = 0; !rc && r0 < rows; r0 += chunk) {
         int64_t nr = rows - r0 < chunk ? rows - r0 : chunk;
-        int failed = 0;
-#pragma omp parallel for schedule(dynamic, 16)
-        for (int64_t k = 0; k < nr; k++) {
-            if (__atomic_load_n(&failed, __ATOMIC_RELAXED)) continue;
-            float *row = work + (size_t)omp_get_thread_num() * 3 * (size_t)n;
-            char e[256];
-            if (conv_row(p, t, r0 + k, row, row + n, e, sizeof e)) {
-#pragma omp critical
-                if (!failed) {
-                    failed = 1;
-                    nb_errf(err, errlen, NB_EFORMAT, "%s row %lld: %s", t->name, (long long)(r0 + k), e);
-                }
-                continue;
-            }
-            tr->from_float(row, buf + (size_t)k * row_bytes, n);
-        }
-        if (failed) rc = NB_EFORMAT;
-        else if (interrupted) rc = nb_errf(err, errlen, NB_EIO, "interrupted");
+        rc = pooled ? conv_pool_rows(pools, p, t, r0, nr, buf, err, errlen) : convert_rows(p, t, r0, nr, buf, work, err, errlen);
+        if (rc) break;
+        if (interrupted) rc = nb_errf(err, errlen, NB_EIO, "interrupted");
         else if (gguf_w_write_data(w, buf, (size_t)nr * row_bytes))
             rc = nb_errf(err, errlen, NB_EIO, "%s", gguf_writer_error(w));
         if (progress && rows > chunk) fprintf(stderr, "\r    %5.1f%%", 100.0 * (double)(r0 + nr) / (double)rows);
@@ -176,6 +195,7 @@ double conv_plan_bytes(const struct conv_plan *p)
 int conv_write_gguf(const struct conv_plan *p, const char *out, const struct conv_write_opts *o, char *err, size_t errlen)
 {
     gguf_writer *w = NULL;
+    struct conv_pools *pools = NULL;
     int rc;
     bool progress = !o->quiet && isatty(STDERR_FILENO);
     if ((rc = gguf_writer_open(out, &w, err, errlen))) return rc;
@@ -198,6 +218,10 @@ int conv_write_gguf(const struct conv_plan *p, const char *out, const struct con
         rc = nb_errf(err, errlen, NB_EIO, "%s", gguf_writer_error(w));
         goto done;
     }
+    if (p->synth.on && !p->synth.exact_rows && !(pools = conv_pools_new())) {
+        rc = nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+        goto done;
+    }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     double t0 = now_s(), total = conv_plan_bytes(p), done_bytes = 0;
@@ -213,7 +237,7 @@ int conv_write_gguf(const struct conv_plan *p, const char *out, const struct con
         if (!o->quiet)
             fprintf(stderr, "[%4d/%4d] %-40s %-7s %-22s %-10s (%3.0f%% done%s)\n", i + 1, p->n, t->name,
                     quant_type_name(t->type), shape, size, 100.0 * done_bytes / total, eta);
-        if ((rc = write_tensor(w, p, t, progress, err, errlen))) goto done;
+        if ((rc = write_tensor(w, p, pools, t, progress, err, errlen))) goto done;
         done_bytes += bytes;
     }
     rc = gguf_writer_finish(w); /* the writer is still ours: freed below (a failed finish's .tmp removed) */
@@ -221,9 +245,12 @@ int conv_write_gguf(const struct conv_plan *p, const char *out, const struct con
     if (!rc && !o->quiet) {
         char size[32];
         fmt_bytes(total, size, sizeof size);
-        fprintf(stderr, "%s: wrote %s (%s of tensor data) in %.1f s\n", o->prog, out, size, now_s() - t0);
+        double dt = now_s() - t0;
+        fprintf(stderr, "%s: wrote %s (%s of tensor data) in %.1f s, %.2f GB/s\n", o->prog, out, size, dt,
+                dt > 0 ? total / dt / 1e9 : 0.0);
     }
 done:
+    conv_pools_free(pools);
     gguf_writer_free(w); /* removes the .tmp unless finished */
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);

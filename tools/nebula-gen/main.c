@@ -7,8 +7,10 @@
  * expert popularity is as concentrated as the real model's (the VRAM hit rate
  * depends on it; MODEL.md, last section).  Random weights at the real shapes
  * cost the real bytes and FLOPs, so decode speed is measurable without the
- * 100 GB download.  Before writing it says how big the file will be and
- * refuses when the disk cannot hold it. */
+ * 100 GB download.  The large tensors are built from pools of quantized rows
+ * (tools/nebula-convert/pool.c), so writing is bound by the disk, not by the
+ * quantizers.  Before writing it says how big the file will be and refuses
+ * when the disk cannot hold it. */
 #include "core/util/err.h"
 #include "tools/nebula-convert/convert.h"
 
@@ -48,7 +50,9 @@ static void usage(FILE *f)
             "  --config FILE    a Hugging Face config.json to take shapes from (default " DEFAULT_CONFIG ")\n"
             "  --no-mtp         leave out the MTP draft block\n"
             "  --name NAME      general.name (default nebula-synthetic-<mix>)\n"
-            "  --threads N      quantization threads (default: all cores)\n"
+            "  --threads N      quantization threads (default: all cores; the bytes do not depend on it)\n"
+            "  --exact-rows     draw and quantize every row (slow, ~5 MB/s per core) instead of building the\n"
+            "                   large tensors from pools of quantized rows (same statistics, GB/s)\n"
             "  --force          write even if the free disk space looks too small\n"
             "  --dry-run        write nothing: print the model's bytes by role as one JSON object\n"
             "                   (what the benchmarks scale VRAM budgets and rooflines with)\n"
@@ -152,7 +156,7 @@ int main(int argc, char **argv)
         {"ngram-base", required_argument, 0, 'B'}, {"seed", required_argument, 0, 's'}, {"config", required_argument, 0, 'c'},
         {"no-mtp", no_argument, 0, 'M'},       {"name", required_argument, 0, 'n'},   {"threads", required_argument, 0, 'j'},
         {"force", no_argument, 0, 'F'},        {"quiet", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
-        {"dry-run", no_argument, 0, 'D'},
+        {"dry-run", no_argument, 0, 'D'},      {"exact-rows", no_argument, 0, 'E'},
         {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
@@ -188,6 +192,7 @@ int main(int argc, char **argv)
             break;
         case 'F': force = true; break;
         case 'D': dry_run = true; break;
+        case 'E': synth.exact_rows = true; break;
         case 'q': quiet = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;

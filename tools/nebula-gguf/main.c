@@ -1,14 +1,20 @@
 /* nebula-gguf — looks inside GGUF files (and split sets) from the shell.
  *
  *   nebula-gguf info [--no-tensors] [--key KEY] FILE
+ *   nebula-gguf stats FILE
  *
- * prints the header facts, every key/value (type and value; long arrays
+ * info prints the header facts, every key/value (type and value; long arrays
  * abbreviated) and the tensor table, like llama.cpp's gguf-dump; --key
- * prints one value alone, for scripts.  All parsing and checking is the
+ * prints one value alone, for scripts.  stats decodes every row of every
+ * tensor and prints its value statistics (what a synthetic model's weights
+ * are checked with: tests/tools/test_nebula_gen.sh).  All parsing and checking is the
  * library's (core/gguf): this file only lays out what it reports.
  * Exit status: 0 ok, 1 unreadable/corrupt file or missing key, 2 bad usage. */
 #include <inttypes.h>
+#include <math.h>
+#include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/gguf/gguf.h"
@@ -16,14 +22,18 @@
 
 static const char usage[] =
     "usage: nebula-gguf info [--no-tensors] [--key KEY] FILE\n"
+    "       nebula-gguf stats FILE\n"
     "\n"
     "  info FILE       header, key/values and tensor table of a GGUF file;\n"
     "                  a shard NAME-NNNNN-of-MMMMM.gguf opens its whole split set\n"
     "  --no-tensors    leave out the tensor table\n"
     "  --key KEY       print only the value of KEY (strings unquoted)\n"
+    "  stats FILE      decode every row of every tensor: one line per tensor with\n"
+    "                  name, type, values, min, max, mean, std, non-finite count\n"
     "  --help          this text\n"
     "\n"
-    "exit status: 0 ok, 1 unreadable or corrupt file or missing key, 2 bad usage\n";
+    "exit status: 0 ok, 1 unreadable or corrupt file, missing key or (stats) a\n"
+    "non-finite or undecodable value, 2 bad usage\n";
 
 struct options {
     const char *file;
@@ -133,6 +143,56 @@ static int info(const struct options *o)
     return rc;
 }
 
+/* One tensor's values, decoded row by row in parallel; false if a value is
+ * not finite or the type cannot be decoded. */
+static bool tensor_stats(const struct gguf_tensor *t)
+{
+    const struct quant_traits *tr = quant_traits_of((enum quant_type)t->type);
+    int64_t n = t->ne[0], rows = t->nbytes / (n ? quant_row_size((enum quant_type)t->type, n) : 1);
+    if (!tr || !tr->to_float) {
+        printf("%s\t%s\tcannot decode\n", t->name, quant_type_name((enum quant_type)t->type));
+        return false;
+    }
+    size_t row_bytes = quant_row_size((enum quant_type)t->type, n);
+    double sum = 0, sum2 = 0, lo = INFINITY, hi = -INFINITY;
+    int64_t bad = 0;
+    float *work = malloc((size_t)omp_get_max_threads() * (size_t)n * sizeof *work);
+    if (!work) return false;
+#pragma omp parallel for schedule(dynamic, 64) reduction(+ : sum, sum2, bad) reduction(min : lo) reduction(max : hi)
+    for (int64_t r = 0; r < rows; r++) {
+        float *v = work + (size_t)omp_get_thread_num() * (size_t)n;
+        tr->to_float((const unsigned char *)t->data + (size_t)r * row_bytes, v, n);
+        for (int64_t i = 0; i < n; i++) {
+            if (!isfinite(v[i])) {
+                bad++;
+                continue;
+            }
+            sum += v[i], sum2 += (double)v[i] * v[i];
+            lo = v[i] < lo ? v[i] : lo, hi = v[i] > hi ? v[i] : hi;
+        }
+    }
+    free(work);
+    double cnt = (double)(n * rows - bad), mean = cnt ? sum / cnt : 0, var = cnt ? sum2 / cnt - mean * mean : 0;
+    printf("%s\t%s\t%" PRId64 "\t%.6g\t%.6g\t%.6g\t%.6g\t%" PRId64 "\n", t->name, quant_type_name((enum quant_type)t->type),
+           n * rows, lo, hi, mean, sqrt(var > 0 ? var : 0), bad);
+    return bad == 0;
+}
+
+static int stats(const char *file)
+{
+    char err[1024];
+    gguf_file *g;
+    if (gguf_open(file, &g, err, sizeof err) != 0) {
+        fprintf(stderr, "nebula-gguf: %s\n", err);
+        return 1;
+    }
+    bool ok = true;
+    printf("name\ttype\tvalues\tmin\tmax\tmean\tstd\tnonfinite\n");
+    for (int64_t i = 0; i < gguf_tensor_count(g); i++) ok &= tensor_stats(gguf_tensor_at(g, i));
+    gguf_close(g);
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
@@ -141,7 +201,11 @@ int main(int argc, char **argv)
             return 0;
         }
     if (argc < 2) return bad_usage("no command");
-    if (strcmp(argv[1], "info") != 0) return bad_usage("unknown command (expected: info)");
+    if (strcmp(argv[1], "stats") == 0) {
+        if (argc != 3 || argv[2][0] == '-') return bad_usage("stats wants one FILE");
+        return stats(argv[2]);
+    }
+    if (strcmp(argv[1], "info") != 0) return bad_usage("unknown command (expected: info or stats)");
     struct options o = {0};
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--no-tensors") == 0) o.no_tensors = true;
