@@ -12,10 +12,12 @@
 #include "coordinator/api.h"
 
 #include "core/model/model.h"
+#include "core/prepared/prepared.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/err.h"
 #include "core/util/log.h"
 #include "cpu-moe-worker/moe_proto.h"
+#include "gpu-worker/backend.h"
 #include "gpu-worker/step_proto.h"
 
 #include <dirent.h>
@@ -57,6 +59,8 @@ int coord_path(char *dst, size_t len, const char *dir, const char *name)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: nebula-coordinator --model M.gguf [--prepared DIR] [--runtime DIR] [--threads N] [--chunk N]\n"
+               "                          [--backend cpu|cuda] [--kernels ref|fast] [--cpu-kernels ref|fast]\n"
+               "                          [--vram-budget BYTES] [--ctx N] [--layer-times]\n"
                "                          [--http HOST:PORT|off] [--max-queue N] [--max-body BYTES] [--demo] [--name NAME]\n"
                "\n"
                "Runs one instance of the Nebula pipeline: creates its shared-memory regions and runtime\n"
@@ -76,6 +80,17 @@ static void usage(FILE *f)
                "                   threads theirs: 2 with the cuda backend, 1 with cpu; coordinator/cpu_plan.c)\n"
                "  --chunk N        prefill tokens per step message (default 512; a request's prefill_chunk\n"
                "                   may ask for fewer)\n"
+               "  --backend B      the gpu-worker's compute backend: cpu (default, the reference) or cuda\n"
+               "  --kernels K      its CUDA matrix kernels: fast (default; fp32, within 1e-6 of the CPU) or\n"
+               "                   ref (bit-faithful to the CPU reference, for parity checks)\n"
+               "  --cpu-kernels K  the cpu-moe-worker's expert kernels: ref or fast (default: fast beside\n"
+               "                   the cuda backend, ref beside cpu, so that every placement gives its bits)\n"
+               "  --vram-budget B  cap on the gpu-worker's device memory, like 80G (default: placement.json's\n"
+               "                   request.vram_budget, else none); the configuration fails naming each part\n"
+               "  --ctx N          positions a request may use, and the K/V the gpu-worker reserves on cuda\n"
+               "                   (default: placement.json's request.vram_ctx on cuda, else the model's)\n"
+               "  --layer-times    time each layer on cuda too (nebulactl profile; costs a synchronisation\n"
+               "                   per layer and the CUDA graph; always on with the cpu backend)\n"
                "  --http HOST:PORT where the HTTP API listens (default 127.0.0.1:8091; port 0: any free\n"
                "                   port, printed as 'nebula-coordinator: http on http://HOST:PORT'); off: none\n"
                "  --max-queue N    generation requests that may wait while one runs (default 8; 429 beyond)\n"
@@ -114,9 +129,14 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
                                          {"max-queue", required_argument, 0, 'q'}, {"max-body", required_argument, 0, 'b'},
                                          {"sse-keepalive", required_argument, 0, 'k'}, {"demo", no_argument, 0, 'd'},
                                          {"name", required_argument, 0, 'n'},    {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+                                         {"backend", required_argument, 0, 'B'}, {"kernels", required_argument, 0, 'K'},
+                                         {"cpu-kernels", required_argument, 0, 'C'},
+                                         {"vram-budget", required_argument, 0, 'V'}, {"ctx", required_argument, 0, 'x'},
+                                         {"layer-times", no_argument, 0, 'L'},  {0, 0, 0, 0}};
     int ch;
-    c->chunk = 512;
+    char err[256];
+    enum gw_kernels kern;
+    c->chunk = 512, c->backend = "cpu", c->kernels = "", c->cpu_kernels = "";
     *h = (struct api_config){.host = "127.0.0.1", .port = 8091, .max_queue = 8, .max_body = 4194304, .keepalive_s = 2.0};
     *http_off = false;
     while ((ch = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
@@ -157,6 +177,37 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
             break;
         case 'd': h->demo = true; break;
         case 'n': h->name = optarg; break;
+        case 'B':
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+                fprintf(stderr, "nebula-coordinator: --backend takes cpu or cuda, not '%s'\n", optarg);
+                return 2;
+            }
+            c->backend = optarg;
+            break;
+        case 'K':
+        case 'C':
+            if (gw_kernels_parse(optarg, &kern)) {
+                fprintf(stderr, "nebula-coordinator: %s takes ref or fast, not '%s'\n", ch == 'K' ? "--kernels" : "--cpu-kernels",
+                        optarg);
+                return 2;
+            }
+            *(ch == 'K' ? &c->kernels : &c->cpu_kernels) = optarg;
+            break;
+        case 'V':
+            if (gw_vram_parse_bytes(optarg, &c->vram_budget, err, sizeof err)) {
+                fprintf(stderr, "nebula-coordinator: --vram-budget: %s\n", err);
+                return 2;
+            }
+            break;
+        case 'x':
+            v = strtoll(optarg, &end, 10);
+            if (*end || v < 1 || v > (1ll << 40)) {
+                fprintf(stderr, "nebula-coordinator: --ctx wants a positive number of positions, not '%s'\n", optarg);
+                return 2;
+            }
+            c->ctx = v, end = NULL;
+            break;
+        case 'L': c->layer_times = true; break;
         case 'h': usage(stdout); return -1;
         default: usage(stderr); return 2;
         }
@@ -165,6 +216,7 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
             return 2;
         }
     }
+    c->gw_cuda = !strcmp(c->backend, "cuda");
     if (optind < argc || !c->model_path) {
         fprintf(stderr, "nebula-coordinator: %s\n", optind < argc ? "unexpected argument" : "--model is required");
         usage(stderr);
@@ -173,7 +225,7 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
     return 0;
 }
 
-/* Tier totals of the placement (docs/FILES.md "totals"); all VRAM without one. */
+/* Tier totals of the placement (core/prepared reads it); all VRAM without one. */
 static int read_tiers(struct coord *c, char *err, size_t errlen)
 {
     const struct model_hparams *hp = &c->m->hp;
@@ -183,42 +235,19 @@ static int read_tiers(struct coord *c, char *err, size_t errlen)
     }
     if (coord_path(c->placement_path, sizeof c->placement_path, c->prepared, "placement.json"))
         return nb_errf(err, errlen, NB_EINVAL, "--prepared path too long");
-    FILE *f = fopen(c->placement_path, "rb");
-    if (!f) return nb_errf(err, errlen, NB_ENOENT, "cannot open %s: %s", c->placement_path, strerror(errno));
-    static char buf[1 << 22];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    cJSON *root = cJSON_Parse(buf), *totals = cJSON_GetObjectItemCaseSensitive(root, "totals");
-    static const char *names[] = {"vram", "ram", "ssd"};
-    int rc = cJSON_IsObject(totals) ? 0 : nb_errf(err, errlen, NB_EFORMAT, "%s: no \"totals\"", c->placement_path);
-    for (int t = 0; !rc && t < 3; t++) {
-        const cJSON *o = cJSON_GetObjectItemCaseSensitive(totals, names[t]);
-        const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "experts"), *b = cJSON_GetObjectItemCaseSensitive(o, "bytes");
-        if (!cJSON_IsNumber(e) || !cJSON_IsNumber(b))
-            rc = nb_errf(err, errlen, NB_EFORMAT, "%s: totals.%s lacks experts/bytes", c->placement_path, names[t]);
-        else c->tiers.experts[t] = (int64_t)e->valuedouble, c->tiers.bytes[t] = (uint64_t)b->valuedouble;
-    }
-    /* The arena and staging sizes: blob bytes per layer and its RAM list. */
-    const cJSON *lo, *layers = rc ? NULL : cJSON_GetObjectItemCaseSensitive(root, "layers");
-    c->tiers.arena_bytes = COORD_ARENA_HEADER;
-    cJSON_ArrayForEach(lo, layers)
-    {
-        double blob = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(lo, "blob_bytes"));
-        uint64_t b = blob > 0 ? (uint64_t)blob : 0;
-        c->tiers.arena_bytes += b * (uint64_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(lo, "ram"));
-        if (b > c->tiers.max_blob_bytes) c->tiers.max_blob_bytes = b;
-    }
-    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "request"), "ple_tier");
-    if (!rc && pt && !(cJSON_IsString(pt) && (!strcmp(pt->valuestring, "ram") || !strcmp(pt->valuestring, "ssd"))))
-        rc = nb_errf(err, errlen, NB_EFORMAT, "%s: request.ple_tier is neither \"ram\" nor \"ssd\"", c->placement_path);
-    c->tiers.ple_ssd = !rc && pt && !strcmp(pt->valuestring, "ssd") && c->m->ple_table.data;
-    const cJSON *vc = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "request"), "vram_ctx");
-    if (!rc && vc && !(cJSON_IsNumber(vc) && vc->valuedouble >= 1 && vc->valuedouble < 9e15))
-        rc = nb_errf(err, errlen, NB_EFORMAT, "%s: request.vram_ctx is not a positive count", c->placement_path);
-    c->tiers.vram_ctx = !rc && vc ? (int64_t)vc->valuedouble : 0;
-    cJSON_Delete(root);
-    return rc;
+    struct prepared_idx x;
+    struct prepared_placement p;
+    int rc = prepared_plan_load(c->prepared, c->placement_path, &x, &p, err, errlen);
+    if (rc) return rc;
+    const uint64_t n[3] = {p.n_vram, p.n_ram, p.n_ssd};
+    for (int t = 0; t < 3; t++) c->tiers.experts[t] = (int64_t)n[t], c->tiers.bytes[t] = p.tier_bytes[t];
+    c->tiers.arena_bytes = p.arena_bytes;     /* the `experts` region */
+    c->tiers.max_blob_bytes = x.max_blob_bytes; /* a staging slot */
+    c->tiers.ple_ssd = p.ple_ssd && c->m->ple_table.data;
+    c->tiers.vram_ctx = p.vram_ctx;
+    prepared_placement_free(&p);
+    prepared_idx_free(&x);
+    return 0;
 }
 
 static int make_rundir(struct coord *c, const char *runtime, char *err, size_t errlen)
@@ -392,12 +421,11 @@ static int start(struct coord *c, const char *runtime, char *err, size_t errlen)
         return rc;
     if ((rc = read_tiers(c, err, errlen))) return rc;
     {
-        const char *b = getenv("NEBULA_GW_BACKEND"); /* the gpu-worker's backend: it inherits this */
         const int64_t trained = c->m->hp.n_ctx_train;
-        c->n_ctx = coord_context_limit(trained, c->tiers.vram_ctx, b && !strcmp(b, "cuda"));
+        c->n_ctx = coord_context_limit(trained, c->tiers.vram_ctx, c->gw_cuda, c->ctx);
         if (c->n_ctx < (trained > 0 ? trained : 32768))
-            nb_log("context: %lld positions, the K/V the VRAM plan reserved (placement.json request.vram_ctx; "
-                   "nebula-prepare --ctx)", (long long)c->n_ctx);
+            nb_log("context: %lld positions, %s", (long long)c->n_ctx,
+                   c->ctx ? "--ctx" : "the K/V the VRAM plan reserved (placement.json request.vram_ctx; nebula-prepare --ctx)");
     }
     /* HTTP before the workers: /api/status shows their start-up. */
     if (c->api && (rc = api_start(c->api, c, err, errlen))) return rc;

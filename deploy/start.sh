@@ -17,7 +17,7 @@
 #                     (default $NEBULA_STATE_DIR, else ~/.local/state/nebula)
 #   --threads N       CPU threads of the engine (default: all cores)
 #   --backend B       auto (default: cuda where nebula-gpu-worker --probe cuda finds a
-#                     usable GPU, else cpu), cuda or cpu; $NEBULA_GW_BACKEND sets the default
+#                     usable GPU, else cpu), cuda or cpu: the coordinator's --backend
 #   --max-body BYTES  largest request body, for nginx and the coordinator (default 4194304)
 #   --name NAME       the model id the API reports (default: the GGUF's general.name)
 #   --wait SECONDS    how long to wait for the model to load (default 1800; 0: return
@@ -38,7 +38,7 @@ umask 077
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
 model= prepared= demo=0 port=8090 api_port=8091 state_arg= threads= max_body=4194304 name= wait_s=1800
-backend=${NEBULA_GW_BACKEND:-auto}
+backend=auto
 WEB=${NEBULA_WEB:-$NEBULA_REPO/web}
 need() { [ $# -ge 2 ] || { echo "start.sh: $1 needs a value (try --help)" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
@@ -121,7 +121,7 @@ COORD=$NEBULA_BIN/nebula-coordinator
 [ -x "$COORD" ] || { log_error "$COORD is missing: run make"; exit 1; }
 "$COORD" --help 2>/dev/null | grep -q -- '--http' ||
     { log_error "$COORD has no HTTP API (--http): rebuild with make"; exit 1; }
-# The gpu-worker's backend (the workers inherit NEBULA_GW_BACKEND): the GPU
+# The gpu-worker's backend (the coordinator's --backend): the GPU
 # where this build can run on it, else the CPU reference; asked for
 # explicitly, cuda must be usable.
 GW=$NEBULA_BIN/nebula-gpu-worker
@@ -139,7 +139,6 @@ if [ "$backend" != cpu ]; then
         backend=cpu
     fi
 fi
-export NEBULA_GW_BACKEND=$backend
 [ -r "$WEB/index.html" ] || { log_error "$WEB/index.html is missing: run make web"; exit 1; }
 
 if [ -z "$model" ]; then
@@ -222,7 +221,7 @@ for f in webui-error.log webui-access.log coordinator.log; do
 done
 : >>"$STATE/webui-error.log"
 chmod 600 "$STATE/webui-error.log"
-args=(--model "$model" --runtime "$STATE/engine" --http "127.0.0.1:$api_port" --max-body "$max_body")
+args=(--model "$model" --runtime "$STATE/engine" --http "127.0.0.1:$api_port" --max-body "$max_body" --backend "$backend")
 [ -n "$prepared" ] && args+=(--prepared "$prepared")
 [ -n "$threads" ] && args+=(--threads "$threads")
 [ -n "$name" ] && args+=(--name "$name")

@@ -28,6 +28,7 @@ struct cli_common {
     int chunk;        /* prefill chunk, tokens */
     int64_t ctx;      /* context limit, tokens (0: the model's) */
     const char *backend; /* gw_backend_params.kind; NULL: "cpu" */
+    const char *kernels; /* gw_backend_params.kernels (cuda); NULL: the backend's default, fast */
 };
 
 int cli_open(const struct cli_common *o, struct cli_model *cm);
