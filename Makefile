@@ -42,7 +42,7 @@ endif
 OPT      ?= -O2
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -g $(OPT) -fopenmp -I. \
                $(shell pkg-config --cflags libcjson 2>/dev/null) $(CFLAGS_SAN)
-LDLIBS_BASE := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson) $(shell pkg-config --libs libutf8proc) $(shell pkg-config --libs libzmq) $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) $(shell pkg-config --libs liburing 2>/dev/null || echo -luring) -lm -lpthread -fopenmp $(CFLAGS_SAN)
+LDLIBS_BASE := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson) $(shell pkg-config --libs libutf8proc) $(shell pkg-config --libs libzmq) $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) $(shell pkg-config --libs liburing 2>/dev/null || echo -luring) $(shell pkg-config --libs inih 2>/dev/null || echo -linih) -lm -lpthread -fopenmp $(CFLAGS_SAN)
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mavx2 -mfma -mf16c

@@ -74,13 +74,14 @@ struct coord_tiers {
 struct coord {
     /* configuration */
     char exe_dir[PATH_MAX];
+    const char *config_path;       /* the nebula.conf read ("": none) */
     const char *model_path, *prepared;
     char placement_path[PATH_MAX]; /* "" without --prepared: every expert local */
     int threads;
     int chunk;                     /* prefill tokens per step message */
     /* the gpu-worker's and cpu-moe-worker's compute settings, sent in their
      * configure (core/ctl/worker.h; docs/RUNNING.md has the flags) */
-    const char *backend;           /* --backend: "cpu" (default) or "cuda" */
+    const char *backend;           /* --backend: "cpu" or "cuda" ("auto", the default, resolved at start) */
     const char *kernels;           /* --kernels: the CUDA matrix kernels ("": the backend's default, fast) */
     const char *cpu_kernels;       /* --cpu-kernels: the CPU experts' ("": fast beside cuda, else ref) */
     uint64_t vram_budget;          /* --vram-budget bytes (0: placement.json's) */

@@ -11,6 +11,7 @@
 #include "coordinator/coord.h"
 #include "coordinator/api.h"
 
+#include "core/conf/conf.h"
 #include "core/model/model.h"
 #include "core/prepared/prepared.h"
 #include "core/tokenizer/tokenizer.h"
@@ -58,7 +59,7 @@ int coord_path(char *dst, size_t len, const char *dir, const char *name)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: nebula-coordinator --model M.gguf [--prepared DIR] [--runtime DIR] [--threads N] [--chunk N]\n"
+    fprintf(f, "usage: nebula-coordinator [--config FILE] --model M.gguf [--prepared DIR] [--runtime DIR] [--threads N] [--chunk N]\n"
                "                          [--backend cpu|cuda] [--kernels ref|fast] [--cpu-kernels ref|fast]\n"
                "                          [--vram-budget BYTES] [--ctx N] [--layer-times]\n"
                "                          [--http HOST:PORT|off] [--max-queue N] [--max-body BYTES] [--demo] [--name NAME]\n"
@@ -70,6 +71,8 @@ static void usage(FILE *f)
                "/api/tokenize, /metrics: docs/API.md).  HTTP is up before the workers are ready:\n"
                "/api/status reports the loading phase.\n"
                "\n"
+               "  --config FILE    nebula.conf to read (default: $XDG_CONFIG_HOME/nebula/nebula.conf, else\n"
+               "                   the repository's conf/nebula.conf); the flags below override it\n"
                "  --model FILE     qwen4exp GGUF the gpu-worker runs\n"
                "  --prepared DIR   output of nebula-prepare: DIR/placement.json says which experts are not\n"
                "                   VRAM-tier (those go to the cpu-moe-worker); without it every expert is local\n"
@@ -80,7 +83,8 @@ static void usage(FILE *f)
                "                   threads theirs: 2 with the cuda backend, 1 with cpu; coordinator/cpu_plan.c)\n"
                "  --chunk N        prefill tokens per step message (default 512; a request's prefill_chunk\n"
                "                   may ask for fewer)\n"
-               "  --backend B      the gpu-worker's compute backend: cpu (default, the reference) or cuda\n"
+               "  --backend B      the gpu-worker's compute backend: auto (default: cuda where\n"
+               "                   nebula-gpu-worker --probe cuda finds a usable GPU, else cpu), cpu or cuda\n"
                "  --kernels K      its CUDA matrix kernels: fast (default; fp32, within 1e-6 of the CPU) or\n"
                "                   ref (bit-faithful to the CPU reference, for parity checks)\n"
                "  --cpu-kernels K  the cpu-moe-worker's expert kernels: ref or fast (default: fast beside\n"
@@ -121,6 +125,46 @@ static int parse_http(const char *arg, struct api_config *h, bool *off)
     return 0;
 }
 
+/* The settings of nebula.conf (core/conf) as the coordinator's defaults, before its flags. */
+static int apply_conf(int argc, char **argv, struct coord *c, struct api_config *h)
+{
+    static struct conf_settings k; /* the strings below point into it */
+    static char used[PATH_MAX];
+    const char *explicit_path = NULL;
+    char err[PATH_MAX + 256];
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--config") && i + 1 < argc) explicit_path = argv[i + 1];
+        else if (!strncmp(argv[i], "--config=", 9)) explicit_path = argv[i] + 9;
+    }
+    if (conf_load_default(explicit_path, c->exe_dir, &k, used, sizeof used, err, sizeof err)) {
+        fprintf(stderr, "nebula-coordinator: %s\n", err);
+        return 2;
+    }
+    c->config_path = used;
+    c->model_path = k.model[0] ? k.model : NULL, c->prepared = k.prepared[0] ? k.prepared : NULL;
+    c->threads = k.threads, c->chunk = k.chunk, c->ctx = k.ctx, c->vram_budget = k.vram_budget;
+    c->backend = k.backend, c->kernels = k.kernels, c->cpu_kernels = strcmp(k.cpu_kernels, "auto") ? k.cpu_kernels : "";
+    h->port = k.api_port, h->max_queue = k.max_queue, h->max_body = (size_t)k.max_body;
+    h->name = k.name[0] ? k.name : NULL, h->accuracy_level = k.accuracy_level;
+    return 0;
+}
+
+/* --backend auto: cuda where the gpu-worker says it can run it (its --probe,
+ * a process of its own: the coordinator never touches the GPU), else cpu. */
+static void resolve_backend(struct coord *c)
+{
+    if (strcmp(c->backend, "auto")) return;
+    char probe[PATH_MAX + 64];
+    int rc = coord_path(probe, sizeof probe, c->exe_dir, "nebula-gpu-worker");
+    if (!rc) {
+        char cmd[PATH_MAX + 96];
+        snprintf(cmd, sizeof cmd, "'%s' --probe cuda >/dev/null 2>&1", probe);
+        rc = strchr(probe, '\'') ? -1 : system(cmd);
+    }
+    c->backend = rc == 0 ? "cuda" : "cpu";
+    nb_log("backend auto: %s%s", c->backend, rc == 0 ? "" : " (nebula-gpu-worker --probe cuda found no usable GPU)");
+}
+
 static int parse(int argc, char **argv, struct coord *c, const char **runtime, struct api_config *h, bool *http_off)
 {
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},   {"prepared", required_argument, 0, 'p'},
@@ -132,12 +176,13 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
                                          {"backend", required_argument, 0, 'B'}, {"kernels", required_argument, 0, 'K'},
                                          {"cpu-kernels", required_argument, 0, 'C'},
                                          {"vram-budget", required_argument, 0, 'V'}, {"ctx", required_argument, 0, 'x'},
-                                         {"layer-times", no_argument, 0, 'L'},  {0, 0, 0, 0}};
+                                         {"layer-times", no_argument, 0, 'L'},  {"config", required_argument, 0, 'f'},
+                                         {0, 0, 0, 0}};
     int ch;
     char err[256];
     enum gw_kernels kern;
-    c->chunk = 512, c->backend = "cpu", c->kernels = "", c->cpu_kernels = "";
-    *h = (struct api_config){.host = "127.0.0.1", .port = 8091, .max_queue = 8, .max_body = 4194304, .keepalive_s = 2.0};
+    *h = (struct api_config){.host = "127.0.0.1", .keepalive_s = 2.0};
+    if (apply_conf(argc, argv, c, h)) return 2;
     *http_off = false;
     while ((ch = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
         char *end = NULL;
@@ -177,9 +222,10 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
             break;
         case 'd': h->demo = true; break;
         case 'n': h->name = optarg; break;
+        case 'f': break; /* read first, by apply_conf */
         case 'B':
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
-                fprintf(stderr, "nebula-coordinator: --backend takes cpu or cuda, not '%s'\n", optarg);
+            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+                fprintf(stderr, "nebula-coordinator: --backend takes auto, cpu or cuda, not '%s'\n", optarg);
                 return 2;
             }
             c->backend = optarg;
@@ -216,7 +262,6 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
             return 2;
         }
     }
-    c->gw_cuda = !strcmp(c->backend, "cuda");
     if (optind < argc || !c->model_path) {
         fprintf(stderr, "nebula-coordinator: %s\n", optind < argc ? "unexpected argument" : "--model is required");
         usage(stderr);
@@ -447,9 +492,6 @@ int main(int argc, char **argv)
     static struct api api;
     const char *runtime = NULL;
     bool http_off;
-    int rc = parse(argc, argv, &c, &runtime, &api.cfg, &http_off);
-    if (rc) return rc < 0 ? 0 : rc;
-    if (!http_off) c.api = &api;
     char exe[PATH_MAX], err[1024];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) {
@@ -458,7 +500,13 @@ int main(int argc, char **argv)
     }
     exe[n] = 0;
     const char *dir = dirname(exe);
-    memcpy(c.exe_dir, dir, strlen(dir) + 1); /* shorter than exe, which fits */
+    memcpy(c.exe_dir, dir, strlen(dir) + 1); /* shorter than exe, which fits; conf_locate looks beside it */
+    int rc = parse(argc, argv, &c, &runtime, &api.cfg, &http_off);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (!http_off) c.api = &api;
+    nb_log("config: %s", c.config_path[0] ? c.config_path : "none found (built-in defaults)");
+    resolve_backend(&c);
+    c.gw_cuda = !strcmp(c.backend, "cuda");
     the_coord = &c;
     c.t_start = coord_now();
     struct sigaction sa = {.sa_handler = on_stop}, sc = {.sa_handler = on_child, .sa_flags = SA_NOCLDSTOP};

@@ -3,10 +3,13 @@
 # serves the HTTP API on 127.0.0.1:API_PORT) and nginx (the chat page on
 # 127.0.0.1:PORT, proxying /v1/, /api/ and /metrics to the coordinator).
 #
-# usage: deploy/start.sh [--model FILE] [--prepared DIR] [--demo] [--port 8090]
+# usage: deploy/start.sh [--config FILE] [--model FILE] [--prepared DIR] [--demo] [--port 8090]
 #                        [--api-port 8091] [--state DIR] [--threads N]
 #                        [--max-body BYTES] [--name NAME] [--wait SECONDS]
 #
+#   --config FILE     nebula.conf to read (default: $XDG_CONFIG_HOME/nebula/nebula.conf, else
+#                     conf/nebula.conf of this checkout): the defaults of the options below
+#                     (docs/RUNNING.md lists its keys); the coordinator reads the same file
 #   --model FILE      the GGUF to serve (a Qwen3.8-Flash-Next, or the demo model)
 #   --prepared DIR    nebula-prepare's output for it (experts on RAM/SSD tiers)
 #   --demo            the bundled random-weight demo model (its answers are noise);
@@ -37,12 +40,28 @@ umask 077
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
-model= prepared= demo=0 port=8090 api_port=8091 state_arg= threads= max_body=4194304 name= wait_s=1800
-backend=auto
+# The defaults: nebula.conf's, through `nebula config get` (the shell does
+# not parse INI); the flags below override them.
+config=
+prev=
+for a in "$@"; do [ "$prev" = --config ] && config=$a; prev=$a; done
+cfg() { "$NEBULA_BIN/nebula" config get "$1" ${config:+--config "$config"}; }
+if [ -x "$NEBULA_BIN/nebula" ]; then
+    cfg_err=$(cfg server.port 2>&1 >/dev/null) || { echo "start.sh: ${cfg_err#nebula: }" >&2; exit 2; }
+    model=$(cfg model.path) prepared=$(cfg model.prepared) name=$(cfg model.name)
+    port=$(cfg server.port) api_port=$(cfg server.api_port) max_body=$(cfg server.max_body)
+    threads=$(cfg engine.threads) backend=$(cfg engine.backend)
+    [ "$threads" != 0 ] || threads=
+else # not built yet: the built-in defaults (the checks below say what is missing)
+    [ -z "$config" ] || { echo "start.sh: --config needs $NEBULA_BIN/nebula: run make" >&2; exit 2; }
+    model= prepared= name= port=8090 api_port=8091 max_body=4194304 threads= backend=auto
+fi
+demo=0 state_arg= wait_s=1800
 WEB=${NEBULA_WEB:-$NEBULA_REPO/web}
 need() { [ $# -ge 2 ] || { echo "start.sh: $1 needs a value (try --help)" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
     case $1 in
+    --config) need "$@"; shift ;;
     --model) need "$@"; model=$2; shift ;;
     --prepared) need "$@"; prepared=$2; shift ;;
     --demo) demo=1 ;;
@@ -222,6 +241,7 @@ done
 : >>"$STATE/webui-error.log"
 chmod 600 "$STATE/webui-error.log"
 args=(--model "$model" --runtime "$STATE/engine" --http "127.0.0.1:$api_port" --max-body "$max_body" --backend "$backend")
+[ -n "$config" ] && args=(--config "$(cd "$(dirname "$config")" && pwd)/$(basename "$config")" "${args[@]}")
 [ -n "$prepared" ] && args+=(--prepared "$prepared")
 [ -n "$threads" ] && args+=(--threads "$threads")
 [ -n "$name" ] && args+=(--name "$name")

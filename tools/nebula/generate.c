@@ -46,6 +46,8 @@ static void usage(FILE *f)
             "  --threads N            CPU threads (default: all cores)\n"
             "  --backend B            cpu (default: the reference) or cuda (the whole model on the GPU)\n"
             "  --kernels K            cuda's matrix kernels: fast (default, fp32) or ref (bit-faithful)\n"
+            "  --config FILE          nebula.conf for the defaults of -m, --ctx, --chunk, --threads, --backend,\n"
+            "                         --kernels (default: $XDG_CONFIG_HOME/nebula/nebula.conf, else conf/)\n"
             "  --server RUNDIR        send the request to the coordinator running in RUNDIR\n"
             "  --dump-logits FILE     write the logits each token was sampled from (float32, one row of\n"
             "                         vocab values per generated token): a parity diagnostic\n"
@@ -87,10 +89,10 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         {"chunk", required_argument, 0, 'b'},     {"threads", required_argument, 0, 'j'},
         {"server", required_argument, 0, 'R'},    {"dump-logits", required_argument, 0, 'D'},
         {"backend", required_argument, 0, 'B'},   {"help", no_argument, 0, 'h'},
-        {"kernels", required_argument, 0, 'K'},
+        {"kernels", required_argument, 0, 'K'},   {"config", required_argument, 0, 'F'},
         {0, 0, 0, 0}};
     long long v;
-    int c, rc = CLI_OK;
+    int c, rc = cli_conf_defaults(argc, argv, &o->c);
     o->think = true;
     o->n_predict = 128;
     optind = 1;
@@ -138,6 +140,7 @@ static int parse(int argc, char **argv, struct gen_opts *o)
             break;
         }
         case 'D': o->dump_logits = optarg; break;
+        case 'F': break; /* read first, by cli_conf_defaults */
         case 'h': usage(stdout); return -1;
         default: usage(stderr); return CLI_USAGE;
         }
