@@ -22,8 +22,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 say() { printf 'nebula: %s\n' "$*"; }
 export NEBULA_BIN=$PWD/$BUILD/bin
 case $BUILD in /*) NEBULA_BIN=$BUILD/bin ;; esac
+# No MODEL: nebula.conf's model.path, if it names one (else the demo model).
+[ -n "$MODEL" ] || MODEL=$("$NEBULA_BIN/nebula" config get model.path 2>/dev/null || true)
 
-args=(--port "${PORT:-8090}" --api-port "${API_PORT:-8091}")
+# What make passes overrides nebula.conf, which start.sh reads for the rest.
+args=()
+[ -n "${PORT:-}" ] && args+=(--port "$PORT")
+[ -n "${API_PORT:-}" ] && args+=(--api-port "$API_PORT")
 [ -n "${THREADS:-}" ] && args+=(--threads "$THREADS")
 [ -n "${BACKEND:-}" ] && args+=(--backend "$BACKEND")
 

@@ -56,13 +56,13 @@ else # not built yet: the built-in defaults (the checks below say what is missin
     [ -z "$config" ] || { echo "start.sh: --config needs $NEBULA_BIN/nebula: run make" >&2; exit 2; }
     model= prepared= name= port=8090 api_port=8091 max_body=4194304 threads= backend=auto
 fi
-demo=0 state_arg= wait_s=1800
+demo=0 state_arg= wait_s=1800 model_given=0
 WEB=${NEBULA_WEB:-$NEBULA_REPO/web}
 need() { [ $# -ge 2 ] || { echo "start.sh: $1 needs a value (try --help)" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
     case $1 in
     --config) need "$@"; shift ;;
-    --model) need "$@"; model=$2; shift ;;
+    --model) need "$@"; model=$2; model_given=1; shift ;;
     --prepared) need "$@"; prepared=$2; shift ;;
     --demo) demo=1 ;;
     --port) need "$@"; port=$2; shift ;;
@@ -79,6 +79,8 @@ while [ $# -gt 0 ]; do
     shift
 done
 
+# --demo without --model: the demo model, whatever nebula.conf's model.path says.
+[ "$demo" = 1 ] && [ "$model_given" = 0 ] && model= prepared=
 is_port() { [[ $1 =~ ^[0-9]+$ ]] && [ "$1" -ge 1 ] && [ "$1" -le 65535 ]; }
 is_port "$port" || { echo "start.sh: --port must be a port number, not '$port'" >&2; exit 2; }
 is_port "$api_port" || { echo "start.sh: --api-port must be a port number, not '$api_port'" >&2; exit 2; }

@@ -4,7 +4,7 @@
 # key or a bad file naming file:line; a key in a config file changes what the
 # coordinator does (engine.ctx → /v1/models' context_length, server.max_queue
 # → /api/status), a flag overrides the file, and a bad file stops the
-# coordinator with exit 2 and file:line.  Run by tests/run-tests.sh with BUILD set.
+# coordinator (and deploy/start.sh) with exit 2 and file:line.  Run by tests/run-tests.sh with BUILD set.
 set -u
 BUILD=${BUILD:-build}
 bin=$BUILD/bin
@@ -75,6 +75,11 @@ fi
 stop_coord
 "$bin/nebula-coordinator" --config "$tmp/bad.conf" --model "$tmp/a.gguf" --http off 2>"$tmp/e" >/dev/null; rc=$?
 [ $rc -eq 2 ] && grep -qF "$tmp/bad.conf:3: engine.backend" "$tmp/e" && ok || bad "coordinator with a bad file: exit $rc, $(cat "$tmp/e")"
+
+# deploy/start.sh takes its defaults through `nebula config get`: a bad file stops it first.
+BUILD=$BUILD NEBULA_STATE_DIR=$tmp/state bash deploy/start.sh --config "$tmp/bad.conf" >/dev/null 2>"$tmp/e"; rc=$?
+[ $rc -eq 2 ] && grep -qF "$tmp/bad.conf:3: engine.backend" "$tmp/e" && [ ! -e "$tmp/state" ] && ok \
+    || bad "start.sh with a bad file: exit $rc, $(cat "$tmp/e")"
 
 echo "$n checks, $fail failed"
 [ "$fail" -eq 0 ]
