@@ -60,7 +60,7 @@ int coord_path(char *dst, size_t len, const char *dir, const char *name)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: nebula-coordinator [--config FILE] --model M.gguf [--prepared DIR] [--runtime DIR] [--threads N] [--chunk N]\n"
-               "                          [--backend cpu|cuda] [--kernels ref|fast] [--cpu-kernels ref|fast]\n"
+               "                          [--backend auto|cpu|cuda] [--kernels ref|fast] [--cpu-kernels ref|fast]\n"
                "                          [--vram-budget BYTES] [--ctx N] [--layer-times]\n"
                "                          [--http HOST:PORT|off] [--max-queue N] [--max-body BYTES] [--demo] [--name NAME]\n"
                "\n"
