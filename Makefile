@@ -42,7 +42,17 @@ endif
 OPT      ?= -O2
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -g $(OPT) -fopenmp -I. \
                $(shell pkg-config --cflags libcjson 2>/dev/null) $(CFLAGS_SAN)
-LDLIBS_BASE := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson) $(shell pkg-config --libs libutf8proc) $(shell pkg-config --libs libzmq) $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) $(shell pkg-config --libs liburing 2>/dev/null || echo -luring) -lm -lpthread -fopenmp $(CFLAGS_SAN)
+LDLIBS_BASE := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson) $(shell pkg-config --libs libutf8proc) $(shell pkg-config --libs libzmq) $(shell pkg-config --libs libcrypto 2>/dev/null || echo -lcrypto) $(shell pkg-config --libs liburing 2>/dev/null || echo -luring) $(shell pkg-config --libs inih 2>/dev/null || echo -linih) -lm -lpthread -fopenmp $(CFLAGS_SAN)
+
+# jemalloc (Debian's libjemalloc) is the heap of every process: each binary of
+# build/bin/ built here from C links it, so its malloc replaces glibc's (the
+# large arenas — experts, staging, rings — are mmap/shm, never malloc).  Not in
+# the sanitized build (ASan brings its own allocator), not in the fuzz targets
+# (ASan too) nor the Criterion suites (they test the code, not the heap).
+ifeq ($(strip $(SANITIZE)),)
+MALLOC_LIBS := $(shell pkg-config --libs jemalloc 2>/dev/null || echo -ljemalloc)
+endif
+LDLIBS_BIN = $(LDLIBS_BASE) $(MALLOC_LIBS)
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mavx2 -mfma -mf16c
@@ -147,18 +157,18 @@ $(SHM_LIB): $(SHM_OBJS)
 # (No '%' inside the list: make would replace it with the stem.)
 $(BUILD)/bin/%: $$(addprefix $(BUILD)/obj/,$$(addsuffix .o,$$(basename $$(wildcard tools/$$*/*.c)))) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
+	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BIN) -o $@
 
 # nebula-gen is a front end over nebula-convert's plan, quant mixes and writer.
 $(BUILD)/bin/nebula-gen: $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out tools/nebula-convert/main.c,$(wildcard tools/nebula-convert/*.c)))
 
 $(BUILD)/bin/nebula-cpu-moe-worker: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cpu-moe-worker/*.c)) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
+	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BIN) -o $@
 
 $(BUILD)/bin/nebula-ssd-pager: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard ssd-pager/*.c)) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(filter %.o,$^) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
+	$(CC) $(filter %.o,$^) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BIN) -o $@
 
 # The coordinator (coordinator/*.c) and the gpu-worker process (its main in
 # gpu-worker/proc/; gpu-worker/*.c stay the backend library).  nebulactl
@@ -169,7 +179,7 @@ MHD_LIBS := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicroh
 API_PURE_SRCS := coordinator/api_request.c coordinator/api_text.c
 $(BUILD)/bin/nebula-coordinator: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard coordinator/*.c)) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) $(MHD_LIBS) -o $@
+	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BIN) $(MHD_LIBS) -o $@
 
 $(BUILD)/tests/api/%: tests/api/%.c $(API_PURE_SRCS:%.c=$(BUILD)/obj/%.o) $(CORE_LIB)
 	@mkdir -p $(dir $@)
@@ -183,7 +193,7 @@ $(BUILD)/tests/coordinator/test_%: tests/coordinator/test_%.c $(BUILD)/obj/coord
 
 $(BUILD)/bin/nebula-gpu-worker: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard gpu-worker/proc/*.c)) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
+	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BIN) -o $@
 
 $(BUILD)/tests/%: tests/%.c $(TEST_HELPERS) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)

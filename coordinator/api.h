@@ -67,6 +67,7 @@ struct api_request {
     bool think;                 /* default on */
     bool ignore_eos;            /* end-of-turn tokens do not end the generation */
     int accuracy_level;         /* 1-3, default 3 */
+    bool has_accuracy_level;    /* the body gave it (else the server's default applies) */
     long long context_length;   /* 0: the model's */
     int prefill_chunk;          /* 0: the server's --chunk */
 };
@@ -155,6 +156,7 @@ struct api_config {
     double keepalive_s;
     bool demo;
     const char *name;     /* NULL: GGUF general.name, else the file's basename */
+    int accuracy_level;   /* a request's when it gives none (nebula.conf generate.accuracy_level; 1-3) */
 };
 
 struct api {

@@ -434,6 +434,7 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     pthread_mutex_unlock(&a->mu);
     const char *pname = kind == API_CHAT ? "messages" : "prompt";
     if (st) goto fail;
+    if (!r.has_accuracy_level && a->cfg.accuracy_level) r.accuracy_level = a->cfg.accuracy_level;
     if (r.model && strcmp(r.model, a->name)) {
         api_errorf(&e, 404, "invalid_request_error", "model", "model_not_found", "the model '%.80s' does not exist; this server has '%s'",
                    r.model, a->name);

@@ -259,7 +259,7 @@ static int parse_generation(const cJSON *root, struct api_request *r, struct api
     if ((rc = parse_stop(root, r, e))) return rc;
     r->accuracy_level = 3;
     if ((rc = number(root, "accuracy_level", 1, 3, true, &x, e)) > 1) return rc;
-    if (rc) r->accuracy_level = (int)x;
+    if (rc) r->accuracy_level = (int)x, r->has_accuracy_level = true;
     if ((rc = number(root, "context_length", 1, 1 << 30, true, &x, e)) > 1) return rc;
     if (rc) r->context_length = (long long)x;
     if ((rc = number(root, "prefill_chunk", 1, API_MAX_PREFILL_CHUNK, true, &x, e)) > 1) return rc;

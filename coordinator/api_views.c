@@ -64,6 +64,8 @@ cJSON *api_status_json(struct api *a)
     cJSON_AddNumberToObject(l, "max_body_bytes", (double)a->cfg.max_body);
     cJSON_AddNumberToObject(l, "context_length", (double)a->ctx);
     cJSON_AddNumberToObject(l, "max_prefill_chunk", a->chunk_max);
+    cJSON *df = cJSON_AddObjectToObject(r, "defaults"); /* what a request that gives none gets */
+    cJSON_AddNumberToObject(df, "accuracy_level", a->cfg.accuracy_level ? a->cfg.accuracy_level : 3);
     st = cJSON_AddObjectToObject(r, "stats");
     cJSON_AddNumberToObject(st, "requests", (double)(a->req_ok + a->req_cancelled + a->req_invalid + a->req_rejected + a->req_failed));
     cJSON_AddNumberToObject(st, "requests_ok", (double)a->req_ok);

@@ -56,7 +56,7 @@ struct coord_worker {
     int threads;           /* configure's threads (0: the worker's default) */
     uint32_t ring_spin_us; /* configure's ring_spin_us */
     bool omp_spin;         /* started without OMP_WAIT_POLICY=passive (cpu_plan.c) */
-    bool fast_kernels;     /* cpu-moe-worker beside the CUDA backend: $NEBULA_CPU_KERNELS=fast unless set */
+    const char *kernels;   /* configure's kernels: --kernels for the gpu-worker, --cpu-kernels for the cpu-moe-worker */
 };
 
 struct coord_tiers {
@@ -68,17 +68,26 @@ struct coord_tiers {
     int64_t vram_ctx;        /* request.vram_ctx: positions the VRAM plan reserved K/V for (0: none) */
 };
 
-#define COORD_ARENA_HEADER 4096u  /* core/prepared's arena header page */
 #define COORD_STAGING_SLOTS 4u    /* slot 0 kept for the gpu-worker's PLE rows; 1-3 the cpu-moe-worker's */
 #define COORD_PLE_RING_ROWS 256u  /* PLE rows per request on the pager-gw ring */
 
 struct coord {
     /* configuration */
     char exe_dir[PATH_MAX];
+    const char *config_path;       /* the nebula.conf read ("": none) */
     const char *model_path, *prepared;
     char placement_path[PATH_MAX]; /* "" without --prepared: every expert local */
     int threads;
     int chunk;                     /* prefill tokens per step message */
+    /* the gpu-worker's and cpu-moe-worker's compute settings, sent in their
+     * configure (core/ctl/worker.h; docs/RUNNING.md has the flags) */
+    const char *backend;           /* --backend: "cpu" or "cuda" ("auto", the default, resolved at start) */
+    const char *kernels;           /* --kernels: the CUDA matrix kernels ("": the backend's default, fast) */
+    const char *cpu_kernels;       /* --cpu-kernels: the CPU experts' ("": fast beside cuda, else ref) */
+    uint64_t vram_budget;          /* --vram-budget bytes (0: placement.json's) */
+    int64_t ctx;                   /* --ctx: positions for a request and the K/V reserve (0: placement's, model's) */
+    bool layer_times;              /* --layer-times: the gpu-worker times each layer on cuda too */
+    bool gw_cuda;                  /* backend is cuda */
     /* the instance */
     shm_instance *inst;
     char rundir[PATH_MAX];
@@ -130,8 +139,9 @@ void coord_cpu_plan(int nproc, int threads, const char *omp_num_threads, const c
                     struct coord_cpu_plan *p);
 
 /* context.c: the positions a request may use — the model's context, or the
- * placement's vram_ctx where the gpu-worker runs CUDA under it and it is less. */
-int64_t coord_context_limit(int64_t n_ctx_train, int64_t vram_ctx, bool gw_cuda);
+ * placement's vram_ctx where the gpu-worker runs CUDA under it and it is less;
+ * asked (--ctx, 0: not given) instead of vram_ctx, on either backend. */
+int64_t coord_context_limit(int64_t n_ctx_train, int64_t vram_ctx, bool gw_cuda, int64_t asked);
 
 /* workers.c */
 int coord_workers_init(struct coord *c, char *err, size_t errlen);

@@ -11,11 +11,14 @@
 #include "coordinator/coord.h"
 #include "coordinator/api.h"
 
+#include "core/conf/conf.h"
 #include "core/model/model.h"
+#include "core/prepared/prepared.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/err.h"
 #include "core/util/log.h"
 #include "cpu-moe-worker/moe_proto.h"
+#include "gpu-worker/backend.h"
 #include "gpu-worker/step_proto.h"
 
 #include <dirent.h>
@@ -56,7 +59,9 @@ int coord_path(char *dst, size_t len, const char *dir, const char *name)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: nebula-coordinator --model M.gguf [--prepared DIR] [--runtime DIR] [--threads N] [--chunk N]\n"
+    fprintf(f, "usage: nebula-coordinator [--config FILE] --model M.gguf [--prepared DIR] [--runtime DIR] [--threads N] [--chunk N]\n"
+               "                          [--backend auto|cpu|cuda] [--kernels ref|fast] [--cpu-kernels ref|fast]\n"
+               "                          [--vram-budget BYTES] [--ctx N] [--layer-times]\n"
                "                          [--http HOST:PORT|off] [--max-queue N] [--max-body BYTES] [--demo] [--name NAME]\n"
                "\n"
                "Runs one instance of the Nebula pipeline: creates its shared-memory regions and runtime\n"
@@ -66,6 +71,8 @@ static void usage(FILE *f)
                "/api/tokenize, /metrics: docs/API.md).  HTTP is up before the workers are ready:\n"
                "/api/status reports the loading phase.\n"
                "\n"
+               "  --config FILE    nebula.conf to read (default: $XDG_CONFIG_HOME/nebula/nebula.conf, else\n"
+               "                   the repository's conf/nebula.conf); the flags below override it\n"
                "  --model FILE     qwen4exp GGUF the gpu-worker runs\n"
                "  --prepared DIR   output of nebula-prepare: DIR/placement.json says which experts are not\n"
                "                   VRAM-tier (those go to the cpu-moe-worker); without it every expert is local\n"
@@ -76,6 +83,18 @@ static void usage(FILE *f)
                "                   threads theirs: 2 with the cuda backend, 1 with cpu; coordinator/cpu_plan.c)\n"
                "  --chunk N        prefill tokens per step message (default 512; a request's prefill_chunk\n"
                "                   may ask for fewer)\n"
+               "  --backend B      the gpu-worker's compute backend: auto (default: cuda where\n"
+               "                   nebula-gpu-worker --probe cuda finds a usable GPU, else cpu), cpu or cuda\n"
+               "  --kernels K      its CUDA matrix kernels: fast (default; fp32, within 1e-6 of the CPU) or\n"
+               "                   ref (bit-faithful to the CPU reference, for parity checks)\n"
+               "  --cpu-kernels K  the cpu-moe-worker's expert kernels: ref or fast (default: fast beside\n"
+               "                   the cuda backend, ref beside cpu, so that every placement gives its bits)\n"
+               "  --vram-budget B  cap on the gpu-worker's device memory, like 80G (default: placement.json's\n"
+               "                   request.vram_budget, else none); the configuration fails naming each part\n"
+               "  --ctx N          positions a request may use, and the K/V the gpu-worker reserves on cuda\n"
+               "                   (default: placement.json's request.vram_ctx on cuda, else the model's)\n"
+               "  --layer-times    time each layer on cuda too (nebulactl profile; costs a synchronisation\n"
+               "                   per layer and the CUDA graph; always on with the cpu backend)\n"
                "  --http HOST:PORT where the HTTP API listens (default 127.0.0.1:8091; port 0: any free\n"
                "                   port, printed as 'nebula-coordinator: http on http://HOST:PORT'); off: none\n"
                "  --max-queue N    generation requests that may wait while one runs (default 8; 429 beyond)\n"
@@ -106,6 +125,46 @@ static int parse_http(const char *arg, struct api_config *h, bool *off)
     return 0;
 }
 
+/* The settings of nebula.conf (core/conf) as the coordinator's defaults, before its flags. */
+static int apply_conf(int argc, char **argv, struct coord *c, struct api_config *h)
+{
+    static struct conf_settings k; /* the strings below point into it */
+    static char used[PATH_MAX];
+    const char *explicit_path = NULL;
+    char err[PATH_MAX + 256];
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--config") && i + 1 < argc) explicit_path = argv[i + 1];
+        else if (!strncmp(argv[i], "--config=", 9)) explicit_path = argv[i] + 9;
+    }
+    if (conf_load_default(explicit_path, c->exe_dir, &k, used, sizeof used, err, sizeof err)) {
+        fprintf(stderr, "nebula-coordinator: %s\n", err);
+        return 2;
+    }
+    c->config_path = used;
+    c->model_path = k.model[0] ? k.model : NULL, c->prepared = k.prepared[0] ? k.prepared : NULL;
+    c->threads = k.threads, c->chunk = k.chunk, c->ctx = k.ctx, c->vram_budget = k.vram_budget;
+    c->backend = k.backend, c->kernels = k.kernels, c->cpu_kernels = strcmp(k.cpu_kernels, "auto") ? k.cpu_kernels : "";
+    h->port = k.api_port, h->max_queue = k.max_queue, h->max_body = (size_t)k.max_body;
+    h->name = k.name[0] ? k.name : NULL, h->accuracy_level = k.accuracy_level;
+    return 0;
+}
+
+/* --backend auto: cuda where the gpu-worker says it can run it (its --probe,
+ * a process of its own: the coordinator never touches the GPU), else cpu. */
+static void resolve_backend(struct coord *c)
+{
+    if (strcmp(c->backend, "auto")) return;
+    char probe[PATH_MAX + 64];
+    int rc = coord_path(probe, sizeof probe, c->exe_dir, "nebula-gpu-worker");
+    if (!rc) {
+        char cmd[PATH_MAX + 96];
+        snprintf(cmd, sizeof cmd, "'%s' --probe cuda >/dev/null 2>&1", probe);
+        rc = strchr(probe, '\'') ? -1 : system(cmd);
+    }
+    c->backend = rc == 0 ? "cuda" : "cpu";
+    nb_log("backend auto: %s%s", c->backend, rc == 0 ? "" : " (nebula-gpu-worker --probe cuda found no usable GPU)");
+}
+
 static int parse(int argc, char **argv, struct coord *c, const char **runtime, struct api_config *h, bool *http_off)
 {
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},   {"prepared", required_argument, 0, 'p'},
@@ -114,10 +173,16 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
                                          {"max-queue", required_argument, 0, 'q'}, {"max-body", required_argument, 0, 'b'},
                                          {"sse-keepalive", required_argument, 0, 'k'}, {"demo", no_argument, 0, 'd'},
                                          {"name", required_argument, 0, 'n'},    {"help", no_argument, 0, 'h'},
+                                         {"backend", required_argument, 0, 'B'}, {"kernels", required_argument, 0, 'K'},
+                                         {"cpu-kernels", required_argument, 0, 'C'},
+                                         {"vram-budget", required_argument, 0, 'V'}, {"ctx", required_argument, 0, 'x'},
+                                         {"layer-times", no_argument, 0, 'L'},  {"config", required_argument, 0, 'f'},
                                          {0, 0, 0, 0}};
     int ch;
-    c->chunk = 512;
-    *h = (struct api_config){.host = "127.0.0.1", .port = 8091, .max_queue = 8, .max_body = 4194304, .keepalive_s = 2.0};
+    char err[256];
+    enum gw_kernels kern;
+    *h = (struct api_config){.host = "127.0.0.1", .keepalive_s = 2.0};
+    if (apply_conf(argc, argv, c, h)) return 2;
     *http_off = false;
     while ((ch = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
         char *end = NULL;
@@ -157,6 +222,38 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
             break;
         case 'd': h->demo = true; break;
         case 'n': h->name = optarg; break;
+        case 'f': break; /* read first, by apply_conf */
+        case 'B':
+            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+                fprintf(stderr, "nebula-coordinator: --backend takes auto, cpu or cuda, not '%s'\n", optarg);
+                return 2;
+            }
+            c->backend = optarg;
+            break;
+        case 'K':
+        case 'C':
+            if (gw_kernels_parse(optarg, &kern)) {
+                fprintf(stderr, "nebula-coordinator: %s takes ref or fast, not '%s'\n", ch == 'K' ? "--kernels" : "--cpu-kernels",
+                        optarg);
+                return 2;
+            }
+            *(ch == 'K' ? &c->kernels : &c->cpu_kernels) = optarg;
+            break;
+        case 'V':
+            if (gw_vram_parse_bytes(optarg, &c->vram_budget, err, sizeof err)) {
+                fprintf(stderr, "nebula-coordinator: --vram-budget: %s\n", err);
+                return 2;
+            }
+            break;
+        case 'x':
+            v = strtoll(optarg, &end, 10);
+            if (*end || v < 1 || v > (1ll << 40)) {
+                fprintf(stderr, "nebula-coordinator: --ctx wants a positive number of positions, not '%s'\n", optarg);
+                return 2;
+            }
+            c->ctx = v, end = NULL;
+            break;
+        case 'L': c->layer_times = true; break;
         case 'h': usage(stdout); return -1;
         default: usage(stderr); return 2;
         }
@@ -173,7 +270,7 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
     return 0;
 }
 
-/* Tier totals of the placement (docs/FILES.md "totals"); all VRAM without one. */
+/* Tier totals of the placement (core/prepared reads it); all VRAM without one. */
 static int read_tiers(struct coord *c, char *err, size_t errlen)
 {
     const struct model_hparams *hp = &c->m->hp;
@@ -183,42 +280,19 @@ static int read_tiers(struct coord *c, char *err, size_t errlen)
     }
     if (coord_path(c->placement_path, sizeof c->placement_path, c->prepared, "placement.json"))
         return nb_errf(err, errlen, NB_EINVAL, "--prepared path too long");
-    FILE *f = fopen(c->placement_path, "rb");
-    if (!f) return nb_errf(err, errlen, NB_ENOENT, "cannot open %s: %s", c->placement_path, strerror(errno));
-    static char buf[1 << 22];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    cJSON *root = cJSON_Parse(buf), *totals = cJSON_GetObjectItemCaseSensitive(root, "totals");
-    static const char *names[] = {"vram", "ram", "ssd"};
-    int rc = cJSON_IsObject(totals) ? 0 : nb_errf(err, errlen, NB_EFORMAT, "%s: no \"totals\"", c->placement_path);
-    for (int t = 0; !rc && t < 3; t++) {
-        const cJSON *o = cJSON_GetObjectItemCaseSensitive(totals, names[t]);
-        const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "experts"), *b = cJSON_GetObjectItemCaseSensitive(o, "bytes");
-        if (!cJSON_IsNumber(e) || !cJSON_IsNumber(b))
-            rc = nb_errf(err, errlen, NB_EFORMAT, "%s: totals.%s lacks experts/bytes", c->placement_path, names[t]);
-        else c->tiers.experts[t] = (int64_t)e->valuedouble, c->tiers.bytes[t] = (uint64_t)b->valuedouble;
-    }
-    /* The arena and staging sizes: blob bytes per layer and its RAM list. */
-    const cJSON *lo, *layers = rc ? NULL : cJSON_GetObjectItemCaseSensitive(root, "layers");
-    c->tiers.arena_bytes = COORD_ARENA_HEADER;
-    cJSON_ArrayForEach(lo, layers)
-    {
-        double blob = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(lo, "blob_bytes"));
-        uint64_t b = blob > 0 ? (uint64_t)blob : 0;
-        c->tiers.arena_bytes += b * (uint64_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(lo, "ram"));
-        if (b > c->tiers.max_blob_bytes) c->tiers.max_blob_bytes = b;
-    }
-    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "request"), "ple_tier");
-    if (!rc && pt && !(cJSON_IsString(pt) && (!strcmp(pt->valuestring, "ram") || !strcmp(pt->valuestring, "ssd"))))
-        rc = nb_errf(err, errlen, NB_EFORMAT, "%s: request.ple_tier is neither \"ram\" nor \"ssd\"", c->placement_path);
-    c->tiers.ple_ssd = !rc && pt && !strcmp(pt->valuestring, "ssd") && c->m->ple_table.data;
-    const cJSON *vc = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "request"), "vram_ctx");
-    if (!rc && vc && !(cJSON_IsNumber(vc) && vc->valuedouble >= 1 && vc->valuedouble < 9e15))
-        rc = nb_errf(err, errlen, NB_EFORMAT, "%s: request.vram_ctx is not a positive count", c->placement_path);
-    c->tiers.vram_ctx = !rc && vc ? (int64_t)vc->valuedouble : 0;
-    cJSON_Delete(root);
-    return rc;
+    struct prepared_idx x;
+    struct prepared_placement p;
+    int rc = prepared_plan_load(c->prepared, c->placement_path, &x, &p, err, errlen);
+    if (rc) return rc;
+    const uint64_t n[3] = {p.n_vram, p.n_ram, p.n_ssd};
+    for (int t = 0; t < 3; t++) c->tiers.experts[t] = (int64_t)n[t], c->tiers.bytes[t] = p.tier_bytes[t];
+    c->tiers.arena_bytes = p.arena_bytes;     /* the `experts` region */
+    c->tiers.max_blob_bytes = x.max_blob_bytes; /* a staging slot */
+    c->tiers.ple_ssd = p.ple_ssd && c->m->ple_table.data;
+    c->tiers.vram_ctx = p.vram_ctx;
+    prepared_placement_free(&p);
+    prepared_idx_free(&x);
+    return 0;
 }
 
 static int make_rundir(struct coord *c, const char *runtime, char *err, size_t errlen)
@@ -392,12 +466,11 @@ static int start(struct coord *c, const char *runtime, char *err, size_t errlen)
         return rc;
     if ((rc = read_tiers(c, err, errlen))) return rc;
     {
-        const char *b = getenv("NEBULA_GW_BACKEND"); /* the gpu-worker's backend: it inherits this */
         const int64_t trained = c->m->hp.n_ctx_train;
-        c->n_ctx = coord_context_limit(trained, c->tiers.vram_ctx, b && !strcmp(b, "cuda"));
+        c->n_ctx = coord_context_limit(trained, c->tiers.vram_ctx, c->gw_cuda, c->ctx);
         if (c->n_ctx < (trained > 0 ? trained : 32768))
-            nb_log("context: %lld positions, the K/V the VRAM plan reserved (placement.json request.vram_ctx; "
-                   "nebula-prepare --ctx)", (long long)c->n_ctx);
+            nb_log("context: %lld positions, %s", (long long)c->n_ctx,
+                   c->ctx ? "--ctx" : "the K/V the VRAM plan reserved (placement.json request.vram_ctx; nebula-prepare --ctx)");
     }
     /* HTTP before the workers: /api/status shows their start-up. */
     if (c->api && (rc = api_start(c->api, c, err, errlen))) return rc;
@@ -419,9 +492,6 @@ int main(int argc, char **argv)
     static struct api api;
     const char *runtime = NULL;
     bool http_off;
-    int rc = parse(argc, argv, &c, &runtime, &api.cfg, &http_off);
-    if (rc) return rc < 0 ? 0 : rc;
-    if (!http_off) c.api = &api;
     char exe[PATH_MAX], err[1024];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) {
@@ -430,7 +500,13 @@ int main(int argc, char **argv)
     }
     exe[n] = 0;
     const char *dir = dirname(exe);
-    memcpy(c.exe_dir, dir, strlen(dir) + 1); /* shorter than exe, which fits */
+    memcpy(c.exe_dir, dir, strlen(dir) + 1); /* shorter than exe, which fits; conf_locate looks beside it */
+    int rc = parse(argc, argv, &c, &runtime, &api.cfg, &http_off);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (!http_off) c.api = &api;
+    nb_log("config: %s", c.config_path[0] ? c.config_path : "none found (built-in defaults)");
+    resolve_backend(&c);
+    c.gw_cuda = !strcmp(c.backend, "cuda");
     the_coord = &c;
     c.t_start = coord_now();
     struct sigaction sa = {.sa_handler = on_stop}, sc = {.sa_handler = on_child, .sa_flags = SA_NOCLDSTOP};

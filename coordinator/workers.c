@@ -13,6 +13,7 @@
  * says why) instead of being restarted forever. */
 #include "coordinator/coord.h"
 
+#include "core/ctl/worker.h"
 #include "core/util/err.h"
 #include "core/util/log.h"
 
@@ -62,24 +63,23 @@ static int cores(void)
     return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
 }
 
-/* Threads and waits per worker (cpu_plan.c).  The gpu-worker's backend is
- * the one it will pick: $NEBULA_GW_BACKEND, which it inherits, else cpu. */
+/* Threads and waits per worker (cpu_plan.c), and each one's kernels. */
 static void plan_cpu(struct coord *c)
 {
-    const char *backend = getenv("NEBULA_GW_BACKEND");
-    bool cuda = backend && !strcmp(backend, "cuda");
+    bool cuda = c->gw_cuda;
     int n = cores();
     struct coord_cpu_plan p;
     coord_cpu_plan(n, c->threads, getenv("OMP_NUM_THREADS"), getenv("OMP_WAIT_POLICY"), cuda, &p);
     struct coord_worker *moe = coord_worker_by_role(c, "cpu-moe-worker");
     for (int i = 0; i < c->n_workers; i++) c->w[i].threads = c->threads;
+    coord_worker_by_role(c, "gpu-worker")->kernels = c->kernels;
     if (!moe) return;
     moe->threads = p.moe_threads, moe->omp_spin = p.moe_spin, moe->ring_spin_us = p.ring_spin_us;
     /* The CPU experts' kernels follow the GPU's: beside the CUDA backend (fast
      * fp32 kernels by default) the fast ones, within float tolerance of the
      * reference and 10–20× faster per core; beside the CPU reference backend
      * the ref ones, so every placement gives the single-process bits. */
-    moe->fast_kernels = cuda;
+    moe->kernels = c->cpu_kernels && *c->cpu_kernels ? c->cpu_kernels : cuda ? "fast" : "ref";
     coord_worker_by_role(c, "gpu-worker")->ring_spin_us = p.ring_spin_us;
     char th[32];
     snprintf(th, sizeof th, "%d", p.moe_threads);
@@ -122,7 +122,6 @@ int coord_spawn(struct coord *c, struct coord_worker *w)
          * 371 vs 1332 tok/s all-RAM).  Passive waiting, unless the user chose
          * or the cores suffice for the cpu-moe-worker to spin (cpu_plan.c). */
         if (!w->omp_spin) setenv("OMP_WAIT_POLICY", "passive", 0);
-        if (w->fast_kernels) setenv("NEBULA_CPU_KERNELS", "fast", 0);
         char *argv[] = {w->binary, "--control", endpoint, NULL};
         execv(w->binary, argv);
         fprintf(stderr, "cannot exec %s: %s\n", w->binary, strerror(errno));
@@ -134,38 +133,32 @@ int coord_spawn(struct coord *c, struct coord_worker *w)
     return 0;
 }
 
+/* The worker's configure (core/ctl's encoder: the one definition).  Each
+ * ring pair lies at offset 0 of the region of its name; the staging slots:
+ * the pager serves them all, the gpu-worker owns 0 (PLE rows), the
+ * cpu-moe-worker 1-3. */
 static void send_configure(struct coord *c, struct coord_worker *w)
 {
     char err[256];
-    cJSON *m = ctl_msg("configure");
-    cJSON_AddStringToObject(m, "instance", shm_instance_id(c->inst));
-    cJSON_AddStringToObject(m, "model", c->model_path);
-    cJSON_AddStringToObject(m, "prepared", c->prepared ? c->prepared : "");
-    cJSON_AddStringToObject(m, "placement", c->placement_path);
-    cJSON_AddNumberToObject(m, "threads", w->threads);
-    cJSON_AddNumberToObject(m, "ring_spin_us", w->ring_spin_us);
-    cJSON_AddNumberToObject(m, "stats_worker", w->stats_block);
-    /* Regions by name and size; each ring pair at offset 0 of the region of
-     * its name (pager-gw: the gpu-worker's PLE rows); staging slots. */
-    cJSON *regions = cJSON_AddObjectToObject(m, "regions"), *rings = cJSON_AddObjectToObject(m, "rings");
-    const struct shm_region *regs[] = {&c->step_reg,    &c->moe_reg,   &c->stats_reg,   &c->experts_reg,
-                                       &c->staging_reg, &c->pager_reg, &c->pager_gw_reg};
-    const char *names[] = {"step", "moe", "stats", "experts", "staging", "pager", "pager-gw"};
-    for (int i = 0; i < 7; i++)
-        if (regs[i]->base) cJSON_AddNumberToObject(regions, names[i], (double)regs[i]->bytes);
-    cJSON_AddNumberToObject(rings, "step", 0);
-    cJSON_AddNumberToObject(rings, "moe", 0);
-    cJSON_AddNumberToObject(rings, "pager", 0);
-    /* Staging slots: the pager serves them all; the gpu-worker owns 0 (PLE
-     * rows), the cpu-moe-worker 1-3. */
-    uint64_t slot_bytes = (c->tiers.max_blob_bytes + 4095) / 4096 * 4096;
-    bool has = c->staging_reg.base != NULL, pager = w->stats_block == 2, gpu = w->stats_block == 0;
-    cJSON *st = cJSON_AddObjectToObject(m, "staging");
-    cJSON_AddNumberToObject(st, "slot_bytes", has ? (double)slot_bytes : 0);
-    cJSON_AddNumberToObject(st, "slots", has ? COORD_STAGING_SLOTS : 0);
-    cJSON_AddNumberToObject(st, "first", has && !pager && !gpu ? 1 : 0);
-    cJSON_AddNumberToObject(st, "count", !has ? 0 : pager ? COORD_STAGING_SLOTS : gpu ? 1 : COORD_STAGING_SLOTS - 1);
-    if (ctl_send(c->router, w->role, m, err, sizeof err)) nb_log("cannot configure %s: %s", w->role, err);
+    struct ctl_configure k = {.threads = w->threads, .ring_spin_us = w->ring_spin_us, .stats_worker = w->stats_block};
+    if (snprintf(k.instance, sizeof k.instance, "%s", shm_instance_id(c->inst)) >= (int)sizeof k.instance ||
+        snprintf(k.model, sizeof k.model, "%s", c->model_path) >= (int)sizeof k.model ||
+        snprintf(k.prepared, sizeof k.prepared, "%s", c->prepared ? c->prepared : "") >= (int)sizeof k.prepared ||
+        snprintf(k.placement, sizeof k.placement, "%s", c->placement_path) >= (int)sizeof k.placement) {
+        nb_log("cannot configure %s: a path is longer than %d bytes", w->role, CTL_PATH_MAX - 1);
+        return;
+    }
+    const bool has = c->staging_reg.base != NULL, pager = w->stats_block == 2, gpu = w->stats_block == 0;
+    k.staging_slot_bytes = has ? (c->tiers.max_blob_bytes + 4095) / 4096 * 4096 : 0;
+    k.staging_slots = has ? COORD_STAGING_SLOTS : 0;
+    k.staging_first = has && !pager && !gpu ? 1 : 0;
+    k.staging_count = !has ? 0 : pager ? COORD_STAGING_SLOTS : gpu ? 1 : COORD_STAGING_SLOTS - 1;
+    snprintf(k.backend, sizeof k.backend, "%s", c->backend);
+    snprintf(k.kernels, sizeof k.kernels, "%s", w->kernels ? w->kernels : "");
+    k.vram_budget = c->vram_budget, k.n_ctx = c->ctx, k.layer_times = c->layer_times || !c->gw_cuda;
+    cJSON *m = ctl_configure_to_json(&k);
+    if (!m) nb_log("cannot configure %s: out of memory", w->role);
+    else if (ctl_send(c->router, w->role, m, err, sizeof err)) nb_log("cannot configure %s: %s", w->role, err);
     cJSON_Delete(m);
 }
 

@@ -49,8 +49,11 @@ static int open_pager(struct moe_worker *m, char *err, size_t errlen)
 static int setup(struct moe_worker *m, char *err, size_t errlen)
 {
     bool loaded_now = false;
-    int rc = prepared_idx_load(m->conf.prepared, &m->idx, err, errlen);
-    if (!rc) rc = prepared_placement_load(m->conf.placement, &m->idx, &m->plc, err, errlen);
+    int rc = prepared_plan_load(m->conf.prepared, m->conf.placement, &m->idx, &m->plc, err, errlen);
+    /* --kernels, where given, else configure's (the coordinator's --cpu-kernels), else ref. */
+    const char *k = m->kernels_flag ? m->kernels_flag : m->conf.kernels;
+    if (!rc && *k && gw_kernels_parse(k, &m->kernels))
+        rc = nb_errf(err, errlen, NB_EINVAL, "configure: kernels \"%s\": want ref or fast", k);
     if (!rc) rc = open_regions(m, err, errlen);
     if (!rc) rc = moe_arena_load(m, &loaded_now, err, errlen);
     if (!rc && m->plc.n_ssd > 0) rc = open_pager(m, err, errlen);
@@ -101,7 +104,8 @@ static void usage(FILE *f)
                "  --control ENDPOINT          the coordinator's ROUTER endpoint (ipc://...)\n"
                "  --configure-timeout-ms N    how long to wait for configure (default 10000)\n"
                "  --pager-timeout-ms N        longest wait for one pager answer (default 5000)\n"
-               "  --kernels ref|fast          expert matrix kernels (default $NEBULA_CPU_KERNELS, else ref):\n"
+               "  --kernels ref|fast          expert matrix kernels (default: configure's, which is the\n"
+               "                              coordinator's --cpu-kernels, else ref):\n"
                "                              ref is bit-identical for any placement, fast (SIMD, fp32\n"
                "                              sums) within float tolerance (README.md)\n"
                "  -h, --help                  this text\n");
@@ -109,7 +113,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    const char *endpoint = NULL, *kernels = getenv("NEBULA_CPU_KERNELS");
+    const char *endpoint = NULL, *kernels = NULL;
     int timeout_ms = 10000, pager_ms = 5000;
     static const struct option opts[] = {{"control", required_argument, 0, 'c'},
                                          {"configure-timeout-ms", required_argument, 0, 't'},
@@ -132,11 +136,11 @@ int main(int argc, char **argv)
     struct moe_worker m = {.arena.fd = -1, .staging.fd = -1, .moe_reg.fd = -1, .pager_reg.fd = -1, .stats_reg.fd = -1};
     m.pager_tag = (uint64_t)getpid() << 32;
     m.pager_timeout_ns = (uint64_t)pager_ms * 1000000ull;
-    if (kernels && *kernels && gw_kernels_parse(kernels, &m.kernels)) {
-        fprintf(stderr, "nebula-cpu-moe-worker: --kernels (or $NEBULA_CPU_KERNELS) must be ref or fast, not '%s'\n",
-                kernels);
+    if (kernels && gw_kernels_parse(kernels, &m.kernels)) {
+        fprintf(stderr, "nebula-cpu-moe-worker: --kernels must be ref or fast, not '%s'\n", kernels);
         return 2;
     }
+    m.kernels_flag = kernels;
     if (ctl_worker_start(endpoint, "cpu-moe-worker", timeout_ms, &w, &m.conf, err, sizeof err)) {
         nb_log("control: %s", err);
         return 1;

@@ -20,7 +20,8 @@ struct moe_worker {
     shm_stats *stats;
     uint64_t pager_tag;   /* next pager request id: pid << 32 | counter */
     uint64_t pager_timeout_ns;
-    enum gw_kernels kernels; /* --kernels / $NEBULA_CPU_KERNELS (default ref) */
+    enum gw_kernels kernels; /* --kernels, else configure's kernels (default ref) */
+    const char *kernels_flag; /* --kernels as given (NULL: none) */
     struct moe_scratch *scratch; /* serve.c's per-request working memory (moe_serve_init) */
     uint64_t last_request_ns;    /* when the last request was answered (CLOCK_MONOTONIC) */
 };

@@ -24,6 +24,8 @@ PACKAGES=(
   "libssl-dev        SHA-256 (OpenSSL EVP) for the checksums of nebula-prepare's outputs"
   "liburing-dev      io_uring reads of cold experts and n-gram pages (nebula-ssd-pager)"
   "libmicrohttpd-dev the coordinator's HTTP API (OpenAI-compatible, SSE streaming)"
+  "libinih-dev       parses conf/nebula.conf, the one INI file of defaults (core/conf)"
+  "libjemalloc-dev   the heap of every Nebula process (linked by the Makefile; not in the sanitized build)"
   "python3           small build/test scripts (standard library only)"
   "chromium          headless browser of the web page's tests (tests/web/, driven by playwright-core)"
   "nginx             serves the chat page and proxies the API (run by deploy/start.sh, not as the system service)"

@@ -22,8 +22,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 say() { printf 'nebula: %s\n' "$*"; }
 export NEBULA_BIN=$PWD/$BUILD/bin
 case $BUILD in /*) NEBULA_BIN=$BUILD/bin ;; esac
+# No MODEL: nebula.conf's model.path, if it names one (else the demo model).
+[ -n "$MODEL" ] || MODEL=$("$NEBULA_BIN/nebula" config get model.path 2>/dev/null || true)
 
-args=(--port "${PORT:-8090}" --api-port "${API_PORT:-8091}")
+# What make passes overrides nebula.conf, which start.sh reads for the rest.
+args=()
+[ -n "${PORT:-}" ] && args+=(--port "$PORT")
+[ -n "${API_PORT:-}" ] && args+=(--api-port "$API_PORT")
 [ -n "${THREADS:-}" ] && args+=(--threads "$THREADS")
 [ -n "${BACKEND:-}" ] && args+=(--backend "$BACKEND")
 
@@ -58,13 +63,15 @@ else
         # when run by hand).
         if [ ! -f "$prep/placement.json" ] || [ "$MODEL" -nt "$prep/placement.json" ]; then
             gib() { echo "$(($1 >> 30))G"; }
-            vram=${VRAM_BUDGET:-}
+            # nebula.conf's engine.vram_budget / engine.ram_budget (0: measured here) unless given.
+            conf_bytes() { local v; v=$("$NEBULA_BIN/nebula" config get "$1" 2>/dev/null) && [ "$v" != 0 ] && echo "$v"; }
+            vram=${VRAM_BUDGET:-$(conf_bytes engine.vram_budget || true)}
             if [ -z "$vram" ]; then
                 mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | sort -n | tail -n 1 || true)
                 # What the KV cache and the activations need stays free.
                 if [[ $mib =~ ^[0-9]+$ ]] && [ "$mib" -gt 4096 ]; then vram=$(gib $(((mib - 2048) << 20))); else vram=0; fi
             fi
-            ram=${RAM_BUDGET:-}
+            ram=${RAM_BUDGET:-$(conf_bytes engine.ram_budget || true)}
             if [ -z "$ram" ]; then
                 kib=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
                 # 8 GiB stay for the system and the engine's buffers.

@@ -3,10 +3,13 @@
 # serves the HTTP API on 127.0.0.1:API_PORT) and nginx (the chat page on
 # 127.0.0.1:PORT, proxying /v1/, /api/ and /metrics to the coordinator).
 #
-# usage: deploy/start.sh [--model FILE] [--prepared DIR] [--demo] [--port 8090]
+# usage: deploy/start.sh [--config FILE] [--model FILE] [--prepared DIR] [--demo] [--port 8090]
 #                        [--api-port 8091] [--state DIR] [--threads N]
 #                        [--max-body BYTES] [--name NAME] [--wait SECONDS]
 #
+#   --config FILE     nebula.conf to read (default: $XDG_CONFIG_HOME/nebula/nebula.conf, else
+#                     conf/nebula.conf of this checkout): the defaults of the options below
+#                     (docs/RUNNING.md lists its keys); the coordinator reads the same file
 #   --model FILE      the GGUF to serve (a Qwen3.8-Flash-Next, or the demo model)
 #   --prepared DIR    nebula-prepare's output for it (experts on RAM/SSD tiers)
 #   --demo            the bundled random-weight demo model (its answers are noise);
@@ -17,7 +20,7 @@
 #                     (default $NEBULA_STATE_DIR, else ~/.local/state/nebula)
 #   --threads N       CPU threads of the engine (default: all cores)
 #   --backend B       auto (default: cuda where nebula-gpu-worker --probe cuda finds a
-#                     usable GPU, else cpu), cuda or cpu; $NEBULA_GW_BACKEND sets the default
+#                     usable GPU, else cpu), cuda or cpu: the coordinator's --backend
 #   --max-body BYTES  largest request body, for nginx and the coordinator (default 4194304)
 #   --name NAME       the model id the API reports (default: the GGUF's general.name)
 #   --wait SECONDS    how long to wait for the model to load (default 1800; 0: return
@@ -37,13 +40,29 @@ umask 077
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
-model= prepared= demo=0 port=8090 api_port=8091 state_arg= threads= max_body=4194304 name= wait_s=1800
-backend=${NEBULA_GW_BACKEND:-auto}
+# The defaults: nebula.conf's, through `nebula config get` (the shell does
+# not parse INI); the flags below override them.
+config=
+prev=
+for a in "$@"; do [ "$prev" = --config ] && config=$a; prev=$a; done
+cfg() { "$NEBULA_BIN/nebula" config get "$1" ${config:+--config "$config"}; }
+if [ -x "$NEBULA_BIN/nebula" ]; then
+    cfg_err=$(cfg server.port 2>&1 >/dev/null) || { echo "start.sh: ${cfg_err#nebula: }" >&2; exit 2; }
+    model=$(cfg model.path) prepared=$(cfg model.prepared) name=$(cfg model.name)
+    port=$(cfg server.port) api_port=$(cfg server.api_port) max_body=$(cfg server.max_body)
+    threads=$(cfg engine.threads) backend=$(cfg engine.backend)
+    [ "$threads" != 0 ] || threads=
+else # not built yet: the built-in defaults (the checks below say what is missing)
+    [ -z "$config" ] || { echo "start.sh: --config needs $NEBULA_BIN/nebula: run make" >&2; exit 2; }
+    model= prepared= name= port=8090 api_port=8091 max_body=4194304 threads= backend=auto
+fi
+demo=0 state_arg= wait_s=1800 model_given=0
 WEB=${NEBULA_WEB:-$NEBULA_REPO/web}
 need() { [ $# -ge 2 ] || { echo "start.sh: $1 needs a value (try --help)" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
     case $1 in
-    --model) need "$@"; model=$2; shift ;;
+    --config) need "$@"; shift ;;
+    --model) need "$@"; model=$2; model_given=1; shift ;;
     --prepared) need "$@"; prepared=$2; shift ;;
     --demo) demo=1 ;;
     --port) need "$@"; port=$2; shift ;;
@@ -60,6 +79,8 @@ while [ $# -gt 0 ]; do
     shift
 done
 
+# --demo without --model: the demo model, whatever nebula.conf's model.path says.
+[ "$demo" = 1 ] && [ "$model_given" = 0 ] && model= prepared=
 is_port() { [[ $1 =~ ^[0-9]+$ ]] && [ "$1" -ge 1 ] && [ "$1" -le 65535 ]; }
 is_port "$port" || { echo "start.sh: --port must be a port number, not '$port'" >&2; exit 2; }
 is_port "$api_port" || { echo "start.sh: --api-port must be a port number, not '$api_port'" >&2; exit 2; }
@@ -121,7 +142,7 @@ COORD=$NEBULA_BIN/nebula-coordinator
 [ -x "$COORD" ] || { log_error "$COORD is missing: run make"; exit 1; }
 "$COORD" --help 2>/dev/null | grep -q -- '--http' ||
     { log_error "$COORD has no HTTP API (--http): rebuild with make"; exit 1; }
-# The gpu-worker's backend (the workers inherit NEBULA_GW_BACKEND): the GPU
+# The gpu-worker's backend (the coordinator's --backend): the GPU
 # where this build can run on it, else the CPU reference; asked for
 # explicitly, cuda must be usable.
 GW=$NEBULA_BIN/nebula-gpu-worker
@@ -139,7 +160,6 @@ if [ "$backend" != cpu ]; then
         backend=cpu
     fi
 fi
-export NEBULA_GW_BACKEND=$backend
 [ -r "$WEB/index.html" ] || { log_error "$WEB/index.html is missing: run make web"; exit 1; }
 
 if [ -z "$model" ]; then
@@ -222,7 +242,8 @@ for f in webui-error.log webui-access.log coordinator.log; do
 done
 : >>"$STATE/webui-error.log"
 chmod 600 "$STATE/webui-error.log"
-args=(--model "$model" --runtime "$STATE/engine" --http "127.0.0.1:$api_port" --max-body "$max_body")
+args=(--model "$model" --runtime "$STATE/engine" --http "127.0.0.1:$api_port" --max-body "$max_body" --backend "$backend")
+[ -n "$config" ] && args=(--config "$(cd "$(dirname "$config")" && pwd)/$(basename "$config")" "${args[@]}")
 [ -n "$prepared" ] && args+=(--prepared "$prepared")
 [ -n "$threads" ] && args+=(--threads "$threads")
 [ -n "$name" ] && args+=(--name "$name")

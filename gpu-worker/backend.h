@@ -45,8 +45,8 @@ struct gw_backend_params {
     int n_threads;    /* 0: the backend's default (cpu: OpenMP's, set per calling thread) */
     bool no_graphs;   /* cuda: run the one-token step without CUDA graphs (tests compare the two) */
     /* cuda: the matrix kernels, "ref" (double accumulation, bit-faithful to
-     * the CPU) or "fast" (matvec.cu's fp32 kernels); NULL: $NEBULA_CUDA_KERNELS,
-     * else "ref" (gpu-worker/cuda/README.md says why). */
+     * the CPU) or "fast" (matvec.cu's fp32 kernels); NULL: "fast"
+     * (gpu-worker/cuda/README.md says why). */
     const char *kernels;
     /* cuda: which experts are computed here, as gw_moe_remote's `local` (one
      * byte per (layer, expert)); NULL: decided at the first eval from the

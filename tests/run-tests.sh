@@ -18,6 +18,10 @@
 # are counted and shown: Criterion's [SKIP] lines, and the "SKIP: ..." lines
 # of the scripts (a script that skips part of itself still passes as one test).
 set -u
+# A user's own nebula.conf ($XDG_CONFIG_HOME/nebula/, ~/.config/nebula/) must
+# not change what the tests see: the repository's conf/nebula.conf (the
+# built-in defaults) is the one found.
+export XDG_CONFIG_HOME=/nonexistent/nebula-tests
 BUILD=${1:-build}
 shift $(($# > 0 ? 1 : 0))
 if [ $# -gt 0 ]; then scripts=("$@"); else scripts=(tests/tools tests/deploy tests/openai tests/api); fi

@@ -47,6 +47,11 @@ cJSON *ctl_configure_to_json(const struct ctl_configure *c)
     cJSON_AddNumberToObject(st, "slots", c->staging_slots);
     cJSON_AddNumberToObject(st, "first", c->staging_first);
     cJSON_AddNumberToObject(st, "count", c->staging_count);
+    cJSON_AddStringToObject(m, "backend", c->backend);
+    cJSON_AddStringToObject(m, "kernels", c->kernels);
+    cJSON_AddNumberToObject(m, "vram_budget", (double)c->vram_budget);
+    cJSON_AddNumberToObject(m, "ctx", (double)c->n_ctx);
+    cJSON_AddBoolToObject(m, "layer_times", c->layer_times);
     return m;
 }
 
@@ -73,7 +78,7 @@ int ctl_configure_parse(const cJSON *m, struct ctl_configure *c, char *err, size
     memset(c, 0, sizeof *c);
     const cJSON *rings = cJSON_GetObjectItemCaseSensitive(m, "rings");
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(m, "staging");
-    uint64_t threads, spin_us, worker, slots, first, count;
+    uint64_t threads, spin_us, worker, slots, first, count, n_ctx;
     int rc = get_str(m, "instance", c->instance, sizeof c->instance, err, errlen);
     if (!rc) rc = get_str(m, "model", c->model, sizeof c->model, err, errlen);
     if (!rc) rc = get_str(m, "prepared", c->prepared, sizeof c->prepared, err, errlen);
@@ -87,13 +92,20 @@ int ctl_configure_parse(const cJSON *m, struct ctl_configure *c, char *err, size
     if (!rc) rc = get_num(st, "slots", &slots, err, errlen);
     if (!rc) rc = get_num(st, "first", &first, err, errlen);
     if (!rc) rc = get_num(st, "count", &count, err, errlen);
+    if (!rc) rc = get_str(m, "backend", c->backend, sizeof c->backend, err, errlen);
+    if (!rc) rc = get_str(m, "kernels", c->kernels, sizeof c->kernels, err, errlen);
+    if (!rc) rc = get_num(m, "vram_budget", &c->vram_budget, err, errlen);
+    if (!rc) rc = get_num(m, "ctx", &n_ctx, err, errlen);
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(m, "layer_times");
+    if (!rc && !cJSON_IsBool(lt)) rc = nb_errf(err, errlen, NB_EFORMAT, "configure: \"layer_times\" missing or not a boolean");
     if (rc) return rc;
+    c->n_ctx = (int64_t)n_ctx, c->layer_times = cJSON_IsTrue(lt);
     if (first + count > slots || slots > UINT32_MAX || threads > 4096 || spin_us > 1000000 || worker > UINT32_MAX)
         return nb_errf(err, errlen, NB_EFORMAT, "configure: staging share %lu+%lu exceeds %lu slots (or a bad count)",
                        (unsigned long)first, (unsigned long)count, (unsigned long)slots);
     c->threads = (int)threads, c->ring_spin_us = (uint32_t)spin_us, c->stats_worker = (uint32_t)worker;
     c->staging_slots = (uint32_t)slots, c->staging_first = (uint32_t)first, c->staging_count = (uint32_t)count;
-    if (!c->placement[0] && snprintf(c->placement, sizeof c->placement, "%s/placement.json", c->prepared) >=
+    if (!c->placement[0] && c->prepared[0] && snprintf(c->placement, sizeof c->placement, "%s/placement.json", c->prepared) >=
                                 (int)sizeof c->placement)
         return nb_errf(err, errlen, NB_EFORMAT, "configure: prepared path too long");
     return 0;

@@ -26,7 +26,7 @@ struct ctl_configure {
     char instance[32];             /* shm instance id */
     char model[CTL_PATH_MAX];      /* the input GGUF ("" if the worker needs none) */
     char prepared[CTL_PATH_MAX];   /* the nebula-prepare directory */
-    char placement[CTL_PATH_MAX];  /* placement.json ("": PREPARED/placement.json) */
+    char placement[CTL_PATH_MAX];  /* placement.json ("": PREPARED/placement.json; none without PREPARED) */
     int threads;                   /* compute threads (0: the worker's default) */
     uint32_t ring_spin_us;         /* a ring wait spins this long before it sleeps (0: the ring's default) */
     uint32_t stats_worker;         /* this worker's block in the stats region */
@@ -36,6 +36,15 @@ struct ctl_configure {
     uint32_t staging_slots;        /* slots in the region */
     uint32_t staging_first;        /* this worker's slots, when it is a pager client */
     uint32_t staging_count;
+    /* The compute settings, each one a coordinator flag (docs/RUNNING.md),
+     * carried here rather than in the environment so that a restarted worker
+     * gets the same.  All are the gpu-worker's but kernels, which the
+     * cpu-moe-worker reads too (its own: --cpu-kernels); the pager ignores them. */
+    char backend[16];              /* "cpu" or "cuda" ("": cpu) */
+    char kernels[16];              /* matrix kernels of this worker, "ref" or "fast" ("": the worker's default) */
+    uint64_t vram_budget;          /* device-memory cap in bytes (0: placement.json's request.vram_budget, else none) */
+    int64_t n_ctx;                 /* positions to reserve K/V for (0: placement.json's request.vram_ctx, else the model's) */
+    bool layer_times;              /* time each layer (nebulactl profile): a synchronisation per layer on cuda */
 };
 
 /* configure → JSON ({"type": "configure", ...}); NULL when out of memory. */

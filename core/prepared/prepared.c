@@ -151,12 +151,30 @@ static int lay_out_arena(const struct prepared_idx *x, struct prepared_placement
             if (e >= x->layers[i].n_expert) continue;
             uint8_t t = p->tier[i][e];
             p->n_vram += t == PREPARED_VRAM, p->n_ssd += t == PREPARED_SSD;
+            p->tier_bytes[t] += x->layers[i].blob_bytes;
             if (t != PREPARED_RAM) continue;
             *o = at;
             at += x->layers[i].blob_bytes;
             p->n_ram++;
         }
     p->arena_bytes = at;
+    return 0;
+}
+
+/* The request's keys the workers act on; each absent key keeps its 0. */
+static int read_request(const cJSON *r, const char *path, struct prepared_placement *p, char *err, size_t errlen)
+{
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(r, "ple_tier");
+    const cJSON *vb = cJSON_GetObjectItemCaseSensitive(r, "vram_budget");
+    const cJSON *vc = cJSON_GetObjectItemCaseSensitive(r, "vram_ctx");
+    if (pt && !(cJSON_IsString(pt) && (!strcmp(pt->valuestring, "ram") || !strcmp(pt->valuestring, "ssd"))))
+        return nb_errf(err, errlen, NB_EFORMAT, "%s: request.ple_tier is neither \"ram\" nor \"ssd\"", path);
+    p->ple_ssd = pt && !strcmp(pt->valuestring, "ssd");
+    if (cJSON_IsNumber(vb) && vb->valuedouble >= 0 && vb->valuedouble < 9e18) p->vram_budget = (uint64_t)vb->valuedouble;
+    else if (vb && !(cJSON_IsString(vb) && !strcmp(vb->valuestring, "all")))
+        return nb_errf(err, errlen, NB_EFORMAT, "%s: request.vram_budget is neither a byte count nor \"all\"", path);
+    if (cJSON_IsNumber(vc) && vc->valuedouble >= 1 && vc->valuedouble < 9e15) p->vram_ctx = (int64_t)vc->valuedouble;
+    else if (vc) return nb_errf(err, errlen, NB_EFORMAT, "%s: request.vram_ctx is not a positive count", path);
     return 0;
 }
 
@@ -182,6 +200,7 @@ int prepared_placement_load(const char *path, const struct prepared_idx *x, stru
     p->tier = calloc(x->n_layers ? x->n_layers : 1, sizeof *p->tier);
     rc = p->tier ? read_layers(cJSON_GetObjectItemCaseSensitive(j, "layers"), x, p, err, errlen)
                  : nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    if (rc == 0) rc = read_request(cJSON_GetObjectItemCaseSensitive(j, "request"), path, p, err, errlen);
     cJSON_Delete(j);
     if (rc == 0) rc = lay_out_arena(x, p, err, errlen);
     if (rc) prepared_placement_free(p);
@@ -194,6 +213,21 @@ void prepared_placement_free(struct prepared_placement *p)
     free(p->tier);
     free(p->arena_off);
     memset(p, 0, sizeof *p);
+}
+
+int prepared_plan_load(const char *dir, const char *path, struct prepared_idx *x, struct prepared_placement *p,
+                       char *err, size_t errlen)
+{
+    char def[4096];
+    memset(p, 0, sizeof *p);
+    if (!path || !*path) {
+        if (snprintf(def, sizeof def, "%s/placement.json", dir) >= (int)sizeof def)
+            return nb_errf(err, errlen, NB_EINVAL, "%s: path too long", dir);
+        path = def;
+    }
+    int rc = prepared_idx_load(dir, x, err, errlen);
+    if (rc == 0 && (rc = prepared_placement_load(path, x, p, err, errlen))) prepared_idx_free(x);
+    return rc;
 }
 
 int prepared_ple_load(const char *dir, struct prepared_ple *p, char *err, size_t errlen)

@@ -66,15 +66,24 @@ struct prepared_placement {
     uint32_t stride;      /* max n_expert (row length of arena_off) */
     uint64_t arena_bytes; /* PREPARED_PAGE header + Σ RAM-tier blob bytes */
     uint64_t n_ram, n_ssd, n_vram;
+    uint64_t tier_bytes[3]; /* Σ blob bytes per tier (PREPARED_VRAM, _RAM, _SSD) */
     char idx_sha[72];     /* model.experts_index_sha256 of the plan */
+    /* What nebula-prepare was asked for ("request"; absent keys: 0/false). */
+    bool ple_ssd;         /* request.ple_tier "ssd": the n-gram table is paged from SSD */
+    uint64_t vram_budget; /* request.vram_budget in bytes (0: "all" or not recorded) */
+    int64_t vram_ctx;     /* request.vram_ctx: positions the VRAM plan reserved K/V for (0: not recorded) */
 };
 
 /* Reads `path` (normally DIR/placement.json) and checks it against the idx:
  * same layers (block, E), each layer's vram/ram/ssd lists a partition of
- * 0 … E−1.  Also lays out the RAM arena (prepared_arena_*). */
+ * 0 … E−1.  Also lays out the RAM arena (prepared_arena_*) and reads the
+ * request.  The one reader of placement.json: every process calls it. */
 int prepared_placement_load(const char *path, const struct prepared_idx *x, struct prepared_placement *p, char *err,
                             size_t errlen);
 void prepared_placement_free(struct prepared_placement *p);
+/* DIR/experts.idx, then `path` (NULL or "": DIR/placement.json) against it. */
+int prepared_plan_load(const char *dir, const char *path, struct prepared_idx *x, struct prepared_placement *p,
+                       char *err, size_t errlen);
 
 /* The RAM arena (the `experts` region): a header page, then the RAM-tier
  * blobs, idx layer by idx layer, experts in ascending id.  Anyone who knows

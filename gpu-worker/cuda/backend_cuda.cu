@@ -707,7 +707,7 @@ static int pin_reserve(cuda_backend *be, int64_t P, int64_t T)
 static int cuda_create(const struct model *m, const struct gw_backend_params *p, gw_backend **out, char *err,
                        size_t errlen)
 {
-    const char *kern = p && p->kernels ? p->kernels : getenv("NEBULA_CUDA_KERNELS");
+    const char *kern = p ? p->kernels : NULL;
     enum gw_kernels kernels = GW_KERNELS_FAST; /* within 1e-6 of the CPU, greedy-identical (docs/BENCHMARKS.md) */
     if (kern && *kern && gw_kernels_parse(kern, &kernels))
         return nb_errf(err, errlen, NB_EINVAL, "cuda backend: kernels \"%s\": want ref or fast", kern);

@@ -16,11 +16,13 @@
 
 struct model;
 
-/* Reads PREPARED/placement.json: *local gets one byte per (block, expert)
- * for blocks 0 … n_layer+n_nextn-1, 1 where the expert is VRAM-tier; *n_remote
- * the count of the others.  A path of NULL means "every expert local". */
-int gwp_placement_local(const char *placement_path, const struct model *m, uint8_t **local, int64_t *n_remote,
-                        char *err, size_t errlen);
+/* The placement (core/prepared read it against experts.idx) as per-block
+ * maps for blocks 0 … n_layer+n_nextn-1: *local one byte per (block, expert),
+ * 1 where the expert is VRAM-tier; *ssd_blob one uint64 per (block, expert),
+ * the layer's blob bytes where it is SSD-tier, else 0; *n_remote the count of
+ * non-local pairs.  x NULL: no placement, every expert local. */
+int gwp_placement_maps(const struct prepared_idx *x, const struct prepared_placement *p, const struct model *m,
+                       uint8_t **local, uint64_t **ssd_blob, int64_t *n_remote, char *err, size_t errlen);
 
 /* Waits (timeout_ns) for the response with this tag on resp, releasing the
  * stale ones before it (answers to requests a previous client gave up on);
@@ -42,7 +44,7 @@ struct gwp_moe_client {
     int scratch_rows, scratch_pairs;
     shm_stats *stats;    /* optional, with the block to count in */
     uint32_t stats_block;
-    const uint64_t *ssd_blob; /* optional (gwp_placement_ssd_blobs): counts SHM_STAT_SSD_BLOB_BYTES */
+    const uint64_t *ssd_blob; /* optional (gwp_placement_maps): counts SHM_STAT_SSD_BLOB_BYTES */
     uint8_t *seen;            /* scratch: n_expert flags */
 };
 
@@ -53,21 +55,6 @@ void gwp_moe_client_close(struct gwp_moe_client *c);
 /* The gw_moe_remote_fn; ctx is a gwp_moe_client. */
 int gwp_moe_remote(void *ctx, int layer, int n_rows, const float *x, int n_pairs, const int32_t *rows,
                    const int32_t *experts, const float *weights, float *out, char *err, size_t errlen);
-
-/* *blob gets one uint64 per (block, expert): the layer's blob_bytes where the
- * placement puts the expert on SSD, else 0 (all 0 for a NULL path). */
-int gwp_placement_ssd_blobs(const char *placement_path, const struct model *m, uint64_t **blob, char *err,
-                            size_t errlen);
-
-/* Reads request.vram_budget of placement.json (nebula-prepare's device
- * budget): *bytes the number, 0 for "all", a missing key or a NULL path; and
- * request.vram_ctx, the positions its reserve holds K/V for (*ctx; 0 when not
- * recorded: an older placement, whose budget is the weights' share only). */
-int gwp_placement_vram_budget(const char *placement_path, uint64_t *bytes, int64_t *ctx, char *err, size_t errlen);
-
-/* Reads request.ple_tier of placement.json: *ssd true for "ssd" (a missing
- * key or a NULL path is "ram"). */
-int gwp_placement_ple_ssd(const char *placement_path, bool *ssd, char *err, size_t errlen);
 
 /* ple_pager.c: the PLE rows hook answered by the ssd-pager over `pager-gw`. */
 struct gwp_ple_config {

@@ -12,7 +12,9 @@
  * so a heartbeat is late only while an eval runs (the coordinator, which is
  * waiting for that eval, knows). */
 #include "core/ctl/ctl.h"
+#include "core/ctl/worker.h"
 #include "core/model/model.h"
+#include "core/prepared/prepared.h"
 #include "core/util/err.h"
 #include "core/util/log.h"
 #include "gpu-worker/proc/gw_proc.h"
@@ -46,11 +48,13 @@ struct gwp {
     shm_stats *stats;
     uint32_t block;
     uint64_t layer_t0; /* per-layer timing through the layer tap */
-    bool layer_times;  /* take it (layer_times_wanted) */
-    const char *backend; /* gw_backend_params.kind: --backend, else $NEBULA_GW_BACKEND, else "cpu" */
-    const char *kernels; /* --kernels (cuda; NULL: $NEBULA_CUDA_KERNELS, else fast) */
-    uint64_t vram_budget; /* --vram-budget (0: the placement's, else none) */
-    int64_t n_ctx;        /* --ctx: positions the budget reserves K/V for (0: the model's) */
+    bool layer_times;  /* take it (configure's layer_times) */
+    /* Flags given by hand (tests, a worker run alone); each one, where given,
+     * overrides the configure field of the same name. */
+    const char *backend;  /* --backend (NULL: configure's, else "cpu") */
+    const char *kernels;  /* --kernels (NULL: configure's, else the backend's default, fast) */
+    uint64_t vram_budget; /* --vram-budget (0: configure's, else the placement's, else none) */
+    int64_t n_ctx;        /* --ctx: positions the budget reserves K/V for (0: configure's, else the placement's, model's) */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -72,19 +76,22 @@ static void usage(FILE *f)
                "A worker of the Nebula pipeline, started by nebula-coordinator: it connects to the\n"
                "coordinator's control socket (ipc://RUNDIR/control.sock), says hello and waits for\n"
                "its configuration (model, placement, shared-memory regions).  Not run by hand.\n"
-               "--backend picks the compute backend (default: $NEBULA_GW_BACKEND, else cpu); cuda\n"
+               "The coordinator's --backend, --kernels, --vram-budget, --ctx and --layer-times come in\n"
+               "the configure message; the flags here, where given, override them.\n"
+               "--backend picks the compute backend (default cpu); cuda\n"
                "runs the forward pass on the GPU and fails the configuration where there is none.\n"
-               "--kernels picks its matrix kernels (default: $NEBULA_CUDA_KERNELS, else fast: fp32,\n"
+               "--kernels picks its matrix kernels (default fast: fp32,\n"
                "within 1e-6 of the CPU reference; ref: bit-faithful to it, for parity checks).\n"
-               "--vram-budget (like 80G; default $NEBULA_GW_VRAM_BUDGET) caps its device memory:\n"
+               "--vram-budget (like 80G) caps its device memory:\n"
                "dense weights + MTP + K/V for --ctx positions (default: placement.json's\n"
                "request.vram_ctx, else the model's context) + the VRAM-tier experts + scratch must\n"
                "fit, or the configuration fails naming each part.  Without it, placement.json's\n"
                "request.vram_budget (nebula-prepare --vram-budget: the whole device budget) is the cap.\n"
                "--probe KIND says whether that backend can run on this machine (exit 0) or why not\n"
                "(exit 1): deploy/start.sh --backend auto uses it.\n"
-               "Time per layer (nebulactl profile) is taken on the CPU backend; on cuda only with\n"
-               "$NEBULA_GW_LAYER_TIMES=1, as it costs a synchronisation per layer and the CUDA graph.\n");
+               "Time per layer (nebulactl profile) is taken on the CPU backend; on cuda only when\n"
+               "configured so (nebula-coordinator --layer-times): it costs a synchronisation per layer\n"
+               "and the CUDA graph.\n");
 }
 
 static int send_simple(struct gwp *w, const char *type, const char *message)
@@ -109,15 +116,10 @@ static int send_simple(struct gwp *w, const char *type, const char *message)
  * Through the layer tap, a host call after each layer: free on the CPU
  * backend, but on the GPU it costs a synchronisation per layer and the
  * decode step's CUDA graph, so there it is taken only when asked
- * ($NEBULA_GW_LAYER_TIMES=1, for `nebulactl profile`).  The VRAM hits and
- * misses need no tap: the pairs the backend computed are the hits
- * (gw_backend_experts_computed), the rest of k per row and layer missed. */
-static bool layer_times_wanted(const char *backend)
-{
-    const char *e = getenv("NEBULA_GW_LAYER_TIMES");
-    if (e && *e) return strcmp(e, "0") != 0;
-    return !backend || strcmp(backend, "cuda") != 0;
-}
+ * (configure's layer_times: nebula-coordinator --layer-times, for
+ * `nebulactl profile`).  The VRAM hits and misses need no tap: the pairs the
+ * backend computed are the hits (gw_backend_experts_computed), the rest of k
+ * per row and layer missed. */
 
 static void layer_tap(void *ctx, int layer, int n_tokens, const float *wide)
 {
@@ -137,12 +139,6 @@ static void publish_vram(struct gwp *w)
 
 /* ---- configure ---- */
 
-static const char *str_field(const cJSON *m, const char *name)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, name);
-    return cJSON_IsString(v) && v->valuestring[0] ? v->valuestring : NULL;
-}
-
 static int open_regions(struct gwp *w, const char *inst, int64_t n_remote, char *err, size_t errlen)
 {
     int rc = shm_region_open(inst, "step", &w->step_reg, err, errlen);
@@ -161,18 +157,14 @@ static int open_regions(struct gwp *w, const char *inst, int64_t n_remote, char 
 
 /* The PLE table on SSD: staging slots (configure's "staging") and the
  * `pager-gw` ring pair, then the rows hook. */
-static int open_ple_pager(struct gwp *w, const cJSON *msg, const char *inst, char *err, size_t errlen)
+static int open_ple_pager(struct gwp *w, const struct ctl_configure *c, char *err, size_t errlen)
 {
-    const char *prepared = str_field(msg, "prepared");
-    const cJSON *st = cJSON_GetObjectItemCaseSensitive(msg, "staging");
-    const cJSON *sb = cJSON_GetObjectItemCaseSensitive(st, "slot_bytes"), *f = cJSON_GetObjectItemCaseSensitive(st, "first");
-    const cJSON *n = cJSON_GetObjectItemCaseSensitive(st, "count");
-    if (!prepared || !cJSON_IsNumber(sb) || !cJSON_IsNumber(f) || !cJSON_IsNumber(n))
+    if (!c->prepared[0] || !c->staging_count)
         return nb_errf(err, errlen, NB_EINVAL, "the PLE table is on SSD but configure lacks prepared or staging");
-    int rc = shm_region_open(inst, "staging", &w->staging_reg, err, errlen);
-    if (!rc) rc = shm_region_open(inst, "pager-gw", &w->pager_gw_reg, err, errlen);
-    struct gwp_ple_config cfg = {prepared, &w->pager_gw_reg, &w->staging_reg, (uint64_t)sb->valuedouble,
-                                 (uint32_t)f->valueint, (uint32_t)n->valueint};
+    int rc = shm_region_open(c->instance, "staging", &w->staging_reg, err, errlen);
+    if (!rc) rc = shm_region_open(c->instance, "pager-gw", &w->pager_gw_reg, err, errlen);
+    struct gwp_ple_config cfg = {c->prepared, &w->pager_gw_reg, &w->staging_reg, c->staging_slot_bytes,
+                                 c->staging_first, c->staging_count};
     if (!rc) rc = gwp_ple_client_open(&w->ple, &cfg, w->m, err, errlen);
     if (rc) return rc;
     w->have_ple = true;
@@ -183,46 +175,54 @@ static int open_ple_pager(struct gwp *w, const cJSON *msg, const char *inst, cha
 
 static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
 {
-    const char *inst = str_field(msg, "instance"), *model = str_field(msg, "model");
-    const char *placement = str_field(msg, "placement");
-    const cJSON *threads = cJSON_GetObjectItemCaseSensitive(msg, "threads");
-    const cJSON *spin_us = cJSON_GetObjectItemCaseSensitive(msg, "ring_spin_us");
-    const cJSON *block = cJSON_GetObjectItemCaseSensitive(msg, "stats_worker");
-    if (!inst || !model || !cJSON_IsNumber(block))
-        return nb_errf(err, errlen, NB_EINVAL, "configure lacks instance, model or stats_worker");
-    w->block = (uint32_t)block->valueint;
-    int rc = model_open(model, &w->m, err, errlen);
+    struct ctl_configure c;
+    int rc = ctl_configure_parse(msg, &c, err, errlen);
     if (rc) return rc;
+    if (!c.model[0]) return nb_errf(err, errlen, NB_EINVAL, "configure names no model");
+    const char *backend = w->backend ? w->backend : c.backend[0] ? c.backend : "cpu";
+    const char *kernels = w->kernels ? w->kernels : c.kernels[0] ? c.kernels : NULL;
+    const uint64_t budget = w->vram_budget ? w->vram_budget : c.vram_budget;
+    const int64_t n_ctx = w->n_ctx > 0 ? w->n_ctx : c.n_ctx;
+    enum gw_kernels k;
+    if (kernels && gw_kernels_parse(kernels, &k))
+        return nb_errf(err, errlen, NB_EINVAL, "configure: kernels \"%s\": want ref or fast", kernels);
+    w->block = c.stats_worker, w->layer_times = c.layer_times;
+    if ((rc = model_open(c.model, &w->m, err, errlen))) return rc;
+    /* The placement (core/prepared reads it), when there is one. */
     int64_t n_remote = 0;
-    bool ple_ssd = false;
-    uint64_t placement_budget = 0;
-    int64_t placement_ctx = 0;
-    if ((rc = gwp_placement_local(placement, w->m, &w->local, &n_remote, err, errlen))) return rc;
-    if ((rc = gwp_placement_ssd_blobs(placement, w->m, &w->ssd_blob, err, errlen))) return rc;
-    if ((rc = gwp_placement_vram_budget(placement, &placement_budget, &placement_ctx, err, errlen))) return rc;
+    struct prepared_idx x = {0};
+    struct prepared_placement pl = {0};
+    const bool placed = c.placement[0] != 0;
+    if (placed && (rc = prepared_plan_load(c.prepared, c.placement, &x, &pl, err, errlen))) return rc;
+    rc = gwp_placement_maps(placed ? &x : NULL, &pl, w->m, &w->local, &w->ssd_blob, &n_remote, err, errlen);
+    const bool ple_ssd = pl.ple_ssd;
+    const uint64_t placement_budget = pl.vram_budget;
+    const int64_t placement_ctx = pl.vram_ctx;
+    prepared_placement_free(&pl);
+    prepared_idx_free(&x);
+    if (rc) return rc;
     /* The experts it computes are known before the backend exists: only those
      * are uploaded.  K/V for --ctx, else the context the placement reserved. */
     struct gw_vram_parts plan;
-    gw_vram_plan(w->m, w->local, w->n_ctx > 0 ? w->n_ctx : placement_ctx, &plan);
-    struct gw_backend_params bp = {.kind = w->backend,
-                                   .n_threads = cJSON_IsNumber(threads) ? threads->valueint : 0,
-                                   .kernels = w->kernels,
+    gw_vram_plan(w->m, w->local, n_ctx > 0 ? n_ctx : placement_ctx, &plan);
+    struct gw_backend_params bp = {.kind = backend,
+                                   .n_threads = c.threads,
+                                   .kernels = kernels,
                                    .local = w->local,
-                                   .vram_budget = gw_vram_worker_budget(w->vram_budget, placement_budget, placement_ctx > 0, &plan),
+                                   .vram_budget = gw_vram_worker_budget(budget, placement_budget, placement_ctx > 0, &plan),
                                    .n_ctx = plan.n_ctx};
     if ((rc = gw_backend_create(w->m, &bp, &w->be, err, errlen))) return rc;
     if ((rc = gw_seq_create(w->be, &w->seq, err, errlen))) return rc;
-    if ((rc = open_regions(w, inst, n_remote, err, errlen))) return rc;
+    if ((rc = open_regions(w, c.instance, n_remote, err, errlen))) return rc;
     /* The answer of the cpu-moe-worker comes within a millisecond or so: when
      * the coordinator found a core for it (coordinator/cpu_plan.c), wait
      * spinning that long instead of being woken by a futex. */
-    if (w->have_moe && cJSON_IsNumber(spin_us) && spin_us->valuedouble >= 1 && spin_us->valuedouble <= 1e6)
-        ring_set_spin_ns(w->moe.rp.resp, (uint64_t)spin_us->valuedouble * 1000ull);
+    if (w->have_moe && c.ring_spin_us >= 1) ring_set_spin_ns(w->moe.rp.resp, (uint64_t)c.ring_spin_us * 1000ull);
     publish_vram(w);
-    if ((rc = gwp_placement_ple_ssd(placement, &ple_ssd, err, errlen))) return rc;
-    if (ple_ssd && (rc = open_ple_pager(w, msg, inst, err, errlen))) return rc;
-    nb_log("configured: model %s, %s backend, %lld experts remote%s, PLE table %s, %d threads", model, bp.kind,
-           (long long)n_remote, placement ? "" : " (no placement: all local)", ple_ssd ? "on SSD" : "in RAM", bp.n_threads);
+    if (ple_ssd && (rc = open_ple_pager(w, &c, err, errlen))) return rc;
+    nb_log("configured: model %s, %s backend (kernels %s), %lld experts remote%s, PLE table %s, %d threads%s", c.model,
+           bp.kind, kernels ? kernels : "default", (long long)n_remote, placed ? "" : " (no placement: all local)",
+           ple_ssd ? "on SSD" : "in RAM", bp.n_threads, w->layer_times ? ", time per layer" : "");
     if (bp.vram_budget || gw_backend_vram_bytes(w->be))
         nb_log("VRAM: budget %.1f MiB (0: none) for %lld positions, %.1f MiB in use after loading",
                (double)bp.vram_budget / 1048576.0, (long long)plan.n_ctx, (double)gw_backend_vram_bytes(w->be) / 1048576.0);
@@ -403,15 +403,10 @@ static void teardown(struct gwp *w)
 int main(int argc, char **argv)
 {
     nb_log_set_name(ROLE);
-    const char *endpoint = NULL, *backend = getenv("NEBULA_GW_BACKEND"), *kernels = NULL;
+    const char *endpoint = NULL, *backend = NULL, *kernels = NULL;
     uint64_t vram_budget = 0;
     long long n_ctx = 0;
     char err[512];
-    const char *env_budget = getenv("NEBULA_GW_VRAM_BUDGET"); /* how a coordinator-started worker gets one */
-    if (env_budget && *env_budget && gw_vram_parse_bytes(env_budget, &vram_budget, err, sizeof err)) {
-        fprintf(stderr, "nebula-gpu-worker: $NEBULA_GW_VRAM_BUDGET: %s\n", err);
-        return 2;
-    }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
         if (!strcmp(argv[i], "--probe") && i + 1 < argc) { /* can a backend of this kind run here? */
@@ -420,7 +415,7 @@ int main(int argc, char **argv)
             return rc == 0 ? 0 : rc == NB_EINVAL ? 2 : 1;
         }
         if (!strcmp(argv[i], "--control") && i + 1 < argc) endpoint = argv[++i];
-        else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i][0] ? argv[i] : NULL;
         else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) {
             kernels = argv[++i];
             enum gw_kernels k;
@@ -447,9 +442,7 @@ int main(int argc, char **argv)
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL), sigaction(SIGINT, &sa, NULL);
     struct gwp w = {0};
-    w.backend = backend && *backend ? backend : "cpu";
-    w.layer_times = layer_times_wanted(w.backend);
-    w.kernels = kernels, w.vram_budget = vram_budget, w.n_ctx = n_ctx;
+    w.backend = backend, w.kernels = kernels, w.vram_budget = vram_budget, w.n_ctx = n_ctx;
     if (ctl_open(CTL_DEALER, endpoint, ROLE, &w.ctl, err, sizeof err)) {
         nb_log("cannot connect to %s: %s", endpoint, err);
         return 1;

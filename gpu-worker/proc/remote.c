@@ -1,9 +1,9 @@
 /* remote.c — which experts this gpu-worker computes, and the hook that sends
  * the others to the cpu-moe-worker.
  *
- * The placement (placement.json of nebula-prepare, docs/FILES.md) gives each
- * expert one tier; the VRAM tier is "local" (and says where the PLE table is:
- * gwp_placement_ple_ssd).  For every MoE layer with remote
+ * The placement (placement.json of nebula-prepare, docs/FILES.md, read by
+ * core/prepared) gives each expert one tier; the VRAM tier is "local"
+ * (gwp_placement_maps).  For every MoE layer with remote
  * pairs the backend calls gwp_moe_remote(), which cuts the batch into pieces
  * of at most max_tokens rows (one ring slot each), lays each row's routed
  * slots out as moe_proto.h says (remote expert id or MOE_LOCAL), and waits for
@@ -16,155 +16,41 @@
 #include "core/util/err.h"
 #include "cpu-moe-worker/moe_proto.h"
 
-#include <cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-static int read_text(const char *path, char **out, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return nb_errf(err, errlen, NB_ENOENT, "cannot open %s", path);
-    char *buf = NULL;
-    size_t n = 0, cap = 0, got;
-    do {
-        if (n + 4096 + 1 > cap) {
-            char *more = realloc(buf, cap = 2 * cap + 8192);
-            if (!more) {
-                free(buf), fclose(f);
-                return nb_errf(err, errlen, NB_ENOMEM, "out of memory reading %s", path);
-            }
-            buf = more;
-        }
-        got = fread(buf + n, 1, 4096, f);
-        n += got;
-    } while (got > 0);
-    fclose(f);
-    buf[n] = 0;
-    *out = buf;
-    return 0;
-}
-
-/* Marks the ids of one layer's "vram" list local; checks every id. */
-static int mark_layer(const cJSON *lo, const struct model *m, uint8_t *local, int64_t *n_local, char *err,
-                      size_t errlen)
-{
-    const cJSON *blk = cJSON_GetObjectItemCaseSensitive(lo, "layer");
-    const cJSON *vram = cJSON_GetObjectItemCaseSensitive(lo, "vram");
-    int n_blocks = m->hp.n_layer + m->hp.n_nextn, E = m->hp.n_expert;
-    if (!cJSON_IsNumber(blk) || blk->valueint < 0 || blk->valueint >= n_blocks || !cJSON_IsArray(vram))
-        return nb_errf(err, errlen, NB_EFORMAT, "placement: a layer entry lacks a valid \"layer\" or \"vram\"");
-    const cJSON *id;
-    cJSON_ArrayForEach(id, vram)
-    {
-        if (!cJSON_IsNumber(id) || id->valueint < 0 || id->valueint >= E)
-            return nb_errf(err, errlen, NB_EFORMAT, "placement: layer %d names expert outside [0, %d)", blk->valueint, E);
-        uint8_t *b = &local[(size_t)blk->valueint * (size_t)E + (size_t)id->valueint];
-        *n_local += !*b;
-        *b = 1;
-    }
-    return 0;
-}
-
-int gwp_placement_local(const char *placement_path, const struct model *m, uint8_t **local, int64_t *n_remote,
-                        char *err, size_t errlen)
+int gwp_placement_maps(const struct prepared_idx *x, const struct prepared_placement *p, const struct model *m,
+                       uint8_t **local, uint64_t **ssd_blob, int64_t *n_remote, char *err, size_t errlen)
 {
     /* Every block of qwen4exp (trunk and MTP) has a routed MoE. */
-    int n_blocks = m->hp.n_layer + m->hp.n_nextn, E = m->hp.n_expert;
-    size_t n = (size_t)n_blocks * (size_t)E;
+    const int n_blocks = m->hp.n_layer + m->hp.n_nextn, E = m->hp.n_expert;
+    const size_t n = (size_t)n_blocks * (size_t)E;
     uint8_t *map = calloc(n ? n : 1, 1);
-    if (!map) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
-    if (!placement_path) {
-        memset(map, 1, n);
-        *local = map, *n_remote = 0;
-        return 0;
-    }
-    char *text = NULL;
+    uint64_t *blob = calloc(n ? n : 1, sizeof *blob);
     int64_t n_local = 0;
-    int rc = read_text(placement_path, &text, err, errlen);
-    cJSON *root = rc ? NULL : cJSON_Parse(text);
-    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(root, "layers"), *lo;
-    if (!rc && !cJSON_IsArray(layers))
-        rc = nb_errf(err, errlen, NB_EFORMAT, "%s: not a placement (no \"layers\" list)", placement_path);
-    if (!rc) cJSON_ArrayForEach(lo, layers) if (!rc) rc = mark_layer(lo, m, map, &n_local, err, errlen);
-    cJSON_Delete(root);
-    free(text);
+    int rc = map && blob ? 0 : nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    if (!rc && !x) memset(map, 1, n), n_local = (int64_t)n;
+    for (int i = 0; !rc && x && i < x->n_layers; i++) {
+        const struct prepared_layer *L = &x->layers[i];
+        if ((int)L->block >= n_blocks || (int)L->n_expert != E) {
+            rc = nb_errf(err, errlen, NB_EFORMAT, "placement: layer of block %u (%u experts) is not in the model (%d blocks of %d)",
+                         L->block, L->n_expert, n_blocks, E);
+            break;
+        }
+        for (int e = 0; e < E; e++) {
+            const size_t at = (size_t)L->block * (size_t)E + (size_t)e;
+            if (p->tier[i][e] == PREPARED_VRAM) map[at] = 1, n_local++;
+            else if (p->tier[i][e] == PREPARED_SSD) blob[at] = L->blob_bytes;
+        }
+    }
     if (rc) {
-        free(map);
+        free(map), free(blob);
         return rc;
     }
-    *local = map, *n_remote = (int64_t)n - n_local;
+    *local = map, *ssd_blob = blob, *n_remote = (int64_t)n - n_local;
     return 0;
-}
-
-/* blob[(block, e)] = the layer's blob_bytes for each id of its "ssd" list. */
-static int ssd_layer(const cJSON *lo, const struct model *m, uint64_t *blob, char *err, size_t errlen)
-{
-    const cJSON *blk = cJSON_GetObjectItemCaseSensitive(lo, "layer"), *ssd = cJSON_GetObjectItemCaseSensitive(lo, "ssd");
-    const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(lo, "blob_bytes"), *id;
-    int n_blocks = m->hp.n_layer + m->hp.n_nextn, E = m->hp.n_expert;
-    if (!cJSON_IsNumber(blk) || blk->valueint < 0 || blk->valueint >= n_blocks || !cJSON_IsNumber(bytes))
-        return nb_errf(err, errlen, NB_EFORMAT, "placement: a layer entry lacks a valid \"layer\" or \"blob_bytes\"");
-    cJSON_ArrayForEach(id, ssd)
-    {
-        if (!cJSON_IsNumber(id) || id->valueint < 0 || id->valueint >= E)
-            return nb_errf(err, errlen, NB_EFORMAT, "placement: layer %d names expert outside [0, %d)", blk->valueint, E);
-        blob[(size_t)blk->valueint * (size_t)E + (size_t)id->valueint] = (uint64_t)bytes->valuedouble;
-    }
-    return 0;
-}
-
-int gwp_placement_ssd_blobs(const char *placement_path, const struct model *m, uint64_t **blob, char *err,
-                            size_t errlen)
-{
-    size_t n = (size_t)(m->hp.n_layer + m->hp.n_nextn) * (size_t)m->hp.n_expert;
-    char *text = NULL;
-    if (!(*blob = calloc(n ? n : 1, sizeof **blob))) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
-    int rc = placement_path ? read_text(placement_path, &text, err, errlen) : 0;
-    cJSON *root = rc || !text ? NULL : cJSON_Parse(text);
-    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(root, "layers"), *lo;
-    cJSON_ArrayForEach(lo, layers) if (!rc) rc = ssd_layer(lo, m, *blob, err, errlen);
-    cJSON_Delete(root);
-    free(text);
-    return rc;
-}
-
-int gwp_placement_vram_budget(const char *placement_path, uint64_t *bytes, int64_t *ctx, char *err, size_t errlen)
-{
-    *bytes = 0, *ctx = 0;
-    if (!placement_path) return 0;
-    char *text = NULL;
-    int rc = read_text(placement_path, &text, err, errlen);
-    cJSON *root = rc ? NULL : cJSON_Parse(text);
-    const cJSON *b = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "request"), "vram_budget");
-    if (!rc && !root) rc = nb_errf(err, errlen, NB_EFORMAT, "%s: not JSON", placement_path);
-    else if (!rc && cJSON_IsNumber(b) && b->valuedouble >= 0) *bytes = (uint64_t)b->valuedouble;
-    else if (!rc && b && !(cJSON_IsString(b) && !strcmp(b->valuestring, "all")))
-        rc = nb_errf(err, errlen, NB_EFORMAT, "%s: request.vram_budget is neither a byte count nor \"all\"", placement_path);
-    const cJSON *c = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "request"), "vram_ctx");
-    if (!rc && cJSON_IsNumber(c) && c->valuedouble >= 1 && c->valuedouble < 9e15) *ctx = (int64_t)c->valuedouble;
-    else if (!rc && c) rc = nb_errf(err, errlen, NB_EFORMAT, "%s: request.vram_ctx is not a positive count", placement_path);
-    cJSON_Delete(root);
-    free(text);
-    return rc;
-}
-
-int gwp_placement_ple_ssd(const char *placement_path, bool *ssd, char *err, size_t errlen)
-{
-    *ssd = false;
-    if (!placement_path) return 0;
-    char *text = NULL;
-    int rc = read_text(placement_path, &text, err, errlen);
-    cJSON *root = rc ? NULL : cJSON_Parse(text);
-    const cJSON *tier = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "request"), "ple_tier");
-    if (!rc && !root) rc = nb_errf(err, errlen, NB_EFORMAT, "%s: not JSON", placement_path);
-    else if (!rc && tier && (!cJSON_IsString(tier) || (strcmp(tier->valuestring, "ssd") && strcmp(tier->valuestring, "ram"))))
-        rc = nb_errf(err, errlen, NB_EFORMAT, "%s: request.ple_tier is neither \"ram\" nor \"ssd\"", placement_path);
-    else if (!rc && tier) *ssd = strcmp(tier->valuestring, "ssd") == 0;
-    cJSON_Delete(root);
-    free(text);
-    return rc;
 }
 
 /* ---- the moe ring client ---- */

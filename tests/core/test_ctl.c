@@ -201,7 +201,8 @@ Test(ctl, configure_round_trip_and_ring_spin)
 {
     struct ctl_configure a = {.instance = "nebula-1-2", .prepared = "/p", .threads = 15, .ring_spin_us = 5000,
                               .stats_worker = 1, .moe_offset = 4096, .staging_slot_bytes = 8192, .staging_slots = 4,
-                              .staging_first = 1, .staging_count = 3},
+                              .staging_first = 1, .staging_count = 3, .backend = "cuda", .kernels = "ref",
+                              .vram_budget = 80ull << 30, .n_ctx = 4096, .layer_times = true},
                          b;
     char err[256];
     cJSON *m = ctl_configure_to_json(&a);
@@ -211,6 +212,26 @@ Test(ctl, configure_round_trip_and_ring_spin)
     cr_assert_eq(b.ring_spin_us, 5000);
     cr_assert_eq(b.staging_first, 1);
     cr_assert_str_eq(b.placement, "/p/placement.json");
+    cr_assert_str_eq(b.backend, "cuda");
+    cr_assert_str_eq(b.kernels, "ref");
+    cr_assert_eq(b.vram_budget, 80ull << 30);
+    cr_assert_eq(b.n_ctx, 4096);
+    cr_assert(b.layer_times);
+    /* Every field is required: one encoder, so a message without one is not ours. */
+    static const char *required[] = {"backend", "kernels", "vram_budget", "ctx", "layer_times", "threads"};
+    for (size_t i = 0; i < sizeof required / sizeof *required; i++) {
+        cJSON *cut = cJSON_Duplicate(m, 1);
+        cJSON_DeleteItemFromObject(cut, required[i]);
+        cr_assert_eq(ctl_configure_parse(cut, &b, err, sizeof err), NB_EFORMAT, "%s", required[i]);
+        cr_assert(strstr(err, required[i]), "%s: %s", required[i], err);
+        cJSON_Delete(cut);
+    }
+    /* Without a prepared directory there is no placement (every expert local). */
+    struct ctl_configure none = {.instance = "i", .model = "m.gguf"};
+    cJSON *n = ctl_configure_to_json(&none);
+    cr_assert_eq(ctl_configure_parse(n, &b, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(b.placement, "");
+    cJSON_Delete(n);
     cJSON_ReplaceItemInObject(m, "ring_spin_us", cJSON_CreateNumber(2e6));
     cr_assert_eq(ctl_configure_parse(m, &b, err, sizeof err), NB_EFORMAT);
     cJSON_DeleteItemFromObject(m, "ring_spin_us");

@@ -154,9 +154,12 @@ static inline void rig_regions(struct rig *r)
 static inline void rig_start(struct rig *r, const char *gguf, const char *ram, bool with_moe)
 {
     char err[256], cmd[1024];
-    bool via = r->via_stand_in; /* the one field a caller sets before (r must start zeroed) */
+    bool via = r->via_stand_in; /* the fields a caller sets before (r must start zeroed) */
+    char kernels[sizeof r->conf.kernels];
+    memcpy(kernels, r->conf.kernels, sizeof kernels);
     memset(r, 0, sizeof *r);
     r->via_stand_in = via;
+    memcpy(r->conf.kernels, kernels, sizeof kernels); /* the cpu-moe-worker's, as the coordinator's --cpu-kernels */
     r->seed = 12345;
     /* /tmp is a disk here, so O_DIRECT is used; a test may pick tmpfs (no O_DIRECT). */
     snprintf(r->dir, sizeof r->dir, "%s/nbtest-moe-XXXXXX", rig_tmp_base);

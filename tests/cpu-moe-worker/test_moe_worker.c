@@ -144,13 +144,13 @@ static void bit_exact(const char *name, const char *type, const char *ram)
 Test(moe_worker, bit_exact_tiny_a_q8_0) { bit_exact("tiny-a", "q8_0", "48K"); }
 Test(moe_worker, bit_exact_tiny_b_mix_fused_mtp) { bit_exact("tiny-b", "mix", "64K"); }
 
-/* NEBULA_CPU_KERNELS=fast (inherited by the worker): answers within float
- * tolerance of gw_expert_ffn, and the worker says which kernels it runs. */
+/* configure's kernels "fast" (the coordinator's --cpu-kernels): answers
+ * within float tolerance of gw_expert_ffn, and the worker says which kernels
+ * it runs. */
 Test(moe_worker, fast_kernels_tiny_b_mix)
 {
-    setenv("NEBULA_CPU_KERNELS", "fast", 1);
     tolerant = true;
-    struct rig r = {0};
+    struct rig r = {.conf.kernels = "fast"};
     rig_start(&r, fixture_gguf_typed("tiny-b", "mix"), "64K", true);
     stream(&r, 20);
     cr_assert_eq(shm_stats_get(r.stats, RIG_MOE_WORKER, SHM_STAT_ERRORS), 0);
@@ -167,7 +167,7 @@ Test(moe_worker, fast_kernels_tiny_b_mix)
 
 Test(moe_worker, unknown_kernels_refused)
 {
-    int st = system("NEBULA_CPU_KERNELS=fastest build/bin/nebula-cpu-moe-worker --control ipc:///nonexistent 2>/dev/null");
+    int st = system("build/bin/nebula-cpu-moe-worker --kernels fastest --control ipc:///nonexistent 2>/dev/null");
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d", st);
 }
 

@@ -45,8 +45,8 @@
  *             are the ones gw_vram_allocs lists;
  *   vram-budget  a budget of 4 KiB is refused with every part named;
  *   argmax    greedy with gw_eval_args.argmax (no logits copied): the same ids.
- * --kernels picks the cuda backends' matrix kernels (default: the backend's:
- * $NEBULA_CUDA_KERNELS, else fast); "ref" must pass the same checks.
+ * --kernels picks the cuda backends' matrix kernels (default: the backend's,
+ * fast); "ref" must pass the same checks.
  * Logits pass when max|cuda − cpu| ≤ tol · max|cpu| (tol 1e-3).  Exit 0 only
  * when everything passed; 77 (SKIP) when no CUDA device is there. */
 #include <stdio.h>

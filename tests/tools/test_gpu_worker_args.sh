@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_gpu_worker_args.sh — nebula-gpu-worker's VRAM and kernel options from
-# the shell: a byte count it cannot read (--vram-budget or
-# $NEBULA_GW_VRAM_BUDGET) or a bad --ctx exits 2 with a message saying which,
+# the shell: a byte count it cannot read (--vram-budget) or a bad --ctx
+# exits 2 with a message saying which,
 # before anything is opened; --help names the options.  (The budget itself:
 # tests/gpu-worker/test_vram.c; refused by the CUDA backend:
 # test_cuda_backend.c on a GPU.)  Run by tests/run-tests.sh with BUILD set.
@@ -25,13 +25,12 @@ expect() { # $1 = description, $2 = exit code, $3 = text in stderr, rest = comma
 ep=ipc:///nonexistent/control.sock
 expect "--vram-budget 12Q refused" 2 'is not a byte count' "$BIN" --control "$ep" --vram-budget 12Q
 expect "--vram-budget -5 refused" 2 '--vram-budget' "$BIN" --control "$ep" --vram-budget -5
-expect "\$NEBULA_GW_VRAM_BUDGET refused" 2 'NEBULA_GW_VRAM_BUDGET' env NEBULA_GW_VRAM_BUDGET=lots "$BIN" --control "$ep"
 expect "--ctx 0 refused" 2 'positive number of positions' "$BIN" --control "$ep" --ctx 0
 expect "--ctx 12x refused" 2 'positive number of positions' "$BIN" --control "$ep" --ctx 12x
 expect "--kernels turbo refused" 2 'want ref or fast' "$BIN" --control "$ep" --kernels turbo
 expect "--kernels without a value: usage" 2 'usage: nebula-gpu-worker' "$BIN" --control "$ep" --kernels
 help=$("$BIN" --help)
-for opt in --vram-budget --ctx --kernels NEBULA_GW_VRAM_BUDGET NEBULA_CUDA_KERNELS; do
+for opt in --vram-budget --ctx --kernels --backend --layer-times; do
     if grep -qF -- "$opt" <<<"$help"; then echo "ok   --help names $opt"; else echo "FAIL --help lacks $opt"; fails=$((fails + 1)); fi
 done
 echo "$fails failed"

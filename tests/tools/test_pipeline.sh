@@ -8,7 +8,8 @@
 # cpu-moe-worker sum to k x MoE layers x tokens, for every placement); shutdown
 # leaves no process, no /dev/shm object and no runtime directory.  Whatever
 # happens, the trap kills the processes this test started (by pid) and
-# removes the instance's /dev/shm objects.
+# removes the instance's /dev/shm objects.  TEST_BACKEND=cuda (the GPU
+# machine) runs the coordinators with --backend cuda; default cpu.
 set -u
 BUILD=${BUILD:-build}
 bin=$BUILD/bin
@@ -71,8 +72,8 @@ if status["experts_computed"] != total: err.append("status says %s computed" % s
 # the cuda gpu-worker publishes its peak VRAM, and copies the remote results to the device
 import os
 if "vram_peak_bytes" not in status: err.append("status lacks vram_peak_bytes")
-if os.environ.get("NEBULA_GW_BACKEND") == "cuda" and not status.get("vram_peak_bytes"): err.append("cuda gpu-worker: no VRAM peak")
-if os.environ.get("NEBULA_GW_BACKEND") == "cuda" and gw["expert_misses"] and gw["bytes_copied"] < gw["expert_misses"] * 4: err.append("cuda gpu-worker: bytes_copied %d" % gw["bytes_copied"])
+if os.environ.get("TEST_BACKEND") == "cuda" and not status.get("vram_peak_bytes"): err.append("cuda gpu-worker: no VRAM peak")
+if os.environ.get("TEST_BACKEND") == "cuda" and gw["expert_misses"] and gw["bytes_copied"] < gw["expert_misses"] * 4: err.append("cuda gpu-worker: bytes_copied %d" % gw["bytes_copied"])
 print("; ".join(err))
 sys.exit(1 if err else 0)
 PY
@@ -86,14 +87,9 @@ prefix=$(grep -o '"prefix_len": *[0-9]*' "$fx/manifest.json" | grep -o '[0-9]*$'
 tr -s ' \n' '\n' <"$fx/tokens.txt" | head -n "$prefix" >"$tmp/prefix.txt"
 want=$(echo $(cat "$fx/greedy.txt"))
 
-# An all-VRAM placement (docs/FILES.md) for tiny-a: 4 layers x 8 experts.
-mkdir -p "$tmp/prep"
-python3 - "$tmp/prep/placement.json" <<'PY'
-import json, sys
-layers = [{"layer": l, "mtp": False, "blob_bytes": 0, "vram": list(range(8)), "ram": [], "ssd": []} for l in range(4)]
-tot = {"vram": {"experts": 32, "bytes": 0}, "ram": {"experts": 0, "bytes": 0}, "ssd": {"experts": 0, "bytes": 0}}
-json.dump({"format": "nebula.placement/1", "totals": tot, "layers": layers}, open(sys.argv[1], "w"))
-PY
+# An all-VRAM placement for tiny-a (4 layers x 8 experts), made by
+# nebula-prepare: core/prepared checks placement.json against experts.idx.
+"$bin/nebula-prepare" "$tmp/a.gguf" "$tmp/prep" --vram-budget all -q || { echo "FAIL: prepare all-VRAM"; exit 1; }
 
 # No coordinator yet: clear errors.
 "$bin/nebulactl" --runtime "$run" status >/dev/null 2>"$tmp/e"; rc=$?
@@ -103,7 +99,7 @@ grep -q "no coordinator" "$tmp/e" && ok || bad "generate --server without coordi
 "$bin/nebula-coordinator" --help | grep -q -- "--prepared" && ok || bad "coordinator --help"
 "$bin/nebula-gpu-worker" --help | grep -q -- "--control" && ok || bad "gpu-worker --help"
 
-"$bin/nebula-coordinator" --model "$tmp/a.gguf" --prepared "$tmp/prep" --runtime "$run" --threads 2 --http 127.0.0.1:0 2>"$tmp/coord.log" &
+"$bin/nebula-coordinator" --backend "${TEST_BACKEND:-cpu}" --model "$tmp/a.gguf" --prepared "$tmp/prep" --runtime "$run" --threads 2 --http 127.0.0.1:0 2>"$tmp/coord.log" &
 coord_pid=$!
 for _ in $(seq 100); do [ -S "$run/ctl.sock" ] && break; sleep 0.1; done
 wait_ready none && ok || bad "workers not ready: $(cat "$tmp/coord.log")"
@@ -168,7 +164,7 @@ for p in $(cat "$tmp/pids"); do kill -0 "$p" 2>/dev/null && alive=$((alive + 1))
 # The default runtime directory ($XDG_RUNTIME_DIR/nebula/<instance>), found by
 # nebulactl alone and by --instance.
 mkdir -p "$tmp/xdg" # before the coordinator starts: it creates only the nebula/ folder inside
-XDG_RUNTIME_DIR=$tmp/xdg "$bin/nebula-coordinator" --model "$tmp/a.gguf" --http 127.0.0.1:0 2>"$tmp/coord.log" &
+XDG_RUNTIME_DIR=$tmp/xdg "$bin/nebula-coordinator" --backend "${TEST_BACKEND:-cpu}" --model "$tmp/a.gguf" --http 127.0.0.1:0 2>"$tmp/coord.log" &
 coord_pid=$!
 for _ in $(seq 100); do ls "$tmp"/xdg/nebula/*/ctl.sock >/dev/null 2>&1 && break; sleep 0.1; done
 inst=$(XDG_RUNTIME_DIR=$tmp/xdg "$bin/nebulactl" --json status 2>/dev/null | json "d['instance']")
@@ -237,7 +233,7 @@ midkill() {
 placement_case() { # $1 = name, $2 = model, $3 = prepared dir, $4 = prefix ids, $5 = expected output, then roles to kill -9
     local name=$1 model=$2 prep=$3 ids=$4 want_out=$5 role; shift 5
     rm -rf "$run"
-    "$bin/nebula-coordinator" --model "$model" --prepared "$prep" --runtime "$run" --threads "${case_threads:-2}" --http 127.0.0.1:0 2>"$tmp/coord.log" &
+    "$bin/nebula-coordinator" --backend "${TEST_BACKEND:-cpu}" --model "$model" --prepared "$prep" --runtime "$run" --threads "${case_threads:-2}" --http 127.0.0.1:0 2>"$tmp/coord.log" &
     coord_pid=$!
     for _ in $(seq 100); do [ -S "$run/ctl.sock" ] && break; sleep 0.1; done
     wait_ready none || { bad "$name: workers not ready: $(cat "$tmp/coord.log" "$run"/*.log)"; return; }

@@ -26,9 +26,11 @@ set -u
 usage() {
     cat <<'EOF'
 usage: bench-cuda.sh [BUILD] [options]
-  --backend B       cuda (default; $NEBULA_BENCH_BACKEND) or cpu; the CUDA matrix kernels are
-                    the gpu-worker's choice ($NEBULA_CUDA_KERNELS=ref|fast), the CPU experts' the
-                    cpu-moe-worker's ($NEBULA_CPU_KERNELS=ref|fast); both recorded with the results
+  --backend B       cuda (default) or cpu
+  --kernels K       the gpu-worker's CUDA matrix kernels, ref or fast (default fast; the
+                    coordinator's --kernels)
+  --cpu-kernels K   the cpu-moe-worker's expert kernels, ref or fast (default: fast beside cuda,
+                    ref beside cpu; the coordinator's --cpu-kernels); both recorded with the results
   --layers N        layers of the synthetic slice (default 8)
   --mix NAME        quant mix (default q4_k_m; nebula-gen --help)
   --skew X          router skew (default: nebula-gen's calibrated one)
@@ -53,12 +55,12 @@ EOF
 }
 BUILD=build
 case ${1:-} in -*|"") ;; *) BUILD=$1; shift ;; esac
-backend=${NEBULA_BENCH_BACKEND:-cuda} layers=8 mix=q4_k_m skew= config=conf/qwen3.8-flash-next.config.json
+backend=cuda kernels=fast cpu_kernels= layers=8 mix=q4_k_m skew= config=conf/qwen3.8-flash-next.config.json
 ngram=65536 vram_gib=12 reserve_gib=1 slot_fraction= prompts=512,2048 gen=128 reps=3 campaign=32 threads=
 coord_args= models= append= setup_only=0
 while [ $# -gt 0 ]; do
     case $1 in
-        --backend) backend=$2 ;; --layers) layers=$2 ;; --mix) mix=$2 ;; --skew) skew=$2 ;;
+        --backend) backend=$2 ;; --kernels) kernels=$2 ;; --cpu-kernels) cpu_kernels=$2 ;; --layers) layers=$2 ;; --mix) mix=$2 ;; --skew) skew=$2 ;;
         --config) config=$2 ;; --ngram-base) ngram=$2 ;; --vram-gib) vram_gib=$2 ;; --reserve-gib) reserve_gib=$2 ;;
         --slot-fraction) slot_fraction=$2 ;; --prompts) prompts=$2 ;; --gen) gen=$2 ;; --reps) reps=$2 ;;
         --campaign) campaign=$2 ;; --threads) threads=$2 ;; --coord-args) coord_args=$2 ;;
@@ -77,6 +79,10 @@ for v in "--layers $layers" "--gen $gen" "--reps $reps" "--campaign $campaign" "
 [[ $prompts =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "bench-cuda: --prompts wants lengths like 512,2048" >&2; exit 2; }
 [ "$gen" -ge 2 ] || { echo "bench-cuda: --gen must be at least 2 (decode is measured from the second token)" >&2; exit 2; }
 case $backend in cuda|cpu) ;; *) echo "bench-cuda: --backend is cuda or cpu, got '$backend'" >&2; exit 2 ;; esac
+[ -n "$cpu_kernels" ] || { cpu_kernels=ref; [ "$backend" = cuda ] && cpu_kernels=fast; }
+for k in "--kernels $kernels" "--cpu-kernels $cpu_kernels"; do
+    case ${k#* } in ref|fast) ;; *) echo "bench-cuda: ${k% *} is ref or fast, got '${k#* }'" >&2; exit 2 ;; esac
+done
 bin=$BUILD/bin
 models=${models:-$BUILD/bench-models}
 here=$(dirname "$0")
@@ -84,8 +90,7 @@ for b in nebula nebula-gen nebula-prepare nebula-coordinator nebula-gpu-worker n
     [ -x "$bin/$b" ] || die "$bin/$b is not built (make)"
 done
 
-# The gpu-worker takes its budget from placement.json (nebula-prepare's), not an override.
-unset NEBULA_GW_VRAM_BUDGET
+# The gpu-worker takes its budget from placement.json (nebula-prepare's): no --vram-budget.
 ctx=$(( $(echo "${prompts//,/ }" | tr ' ' '\n' | sort -n | tail -1) + gen + 16 )) # the longest request, K/V sized for it
 
 # The machine: bandwidths first (and whether there is a GPU at all).
@@ -120,9 +125,9 @@ if [ "$backend" = cuda ] && [ "$has_gpu" != 1 ]; then
     echo "SKIP: no CUDA device ($(cat "$tmp/bw.err" 2>/dev/null | head -1)); --backend cpu runs the same flow on the CPU backend"
     exit 0
 fi
-# The gpu-worker's backend: nebula-gpu-worker reads $NEBULA_GW_BACKEND (the coordinator starts it).
-"$bin/nebula-gpu-worker" --help 2>&1 | grep -q "NEBULA_GW_BACKEND" || die "this build's nebula-gpu-worker cannot pick a backend"
-export NEBULA_GW_BACKEND=$backend
+# The workers' backend and kernels: the coordinator's flags, sent in their configure.
+"$bin/nebula-coordinator" --help 2>&1 | grep -q -- "--cpu-kernels" || die "this build's nebula-coordinator cannot pick a backend"
+engine_args=(--backend "$backend" --kernels "$kernels" --cpu-kernels "$cpu_kernels")
 
 # The model (kept between runs: generating is minutes per layer on few cores).
 mkdir -p "$models" || die "cannot create $models"
@@ -211,7 +216,7 @@ measure() { # $1 = label, $2 = bytes of expert slots
     rm -rf "$tmp/run"
     # shellcheck disable=SC2086 # coord_args is a list of words
     "$bin/nebula-coordinator" --model "$model" --prepared "$prep" --runtime "$tmp/run" --http off ${threads:+--threads "$threads"} \
-        $coord_args 2>"$tmp/coord-$1.log" &
+        "${engine_args[@]}" $coord_args 2>"$tmp/coord-$1.log" &
     coord_pid=$!
     ready() {
         "$bin/nebulactl" --runtime "$tmp/run" --json status 2>/dev/null |
@@ -257,11 +262,11 @@ measure slots "$slot_bytes"
 measure zero-slot 0
 budget=$(python3 -c "import json,sys; print(int(json.load(open(sys.argv[1]))['request']['vram_budget']))" "$tmp/placement-slots.json")
 
-python3 - "$tmp/slice.json" "$tmp/curve.json" "$backend" "$gen" "$reps" "$budget" "$budget_note" >"$tmp/meta.json" <<'PY'
+python3 - "$tmp/slice.json" "$tmp/curve.json" "$backend" "$gen" "$reps" "$budget" "$budget_note" "$kernels" "$cpu_kernels" >"$tmp/meta.json" <<'PY'
 import json, os, sys
 s, c = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-cpu_k = "CPU experts " + (os.environ.get("NEBULA_CPU_KERNELS") or "ref")
-s.update(backend=sys.argv[3] + (" (" + cpu_k + ")" if sys.argv[3] == "cpu" else " (kernels " + (os.environ.get("NEBULA_CUDA_KERNELS") or "fast") + "; " + cpu_k + ")"), gen=int(sys.argv[4]), reps=int(sys.argv[5]), slots_budget_bytes=int(sys.argv[6]),
+cpu_k = "CPU experts " + sys.argv[9]
+s.update(backend=sys.argv[3] + (" (" + cpu_k + ")" if sys.argv[3] == "cpu" else " (kernels " + sys.argv[8] + "; " + cpu_k + ")"), gen=int(sys.argv[4]), reps=int(sys.argv[5]), slots_budget_bytes=int(sys.argv[6]),
          budget_note=sys.argv[7], curve=c["curve"],
          curve_note=f"hotlist of one random-id campaign, hit rate measured on a second one; {c['selections']} routed selections",
          dense_read_bytes=s["dense_bytes"] - s["token_embd_bytes"] + s["token_embd_row_bytes"])

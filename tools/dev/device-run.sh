@@ -28,8 +28,7 @@ if [ "${SKIP_CHECK:-0}" != 1 ]; then
     grep '^FAIL' "$OUT/check.log" | head -20
 fi
 for k in ${CPU_KERNELS:-ref fast}; do
-    NEBULA_CPU_KERNELS=$k NEBULA_CUDA_KERNELS=${CUDA_KERNELS:-fast} timeout "${BENCH_S:-300}" \
-        bash tools/bench/bench-cuda.sh "$B" --layers "${LAYERS:-4}" --prompts "${PROMPTS:-512}" --gen "${GEN:-64}" \
+    timeout "${BENCH_S:-300}" bash tools/bench/bench-cuda.sh "$B" --kernels "${CUDA_KERNELS:-fast}" --cpu-kernels "$k" --layers "${LAYERS:-4}" --prompts "${PROMPTS:-512}" --gen "${GEN:-64}" \
         --reps "${REPS:-2}" --campaign "${CAMPAIGN:-8}" --models-dir /tmp/nebula-bench-models >"$OUT/bench-cpu-$k.md" 2>"$OUT/bench-cpu-$k.err"
     echo "bench (cpu experts $k): rc=$? at $(elapsed) s"
     grep -E '^\| (slots|zero-slot)|slots / zero-slot|a decode token|VRAM planned|EXCEEDED|EXACTNESS' "$OUT/bench-cpu-$k.md" | head -12

@@ -16,13 +16,13 @@ t0=$(date +%s)
 echo "model ready at $(($(date +%s) - t0)) s"
 python3 -c "import random; r=random.Random(1); print(' '.join(str(r.randrange(1000, 200000)) for _ in range(${PROMPT:-64})))" >/tmp/nebula-profile-prompt.txt
 for k in ${KERNELS:-fast}; do
-    echo "kernels $k: $(NEBULA_CUDA_KERNELS=$k "$B/bin/nebula" generate --backend cuda -m "$M" --tokens-file /tmp/nebula-profile-prompt.txt \
+    echo "kernels $k: $("$B/bin/nebula" generate --backend cuda --kernels "$k" -m "$M" --tokens-file /tmp/nebula-profile-prompt.txt \
         -n "${GEN:-64}" --greedy 2>&1 >/dev/null | tail -1)"
 done
 if command -v ncu >/dev/null 2>&1; then
-    NEBULA_CUDA_KERNELS=fast timeout "${NCU_S:-240}" ncu --clock-control none --metrics gpu__time_duration.sum \
+    timeout "${NCU_S:-240}" ncu --clock-control none --metrics gpu__time_duration.sum \
         --launch-skip "${SKIP:-2000}" --launch-count "${COUNT:-700}" --print-summary per-kernel --csv \
-        "$B/bin/nebula" generate --backend cuda -m "$M" --tokens-file /tmp/nebula-profile-prompt.txt -n 40 --greedy \
+        "$B/bin/nebula" generate --backend cuda --kernels fast -m "$M" --tokens-file /tmp/nebula-profile-prompt.txt -n 40 --greedy \
         >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
     echo "ncu: rc=$? at $(($(date +%s) - t0)) s"
     python3 - "$OUT/ncu.csv" <<'PY'

@@ -49,7 +49,8 @@ int cli_open(const struct cli_common *o, struct cli_model *cm)
         cli_close(cm);
         return CLI_USAGE;
     }
-    struct gw_backend_params bp = {.kind = o->backend ? o->backend : "cpu", .n_threads = o->threads};
+    struct gw_backend_params bp = {.kind = o->backend ? o->backend : "cpu", .n_threads = o->threads,
+                                   .kernels = o->kernels};
     if (gw_backend_create(cm->m, &bp, &cm->be, err, sizeof err) || gw_seq_create(cm->be, &cm->seq, err, sizeof err)) {
         fprintf(stderr, "nebula: cannot start the backend: %s\n", err);
         cli_close(cm);

@@ -28,6 +28,7 @@ struct cli_common {
     int chunk;        /* prefill chunk, tokens */
     int64_t ctx;      /* context limit, tokens (0: the model's) */
     const char *backend; /* gw_backend_params.kind; NULL: "cpu" */
+    const char *kernels; /* gw_backend_params.kernels (cuda); NULL: the backend's default, fast */
 };
 
 int cli_open(const struct cli_common *o, struct cli_model *cm);
@@ -55,5 +56,10 @@ int cmd_generate(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_hotlist(int argc, char **argv);
+int cmd_config(int argc, char **argv); /* config.c: nebula config get KEY */
+/* config.c: nebula.conf's model.path, engine.threads, prefill_chunk, ctx,
+ * kernels and backend (auto: cpu here) as o's defaults, before the flags;
+ * argv's --config FILE names the file.  CLI_USAGE with a message on a bad file. */
+int cli_conf_defaults(int argc, char **argv, struct cli_common *o);
 
 #endif

@@ -44,8 +44,10 @@ static void usage(FILE *f)
             "  --ctx N                context limit in tokens (default: the model's)\n"
             "  --chunk N              prefill chunk in tokens (default 512)\n"
             "  --threads N            CPU threads (default: all cores)\n"
-            "  --backend B            cpu (default: the reference) or cuda (the whole model on the GPU;\n"
-            "                         kernels from $NEBULA_CUDA_KERNELS)\n"
+            "  --backend B            cpu (default: the reference) or cuda (the whole model on the GPU)\n"
+            "  --kernels K            cuda's matrix kernels: fast (default, fp32) or ref (bit-faithful)\n"
+            "  --config FILE          nebula.conf for the defaults of -m, --ctx, --chunk, --threads, --backend,\n"
+            "                         --kernels (default: $XDG_CONFIG_HOME/nebula/nebula.conf, else conf/)\n"
             "  --server RUNDIR        send the request to the coordinator running in RUNDIR\n"
             "  --dump-logits FILE     write the logits each token was sampled from (float32, one row of\n"
             "                         vocab values per generated token): a parity diagnostic\n"
@@ -87,9 +89,10 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         {"chunk", required_argument, 0, 'b'},     {"threads", required_argument, 0, 'j'},
         {"server", required_argument, 0, 'R'},    {"dump-logits", required_argument, 0, 'D'},
         {"backend", required_argument, 0, 'B'},   {"help", no_argument, 0, 'h'},
+        {"kernels", required_argument, 0, 'K'},   {"config", required_argument, 0, 'F'},
         {0, 0, 0, 0}};
     long long v;
-    int c, rc = CLI_OK;
+    int c, rc = cli_conf_defaults(argc, argv, &o->c);
     o->think = true;
     o->n_predict = 128;
     optind = 1;
@@ -127,7 +130,17 @@ static int parse(int argc, char **argv, struct gen_opts *o)
             }
             o->c.backend = optarg;
             break;
+        case 'K': {
+            enum gw_kernels k;
+            if (gw_kernels_parse(optarg, &k)) {
+                fprintf(stderr, "nebula: --kernels takes ref or fast, got '%s'\n", optarg);
+                return CLI_USAGE;
+            }
+            o->c.kernels = optarg;
+            break;
+        }
         case 'D': o->dump_logits = optarg; break;
+        case 'F': break; /* read first, by cli_conf_defaults */
         case 'h': usage(stdout); return -1;
         default: usage(stderr); return CLI_USAGE;
         }

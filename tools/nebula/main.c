@@ -18,7 +18,8 @@ static void usage(FILE *f)
             "  generate   stream text from a prompt, a chat turn or token ids\n"
             "  logits     write the full-sequence logits of token ids (float32, [tokens x vocab])\n"
             "  tokenize   print the ids of a text\n"
-            "  hotlist    count expert activations over a prompt campaign (for nebula-prepare)\n");
+            "  hotlist    count expert activations over a prompt campaign (for nebula-prepare)\n"
+            "  config     print a setting of nebula.conf (nebula config get engine.threads)\n");
 }
 
 int main(int argc, char **argv)
@@ -37,6 +38,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "hotlist")) return cmd_hotlist(argc - 1, argv + 1);
+    if (!strcmp(cmd, "config")) return cmd_config(argc - 1, argv + 1);
     fprintf(stderr, "nebula: unknown command '%s'\n", cmd);
     usage(stderr);
     return CLI_USAGE;
