@@ -25,6 +25,7 @@
 
 #include "core/model/model.h"
 #include "core/util/err.h"
+#include "gpu-worker/cuda/cuda_types.h"
 
 /* Device memory the backend holds beyond its own blocks: the stream-ordered
  * pool reserves whole chunks for the temporaries, and CUDA loads kernel
@@ -40,11 +41,20 @@ uint64_t gw_vram_align(uint64_t bytes) { return (bytes + GW_VRAM_ALIGN - 1) / GW
 
 bool gw_vram_native_type(int type)
 {
+#define STORED(t, fast_decoder) case t:
     switch (type) {
-    case QT_F32: case QT_F16: case QT_Q4_0: case QT_Q5_0: case QT_Q5_1: case QT_Q8_0:
-    case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: case QT_IQ4_NL: case QT_BF16: return true;
+    GW_CUDA_TYPES(STORED) return true;
     default: return false;
     }
+#undef STORED
+}
+
+int gw_vram_device_type(int type) { return gw_vram_native_type(type) ? type : QT_F32; }
+
+/* Bytes of one row of t as the device holds it. */
+static uint64_t device_row_bytes(const struct model_tensor *t)
+{
+    return quant_row_size((enum quant_type)gw_vram_device_type(t->type), t->ne[0]);
 }
 
 /* ---- dense weights as the device holds them ----
@@ -84,7 +94,7 @@ static void walk_mat(struct dense_walk *d, const struct model_tensor *t)
     }
     d->seen[d->n_seen++] = t;
     const uint64_t n_mat = (uint64_t)t->ne[2] * (uint64_t)t->ne[3], rows = (uint64_t)t->ne[1];
-    *d->acct += gw_vram_align(gw_vram_native_type(t->type) ? n_mat * rows * t->row_bytes : n_mat * rows * (uint64_t)t->ne[0] * 4);
+    *d->acct += gw_vram_align(n_mat * rows * device_row_bytes(t));
 }
 
 static void walk_f32(struct dense_walk *d, const struct model_tensor *t)
@@ -142,7 +152,7 @@ int gw_vram_dense_bytes(const struct model *m, uint64_t *dense, uint64_t *mtp, c
 static uint64_t mat_bytes(const struct model_tensor *t)
 {
     if (!t->data) return 0;
-    return gw_vram_native_type(t->type) ? (uint64_t)t->ne[1] * t->row_bytes : (uint64_t)t->ne[1] * (uint64_t)t->ne[0] * 4;
+    return (uint64_t)t->ne[1] * device_row_bytes(t);
 }
 
 uint64_t gw_vram_expert_bytes(const struct model *m, int il)

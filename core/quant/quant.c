@@ -13,29 +13,34 @@
 #include <string.h>
 #include <strings.h>
 
+/* A row: name, blck_size, type_size, is_quantized, vec_dot_type (the
+ * kernels are filled in by quant_init).  Sizes come from quant_blocks.h. */
+#define PLAIN(t, name, ctype, dot) [t] = {name, t, 1, sizeof(ctype), false, NULL, NULL, NULL, dot}
+#define BLOCKS(t, name, qk, block, dot) [t] = {name, t, qk, sizeof(block), true, NULL, NULL, NULL, dot}
+
 static struct quant_traits traits[QT_COUNT] = {
-    [QT_F32] = {"f32", QT_F32, 1, 4, false, NULL, NULL, NULL, QT_F32},
-    [QT_F16] = {"f16", QT_F16, 1, 2, false, NULL, NULL, NULL, QT_F32},
-    [QT_BF16] = {"bf16", QT_BF16, 1, 2, false, NULL, NULL, NULL, QT_F32},
-    [QT_F64] = {"f64", QT_F64, 1, 8, false, NULL, NULL, NULL, QT_F64},
-    [QT_I8] = {"i8", QT_I8, 1, 1, false, NULL, NULL, NULL, QT_I8},
-    [QT_I16] = {"i16", QT_I16, 1, 2, false, NULL, NULL, NULL, QT_I16},
-    [QT_I32] = {"i32", QT_I32, 1, 4, false, NULL, NULL, NULL, QT_I32},
-    [QT_I64] = {"i64", QT_I64, 1, 8, false, NULL, NULL, NULL, QT_I64},
-    [QT_Q4_0] = {"q4_0", QT_Q4_0, 32, 18, true, NULL, NULL, NULL, QT_Q8_0},
-    [QT_Q4_1] = {"q4_1", QT_Q4_1, 32, 20, true, NULL, NULL, NULL, QT_Q8_1},
-    [QT_Q5_0] = {"q5_0", QT_Q5_0, 32, 22, true, NULL, NULL, NULL, QT_Q8_0},
-    [QT_Q5_1] = {"q5_1", QT_Q5_1, 32, 24, true, NULL, NULL, NULL, QT_Q8_1},
-    [QT_Q8_0] = {"q8_0", QT_Q8_0, 32, 34, true, NULL, NULL, NULL, QT_Q8_0},
-    [QT_Q8_1] = {"q8_1", QT_Q8_1, 32, 36, true, NULL, NULL, NULL, QT_Q8_1},
-    [QT_Q2_K] = {"q2_K", QT_Q2_K, 256, 84, true, NULL, NULL, NULL, QT_Q8_K},
-    [QT_Q3_K] = {"q3_K", QT_Q3_K, 256, 110, true, NULL, NULL, NULL, QT_Q8_K},
-    [QT_Q4_K] = {"q4_K", QT_Q4_K, 256, 144, true, NULL, NULL, NULL, QT_Q8_K},
-    [QT_Q5_K] = {"q5_K", QT_Q5_K, 256, 176, true, NULL, NULL, NULL, QT_Q8_K},
-    [QT_Q6_K] = {"q6_K", QT_Q6_K, 256, 210, true, NULL, NULL, NULL, QT_Q8_K},
-    [QT_Q8_K] = {"q8_K", QT_Q8_K, 256, 292, true, NULL, NULL, NULL, QT_Q8_K},
-    [QT_IQ4_NL] = {"iq4_nl", QT_IQ4_NL, 32, 18, true, NULL, NULL, NULL, QT_Q8_0},
-    [QT_IQ4_XS] = {"iq4_xs", QT_IQ4_XS, 256, 136, true, NULL, NULL, NULL, QT_Q8_K},
+    PLAIN(QT_F32, "f32", float, QT_F32),
+    PLAIN(QT_F16, "f16", uint16_t, QT_F32),
+    PLAIN(QT_BF16, "bf16", uint16_t, QT_F32),
+    PLAIN(QT_F64, "f64", double, QT_F64),
+    PLAIN(QT_I8, "i8", int8_t, QT_I8),
+    PLAIN(QT_I16, "i16", int16_t, QT_I16),
+    PLAIN(QT_I32, "i32", int32_t, QT_I32),
+    PLAIN(QT_I64, "i64", int64_t, QT_I64),
+    BLOCKS(QT_Q4_0, "q4_0", QK_SMALL, block_q4_0, QT_Q8_0),
+    BLOCKS(QT_Q4_1, "q4_1", QK_SMALL, block_q4_1, QT_Q8_1),
+    BLOCKS(QT_Q5_0, "q5_0", QK_SMALL, block_q5_0, QT_Q8_0),
+    BLOCKS(QT_Q5_1, "q5_1", QK_SMALL, block_q5_1, QT_Q8_1),
+    BLOCKS(QT_Q8_0, "q8_0", QK_SMALL, block_q8_0, QT_Q8_0),
+    BLOCKS(QT_Q8_1, "q8_1", QK_SMALL, block_q8_1, QT_Q8_1),
+    BLOCKS(QT_Q2_K, "q2_K", QK_K, block_q2_K, QT_Q8_K),
+    BLOCKS(QT_Q3_K, "q3_K", QK_K, block_q3_K, QT_Q8_K),
+    BLOCKS(QT_Q4_K, "q4_K", QK_K, block_q4_K, QT_Q8_K),
+    BLOCKS(QT_Q5_K, "q5_K", QK_K, block_q5_K, QT_Q8_K),
+    BLOCKS(QT_Q6_K, "q6_K", QK_K, block_q6_K, QT_Q8_K),
+    BLOCKS(QT_Q8_K, "q8_K", QK_K, block_q8_K, QT_Q8_K),
+    BLOCKS(QT_IQ4_NL, "iq4_nl", QK_SMALL, block_iq4_nl, QT_Q8_0),
+    BLOCKS(QT_IQ4_XS, "iq4_xs", QK_K, block_iq4_xs, QT_Q8_K),
 };
 
 static enum quant_isa active_isa = QUANT_ISA_SCALAR;

@@ -1,10 +1,9 @@
 /* quant_impl.h — what the files of core/quant/ share and nobody else sees.
  *
- * The block structs are ggml's byte layouts written out as C structs (no
- * padding: every member is a byte array or a naturally aligned 16/32-bit
- * field, and the static asserts pin the sizes), so a pointer into a mapped
- * GGUF tensor can be read as an array of them.  Each kernel file exports one
- * table per role, indexed by type number; quant.c picks from them once.
+ * The block structs are ggml's byte layouts (quant_blocks.h, shared with the
+ * CUDA code), so a pointer into a mapped GGUF tensor can be read as an array
+ * of them.  Each kernel file exports one table per role, indexed by type
+ * number; quant.c picks from them once.
  *
  * Value of an element, as ggml decodes it (d, dmin, m: fp16 unless noted):
  *   Q4_0   d * (nib - 8)                 Q5_0  d * (nib | hbit<<4) - 16*d
@@ -18,53 +17,13 @@
 #define NB_QUANT_IMPL_H
 
 #include "core/quant/quant.h"
+#include "core/quant/quant_blocks.h"
 
 #include <string.h>
 
 /* For the generic loops that take a per-format function: inlined into each
  * caller, the function becomes a constant and each kernel one tight loop. */
 #define QUANT_INLINE static inline __attribute__((always_inline))
-
-#define QK_SMALL 32 /* values per block of the 32-value formats */
-#define QK_K 256    /* values per super-block of the K-quants and IQ4_XS */
-
-typedef struct { uint16_t d; uint8_t qs[16]; } block_q4_0;
-typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } block_q5_0;
-typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } block_q5_1;
-typedef struct { uint16_t d; int8_t qs[32]; } block_q8_0;
-typedef struct { uint16_t d, s; int8_t qs[32]; } block_q8_1;
-typedef struct { uint16_t d; uint8_t qs[16]; } block_iq4_nl;
-
-/* Q4_K / Q5_K: 8 sub-blocks of 32.  scales[12] holds eight 6-bit scales and
- * eight 6-bit mins (see quant_kscale_unpack).  qs: 4 chunks of 32 bytes; the
- * low nibbles of chunk c are values 64c..64c+31, the high nibbles 64c+32..+63.
- * Q5_K's fifth bit of value 64c+l is bit 2c of qh[l], of value 64c+32+l bit 2c+1. */
-typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } block_q4_K;
-typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } block_q5_K;
-/* Q6_K: two halves of 128 values; half h uses ql[64h..], qh[32h..]:
- *   value l    = ql[l]    & 15 | (qh[l] >> 0 & 3) << 4     (l < 32)
- *   value l+32 = ql[l+32] & 15 | (qh[l] >> 2 & 3) << 4
- *   value l+64 = ql[l]    >> 4 | (qh[l] >> 4 & 3) << 4
- *   value l+96 = ql[l+32] >> 4 | (qh[l] >> 6 & 3) << 4
- * and scales[i] applies to values 16i..16i+15. */
-typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } block_q6_K;
-/* IQ4_XS: the 6-bit scale of sub-block j is (scales_l[j/2] >> 4*(j%2) & 15) |
- * (scales_h >> 2j & 3) << 4, biased by 32.  qs: 16 bytes per sub-block, low
- * nibbles values 0..15, high nibbles 16..31 (as IQ4_NL). */
-typedef struct { uint16_t d; uint16_t scales_h; uint8_t scales_l[4]; uint8_t qs[128]; } block_iq4_xs;
-typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } block_q8_K;
-
-_Static_assert(sizeof(block_q4_0) == 18, "q4_0 layout");
-_Static_assert(sizeof(block_q5_0) == 22, "q5_0 layout");
-_Static_assert(sizeof(block_q5_1) == 24, "q5_1 layout");
-_Static_assert(sizeof(block_q8_0) == 34, "q8_0 layout");
-_Static_assert(sizeof(block_q8_1) == 36, "q8_1 layout");
-_Static_assert(sizeof(block_iq4_nl) == 18, "iq4_nl layout");
-_Static_assert(sizeof(block_q4_K) == 144, "q4_K layout");
-_Static_assert(sizeof(block_q5_K) == 176, "q5_K layout");
-_Static_assert(sizeof(block_q6_K) == 210, "q6_K layout");
-_Static_assert(sizeof(block_iq4_xs) == 136, "iq4_xs layout");
-_Static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
 
 /* The IQ4_NL / IQ4_XS levels (ggml's kvalues_iq4nl): denser near zero, where
  * most weights are.  Sorted, so nearest-level search can bisect. */
