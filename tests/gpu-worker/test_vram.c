@@ -187,6 +187,10 @@ Test(vram, native_types)
     cr_assert(gw_vram_native_type(QT_BF16));
     cr_assert(!gw_vram_native_type(QT_Q2_K));
     cr_assert(!gw_vram_native_type(QT_IQ4_XS));
+    cr_assert(!gw_vram_native_type(-1));
+    cr_assert_eq(gw_vram_device_type(QT_Q6_K), QT_Q6_K);
+    cr_assert_eq(gw_vram_device_type(QT_F16), QT_F16);
+    cr_assert_eq(gw_vram_device_type(QT_IQ4_XS), QT_F32);
 }
 
 /* ---- the plan against the blocks the CUDA backend allocates (issue 11) ----
