@@ -217,13 +217,20 @@ $(BUILD)/tests/cuda/check_backend: tests/cuda/check_backend.c $(GW_LIB) $(SHM_LI
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
 
+# The ggml oracle: Nebula's quant formats against a prebuilt libggml-base.so
+# (dlopen'd; tests/tools/test_ggml_oracle.sh installs it and runs this).
+GGML_ORACLE := $(BUILD)/tests/ggml/ggml_oracle
+$(GGML_ORACLE): tests/ggml/ggml_oracle.c $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(CORE_LIB) $(LDLIBS_BASE) -ldl -o $@
+
 # ---- tests ----
 test: deps
 	@$(MAKE) --no-print-directory test-build
 	@bash tests/run-tests.sh $(BUILD)
 
 # (A sanitized build leaves out the fuzz targets: build/fuzz/ has them sanitized.)
-test-build: all $(TEST_BINS) $(if $(SANITIZE),,$(FUZZ_BINS))
+test-build: all $(TEST_BINS) $(GGML_ORACLE) $(if $(SANITIZE),,$(FUZZ_BINS))
 
 # The GPU checks, not in make test (they need the GPU machine): the matvec
 # kernels against the CPU decode (tests/cuda/run-on-gpu.sh, correctness only),

@@ -1,0 +1,476 @@
+/* ggml_oracle.c — Nebula's quant formats checked against ggml's own library.
+ *
+ * ggml is the definition of every format Nebula reads (GGUF files are ggml's
+ * bytes), so it is the oracle: tests/tools/test_ggml_oracle.sh installs a
+ * prebuilt libggml-base.so at a locked version (npm @node-llama-cpp/linux-x64,
+ * tests/ggml/package-lock.json) and runs this program on it.  Nothing of
+ * ggml is vendored or compiled here: the library is dlopen'd and the few
+ * functions used are declared below from ggml.h's public signatures.
+ *
+ * For every type of ggml's enum (up to GGML_TYPE_COUNT of that version):
+ *   - identity: Nebula knows the type under ggml's number with ggml's name,
+ *     block size and bytes per block, and knows no type ggml lacks (the
+ *     types Nebula has not implemented yet are listed in `pending`); a
+ *     quantized type's dot takes the activation format ggml's CPU backend
+ *     pairs it with (vec_dot_type of libggml-cpu-x64.so, beside the base
+ *     library; the float formats dot with fp32 in Nebula, not with fp16);
+ * and for every type Nebula decodes:
+ *   - rows quantized by ggml (ggml_quantize_chunk, without and with an
+ *     importance matrix, or with one only where ggml requires it) decode to
+ *     the same bits with Nebula's to_float as with ggml's;
+ *   - so do blocks of random bytes (every code, every scale field);
+ *   - rows quantized by Nebula's own quantizer decode identically in ggml;
+ *   - Nebula's dot with the activation format it pairs the type with
+ *     (vec_dot_type), at every ISA this CPU runs (scalar, AVX2, AVX-512),
+ *     equals ggml's dequantization of the weights dotted in double with the
+ *     decoded activations, within fp32 accumulation tolerance; and the
+ *     fp32-activation dots (quant_dot_f32) likewise against fp32 x.
+ * Bit-identical means the same 32 bits, or NaN on both sides.
+ *
+ *   ggml_oracle DIR/libggml-base.so      (DIR/libggml-cpu-x64.so beside it)
+ * prints a line per type and exits 0 iff every check passed. */
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/quant/quant.h"
+
+/* ---- the ggml API used (ggml.h of llama.cpp as shipped by node-llama-cpp 3.21.1) ---- */
+
+#define GGML_TYPE_COUNT 43 /* enum ggml_type's GGML_TYPE_COUNT in that version */
+
+typedef void (*ggml_to_float_t)(const void *x, float *y, int64_t k);
+typedef void (*ggml_from_float_t)(const float *x, void *y, int64_t k);
+
+typedef void (*ggml_vec_dot_t)(int n, float *s, size_t bs, const void *x, size_t bx, const void *y, size_t by, int nrc);
+
+/* ggml-cpu.h: the CPU backend's half of the traits (libggml-cpu-*.so). */
+struct ggml_type_traits_cpu {
+    ggml_from_float_t from_float;
+    ggml_vec_dot_t vec_dot;
+    int vec_dot_type; /* enum ggml_type */
+    int64_t nrows;
+};
+
+struct ggml_type_traits {
+    const char *type_name;
+    int64_t blck_size;
+    int64_t blck_size_interleave;
+    size_t type_size;
+    bool is_quantized;
+    ggml_to_float_t to_float;
+    ggml_from_float_t from_float_ref;
+};
+
+static struct {
+    void *lib;
+    const struct ggml_type_traits *(*get_type_traits)(int type);
+    size_t (*quantize_chunk)(int type, const float *src, void *dst, int64_t start, int64_t nrows, int64_t n_per_row,
+                             const float *imatrix);
+    bool (*quantize_requires_imatrix)(int type);
+    void (*quantize_free)(void);
+    const char *(*type_name)(int type);
+    size_t (*type_size)(int type);
+    int64_t (*blck_size)(int type);
+    size_t (*row_size)(int type, int64_t ne);
+    const struct ggml_type_traits_cpu *(*get_type_traits_cpu)(int type);
+} gg;
+
+/* Types ggml decodes that Nebula does not know or cannot decode yet (none
+ * once issue 13 item 1 is done): q4_1, q2_K, q3_K, iq2_xxs, iq2_xs, iq3_xxs,
+ * iq1_s, iq3_s, iq2_s, iq1_m, tq1_0, tq2_0, mxfp4, nvfp4, q1_0, q2_0. */
+static const int pending[] = {3, 10, 11, 16, 17, 18, 19, 21, 22, 29, 34, 35, 39, 40, 41, 42};
+
+/* Activation-only formats: ggml_quantize_chunk does not take them; their
+ * rows come from ggml's reference quantizer (from_float_ref). */
+static bool activation_only(int t) { return t == QT_Q8_1 || t == QT_Q8_K; }
+
+/* ---- random numbers (fixed seeds: a failure reproduces) ---- */
+
+static uint64_t rng_state = 1;
+
+static uint64_t rng_u64(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float rng_uniform(void) { return (float)(rng_u64() >> 40) / 16777216.0f; }
+
+static float rng_normal(void)
+{
+    float u = rng_uniform() + 1e-7f, v = rng_uniform();
+    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
+}
+
+enum dist { D_NORMAL, D_OUTLIERS, D_UNIFORM, D_POSITIVE, D_TINY, D_ZEROS, D_COUNT };
+static const char *const dist_name[D_COUNT] = {"normal", "outliers", "uniform", "positive", "tiny", "zeros"};
+
+static void fill(float *x, int64_t n, enum dist d)
+{
+    for (int64_t i = 0; i < n; i++) {
+        switch (d) {
+        case D_NORMAL: x[i] = 0.02f * rng_normal(); break;
+        case D_OUTLIERS: x[i] = rng_normal() * (rng_uniform() < 0.02f ? 2.0f : 0.03f); break;
+        case D_UNIFORM: x[i] = 2 * rng_uniform() - 1; break;
+        case D_POSITIVE: x[i] = 0.5f + rng_uniform(); break;
+        case D_TINY: x[i] = 1e-6f * rng_normal(); break; /* fp16 scales go subnormal */
+        default: x[i] = 0; break;
+        }
+    }
+}
+
+/* ---- checks ---- */
+
+static int failures;
+
+static __attribute__((format(printf, 1, 2))) void fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("FAIL: ", stdout);
+    vprintf(fmt, ap);
+    fputc('\n', stdout);
+    va_end(ap);
+    failures++;
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+static bool same_float(float a, float b)
+{
+    uint32_t x, y;
+    memcpy(&x, &a, 4);
+    memcpy(&y, &b, 4);
+    return x == y || (isnan(a) && isnan(b));
+}
+
+static void f32_copy(const void *x, float *y, int64_t k) { memcpy(y, x, sizeof(float) * (size_t)k); }
+
+/* ggml's decoder of t: its type traits' to_float; for F32 (which needs none)
+ * a copy; for an activation format whose traits have none, the exported
+ * dequantize_row_NAME (q8_K).  NULL if ggml has none (q8_1). */
+static ggml_to_float_t ggml_decoder(int t)
+{
+    if (t == QT_F32) return f32_copy;
+    if (gg.get_type_traits(t)->to_float) return gg.get_type_traits(t)->to_float;
+    char name[64];
+    snprintf(name, sizeof name, "dequantize_row_%s", gg.type_name(t));
+    return activation_only(t) ? (ggml_to_float_t)(uintptr_t)dlsym(gg.lib, name) : NULL;
+}
+
+/* ggml's reference quantizer of an activation format (from_float_ref, or the
+ * exported quantize_row_NAME_ref). */
+static ggml_from_float_t ggml_act_quantizer(int t)
+{
+    if (gg.get_type_traits(t)->from_float_ref) return gg.get_type_traits(t)->from_float_ref;
+    char name[64];
+    snprintf(name, sizeof name, "quantize_row_%s_ref", gg.type_name(t));
+    return (ggml_from_float_t)(uintptr_t)dlsym(gg.lib, name);
+}
+
+/* Index of the first value where Nebula's and ggml's decodes of bytes differ, or -1. */
+static int64_t decode_mismatch(enum quant_type t, const void *bytes, int64_t n, float *a, float *b)
+{
+    quant_traits_of(t)->to_float(bytes, a, n);
+    ggml_decoder(t)(bytes, b, n);
+    for (int64_t i = 0; i < n; i++)
+        if (!same_float(a[i], b[i])) return i;
+    return -1;
+}
+
+#define N_PER_ROW 2560 /* the model's width: a multiple of every block size */
+#define N_ROWS 8
+#define N_RANDOM_BLOCKS 8192
+#define DOT_TOL 1e-5
+
+struct type_report {
+    int rows_checked, random_checked, own_checked, dots_checked;
+    double max_dot_err; /* relative to the tolerance's magnitude */
+};
+
+static bool is_pending(int t)
+{
+    for (size_t i = 0; i < sizeof pending / sizeof pending[0]; i++)
+        if (pending[i] == t) return true;
+    return false;
+}
+
+/* The identity of type t in both libraries.  Returns whether Nebula has it. */
+static bool check_identity(int t)
+{
+    const char *gname = gg.type_name(t);
+    const bool removed = !gname || strcmp(gname, "DEPRECATED") == 0 || strncmp(gname, "TYPE_", 5) == 0;
+    const struct quant_traits *q = quant_traits_of((enum quant_type)t);
+    if (removed) {
+        if (q) fail("type %d: ggml has no such type (%s), Nebula calls it %s", t, gname ? gname : "NULL", q->name);
+        return false;
+    }
+    if (!q) {
+        if (!is_pending(t)) fail("type %d (%s): Nebula does not know it", t, gname);
+        else printf("%-8s pending: not in Nebula yet\n", gname);
+        return false;
+    }
+    if (strcmp(q->name, gname) != 0) fail("type %d: Nebula calls it %s, ggml %s", t, q->name, gname);
+    if (q->blck_size != gg.blck_size(t))
+        fail("%s: block of %" PRId64 " values in Nebula, %" PRId64 " in ggml", q->name, q->blck_size, gg.blck_size(t));
+    if (q->type_size != gg.type_size(t))
+        fail("%s: %zu bytes per block in Nebula, %zu in ggml", q->name, q->type_size, gg.type_size(t));
+    if (q->type_size == gg.type_size(t) && q->blck_size == gg.blck_size(t) &&
+        quant_row_size((enum quant_type)t, N_PER_ROW) != gg.row_size(t, N_PER_ROW))
+        fail("%s: row of %d values is %zu bytes in Nebula, %zu in ggml", q->name, N_PER_ROW,
+             quant_row_size((enum quant_type)t, N_PER_ROW), gg.row_size(t, N_PER_ROW));
+    return true;
+}
+
+/* Σ w·y in double over ggml's decode of w and the decoded activations y, and
+ * the magnitude the tolerance scales with: Σ|w·y|, plus max|w|·Σ|y| for
+ * blocked formats (their parts, a scale and a min, can exceed the value). */
+static double reference_dot(const float *w, const float *y, int64_t n, bool blocked, double *mag)
+{
+    double sum = 0, abs_wy = 0, abs_y = 0, max_w = 0;
+    for (int64_t i = 0; i < n; i++) {
+        sum += (double)w[i] * y[i];
+        abs_wy += fabs((double)w[i] * y[i]);
+        abs_y += fabs(y[i]);
+        max_w = fmax(max_w, fabs(w[i]));
+    }
+    *mag = abs_wy + (blocked ? max_w * abs_y : 0);
+    return sum;
+}
+
+/* Every dot Nebula has for t against the weight row `row` (whose ggml decode is w). */
+static void check_dots(enum quant_type t, const uint8_t *row, const float *w, struct type_report *r)
+{
+    const struct quant_traits *q = quant_traits_of(t), *v = quant_traits_of(q->vec_dot_type);
+    float x[N_PER_ROW], y[N_PER_ROW];
+    uint8_t act[N_PER_ROW * 4];
+    fill(x, N_PER_ROW, D_NORMAL);
+    for (int i = 0; i < N_PER_ROW; i++) x[i] *= 50; /* activations of order 1 */
+    if (quant_vec_dot_isa(t, QUANT_ISA_SCALAR)) {
+        v->from_float(x, act, N_PER_ROW);
+        ggml_to_float_t gv = ggml_decoder(q->vec_dot_type);
+        (gv ? gv : v->to_float)(act, y, N_PER_ROW); /* Q8_1: only Nebula decodes it */
+        double mag, want = reference_dot(w, y, N_PER_ROW, q->is_quantized, &mag);
+        for (int isa = 0; isa < QUANT_ISA_COUNT; isa++) {
+            if (!quant_isa_supported((enum quant_isa)isa)) continue;
+            quant_vec_dot_fn dot = quant_vec_dot_isa(t, (enum quant_isa)isa);
+            if (!dot) {
+                fail("%s: no %s dot (the scalar one exists)", q->name, quant_isa_name((enum quant_isa)isa));
+                continue;
+            }
+            float got;
+            dot(N_PER_ROW, &got, row, act);
+            double err = fabs((double)got - want) / (DOT_TOL * mag + 1e-30);
+            if (err > 1 || isnan(got))
+                fail("%s %s dot with %s: %.9g, ggml decode %.9g (tolerance %.3g)", q->name,
+                     quant_isa_name((enum quant_isa)isa), v->name, got, want, DOT_TOL * mag);
+            r->max_dot_err = fmax(r->max_dot_err, err);
+            r->dots_checked++;
+        }
+    }
+    double mag, want = reference_dot(w, x, N_PER_ROW, false, &mag);
+    for (int isa = QUANT_ISA_AVX2; isa < QUANT_ISA_COUNT; isa++) {
+        quant_dot_f32_fn dot = quant_dot_f32_isa(t, (enum quant_isa)isa);
+        if (!dot) continue;
+        float got;
+        dot(N_PER_ROW, row, x, N_PER_ROW, 1, &got);
+        double err = fabs((double)got - want) / (DOT_TOL * mag + 1e-30);
+        if (err > 1 || isnan(got))
+            fail("%s %s fp32-activation dot: %.9g, ggml decode %.9g (tolerance %.3g)", q->name,
+                 quant_isa_name((enum quant_isa)isa), got, want, DOT_TOL * mag);
+        r->max_dot_err = fmax(r->max_dot_err, err);
+        r->dots_checked++;
+    }
+}
+
+/* Rows of every distribution quantized by ggml, with imatrix (NULL: none). */
+static void check_ggml_rows(enum quant_type t, const float *imatrix, struct type_report *r)
+{
+    const struct quant_traits *q = quant_traits_of(t);
+    const size_t row_bytes = quant_row_size(t, N_PER_ROW);
+    float *x = xmalloc(sizeof(float) * N_PER_ROW * N_ROWS), a[N_PER_ROW], b[N_PER_ROW];
+    uint8_t *rows = xmalloc(row_bytes * N_ROWS);
+    for (int d = 0; d < D_COUNT; d++) {
+        fill(x, N_PER_ROW * N_ROWS, (enum dist)d);
+        if (activation_only(t)) {
+            for (int i = 0; i < N_ROWS; i++) ggml_act_quantizer(t)(x + i * N_PER_ROW, rows + i * row_bytes, N_PER_ROW);
+        } else {
+            size_t wrote = gg.quantize_chunk(t, x, rows, 0, N_ROWS, N_PER_ROW, imatrix);
+            if (wrote != row_bytes * N_ROWS) {
+                fail("%s: ggml_quantize_chunk wrote %zu bytes, Nebula's row size says %zu", q->name, wrote,
+                     row_bytes * N_ROWS);
+                break;
+            }
+        }
+        for (int i = 0; i < N_ROWS; i++) {
+            const uint8_t *row = rows + i * row_bytes;
+            int64_t at = decode_mismatch(t, row, N_PER_ROW, a, b);
+            if (at >= 0) {
+                fail("%s: ggml-quantized %s row %d (%s imatrix) value %" PRId64 ": Nebula %.9g, ggml %.9g", q->name,
+                     dist_name[d], i, imatrix ? "with" : "without", at, a[at], b[at]);
+                break;
+            }
+            r->rows_checked++;
+            if (i < 2) check_dots(t, row, b, r);
+        }
+    }
+    free(x), free(rows);
+}
+
+/* Blocks of random bytes: every code and every bit of the scale fields. */
+static void check_random_blocks(enum quant_type t, struct type_report *r)
+{
+    const struct quant_traits *q = quant_traits_of(t);
+    const int64_t n = q->blck_size * N_RANDOM_BLOCKS;
+    const size_t bytes = quant_row_size(t, n);
+    uint8_t *blocks = xmalloc(bytes);
+    float *a = xmalloc(sizeof(float) * (size_t)n), *b = xmalloc(sizeof(float) * (size_t)n);
+    for (size_t i = 0; i < bytes; i++) blocks[i] = (uint8_t)rng_u64();
+    int64_t at = decode_mismatch(t, blocks, n, a, b);
+    if (at >= 0)
+        fail("%s: random block %" PRId64 " value %" PRId64 ": Nebula %.9g, ggml %.9g", q->name, at / q->blck_size,
+             at % q->blck_size, a[at], b[at]);
+    else
+        r->random_checked += N_RANDOM_BLOCKS;
+    free(blocks), free(a), free(b);
+}
+
+/* Rows quantized by Nebula decode the same in ggml. */
+static void check_own_rows(enum quant_type t, struct type_report *r)
+{
+    const struct quant_traits *q = quant_traits_of(t);
+    if (!q->from_float) return;
+    const size_t row_bytes = quant_row_size(t, N_PER_ROW);
+    float x[N_PER_ROW], a[N_PER_ROW], b[N_PER_ROW];
+    uint8_t *row = xmalloc(row_bytes);
+    for (int d = 0; d < D_COUNT; d++) {
+        for (int i = 0; i < 2; i++) {
+            fill(x, N_PER_ROW, (enum dist)d);
+            q->from_float(x, row, N_PER_ROW);
+            int64_t at = decode_mismatch(t, row, N_PER_ROW, a, b);
+            if (at >= 0) {
+                fail("%s: Nebula-quantized %s row value %" PRId64 ": Nebula %.9g, ggml %.9g", q->name, dist_name[d], at,
+                     a[at], b[at]);
+                break;
+            }
+            r->own_checked++;
+            if (i == 0 && !activation_only(t)) check_dots(t, row, b, r);
+        }
+    }
+    free(row);
+}
+
+static void check_type(int t)
+{
+    const enum quant_type qt = (enum quant_type)t;
+    const struct quant_traits *q = quant_traits_of(qt);
+    const ggml_to_float_t g = ggml_decoder(t);
+    if (!q->to_float) {
+        if (g && !is_pending(t)) fail("%s: ggml decodes it, Nebula cannot", q->name);
+        else printf("%-8s identity ok; %s\n", q->name, g ? "pending: Nebula cannot decode it yet" : "neither decodes it");
+        return;
+    }
+    if (is_pending(t)) fail("%s: listed as pending but Nebula decodes it", q->name);
+    const int gdot = gg.get_type_traits_cpu(t)->vec_dot_type;
+    if (q->is_quantized && quant_vec_dot_isa(qt, QUANT_ISA_SCALAR) && (int)q->vec_dot_type != gdot)
+        fail("%s: Nebula dots it with %s, ggml with %s", q->name, quant_type_name(q->vec_dot_type), gg.type_name(gdot));
+    if (!g) {
+        printf("%-8s identity ok; ggml has no decoder, nothing to compare\n", q->name);
+        return;
+    }
+    struct type_report r = {0};
+    const int before = failures;
+    float imatrix[N_PER_ROW];
+    for (int i = 0; i < N_PER_ROW; i++) imatrix[i] = 0.1f + rng_uniform(); /* random positive importances */
+    if (activation_only(t) && !ggml_act_quantizer(t)) {
+        printf("%-8s ggml cannot quantize it: no ggml rows\n", q->name);
+    } else {
+        if (!gg.quantize_requires_imatrix(t)) check_ggml_rows(qt, NULL, &r);
+        if (!activation_only(t)) check_ggml_rows(qt, imatrix, &r);
+    }
+    check_random_blocks(qt, &r);
+    check_own_rows(qt, &r);
+    printf("%-8s %s: %d ggml rows and %d random blocks decode identically, %d Nebula rows decode identically in ggml, "
+           "%d dots within tolerance (worst %.2f of it)\n",
+           q->name, failures == before ? "ok" : "FAILED", r.rows_checked, r.random_checked, r.own_checked,
+           r.dots_checked, r.max_dot_err);
+}
+
+static void *sym(void *lib, const char *name)
+{
+    void *p = dlsym(lib, name);
+    if (!p) {
+        fprintf(stderr, "ggml_oracle: the ggml library lacks %s\n", name);
+        exit(2);
+    }
+    return p;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: ggml_oracle LIBGGML_BASE_SO\n");
+        return 2;
+    }
+    void *lib = gg.lib = dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL);
+    if (!lib) {
+        fprintf(stderr, "ggml_oracle: %s\n", dlerror());
+        return 2;
+    }
+    *(void **)&gg.get_type_traits = sym(lib, "ggml_get_type_traits");
+    *(void **)&gg.quantize_chunk = sym(lib, "ggml_quantize_chunk");
+    *(void **)&gg.quantize_requires_imatrix = sym(lib, "ggml_quantize_requires_imatrix");
+    *(void **)&gg.quantize_free = sym(lib, "ggml_quantize_free");
+    *(void **)&gg.type_name = sym(lib, "ggml_type_name");
+    *(void **)&gg.type_size = sym(lib, "ggml_type_size");
+    *(void **)&gg.blck_size = sym(lib, "ggml_blck_size");
+    *(void **)&gg.row_size = sym(lib, "ggml_row_size");
+    /* The CPU backend's baseline build, from the same folder (it needs the base library loaded). */
+    char cpu_path[4096];
+    const char *slash = strrchr(argv[1], '/');
+    snprintf(cpu_path, sizeof cpu_path, "%.*slibggml-cpu-x64.so", slash ? (int)(slash - argv[1] + 1) : 0, argv[1]);
+    void *cpu = dlopen(cpu_path, RTLD_NOW | RTLD_LOCAL);
+    if (!cpu) {
+        fprintf(stderr, "ggml_oracle: %s\n", dlerror());
+        return 2;
+    }
+    void (*cpu_init)(void);
+    *(void **)&cpu_init = sym(cpu, "ggml_cpu_init");
+    *(void **)&gg.get_type_traits_cpu = sym(cpu, "ggml_get_type_traits_cpu");
+    cpu_init();
+
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    printf("Nebula's kernels: %s (of scalar", quant_isa_name(quant_init()));
+    for (int isa = 1; isa < QUANT_ISA_COUNT; isa++)
+        if (quant_isa_supported((enum quant_isa)isa)) printf(", %s", quant_isa_name((enum quant_isa)isa));
+    printf(" on this CPU)\n");
+    for (int t = GGML_TYPE_COUNT; t < QT_COUNT; t++)
+        if (quant_traits_of((enum quant_type)t))
+            fail("type %d (%s): Nebula knows it, ggml's enum ends at %d", t, quant_type_name((enum quant_type)t),
+                 GGML_TYPE_COUNT);
+    for (int t = 0; t < GGML_TYPE_COUNT; t++)
+        if (check_identity(t)) check_type(t);
+    gg.quantize_free();
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    printf("%s: %d failure%s (%.1f s)\n", failures ? "FAILED" : "all checks passed", failures, failures == 1 ? "" : "s",
+           (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+    return failures ? 1 : 0;
+}
