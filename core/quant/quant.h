@@ -32,15 +32,28 @@ enum quant_type {
     QT_Q5_K = 13,
     QT_Q6_K = 14,
     QT_Q8_K = 15,
+    QT_IQ2_XXS = 16,
+    QT_IQ2_XS = 17,
+    QT_IQ3_XXS = 18,
+    QT_IQ1_S = 19,
     QT_IQ4_NL = 20,
+    QT_IQ3_S = 21,
+    QT_IQ2_S = 22,
     QT_IQ4_XS = 23,
     QT_I8 = 24,
     QT_I16 = 25,
     QT_I32 = 26,
     QT_I64 = 27,
     QT_F64 = 28,
+    QT_IQ1_M = 29,
     QT_BF16 = 30,
-    QT_COUNT = 40, /* one past the largest ggml type number we know of */
+    QT_TQ1_0 = 34,
+    QT_TQ2_0 = 35,
+    QT_MXFP4 = 39,
+    QT_NVFP4 = 40,
+    QT_Q1_0 = 41,
+    QT_Q2_0 = 42,
+    QT_COUNT = 43, /* ggml's GGML_TYPE_COUNT (llama.cpp of node-llama-cpp 3.21.1) */
 };
 
 enum quant_isa { QUANT_ISA_SCALAR = 0, QUANT_ISA_AVX2 = 1, QUANT_ISA_AVX512 = 2, QUANT_ISA_COUNT };

@@ -154,7 +154,17 @@ static void dot_iq4_nl(int64_t n, float *s, const void *x, const void *y)
     *s = dot_dw(n, x, sizeof(block_iq4_nl), w_iq4_nl, y);
 }
 
-/* Value d*q + m: the min multiplies Σy, taken from the codes (not `s`). */
+/* Value d*q + m: the min multiplies Σy, taken from the codes (not `s`).
+ * One step of Q4_1/Q5_1 against a Q8_1 block, q the 32 unsigned codes. */
+static inline __m256 affine_step(__m256i q, uint16_t d, uint16_t m, const block_q8_1 *y, __m256 acc)
+{
+    __m256i a = load256(y->qs);
+    __m256i sumi = dot_u8s8(q, a, ONES16), sumy = dot_u8s8(_mm256_set1_epi8(1), a, ONES16);
+    float dy = half(y->d);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(half(d) * dy), acc);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumy), _mm256_set1_ps(half(m) * dy), acc);
+}
+
 static void dot_q5_1(int64_t n, float *s, const void *vx, const void *vy)
 {
     const block_q5_1 *x = vx;
@@ -163,12 +173,17 @@ static void dot_q5_1(int64_t n, float *s, const void *vx, const void *vy)
     for (int64_t i = 0; i < n / QK_SMALL; i++) {
         uint32_t qh;
         memcpy(&qh, x[i].qh, 4);
-        __m256i q = _mm256_or_si256(nibbles32(x[i].qs), bit4_from_bits(qh)), a = load256(y[i].qs);
-        __m256i sumi = dot_u8s8(q, a, ONES16), sumy = dot_u8s8(_mm256_set1_epi8(1), a, ONES16);
-        float dy = half(y[i].d);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(half(x[i].d) * dy), acc);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumy), _mm256_set1_ps(half(x[i].m) * dy), acc);
+        acc = affine_step(_mm256_or_si256(nibbles32(x[i].qs), bit4_from_bits(qh)), x[i].d, x[i].m, &y[i], acc);
     }
+    *s = hsum_ps(acc);
+}
+
+static void dot_q4_1(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q4_1 *x = vx;
+    const block_q8_1 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_SMALL; i++) acc = affine_step(nibbles32(x[i].qs), x[i].d, x[i].m, &y[i], acc);
     *s = hsum_ps(acc);
 }
 
@@ -290,4 +305,5 @@ const quant_vec_dot_fn quant_avx2_vec_dot[QT_COUNT] = {
     [QT_F32] = dot_f32,       [QT_F16] = dot_f16,       [QT_BF16] = dot_bf16,   [QT_Q4_0] = dot_q4_0,
     [QT_Q5_0] = dot_q5_0,     [QT_Q5_1] = dot_q5_1,     [QT_Q8_0] = dot_q8_0,   [QT_Q4_K] = dot_q4_K,
     [QT_Q5_K] = dot_q5_K,     [QT_Q6_K] = dot_q6_K,     [QT_IQ4_NL] = dot_iq4_nl, [QT_IQ4_XS] = dot_iq4_xs,
+    [QT_Q4_1] = dot_q4_1,
 };

@@ -28,7 +28,9 @@
  * Bit-identical means the same 32 bits, or NaN on both sides.
  *
  *   ggml_oracle DIR/libggml-base.so      (DIR/libggml-cpu-x64.so beside it)
- * prints a line per type and exits 0 iff every check passed. */
+ * prints a line per type and exits 0 iff every check passed;
+ *   ggml_oracle --grids DIR/libggml-base.so
+ * prints the IQ grids as core/quant/quant_grids.c holds them. */
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <math.h>
@@ -85,7 +87,7 @@ static struct {
 /* Types ggml decodes that Nebula does not know or cannot decode yet (none
  * once issue 13 item 1 is done): q4_1, q2_K, q3_K, iq2_xxs, iq2_xs, iq3_xxs,
  * iq1_s, iq3_s, iq2_s, iq1_m, tq1_0, tq2_0, mxfp4, nvfp4, q1_0, q2_0. */
-static const int pending[] = {3, 10, 11, 16, 17, 18, 19, 21, 22, 29, 34, 35, 39, 40, 41, 42};
+static const int pending[] = {16, 17, 18, 19, 21, 22, 29};
 
 /* Activation-only formats: ggml_quantize_chunk does not take them; their
  * rows come from ggml's reference quantizer (from_float_ref). */
@@ -271,10 +273,7 @@ static void check_dots(enum quant_type t, const uint8_t *row, const float *w, st
         for (int isa = 0; isa < QUANT_ISA_COUNT; isa++) {
             if (!quant_isa_supported((enum quant_isa)isa)) continue;
             quant_vec_dot_fn dot = quant_vec_dot_isa(t, (enum quant_isa)isa);
-            if (!dot) {
-                fail("%s: no %s dot (the scalar one exists)", q->name, quant_isa_name((enum quant_isa)isa));
-                continue;
-            }
+            if (!dot) continue; /* check_type reports it */
             float got;
             dot(N_PER_ROW, &got, row, act);
             double err = fabs((double)got - want) / (DOT_TOL * mag + 1e-30);
@@ -352,6 +351,29 @@ static void check_random_blocks(enum quant_type t, struct type_report *r)
     free(blocks), free(a), free(b);
 }
 
+/* Relative rms error of Nebula's quantizer and of ggml's (without an
+ * importance matrix where it can do without) on normal data: printed, so a
+ * quantizer much worse than ggml's shows (not a failure: the formats allow
+ * any valid block). */
+static void quantizer_errors(enum quant_type t, double *ours, double *theirs)
+{
+    const struct quant_traits *q = quant_traits_of(t);
+    const int64_t n = N_PER_ROW * 4;
+    float *x = xmalloc(sizeof(float) * n), *y = xmalloc(sizeof(float) * n), *w = xmalloc(sizeof(float) * N_PER_ROW);
+    uint8_t *row = xmalloc(quant_row_size(t, n));
+    for (int i = 0; i < N_PER_ROW; i++) w[i] = 1.0f;
+    fill(x, n, D_NORMAL);
+    double sx = 0, s1 = 0, s2 = 0;
+    q->from_float(x, row, n);
+    q->to_float(row, y, n);
+    for (int64_t i = 0; i < n; i++) sx += (double)x[i] * x[i], s1 += (double)(x[i] - y[i]) * (x[i] - y[i]);
+    gg.quantize_chunk(t, x, row, 0, 4, N_PER_ROW, gg.quantize_requires_imatrix(t) ? w : NULL);
+    q->to_float(row, y, n);
+    for (int64_t i = 0; i < n; i++) s2 += (double)(x[i] - y[i]) * (x[i] - y[i]);
+    *ours = sqrt(s1 / sx), *theirs = sqrt(s2 / sx);
+    free(x), free(y), free(w), free(row);
+}
+
 /* Rows quantized by Nebula decode the same in ggml. */
 static void check_own_rows(enum quant_type t, struct type_report *r)
 {
@@ -388,6 +410,10 @@ static void check_type(int t)
         return;
     }
     if (is_pending(t)) fail("%s: listed as pending but Nebula decodes it", q->name);
+    for (int isa = 1; isa < QUANT_ISA_COUNT; isa++)
+        if (quant_isa_supported((enum quant_isa)isa) && quant_vec_dot_isa(qt, QUANT_ISA_SCALAR) &&
+            !quant_vec_dot_isa(qt, (enum quant_isa)isa))
+            fail("%s: no %s dot (the scalar one exists)", q->name, quant_isa_name((enum quant_isa)isa));
     const int gdot = gg.get_type_traits_cpu(t)->vec_dot_type;
     if (q->is_quantized && quant_vec_dot_isa(qt, QUANT_ISA_SCALAR) && (int)q->vec_dot_type != gdot)
         fail("%s: Nebula dots it with %s, ggml with %s", q->name, quant_type_name(q->vec_dot_type), gg.type_name(gdot));
@@ -407,10 +433,109 @@ static void check_type(int t)
     }
     check_random_blocks(qt, &r);
     check_own_rows(qt, &r);
+    char errs[64] = "";
+    if (q->from_float && !activation_only(t) && t != QT_F32) {
+        double ours, theirs;
+        quantizer_errors(qt, &ours, &theirs);
+        snprintf(errs, sizeof errs, "; rms error %.4f (ggml's %.4f)", ours, theirs);
+    }
     printf("%-8s %s: %d ggml rows and %d random blocks decode identically, %d Nebula rows decode identically in ggml, "
-           "%d dots within tolerance (worst %.2f of it)\n",
+           "%d dots within tolerance (worst %.2f of it)%s\n",
            q->name, failures == before ? "ok" : "FAILED", r.rows_checked, r.random_checked, r.own_checked,
-           r.dots_checked, r.max_dot_err);
+           r.dots_checked, r.max_dot_err, errs);
+}
+
+/* ---- the IQ grids (codebooks) ----
+ * Each grid entry is read back through ggml's own decoder from a crafted
+ * block (scale 1, sub-block scale 0, no signs, the index under test in the
+ * first group) and encoded as Nebula stores it (core/quant/quant_grids.c):
+ * the level index of element j in bits lbits·j.. of a uint16.  --grids
+ * prints those tables (how quant_grids.c was made); the test decodes the
+ * same crafted blocks with Nebula and ggml and compares them, so every
+ * entry of every grid is checked, not only those random blocks hit. */
+struct grid_spec {
+    int type, entries, values, lbits, n_levels;
+    int levels[8];      /* element value (before the block's scale) of each level index */
+    float unit;         /* decoded value of one level unit with the crafted scales */
+    float offset;       /* added by the decoder (IQ1's delta) */
+    const char *name;
+};
+
+static const struct grid_spec grid_specs[] = {
+    {16, 256, 8, 2, 3, {8, 25, 43}, 0.125f, 0, "quant_iq2xxs_codes"},
+    {17, 512, 8, 2, 3, {8, 25, 43}, 0.125f, 0, "quant_iq2xs_codes"},
+    {22, 1024, 8, 2, 3, {8, 25, 43}, 0.125f, 0, "quant_iq2s_codes"},
+    {18, 256, 4, 3, 8, {4, 12, 20, 28, 36, 44, 52, 62}, 0.25f, 0, "quant_iq3xxs_codes"},
+    {21, 512, 4, 3, 8, {1, 3, 5, 7, 9, 11, 13, 15}, 1.0f, 0, "quant_iq3s_codes"},
+    {19, 2048, 8, 2, 3, {-1, 0, 1}, 1.0f, 0.125f, "quant_iq1s_codes"},
+};
+
+/* A block of g's type whose first group uses grid entry k. */
+static void grid_block(const struct grid_spec *g, int k, uint8_t *b, size_t size)
+{
+    memset(b, 0, size);
+    b[1] = 0x3c; /* fp16 d = 1 */
+    switch (g->type) {
+    case 16: b[2] = (uint8_t)k; break;                                  /* iq2_xxs: qs byte 0 */
+    case 17: b[2] = (uint8_t)k, b[3] = (uint8_t)(k >> 8); break;        /* iq2_xs: qs[0] & 511 */
+    case 22: b[2] = (uint8_t)k, b[2 + 64] = (uint8_t)(k >> 8); break;   /* iq2_s: qs[0], qh[0] bits 0-1 */
+    case 18: b[2] = (uint8_t)k; break;                                  /* iq3_xxs: qs[0] */
+    case 21: b[2] = (uint8_t)k, b[2 + 64] = (uint8_t)(k >> 8); break;   /* iq3_s: qs[0], qh[0] bit 0 */
+    case 19: b[2] = (uint8_t)k, b[2 + 32] = (uint8_t)(k >> 8); break;   /* iq1_s: qs[0], qh[0] bits 0-2 */
+    }
+}
+
+/* Entry k of grid g as ggml decodes it, encoded; -1 if a value is not one of its levels. */
+static int grid_code(const struct grid_spec *g, int k)
+{
+    uint8_t b[512];
+    float y[256];
+    grid_block(g, k, b, sizeof b);
+    ggml_decoder(g->type)(b, y, 256);
+    int code = 0;
+    for (int j = 0; j < g->values; j++) {
+        int l = 0;
+        while (l < g->n_levels && (float)g->levels[l] * g->unit + g->offset != y[j]) l++;
+        if (l == g->n_levels) return -1;
+        code |= l << (g->lbits * j);
+    }
+    return code;
+}
+
+static void print_grids(void)
+{
+    for (size_t i = 0; i < sizeof grid_specs / sizeof grid_specs[0]; i++) {
+        const struct grid_spec *g = &grid_specs[i];
+        printf("const uint16_t %s[%d] = {", g->name, g->entries);
+        for (int k = 0; k < g->entries; k++) {
+            int c = grid_code(g, k);
+            if (c < 0) {
+                fprintf(stderr, "%s entry %d: a value is not a level\n", g->name, k);
+                exit(1);
+            }
+            printf("%s0x%04x,", k % 12 ? " " : "\n    ", c);
+        }
+        printf("\n};\n");
+    }
+}
+
+/* Every grid entry decodes the same in Nebula as in ggml. */
+static void check_grids(void)
+{
+    for (size_t i = 0; i < sizeof grid_specs / sizeof grid_specs[0]; i++) {
+        const struct grid_spec *g = &grid_specs[i];
+        const struct quant_traits *q = quant_traits_of((enum quant_type)g->type);
+        if (!q || !q->to_float) continue; /* pending */
+        uint8_t b[512];
+        float a[256], c[256];
+        int bad = 0;
+        for (int k = 0; k < g->entries; k++) {
+            grid_block(g, k, b, sizeof b);
+            if (decode_mismatch((enum quant_type)g->type, b, 256, a, c) >= 0) bad++;
+        }
+        if (bad) fail("%s: %d of the %d grid entries decode differently from ggml", q->name, bad, g->entries);
+        else printf("%-8s grid: all %d entries decode identically\n", q->name, g->entries);
+    }
 }
 
 static void *sym(void *lib, const char *name)
@@ -425,8 +550,10 @@ static void *sym(void *lib, const char *name)
 
 int main(int argc, char **argv)
 {
+    const bool grids = argc == 3 && strcmp(argv[1], "--grids") == 0;
+    if (grids) argv++, argc--;
     if (argc != 2) {
-        fprintf(stderr, "usage: ggml_oracle LIBGGML_BASE_SO\n");
+        fprintf(stderr, "usage: ggml_oracle [--grids] DIR/libggml-base.so\n");
         return 2;
     }
     void *lib = gg.lib = dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL);
@@ -455,6 +582,10 @@ int main(int argc, char **argv)
     *(void **)&cpu_init = sym(cpu, "ggml_cpu_init");
     *(void **)&gg.get_type_traits_cpu = sym(cpu, "ggml_get_type_traits_cpu");
     cpu_init();
+    if (grids) {
+        print_grids();
+        return 0;
+    }
 
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -468,6 +599,7 @@ int main(int argc, char **argv)
                  GGML_TYPE_COUNT);
     for (int t = 0; t < GGML_TYPE_COUNT; t++)
         if (check_identity(t)) check_type(t);
+    check_grids();
     gg.quantize_free();
     clock_gettime(CLOCK_MONOTONIC, &t1);
     printf("%s: %d failure%s (%.1f s)\n", failures ? "FAILED" : "all checks passed", failures, failures == 1 ? "" : "s",
