@@ -69,6 +69,12 @@ extern uint64_t quant_iq2xxs_grid[256], quant_iq2xs_grid[512], quant_iq2s_grid[1
 extern uint32_t quant_iq3xxs_grid[256], quant_iq3s_grid[512];
 extern uint8_t quant_ksigns[128];
 void quant_grids_init(void);
+/* The grids as stored: level indices (2 bits an element for IQ2/IQ1, 3 for
+ * IQ3), ascending, and the levels (for the quantizers' searches). */
+extern const uint16_t quant_iq2xxs_codes[256], quant_iq2xs_codes[512], quant_iq2s_codes[1024], quant_iq1s_codes[2048];
+extern const uint16_t quant_iq3xxs_codes[256], quant_iq3s_codes[512];
+extern const uint8_t quant_iq2_levels[3], quant_iq3xxs_levels[8], quant_iq3s_levels[8];
+extern const int8_t quant_iq1_levels[3];
 #define QUANT_IQ1_DELTA 0.125f /* IQ1_S, IQ1_M: every point moves by ±delta */
 
 /* fp16 -> fp32, exact.  Inline because scalar decoders call it per block. */

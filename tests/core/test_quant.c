@@ -58,7 +58,17 @@ static void fill(float *x, int64_t n, enum dist d)
 static const enum quant_type weight_types[] = {
     QT_F32,  QT_F16,  QT_BF16,   QT_Q4_0,   QT_Q5_0,  QT_Q5_1, QT_Q8_0, QT_Q4_K, QT_Q5_K,  QT_Q6_K,  QT_IQ4_NL, QT_IQ4_XS,
     QT_Q4_1, QT_Q2_K, QT_Q3_K,   QT_TQ1_0,  QT_TQ2_0, QT_Q1_0, QT_Q2_0, QT_MXFP4, QT_NVFP4,
+    QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S, QT_IQ3_XXS, QT_IQ3_S, QT_IQ1_S, QT_IQ1_M,
 };
+
+/* The grid formats: a group's point may sit far from its values (the grid
+ * is sparse), so there is no per-value error bound to check, only the
+ * typical error below. */
+static bool is_grid(enum quant_type t)
+{
+    return t == QT_IQ2_XXS || t == QT_IQ2_XS || t == QT_IQ2_S || t == QT_IQ3_XXS || t == QT_IQ3_S || t == QT_IQ1_S ||
+           t == QT_IQ1_M;
+}
 #define N_WEIGHT_TYPES (sizeof weight_types / sizeof weight_types[0])
 
 static const struct quant_traits *tr(enum quant_type t)
@@ -101,6 +111,13 @@ static void random_block(enum quant_type t, uint8_t *b, size_t size)
     case QT_TQ2_0: put16(b + 64, random_scale()); break;
     case QT_MXFP4: b[0] = (uint8_t)(120 + rng_u64() % 16); break;                 /* e: 2^-8 .. 2^7 */
     case QT_NVFP4: break;                                                          /* every UE4M3 byte is finite */
+    case QT_IQ1_M: { /* the fp16 d is the top nibbles of the four scale words */
+        uint16_t d = random_scale(), w[4];
+        memcpy(w, b + 48, 8);
+        for (int k = 0; k < 4; k++) w[k] = (uint16_t)((w[k] & 0x0fff) | ((d >> (4 * k)) & 15) << 12);
+        memcpy(b + 48, w, 8);
+        break;
+    }
     default: put16(b, random_scale()); break;                                      /* d is first */
     }
 }
@@ -243,7 +260,8 @@ Test(quant_round_trip, error_within_level_bound)
     for (int rep = 0; rep < 4; rep++) {
         for (int d = 0; d < D_COUNT; d++) {
             fill(x, 2560, (enum dist)d);
-            for (size_t k = 0; k < N_WEIGHT_TYPES; k++) check_round_trip(weight_types[k], x, 2560, dist_name[d]);
+            for (size_t k = 0; k < N_WEIGHT_TYPES; k++)
+                if (!is_grid(weight_types[k])) check_round_trip(weight_types[k], x, 2560, dist_name[d]);
             for (size_t k = 0; k < 2; k++) check_round_trip(acts[k], x, 2560, dist_name[d]);
         }
     }
@@ -261,6 +279,8 @@ Test(quant_round_trip, typical_error_of_normal_data)
          * (tests/tools/test_ggml_oracle.sh prints both) */
         {QT_Q4_1, 0.08},  {QT_Q3_K, 0.16}, {QT_Q2_K, 0.29}, {QT_MXFP4, 0.12}, {QT_NVFP4, 0.11},
         {QT_Q2_0, 0.40},  {QT_TQ2_0, 0.43}, {QT_TQ1_0, 0.63}, {QT_Q1_0, 0.63},
+        {QT_IQ3_S, 0.14}, {QT_IQ3_XXS, 0.19}, {QT_IQ2_S, 0.25}, {QT_IQ2_XS, 0.30}, {QT_IQ2_XXS, 0.34},
+        {QT_IQ1_M, 0.43}, {QT_IQ1_S, 0.46},
     };
     int64_t n = 256 * 64;
     float *x = xmalloc(sizeof(float) * (size_t)n), *y = xmalloc(sizeof(float) * (size_t)n);
@@ -407,7 +427,8 @@ static void check_isa_against_scalar(enum quant_isa isa)
             for (int rep = 0; rep < 24; rep++) {
                 int64_t n = len[l];
                 fill(a, n, rep % 3 ? D_NORMAL : D_OUTLIERS);
-                if (rep % 2) random_row(t, x, n); else tr(t)->from_float(a, x, n);
+                /* the grid formats' quantizers search their grids: a few rows, random blocks otherwise */
+                if (rep % 2 || (is_grid(t) && rep % 6)) random_row(t, x, n); else tr(t)->from_float(a, x, n);
                 fill(a, n, D_NORMAL);
                 activations(t, a, y, n);
                 float got, want;
@@ -443,19 +464,18 @@ Test(quant_dot, dot_equals_sum_of_decoded_products)
     uint8_t *x = xmalloc(4 * 2560), *y = xmalloc(4 * 2560);
     float *a = xmalloc(sizeof(float) * 2560);
     rng_seed(20);
-    for (int isa = 0; isa < QUANT_ISA_COUNT; isa++) {
-        if (!quant_isa_supported((enum quant_isa)isa)) continue;
-        for (size_t k = 0; k < N_WEIGHT_TYPES; k++) {
-            enum quant_type t = weight_types[k];
-            quant_vec_dot_fn dot = quant_vec_dot_isa(t, (enum quant_isa)isa);
-            for (int rep = 0; rep < 16; rep++) {
-                fill(a, 2560, rep % 4 ? D_NORMAL : D_OUTLIERS);
-                tr(t)->from_float(a, x, 2560);
-                fill(a, 2560, rep % 3 ? D_NORMAL : D_UNIFORM);
-                activations(t, a, y, 2560);
-                double mag, want = decoded_dot(t, x, y, 2560, &mag);
+    for (size_t k = 0; k < N_WEIGHT_TYPES; k++) {
+        enum quant_type t = weight_types[k];
+        for (int rep = 0; rep < (is_grid(t) ? 6 : 16); rep++) {
+            fill(a, 2560, rep % 4 ? D_NORMAL : D_OUTLIERS);
+            tr(t)->from_float(a, x, 2560);
+            fill(a, 2560, rep % 3 ? D_NORMAL : D_UNIFORM);
+            activations(t, a, y, 2560);
+            double mag, want = decoded_dot(t, x, y, 2560, &mag);
+            for (int isa = 0; isa < QUANT_ISA_COUNT; isa++) {
+                if (!quant_isa_supported((enum quant_isa)isa)) continue;
                 float got;
-                dot(2560, &got, x, y);
+                quant_vec_dot_isa(t, (enum quant_isa)isa)(2560, &got, x, y);
                 cr_assert(fabs(got - want) <= DOT_TOL * mag, "%s %s: dot %.9g, decoded %.9g", quant_type_name(t),
                           quant_isa_name((enum quant_isa)isa), got, want);
             }

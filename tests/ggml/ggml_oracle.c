@@ -39,7 +39,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/quant/quant.h"
 
@@ -87,7 +90,7 @@ static struct {
 /* Types ggml decodes that Nebula does not know or cannot decode yet (none
  * once issue 13 item 1 is done): q4_1, q2_K, q3_K, iq2_xxs, iq2_xs, iq3_xxs,
  * iq1_s, iq3_s, iq2_s, iq1_m, tq1_0, tq2_0, mxfp4, nvfp4, q1_0, q2_0. */
-static const int pending[] = {16, 17, 18, 19, 21, 22, 29};
+static const int pending[] = {-1};
 
 /* Activation-only formats: ggml_quantize_chunk does not take them; their
  * rows come from ggml's reference quantizer (from_float_ref). */
@@ -96,6 +99,8 @@ static bool activation_only(int t) { return t == QT_Q8_1 || t == QT_Q8_K; }
 /* ---- random numbers (fixed seeds: a failure reproduces) ---- */
 
 static uint64_t rng_state = 1;
+
+static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
 
 static uint64_t rng_u64(void)
 {
@@ -128,6 +133,13 @@ static void fill(float *x, int64_t n, enum dist d)
         default: x[i] = 0; break;
         }
     }
+}
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* ---- checks ---- */
@@ -300,37 +312,119 @@ static void check_dots(enum quant_type t, const uint8_t *row, const float *w, st
 }
 
 /* Rows of every distribution quantized by ggml, with imatrix (NULL: none). */
-static void check_ggml_rows(enum quant_type t, const float *imatrix, struct type_report *r)
+/* ---- rows quantized by ggml ----
+ * For type t, distribution d and with or without an importance matrix: the
+ * N_ROWS input rows (seeded by all three, so any process makes the same)
+ * and ggml's quantization of them.  ggml's IQ2/IQ1 quantizers first build
+ * search tables (ggml_quantize_init: several seconds each, serialised by a
+ * lock), so those types are quantized in child processes started first,
+ * one per table, in parallel with the other checks, into shared memory. */
+
+static const int slow_types[][2] = {{QT_IQ1_S, QT_IQ1_M}, {QT_IQ2_S, -1}, {QT_IQ2_XS, -1}, {QT_IQ2_XXS, -1}};
+#define N_SLOW (int)(sizeof slow_types / sizeof slow_types[0])
+
+static struct {
+    uint8_t *rows[QT_COUNT]; /* [variant][dist][N_ROWS rows], shared; NULL: quantize here */
+    pid_t pid[N_SLOW];
+    bool waited[N_SLOW];
+} pre;
+
+static void input_rows(enum quant_type t, int d, bool with_imatrix, float *x, float *imatrix)
+{
+    rng_seed((uint64_t)t * 1000 + (uint64_t)d * 10 + with_imatrix);
+    fill(x, N_PER_ROW * N_ROWS, (enum dist)d);
+    rng_seed((uint64_t)t + 77);
+    for (int i = 0; i < N_PER_ROW; i++) imatrix[i] = 0.1f + rng_uniform(); /* random positive importances */
+}
+
+static size_t rows_bytes(enum quant_type t) { return quant_row_size(t, N_PER_ROW) * N_ROWS; }
+
+/* ggml's rows into out (false if ggml wrote another size). */
+static bool quantize_rows(enum quant_type t, int d, bool with_imatrix, uint8_t *out)
+{
+    float *x = xmalloc(sizeof(float) * N_PER_ROW * N_ROWS), imatrix[N_PER_ROW];
+    input_rows(t, d, with_imatrix, x, imatrix);
+    bool ok = true;
+    const size_t row_bytes = quant_row_size(t, N_PER_ROW);
+    if (activation_only(t))
+        for (int i = 0; i < N_ROWS; i++) ggml_act_quantizer(t)(x + i * N_PER_ROW, out + i * row_bytes, N_PER_ROW);
+    else
+        ok = gg.quantize_chunk(t, x, out, 0, N_ROWS, N_PER_ROW, with_imatrix ? imatrix : NULL) == rows_bytes(t);
+    free(x);
+    return ok;
+}
+
+static void start_slow_quantizers(void)
+{
+    for (int k = 0; k < N_SLOW; k++) {
+        for (int j = 0; j < 2 && slow_types[k][j] >= 0; j++) {
+            const int t = slow_types[k][j];
+            void *m = mmap(NULL, 2 * D_COUNT * rows_bytes(t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+            if (m == MAP_FAILED) {
+                fprintf(stderr, "ggml_oracle: mmap: out of memory\n");
+                exit(2);
+            }
+            pre.rows[t] = m;
+        }
+        fflush(stdout);
+        pre.pid[k] = fork();
+        if (pre.pid[k] < 0) {
+            perror("ggml_oracle: fork");
+            exit(2);
+        }
+        if (pre.pid[k] == 0) {
+            for (int j = 0; j < 2 && slow_types[k][j] >= 0; j++) {
+                const int t = slow_types[k][j];
+                for (int v = gg.quantize_requires_imatrix(t) ? 1 : 0; v < 2; v++)
+                    for (int d = 0; d < D_COUNT; d++)
+                        if (!quantize_rows(t, d, v, pre.rows[t] + (size_t)(v * D_COUNT + d) * rows_bytes(t))) _exit(1);
+            }
+            _exit(0);
+        }
+    }
+}
+
+/* The rows of (t, d, variant), waiting for t's child if it has one. */
+static bool ggml_rows(enum quant_type t, int d, bool with_imatrix, uint8_t *out)
+{
+    if (!pre.rows[t]) return quantize_rows(t, d, with_imatrix, out);
+    for (int k = 0; k < N_SLOW; k++) {
+        if ((slow_types[k][0] != (int)t && slow_types[k][1] != (int)t) || pre.waited[k]) continue;
+        int status = 0;
+        if (waitpid(pre.pid[k], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "ggml_oracle: the process quantizing %s with ggml failed\n", quant_type_name(t));
+            exit(2);
+        }
+        pre.waited[k] = true;
+    }
+    memcpy(out, pre.rows[t] + (size_t)(with_imatrix * D_COUNT + d) * rows_bytes(t), rows_bytes(t));
+    return true;
+}
+
+static void check_ggml_rows(enum quant_type t, bool with_imatrix, struct type_report *r)
 {
     const struct quant_traits *q = quant_traits_of(t);
     const size_t row_bytes = quant_row_size(t, N_PER_ROW);
-    float *x = xmalloc(sizeof(float) * N_PER_ROW * N_ROWS), a[N_PER_ROW], b[N_PER_ROW];
-    uint8_t *rows = xmalloc(row_bytes * N_ROWS);
+    float a[N_PER_ROW], b[N_PER_ROW];
+    uint8_t *rows = xmalloc(rows_bytes(t));
     for (int d = 0; d < D_COUNT; d++) {
-        fill(x, N_PER_ROW * N_ROWS, (enum dist)d);
-        if (activation_only(t)) {
-            for (int i = 0; i < N_ROWS; i++) ggml_act_quantizer(t)(x + i * N_PER_ROW, rows + i * row_bytes, N_PER_ROW);
-        } else {
-            size_t wrote = gg.quantize_chunk(t, x, rows, 0, N_ROWS, N_PER_ROW, imatrix);
-            if (wrote != row_bytes * N_ROWS) {
-                fail("%s: ggml_quantize_chunk wrote %zu bytes, Nebula's row size says %zu", q->name, wrote,
-                     row_bytes * N_ROWS);
-                break;
-            }
+        if (!ggml_rows(t, d, with_imatrix, rows)) {
+            fail("%s: ggml_quantize_chunk wrote another size than Nebula's row size (%zu bytes a row)", q->name, row_bytes);
+            break;
         }
         for (int i = 0; i < N_ROWS; i++) {
             const uint8_t *row = rows + i * row_bytes;
             int64_t at = decode_mismatch(t, row, N_PER_ROW, a, b);
             if (at >= 0) {
                 fail("%s: ggml-quantized %s row %d (%s imatrix) value %" PRId64 ": Nebula %.9g, ggml %.9g", q->name,
-                     dist_name[d], i, imatrix ? "with" : "without", at, a[at], b[at]);
+                     dist_name[d], i, with_imatrix ? "with" : "without", at, a[at], b[at]);
                 break;
             }
             r->rows_checked++;
             if (i < 2) check_dots(t, row, b, r);
         }
     }
-    free(x), free(rows);
+    free(rows);
 }
 
 /* Blocks of random bytes: every code and every bit of the scale fields. */
@@ -352,26 +446,27 @@ static void check_random_blocks(enum quant_type t, struct type_report *r)
 }
 
 /* Relative rms error of Nebula's quantizer and of ggml's (without an
- * importance matrix where it can do without) on normal data: printed, so a
+ * importance matrix where it can do without; with the random one where it
+ * cannot: an easier task) on normal data: printed, so a
  * quantizer much worse than ggml's shows (not a failure: the formats allow
  * any valid block). */
 static void quantizer_errors(enum quant_type t, double *ours, double *theirs)
 {
     const struct quant_traits *q = quant_traits_of(t);
-    const int64_t n = N_PER_ROW * 4;
-    float *x = xmalloc(sizeof(float) * n), *y = xmalloc(sizeof(float) * n), *w = xmalloc(sizeof(float) * N_PER_ROW);
-    uint8_t *row = xmalloc(quant_row_size(t, n));
-    for (int i = 0; i < N_PER_ROW; i++) w[i] = 1.0f;
-    fill(x, n, D_NORMAL);
+    const int64_t n = N_PER_ROW * 2; /* the first two rows */
+    const bool with_imatrix = gg.quantize_requires_imatrix(t);
+    float *x = xmalloc(sizeof(float) * N_PER_ROW * N_ROWS), *y = xmalloc(sizeof(float) * n), imatrix[N_PER_ROW];
+    uint8_t *row = xmalloc(rows_bytes(t));
+    input_rows(t, D_NORMAL, with_imatrix, x, imatrix);
     double sx = 0, s1 = 0, s2 = 0;
     q->from_float(x, row, n);
     q->to_float(row, y, n);
     for (int64_t i = 0; i < n; i++) sx += (double)x[i] * x[i], s1 += (double)(x[i] - y[i]) * (x[i] - y[i]);
-    gg.quantize_chunk(t, x, row, 0, 4, N_PER_ROW, gg.quantize_requires_imatrix(t) ? w : NULL);
+    if (!ggml_rows(t, D_NORMAL, with_imatrix, row)) memset(row, 0, rows_bytes(t));
     q->to_float(row, y, n);
     for (int64_t i = 0; i < n; i++) s2 += (double)(x[i] - y[i]) * (x[i] - y[i]);
     *ours = sqrt(s1 / sx), *theirs = sqrt(s2 / sx);
-    free(x), free(y), free(w), free(row);
+    free(x), free(y), free(row);
 }
 
 /* Rows quantized by Nebula decode the same in ggml. */
@@ -382,8 +477,11 @@ static void check_own_rows(enum quant_type t, struct type_report *r)
     const size_t row_bytes = quant_row_size(t, N_PER_ROW);
     float x[N_PER_ROW], a[N_PER_ROW], b[N_PER_ROW];
     uint8_t *row = xmalloc(row_bytes);
+    /* the grid formats' quantizers search their grids: one row of each distribution */
+    const bool grid = t == QT_IQ2_XXS || t == QT_IQ2_XS || t == QT_IQ2_S || t == QT_IQ3_XXS || t == QT_IQ3_S ||
+                      t == QT_IQ1_S || t == QT_IQ1_M;
     for (int d = 0; d < D_COUNT; d++) {
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < (grid ? 1 : 2); i++) {
             fill(x, N_PER_ROW, (enum dist)d);
             q->from_float(x, row, N_PER_ROW);
             int64_t at = decode_mismatch(t, row, N_PER_ROW, a, b);
@@ -401,6 +499,7 @@ static void check_own_rows(enum quant_type t, struct type_report *r)
 
 static void check_type(int t)
 {
+    const double t0 = seconds_now();
     const enum quant_type qt = (enum quant_type)t;
     const struct quant_traits *q = quant_traits_of(qt);
     const ggml_to_float_t g = ggml_decoder(t);
@@ -423,13 +522,11 @@ static void check_type(int t)
     }
     struct type_report r = {0};
     const int before = failures;
-    float imatrix[N_PER_ROW];
-    for (int i = 0; i < N_PER_ROW; i++) imatrix[i] = 0.1f + rng_uniform(); /* random positive importances */
     if (activation_only(t) && !ggml_act_quantizer(t)) {
         printf("%-8s ggml cannot quantize it: no ggml rows\n", q->name);
     } else {
-        if (!gg.quantize_requires_imatrix(t)) check_ggml_rows(qt, NULL, &r);
-        if (!activation_only(t)) check_ggml_rows(qt, imatrix, &r);
+        if (!gg.quantize_requires_imatrix(t)) check_ggml_rows(qt, false, &r);
+        if (!activation_only(t)) check_ggml_rows(qt, true, &r);
     }
     check_random_blocks(qt, &r);
     check_own_rows(qt, &r);
@@ -440,9 +537,9 @@ static void check_type(int t)
         snprintf(errs, sizeof errs, "; rms error %.4f (ggml's %.4f)", ours, theirs);
     }
     printf("%-8s %s: %d ggml rows and %d random blocks decode identically, %d Nebula rows decode identically in ggml, "
-           "%d dots within tolerance (worst %.2f of it)%s\n",
+           "%d dots within tolerance (worst %.2f of it)%s (%.2f s)\n",
            q->name, failures == before ? "ok" : "FAILED", r.rows_checked, r.random_checked, r.own_checked,
-           r.dots_checked, r.max_dot_err, errs);
+           r.dots_checked, r.max_dot_err, errs, seconds_now() - t0);
 }
 
 /* ---- the IQ grids (codebooks) ----
@@ -586,6 +683,7 @@ int main(int argc, char **argv)
         print_grids();
         return 0;
     }
+    start_slow_quantizers();
 
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -597,8 +695,10 @@ int main(int argc, char **argv)
         if (quant_traits_of((enum quant_type)t))
             fail("type %d (%s): Nebula knows it, ggml's enum ends at %d", t, quant_type_name((enum quant_type)t),
                  GGML_TYPE_COUNT);
-    for (int t = 0; t < GGML_TYPE_COUNT; t++)
-        if (check_identity(t)) check_type(t);
+    /* the types quantized in the children last, so that their wait overlaps the rest */
+    for (int pass = 0; pass < 2; pass++)
+        for (int t = 0; t < GGML_TYPE_COUNT; t++)
+            if ((pre.rows[t] != NULL) == (pass == 1) && check_identity(t)) check_type(t);
     check_grids();
     gg.quantize_free();
     clock_gettime(CLOCK_MONOTONIC, &t1);

@@ -406,7 +406,8 @@ Test(cpu_quant, f16_every_tensor_tiny_b) { retyped("tiny-b", QT_F16, true); }
 /* Every block format core/quant writes, in every tensor its rows fit. */
 static const enum quant_type retype_formats[] = {
     QT_Q4_0, QT_Q4_1, QT_Q5_0,  QT_Q5_1,  QT_Q8_0,  QT_Q2_K, QT_Q3_K, QT_Q4_K,    QT_Q5_K,   QT_Q6_K,  QT_IQ4_NL,
-    QT_IQ4_XS, QT_TQ1_0, QT_TQ2_0, QT_MXFP4, QT_NVFP4, QT_Q1_0, QT_Q2_0,
+    QT_IQ4_XS, QT_TQ1_0, QT_TQ2_0, QT_MXFP4, QT_NVFP4, QT_Q1_0, QT_Q2_0, QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S,
+    QT_IQ3_XXS, QT_IQ3_S, QT_IQ1_S, QT_IQ1_M,
 };
 
 ParameterizedTestParameters(cpu_quant, every_format_tiny_a)

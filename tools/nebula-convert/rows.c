@@ -185,9 +185,10 @@ const struct conv_mix conv_mixes[] = {
      "experts gate/up q4_K, down q5_1; dense and indexer bf16; n-gram table q8_0"},
     /* one type for every matrix (as q8_0 above), for each of the other ggml formats */
 #define ONE(name, T, ftype) {name, MIX(F32, T, T, T, T, T), ftype, name " everywhere (norms, routers, conv f32)"}
-    ONE("q4_1", Q4_1, 3),   ONE("q2_K", Q2_K, 10),   ONE("q3_K", Q3_K, 12),   ONE("tq1_0", TQ1_0, 36),
-    ONE("tq2_0", TQ2_0, 37), ONE("mxfp4", MXFP4, 38), ONE("nvfp4", NVFP4, 39), ONE("q1_0", Q1_0, 40),
-    ONE("q2_0", Q2_0, 41),
+    ONE("q4_1", Q4_1, 3),       ONE("q2_K", Q2_K, 10),      ONE("q3_K", Q3_K, 12),     ONE("iq2_xxs", IQ2_XXS, 19),
+    ONE("iq2_xs", IQ2_XS, 20),  ONE("iq3_xxs", IQ3_XXS, 23), ONE("iq1_s", IQ1_S, 24),  ONE("iq3_s", IQ3_S, 26),
+    ONE("iq2_s", IQ2_S, 28),    ONE("iq1_m", IQ1_M, 31),    ONE("tq1_0", TQ1_0, 36),   ONE("tq2_0", TQ2_0, 37),
+    ONE("mxfp4", MXFP4, 38),    ONE("nvfp4", NVFP4, 39),    ONE("q1_0", Q1_0, 40),     ONE("q2_0", Q2_0, 41),
 #undef ONE
 };
 #undef MIX
