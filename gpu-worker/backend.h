@@ -201,6 +201,12 @@ struct gw_vram_parts {
     uint64_t slots;   /* the local experts' slots */
     uint64_t scratch; /* the decode graph's arena, a prefill chunk's temporaries, the driver's rounding and own use */
     int64_t n_ctx, n_slots;
+    /* gw_vram_plan: the matrices of a type the device has no decoder for
+     * (cuda_types.h), held widened to F32 — how many, and the first one's
+     * tensor name and type, which the over-budget message names */
+    int64_t n_widened;
+    const char *widened_name;
+    int widened_type;
 };
 enum gw_vram_part { GW_PART_DENSE, GW_PART_MTP, GW_PART_KV, GW_PART_SLOTS, GW_PART_SCRATCH };
 /* The CUDA backend's device memory is a few blocks, one cudaMalloc each (the

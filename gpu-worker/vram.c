@@ -340,6 +340,13 @@ void gw_vram_plan(const struct model *m, const uint8_t *local, int64_t n_ctx, st
     }
     p->kv = kv_bytes(m, n_ctx);
     p->scratch = scratch_bytes(m, n_ctx);
+    /* matrices (not the small tensors, which are F32 on the device anyway) the device widens */
+    p->n_widened = 0, p->widened_name = NULL, p->widened_type = -1;
+    for (int64_t i = 0; m->gguf && i < gguf_tensor_count(m->gguf); i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(m->gguf, i);
+        if (t->n_dims < 2 || gw_vram_native_type((int)t->type)) continue;
+        if (p->n_widened++ == 0) p->widened_name = t->name, p->widened_type = (int)t->type;
+    }
 }
 
 uint64_t gw_vram_total(const struct gw_vram_parts *p) { return p->dense + p->mtp + p->kv + p->slots + p->scratch; }
@@ -353,11 +360,18 @@ int gw_vram_check(const struct gw_vram_parts *p, uint64_t budget, char *err, siz
     char b[6][48];
     mib(p->dense, b[0], sizeof b[0]), mib(p->mtp, b[1], sizeof b[1]), mib(p->kv, b[2], sizeof b[2]);
     mib(p->slots, b[3], sizeof b[3]), mib(p->scratch, b[4], sizeof b[4]), mib(budget, b[5], sizeof b[5]);
+    char widened[192] = "";
+    if (p->n_widened > 0)
+        snprintf(widened, sizeof widened,
+                 "; %lld matrices are held widened to f32, the device having no decoder for their type (the "
+                 "first: %s, %s)",
+                 (long long)p->n_widened, p->widened_name ? p->widened_name : "?",
+                 quant_type_name((enum quant_type)p->widened_type));
     return nb_errf(err, errlen, NB_ENOMEM,
                    "the VRAM budget of %s is %.1f MiB short: dense weights %s + MTP %s + K/V and state for %lld "
-                   "positions %s + %lld expert slots %s + scratch %s = %.1f MiB",
+                   "positions %s + %lld expert slots %s + scratch %s = %.1f MiB%s",
                    b[5], (double)(total - budget) / 1048576.0, b[0], b[1], (long long)p->n_ctx, b[2],
-                   (long long)p->n_slots, b[3], b[4], (double)total / 1048576.0);
+                   (long long)p->n_slots, b[3], b[4], (double)total / 1048576.0, widened);
 }
 
 int gw_vram_parse_bytes(const char *s, uint64_t *out, char *err, size_t errlen)

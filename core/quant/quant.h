@@ -3,9 +3,12 @@
  * Every format Nebula reads or writes has one row of traits: block size,
  * bytes per block, dequantize row, quantize row, and the dot product of a row
  * of this format with a row of activations quantized to its `vec_dot_type`
- * (as ggml does: Q4_0 and Q8_0 dot with Q8_0, Q5_1 with Q8_1, K-quants and
- * IQ4_XS with Q8_K, ...).  Block layouts are byte-identical to ggml's, so
- * published GGUF files are used as they are.  The dot kernel of each row is
+ * (as ggml does: Q4_0, Q8_0, MXFP4, NVFP4, Q1_0, Q2_0 dot with Q8_0, Q4_1
+ * and Q5_1 with Q8_1, the K-quants, IQ and TQ formats with Q8_K; the float
+ * formats with fp32).  Block layouts are byte-identical to ggml's
+ * (quant_blocks.h), so published GGUF files are used as they are; every
+ * type of ggml's enum is here (tests/tools/test_ggml_oracle.sh checks them
+ * against ggml's own library).  The dot kernel of each row is
  * picked once, at quant_init(), from the CPU's features (scalar, AVX2,
  * AVX-512/VNNI); callers never switch on the type in a hot loop.
  *
