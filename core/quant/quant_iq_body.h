@@ -20,16 +20,6 @@
 
 #include "core/quant/quant_avx2_bytes.h"
 
-static inline float iq_half(uint16_t h) { return _cvtsh_ss(h); }
-
-static inline float iq_hsum(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 static inline uint32_t iq_u32(const void *p)
 {
     uint32_t v;
@@ -76,117 +66,101 @@ static inline uint32_t iq_ksigns4(uint32_t aux)
 
 static inline __m256i iq_pair(int a, int b) { return _mm256_setr_epi32(a, a, a, a, b, b, b, b); }
 
-/* One sub-block's contribution: the int8 dot of w with its 32 activations, times the scales. */
-static inline __m256i iq_step(__m256i w, const int8_t *y, __m256i scales)
-{
-    return _mm256_mullo_epi32(DOT_S8(w, load256(y)), scales);
-}
+/* 2s + 1 of the two 16-value halves from a byte of two 4-bit s (IQ2_XS, IQ2_S). */
+static inline __m256i iq_split_scales(int sc) { return iq_pair(2 * (sc & 15) + 1, 2 * (sc >> 4) + 1); }
 
-static inline __m256 iq_block(__m256i sumi, float factor, __m256 acc)
-{
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(factor), acc);
-}
+/* The driver: per 32-value sub-block ib the format's signed weights and its
+ * scale lanes; per block its d times k and y's scale. */
+typedef __m256i (*iq_weights_fn)(const uint8_t *b, int ib);
+typedef float (*iq_d_fn)(const uint8_t *b);
 
-static void dot_iq2_xxs(int64_t n, float *s, const void *vx, const void *vy)
+QUANT_INLINE float iq_dot(int64_t n, const uint8_t *x, size_t bsize, const block_q8_K *y, float k, iq_d_fn d,
+                          iq_weights_fn weights, iq_weights_fn scales)
 {
-    const block_iq2_xxs *x = vx;
-    const block_q8_K *y = vy;
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
+    for (int64_t i = 0; i < n / QK_K; i++, x += bsize) {
         __m256i sumi = _mm256_setzero_si256();
-        for (int ib = 0; ib < 8; ib++) {
-            uint32_t idx = iq_u32(x[i].qs + 4 * ib), aux = iq_u32(x[i].qs + 4 * ib + 2);
-            __m256i g = iq_points8(quant_iq2xxs_grid, idx & 255, (idx >> 8) & 255, (idx >> 16) & 255, idx >> 24);
-            sumi = _mm256_add_epi32(sumi, iq_step(iq_signed(g, iq_ksigns4(aux)), y[i].qs + 32 * ib,
-                                                  _mm256_set1_epi32((int)(2 * (aux >> 28) + 1))));
-        }
-        acc = iq_block(sumi, iq_half(x[i].d) * y[i].d * 0.125f, acc);
+        for (int ib = 0; ib < 8; ib++)
+            sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(DOT_S8(weights(x, ib), load256(y[i].qs + 32 * ib)), scales(x, ib)));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d(x) * y[i].d * k), acc);
     }
-    *s = iq_hsum(acc);
+    return avx2_hsum(acc);
 }
 
-static void dot_iq2_xs(int64_t n, float *s, const void *vx, const void *vy)
+static inline float iq_d_first(const uint8_t *b)
 {
-    const block_iq2_xs *x = vx;
-    const block_q8_K *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        __m256i sumi = _mm256_setzero_si256();
-        for (int ib = 0; ib < 8; ib++) {
-            const uint16_t *q = x[i].qs + 4 * ib;
-            __m256i g = iq_points8(quant_iq2xs_grid, q[0] & 511, q[1] & 511, q[2] & 511, q[3] & 511);
-            uint32_t signs = (uint32_t)quant_ksigns[q[0] >> 9] | (uint32_t)quant_ksigns[q[1] >> 9] << 8 |
-                             (uint32_t)quant_ksigns[q[2] >> 9] << 16 | (uint32_t)quant_ksigns[q[3] >> 9] << 24;
-            const int sc = x[i].scales[ib];
-            sumi = _mm256_add_epi32(sumi, iq_step(iq_signed(g, signs), y[i].qs + 32 * ib,
-                                                  iq_pair(2 * (sc & 15) + 1, 2 * (sc >> 4) + 1)));
-        }
-        acc = iq_block(sumi, iq_half(x[i].d) * y[i].d * 0.125f, acc);
-    }
-    *s = iq_hsum(acc);
+    uint16_t h;
+    memcpy(&h, b, 2);
+    return avx2_half(h);
 }
 
-static void dot_iq2_s(int64_t n, float *s, const void *vx, const void *vy)
+/* ---- IQ2_XXS: 4 index bytes, then 4×7 sign bits and s ---- */
+#define XXS(b) ((const block_iq2_xxs *)(const void *)(b))
+static inline __m256i w_iq2_xxs(const uint8_t *b, int ib)
 {
-    const block_iq2_s *x = vx;
-    const block_q8_K *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        __m256i sumi = _mm256_setzero_si256();
-        for (int ib = 0; ib < 8; ib++) {
-            const uint8_t *q = x[i].qs + 4 * ib;
-            const int h = x[i].qh[ib];
-            __m256i g = iq_points8(quant_iq2s_grid, q[0] | (h << 8 & 0x300), q[1] | (h << 6 & 0x300),
-                                   q[2] | (h << 4 & 0x300), q[3] | (h << 2 & 0x300));
-            const int sc = x[i].scales[ib];
-            sumi = _mm256_add_epi32(sumi, iq_step(iq_signed(g, iq_u32(x[i].qs + 32 + 4 * ib)), y[i].qs + 32 * ib,
-                                                  iq_pair(2 * (sc & 15) + 1, 2 * (sc >> 4) + 1)));
-        }
-        acc = iq_block(sumi, iq_half(x[i].d) * y[i].d * 0.125f, acc);
-    }
-    *s = iq_hsum(acc);
+    uint32_t idx = iq_u32(XXS(b)->qs + 4 * ib), aux = iq_u32(XXS(b)->qs + 4 * ib + 2);
+    __m256i g = iq_points8(quant_iq2xxs_grid, idx & 255, (idx >> 8) & 255, (idx >> 16) & 255, idx >> 24);
+    return iq_signed(g, iq_ksigns4(aux));
 }
-
-static void dot_iq3_xxs(int64_t n, float *s, const void *vx, const void *vy)
+static inline __m256i s_iq2_xxs(const uint8_t *b, int ib)
 {
-    const block_iq3_xxs *x = vx;
-    const block_q8_K *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        __m256i sumi = _mm256_setzero_si256();
-        for (int ib = 0; ib < 8; ib++) {
-            int idx[8];
-            for (int k = 0; k < 8; k++) idx[k] = x[i].qs[8 * ib + k];
-            const uint32_t aux = iq_u32(x[i].qs + 64 + 4 * ib);
-            sumi = _mm256_add_epi32(sumi, iq_step(iq_signed(iq_points4(quant_iq3xxs_grid, idx), iq_ksigns4(aux)),
-                                                  y[i].qs + 32 * ib, _mm256_set1_epi32((int)(2 * (aux >> 28) + 1))));
-        }
-        acc = iq_block(sumi, iq_half(x[i].d) * y[i].d * 0.25f, acc);
-    }
-    *s = iq_hsum(acc);
+    return _mm256_set1_epi32((int)(2 * (iq_u32(XXS(b)->qs + 4 * ib + 2) >> 28) + 1));
 }
+#undef XXS
 
-static void dot_iq3_s(int64_t n, float *s, const void *vx, const void *vy)
+/* ---- IQ2_XS: 9-bit index and 7 sign bits a group ---- */
+static inline __m256i w_iq2_xs(const uint8_t *b, int ib)
 {
-    const block_iq3_s *x = vx;
-    const block_q8_K *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        __m256i sumi = _mm256_setzero_si256();
-        for (int ib = 0; ib < 8; ib++) {
-            int idx[8];
-            for (int k = 0; k < 8; k++) idx[k] = x[i].qs[8 * ib + k] | ((x[i].qh[ib] >> k) & 1) << 8;
-            const int ls = 1 + 2 * ((x[i].scales[ib / 2] >> (4 * (ib % 2))) & 15);
-            sumi = _mm256_add_epi32(sumi, iq_step(iq_signed(iq_points4(quant_iq3s_grid, idx), iq_u32(x[i].signs + 4 * ib)),
-                                                  y[i].qs + 32 * ib, _mm256_set1_epi32(ls)));
-        }
-        acc = iq_block(sumi, iq_half(x[i].d) * y[i].d, acc);
-    }
-    *s = iq_hsum(acc);
+    const uint16_t *q = ((const block_iq2_xs *)(const void *)b)->qs + 4 * ib;
+    __m256i g = iq_points8(quant_iq2xs_grid, q[0] & 511, q[1] & 511, q[2] & 511, q[3] & 511);
+    uint32_t signs = (uint32_t)quant_ksigns[q[0] >> 9] | (uint32_t)quant_ksigns[q[1] >> 9] << 8 |
+                     (uint32_t)quant_ksigns[q[2] >> 9] << 16 | (uint32_t)quant_ksigns[q[3] >> 9] << 24;
+    return iq_signed(g, signs);
+}
+static inline __m256i s_iq2_xs(const uint8_t *b, int ib) { return iq_split_scales(((const block_iq2_xs *)(const void *)b)->scales[ib]); }
+
+/* ---- IQ2_S: 8+2-bit index, 8 sign bits a group ---- */
+static inline __m256i w_iq2_s(const uint8_t *b, int ib)
+{
+    const block_iq2_s *x = (const void *)b;
+    const uint8_t *q = x->qs + 4 * ib;
+    const int h = x->qh[ib];
+    __m256i g = iq_points8(quant_iq2s_grid, q[0] | (h << 8 & 0x300), q[1] | (h << 6 & 0x300), q[2] | (h << 4 & 0x300),
+                           q[3] | (h << 2 & 0x300));
+    return iq_signed(g, iq_u32(x->qs + 32 + 4 * ib));
+}
+static inline __m256i s_iq2_s(const uint8_t *b, int ib) { return iq_split_scales(((const block_iq2_s *)(const void *)b)->scales[ib]); }
+
+/* ---- IQ3_XXS: 8 index bytes, then 4×7 sign bits and s ---- */
+static inline __m256i w_iq3_xxs(const uint8_t *b, int ib)
+{
+    const block_iq3_xxs *x = (const void *)b;
+    int idx[8];
+    for (int k = 0; k < 8; k++) idx[k] = x->qs[8 * ib + k];
+    return iq_signed(iq_points4(quant_iq3xxs_grid, idx), iq_ksigns4(iq_u32(x->qs + 64 + 4 * ib)));
+}
+static inline __m256i s_iq3_xxs(const uint8_t *b, int ib)
+{
+    return _mm256_set1_epi32((int)(2 * (iq_u32(((const block_iq3_xxs *)(const void *)b)->qs + 64 + 4 * ib) >> 28) + 1));
 }
 
-/* 8·e + shift of four IQ1 groups: e the points' bytes (-1, 0, +1), shift
- * the byte each group's ±1 (the sign of its ±1/8), in the 64-bit lanes. */
+/* ---- IQ3_S: 8+1-bit indices, 8 sign bits a group, 4-bit s per 32 ---- */
+static inline __m256i w_iq3_s(const uint8_t *b, int ib)
+{
+    const block_iq3_s *x = (const void *)b;
+    int idx[8];
+    for (int k = 0; k < 8; k++) idx[k] = x->qs[8 * ib + k] | ((x->qh[ib] >> k) & 1) << 8;
+    return iq_signed(iq_points4(quant_iq3s_grid, idx), iq_u32(x->signs + 4 * ib));
+}
+static inline __m256i s_iq3_s(const uint8_t *b, int ib)
+{
+    return _mm256_set1_epi32(1 + 2 * ((((const block_iq3_s *)(const void *)b)->scales[ib / 2] >> (4 * (ib % 2))) & 15));
+}
+
+/* ---- IQ1: 8·e + shift (the ±1/8 of the points folded in; k = 1/8) ---- */
+
+/* 8·e + shift of four groups: e the points' bytes (-1, 0, +1), shift the
+ * byte of each group's ±1, in the 64-bit lanes. */
 static inline __m256i iq1_weights(__m256i g, __m256i shift)
 {
     __m256i g8 = _mm256_add_epi8(g, g);
@@ -196,50 +170,60 @@ static inline __m256i iq1_weights(__m256i g, __m256i shift)
 
 static inline long long iq1_shift(bool down) { return down ? (long long)0xffffffffffffffffull : 0x0101010101010101ll; }
 
-static void dot_iq1_s(int64_t n, float *s, const void *vx, const void *vy)
+static inline __m256i w_iq1_s(const uint8_t *b, int ib)
 {
-    const block_iq1_s *x = vx;
-    const block_q8_K *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        __m256i sumi = _mm256_setzero_si256();
-        for (int ib = 0; ib < 8; ib++) {
-            const uint8_t *q = x[i].qs + 4 * ib;
-            const int h = x[i].qh[ib];
-            __m256i g = iq_points8(quant_iq1s_grid, q[0] | (h & 7) << 8, q[1] | (h >> 3 & 7) << 8,
-                                   q[2] | (h >> 6 & 7) << 8, q[3] | (h >> 9 & 7) << 8);
-            __m256i w = iq1_weights(g, _mm256_set1_epi64x(iq1_shift(h & 0x8000)));
-            sumi = _mm256_add_epi32(sumi, iq_step(w, y[i].qs + 32 * ib, _mm256_set1_epi32(2 * ((h >> 12) & 7) + 1)));
-        }
-        acc = iq_block(sumi, iq_half(x[i].d) * y[i].d * QUANT_IQ1_DELTA, acc);
-    }
-    *s = iq_hsum(acc);
+    const block_iq1_s *x = (const void *)b;
+    const uint8_t *q = x->qs + 4 * ib;
+    const int h = x->qh[ib];
+    __m256i g = iq_points8(quant_iq1s_grid, q[0] | (h & 7) << 8, q[1] | (h >> 3 & 7) << 8, q[2] | (h >> 6 & 7) << 8,
+                           q[3] | (h >> 9 & 7) << 8);
+    return iq1_weights(g, _mm256_set1_epi64x(iq1_shift(h & 0x8000)));
+}
+static inline __m256i s_iq1_s(const uint8_t *b, int ib)
+{
+    return _mm256_set1_epi32(2 * ((((const block_iq1_s *)(const void *)b)->qh[ib] >> 12) & 7) + 1);
 }
 
-static void dot_iq1_m(int64_t n, float *s, const void *vx, const void *vy)
+static inline uint16_t iq1m_word(const uint8_t *b, int k)
 {
-    const block_iq1_m *x = vx;
-    const block_q8_K *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        uint16_t sc[4];
-        memcpy(sc, x[i].scales, 8);
-        const uint16_t d16 = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
-        __m256i sumi = _mm256_setzero_si256();
-        for (int ib = 0; ib < 8; ib++) {
-            const uint8_t *q = x[i].qs + 4 * ib, *qh = x[i].qh + 2 * ib;
-            __m256i g = iq_points8(quant_iq1s_grid, q[0] | (qh[0] & 7) << 8, q[1] | (qh[0] >> 4 & 7) << 8,
-                                   q[2] | (qh[1] & 7) << 8, q[3] | (qh[1] >> 4 & 7) << 8);
-            __m256i shift = _mm256_setr_epi64x(iq1_shift(qh[0] & 0x08), iq1_shift(qh[0] & 0x80), iq1_shift(qh[1] & 0x08),
-                                               iq1_shift(qh[1] & 0x80));
-            const int word = sc[ib / 2] >> (6 * (ib % 2));
-            sumi = _mm256_add_epi32(sumi, iq_step(iq1_weights(g, shift), y[i].qs + 32 * ib,
-                                                  iq_pair(2 * (word & 7) + 1, 2 * (word >> 3 & 7) + 1)));
-        }
-        acc = iq_block(sumi, iq_half(d16) * y[i].d * QUANT_IQ1_DELTA, acc);
-    }
-    *s = iq_hsum(acc);
+    uint16_t w;
+    memcpy(&w, ((const block_iq1_m *)(const void *)b)->scales + 2 * k, 2);
+    return w;
 }
+static inline float iq1m_d(const uint8_t *b)
+{
+    return avx2_half((uint16_t)((iq1m_word(b, 0) >> 12) | ((iq1m_word(b, 1) >> 8) & 0x00f0) |
+                              ((iq1m_word(b, 2) >> 4) & 0x0f00) | (iq1m_word(b, 3) & 0xf000)));
+}
+static inline __m256i w_iq1_m(const uint8_t *b, int ib)
+{
+    const block_iq1_m *x = (const void *)b;
+    const uint8_t *q = x->qs + 4 * ib, *qh = x->qh + 2 * ib;
+    __m256i g = iq_points8(quant_iq1s_grid, q[0] | (qh[0] & 7) << 8, q[1] | (qh[0] >> 4 & 7) << 8,
+                           q[2] | (qh[1] & 7) << 8, q[3] | (qh[1] >> 4 & 7) << 8);
+    __m256i shift = _mm256_setr_epi64x(iq1_shift(qh[0] & 0x08), iq1_shift(qh[0] & 0x80), iq1_shift(qh[1] & 0x08),
+                                       iq1_shift(qh[1] & 0x80));
+    return iq1_weights(g, shift);
+}
+static inline __m256i s_iq1_m(const uint8_t *b, int ib)
+{
+    const int word = iq1m_word(b, ib / 2) >> (6 * (ib % 2));
+    return iq_pair(2 * (word & 7) + 1, 2 * (word >> 3 & 7) + 1);
+}
+
+#define IQ_DOT(name, block, k, d)                                                        \
+    static void dot_##name(int64_t n, float *s, const void *x, const void *y)            \
+    {                                                                                    \
+        *s = iq_dot(n, x, sizeof(block), y, k, d, w_##name, s_##name);                   \
+    }
+IQ_DOT(iq2_xxs, block_iq2_xxs, 0.125f, iq_d_first)
+IQ_DOT(iq2_xs, block_iq2_xs, 0.125f, iq_d_first)
+IQ_DOT(iq2_s, block_iq2_s, 0.125f, iq_d_first)
+IQ_DOT(iq3_xxs, block_iq3_xxs, 0.25f, iq_d_first)
+IQ_DOT(iq3_s, block_iq3_s, 1.0f, iq_d_first)
+IQ_DOT(iq1_s, block_iq1_s, QUANT_IQ1_DELTA, iq_d_first)
+IQ_DOT(iq1_m, block_iq1_m, QUANT_IQ1_DELTA, iq1m_d)
+#undef IQ_DOT
 
 const quant_vec_dot_fn IQ_TABLE[QT_COUNT] = {
     [QT_IQ2_XXS] = dot_iq2_xxs, [QT_IQ2_XS] = dot_iq2_xs, [QT_IQ2_S] = dot_iq2_s, [QT_IQ3_XXS] = dot_iq3_xxs,

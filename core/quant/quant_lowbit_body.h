@@ -24,16 +24,6 @@
 
 #include "core/quant/quant_avx2_bytes.h"
 
-static inline float lb_half(uint16_t h) { return _cvtsh_ss(h); }
-
-static inline float lb_hsum(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 static inline int lb_hsum_i32(__m256i v)
 {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -79,10 +69,10 @@ static void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy)
         __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
         __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(15)));
         int summ = lb_hsum_i32(_mm256_madd_epi16(m16, load256(y[i].bsums)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * lb_half(x[i].d)), acc);
-        mins += y[i].d * lb_half(x[i].dmin) * (float)summ;
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * avx2_half(x[i].d)), acc);
+        mins += y[i].d * avx2_half(x[i].dmin) * (float)summ;
     }
-    *s = lb_hsum(acc) - mins;
+    *s = avx2_hsum(acc) - mins;
 }
 
 /* ---- Q3_K: value d·(s−32)·(q2 + 4·hbit − 4): q2 + 4·hbit goes in unsigned ---- */
@@ -114,9 +104,9 @@ static void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy)
             }
         }
         sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(bias, 0, 0, 0, 0, 0, 0, 0));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * lb_half(x[i].d)), acc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * avx2_half(x[i].d)), acc);
     }
-    *s = lb_hsum(acc);
+    *s = avx2_hsum(acc);
 }
 
 /* ---- TQ2_0, TQ1_0: value (q − 1)·d, q = 0..3 (TQ2_0) or a base-3 digit ---- */
@@ -134,9 +124,9 @@ static void dot_tq2_0(int64_t n, float *s, const void *vx, const void *vy)
                 sumi = _mm256_add_epi32(sumi, DOT_U8(lb_crumbs(bytes, j), load256(y[i].qs + 128 * h + 32 * j)));
         }
         sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(lb_bsums_total(y[i].bsums), 0, 0, 0, 0, 0, 0, 0));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * lb_half(x[i].d)), acc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * avx2_half(x[i].d)), acc);
     }
-    *s = lb_hsum(acc);
+    *s = avx2_hsum(acc);
 }
 
 /* The base-3 digit of each byte of v selected by its multiplier byte
@@ -178,9 +168,9 @@ static void dot_tq1_0(int64_t n, float *s, const void *vx, const void *vy)
         for (int k = 0; k < 3; k++)
             sumi = _mm256_add_epi32(sumi, DOT_U8(lb_trits(v[k], m[k]), load256(y[i].qs + 160 + 32 * k)));
         sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(lb_bsums_total(y[i].bsums), 0, 0, 0, 0, 0, 0, 0));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * lb_half(x[i].d)), acc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * avx2_half(x[i].d)), acc);
     }
-    *s = lb_hsum(acc);
+    *s = avx2_hsum(acc);
 }
 
 /* ---- against Q8_0: Q1_0, Q2_0 (bits LSB first), MXFP4, NVFP4 (E2M1 nibbles) ---- */
@@ -197,7 +187,7 @@ static void dot_q1_0(int64_t n, float *s, const void *vx, const void *vy)
     const block_q8_0 *y = vy;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK1_0; i++) {
-        const float d = lb_half(x[i].d);
+        const float d = avx2_half(x[i].d);
         for (int k = 0; k < QK1_0 / QK_SMALL; k++) {
             const block_q8_0 *yk = &y[i * (QK1_0 / QK_SMALL) + k];
             uint32_t b;
@@ -205,10 +195,10 @@ static void dot_q1_0(int64_t n, float *s, const void *vx, const void *vy)
             __m256i yv = load256(yk->qs);
             /* Σ ±y = 2·Σ_{bit set} y − Σ y */
             __m256i p = _mm256_sub_epi32(_mm256_slli_epi32(DOT_U8(lb_bits(b), yv), 1), lb_sum_y(yv));
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * lb_half(yk->d)), acc);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * avx2_half(yk->d)), acc);
         }
     }
-    *s = lb_hsum(acc);
+    *s = avx2_hsum(acc);
 }
 
 /* Q2_0's 32 codes of values 32k..32k+31 (bytes 8k..8k+7, four codes a byte
@@ -233,15 +223,15 @@ static void dot_q2_0(int64_t n, float *s, const void *vx, const void *vy)
     const block_q8_0 *y = vy;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK2_0; i++) {
-        const float d = lb_half(x[i].d);
+        const float d = avx2_half(x[i].d);
         for (int k = 0; k < QK2_0 / QK_SMALL; k++) {
             const block_q8_0 *yk = &y[i * (QK2_0 / QK_SMALL) + k];
             __m256i yv = load256(yk->qs);
             __m256i p = _mm256_sub_epi32(DOT_U8(lb_q2_0_codes(x[i].qs + 8 * k), yv), lb_sum_y(yv)); /* code − 1 */
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * lb_half(yk->d)), acc);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * avx2_half(yk->d)), acc);
         }
     }
-    *s = lb_hsum(acc);
+    *s = avx2_hsum(acc);
 }
 
 /* The doubled E2M1 values in both 128-bit lanes, for shuffle lookups. */
@@ -259,9 +249,9 @@ static void dot_mxfp4(int64_t n, float *s, const void *vx, const void *vy)
     for (int64_t i = 0; i < n / QK_SMALL; i++) {
         __m256i w = _mm256_shuffle_epi8(table, nibbles32(x[i].qs));
         __m256i p = DOT_S8(w, load256(y[i].qs));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(quant_e8m0_half(x[i].e) * lb_half(y[i].d)), acc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(quant_e8m0_half(x[i].e) * avx2_half(y[i].d)), acc);
     }
-    *s = lb_hsum(acc);
+    *s = avx2_hsum(acc);
 }
 
 /* NVFP4: Q8_0 block k meets sub-blocks 2k, 2k+1, whose 32 codes are the
@@ -278,13 +268,13 @@ static void dot_nvfp4(int64_t n, float *s, const void *vx, const void *vy)
             const block_q8_0 *yk = &y[2 * i + k];
             __m256i nib = _mm256_permute4x64_epi64(nibbles32(x[i].qs + 16 * k), _MM_SHUFFLE(3, 1, 2, 0));
             __m256i p = DOT_S8(_mm256_shuffle_epi8(table, nib), load256(yk->qs));
-            const float dy = lb_half(yk->d);
+            const float dy = avx2_half(yk->d);
             __m256 sc = _mm256_setr_m128(_mm_set1_ps(quant_ue4m3_half(x[i].d[2 * k]) * dy),
                                          _mm_set1_ps(quant_ue4m3_half(x[i].d[2 * k + 1]) * dy));
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc);
         }
     }
-    *s = lb_hsum(acc);
+    *s = avx2_hsum(acc);
 }
 
 const quant_vec_dot_fn LOWBIT_TABLE[QT_COUNT] = {

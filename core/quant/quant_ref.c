@@ -17,6 +17,7 @@
 #include "core/quant/quant_impl.h"
 
 #include <math.h>
+#include <stddef.h>
 
 const int8_t quant_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                        1,    13,   25,  38,  53,  69,  89,  113};
@@ -156,58 +157,45 @@ static void dot_iq4_nl(int64_t n, float *s, const void *x, const void *y)
     *s = dot_dw(n, x, sizeof(block_iq4_nl), w_iq4_nl, y);
 }
 
-/* ---- Q4_1, Q5_1: value d * q + m; dots with Q8_1 ---- */
+/* ---- Q4_1, Q5_1: value d * q + m (d, m first); dots with Q8_1 ---- */
 
-static void q4_1_to_float(const void *src, float *y, int64_t n)
+static int c_q4_1(const uint8_t *b, int j) { return nib_code(b + offsetof(block_q4_1, qs), j); }
+static int c_q5_1(const uint8_t *b, int j) { return q5_code(b + offsetof(block_q5_1, qh), b + offsetof(block_q5_1, qs), j); }
+
+QUANT_INLINE void decode_affine(const void *src, float *y, int64_t n, size_t bsize, weight_fn code)
 {
-    const block_q4_1 *b = src;
-    for (int64_t i = 0; i < n / QK_SMALL; i++, y += QK_SMALL) {
-        float d = quant_half_to_float(b[i].d), m = quant_half_to_float(b[i].m);
-        for (int j = 0; j < 32; j++) y[j] = (float)nib_code(b[i].qs, j) * d + m;
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK_SMALL; i++, b += bsize, y += QK_SMALL) {
+        float d = first_half(b), m = first_half(b + 2);
+        for (int j = 0; j < 32; j++) y[j] = (float)code(b, j) * d + m;
     }
 }
 
-static void dot_q4_1(int64_t n, float *s, const void *vx, const void *vy)
+QUANT_INLINE float dot_affine(int64_t n, const void *vx, size_t bsize, weight_fn code, const block_q8_1 *y)
 {
-    const block_q4_1 *x = vx;
-    const block_q8_1 *y = vy;
+    const uint8_t *b = vx;
     float sum = 0;
-    for (int64_t i = 0; i < n / QK_SMALL; i++) {
+    for (int64_t i = 0; i < n / QK_SMALL; i++, b += bsize) {
         int sumi = 0, sumy = 0;
         for (int j = 0; j < 32; j++) {
-            sumi += nib_code(x[i].qs, j) * y[i].qs[j];
+            sumi += code(b, j) * y[i].qs[j];
             sumy += y[i].qs[j];
         }
         float dy = quant_half_to_float(y[i].d);
-        sum += (float)sumi * (quant_half_to_float(x[i].d) * dy) + (float)sumy * (quant_half_to_float(x[i].m) * dy);
+        sum += (float)sumi * (first_half(b) * dy) + (float)sumy * (first_half(b + 2) * dy);
     }
-    *s = sum;
+    return sum;
 }
 
-static void q5_1_to_float(const void *src, float *y, int64_t n)
+static void q4_1_to_float(const void *b, float *y, int64_t n) { decode_affine(b, y, n, sizeof(block_q4_1), c_q4_1); }
+static void q5_1_to_float(const void *b, float *y, int64_t n) { decode_affine(b, y, n, sizeof(block_q5_1), c_q5_1); }
+static void dot_q4_1(int64_t n, float *s, const void *x, const void *y)
 {
-    const block_q5_1 *b = src;
-    for (int64_t i = 0; i < n / QK_SMALL; i++, y += QK_SMALL) {
-        float d = quant_half_to_float(b[i].d), m = quant_half_to_float(b[i].m);
-        for (int j = 0; j < 32; j++) y[j] = (float)q5_code(b[i].qh, b[i].qs, j) * d + m;
-    }
+    *s = dot_affine(n, x, sizeof(block_q4_1), c_q4_1, y);
 }
-
-static void dot_q5_1(int64_t n, float *s, const void *vx, const void *vy)
+static void dot_q5_1(int64_t n, float *s, const void *x, const void *y)
 {
-    const block_q5_1 *x = vx;
-    const block_q8_1 *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_SMALL; i++) {
-        int sumi = 0, sumy = 0;
-        for (int j = 0; j < 32; j++) {
-            sumi += q5_code(x[i].qh, x[i].qs, j) * y[i].qs[j];
-            sumy += y[i].qs[j];
-        }
-        float dy = quant_half_to_float(y[i].d);
-        sum += (float)sumi * (quant_half_to_float(x[i].d) * dy) + (float)sumy * (quant_half_to_float(x[i].m) * dy);
-    }
-    *s = sum;
+    *s = dot_affine(n, x, sizeof(block_q5_1), c_q5_1, y);
 }
 
 /* ---- Q4_K, Q5_K: value d*sc*q - dmin*m per 32-value sub-block; dots with Q8_K ---- */

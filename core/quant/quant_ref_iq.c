@@ -17,7 +17,12 @@
  * scale once per block (the IQ1 shift through the activation sums). */
 #include "core/quant/quant_impl.h"
 
-/* ---- reading the blocks ---- */
+/* ---- reading the blocks ----
+ * Each format is four small functions of a block (as bytes) — the decoded
+ * d, the sub-scale of group l of 32-value sub-block ib (the decoder's float
+ * db, and its odd integer 2s + 1 for the dot), and element j of group l —
+ * and one decoder and one dot, written once over them (QUANT_INLINE: the
+ * functions are constants in each instance), do the rest. */
 
 static inline uint8_t grid8(uint64_t point, int j) { return (uint8_t)(point >> (8 * j)); }
 static inline uint8_t grid4(uint32_t point, int j) { return (uint8_t)(point >> (8 * j)); }
@@ -30,330 +35,207 @@ static inline uint32_t u32_at(const void *p)
     return v;
 }
 
-/* IQ2_XXS: 32 values are 4 words of qs: two of 4 index bytes, then two of
- * 4×7 sign bits with the 4-bit scale s on top. */
-static inline void iq2xxs_group(const block_iq2_xxs *b, int ib, uint32_t *idx, uint32_t *aux)
+static inline float half_at(const void *p)
 {
-    *idx = u32_at(b->qs + 4 * ib);
-    *aux = u32_at(b->qs + 4 * ib + 2);
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return quant_half_to_float(h);
 }
 
-/* Element j of group l (8 values) of 32-value sub-block ib, signed. */
-static inline int iq2xxs_value(const block_iq2_xxs *b, int ib, int l, int j)
+typedef float (*iq_d_fn)(const uint8_t *b);
+typedef float (*iq_db_fn)(float d, const uint8_t *b, int ib, int l);
+typedef int (*iq_ls_fn)(const uint8_t *b, int ib, int l);
+typedef int (*iq_value_fn)(const uint8_t *b, int ib, int l, int j);
+typedef bool (*iq_down_fn)(const uint8_t *b, int ib, int l);
+
+/* IQ2_XXS: 32 values are 4 words of qs: two of 4 index bytes, then two of
+ * 4×7 sign bits with the 4-bit scale s on top.  db = d·(0.5 + s)·0.25. */
+#define XXS(b) ((const block_iq2_xxs *)(const void *)(b))
+static inline uint32_t iq2xxs_aux(const uint8_t *b, int ib) { return u32_at(XXS(b)->qs + 4 * ib + 2); }
+static float db_iq2_xxs(float d, const uint8_t *b, int ib, int l) { return d * (0.5f + (float)(iq2xxs_aux(b, ib) >> 28)) * 0.25f; }
+static int ls_iq2_xxs(const uint8_t *b, int ib, int l) { return (int)(2 * (iq2xxs_aux(b, ib) >> 28) + 1); }
+static int v_iq2_xxs(const uint8_t *b, int ib, int l, int j)
 {
-    uint32_t idx, aux;
-    iq2xxs_group(b, ib, &idx, &aux);
-    uint8_t signs = quant_ksigns[(aux >> (7 * l)) & 127];
+    uint32_t idx = u32_at(XXS(b)->qs + 4 * ib);
+    uint8_t signs = quant_ksigns[(iq2xxs_aux(b, ib) >> (7 * l)) & 127];
     return signed_by(grid8(quant_iq2xxs_grid[(idx >> (8 * l)) & 255], j), signs, j);
 }
 
-static inline int iq2xs_value(const block_iq2_xs *b, int ib, int l, int j)
+/* IQ2_XS, IQ2_S: a 4-bit scale per 16 values (scales[ib] low nibble for
+ * groups 0, 1), db = d·(0.5 + s)·0.25.  XS: a 9-bit index and 7 sign bits a
+ * group in one uint16; S: an 8-bit index with 2 more in qh, 8 sign bits. */
+static inline int split_s(const uint8_t *scales, int ib, int l) { return (scales[ib] >> (4 * (l / 2))) & 15; }
+static float db_iq2_xs(float d, const uint8_t *b, int ib, int l)
 {
-    uint16_t q = b->qs[4 * ib + l];
+    return d * (0.5f + (float)split_s(((const block_iq2_xs *)(const void *)b)->scales, ib, l)) * 0.25f;
+}
+static float db_iq2_s(float d, const uint8_t *b, int ib, int l)
+{
+    return d * (0.5f + (float)split_s(((const block_iq2_s *)(const void *)b)->scales, ib, l)) * 0.25f;
+}
+static int ls_iq2_xs(const uint8_t *b, int ib, int l) { return 2 * split_s(((const block_iq2_xs *)(const void *)b)->scales, ib, l) + 1; }
+static int ls_iq2_s(const uint8_t *b, int ib, int l) { return 2 * split_s(((const block_iq2_s *)(const void *)b)->scales, ib, l) + 1; }
+static int v_iq2_xs(const uint8_t *b, int ib, int l, int j)
+{
+    uint16_t q = ((const block_iq2_xs *)(const void *)b)->qs[4 * ib + l];
     return signed_by(grid8(quant_iq2xs_grid[q & 511], j), quant_ksigns[q >> 9], j);
 }
-
-static inline int iq2s_value(const block_iq2_s *b, int ib, int l, int j)
+static int v_iq2_s(const uint8_t *b, int ib, int l, int j)
 {
-    int idx = b->qs[4 * ib + l] | ((b->qh[ib] << (8 - 2 * l)) & 0x300);
-    return signed_by(grid8(quant_iq2s_grid[idx], j), b->qs[32 + 4 * ib + l], j);
+    const block_iq2_s *x = (const void *)b;
+    int idx = x->qs[4 * ib + l] | ((x->qh[ib] << (8 - 2 * l)) & 0x300);
+    return signed_by(grid8(quant_iq2s_grid[idx], j), x->qs[32 + 4 * ib + l], j);
 }
 
-/* IQ3_XXS: element j (0..7) of group l: two 4-element points. */
-static inline int iq3xxs_value(const block_iq3_xxs *b, int ib, int l, int j)
+/* IQ3_XXS: element j (0..7) of group l is of two 4-element points; a word
+ * after the 64 index bytes holds 4×7 sign bits and s; db = d·(0.5 + s)·0.5. */
+static inline uint32_t iq3xxs_aux(const uint8_t *b, int ib) { return u32_at(((const block_iq3_xxs *)(const void *)b)->qs + 64 + 4 * ib); }
+static float db_iq3_xxs(float d, const uint8_t *b, int ib, int l) { return d * (0.5f + (float)(iq3xxs_aux(b, ib) >> 28)) * 0.5f; }
+static int ls_iq3_xxs(const uint8_t *b, int ib, int l) { return (int)(2 * (iq3xxs_aux(b, ib) >> 28) + 1); }
+static int v_iq3_xxs(const uint8_t *b, int ib, int l, int j)
 {
-    uint32_t aux = u32_at(b->qs + 64 + 4 * ib);
-    uint8_t point = b->qs[8 * ib + 2 * l + j / 4];
-    return signed_by(grid4(quant_iq3xxs_grid[point], j % 4), quant_ksigns[(aux >> (7 * l)) & 127], j);
+    uint8_t point = ((const block_iq3_xxs *)(const void *)b)->qs[8 * ib + 2 * l + j / 4];
+    return signed_by(grid4(quant_iq3xxs_grid[point], j % 4), quant_ksigns[(iq3xxs_aux(b, ib) >> (7 * l)) & 127], j);
 }
 
-static inline int iq3s_value(const block_iq3_s *b, int ib, int l, int j)
+/* IQ3_S: 9-bit indices (the 9th in qh), 8 sign bits a group, db = d·(1 + 2s). */
+static inline int iq3s_s(const uint8_t *b, int ib) { return (((const block_iq3_s *)(const void *)b)->scales[ib / 2] >> (4 * (ib % 2))) & 15; }
+static float db_iq3_s(float d, const uint8_t *b, int ib, int l) { return d * (float)(1 + 2 * iq3s_s(b, ib)); }
+static int ls_iq3_s(const uint8_t *b, int ib, int l) { return 1 + 2 * iq3s_s(b, ib); }
+static int v_iq3_s(const uint8_t *b, int ib, int l, int j)
 {
+    const block_iq3_s *x = (const void *)b;
     const int half = j / 4; /* which of the two points of the group */
-    int idx = b->qs[8 * ib + 2 * l + half] | ((b->qh[ib] << (8 - 2 * l - half)) & 256);
-    return signed_by(grid4(quant_iq3s_grid[idx], j % 4), b->signs[4 * ib + l], j);
+    int idx = x->qs[8 * ib + 2 * l + half] | ((x->qh[ib] << (8 - 2 * l - half)) & 256);
+    return signed_by(grid4(quant_iq3s_grid[idx], j % 4), x->signs[4 * ib + l], j);
 }
 
-/* IQ1_S: the grid element (-1, 0, +1) of group l, and the 16-bit field of sub-block ib. */
-static inline int iq1s_value(const block_iq1_s *b, int ib, int l, int j)
+/* IQ1_S: a 16-bit field per 32 values: 3 index bits a group, the scale s
+ * at 12 and the shift's sign at 15; dl = d·(2s + 1). */
+static inline uint16_t iq1s_qh(const uint8_t *b, int ib) { return ((const block_iq1_s *)(const void *)b)->qh[ib]; }
+static int ls_iq1_s(const uint8_t *b, int ib, int l) { return 2 * ((iq1s_qh(b, ib) >> 12) & 7) + 1; }
+static bool down_iq1_s(const uint8_t *b, int ib, int l) { return iq1s_qh(b, ib) & 0x8000; }
+static int v_iq1_s(const uint8_t *b, int ib, int l, int j)
 {
-    int idx = b->qs[4 * ib + l] | (((b->qh[ib] >> (3 * l)) & 7) << 8);
+    int idx = ((const block_iq1_s *)(const void *)b)->qs[4 * ib + l] | (((iq1s_qh(b, ib) >> (3 * l)) & 7) << 8);
     return (int8_t)grid8(quant_iq1s_grid[idx], j);
 }
 
 /* IQ1_M: qh[2ib + l/2] holds groups l (low nibble, even l) and l + 1 (high):
- * 3 index bits and the sign of the shift (bit 3 of the nibble). */
-static inline int iq1m_value(const block_iq1_m *b, int ib, int l, int j)
+ * 3 index bits and the shift's sign (bit 3).  The scales are four 16-bit
+ * words: 3-bit scales at 3k of word ib/2 (k = 0, 1 for ib even, 2, 3 for
+ * odd; one per 16 values), and the fp16 d in the words' top nibbles. */
+static inline int iq1m_nib(const uint8_t *b, int ib, int l) { return (((const block_iq1_m *)(const void *)b)->qh[2 * ib + l / 2] >> (4 * (l % 2))) & 15; }
+static inline uint16_t iq1m_word(const uint8_t *b, int k)
 {
-    int nib = (b->qh[2 * ib + l / 2] >> (4 * (l % 2))) & 15;
-    int idx = b->qs[4 * ib + l] | (nib & 7) << 8;
+    uint16_t w;
+    memcpy(&w, ((const block_iq1_m *)(const void *)b)->scales + 2 * k, 2);
+    return w;
+}
+static float d_iq1_m(const uint8_t *b)
+{
+    return quant_half_to_float((uint16_t)((iq1m_word(b, 0) >> 12) | ((iq1m_word(b, 1) >> 8) & 0x00f0) |
+                                          ((iq1m_word(b, 2) >> 4) & 0x0f00) | (iq1m_word(b, 3) & 0xf000)));
+}
+static int ls_iq1_m(const uint8_t *b, int ib, int l) { return 2 * ((iq1m_word(b, ib / 2) >> (6 * (ib % 2) + 3 * (l / 2))) & 7) + 1; }
+static bool down_iq1_m(const uint8_t *b, int ib, int l) { return iq1m_nib(b, ib, l) & 8; }
+static int v_iq1_m(const uint8_t *b, int ib, int l, int j)
+{
+    int idx = ((const block_iq1_m *)(const void *)b)->qs[4 * ib + l] | (iq1m_nib(b, ib, l) & 7) << 8;
     return (int8_t)grid8(quant_iq1s_grid[idx], j);
 }
 
-static inline bool iq1m_shift_down(const block_iq1_m *b, int ib, int l)
-{
-    return (b->qh[2 * ib + l / 2] >> (4 * (l % 2))) & 8;
-}
-
-/* IQ1_M's scales: four 16-bit words; 3-bit scales at 3k of word ib/2 (k = 0,
- * 1 for sub-block ib even, 2, 3 for odd), and the fp16 d in the top nibbles. */
-static inline void iq1m_words(const block_iq1_m *b, uint16_t sc[4]) { memcpy(sc, b->scales, 8); }
-
-static inline float iq1m_d(const uint16_t sc[4])
-{
-    return quant_half_to_float((uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) |
-                                          (sc[3] & 0xf000)));
-}
-
-/* 2s + 1 of the 16 values h (0, 1) of sub-block ib. */
-static inline int iq1m_scale(const uint16_t sc[4], int ib, int h) { return 2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3 * h)) & 7) + 1; }
+static float d_first(const uint8_t *b) { return half_at(b); } /* every format but IQ1_M starts with d */
 
 /* ---- decoders ---- */
 
-static void iq2_xxs_to_float(const void *src, float *y, int64_t n)
+/* IQ2, IQ3: db · signed element, db formed as ggml forms it. */
+QUANT_INLINE void decode_iq(const void *src, float *y, int64_t n, size_t bsize, iq_db_fn db, iq_value_fn value)
 {
-    const block_iq2_xxs *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = quant_half_to_float(b[i].d);
-        for (int ib = 0; ib < 8; ib++) {
-            uint32_t idx, aux;
-            iq2xxs_group(&b[i], ib, &idx, &aux);
-            const float db = d * (0.5f + (float)(aux >> 28)) * 0.25f;
-            for (int l = 0; l < 4; l++)
-                for (int j = 0; j < 8; j++) *y++ = db * (float)iq2xxs_value(&b[i], ib, l, j);
-        }
-    }
-}
-
-static void iq2_xs_to_float(const void *src, float *y, int64_t n)
-{
-    const block_iq2_xs *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = quant_half_to_float(b[i].d);
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, b += bsize) {
+        const float d = half_at(b);
         for (int ib = 0; ib < 8; ib++)
             for (int l = 0; l < 4; l++) {
-                const float db = d * (0.5f + (float)((b[i].scales[ib] >> (4 * (l / 2))) & 15)) * 0.25f;
-                for (int j = 0; j < 8; j++) *y++ = db * (float)iq2xs_value(&b[i], ib, l, j);
+                const float s = db(d, b, ib, l);
+                for (int j = 0; j < 8; j++) *y++ = s * (float)value(b, ib, l, j);
             }
     }
 }
 
-static void iq2_s_to_float(const void *src, float *y, int64_t n)
+/* IQ1: dl · (element ± 1/8), dl = d·(2s + 1). */
+QUANT_INLINE void decode_iq1(const void *src, float *y, int64_t n, size_t bsize, iq_d_fn dfn, iq_ls_fn ls,
+                             iq_down_fn down, iq_value_fn value)
 {
-    const block_iq2_s *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = quant_half_to_float(b[i].d);
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, b += bsize) {
+        const float d = dfn(b);
         for (int ib = 0; ib < 8; ib++)
             for (int l = 0; l < 4; l++) {
-                const float db = d * (0.5f + (float)((b[i].scales[ib] >> (4 * (l / 2))) & 15)) * 0.25f;
-                for (int j = 0; j < 8; j++) *y++ = db * (float)iq2s_value(&b[i], ib, l, j);
+                const float dl = d * (float)ls(b, ib, l);
+                const float delta = down(b, ib, l) ? -QUANT_IQ1_DELTA : QUANT_IQ1_DELTA;
+                for (int j = 0; j < 8; j++) *y++ = dl * ((float)value(b, ib, l, j) + delta);
             }
     }
 }
 
-static void iq3_xxs_to_float(const void *src, float *y, int64_t n)
+static void iq2_xxs_to_float(const void *b, float *y, int64_t n) { decode_iq(b, y, n, sizeof(block_iq2_xxs), db_iq2_xxs, v_iq2_xxs); }
+static void iq2_xs_to_float(const void *b, float *y, int64_t n) { decode_iq(b, y, n, sizeof(block_iq2_xs), db_iq2_xs, v_iq2_xs); }
+static void iq2_s_to_float(const void *b, float *y, int64_t n) { decode_iq(b, y, n, sizeof(block_iq2_s), db_iq2_s, v_iq2_s); }
+static void iq3_xxs_to_float(const void *b, float *y, int64_t n) { decode_iq(b, y, n, sizeof(block_iq3_xxs), db_iq3_xxs, v_iq3_xxs); }
+static void iq3_s_to_float(const void *b, float *y, int64_t n) { decode_iq(b, y, n, sizeof(block_iq3_s), db_iq3_s, v_iq3_s); }
+static void iq1_s_to_float(const void *b, float *y, int64_t n)
 {
-    const block_iq3_xxs *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = quant_half_to_float(b[i].d);
-        for (int ib = 0; ib < 8; ib++) {
-            const float db = d * (0.5f + (float)(u32_at(b[i].qs + 64 + 4 * ib) >> 28)) * 0.5f;
-            for (int l = 0; l < 4; l++)
-                for (int j = 0; j < 8; j++) *y++ = db * (float)iq3xxs_value(&b[i], ib, l, j);
-        }
-    }
+    decode_iq1(b, y, n, sizeof(block_iq1_s), d_first, ls_iq1_s, down_iq1_s, v_iq1_s);
 }
-
-static void iq3_s_to_float(const void *src, float *y, int64_t n)
+static void iq1_m_to_float(const void *b, float *y, int64_t n)
 {
-    const block_iq3_s *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = quant_half_to_float(b[i].d);
-        for (int ib = 0; ib < 8; ib++) {
-            const float db = d * (float)(1 + 2 * ((b[i].scales[ib / 2] >> (4 * (ib % 2))) & 15));
-            for (int l = 0; l < 4; l++)
-                for (int j = 0; j < 8; j++) *y++ = db * (float)iq3s_value(&b[i], ib, l, j);
-        }
-    }
-}
-
-static void iq1_s_to_float(const void *src, float *y, int64_t n)
-{
-    const block_iq1_s *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = quant_half_to_float(b[i].d);
-        for (int ib = 0; ib < 8; ib++) {
-            const float dl = d * (float)(2 * ((b[i].qh[ib] >> 12) & 7) + 1);
-            const float delta = b[i].qh[ib] & 0x8000 ? -QUANT_IQ1_DELTA : QUANT_IQ1_DELTA;
-            for (int l = 0; l < 4; l++)
-                for (int j = 0; j < 8; j++) *y++ = dl * ((float)iq1s_value(&b[i], ib, l, j) + delta);
-        }
-    }
-}
-
-static void iq1_m_to_float(const void *src, float *y, int64_t n)
-{
-    const block_iq1_m *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        uint16_t sc[4];
-        iq1m_words(&b[i], sc);
-        const float d = iq1m_d(sc);
-        for (int ib = 0; ib < 8; ib++)
-            for (int l = 0; l < 4; l++) {
-                const float dl = d * (float)iq1m_scale(sc, ib, l / 2);
-                const float delta = iq1m_shift_down(&b[i], ib, l) ? -QUANT_IQ1_DELTA : QUANT_IQ1_DELTA;
-                for (int j = 0; j < 8; j++) *y++ = dl * ((float)iq1m_value(&b[i], ib, l, j) + delta);
-            }
-    }
+    decode_iq1(b, y, n, sizeof(block_iq1_m), d_iq1_m, ls_iq1_m, down_iq1_m, v_iq1_m);
 }
 
 /* ---- dots with Q8_K ----
- * Per 8-value group g: Σ element · y in int; times the sub-block's odd
- * factor 2s + 1 in int; the block's d, the format's k and y's scale once. */
+ * Per group: Σ element·y in int, times its odd factor 2s + 1 in int; the
+ * block's d, the format's k (db = d·(2s + 1)·k) and y's scale once.  IQ1's
+ * ±1/8 multiplies Σy of the group, counted apart (sumd) in int too. */
 
-/* Σ_j e(j)·y[j] over one group of 8, e read by the format's value function. */
-#define GROUP_DOT(value_fn, blk, ib, l, yq, out)                               \
-    do {                                                                       \
-        int s_ = 0;                                                            \
-        for (int j_ = 0; j_ < 8; j_++) s_ += value_fn(blk, ib, l, j_) * (yq)[j_]; \
-        (out) = s_;                                                            \
-    } while (0)
-
-static void dot_iq2_xxs(int64_t n, float *s, const void *vx, const void *vy)
+static inline int group_dot(iq_value_fn value, const uint8_t *b, int ib, int l, const int8_t *yq, int *sy)
 {
-    const block_iq2_xxs *x = vx;
-    const block_q8_K *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sumi = 0;
-        for (int ib = 0; ib < 8; ib++) {
-            uint32_t idx, aux;
-            iq2xxs_group(&x[i], ib, &idx, &aux);
-            int g = 0;
-            for (int l = 0; l < 4; l++) {
-                int p;
-                GROUP_DOT(iq2xxs_value, &x[i], ib, l, y[i].qs + 32 * ib + 8 * l, p);
-                g += p;
-            }
-            sumi += (int)(2 * (aux >> 28) + 1) * g;
-        }
-        sum += quant_half_to_float(x[i].d) * y[i].d * (float)sumi * 0.125f;
-    }
-    *s = sum;
+    int s = 0;
+    *sy = 0;
+    for (int j = 0; j < 8; j++) s += value(b, ib, l, j) * yq[j], *sy += yq[j];
+    return s;
 }
 
-/* IQ2_XS and IQ2_S: a 4-bit scale per 16 values (low nibble groups 0, 1). */
-#define DOT_IQ2_SPLIT(name, block_t, value_fn)                                                    \
-    static void name(int64_t n, float *s, const void *vx, const void *vy)                         \
-    {                                                                                             \
-        const block_t *x = vx;                                                                    \
-        const block_q8_K *y = vy;                                                                 \
-        float sum = 0;                                                                            \
-        for (int64_t i = 0; i < n / QK_K; i++) {                                                  \
-            int sumi = 0;                                                                         \
-            for (int ib = 0; ib < 8; ib++)                                                        \
-                for (int l = 0; l < 4; l++) {                                                     \
-                    int p;                                                                        \
-                    GROUP_DOT(value_fn, &x[i], ib, l, y[i].qs + 32 * ib + 8 * l, p);              \
-                    sumi += (2 * ((x[i].scales[ib] >> (4 * (l / 2))) & 15) + 1) * p;              \
-                }                                                                                 \
-            sum += quant_half_to_float(x[i].d) * y[i].d * (float)sumi * 0.125f;                   \
-        }                                                                                         \
-        *s = sum;                                                                                 \
-    }
-DOT_IQ2_SPLIT(dot_iq2_xs, block_iq2_xs, iq2xs_value)
-DOT_IQ2_SPLIT(dot_iq2_s, block_iq2_s, iq2s_value)
-
-static void dot_iq3_xxs(int64_t n, float *s, const void *vx, const void *vy)
+QUANT_INLINE float dot_iq(int64_t n, const uint8_t *x, size_t bsize, const block_q8_K *y, float k, iq_d_fn dfn,
+                          iq_ls_fn ls, iq_down_fn down, iq_value_fn value)
 {
-    const block_iq3_xxs *x = vx;
-    const block_q8_K *y = vy;
     float sum = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sumi = 0;
-        for (int ib = 0; ib < 8; ib++) {
-            int g = 0;
-            for (int l = 0; l < 4; l++) {
-                int p;
-                GROUP_DOT(iq3xxs_value, &x[i], ib, l, y[i].qs + 32 * ib + 8 * l, p);
-                g += p;
-            }
-            sumi += (int)(2 * (u32_at(x[i].qs + 64 + 4 * ib) >> 28) + 1) * g;
-        }
-        sum += quant_half_to_float(x[i].d) * y[i].d * (float)sumi * 0.25f;
-    }
-    *s = sum;
-}
-
-static void dot_iq3_s(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const block_iq3_s *x = vx;
-    const block_q8_K *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sumi = 0;
-        for (int ib = 0; ib < 8; ib++) {
-            int g = 0;
-            for (int l = 0; l < 4; l++) {
-                int p;
-                GROUP_DOT(iq3s_value, &x[i], ib, l, y[i].qs + 32 * ib + 8 * l, p);
-                g += p;
-            }
-            sumi += (1 + 2 * ((x[i].scales[ib / 2] >> (4 * (ib % 2))) & 15)) * g;
-        }
-        sum += quant_half_to_float(x[i].d) * y[i].d * (float)sumi;
-    }
-    *s = sum;
-}
-
-/* IQ1: d·(2s+1)·(e + δ): Σ e·y in int, and δ (±1/8) times Σ y per group or
- * sub-block, from the codes (IQ1_M's groups of 8 are finer than the bsums). */
-static void dot_iq1_s(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const block_iq1_s *x = vx;
-    const block_q8_K *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sumi = 0, sumd = 0; /* Σ (2s+1)·Σ e·y; Σ (2s+1)·sign(δ)·Σ y */
-        for (int ib = 0; ib < 8; ib++) {
-            const int ls = 2 * ((x[i].qh[ib] >> 12) & 7) + 1;
-            int g = 0;
-            for (int l = 0; l < 4; l++) {
-                int p;
-                GROUP_DOT(iq1s_value, &x[i], ib, l, y[i].qs + 32 * ib + 8 * l, p);
-                g += p;
-            }
-            sumi += ls * g;
-            sumd += ls * (x[i].qh[ib] & 0x8000 ? -1 : 1) * (y[i].bsums[2 * ib] + y[i].bsums[2 * ib + 1]);
-        }
-        sum += quant_half_to_float(x[i].d) * y[i].d * ((float)sumi + QUANT_IQ1_DELTA * (float)sumd);
-    }
-    *s = sum;
-}
-
-static void dot_iq1_m(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const block_iq1_m *x = vx;
-    const block_q8_K *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        uint16_t sc[4];
-        iq1m_words(&x[i], sc);
+    for (int64_t i = 0; i < n / QK_K; i++, x += bsize) {
         int sumi = 0, sumd = 0;
         for (int ib = 0; ib < 8; ib++)
             for (int l = 0; l < 4; l++) {
-                const int8_t *yq = y[i].qs + 32 * ib + 8 * l;
-                const int ls = iq1m_scale(sc, ib, l / 2);
-                int p, sy = 0;
-                GROUP_DOT(iq1m_value, &x[i], ib, l, yq, p);
-                for (int j = 0; j < 8; j++) sy += yq[j];
-                sumi += ls * p;
-                sumd += ls * (iq1m_shift_down(&x[i], ib, l) ? -sy : sy);
+                int sy, p = group_dot(value, x, ib, l, y[i].qs + 32 * ib + 8 * l, &sy);
+                sumi += ls(x, ib, l) * p;
+                if (down) sumd += ls(x, ib, l) * (down(x, ib, l) ? -sy : sy);
             }
-        sum += iq1m_d(sc) * y[i].d * ((float)sumi + QUANT_IQ1_DELTA * (float)sumd);
+        sum += dfn(x) * y[i].d * ((float)sumi + QUANT_IQ1_DELTA * (float)sumd) * k;
     }
-    *s = sum;
+    return sum;
 }
+
+#define DOT_IQ(name, block, k, dfn, down)                                                               \
+    static void dot_##name(int64_t n, float *s, const void *x, const void *y)                           \
+    {                                                                                                   \
+        *s = dot_iq(n, x, sizeof(block), y, k, dfn, ls_##name, down, v_##name);                         \
+    }
+DOT_IQ(iq2_xxs, block_iq2_xxs, 0.125f, d_first, NULL)
+DOT_IQ(iq2_xs, block_iq2_xs, 0.125f, d_first, NULL)
+DOT_IQ(iq2_s, block_iq2_s, 0.125f, d_first, NULL)
+DOT_IQ(iq3_xxs, block_iq3_xxs, 0.25f, d_first, NULL)
+DOT_IQ(iq3_s, block_iq3_s, 1.0f, d_first, NULL)
+DOT_IQ(iq1_s, block_iq1_s, 1.0f, d_first, down_iq1_s)
+DOT_IQ(iq1_m, block_iq1_m, 1.0f, d_iq1_m, down_iq1_m)
+#undef DOT_IQ
 
 /* ---- tables ---- */
 
