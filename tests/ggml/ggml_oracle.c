@@ -24,8 +24,10 @@
  *     (vec_dot_type), at every ISA this CPU runs (scalar, AVX2, AVX-512),
  *     equals ggml's dequantization of the weights dotted in double with the
  *     decoded activations, within fp32 accumulation tolerance; and the
- *     fp32-activation dots (quant_dot_f32) likewise against fp32 x.
- * Bit-identical means the same 32 bits, or NaN on both sides.
+ *     fp32-activation dots (quant_dot_f32) likewise against fp32 x;
+ *   - every entry of every IQ grid decodes the same (crafted blocks).
+ * Bit-identical means the same 32 bits, or NaN on both sides.  Each line
+ * also prints Nebula's and ggml's quantization error, for the record.
  *
  *   ggml_oracle DIR/libggml-base.so      (DIR/libggml-cpu-x64.so beside it)
  * prints a line per type and exits 0 iff every check passed;
@@ -87,9 +89,9 @@ static struct {
     const struct ggml_type_traits_cpu *(*get_type_traits_cpu)(int type);
 } gg;
 
-/* Types ggml decodes that Nebula does not know or cannot decode yet (none
- * once issue 13 item 1 is done): q4_1, q2_K, q3_K, iq2_xxs, iq2_xs, iq3_xxs,
- * iq1_s, iq3_s, iq2_s, iq1_m, tq1_0, tq2_0, mxfp4, nvfp4, q1_0, q2_0. */
+/* Types ggml decodes that Nebula does not know or cannot decode yet, so
+ * that a type added to ggml can be listed while it is being written: none
+ * (-1 is no type). */
 static const int pending[] = {-1};
 
 /* Activation-only formats: ggml_quantize_chunk does not take them; their
