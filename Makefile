@@ -227,13 +227,20 @@ $(BUILD)/tests/cuda/check_backend: tests/cuda/check_backend.c $(GW_LIB) $(SHM_LI
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
 
+# The ggml oracle: Nebula's quant formats against a prebuilt libggml-base.so
+# (dlopen'd; tests/tools/test_ggml_oracle.sh installs it and runs this).
+GGML_ORACLE := $(BUILD)/tests/ggml/ggml_oracle
+$(GGML_ORACLE): tests/ggml/ggml_oracle.c $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(CORE_LIB) $(LDLIBS_BASE) -ldl -o $@
+
 # ---- tests ----
 test: deps
 	@$(MAKE) --no-print-directory test-build
 	@bash tests/run-tests.sh $(BUILD)
 
 # (A sanitized build leaves out the fuzz targets: build/fuzz/ has them sanitized.)
-test-build: all $(TEST_BINS) $(if $(SANITIZE),,$(FUZZ_BINS))
+test-build: all $(TEST_BINS) $(GGML_ORACLE) $(if $(SANITIZE),,$(FUZZ_BINS))
 
 # The GPU checks, not in make test (they need the GPU machine): the matvec
 # kernels against the CPU decode (tests/cuda/run-on-gpu.sh, correctness only),
@@ -273,28 +280,30 @@ unit: $(TEST_BINS)
 	@for t in $(TEST_BINS); do echo "== $$t"; $$t || exit 1; done
 
 # ---- fuzzing ----
+# (-MMD -MP as everywhere: a header change rebuilds the fuzz objects too; a
+# stale quant table once overran its new length here.)
 FUZZ_CORE_OBJS := $(CORE_SRCS:%.c=$(BUILD)/fuzz-obj/%.o)
 .SECONDARY: $(FUZZ_CORE_OBJS) # kept between runs: make would delete them as intermediates
 
 $(BUILD)/fuzz-obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
-	$(CLANG) $(FUZZ_OBJ_CFLAGS) $(AVX2_FLAGS) -c $< -o $@
+	$(CLANG) $(FUZZ_OBJ_CFLAGS) $(AVX2_FLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/fuzz-obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
-	$(CLANG) $(FUZZ_OBJ_CFLAGS) $(AVX512_FLAGS) -c $< -o $@
+	$(CLANG) $(FUZZ_OBJ_CFLAGS) $(AVX512_FLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/fuzz-obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CLANG) $(FUZZ_OBJ_CFLAGS) -c $< -o $@
+	$(CLANG) $(FUZZ_OBJ_CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/fuzz/fuzz_api_request: tests/fuzz/fuzz_api_request.c $(API_PURE_SRCS:%.c=$(BUILD)/fuzz-obj/%.o) $(FUZZ_CORE_OBJS)
 	@mkdir -p $(dir $@)
-	$(CLANG) $(FUZZ_CFLAGS) $< $(API_PURE_SRCS:%.c=$(BUILD)/fuzz-obj/%.o) $(FUZZ_CORE_OBJS) $(LDLIBS_BASE:-fopenmp=) -o $@
+	$(CLANG) $(FUZZ_CFLAGS) -MMD -MP -MF $(BUILD)/fuzz-obj/$(notdir $@).d $< $(API_PURE_SRCS:%.c=$(BUILD)/fuzz-obj/%.o) $(FUZZ_CORE_OBJS) $(LDLIBS_BASE:-fopenmp=) -o $@
 
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_CORE_OBJS)
 	@mkdir -p $(dir $@)
-	$(CLANG) $(FUZZ_CFLAGS) $< $(FUZZ_CORE_OBJS) $(LDLIBS_BASE:-fopenmp=) -o $@
+	$(CLANG) $(FUZZ_CFLAGS) -MMD -MP -MF $(BUILD)/fuzz-obj/$(notdir $@).d $< $(FUZZ_CORE_OBJS) $(LDLIBS_BASE:-fopenmp=) -o $@
 
 fuzz: $(FUZZ_BINS)
 	@bash tests/fuzz/run-fuzz.sh $(BUILD) $(FUZZ_SECONDS)

@@ -201,6 +201,12 @@ struct gw_vram_parts {
     uint64_t slots;   /* the local experts' slots */
     uint64_t scratch; /* the decode graph's arena, a prefill chunk's temporaries, the driver's rounding and own use */
     int64_t n_ctx, n_slots;
+    /* gw_vram_plan: the matrices of a type the device has no decoder for
+     * (cuda_types.h), held widened to F32 — how many, and the first one's
+     * tensor name and type, which the over-budget message names */
+    int64_t n_widened;
+    const char *widened_name;
+    int widened_type;
 };
 enum gw_vram_part { GW_PART_DENSE, GW_PART_MTP, GW_PART_KV, GW_PART_SLOTS, GW_PART_SCRATCH };
 /* The CUDA backend's device memory is a few blocks, one cudaMalloc each (the
@@ -221,8 +227,12 @@ uint64_t gw_vram_align(uint64_t bytes);
  * chunks are at most this); under a budget the CUDA backend runs a larger
  * batch in pieces of this many rows. */
 #define GW_VRAM_BATCH_ROWS 512
-/* Whether the CUDA backend decodes this quant type on the device (else it is widened to F32). */
+/* Whether the CUDA backend decodes this quant type on the device (else it is
+ * widened to F32): a row of gpu-worker/cuda/cuda_types.h's table. */
 bool gw_vram_native_type(int type);
+/* The type a matrix of this type is held in on the device: itself where the
+ * device decodes it, else F32; its rows are quant_row_size() of that type. */
+int gw_vram_device_type(int type);
 /* The dense weights (trunk: *dense; the MTP block's own: *mtp) as the CUDA
  * backend uploads them, shared tensors once; NB_ENOMEM only when out of host memory. */
 int gw_vram_dense_bytes(const struct model *m, uint64_t *dense, uint64_t *mtp, char *err, size_t errlen);

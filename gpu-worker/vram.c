@@ -25,6 +25,7 @@
 
 #include "core/model/model.h"
 #include "core/util/err.h"
+#include "gpu-worker/cuda/cuda_types.h"
 
 /* Device memory the backend holds beyond its own blocks: the stream-ordered
  * pool reserves whole chunks for the temporaries, and CUDA loads kernel
@@ -40,11 +41,20 @@ uint64_t gw_vram_align(uint64_t bytes) { return (bytes + GW_VRAM_ALIGN - 1) / GW
 
 bool gw_vram_native_type(int type)
 {
+#define STORED(t, fast_decoder) case t:
     switch (type) {
-    case QT_F32: case QT_F16: case QT_Q4_0: case QT_Q5_0: case QT_Q5_1: case QT_Q8_0:
-    case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: case QT_IQ4_NL: case QT_BF16: return true;
+    GW_CUDA_TYPES(STORED) return true;
     default: return false;
     }
+#undef STORED
+}
+
+int gw_vram_device_type(int type) { return gw_vram_native_type(type) ? type : QT_F32; }
+
+/* Bytes of one row of t as the device holds it. */
+static uint64_t device_row_bytes(const struct model_tensor *t)
+{
+    return quant_row_size((enum quant_type)gw_vram_device_type(t->type), t->ne[0]);
 }
 
 /* ---- dense weights as the device holds them ----
@@ -84,7 +94,7 @@ static void walk_mat(struct dense_walk *d, const struct model_tensor *t)
     }
     d->seen[d->n_seen++] = t;
     const uint64_t n_mat = (uint64_t)t->ne[2] * (uint64_t)t->ne[3], rows = (uint64_t)t->ne[1];
-    *d->acct += gw_vram_align(gw_vram_native_type(t->type) ? n_mat * rows * t->row_bytes : n_mat * rows * (uint64_t)t->ne[0] * 4);
+    *d->acct += gw_vram_align(n_mat * rows * device_row_bytes(t));
 }
 
 static void walk_f32(struct dense_walk *d, const struct model_tensor *t)
@@ -142,7 +152,7 @@ int gw_vram_dense_bytes(const struct model *m, uint64_t *dense, uint64_t *mtp, c
 static uint64_t mat_bytes(const struct model_tensor *t)
 {
     if (!t->data) return 0;
-    return gw_vram_native_type(t->type) ? (uint64_t)t->ne[1] * t->row_bytes : (uint64_t)t->ne[1] * (uint64_t)t->ne[0] * 4;
+    return (uint64_t)t->ne[1] * device_row_bytes(t);
 }
 
 uint64_t gw_vram_expert_bytes(const struct model *m, int il)
@@ -330,6 +340,13 @@ void gw_vram_plan(const struct model *m, const uint8_t *local, int64_t n_ctx, st
     }
     p->kv = kv_bytes(m, n_ctx);
     p->scratch = scratch_bytes(m, n_ctx);
+    /* matrices (not the small tensors, which are F32 on the device anyway) the device widens */
+    p->n_widened = 0, p->widened_name = NULL, p->widened_type = -1;
+    for (int64_t i = 0; m->gguf && i < gguf_tensor_count(m->gguf); i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(m->gguf, i);
+        if (t->n_dims < 2 || gw_vram_native_type((int)t->type)) continue;
+        if (p->n_widened++ == 0) p->widened_name = t->name, p->widened_type = (int)t->type;
+    }
 }
 
 uint64_t gw_vram_total(const struct gw_vram_parts *p) { return p->dense + p->mtp + p->kv + p->slots + p->scratch; }
@@ -343,11 +360,18 @@ int gw_vram_check(const struct gw_vram_parts *p, uint64_t budget, char *err, siz
     char b[6][48];
     mib(p->dense, b[0], sizeof b[0]), mib(p->mtp, b[1], sizeof b[1]), mib(p->kv, b[2], sizeof b[2]);
     mib(p->slots, b[3], sizeof b[3]), mib(p->scratch, b[4], sizeof b[4]), mib(budget, b[5], sizeof b[5]);
+    char widened[192] = "";
+    if (p->n_widened > 0)
+        snprintf(widened, sizeof widened,
+                 "; %lld matrices are held widened to f32, the device having no decoder for their type (the "
+                 "first: %s, %s)",
+                 (long long)p->n_widened, p->widened_name ? p->widened_name : "?",
+                 quant_type_name((enum quant_type)p->widened_type));
     return nb_errf(err, errlen, NB_ENOMEM,
                    "the VRAM budget of %s is %.1f MiB short: dense weights %s + MTP %s + K/V and state for %lld "
-                   "positions %s + %lld expert slots %s + scratch %s = %.1f MiB",
+                   "positions %s + %lld expert slots %s + scratch %s = %.1f MiB%s",
                    b[5], (double)(total - budget) / 1048576.0, b[0], b[1], (long long)p->n_ctx, b[2],
-                   (long long)p->n_slots, b[3], b[4], (double)total / 1048576.0);
+                   (long long)p->n_slots, b[3], b[4], (double)total / 1048576.0, widened);
 }
 
 int gw_vram_parse_bytes(const char *s, uint64_t *out, char *err, size_t errlen)

@@ -13,41 +13,79 @@
 #include <string.h>
 #include <strings.h>
 
+/* A row: name, blck_size, type_size, is_quantized, vec_dot_type (the
+ * kernels are filled in by quant_init).  Sizes come from quant_blocks.h. */
+#define PLAIN(t, name, ctype, dot) [t] = {name, t, 1, sizeof(ctype), false, NULL, NULL, NULL, dot}
+#define BLOCKS(t, name, qk, block, dot) [t] = {name, t, qk, sizeof(block), true, NULL, NULL, NULL, dot}
+
 static struct quant_traits traits[QT_COUNT] = {
-    [QT_F32] = {"f32", QT_F32, 1, 4, false, NULL, NULL, NULL, QT_F32},
-    [QT_F16] = {"f16", QT_F16, 1, 2, false, NULL, NULL, NULL, QT_F32},
-    [QT_BF16] = {"bf16", QT_BF16, 1, 2, false, NULL, NULL, NULL, QT_F32},
-    [QT_F64] = {"f64", QT_F64, 1, 8, false, NULL, NULL, NULL, QT_F64},
-    [QT_I8] = {"i8", QT_I8, 1, 1, false, NULL, NULL, NULL, QT_I8},
-    [QT_I16] = {"i16", QT_I16, 1, 2, false, NULL, NULL, NULL, QT_I16},
-    [QT_I32] = {"i32", QT_I32, 1, 4, false, NULL, NULL, NULL, QT_I32},
-    [QT_I64] = {"i64", QT_I64, 1, 8, false, NULL, NULL, NULL, QT_I64},
-    [QT_Q4_0] = {"q4_0", QT_Q4_0, 32, 18, true, NULL, NULL, NULL, QT_Q8_0},
-    [QT_Q4_1] = {"q4_1", QT_Q4_1, 32, 20, true, NULL, NULL, NULL, QT_Q8_1},
-    [QT_Q5_0] = {"q5_0", QT_Q5_0, 32, 22, true, NULL, NULL, NULL, QT_Q8_0},
-    [QT_Q5_1] = {"q5_1", QT_Q5_1, 32, 24, true, NULL, NULL, NULL, QT_Q8_1},
-    [QT_Q8_0] = {"q8_0", QT_Q8_0, 32, 34, true, NULL, NULL, NULL, QT_Q8_0},
-    [QT_Q8_1] = {"q8_1", QT_Q8_1, 32, 36, true, NULL, NULL, NULL, QT_Q8_1},
-    [QT_Q2_K] = {"q2_K", QT_Q2_K, 256, 84, true, NULL, NULL, NULL, QT_Q8_K},
-    [QT_Q3_K] = {"q3_K", QT_Q3_K, 256, 110, true, NULL, NULL, NULL, QT_Q8_K},
-    [QT_Q4_K] = {"q4_K", QT_Q4_K, 256, 144, true, NULL, NULL, NULL, QT_Q8_K},
-    [QT_Q5_K] = {"q5_K", QT_Q5_K, 256, 176, true, NULL, NULL, NULL, QT_Q8_K},
-    [QT_Q6_K] = {"q6_K", QT_Q6_K, 256, 210, true, NULL, NULL, NULL, QT_Q8_K},
-    [QT_Q8_K] = {"q8_K", QT_Q8_K, 256, 292, true, NULL, NULL, NULL, QT_Q8_K},
-    [QT_IQ4_NL] = {"iq4_nl", QT_IQ4_NL, 32, 18, true, NULL, NULL, NULL, QT_Q8_0},
-    [QT_IQ4_XS] = {"iq4_xs", QT_IQ4_XS, 256, 136, true, NULL, NULL, NULL, QT_Q8_K},
+    PLAIN(QT_F32, "f32", float, QT_F32),
+    PLAIN(QT_F16, "f16", uint16_t, QT_F32),
+    PLAIN(QT_BF16, "bf16", uint16_t, QT_F32),
+    PLAIN(QT_F64, "f64", double, QT_F64),
+    PLAIN(QT_I8, "i8", int8_t, QT_I8),
+    PLAIN(QT_I16, "i16", int16_t, QT_I16),
+    PLAIN(QT_I32, "i32", int32_t, QT_I32),
+    PLAIN(QT_I64, "i64", int64_t, QT_I64),
+    BLOCKS(QT_Q4_0, "q4_0", QK_SMALL, block_q4_0, QT_Q8_0),
+    BLOCKS(QT_Q4_1, "q4_1", QK_SMALL, block_q4_1, QT_Q8_1),
+    BLOCKS(QT_Q5_0, "q5_0", QK_SMALL, block_q5_0, QT_Q8_0),
+    BLOCKS(QT_Q5_1, "q5_1", QK_SMALL, block_q5_1, QT_Q8_1),
+    BLOCKS(QT_Q8_0, "q8_0", QK_SMALL, block_q8_0, QT_Q8_0),
+    BLOCKS(QT_Q8_1, "q8_1", QK_SMALL, block_q8_1, QT_Q8_1),
+    BLOCKS(QT_Q2_K, "q2_K", QK_K, block_q2_K, QT_Q8_K),
+    BLOCKS(QT_Q3_K, "q3_K", QK_K, block_q3_K, QT_Q8_K),
+    BLOCKS(QT_Q4_K, "q4_K", QK_K, block_q4_K, QT_Q8_K),
+    BLOCKS(QT_Q5_K, "q5_K", QK_K, block_q5_K, QT_Q8_K),
+    BLOCKS(QT_Q6_K, "q6_K", QK_K, block_q6_K, QT_Q8_K),
+    BLOCKS(QT_Q8_K, "q8_K", QK_K, block_q8_K, QT_Q8_K),
+    BLOCKS(QT_IQ4_NL, "iq4_nl", QK_SMALL, block_iq4_nl, QT_Q8_0),
+    BLOCKS(QT_IQ4_XS, "iq4_xs", QK_K, block_iq4_xs, QT_Q8_K),
+    BLOCKS(QT_IQ2_XXS, "iq2_xxs", QK_K, block_iq2_xxs, QT_Q8_K),
+    BLOCKS(QT_IQ2_XS, "iq2_xs", QK_K, block_iq2_xs, QT_Q8_K),
+    BLOCKS(QT_IQ2_S, "iq2_s", QK_K, block_iq2_s, QT_Q8_K),
+    BLOCKS(QT_IQ3_XXS, "iq3_xxs", QK_K, block_iq3_xxs, QT_Q8_K),
+    BLOCKS(QT_IQ3_S, "iq3_s", QK_K, block_iq3_s, QT_Q8_K),
+    BLOCKS(QT_IQ1_S, "iq1_s", QK_K, block_iq1_s, QT_Q8_K),
+    BLOCKS(QT_IQ1_M, "iq1_m", QK_K, block_iq1_m, QT_Q8_K),
+    BLOCKS(QT_TQ1_0, "tq1_0", QK_K, block_tq1_0, QT_Q8_K),
+    BLOCKS(QT_TQ2_0, "tq2_0", QK_K, block_tq2_0, QT_Q8_K),
+    BLOCKS(QT_MXFP4, "mxfp4", QK_SMALL, block_mxfp4, QT_Q8_0),
+    BLOCKS(QT_NVFP4, "nvfp4", QK_NVFP4, block_nvfp4, QT_Q8_0),
+    BLOCKS(QT_Q1_0, "q1_0", QK1_0, block_q1_0, QT_Q8_0),
+    BLOCKS(QT_Q2_0, "q2_0", QK2_0, block_q2_0, QT_Q8_0),
 };
 
 static enum quant_isa active_isa = QUANT_ISA_SCALAR;
-static quant_dot_f32_fn f32_dots[QT_COUNT];
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
-/* Dot kernels per ISA, best last. */
-static const quant_vec_dot_fn *const isa_dots[QUANT_ISA_COUNT] = {
-    [QUANT_ISA_SCALAR] = quant_ref_vec_dot,
-    [QUANT_ISA_AVX2] = quant_avx2_vec_dot,
-    [QUANT_ISA_AVX512] = quant_avx512_vec_dot,
+/* The kernel files' tables, per role (and ISA), merged by quant_init into
+ * the flat tables below: a type has its kernel in one file of each role.
+ * NULL ends a list. */
+static const quant_to_float_fn *const to_float_files[] = {quant_ref_to_float, quant_lowbit_to_float,
+                                                          quant_iq_to_float, NULL};
+static const quant_from_float_fn *const from_float_files[] = {quant_ref_from_float, quant_lowbit_from_float,
+                                                              quant_iq_from_float, NULL};
+static const quant_vec_dot_fn *const dot_files[QUANT_ISA_COUNT][4] = {
+    [QUANT_ISA_SCALAR] = {quant_ref_vec_dot, quant_lowbit_vec_dot, quant_iq_vec_dot, NULL},
+    [QUANT_ISA_AVX2] = {quant_avx2_vec_dot, quant_lowbit_avx2_vec_dot, quant_iq_avx2_vec_dot, NULL},
+    [QUANT_ISA_AVX512] = {quant_avx512_vec_dot, quant_lowbit_avx512_vec_dot, quant_iq_avx512_vec_dot, NULL},
 };
+/* fp32-activation dots per ISA; the scalar path is the caller's to_float. */
+static const quant_dot_f32_fn *const f32_dot_files[QUANT_ISA_COUNT][2] = {
+    [QUANT_ISA_AVX2] = {quant_avx2_dot_f32, NULL},
+    [QUANT_ISA_AVX512] = {quant_avx512_dot_f32, NULL},
+};
+
+static quant_vec_dot_fn isa_dots[QUANT_ISA_COUNT][QT_COUNT];
+static quant_dot_f32_fn isa_f32_dots[QUANT_ISA_COUNT][QT_COUNT];
+static quant_dot_f32_fn f32_dots[QT_COUNT];
+
+/* The first kernel of type t in a NULL-terminated list of tables. */
+#define FIRST_OF(files, t, out)                                   \
+    do {                                                          \
+        for (int f_ = 0; (files)[f_] && !(out); f_++) (out) = (files)[f_][t]; \
+    } while (0)
 
 /* F16C (CPUID leaf 1, ECX bit 29): not every compiler's
  * __builtin_cpu_supports knows its name. */
@@ -74,14 +112,9 @@ bool quant_isa_supported(enum quant_isa isa)
     }
 }
 
-/* fp32-activation dots per ISA; the scalar path is the caller's to_float. */
-static const quant_dot_f32_fn *const isa_f32_dots[QUANT_ISA_COUNT] = {
-    [QUANT_ISA_AVX2] = quant_avx2_dot_f32,
-    [QUANT_ISA_AVX512] = quant_avx512_dot_f32,
-};
-
 static void init_kernels(void)
 {
+    quant_grids_init(); /* the IQ codebooks the IQ kernels read */
     for (int isa = QUANT_ISA_COUNT - 1; isa > QUANT_ISA_SCALAR; isa--) {
         if (quant_isa_supported((enum quant_isa)isa)) {
             active_isa = (enum quant_isa)isa;
@@ -90,8 +123,12 @@ static void init_kernels(void)
     }
     for (int t = 0; t < QT_COUNT; t++) {
         if (traits[t].name == NULL) continue;
-        traits[t].to_float = quant_ref_to_float[t];
-        traits[t].from_float = quant_ref_from_float[t];
+        FIRST_OF(to_float_files, t, traits[t].to_float);
+        FIRST_OF(from_float_files, t, traits[t].from_float);
+        for (int isa = 0; isa < QUANT_ISA_COUNT; isa++) {
+            FIRST_OF(dot_files[isa], t, isa_dots[isa][t]);
+            if (isa > QUANT_ISA_SCALAR) FIRST_OF(f32_dot_files[isa], t, isa_f32_dots[isa][t]);
+        }
         /* A type may lack a kernel in the best ISA: fall back one at a time. */
         for (int isa = active_isa; isa >= QUANT_ISA_SCALAR && traits[t].vec_dot == NULL; isa--)
             if (quant_isa_supported((enum quant_isa)isa)) traits[t].vec_dot = isa_dots[isa][t];
@@ -128,6 +165,7 @@ const struct quant_traits *quant_traits_of(enum quant_type t)
 quant_vec_dot_fn quant_vec_dot_isa(enum quant_type t, enum quant_isa isa)
 {
     if ((unsigned)t >= QT_COUNT || (unsigned)isa >= QUANT_ISA_COUNT || !quant_isa_supported(isa)) return NULL;
+    quant_init();
     return isa_dots[isa][t];
 }
 
@@ -140,8 +178,8 @@ quant_dot_f32_fn quant_dot_f32(enum quant_type t)
 
 quant_dot_f32_fn quant_dot_f32_isa(enum quant_type t, enum quant_isa isa)
 {
-    if ((unsigned)t >= QT_COUNT || (unsigned)isa >= QUANT_ISA_COUNT || !isa_f32_dots[isa] || !quant_isa_supported(isa))
-        return NULL;
+    if ((unsigned)t >= QT_COUNT || (unsigned)isa >= QUANT_ISA_COUNT || !quant_isa_supported(isa)) return NULL;
+    quant_init();
     return isa_f32_dots[isa][t];
 }
 

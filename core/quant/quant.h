@@ -3,9 +3,12 @@
  * Every format Nebula reads or writes has one row of traits: block size,
  * bytes per block, dequantize row, quantize row, and the dot product of a row
  * of this format with a row of activations quantized to its `vec_dot_type`
- * (as ggml does: Q4_0 and Q8_0 dot with Q8_0, Q5_1 with Q8_1, K-quants and
- * IQ4_XS with Q8_K, ...).  Block layouts are byte-identical to ggml's, so
- * published GGUF files are used as they are.  The dot kernel of each row is
+ * (as ggml does: Q4_0, Q8_0, MXFP4, NVFP4, Q1_0, Q2_0 dot with Q8_0, Q4_1
+ * and Q5_1 with Q8_1, the K-quants, IQ and TQ formats with Q8_K; the float
+ * formats with fp32).  Block layouts are byte-identical to ggml's
+ * (quant_blocks.h), so published GGUF files are used as they are; every
+ * type of ggml's enum is here (tests/tools/test_ggml_oracle.sh checks them
+ * against ggml's own library).  The dot kernel of each row is
  * picked once, at quant_init(), from the CPU's features (scalar, AVX2,
  * AVX-512/VNNI); callers never switch on the type in a hot loop.
  *
@@ -32,15 +35,28 @@ enum quant_type {
     QT_Q5_K = 13,
     QT_Q6_K = 14,
     QT_Q8_K = 15,
+    QT_IQ2_XXS = 16,
+    QT_IQ2_XS = 17,
+    QT_IQ3_XXS = 18,
+    QT_IQ1_S = 19,
     QT_IQ4_NL = 20,
+    QT_IQ3_S = 21,
+    QT_IQ2_S = 22,
     QT_IQ4_XS = 23,
     QT_I8 = 24,
     QT_I16 = 25,
     QT_I32 = 26,
     QT_I64 = 27,
     QT_F64 = 28,
+    QT_IQ1_M = 29,
     QT_BF16 = 30,
-    QT_COUNT = 40, /* one past the largest ggml type number we know of */
+    QT_TQ1_0 = 34,
+    QT_TQ2_0 = 35,
+    QT_MXFP4 = 39,
+    QT_NVFP4 = 40,
+    QT_Q1_0 = 41,
+    QT_Q2_0 = 42,
+    QT_COUNT = 43, /* ggml's GGML_TYPE_COUNT (llama.cpp of node-llama-cpp 3.21.1) */
 };
 
 enum quant_isa { QUANT_ISA_SCALAR = 0, QUANT_ISA_AVX2 = 1, QUANT_ISA_AVX512 = 2, QUANT_ISA_COUNT };

@@ -20,15 +20,6 @@
 
 #include "core/quant/quant_avx2_bytes.h"
 
-static inline float half(uint16_t h) { return _cvtsh_ss(h); }
-
-static inline float hsum_ps(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* 8 int32 lanes, each Σ u·s over 4 bytes, weighted by the int16 scale of its
  * lane (pass ones for a plain dot). */
@@ -60,7 +51,7 @@ static inline __m256 load8_bf16(const void *p, int64_t i)
 }
 
 static inline float load1_f32(const void *p, int64_t i) { return ((const float *)p)[i]; }
-static inline float load1_f16(const void *p, int64_t i) { return half(((const uint16_t *)p)[i]); }
+static inline float load1_f16(const void *p, int64_t i) { return avx2_half(((const uint16_t *)p)[i]); }
 static inline float load1_bf16(const void *p, int64_t i) { return quant_bf16_to_f32(((const uint16_t *)p)[i]); }
 
 /* Four accumulators hide the FMA latency; the tail (n % 8) is scalar.  Always
@@ -78,7 +69,7 @@ QUANT_INLINE float float_dot(int64_t n, const void *x, const float *y,
         acc3 = _mm256_fmadd_ps(load8(x, i + 24), _mm256_loadu_ps(y + i + 24), acc3);
     }
     for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load8(x, i), _mm256_loadu_ps(y + i), acc0);
-    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    float sum = avx2_hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
     for (; i < n; i++) sum += load1(x, i) * y[i];
     return sum;
 }
@@ -105,7 +96,7 @@ static inline float first_half(const uint8_t *b)
 {
     uint16_t h;
     memcpy(&h, b, 2);
-    return half(h);
+    return avx2_half(h);
 }
 
 QUANT_INLINE float dot_dw(int64_t n, const uint8_t *x, size_t bsize,
@@ -115,9 +106,9 @@ QUANT_INLINE float dot_dw(int64_t n, const uint8_t *x, size_t bsize,
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_SMALL; i++, x += bsize) {
         __m256i sumi = dot_s8s8(weights(x), load256(y[i].qs), ONES16);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(first_half(x) * half(y[i].d)), acc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(first_half(x) * avx2_half(y[i].d)), acc);
     }
-    return hsum_ps(acc);
+    return avx2_hsum(acc);
 }
 
 /* The IQ4 table in both 128-bit lanes, for _mm256_shuffle_epi8 lookups. */
@@ -154,7 +145,17 @@ static void dot_iq4_nl(int64_t n, float *s, const void *x, const void *y)
     *s = dot_dw(n, x, sizeof(block_iq4_nl), w_iq4_nl, y);
 }
 
-/* Value d*q + m: the min multiplies Σy, taken from the codes (not `s`). */
+/* Value d*q + m: the min multiplies Σy, taken from the codes (not `s`).
+ * One step of Q4_1/Q5_1 against a Q8_1 block, q the 32 unsigned codes. */
+static inline __m256 affine_step(__m256i q, uint16_t d, uint16_t m, const block_q8_1 *y, __m256 acc)
+{
+    __m256i a = load256(y->qs);
+    __m256i sumi = dot_u8s8(q, a, ONES16), sumy = dot_u8s8(_mm256_set1_epi8(1), a, ONES16);
+    float dy = avx2_half(y->d);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(avx2_half(d) * dy), acc);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumy), _mm256_set1_ps(avx2_half(m) * dy), acc);
+}
+
 static void dot_q5_1(int64_t n, float *s, const void *vx, const void *vy)
 {
     const block_q5_1 *x = vx;
@@ -163,13 +164,18 @@ static void dot_q5_1(int64_t n, float *s, const void *vx, const void *vy)
     for (int64_t i = 0; i < n / QK_SMALL; i++) {
         uint32_t qh;
         memcpy(&qh, x[i].qh, 4);
-        __m256i q = _mm256_or_si256(nibbles32(x[i].qs), bit4_from_bits(qh)), a = load256(y[i].qs);
-        __m256i sumi = dot_u8s8(q, a, ONES16), sumy = dot_u8s8(_mm256_set1_epi8(1), a, ONES16);
-        float dy = half(y[i].d);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(half(x[i].d) * dy), acc);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumy), _mm256_set1_ps(half(x[i].m) * dy), acc);
+        acc = affine_step(_mm256_or_si256(nibbles32(x[i].qs), bit4_from_bits(qh)), x[i].d, x[i].m, &y[i], acc);
     }
-    *s = hsum_ps(acc);
+    *s = avx2_hsum(acc);
+}
+
+static void dot_q4_1(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q4_1 *x = vx;
+    const block_q8_1 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_SMALL; i++) acc = affine_step(nibbles32(x[i].qs), x[i].d, x[i].m, &y[i], acc);
+    *s = avx2_hsum(acc);
 }
 
 /* ---- 256-value formats against Q8_K ---- */
@@ -204,9 +210,9 @@ static inline void kq_block(const uint8_t *qs, const uint8_t *scales, const uint
         sumi = _mm256_add_epi32(sumi, dot_u8s8(lo, load256(y->qs + 64 * c), _mm256_set1_epi16(sc[2 * c])));
         sumi = _mm256_add_epi32(sumi, dot_u8s8(hi, load256(y->qs + 64 * c + 32), _mm256_set1_epi16(sc[2 * c + 1])));
     }
-    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y->d * half(d)), *acc);
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y->d * avx2_half(d)), *acc);
     __m256i mins = kq_mins(w[2] | (uint64_t)w[3] << 32, y->bsums);
-    *mins_acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(y->d * half(dmin)), *mins_acc);
+    *mins_acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(y->d * avx2_half(dmin)), *mins_acc);
 }
 
 static void dot_q4_K(int64_t n, float *s, const void *vx, const void *vy)
@@ -216,7 +222,7 @@ static void dot_q4_K(int64_t n, float *s, const void *vx, const void *vy)
     __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++)
         kq_block(x[i].qs, x[i].scales, NULL, x[i].d, x[i].dmin, &y[i], &acc, &mins);
-    *s = hsum_ps(acc) - hsum_ps(mins);
+    *s = avx2_hsum(acc) - avx2_hsum(mins);
 }
 
 static void dot_q5_K(int64_t n, float *s, const void *vx, const void *vy)
@@ -226,7 +232,7 @@ static void dot_q5_K(int64_t n, float *s, const void *vx, const void *vy)
     __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++)
         kq_block(x[i].qs, x[i].scales, x[i].qh, x[i].d, x[i].dmin, &y[i], &acc, &mins);
-    *s = hsum_ps(acc) - hsum_ps(mins);
+    *s = avx2_hsum(acc) - avx2_hsum(mins);
 }
 
 /* Two bits of qh at `shift`, moved to bits 4..5 of each byte. */
@@ -263,9 +269,9 @@ static void dot_q6_K(int64_t n, float *s, const void *vx, const void *vy)
         }
         int bias = 32 * quant_bsums16_dot(x[i].scales, y[i].bsums); /* the -32 of every code */
         sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(bias, 0, 0, 0, 0, 0, 0, 0));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * half(x[i].d)), acc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * avx2_half(x[i].d)), acc);
     }
-    *s = hsum_ps(acc);
+    *s = avx2_hsum(acc);
 }
 
 static void dot_iq4_xs(int64_t n, float *s, const void *vx, const void *vy)
@@ -281,13 +287,14 @@ static void dot_iq4_xs(int64_t n, float *s, const void *vx, const void *vy)
             __m256i w = _mm256_shuffle_epi8(table, nibbles32(x[i].qs + 16 * j));
             sumi = _mm256_add_epi32(sumi, dot_s8s8(w, load256(y[i].qs + 32 * j), _mm256_set1_epi16((short)(ls - 32))));
         }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * half(x[i].d)), acc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d * avx2_half(x[i].d)), acc);
     }
-    *s = hsum_ps(acc);
+    *s = avx2_hsum(acc);
 }
 
 const quant_vec_dot_fn quant_avx2_vec_dot[QT_COUNT] = {
     [QT_F32] = dot_f32,       [QT_F16] = dot_f16,       [QT_BF16] = dot_bf16,   [QT_Q4_0] = dot_q4_0,
     [QT_Q5_0] = dot_q5_0,     [QT_Q5_1] = dot_q5_1,     [QT_Q8_0] = dot_q8_0,   [QT_Q4_K] = dot_q4_K,
     [QT_Q5_K] = dot_q5_K,     [QT_Q6_K] = dot_q6_K,     [QT_IQ4_NL] = dot_iq4_nl, [QT_IQ4_XS] = dot_iq4_xs,
+    [QT_Q4_1] = dot_q4_1,
 };

@@ -1,7 +1,8 @@
-/* quant_avx2_bytes.h — AVX2 byte helpers shared by the quantized-activation
- * dots (quant_avx2.c) and the fp32-activation dots (quant_f32_body.h): the
- * nibble and fifth-bit unpacking that ggml's block layouts need.  Static
- * inline; include only from files compiled with AVX2 enabled. */
+/* quant_avx2_bytes.h — AVX2 helpers shared by the quantized-activation dots
+ * (quant_avx2.c, quant_lowbit_body.h, quant_iq_body.h) and the fp32-activation
+ * dots (quant_f32_body.h): the nibble and fifth-bit unpacking that ggml's
+ * block layouts need, fp16 scales, the horizontal sum.  Static inline;
+ * include only from files compiled with AVX2 (and F16C) enabled. */
 #ifndef NB_QUANT_AVX2_BYTES_H
 #define NB_QUANT_AVX2_BYTES_H
 
@@ -9,6 +10,17 @@
 #include <stdint.h>
 
 static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+static inline float avx2_half(uint16_t h) { return _cvtsh_ss(h); }
+
+/* The sum of the 8 lanes. */
+static inline float avx2_hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
 
 /* 16 bytes of nibbles as 32 bytes: low nibbles first (values 0..15), then
  * high nibbles, which is the value order of every 32-value nibble group. */

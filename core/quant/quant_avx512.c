@@ -18,6 +18,7 @@
 #include "core/quant/quant_impl.h"
 
 #include <immintrin.h>
+#include <stddef.h>
 
 static inline float half(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -175,22 +176,42 @@ static void dot_iq4_nl(int64_t n, float *s, const void *x, const void *y)
     *s = dot_pairs(n, x, sizeof(block_iq4_nl), u_iq4_nl, 128, y);
 }
 
-/* Value d*q + m: the min multiplies Σy, taken from the codes (not `s`). */
-static void dot_q5_1(int64_t n, float *s, const void *vx, const void *vy)
+/* Value d*q + m: the min multiplies Σy, taken from the codes (not `s`).
+ * Q4_1 and Q5_1 (both d, m first) differ in how a pair's codes unpack. */
+QUANT_INLINE float dot_affine(int64_t n, const uint8_t *x, size_t bsize,
+                              __m512i (*codes)(const uint8_t *, const uint8_t *), const block_q8_1 *y)
 {
-    const block_q5_1 *x = vx;
-    const block_q8_1 *y = vy;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0, nb = n / QK_SMALL; i < nb; i += 2) {
         int64_t j = pair_of(i, nb);
-        __m512i a = act64(y[i].qs, y[j].qs);
-        __m512i sumi = _mm512_dpbusd_epi32(zero512(), q5_codes(x[i].qs, x[i].qh, x[j].qs, x[j].qh), a);
-        __m512i sumy = _mm512_dpbusd_epi32(zero512(), _mm512_set1_epi8(1), a);
+        const uint8_t *a = x + i * bsize, *b = x + j * bsize;
+        __m512i act = act64(y[i].qs, y[j].qs);
+        __m512i sumi = _mm512_dpbusd_epi32(zero512(), codes(a, b), act);
+        __m512i sumy = _mm512_dpbusd_epi32(zero512(), _mm512_set1_epi8(1), act);
         float dyi = half(y[i].d), dyj = i == j ? 0.0f : half(y[j].d);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), split_ps(half(x[i].d) * dyi, half(x[j].d) * dyj), acc);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumy), split_ps(half(x[i].m) * dyi, half(x[j].m) * dyj), acc);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), split_ps(first_half(a) * dyi, first_half(b) * dyj), acc);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumy), split_ps(first_half(a + 2) * dyi, first_half(b + 2) * dyj), acc);
     }
-    *s = _mm512_reduce_add_ps(acc);
+    return _mm512_reduce_add_ps(acc);
+}
+
+static inline __m512i u_q4_1(const uint8_t *a, const uint8_t *b)
+{
+    return nibbles64(a + offsetof(block_q4_1, qs), b + offsetof(block_q4_1, qs));
+}
+static inline __m512i u_q5_1(const uint8_t *a, const uint8_t *b)
+{
+    return q5_codes(a + offsetof(block_q5_1, qs), a + offsetof(block_q5_1, qh), b + offsetof(block_q5_1, qs),
+                    b + offsetof(block_q5_1, qh));
+}
+
+static void dot_q4_1(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = dot_affine(n, x, sizeof(block_q4_1), u_q4_1, y);
+}
+static void dot_q5_1(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = dot_affine(n, x, sizeof(block_q5_1), u_q5_1, y);
 }
 
 /* ---- 256-value formats against Q8_K: a quarter (64 values) per step ---- */
@@ -340,4 +361,5 @@ const quant_vec_dot_fn quant_avx512_vec_dot[QT_COUNT] = {
     [QT_F32] = dot_f32,       [QT_F16] = dot_f16,       [QT_BF16] = dot_bf16,   [QT_Q4_0] = dot_q4_0,
     [QT_Q5_0] = dot_q5_0,     [QT_Q5_1] = dot_q5_1,     [QT_Q8_0] = dot_q8_0,   [QT_Q4_K] = dot_q4_K,
     [QT_Q5_K] = dot_q5_K,     [QT_Q6_K] = dot_q6_K,     [QT_IQ4_NL] = dot_iq4_nl, [QT_IQ4_XS] = dot_iq4_xs,
+    [QT_Q4_1] = dot_q4_1,
 };

@@ -1,10 +1,9 @@
 /* quant_impl.h — what the files of core/quant/ share and nobody else sees.
  *
- * The block structs are ggml's byte layouts written out as C structs (no
- * padding: every member is a byte array or a naturally aligned 16/32-bit
- * field, and the static asserts pin the sizes), so a pointer into a mapped
- * GGUF tensor can be read as an array of them.  Each kernel file exports one
- * table per role, indexed by type number; quant.c picks from them once.
+ * The block structs are ggml's byte layouts (quant_blocks.h, shared with the
+ * CUDA code), so a pointer into a mapped GGUF tensor can be read as an array
+ * of them.  Each kernel file exports one table per role, indexed by type
+ * number; quant.c picks from them once.
  *
  * Value of an element, as ggml decodes it (d, dmin, m: fp16 unless noted):
  *   Q4_0   d * (nib - 8)                 Q5_0  d * (nib | hbit<<4) - 16*d
@@ -13,11 +12,20 @@
  *   Q6_K   d*sc[j] * (q6 - 32), j = 16-value sub-block, sc int8
  *   IQ4_NL d * T[nib]                    IQ4_XS d*(ls[j]-32) * T[nib], j = 32-value sub-block
  *   Q8_1   d * q (s = d * sum q)         Q8_K  d * q (d is fp32; bsums = sums of 16 q)
- * where T is the 16-entry non-linear table quant_iq4nl_values. */
+ *   Q4_1   d * nib + m
+ *   Q2_K   d*(sc[j]&15) * q2 - dmin*(sc[j]>>4), j = 16-value sub-block
+ *   Q3_K   d*(s6[j]-32) * (q2 - 4*!hbit), j = 16-value sub-block
+ *   TQ1_0, TQ2_0  (q - 1) * d, q a base-3 digit (TQ1_0) or 2-bit code (TQ2_0)
+ *   Q1_0   bit ? d : -d                  Q2_0  (q2 - 1) * d
+ *   MXFP4  E[nib] * 2^(e-128)            NVFP4 E[nib] * ue4m3(s[j])/2, j = 16-value sub-block
+ *   IQ*    scale * grid point * signs (quant_ref_iq.c)
+ * where T is the 16-entry non-linear table quant_iq4nl_values and E the
+ * doubled E2M1 values quant_mxfp4_values. */
 #ifndef NB_QUANT_IMPL_H
 #define NB_QUANT_IMPL_H
 
 #include "core/quant/quant.h"
+#include "core/quant/quant_blocks.h"
 
 #include <string.h>
 
@@ -25,50 +33,49 @@
  * caller, the function becomes a constant and each kernel one tight loop. */
 #define QUANT_INLINE static inline __attribute__((always_inline))
 
-#define QK_SMALL 32 /* values per block of the 32-value formats */
-#define QK_K 256    /* values per super-block of the K-quants and IQ4_XS */
-
-typedef struct { uint16_t d; uint8_t qs[16]; } block_q4_0;
-typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } block_q5_0;
-typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } block_q5_1;
-typedef struct { uint16_t d; int8_t qs[32]; } block_q8_0;
-typedef struct { uint16_t d, s; int8_t qs[32]; } block_q8_1;
-typedef struct { uint16_t d; uint8_t qs[16]; } block_iq4_nl;
-
-/* Q4_K / Q5_K: 8 sub-blocks of 32.  scales[12] holds eight 6-bit scales and
- * eight 6-bit mins (see quant_kscale_unpack).  qs: 4 chunks of 32 bytes; the
- * low nibbles of chunk c are values 64c..64c+31, the high nibbles 64c+32..+63.
- * Q5_K's fifth bit of value 64c+l is bit 2c of qh[l], of value 64c+32+l bit 2c+1. */
-typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } block_q4_K;
-typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } block_q5_K;
-/* Q6_K: two halves of 128 values; half h uses ql[64h..], qh[32h..]:
- *   value l    = ql[l]    & 15 | (qh[l] >> 0 & 3) << 4     (l < 32)
- *   value l+32 = ql[l+32] & 15 | (qh[l] >> 2 & 3) << 4
- *   value l+64 = ql[l]    >> 4 | (qh[l] >> 4 & 3) << 4
- *   value l+96 = ql[l+32] >> 4 | (qh[l] >> 6 & 3) << 4
- * and scales[i] applies to values 16i..16i+15. */
-typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } block_q6_K;
-/* IQ4_XS: the 6-bit scale of sub-block j is (scales_l[j/2] >> 4*(j%2) & 15) |
- * (scales_h >> 2j & 3) << 4, biased by 32.  qs: 16 bytes per sub-block, low
- * nibbles values 0..15, high nibbles 16..31 (as IQ4_NL). */
-typedef struct { uint16_t d; uint16_t scales_h; uint8_t scales_l[4]; uint8_t qs[128]; } block_iq4_xs;
-typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } block_q8_K;
-
-_Static_assert(sizeof(block_q4_0) == 18, "q4_0 layout");
-_Static_assert(sizeof(block_q5_0) == 22, "q5_0 layout");
-_Static_assert(sizeof(block_q5_1) == 24, "q5_1 layout");
-_Static_assert(sizeof(block_q8_0) == 34, "q8_0 layout");
-_Static_assert(sizeof(block_q8_1) == 36, "q8_1 layout");
-_Static_assert(sizeof(block_iq4_nl) == 18, "iq4_nl layout");
-_Static_assert(sizeof(block_q4_K) == 144, "q4_K layout");
-_Static_assert(sizeof(block_q5_K) == 176, "q5_K layout");
-_Static_assert(sizeof(block_q6_K) == 210, "q6_K layout");
-_Static_assert(sizeof(block_iq4_xs) == 136, "iq4_xs layout");
-_Static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
-
 /* The IQ4_NL / IQ4_XS levels (ggml's kvalues_iq4nl): denser near zero, where
  * most weights are.  Sorted, so nearest-level search can bisect. */
 extern const int8_t quant_iq4nl_values[16];
+
+/* The E2M1 values doubled (ggml's kvalues_mxfp4): 0, ±0.5, ±1, ±1.5, ±2,
+ * ±3, ±4, ±6 times 2; MXFP4's and NVFP4's scales carry the half. */
+extern const int8_t quant_mxfp4_values[16];
+
+/* MXFP4's E8M0 scale halved, 2^(e-128), exact (ggml's e8m0_to_fp32_half:
+ * e = 0, 1 are the fp32 subnormals 2^-128, 2^-127; e = 255 is not NaN). */
+static inline float quant_e8m0_half(uint8_t e)
+{
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* NVFP4's UE4M3 scale halved, as ggml decodes it: bits 6..3 the exponent
+ * (bias 7), bits 2..0 the mantissa, bit 7 ignored; 0 and 0x7f are zero. */
+static inline float quant_ue4m3_half(uint8_t x)
+{
+    if (x == 0 || x == 0x7f) return 0.0f;
+    int e = (x >> 3) & 15, m = x & 7;
+    return e ? (float)(8 + m) * 0x1p-11f * (float)(1u << e) : (float)m * 0x1p-10f; /* exact */
+}
+
+/* The IQ codebooks (quant_grids.c), filled once by quant_grids_init (which
+ * quant_init calls): a point of 8 bytes (IQ2: magnitudes; IQ1: -1, 0, +1)
+ * or 4 bytes (IQ3), element j in byte j.  quant_ksigns[i]: the 7 sign bits
+ * i (bit j set: element j negative) with the 8th set to make their count
+ * even (IQ2_XXS, IQ2_XS, IQ3_XXS store 7). */
+extern uint64_t quant_iq2xxs_grid[256], quant_iq2xs_grid[512], quant_iq2s_grid[1024], quant_iq1s_grid[2048];
+extern uint32_t quant_iq3xxs_grid[256], quant_iq3s_grid[512];
+extern uint8_t quant_ksigns[128];
+void quant_grids_init(void);
+/* The grids as stored: level indices (2 bits an element for IQ2/IQ1, 3 for
+ * IQ3), ascending, and the levels (for the quantizers' searches). */
+extern const uint16_t quant_iq2xxs_codes[256], quant_iq2xs_codes[512], quant_iq2s_codes[1024], quant_iq1s_codes[2048];
+extern const uint16_t quant_iq3xxs_codes[256], quant_iq3s_codes[512];
+extern const uint8_t quant_iq2_levels[3], quant_iq3xxs_levels[8], quant_iq3s_levels[8];
+extern const int8_t quant_iq1_levels[3];
+#define QUANT_IQ1_DELTA 0.125f /* IQ1_S, IQ1_M: every point moves by ±delta */
 
 /* fp16 -> fp32, exact.  Inline because scalar decoders call it per block. */
 static inline float quant_half_to_float(uint16_t h)
@@ -138,12 +145,26 @@ static inline int quant_bsums16_dot(const int8_t sc[16], const int16_t bsums[16]
     return sum;
 }
 
-/* Kernel tables, indexed by enum quant_type; NULL where a file has none. */
+/* Kernel tables, indexed by enum quant_type; NULL where a file has none
+ * (quant.c merges the files of each role). */
 extern const quant_to_float_fn quant_ref_to_float[QT_COUNT];
 extern const quant_from_float_fn quant_ref_from_float[QT_COUNT];
 extern const quant_vec_dot_fn quant_ref_vec_dot[QT_COUNT];
 extern const quant_vec_dot_fn quant_avx2_vec_dot[QT_COUNT];
 extern const quant_vec_dot_fn quant_avx512_vec_dot[QT_COUNT];
+/* The low-bit formats (Q2_K, Q3_K, TQ1_0, TQ2_0, Q1_0, Q2_0, MXFP4, NVFP4,
+ * Q4_1): quant_ref_lowbit.c, quant_encode_lowbit.c, quant_lowbit_body.h. */
+extern const quant_to_float_fn quant_lowbit_to_float[QT_COUNT];
+extern const quant_from_float_fn quant_lowbit_from_float[QT_COUNT];
+extern const quant_vec_dot_fn quant_lowbit_vec_dot[QT_COUNT];
+extern const quant_vec_dot_fn quant_lowbit_avx2_vec_dot[QT_COUNT];
+extern const quant_vec_dot_fn quant_lowbit_avx512_vec_dot[QT_COUNT];
+/* The grid formats (IQ2_*, IQ3_*, IQ1_*): quant_ref_iq.c, quant_encode_iq.c, quant_iq_body.h. */
+extern const quant_to_float_fn quant_iq_to_float[QT_COUNT];
+extern const quant_from_float_fn quant_iq_from_float[QT_COUNT];
+extern const quant_vec_dot_fn quant_iq_vec_dot[QT_COUNT];
+extern const quant_vec_dot_fn quant_iq_avx2_vec_dot[QT_COUNT];
+extern const quant_vec_dot_fn quant_iq_avx512_vec_dot[QT_COUNT];
 /* fp32-activation dots (quant_f32_body.h); no scalar table: see quant_dot_f32. */
 extern const quant_dot_f32_fn quant_avx2_dot_f32[QT_COUNT];
 extern const quant_dot_f32_fn quant_avx512_dot_f32[QT_COUNT];
@@ -151,11 +172,16 @@ extern const quant_dot_f32_fn quant_avx512_dot_f32[QT_COUNT];
 /* Weight quantizers (quant_ref_encode.c), referenced by quant_ref.c's table. */
 void quant_encode_q4_0(const float *x, void *dst, int64_t n);
 void quant_encode_q5_0(const float *x, void *dst, int64_t n);
+void quant_encode_q4_1(const float *x, void *dst, int64_t n);
 void quant_encode_q5_1(const float *x, void *dst, int64_t n);
+void quant_encode_q2_K(const float *x, void *dst, int64_t n);
+void quant_encode_q3_K(const float *x, void *dst, int64_t n);
 void quant_encode_q4_K(const float *x, void *dst, int64_t n);
 void quant_encode_q5_K(const float *x, void *dst, int64_t n);
 void quant_encode_q6_K(const float *x, void *dst, int64_t n);
 void quant_encode_iq4_nl(const float *x, void *dst, int64_t n);
 void quant_encode_iq4_xs(const float *x, void *dst, int64_t n);
+/* 256 2-bit codes into the K-quants' 64-byte layout (Q2_K, Q3_K, TQ2_0). */
+void quant_pack_crumbs(const uint8_t L[QK_K], uint8_t qs[64]);
 
 #endif

@@ -17,6 +17,7 @@
 #include "core/quant/quant_impl.h"
 
 #include <math.h>
+#include <stddef.h>
 
 const int8_t quant_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                        1,    13,   25,  38,  53,  69,  89,  113};
@@ -156,32 +157,45 @@ static void dot_iq4_nl(int64_t n, float *s, const void *x, const void *y)
     *s = dot_dw(n, x, sizeof(block_iq4_nl), w_iq4_nl, y);
 }
 
-/* ---- Q5_1: value d * q + m; dots with Q8_1 ---- */
+/* ---- Q4_1, Q5_1: value d * q + m (d, m first); dots with Q8_1 ---- */
 
-static void q5_1_to_float(const void *src, float *y, int64_t n)
+static int c_q4_1(const uint8_t *b, int j) { return nib_code(b + offsetof(block_q4_1, qs), j); }
+static int c_q5_1(const uint8_t *b, int j) { return q5_code(b + offsetof(block_q5_1, qh), b + offsetof(block_q5_1, qs), j); }
+
+QUANT_INLINE void decode_affine(const void *src, float *y, int64_t n, size_t bsize, weight_fn code)
 {
-    const block_q5_1 *b = src;
-    for (int64_t i = 0; i < n / QK_SMALL; i++, y += QK_SMALL) {
-        float d = quant_half_to_float(b[i].d), m = quant_half_to_float(b[i].m);
-        for (int j = 0; j < 32; j++) y[j] = (float)q5_code(b[i].qh, b[i].qs, j) * d + m;
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK_SMALL; i++, b += bsize, y += QK_SMALL) {
+        float d = first_half(b), m = first_half(b + 2);
+        for (int j = 0; j < 32; j++) y[j] = (float)code(b, j) * d + m;
     }
 }
 
-static void dot_q5_1(int64_t n, float *s, const void *vx, const void *vy)
+QUANT_INLINE float dot_affine(int64_t n, const void *vx, size_t bsize, weight_fn code, const block_q8_1 *y)
 {
-    const block_q5_1 *x = vx;
-    const block_q8_1 *y = vy;
+    const uint8_t *b = vx;
     float sum = 0;
-    for (int64_t i = 0; i < n / QK_SMALL; i++) {
+    for (int64_t i = 0; i < n / QK_SMALL; i++, b += bsize) {
         int sumi = 0, sumy = 0;
         for (int j = 0; j < 32; j++) {
-            sumi += q5_code(x[i].qh, x[i].qs, j) * y[i].qs[j];
+            sumi += code(b, j) * y[i].qs[j];
             sumy += y[i].qs[j];
         }
         float dy = quant_half_to_float(y[i].d);
-        sum += (float)sumi * (quant_half_to_float(x[i].d) * dy) + (float)sumy * (quant_half_to_float(x[i].m) * dy);
+        sum += (float)sumi * (first_half(b) * dy) + (float)sumy * (first_half(b + 2) * dy);
     }
-    *s = sum;
+    return sum;
+}
+
+static void q4_1_to_float(const void *b, float *y, int64_t n) { decode_affine(b, y, n, sizeof(block_q4_1), c_q4_1); }
+static void q5_1_to_float(const void *b, float *y, int64_t n) { decode_affine(b, y, n, sizeof(block_q5_1), c_q5_1); }
+static void dot_q4_1(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = dot_affine(n, x, sizeof(block_q4_1), c_q4_1, y);
+}
+static void dot_q5_1(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = dot_affine(n, x, sizeof(block_q5_1), c_q5_1, y);
 }
 
 /* ---- Q4_K, Q5_K: value d*sc*q - dmin*m per 32-value sub-block; dots with Q8_K ---- */
@@ -416,7 +430,7 @@ const quant_to_float_fn quant_ref_to_float[QT_COUNT] = {
     [QT_Q4_0] = q4_0_to_float,     [QT_Q5_0] = q5_0_to_float,     [QT_Q5_1] = q5_1_to_float,
     [QT_Q8_0] = q8_0_to_float,     [QT_Q8_1] = q8_1_to_float,     [QT_Q4_K] = q4_K_to_float,
     [QT_Q5_K] = q5_K_to_float,     [QT_Q6_K] = q6_K_to_float,     [QT_Q8_K] = q8_K_to_float,
-    [QT_IQ4_NL] = iq4_nl_to_float, [QT_IQ4_XS] = iq4_xs_to_float,
+    [QT_IQ4_NL] = iq4_nl_to_float, [QT_IQ4_XS] = iq4_xs_to_float, [QT_Q4_1] = q4_1_to_float,
 };
 
 const quant_from_float_fn quant_ref_from_float[QT_COUNT] = {
@@ -424,11 +438,12 @@ const quant_from_float_fn quant_ref_from_float[QT_COUNT] = {
     [QT_Q4_0] = quant_encode_q4_0,     [QT_Q5_0] = quant_encode_q5_0,     [QT_Q5_1] = quant_encode_q5_1,
     [QT_Q8_0] = q8_0_from_float,       [QT_Q8_1] = q8_1_from_float,       [QT_Q4_K] = quant_encode_q4_K,
     [QT_Q5_K] = quant_encode_q5_K,     [QT_Q6_K] = quant_encode_q6_K,     [QT_Q8_K] = q8_K_from_float,
-    [QT_IQ4_NL] = quant_encode_iq4_nl, [QT_IQ4_XS] = quant_encode_iq4_xs,
+    [QT_IQ4_NL] = quant_encode_iq4_nl, [QT_IQ4_XS] = quant_encode_iq4_xs, [QT_Q4_1] = quant_encode_q4_1,
 };
 
 const quant_vec_dot_fn quant_ref_vec_dot[QT_COUNT] = {
     [QT_F32] = dot_f32,       [QT_F16] = dot_f16,       [QT_BF16] = dot_bf16,   [QT_Q4_0] = dot_q4_0,
     [QT_Q5_0] = dot_q5_0,     [QT_Q5_1] = dot_q5_1,     [QT_Q8_0] = dot_q8_0,   [QT_Q4_K] = dot_q4_K,
     [QT_Q5_K] = dot_q5_K,     [QT_Q6_K] = dot_q6_K,     [QT_IQ4_NL] = dot_iq4_nl, [QT_IQ4_XS] = dot_iq4_xs,
+    [QT_Q4_1] = dot_q4_1,
 };

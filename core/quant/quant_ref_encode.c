@@ -9,9 +9,10 @@
  * gives every format a simple error bound (tests/core/test_quant.c checks it):
  *
  *   Q4_0, Q5_0    step = max|x| / 7 or / 15   (the positive levels only)
- *   Q5_1          step = (max - min) / 31, plus one fp16 ulp of min
+ *   Q4_1, Q5_1    step = (max - min) / 15 or / 31, plus one fp16 ulp of min
  *   Q4_K, Q5_K    per 32 values: (max - min(min, 0) + dmin) / 15 or / 31, plus d
- *   Q6_K          per 16 values: max|x| / 31, plus d
+ *   Q2_K          per 16 values: (max - min(min, 0) + dmin) / 3, plus d
+ *   Q6_K, Q3_K    per 16 values: max|x| / 31 or / 3, plus d
  *   IQ4_NL        max|x| / 113 per table unit; the widest table gap is 24 units
  *   IQ4_XS        per 32 values: max|x| / 113 plus d per table unit
  *
@@ -39,6 +40,7 @@ static const int8_t uniform_levels[64] = {
 static const struct levels q4_levels = {uniform_levels + 24, 16};
 static const struct levels q5_levels = {uniform_levels + 16, 32};
 static const struct levels q6_levels = {uniform_levels, 64};
+static const struct levels q3_levels = {uniform_levels + 28, 8}; /* -4..3 */
 static const struct levels iq4_levels = {quant_iq4nl_values, 16};
 
 /* Index of the level nearest t: bisect on the midpoints between neighbours
@@ -71,6 +73,9 @@ static uint16_t half_down(float v)
     if (quant_half_to_float(h) > v) h = (uint16_t)(v >= 0 ? h - 1 : h + 1);
     return h;
 }
+
+/* The reference decoder of t: the judge of every candidate. */
+static quant_to_float_fn decoder(enum quant_type t) { return quant_traits_of(t)->to_float; }
 
 static float sq_error(const float *x, const float *y, int n)
 {
@@ -198,24 +203,44 @@ void quant_encode_iq4_nl(const float *x, void *dst, int64_t n)
     sym_encode(x, dst, n, sizeof(block_iq4_nl), &iq4_levels, codes_q4);
 }
 
-/* ---- scale and offset: Q5_1 ---- */
+/* ---- scale and offset: Q4_1, Q5_1 ---- */
 
-/* Scores the Q5_1 encoding (d16, m16) of 32 values: codes into L, block
- * into blk, error as decoded. */
-static float q5_1_try(const float *x, uint16_t d16, uint16_t m16, uint8_t L[32], block_q5_1 *blk)
+/* A 32-value format of value d * q + m, q in 0..nmax, as its packer. */
+struct affine_format {
+    enum quant_type type;
+    int nmax;
+    void (*pack)(uint8_t *blk, uint16_t d, uint16_t m, const uint8_t L[32]);
+};
+
+static void pack_q4_1(uint8_t *blk, uint16_t d, uint16_t m, const uint8_t L[32])
+{
+    block_q4_1 *b = (block_q4_1 *)(void *)blk;
+    b->d = d, b->m = m;
+    pack_nibbles(L, b->qs);
+}
+
+static void pack_q5_1(uint8_t *blk, uint16_t d, uint16_t m, const uint8_t L[32])
+{
+    block_q5_1 *b = (block_q5_1 *)(void *)blk;
+    b->d = d, b->m = m;
+    pack_q5(L, b->qh, b->qs);
+}
+
+/* Scores the encoding (d16, m16) of 32 values: codes into L, block into
+ * blk, error as decoded. */
+static float affine_try(const struct affine_format *f, const float *x, uint16_t d16, uint16_t m16, uint8_t L[32],
+                        uint8_t *blk)
 {
     float d = quant_half_to_float(d16), m = quant_half_to_float(m16);
     float id = d != 0 ? 1.0f / d : 0.0f, y[32];
-    for (int j = 0; j < 32; j++) L[j] = (uint8_t)fmaxf(0.0f, fminf(31.0f, nearbyintf((x[j] - m) * id)));
-    blk->d = d16;
-    blk->m = m16;
-    pack_q5(L, blk->qh, blk->qs);
-    quant_ref_to_float[QT_Q5_1](blk, y, 32);
+    for (int j = 0; j < 32; j++) L[j] = (uint8_t)fmaxf(0.0f, fminf((float)f->nmax, nearbyintf((x[j] - m) * id)));
+    f->pack(blk, d16, m16, L);
+    decoder(f->type)(blk, y, 32);
     return sq_error(x, y, 32);
 }
 
 /* Least-squares (d, m) for codes L: minimise the sum of (x - d*q - m)^2. */
-static void q5_1_refit(const float *x, const uint8_t L[32], uint16_t *d16, uint16_t *m16)
+static void affine_refit(const float *x, const uint8_t L[32], uint16_t *d16, uint16_t *m16)
 {
     float sq = 0, sqq = 0, sx = 0, sqx = 0;
     for (int j = 0; j < 32; j++) {
@@ -231,45 +256,61 @@ static void q5_1_refit(const float *x, const uint8_t L[32], uint16_t *d16, uint1
     *m16 = quant_f32_to_f16((sx - quant_half_to_float(*d16) * sq) / 32);
 }
 
-void quant_encode_q5_1(const float *x, void *dst, int64_t n)
+static void affine_encode(const struct affine_format *f, const float *x, uint8_t *dst, int64_t n)
 {
-    block_q5_1 *b = dst;
-    for (int64_t i = 0; i < n / QK_SMALL; i++, x += QK_SMALL) {
+    const size_t bsize = quant_row_size(f->type, QK_SMALL);
+    const float nmax = (float)f->nmax;
+    for (int64_t i = 0; i < n / QK_SMALL; i++, x += QK_SMALL, dst += bsize) {
         float mn, mx;
         min_max(x, 32, &mn, &mx);
-        block_q5_1 cand;
-        uint8_t L[32];
+        uint8_t cand[sizeof(block_q5_1)], L[32];
         uint16_t d16, m16;
         /* Nearest scales, then the refit of its codes, then the safe one:
          * min rounded down, step rounded up, so nothing clips. */
-        float best = q5_1_try(x, quant_f32_to_f16((mx - mn) / 31), quant_f32_to_f16(mn), L, &b[i]);
-        q5_1_refit(x, L, &d16, &m16);
-        float err = q5_1_try(x, d16, m16, L, &cand);
+        float best = affine_try(f, x, quant_f32_to_f16((mx - mn) / nmax), quant_f32_to_f16(mn), L, dst);
+        affine_refit(x, L, &d16, &m16);
+        float err = affine_try(f, x, d16, m16, L, cand);
         if (err < best) {
             best = err;
-            b[i] = cand;
+            memcpy(dst, cand, bsize);
         }
         m16 = half_down(mn);
-        if (q5_1_try(x, half_up((mx - quant_half_to_float(m16)) / 31), m16, L, &cand) < best) b[i] = cand;
+        if (affine_try(f, x, half_up((mx - quant_half_to_float(m16)) / nmax), m16, L, cand) < best)
+            memcpy(dst, cand, bsize);
     }
 }
 
-/* ---- K-quants with mins: Q4_K, Q5_K ----
- * Value = d*sc[j]*q - dmin*m[j], sc and m 6-bit per 32-value sub-block. */
+static const struct affine_format q4_1_format = {QT_Q4_1, 15, pack_q4_1};
+static const struct affine_format q5_1_format = {QT_Q5_1, 31, pack_q5_1};
+
+void quant_encode_q4_1(const float *x, void *dst, int64_t n) { affine_encode(&q4_1_format, x, dst, n); }
+void quant_encode_q5_1(const float *x, void *dst, int64_t n) { affine_encode(&q5_1_format, x, dst, n); }
+
+/* ---- K-quants with mins: Q2_K, Q4_K, Q5_K ----
+ * Value = d*sc[j]*q - dmin*m[j]: Q4_K/Q5_K 6-bit sc and m per 32-value
+ * sub-block (q to 15 or 31), Q2_K 4-bit ones per 16 values (q to 3). */
 
 struct kq_codes {
     uint16_t d, dmin;
-    uint8_t sc[8], m[8];
+    uint8_t sc[16], m[16];
     uint8_t L[QK_K];
 };
 
-/* Float step s and offset o >= 0 of one sub-block, x ~ s*q - o: least squares
- * over a few stretches of the range.  The offset cannot be negative (mins are
- * unsigned), so a sub-block of positive values starts at zero. */
-static void kq_fit_sub(const float *x, int nmax, float *s, float *o)
+struct kq_format {
+    enum quant_type type;
+    int sub;  /* values per sub-block */
+    int nmax; /* largest code */
+    int smax; /* largest sub-block scale and min */
+    void (*pack)(void *blk, const struct kq_codes *c);
+};
+
+/* Float step s and offset o >= 0 of one sub-block of n values, x ~ s*q - o:
+ * least squares over a few stretches of the range.  The offset cannot be
+ * negative (mins are unsigned), so a sub-block of positive values starts at zero. */
+static void kq_fit_sub(const float *x, int n, int nmax, float *s, float *o)
 {
     float mn, mx, best = FLT_MAX;
-    min_max(x, 32, &mn, &mx);
+    min_max(x, n, &mn, &mx);
     mn = fminf(mn, 0.0f);
     *s = (mx - mn) / (float)nmax;
     *o = -mn;
@@ -277,22 +318,22 @@ static void kq_fit_sub(const float *x, int nmax, float *s, float *o)
     for (int k = -4; k <= 4; k++) {
         float step = (mx - mn) / ((float)nmax + 0.25f * (float)k), sq = 0, sqq = 0, sx = 0, sqx = 0;
         float q[32];
-        for (int j = 0; j < 32; j++) {
+        for (int j = 0; j < n; j++) {
             q[j] = fmaxf(0.0f, fminf((float)nmax, nearbyintf((x[j] - mn) / step)));
             sq += q[j];
             sqq += q[j] * q[j];
             sx += x[j];
             sqx += q[j] * x[j];
         }
-        float det = 32 * sqq - sq * sq;
+        float det = (float)n * sqq - sq * sq;
         if (det <= 0) continue;
-        float ls = (32 * sqx - sq * sx) / det, lo = (sqq * sx - sq * sqx) / det;
+        float ls = ((float)n * sqx - sq * sx) / det, lo = (sqq * sx - sq * sqx) / det;
         if (lo > 0) { /* offsets are unsigned: refit the step alone */
             lo = 0;
             ls = sqx / sqq;
         }
         float err = 0;
-        for (int j = 0; j < 32; j++) err += (x[j] - ls * q[j] - lo) * (x[j] - ls * q[j] - lo);
+        for (int j = 0; j < n; j++) err += (x[j] - ls * q[j] - lo) * (x[j] - ls * q[j] - lo);
         if (err < best) {
             best = err;
             *s = ls;
@@ -301,56 +342,60 @@ static void kq_fit_sub(const float *x, int nmax, float *s, float *o)
     }
 }
 
-/* Candidate 1: each sub-block's fitted (s, o), coded to the nearest 6-bit
- * multiple of d = max s / 63 and dmin = max o / 63. */
-static void kq_codes_nearest(const float *x, int nmax, struct kq_codes *c)
+/* Candidate 1: each sub-block's fitted (s, o), coded to the nearest multiple
+ * of d = max s / smax and dmin = max o / smax. */
+static void kq_codes_nearest(const struct kq_format *f, const float *x, struct kq_codes *c)
 {
-    float s[8], o[8], smax = 0, omax = 0;
-    for (int j = 0; j < 8; j++) {
-        kq_fit_sub(x + 32 * j, nmax, &s[j], &o[j]);
-        smax = fmaxf(smax, s[j]);
-        omax = fmaxf(omax, o[j]);
+    const int nsub = QK_K / f->sub;
+    const float smax = (float)f->smax;
+    float s[16], o[16], s_top = 0, o_top = 0;
+    for (int j = 0; j < nsub; j++) {
+        kq_fit_sub(x + f->sub * j, f->sub, f->nmax, &s[j], &o[j]);
+        s_top = fmaxf(s_top, s[j]);
+        o_top = fmaxf(o_top, o[j]);
     }
-    c->d = quant_f32_to_f16(smax / 63);
-    c->dmin = quant_f32_to_f16(omax / 63);
+    c->d = quant_f32_to_f16(s_top / smax);
+    c->dmin = quant_f32_to_f16(o_top / smax);
     float d = quant_half_to_float(c->d), dmin = quant_half_to_float(c->dmin);
-    for (int j = 0; j < 8; j++) {
-        c->sc[j] = (uint8_t)(d > 0 ? fmaxf(0.0f, fminf(63.0f, nearbyintf(s[j] / d))) : 0);
-        c->m[j] = (uint8_t)(dmin > 0 ? fmaxf(0.0f, fminf(63.0f, nearbyintf(o[j] / dmin))) : 0);
+    for (int j = 0; j < nsub; j++) {
+        c->sc[j] = (uint8_t)(d > 0 ? fmaxf(0.0f, fminf(smax, nearbyintf(s[j] / d))) : 0);
+        c->m[j] = (uint8_t)(dmin > 0 ? fmaxf(0.0f, fminf(smax, nearbyintf(o[j] / dmin))) : 0);
     }
 }
 
 /* Candidate 2, the safe one: offsets rounded up so the lowest value is
  * reachable, steps rounded up so the highest is, nothing clips. */
-static void kq_codes_safe(const float *x, int nmax, struct kq_codes *c)
+static void kq_codes_safe(const struct kq_format *f, const float *x, struct kq_codes *c)
 {
-    float lo[8], hi[8], need[8], omax = 0, rmax = 0;
-    for (int j = 0; j < 8; j++) {
-        min_max(x + 32 * j, 32, &lo[j], &hi[j]);
+    const int nsub = QK_K / f->sub, nmax = f->nmax;
+    const float smax = (float)f->smax;
+    float lo[16], hi[16], need[16], omax = 0, rmax = 0;
+    for (int j = 0; j < nsub; j++) {
+        min_max(x + f->sub * j, f->sub, &lo[j], &hi[j]);
         lo[j] = fminf(lo[j], 0.0f);
         omax = fmaxf(omax, -lo[j]);
     }
-    c->dmin = half_up(omax / 63);
+    c->dmin = half_up(omax / smax);
     float dmin = quant_half_to_float(c->dmin);
-    for (int j = 0; j < 8; j++) {
-        c->m[j] = (uint8_t)(dmin > 0 ? fminf(63.0f, ceilf(-lo[j] / dmin)) : 0);
+    for (int j = 0; j < nsub; j++) {
+        c->m[j] = (uint8_t)(dmin > 0 ? fminf(smax, ceilf(-lo[j] / dmin)) : 0);
         need[j] = hi[j] + dmin * (float)c->m[j]; /* span the step must cover */
         rmax = fmaxf(rmax, need[j]);
     }
-    c->d = half_up(rmax / (float)(nmax * 63));
+    c->d = half_up(rmax / (float)(nmax * f->smax));
     float d = quant_half_to_float(c->d);
-    for (int j = 0; j < 8; j++)
-        c->sc[j] = (uint8_t)(d > 0 ? fminf(63.0f, ceilf(need[j] / ((float)nmax * d))) : 0);
+    for (int j = 0; j < nsub; j++)
+        c->sc[j] = (uint8_t)(d > 0 ? fminf(smax, ceilf(need[j] / ((float)nmax * d))) : 0);
 }
 
 /* Codes of every value for the coded scales, nearest level, clamped. */
-static void kq_requantize(const float *x, int nmax, struct kq_codes *c)
+static void kq_requantize(const struct kq_format *f, const float *x, struct kq_codes *c)
 {
     float d = quant_half_to_float(c->d), dmin = quant_half_to_float(c->dmin);
-    for (int j = 0; j < 8; j++) {
+    for (int j = 0; j < QK_K / f->sub; j++) {
         float dl = d * c->sc[j], ml = dmin * c->m[j], id = dl != 0 ? 1.0f / dl : 0.0f;
-        for (int k = 32 * j; k < 32 * j + 32; k++)
-            c->L[k] = (uint8_t)fmaxf(0.0f, fminf((float)nmax, nearbyintf((x[k] + ml) * id)));
+        for (int k = f->sub * j; k < f->sub * (j + 1); k++)
+            c->L[k] = (uint8_t)fmaxf(0.0f, fminf((float)f->nmax, nearbyintf((x[k] + ml) * id)));
     }
 }
 
@@ -396,30 +441,51 @@ static void pack_q5_K(void *blk, const struct kq_codes *c)
     }
 }
 
-/* Writes the better of the two candidates of each super-block. */
-static void kq_encode(const float *x, uint8_t *dst, int64_t n, enum quant_type t, int nmax,
-                      void (*pack)(void *, const struct kq_codes *))
+/* 2-bit codes in the K-quants' layout (Q2_K, Q3_K's low bits, TQ2_0): value
+ * v at bits 2j..2j+1 of qs[32·(v/128) + v%32], j = (v%128)/32. */
+void quant_pack_crumbs(const uint8_t L[QK_K], uint8_t qs[64])
 {
-    size_t bsize = quant_row_size(t, QK_K);
+    memset(qs, 0, 64);
+    for (int v = 0; v < QK_K; v++) qs[32 * (v / 128) + v % 32] |= (uint8_t)((L[v] & 3) << (2 * ((v % 128) / 32)));
+}
+
+static void pack_q2_K(void *blk, const struct kq_codes *c)
+{
+    block_q2_K *b = blk;
+    b->d = c->d;
+    b->dmin = c->dmin;
+    for (int j = 0; j < 16; j++) b->scales[j] = (uint8_t)(c->sc[j] | c->m[j] << 4);
+    quant_pack_crumbs(c->L, b->qs);
+}
+
+/* Writes the better of the two candidates of each super-block. */
+static void kq_encode(const struct kq_format *f, const float *x, uint8_t *dst, int64_t n)
+{
+    size_t bsize = quant_row_size(f->type, QK_K);
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K, dst += bsize) {
         struct kq_codes c;
         uint8_t cand[sizeof(block_q5_K)];
         float y[QK_K];
-        kq_codes_nearest(x, nmax, &c);
-        kq_requantize(x, nmax, &c);
-        pack(dst, &c);
-        quant_ref_to_float[t](dst, y, QK_K);
+        kq_codes_nearest(f, x, &c);
+        kq_requantize(f, x, &c);
+        f->pack(dst, &c);
+        decoder(f->type)(dst, y, QK_K);
         float best = sq_error(x, y, QK_K);
-        kq_codes_safe(x, nmax, &c);
-        kq_requantize(x, nmax, &c);
-        pack(cand, &c);
-        quant_ref_to_float[t](cand, y, QK_K);
+        kq_codes_safe(f, x, &c);
+        kq_requantize(f, x, &c);
+        f->pack(cand, &c);
+        decoder(f->type)(cand, y, QK_K);
         if (sq_error(x, y, QK_K) < best) memcpy(dst, cand, bsize);
     }
 }
 
-void quant_encode_q4_K(const float *x, void *dst, int64_t n) { kq_encode(x, dst, n, QT_Q4_K, 15, pack_q4_K); }
-void quant_encode_q5_K(const float *x, void *dst, int64_t n) { kq_encode(x, dst, n, QT_Q5_K, 31, pack_q5_K); }
+static const struct kq_format q2_K_format = {QT_Q2_K, 16, 3, 15, pack_q2_K};
+static const struct kq_format q4_K_format = {QT_Q4_K, 32, 15, 63, pack_q4_K};
+static const struct kq_format q5_K_format = {QT_Q5_K, 32, 31, 63, pack_q5_K};
+
+void quant_encode_q2_K(const float *x, void *dst, int64_t n) { kq_encode(&q2_K_format, x, dst, n); }
+void quant_encode_q4_K(const float *x, void *dst, int64_t n) { kq_encode(&q4_K_format, x, dst, n); }
+void quant_encode_q5_K(const float *x, void *dst, int64_t n) { kq_encode(&q5_K_format, x, dst, n); }
 
 /* ---- two-level symmetric: Q6_K (16 x 16, int8 scales) and IQ4_XS
  * (8 x 32, 6-bit scales biased by 32) ----
@@ -443,7 +509,7 @@ static float sym2_try(const struct sym2_format *f, const float *x, uint16_t d16,
         for (int k = f->sub * j; k < f->sub * (j + 1); k++) L[k] = (uint8_t)nearest_level(f->lv, x[k] * id);
     }
     f->pack(blk, d16, sc, L);
-    quant_ref_to_float[f->type](blk, y, QK_K);
+    decoder(f->type)(blk, y, QK_K);
     return sq_error(x, y, QK_K);
 }
 
@@ -507,8 +573,28 @@ static void pack_iq4_xs(void *blk, uint16_t d, const int *sc, const uint8_t *L)
     }
 }
 
+/* Q3_K: level index L = code + 4, its low 2 bits in qs, its third in hmask
+ * (bit 4·(v/128) + (v%128)/32 of hmask[v%32]); 6-bit scales sc + 32. */
+static void pack_q3_K(void *blk, uint16_t d, const int *sc, const uint8_t *L)
+{
+    block_q3_K *b = blk;
+    b->d = d;
+    memset(b->scales, 0, sizeof b->scales);
+    memset(b->hmask, 0, sizeof b->hmask);
+    for (int j = 0; j < 16; j++) {
+        int ls = sc[j] + 32;
+        b->scales[j % 8] |= (uint8_t)((ls & 15) << (4 * (j / 8)));
+        b->scales[8 + j % 4] |= (uint8_t)((ls >> 4) << (2 * (j / 4)));
+    }
+    for (int v = 0; v < QK_K; v++)
+        if (L[v] & 4) b->hmask[v % 32] |= (uint8_t)(1 << (4 * (v / 128) + (v % 128) / 32));
+    quant_pack_crumbs(L, b->qs);
+}
+
+static const struct sym2_format q3_K_format = {QT_Q3_K, 16, &q3_levels, -32, 31, pack_q3_K};
 static const struct sym2_format q6_K_format = {QT_Q6_K, 16, &q6_levels, -128, 127, pack_q6_K};
 static const struct sym2_format iq4_xs_format = {QT_IQ4_XS, 32, &iq4_levels, -32, 31, pack_iq4_xs};
 
+void quant_encode_q3_K(const float *x, void *dst, int64_t n) { sym2_encode(&q3_K_format, x, dst, n); }
 void quant_encode_q6_K(const float *x, void *dst, int64_t n) { sym2_encode(&q6_K_format, x, dst, n); }
 void quant_encode_iq4_xs(const float *x, void *dst, int64_t n) { sym2_encode(&iq4_xs_format, x, dst, n); }

@@ -264,7 +264,7 @@ static int up_mat(cuda_backend *be, const struct model_tensor *t, dmat *out)
     memset(out, 0, sizeof *out);
     if (!t->data) return 0;
     for (int i = 0; i < be->n_ups; i++)
-        if (be->ups[i].host == t->data && be->ups[i].m.type == (dev_decodes(t->type) ? (int)t->type : DT_F32) &&
+        if (be->ups[i].host == t->data && be->ups[i].m.type == gw_vram_device_type(t->type) &&
             be->ups[i].m.n_in == t->ne[0] && be->ups[i].m.n_out == t->ne[1]) {
             *out = be->ups[i].m;
             return 0;
@@ -291,7 +291,7 @@ static int up_mat(cuda_backend *be, const struct model_tensor *t, dmat *out)
             m.mat_bytes = rows * t->row_bytes;
         }
     } else { /* widened to F32, one matrix at a time */
-        m.type = DT_F32;
+        m.type = QT_F32;
         m.row_bytes = (size_t)m.n_in * 4;
         m.mat_bytes = m.row_bytes * (size_t)rows;
         TRY(dev_alloc(be, &d, m.mat_bytes * (size_t)n_mat));
@@ -563,7 +563,7 @@ static dmat slot_mat(const struct model_tensor *t, void *mem)
     dmat m;
     m.d = (const uint8_t *)mem;
     m.n_in = t->ne[0], m.n_out = t->ne[1];
-    m.type = dev_decodes(t->type) ? (int)t->type : DT_F32;
+    m.type = gw_vram_device_type(t->type);
     m.row_bytes = dev_decodes(t->type) ? t->row_bytes : (size_t)m.n_in * 4;
     m.mat_bytes = m.row_bytes * (size_t)m.n_out;
     return m;

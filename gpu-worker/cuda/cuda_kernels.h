@@ -1,7 +1,7 @@
 /* cuda_kernels.h — the CUDA kernels of the gpu-worker, as C functions.
  *
  * y = W·x for a weight matrix W stored row by row in one of the formats that
- * published GGUFs use (the block layouts of core/quant/quant_impl.h, which
+ * published GGUFs use (the block layouts of core/quant/quant_blocks.h, which
  * are ggml's), x fp32, accumulation fp32.  Every launcher is asynchronous on
  * the given stream and reports errors as values: 0, or a negative code with
  * a message in err (a CUDA error e comes back as -(int)e; bad arguments as
@@ -36,27 +36,9 @@ extern "C" {
 typedef int (*gw_cuda_matvec_fn)(const void *w, int n_rows, int n_cols, const float *x, int n_batch,
                                  float *y, void *stream, char *err, size_t err_len);
 
-int gw_cuda_matvec_f32(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
-                       void *stream, char *err, size_t err_len);
-int gw_cuda_matvec_bf16(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
-                        void *stream, char *err, size_t err_len);
-int gw_cuda_matvec_q8_0(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
-                        void *stream, char *err, size_t err_len);
-int gw_cuda_matvec_q5_0(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
-                        void *stream, char *err, size_t err_len);
-int gw_cuda_matvec_q5_1(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
-                        void *stream, char *err, size_t err_len);
-int gw_cuda_matvec_iq4_nl(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
-                          void *stream, char *err, size_t err_len);
-int gw_cuda_matvec_q4_K(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
-                        void *stream, char *err, size_t err_len);
-int gw_cuda_matvec_q5_K(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
-                        void *stream, char *err, size_t err_len);
-int gw_cuda_matvec_q6_K(const void *w, int n_rows, int n_cols, const float *x, int n_batch, float *y,
-                        void *stream, char *err, size_t err_len);
-
-/* The launcher for a ggml type number (enum quant_type), or NULL when this
- * file has no kernel for it: callers pick once, at load. */
+/* The launcher for a ggml type number (enum quant_type), or NULL when there
+ * is no kernel for it (gpu-worker/cuda/cuda_types.h lists those that have
+ * one): callers pick once, at load. */
 gw_cuda_matvec_fn gw_cuda_matvec_of(int ggml_type);
 
 /* The routed-expert form: for pair p < n_pairs, y row p (n_rows floats) =

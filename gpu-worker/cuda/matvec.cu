@@ -8,8 +8,10 @@
  * its block size, bytes per block and a decode8 function); the loop, the
  * batching and the reduction are shared.  A warp reads its row front to
  * back, so the weight bytes stream from memory once; x is small and stays in
- * the caches.  Byte offsets in the decoders are those of the block structs in
- * core/quant/quant_impl.h (ggml's layouts); decoding follows quant_ref.c
+ * the caches.  Block sizes and byte offsets in the decoders come from the
+ * block structs of core/quant/quant_blocks.h (ggml's layouts, shared with
+ * the CPU code); which format uses which decoder is gpu-worker/cuda/
+ * cuda_types.h's table (the launchers below are built from it); decoding follows quant_ref.c
  * value for value, which is what tests/cuda/test_matvec.cu checks; its
  * timings, and what is still slow, are in docs/BENCHMARKS.md. */
 #include "gpu-worker/cuda/cuda_kernels.h"
@@ -17,9 +19,12 @@
 extern "C" {
 #include "core/quant/quant.h"
 }
+#include "core/quant/quant_blocks.h"
+#include "gpu-worker/cuda/cuda_types.h"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -34,7 +39,7 @@ static __device__ __forceinline__ float half_at(const uint8_t *p)
  * decode of group g (values 8g..8g+7) of a block ---- */
 
 struct dec_f32 { /* a "block" of 8 floats: 32 bytes, always 16-byte aligned */
-    enum { QK = 8, BYTES = 32 };
+    enum { QK = 8, BYTES = 8 * sizeof(float) };
     static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
     {
         float4 a = ((const float4 *)b)[0], c = ((const float4 *)b)[1];
@@ -44,7 +49,7 @@ struct dec_f32 { /* a "block" of 8 floats: 32 bytes, always 16-byte aligned */
 };
 
 struct dec_bf16 { /* 8 bf16 = 16 bytes; bf16 is the top half of an fp32 */
-    enum { QK = 8, BYTES = 16 };
+    enum { QK = 8, BYTES = 8 * sizeof(uint16_t) };
     static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
     {
         uint4 q = *(const uint4 *)b;
@@ -74,24 +79,24 @@ static __device__ __forceinline__ uint32_t byte_of(uint2 q, int i)
 }
 
 struct dec_q8_0 { /* d, qs[32] int8; blocks of 34 bytes: 2-byte aligned */
-    enum { QK = 32, BYTES = 34 };
+    enum { QK = QK_SMALL, BYTES = sizeof(block_q8_0) };
     static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
     {
         float d = half_at(b);
-        uint2 q = load8<2>(b + 2 + 8 * g);
+        uint2 q = load8<2>(b + offsetof(block_q8_0, qs) + 8 * g);
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] = d * (float)(int8_t)byte_of(q, i);
     }
 };
 
 struct dec_q5_1 { /* d, m, qh[4], qs[16]: value j = (nib | bit j of qh << 4) * d + m; 24 bytes */
-    enum { QK = 32, BYTES = 24 };
+    enum { QK = QK_SMALL, BYTES = sizeof(block_q5_1) };
     static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
     {
-        float d = half_at(b), m = half_at(b + 2);
+        float d = half_at(b), m = half_at(b + offsetof(block_q5_1, m));
         int base = 8 * g, shift = base < 16 ? 0 : 4;
-        uint32_t qh = *(const uint32_t *)(b + 4) >> base;
-        uint2 q = load8<8>(b + 8 + (base & 15));
+        uint32_t qh = *(const uint32_t *)(b + offsetof(block_q5_1, qh)) >> base;
+        uint2 q = load8<8>(b + offsetof(block_q5_1, qs) + (base & 15));
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             int c = (int)(byte_of(q, i) >> shift & 15) | (int)((qh >> i) & 1) << 4;
@@ -101,14 +106,14 @@ struct dec_q5_1 { /* d, m, qh[4], qs[16]: value j = (nib | bit j of qh << 4) * d
 };
 
 struct dec_q5_0 { /* d, qh[4], qs[16]: value j = d * ((nib | bit j of qh << 4) - 16); 22 bytes: 2-byte aligned */
-    enum { QK = 32, BYTES = 22 };
+    enum { QK = QK_SMALL, BYTES = sizeof(block_q5_0) };
     static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
     {
         float d = half_at(b);
         int base = 8 * g, shift = base < 16 ? 0 : 4;
-        const unsigned short *h = (const unsigned short *)(b + 2);
+        const unsigned short *h = (const unsigned short *)(b + offsetof(block_q5_0, qh));
         uint32_t qh = ((uint32_t)h[0] | (uint32_t)h[1] << 16) >> base;
-        uint2 q = load8<2>(b + 6 + (base & 15));
+        uint2 q = load8<2>(b + offsetof(block_q5_0, qs) + (base & 15));
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             int c = (int)(byte_of(q, i) >> shift & 15) | (int)((qh >> i) & 1) << 4;
@@ -128,12 +133,12 @@ static __device__ __forceinline__ int iq4nl_level(uint32_t nib)
 }
 
 struct dec_iq4_nl { /* d, qs[16]: value j = d * T[nib j]; 18 bytes: 2-byte aligned */
-    enum { QK = 32, BYTES = 18 };
+    enum { QK = QK_SMALL, BYTES = sizeof(block_iq4_nl) };
     static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
     {
         float d = half_at(b);
         int base = 8 * g, shift = base < 16 ? 0 : 4;
-        uint2 q = load8<2>(b + 2 + (base & 15));
+        uint2 q = load8<2>(b + offsetof(block_iq4_nl, qs) + (base & 15));
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] = d * (float)iq4nl_level(byte_of(q, i) >> shift & 15);
     }
@@ -156,14 +161,15 @@ static __device__ __forceinline__ void kscale(const uint8_t *s, int j, int *sc, 
  * fifth bit: bit 2c (+1 for the high half) of qh[value % 32].  Blocks are 144
  * and 176 bytes (multiples of 16), so the 8 bytes a group reads are 8-aligned. */
 template <int HAS_QH> struct dec_kq {
-    enum { QK = 256, BYTES = HAS_QH ? 176 : 144 };
+    enum { QK = QK_K, BYTES = HAS_QH ? sizeof(block_q5_K) : sizeof(block_q4_K) };
+    enum { QS = HAS_QH ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs) };
     static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
     {
         int e = 8 * g, c = e / 64, hi = (e % 64) >= 32, l = e % 32, sc, m;
-        uint2 q = load8<8>(b + (HAS_QH ? 48 : 16) + 32 * c + l), qh = make_uint2(0, 0);
-        if (HAS_QH) qh = load8<8>(b + 16 + l);
-        kscale(b + 4, e / 32, &sc, &m);
-        float dl = half_at(b) * (float)sc, ml = half_at(b + 2) * (float)m;
+        uint2 q = load8<8>(b + QS + 32 * c + l), qh = make_uint2(0, 0);
+        if (HAS_QH) qh = load8<8>(b + offsetof(block_q5_K, qh) + l);
+        kscale(b + offsetof(block_q4_K, scales), e / 32, &sc, &m);
+        float dl = half_at(b) * (float)sc, ml = half_at(b + offsetof(block_q4_K, dmin)) * (float)m;
         int bit = 2 * c + hi;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -174,13 +180,14 @@ template <int HAS_QH> struct dec_kq {
     }
 };
 
-struct dec_q6_K { /* ql[128], qh[64], scales[16] int8, d: see quant_impl.h; 210 bytes */
-    enum { QK = 256, BYTES = 210 };
+struct dec_q6_K { /* ql[128], qh[64], scales[16] int8, d: see quant_blocks.h; 210 bytes */
+    enum { QK = QK_K, BYTES = sizeof(block_q6_K) };
     static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
     {
         int e = 8 * g, h = e / 128, r = e % 128, quarter = r / 32, l = r % 32;
-        uint2 ql = load8<2>(b + 64 * h + l + 32 * (quarter & 1)), qh = load8<2>(b + 128 + 32 * h + l);
-        float dl = half_at(b + 208) * (float)((const int8_t *)(b + 192))[e / 16];
+        uint2 ql = load8<2>(b + offsetof(block_q6_K, ql) + 64 * h + l + 32 * (quarter & 1)),
+              qh = load8<2>(b + offsetof(block_q6_K, qh) + 32 * h + l);
+        float dl = half_at(b + offsetof(block_q6_K, d)) * (float)((const int8_t *)(b + offsetof(block_q6_K, scales)))[e / 16];
         int nshift = quarter < 2 ? 0 : 4, hshift = 2 * quarter;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -283,7 +290,7 @@ static __device__ __forceinline__ void matvec_row_kq(const uint8_t *__restrict__
                                                      const float *__restrict__ x, int nb, float *__restrict__ y, int row,
                                                      int lane)
 {
-    const int BYTES = HAS_QH ? 176 : 144, n_blocks = n_cols / 256, j = lane % 8;
+    const int BYTES = dec_kq<HAS_QH>::BYTES, n_blocks = n_cols / QK_K, j = lane % 8;
     const int c = j / 2, l0 = 16 * (j % 2); /* 64-value chunk, and where in its 32 bytes */
     const uint8_t *wrow = w + (size_t)row * (size_t)n_blocks * BYTES;
     float acc[NB];
@@ -291,17 +298,17 @@ static __device__ __forceinline__ void matvec_row_kq(const uint8_t *__restrict__
     for (int b = 0; b < NB; b++) acc[b] = 0.0f;
     for (int k = lane / 8; k < n_blocks; k += 4) {
         const uint8_t *blk = wrow + (size_t)k * BYTES;
-        const uint4 qv = *(const uint4 *)(blk + (HAS_QH ? 48 : 16) + 32 * c + l0);
+        const uint4 qv = *(const uint4 *)(blk + dec_kq<HAS_QH>::QS + 32 * c + l0);
         uint4 hv = make_uint4(0, 0, 0, 0);
-        if (HAS_QH) hv = *(const uint4 *)(blk + 16 + l0);
+        if (HAS_QH) hv = *(const uint4 *)(blk + offsetof(block_q5_K, qh) + l0);
         const uint32_t dm = *(const uint32_t *)blk;
         const float d = __half2float(__ushort_as_half((unsigned short)(dm & 0xffffu)));
         const float dmin = __half2float(__ushort_as_half((unsigned short)(dm >> 16)));
         const uint32_t q[4] = {qv.x, qv.y, qv.z, qv.w}, qh[4] = {hv.x, hv.y, hv.z, hv.w};
         int sc_lo, m_lo, sc_hi, m_hi;
-        kscale(blk + 4, 2 * c, &sc_lo, &m_lo);
-        kscale(blk + 4, 2 * c + 1, &sc_hi, &m_hi);
-        const float *xb = x + (size_t)k * 256 + 64 * c + l0;
+        kscale(blk + offsetof(block_q4_K, scales), 2 * c, &sc_lo, &m_lo);
+        kscale(blk + offsetof(block_q4_K, scales), 2 * c + 1, &sc_hi, &m_hi);
+        const float *xb = x + (size_t)k * QK_K + 64 * c + l0;
         float sq[NB], sx[NB];
         dot16<NB, HAS_QH>(q, 0, qh, 2 * c, xb, nb, n_cols, sq, sx);
 #pragma unroll
@@ -330,7 +337,7 @@ static __device__ __forceinline__ void matvec_row_q6k(const uint8_t *__restrict_
                                                       const float *__restrict__ x, int nb, float *__restrict__ y, int row,
                                                       int lane)
 {
-    const int BYTES = 210, n_blocks = n_cols / 256, j = lane % 8, h = j / 4, o = 16 * (j % 4);
+    const int BYTES = sizeof(block_q6_K), n_blocks = n_cols / QK_K, j = lane % 8, h = j / 4, o = 16 * (j % 4);
     const uint8_t *wrow = w + (size_t)row * (size_t)n_blocks * BYTES;
     float acc[NB];
 #pragma unroll
@@ -338,12 +345,12 @@ static __device__ __forceinline__ void matvec_row_q6k(const uint8_t *__restrict_
     for (int k = lane / 8; k < n_blocks; k += 4) {
         const uint8_t *blk = wrow + (size_t)k * BYTES;
         uint32_t q[4], qh[4];
-        load16_a2(blk + 64 * h + o, q);
-        load16_a2(blk + 128 + 32 * h + o % 32, qh);
-        const float d = half_at(blk + 208);
-        const int8_t *sc = (const int8_t *)(blk + 192);
+        load16_a2(blk + offsetof(block_q6_K, ql) + 64 * h + o, q);
+        load16_a2(blk + offsetof(block_q6_K, qh) + 32 * h + o % 32, qh);
+        const float d = half_at(blk + offsetof(block_q6_K, d));
+        const int8_t *sc = (const int8_t *)(blk + offsetof(block_q6_K, scales));
         const float s_lo = d * (float)sc[8 * h + o / 16], s_hi = d * (float)sc[8 * h + o / 16 + 4];
-        const float *xb = x + (size_t)k * 256 + 128 * h + o;
+        const float *xb = x + (size_t)k * QK_K + 128 * h + o;
         float sq[NB], sx[NB];
         dot16<NB, 2>(q, 0, qh, 2 * (o / 32), xb, nb, n_cols, sq, sx);
 #pragma unroll
@@ -411,11 +418,12 @@ static int fail(char *err, size_t err_len, int code, const char *what, const cha
     return code;
 }
 
-template <typename D>
-static int launch(const char *name, const void *w, int n_rows, int n_cols, const float *x, int nb, float *y,
+template <typename D, int T>
+static int launch(const void *w, int n_rows, int n_cols, const float *x, int nb, float *y,
                   void *stream, char *err, size_t err_len)
 {
-    char why[128];
+    char name[32], why[128];
+    snprintf(name, sizeof name, "matvec %s", quant_type_name((enum quant_type)T));
     if (!w || !x || !y || n_rows <= 0 || n_cols <= 0 || n_cols % D::QK || n_cols % 8 || nb < 1 ||
         nb > GW_CUDA_MAX_BATCH || ((uintptr_t)x & 15) || ((uintptr_t)w & 15)) {
         snprintf(why, sizeof why, "bad arguments (rows %d, cols %d: multiple of %d?, batch %d of 1..%d, x and w %s)",
@@ -438,7 +446,7 @@ static int launch(const char *name, const void *w, int n_rows, int n_cols, const
     return 0;
 }
 
-template <typename D>
+template <typename D, int T>
 static int launch_pairs(const void *w, size_t mat_bytes, int n_rows, int n_cols, const float *x, int xdiv,
                         const int32_t *eid, const int32_t *slot, int n_pairs, float *y, void *stream, char *err,
                         size_t err_len)
@@ -458,56 +466,46 @@ static int launch_pairs(const void *w, size_t mat_bytes, int n_rows, int n_cols,
     return 0;
 }
 
+/* ---- the table of entry points, one row per type of cuda_types.h ---- */
+
+struct no_fast_kernel; /* a row without a fast kernel: the reference kernels only */
+
+typedef int (*gw_cuda_matvec_pairs_fn)(const void *w, size_t mat_bytes, int n_rows, int n_cols, const float *x,
+                                       int xdiv, const int32_t *eid, const int32_t *slot, int n_pairs, float *y,
+                                       void *stream, char *err, size_t err_len);
+
+template <typename D, int T> struct entry {
+    static constexpr gw_cuda_matvec_fn matvec = launch<D, T>;
+    static constexpr gw_cuda_matvec_pairs_fn pairs = launch_pairs<D, T>;
+};
+template <int T> struct entry<no_fast_kernel, T> {
+    static constexpr gw_cuda_matvec_fn matvec = nullptr;
+    static constexpr gw_cuda_matvec_pairs_fn pairs = nullptr;
+};
+
+struct kernel_table {
+    gw_cuda_matvec_fn matvec[QT_COUNT];
+    gw_cuda_matvec_pairs_fn pairs[QT_COUNT];
+    constexpr kernel_table() : matvec(), pairs()
+    {
+#define ROW(t, D) matvec[t] = entry<D, t>::matvec, pairs[t] = entry<D, t>::pairs;
+        GW_CUDA_TYPES(ROW)
+#undef ROW
+    }
+};
+static constexpr kernel_table k_kernels;
+
+extern "C" gw_cuda_matvec_fn gw_cuda_matvec_of(int ggml_type)
+{
+    return (unsigned)ggml_type < QT_COUNT ? k_kernels.matvec[ggml_type] : NULL;
+}
+
 extern "C" int gw_cuda_matvec_pairs(int ggml_type, const void *w, size_t mat_bytes, int n_rows, int n_cols,
                                     const float *x, int xdiv, const int32_t *eid, const int32_t *slot, int n_pairs,
                                     float *y, void *stream, char *err, size_t err_len)
 {
     if (n_pairs <= 0) return 0;
-#define PAIRS(D) launch_pairs<D>(w, mat_bytes, n_rows, n_cols, x, xdiv, eid, slot, n_pairs, y, stream, err, err_len)
-    switch (ggml_type) {
-    case QT_F32: return PAIRS(dec_f32);
-    case QT_BF16: return PAIRS(dec_bf16);
-    case QT_Q8_0: return PAIRS(dec_q8_0);
-    case QT_Q5_0: return PAIRS(dec_q5_0);
-    case QT_Q5_1: return PAIRS(dec_q5_1);
-    case QT_IQ4_NL: return PAIRS(dec_iq4_nl);
-    case QT_Q4_K: return PAIRS(dec_kq<0>);
-    case QT_Q5_K: return PAIRS(dec_kq<1>);
-    case QT_Q6_K: return PAIRS(dec_q6_K);
-    default: return fail(err, err_len, GW_CUDA_EINVAL, "matvec pairs", "no kernel for this type");
-    }
-#undef PAIRS
-}
-
-#define LAUNCHER(fname, D)                                                                              \
-    extern "C" int gw_cuda_matvec_##fname(const void *w, int n_rows, int n_cols, const float *x, int nb, \
-                                          float *y, void *stream, char *err, size_t err_len)            \
-    {                                                                                                   \
-        return launch<D>("matvec " #fname, w, n_rows, n_cols, x, nb, y, stream, err, err_len);          \
-    }
-
-LAUNCHER(f32, dec_f32)
-LAUNCHER(bf16, dec_bf16)
-LAUNCHER(q8_0, dec_q8_0)
-LAUNCHER(q5_0, dec_q5_0)
-LAUNCHER(q5_1, dec_q5_1)
-LAUNCHER(iq4_nl, dec_iq4_nl)
-LAUNCHER(q4_K, dec_kq<0>)
-LAUNCHER(q5_K, dec_kq<1>)
-LAUNCHER(q6_K, dec_q6_K)
-
-extern "C" gw_cuda_matvec_fn gw_cuda_matvec_of(int ggml_type)
-{
-    switch (ggml_type) {
-    case QT_F32: return gw_cuda_matvec_f32;
-    case QT_BF16: return gw_cuda_matvec_bf16;
-    case QT_Q8_0: return gw_cuda_matvec_q8_0;
-    case QT_Q5_0: return gw_cuda_matvec_q5_0;
-    case QT_Q5_1: return gw_cuda_matvec_q5_1;
-    case QT_IQ4_NL: return gw_cuda_matvec_iq4_nl;
-    case QT_Q4_K: return gw_cuda_matvec_q4_K;
-    case QT_Q5_K: return gw_cuda_matvec_q5_K;
-    case QT_Q6_K: return gw_cuda_matvec_q6_K;
-    default: return NULL;
-    }
+    const gw_cuda_matvec_pairs_fn fn = (unsigned)ggml_type < QT_COUNT ? k_kernels.pairs[ggml_type] : NULL;
+    if (!fn) return fail(err, err_len, GW_CUDA_EINVAL, "matvec pairs", "no kernel for this type");
+    return fn(w, mat_bytes, n_rows, n_cols, x, xdiv, eid, slot, n_pairs, y, stream, err, err_len);
 }

@@ -22,12 +22,15 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 
 extern "C" {
+#include "core/quant/quant.h"
 #include "gpu-worker/backend.h"
 }
 #include "gpu-worker/mailbox.h"
+#include "core/quant/quant_blocks.h"
 
 /* A weight matrix on the device: n_out rows of n_in values of `type`
  * (enum quant_type numbers); expert e of a 3-D tensor at e·mat_bytes. */
@@ -38,11 +41,9 @@ struct dmat {
     size_t row_bytes, mat_bytes;
 };
 
-/* Formats with a device decoder (others are widened to F32 at upload). */
-enum { DT_F32 = 0, DT_F16 = 1, DT_Q4_0 = 2, DT_Q5_0 = 6, DT_Q5_1 = 7, DT_Q8_0 = 8, DT_Q4_K = 12, DT_Q5_K = 13,
-       DT_Q6_K = 14, DT_IQ4_NL = 20, DT_BF16 = 30 };
-
-static inline bool dev_decodes(int t) { return gw_vram_native_type(t); } /* one list: gpu-worker/vram.c */
+/* Formats with a device decoder: the rows of gpu-worker/cuda/cuda_types.h
+ * (others are widened to F32 at upload).  d_wval has a case for each. */
+static inline bool dev_decodes(int t) { return gw_vram_native_type(t); }
 
 __constant__ int8_t c_iq4nl[16];
 
@@ -70,58 +71,63 @@ static __device__ __forceinline__ void d_kscale(const uint8_t *s, int j, int *sc
     }
 }
 
-/* Value i of a row (quant_ref.c's decoders, one value at a time). */
+/* Value i of a row (quant_ref.c's decoders, one value at a time); byte
+ * offsets are quant_blocks.h's. */
 static __device__ float d_wval(const uint8_t *row, int type, int64_t i)
 {
     switch (type) {
-    case DT_F32: return ((const float *)row)[i];
-    case DT_F16: return d_half(row + 2 * i);
-    case DT_BF16: return __uint_as_float((uint32_t)((const uint16_t *)row)[i] << 16);
-    case DT_Q8_0: {
-        const uint8_t *b = row + (i / 32) * 34;
-        return (float)(int8_t)b[2 + i % 32] * d_half(b);
+    case QT_F32: return ((const float *)row)[i];
+    case QT_F16: return d_half(row + 2 * i);
+    case QT_BF16: return __uint_as_float((uint32_t)((const uint16_t *)row)[i] << 16);
+    case QT_Q8_0: {
+        const uint8_t *b = row + (i / QK_SMALL) * sizeof(block_q8_0);
+        return (float)(int8_t)b[offsetof(block_q8_0, qs) + i % QK_SMALL] * d_half(b);
     }
-    case DT_Q4_0: {
-        const uint8_t *b = row + (i / 32) * 18;
-        return (float)(d_nib(b + 2, (int)(i % 32)) - 8) * d_half(b);
+    case QT_Q4_0: {
+        const uint8_t *b = row + (i / QK_SMALL) * sizeof(block_q4_0);
+        return (float)(d_nib(b + offsetof(block_q4_0, qs), (int)(i % QK_SMALL)) - 8) * d_half(b);
     }
-    case DT_Q5_0: {
-        const uint8_t *b = row + (i / 32) * 22;
-        return (float)(d_q5(b + 2, b + 6, (int)(i % 32)) - 16) * d_half(b);
+    case QT_Q5_0: {
+        const uint8_t *b = row + (i / QK_SMALL) * sizeof(block_q5_0);
+        return (float)(d_q5(b + offsetof(block_q5_0, qh), b + offsetof(block_q5_0, qs), (int)(i % QK_SMALL)) - 16) *
+               d_half(b);
     }
-    case DT_IQ4_NL: {
-        const uint8_t *b = row + (i / 32) * 18;
-        return (float)c_iq4nl[d_nib(b + 2, (int)(i % 32))] * d_half(b);
+    case QT_IQ4_NL: {
+        const uint8_t *b = row + (i / QK_SMALL) * sizeof(block_iq4_nl);
+        return (float)c_iq4nl[d_nib(b + offsetof(block_iq4_nl, qs), (int)(i % QK_SMALL))] * d_half(b);
     }
-    case DT_Q5_1: {
-        const uint8_t *b = row + (i / 32) * 24;
-        return (float)d_q5(b + 4, b + 8, (int)(i % 32)) * d_half(b) + d_half(b + 2);
+    case QT_Q5_1: {
+        const uint8_t *b = row + (i / QK_SMALL) * sizeof(block_q5_1);
+        return (float)d_q5(b + offsetof(block_q5_1, qh), b + offsetof(block_q5_1, qs), (int)(i % QK_SMALL)) *
+                   d_half(b) +
+               d_half(b + offsetof(block_q5_1, m));
     }
-    case DT_Q4_K:
-    case DT_Q5_K: {
-        const bool five = type == DT_Q5_K;
-        const uint8_t *b = row + (i / 256) * (five ? 176 : 144);
-        const int v = (int)(i % 256);
+    case QT_Q4_K:
+    case QT_Q5_K: { /* the two share d, dmin and scales; Q5_K adds qh before qs */
+        const bool five = type == QT_Q5_K;
+        const uint8_t *b = row + (i / QK_K) * (five ? sizeof(block_q5_K) : sizeof(block_q4_K));
+        const int v = (int)(i % QK_K);
         int sc, m;
-        d_kscale(b + 4, v / 32, &sc, &m);
-        const uint8_t *qs = b + (five ? 48 : 16);
+        d_kscale(b + offsetof(block_q4_K, scales), v / 32, &sc, &m);
+        const uint8_t *qs = b + (five ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs));
         uint8_t byte = qs[32 * (v / 64) + v % 32];
         int code = (v % 64) < 32 ? (byte & 15) : (byte >> 4);
         if (five) {
             int bit = 2 * (v / 64) + ((v % 64) >= 32);
-            code |= ((b[16 + v % 32] >> bit) & 1) << 4;
+            code |= ((b[offsetof(block_q5_K, qh) + v % 32] >> bit) & 1) << 4;
         }
-        float dl = d_half(b) * (float)sc, ml = d_half(b + 2) * (float)m;
+        float dl = d_half(b) * (float)sc, ml = d_half(b + offsetof(block_q4_K, dmin)) * (float)m;
         return dl * (float)code - ml;
     }
-    case DT_Q6_K: {
-        const uint8_t *b = row + (i / 256) * 210; /* ql[128] qh[64] scales[16] d */
-        const int v = (int)(i % 256);
+    case QT_Q6_K: {
+        const uint8_t *b = row + (i / QK_K) * sizeof(block_q6_K);
+        const int v = (int)(i % QK_K);
         int h = v / 128, r = v % 128, l = r % 32, quarter = r / 32;
-        uint8_t lo = b[64 * h + l + 32 * (quarter & 1)];
+        uint8_t lo = b[offsetof(block_q6_K, ql) + 64 * h + l + 32 * (quarter & 1)];
         int nib = quarter < 2 ? (lo & 15) : (lo >> 4);
-        int code = nib | ((b[128 + 32 * h + l] >> (2 * quarter)) & 3) << 4;
-        return d_half(b + 208) * (float)(int8_t)b[192 + v / 16] * (float)(code - 32);
+        int code = nib | ((b[offsetof(block_q6_K, qh) + 32 * h + l] >> (2 * quarter)) & 3) << 4;
+        return d_half(b + offsetof(block_q6_K, d)) * (float)(int8_t)b[offsetof(block_q6_K, scales) + v / 16] *
+               (float)(code - 32);
     }
     }
     return __int_as_float(0x7fc00000); /* unreachable: the upload widened every other type */

@@ -55,8 +55,20 @@ static void fill(float *x, int64_t n, enum dist d)
 
 /* ---- the formats under test ---- */
 
-static const enum quant_type weight_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q4_0,   QT_Q5_0,   QT_Q5_1,
-                                               QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_NL, QT_IQ4_XS};
+static const enum quant_type weight_types[] = {
+    QT_F32,  QT_F16,  QT_BF16,   QT_Q4_0,   QT_Q5_0,  QT_Q5_1, QT_Q8_0, QT_Q4_K, QT_Q5_K,  QT_Q6_K,  QT_IQ4_NL, QT_IQ4_XS,
+    QT_Q4_1, QT_Q2_K, QT_Q3_K,   QT_TQ1_0,  QT_TQ2_0, QT_Q1_0, QT_Q2_0, QT_MXFP4, QT_NVFP4,
+    QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S, QT_IQ3_XXS, QT_IQ3_S, QT_IQ1_S, QT_IQ1_M,
+};
+
+/* The grid formats: a group's point may sit far from its values (the grid
+ * is sparse), so there is no per-value error bound to check, only the
+ * typical error below. */
+static bool is_grid(enum quant_type t)
+{
+    return t == QT_IQ2_XXS || t == QT_IQ2_XS || t == QT_IQ2_S || t == QT_IQ3_XXS || t == QT_IQ3_S || t == QT_IQ1_S ||
+           t == QT_IQ1_M;
+}
 #define N_WEIGHT_TYPES (sizeof weight_types / sizeof weight_types[0])
 
 static const struct quant_traits *tr(enum quant_type t)
@@ -90,9 +102,22 @@ static void random_block(enum quant_type t, uint8_t *b, size_t size)
     case QT_F16: put16(b, quant_f32_to_f16(rng_normal())); break;
     case QT_BF16: put16(b, quant_f32_to_bf16(rng_normal())); break;
     case QT_F32: { float f = rng_normal(); memcpy(b, &f, 4); break; }
-    case QT_Q5_1: put16(b, random_scale()); put16(b + 2, random_scale()); break;   /* d, m */
+    case QT_Q4_1: case QT_Q5_1: put16(b, random_scale()); put16(b + 2, random_scale()); break; /* d, m */
     case QT_Q4_K: case QT_Q5_K: put16(b, random_scale()); put16(b + 2, random_scale()); break; /* d, dmin */
     case QT_Q6_K: put16(b + 208, random_scale()); break;                           /* d is last */
+    case QT_Q2_K: put16(b + 80, random_scale()); put16(b + 82, random_scale()); break; /* d, dmin last */
+    case QT_Q3_K: put16(b + 108, random_scale()); break;
+    case QT_TQ1_0: put16(b + 52, random_scale()); break;
+    case QT_TQ2_0: put16(b + 64, random_scale()); break;
+    case QT_MXFP4: b[0] = (uint8_t)(120 + rng_u64() % 16); break;                 /* e: 2^-8 .. 2^7 */
+    case QT_NVFP4: break;                                                          /* every UE4M3 byte is finite */
+    case QT_IQ1_M: { /* the fp16 d is the top nibbles of the four scale words */
+        uint16_t d = random_scale(), w[4];
+        memcpy(w, b + 48, 8);
+        for (int k = 0; k < 4; k++) w[k] = (uint16_t)((w[k] & 0x0fff) | ((d >> (4 * k)) & 15) << 12);
+        memcpy(b + 48, w, 8);
+        break;
+    }
     default: put16(b, random_scale()); break;                                      /* d is first */
     }
 }
@@ -119,24 +144,35 @@ static float amax_of(const float *x, int n)
     return a;
 }
 
-/* Q4_K/Q5_K with nmax = 15/31: per 32 values, step <= (hi - lo + dmin)/nmax + d. */
-static void bound_kquant(const float *x, float *b, int nmax)
+/* Q4_K/Q5_K with nmax = 15/31 (sub = 32, scales to smax = 63), Q2_K with
+ * nmax = 3 (sub = 16, smax = 15): per sub-block, step <= (hi - lo + dmin)/nmax + d. */
+static void bound_kquant(const float *x, float *b, int sub, int nmax, float smax)
 {
-    float lo[8], hi[8], omax = 0, rmax = 0;
-    for (int j = 0; j < 8; j++) {
-        lo[j] = hi[j] = x[32 * j];
-        for (int k = 32 * j; k < 32 * j + 32; k++) {
+    float lo[16], hi[16], omax = 0, rmax = 0;
+    const int nsub = 256 / sub;
+    for (int j = 0; j < nsub; j++) {
+        lo[j] = hi[j] = x[sub * j];
+        for (int k = sub * j; k < sub * j + sub; k++) {
             lo[j] = fminf(lo[j], x[k]);
             hi[j] = fmaxf(hi[j], x[k]);
         }
         lo[j] = fminf(lo[j], 0);
         omax = fmaxf(omax, -lo[j]);
     }
-    float dmin = omax / 63 * (1 + U16) + TINY;
-    for (int j = 0; j < 8; j++) rmax = fmaxf(rmax, hi[j] - lo[j] + dmin);
-    float d = rmax / (63.0f * nmax) * (1 + U16) + TINY;
-    for (int j = 0; j < 8; j++)
-        for (int k = 32 * j; k < 32 * j + 32; k++) b[k] = ((hi[j] - lo[j] + dmin) / nmax + d) / 2;
+    float dmin = omax / smax * (1 + U16) + TINY;
+    for (int j = 0; j < nsub; j++) rmax = fmaxf(rmax, hi[j] - lo[j] + dmin);
+    float d = rmax / (smax * nmax) * (1 + U16) + TINY;
+    for (int j = 0; j < nsub; j++)
+        for (int k = sub * j; k < sub * j + sub; k++) b[k] = ((hi[j] - lo[j] + dmin) / nmax + d) / 2;
+}
+
+/* NVFP4, per 16 values: the scale one UE4M3 step (1/8) above amax/12 is a
+ * candidate and clips nothing; half the widest E2M1 gap is 2 of its units
+ * (0.1875·amax), plus 2 subnormal steps (2^-10) where amax/12 is tiny. */
+static void bound_nvfp4(const float *x, float *b)
+{
+    for (int s = 0; s < 64; s += 16)
+        for (int k = 0; k < 16; k++) b[s + k] = 0.1875f * amax_of(x + s, 16) + 0x1p-9f;
 }
 
 /* Two-level symmetric (Q6_K: sub = 16, top level 31, sub-scale codes to 127;
@@ -169,14 +205,25 @@ static void error_bound(enum quant_type t, const float *x, float *b, int64_t n)
         case QT_Q5_0: step = amax / 15 * (1 + U16) + TINY; break;
         case QT_Q5_1: step = (mx - mn + fabsf(mn) * U16) / 31 * (1 + U16) + TINY; break;
         case QT_IQ4_NL: step = 24 * amax / 113 * (1 + U16) + TINY; break; /* widest gap: 24 units */
-        case QT_Q4_K: bound_kquant(xb, bb, 15); break;
-        case QT_Q5_K: bound_kquant(xb, bb, 31); break;
+        case QT_Q4_K: bound_kquant(xb, bb, 32, 15, 63); break;
+        case QT_Q5_K: bound_kquant(xb, bb, 32, 31, 63); break;
         case QT_Q6_K: bound_sym2(xb, bb, 16, 31, 127, 0.5f); break;
         case QT_IQ4_XS: bound_sym2(xb, bb, 32, 113, 31, 12); break;
+        case QT_Q4_1: step = (mx - mn + fabsf(mn) * U16) / 15 * (1 + U16) + TINY; break;
+        case QT_Q2_K: bound_kquant(xb, bb, 16, 3, 15); break;
+        case QT_Q3_K: bound_sym2(xb, bb, 16, 3, 31, 0.5f); break;
+        /* the extreme on the level of smaller magnitude: a step of max|x| */
+        case QT_TQ1_0: case QT_TQ2_0: case QT_Q2_0: step = amax * (1 + U16) + TINY; break;
+        case QT_Q1_0: step = 2 * amax * (1 + U16) + TINY; break; /* | |x| - mean|x| | <= max|x| */
+        case QT_MXFP4: step = amax / 2; break;                   /* a scale <= amax/4, gaps <= 2 units */
+        case QT_NVFP4: bound_nvfp4(xb, bb); break;
         default: cr_assert_fail("no bound for %s", quant_type_name(t));
         }
+        /* a step for the whole block, unless a bound function filled bb per sub-block */
+        const bool stepped = !(t == QT_Q4_K || t == QT_Q5_K || t == QT_Q6_K || t == QT_IQ4_XS || t == QT_Q2_K ||
+                               t == QT_Q3_K || t == QT_NVFP4);
         for (int k = 0; k < blk; k++) {
-            if (blk < 256) bb[k] = step / 2;
+            if (stepped) bb[k] = step / 2;
             bb[k] += 1e-6f * amax; /* fp32 arithmetic in encode and decode */
         }
     }
@@ -213,7 +260,8 @@ Test(quant_round_trip, error_within_level_bound)
     for (int rep = 0; rep < 4; rep++) {
         for (int d = 0; d < D_COUNT; d++) {
             fill(x, 2560, (enum dist)d);
-            for (size_t k = 0; k < N_WEIGHT_TYPES; k++) check_round_trip(weight_types[k], x, 2560, dist_name[d]);
+            for (size_t k = 0; k < N_WEIGHT_TYPES; k++)
+                if (!is_grid(weight_types[k])) check_round_trip(weight_types[k], x, 2560, dist_name[d]);
             for (size_t k = 0; k < 2; k++) check_round_trip(acts[k], x, 2560, dist_name[d]);
         }
     }
@@ -227,6 +275,12 @@ Test(quant_round_trip, typical_error_of_normal_data)
     static const struct { enum quant_type t; double max_rel; } expect[] = {
         {QT_Q8_0, 0.006}, {QT_Q6_K, 0.02}, {QT_Q5_0, 0.05}, {QT_Q5_1, 0.05}, {QT_Q5_K, 0.04},
         {QT_Q4_0, 0.11},  {QT_Q4_K, 0.08}, {QT_IQ4_NL, 0.10}, {QT_IQ4_XS, 0.10},
+        /* ggml's own quantizers, without an importance matrix, sit at or above these
+         * (tests/tools/test_ggml_oracle.sh prints both) */
+        {QT_Q4_1, 0.08},  {QT_Q3_K, 0.16}, {QT_Q2_K, 0.29}, {QT_MXFP4, 0.12}, {QT_NVFP4, 0.11},
+        {QT_Q2_0, 0.40},  {QT_TQ2_0, 0.43}, {QT_TQ1_0, 0.63}, {QT_Q1_0, 0.63},
+        {QT_IQ3_S, 0.14}, {QT_IQ3_XXS, 0.19}, {QT_IQ2_S, 0.25}, {QT_IQ2_XS, 0.30}, {QT_IQ2_XXS, 0.34},
+        {QT_IQ1_M, 0.43}, {QT_IQ1_S, 0.46},
     };
     int64_t n = 256 * 64;
     float *x = xmalloc(sizeof(float) * (size_t)n), *y = xmalloc(sizeof(float) * (size_t)n);
@@ -291,7 +345,9 @@ Test(quant_round_trip, decoded_single_scale_blocks_are_fixed_points)
  * format's bound, like any other input. */
 Test(quant_round_trip, decoded_random_blocks_reencode_within_bound)
 {
-    static const enum quant_type types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_XS, QT_Q4_0, QT_Q5_1, QT_IQ4_NL};
+    static const enum quant_type types[] = {QT_Q4_K,  QT_Q5_K,  QT_Q6_K,  QT_IQ4_XS, QT_Q4_0, QT_Q5_1,
+                                            QT_IQ4_NL, QT_Q4_1, QT_Q2_K, QT_Q3_K,   QT_TQ1_0, QT_TQ2_0,
+                                            QT_Q1_0,  QT_Q2_0,  QT_MXFP4, QT_NVFP4};
     float y[256];
     uint8_t b[256];
     rng_seed(4);
@@ -341,9 +397,12 @@ static int lengths_of(enum quant_type t, int64_t *len)
 {
     static const int64_t small[] = {32, 96, 160, 640, 2560, 2592};
     static const int64_t k[] = {256, 768, 1280, 2560, 2816};
+    static const int64_t b64[] = {64, 192, 640, 2560, 2624};
+    static const int64_t b128[] = {128, 384, 640, 2560, 2688};
     static const int64_t flt[] = {1, 7, 37, 640, 1001, 2560, 4097};
-    const int64_t *src = tr(t)->blck_size == 256 ? k : tr(t)->blck_size == 32 ? small : flt;
-    int count = src == k ? 5 : src == small ? 6 : 7;
+    const int64_t blk = tr(t)->blck_size;
+    const int64_t *src = blk == 256 ? k : blk == 32 ? small : blk == 64 ? b64 : blk == 128 ? b128 : flt;
+    int count = src == small ? 6 : src == flt ? 7 : 5;
     memcpy(len, src, sizeof(int64_t) * (size_t)count);
     return count;
 }
@@ -368,7 +427,8 @@ static void check_isa_against_scalar(enum quant_isa isa)
             for (int rep = 0; rep < 24; rep++) {
                 int64_t n = len[l];
                 fill(a, n, rep % 3 ? D_NORMAL : D_OUTLIERS);
-                if (rep % 2) random_row(t, x, n); else tr(t)->from_float(a, x, n);
+                /* the grid formats' quantizers search their grids: a few rows, random blocks otherwise */
+                if (rep % 2 || (is_grid(t) && rep % 6)) random_row(t, x, n); else tr(t)->from_float(a, x, n);
                 fill(a, n, D_NORMAL);
                 activations(t, a, y, n);
                 float got, want;
@@ -404,19 +464,18 @@ Test(quant_dot, dot_equals_sum_of_decoded_products)
     uint8_t *x = xmalloc(4 * 2560), *y = xmalloc(4 * 2560);
     float *a = xmalloc(sizeof(float) * 2560);
     rng_seed(20);
-    for (int isa = 0; isa < QUANT_ISA_COUNT; isa++) {
-        if (!quant_isa_supported((enum quant_isa)isa)) continue;
-        for (size_t k = 0; k < N_WEIGHT_TYPES; k++) {
-            enum quant_type t = weight_types[k];
-            quant_vec_dot_fn dot = quant_vec_dot_isa(t, (enum quant_isa)isa);
-            for (int rep = 0; rep < 16; rep++) {
-                fill(a, 2560, rep % 4 ? D_NORMAL : D_OUTLIERS);
-                tr(t)->from_float(a, x, 2560);
-                fill(a, 2560, rep % 3 ? D_NORMAL : D_UNIFORM);
-                activations(t, a, y, 2560);
-                double mag, want = decoded_dot(t, x, y, 2560, &mag);
+    for (size_t k = 0; k < N_WEIGHT_TYPES; k++) {
+        enum quant_type t = weight_types[k];
+        for (int rep = 0; rep < (is_grid(t) ? 6 : 16); rep++) {
+            fill(a, 2560, rep % 4 ? D_NORMAL : D_OUTLIERS);
+            tr(t)->from_float(a, x, 2560);
+            fill(a, 2560, rep % 3 ? D_NORMAL : D_UNIFORM);
+            activations(t, a, y, 2560);
+            double mag, want = decoded_dot(t, x, y, 2560, &mag);
+            for (int isa = 0; isa < QUANT_ISA_COUNT; isa++) {
+                if (!quant_isa_supported((enum quant_isa)isa)) continue;
                 float got;
-                dot(2560, &got, x, y);
+                quant_vec_dot_isa(t, (enum quant_isa)isa)(2560, &got, x, y);
                 cr_assert(fabs(got - want) <= DOT_TOL * mag, "%s %s: dot %.9g, decoded %.9g", quant_type_name(t),
                           quant_isa_name((enum quant_isa)isa), got, want);
             }
@@ -437,7 +496,7 @@ Test(quant_dot, init_picks_best_supported_isa)
     for (size_t k = 0; k < N_WEIGHT_TYPES; k++)
         cr_assert(tr(weight_types[k])->vec_dot == quant_vec_dot_isa(weight_types[k], best), "%s",
                   quant_type_name(weight_types[k]));
-    cr_assert_null(quant_vec_dot_isa(QT_Q2_K, QUANT_ISA_SCALAR), "q2_K has no kernel");
+    cr_assert_null(quant_vec_dot_isa(QT_I8, QUANT_ISA_SCALAR), "i8 has no kernel");
     cr_assert_null(quant_vec_dot_isa(QT_Q4_0, (enum quant_isa)7));
 }
 

@@ -39,8 +39,15 @@ static int g_failures = 0;
         }                                                                                          \
     } while (0)
 
-static const enum quant_type k_types[] = {QT_F32, QT_BF16, QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_Q5_0, QT_Q5_1, QT_IQ4_NL};
-#define N_TYPES (int)(sizeof k_types / sizeof k_types[0])
+/* The formats under test: every type with a kernel (gpu-worker/cuda/cuda_types.h), in type order. */
+static enum quant_type k_types[QT_COUNT];
+static int N_TYPES;
+
+static void list_types(void)
+{
+    for (int t = 0; t < QT_COUNT; t++)
+        if (gw_cuda_matvec_of(t)) k_types[N_TYPES++] = (enum quant_type)t;
+}
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 
@@ -190,15 +197,15 @@ static void check_errors(void)
     CK(cudaMalloc((void **)&dx, 4096 * sizeof(float)));
     CK(cudaMalloc((void **)&dy, 4096 * sizeof(float)));
     CK(cudaMalloc(&dw, 4096));
-    int bad_cols = gw_cuda_matvec_q4_K(dw, 4, 100, dx, 1, dy, NULL, err, sizeof err);
+    int bad_cols = gw_cuda_matvec_of(QT_Q4_K)(dw, 4, 100, dx, 1, dy, NULL, err, sizeof err);
     int ok1 = bad_cols == GW_CUDA_EINVAL && strstr(err, "matvec q4_K") != NULL;
     err[0] = 0;
-    int bad_batch = gw_cuda_matvec_f32(dw, 4, 32, dx, GW_CUDA_MAX_BATCH + 1, dy, NULL, err, sizeof err);
+    int bad_batch = gw_cuda_matvec_of(QT_F32)(dw, 4, 32, dx, GW_CUDA_MAX_BATCH + 1, dy, NULL, err, sizeof err);
     int ok2 = bad_batch == GW_CUDA_EINVAL && err[0] != 0;
-    int bad_align = gw_cuda_matvec_q8_0(dw, 4, 32, dx + 1, 1, dy, NULL, err, sizeof err);
-    int bad_walign = gw_cuda_matvec_q4_K((const char *)dw + 8, 4, 256, dx, 1, dy, NULL, err, sizeof err);
+    int bad_align = gw_cuda_matvec_of(QT_Q8_0)(dw, 4, 32, dx + 1, 1, dy, NULL, err, sizeof err);
+    int bad_walign = gw_cuda_matvec_of(QT_Q4_K)((const char *)dw + 8, 4, 256, dx, 1, dy, NULL, err, sizeof err);
     int ok3 = bad_align == GW_CUDA_EINVAL && bad_walign == GW_CUDA_EINVAL;
-    int ok4 = gw_cuda_matvec_of(QT_Q4_0) == NULL && gw_cuda_matvec_of(QT_Q6_K) == gw_cuda_matvec_q6_K;
+    int ok4 = gw_cuda_matvec_of(QT_Q4_0) == NULL && gw_cuda_matvec_of(QT_Q6_K) != NULL && gw_cuda_matvec_of(-1) == NULL;
     CK(cudaGetLastError());
     printf("argument errors: cols %s, batch %s, alignment %s, table %s (last: \"%s\")\n", ok1 ? "ok" : "FAIL",
            ok2 ? "ok" : "FAIL", ok3 ? "ok" : "FAIL", ok4 ? "ok" : "FAIL", err);
@@ -306,6 +313,7 @@ int main(int argc, char **argv)
     struct cudaDeviceProp prop;
     int dev;
     quant_init();
+    list_types();
     CK(cudaGetDevice(&dev));
     CK(cudaGetDeviceProperties(&prop, dev));
     printf("device: %s, %d SMs, L2 %d MB, compute %d.%d\n\n", prop.name, prop.multiProcessorCount,

@@ -325,9 +325,11 @@ static bool to_f32(struct fx_tensor *t, const gguf_file *g, void *ctx)
     return true;
 }
 
-static void quantized(const char *name, const char *type)
+/* The model at qpath (of fixture name) against its copy with every tensor
+ * dequantized to f32: the same logits within float tolerance. */
+static void same_as_dequantized(const char *name, const char *qpath, const char *what)
 {
-    const char *qpath = fixture_gguf_typed(name, type), *fpath = tmp_path("dequantized.gguf");
+    const char *fpath = tmp_path("dequantized.gguf");
     struct fx_edits ed = {.edit_tensor = to_f32};
     fx_gguf_copy(qpath, fpath, &ed);
     struct fx q, d;
@@ -335,7 +337,7 @@ static void quantized(const char *name, const char *type)
     fx_open_path(&d, name, fpath);
     int n_other = 0; /* tensors not in f32 */
     for (int64_t i = 0; i < gguf_tensor_count(q.m->gguf); i++) n_other += gguf_tensor_at(q.m->gguf, i)->type != QT_F32;
-    cr_assert_gt(n_other, 0, "%s --type %s has only f32 tensors", name, type);
+    cr_assert_gt(n_other, 0, "%s %s has only f32 tensors", name, what);
     float *lq = malloc((size_t)q.T * (size_t)q.V * sizeof *lq), *ld = malloc((size_t)q.T * (size_t)q.V * sizeof *ld);
     gw_seq *sq = new_seq(&q), *sd = new_seq(&d);
     eval(sq, q.tok, q.T, GW_ROWS_ALL, lq);
@@ -345,12 +347,53 @@ static void quantized(const char *name, const char *type)
         max_d = fmax(max_d, fabs((double)lq[i] - ld[i]));
         max_ref = fmax(max_ref, fabs(ld[i]));
     }
-    cr_log_info("%s %s (%d tensors not f32) vs its dequantized copy: max|Δ| %.3g of %.3g", name, type, n_other, max_d,
+    cr_log_info("%s %s (%d tensors not f32) vs its dequantized copy: max|Δ| %.3g of %.3g", name, what, n_other, max_d,
                 max_ref);
-    cr_expect_leq(max_d, 1e-6 * max_ref);
+    cr_expect_leq(max_d, 1e-6 * max_ref, "%s %s", name, what);
     gw_seq_free(sq), gw_seq_free(sd);
     free(lq), free(ld);
     fx_close(&q), fx_close(&d);
+}
+
+static void quantized(const char *name, const char *type)
+{
+    char what[64];
+    snprintf(what, sizeof what, "--type %s", type);
+    same_as_dequantized(name, fixture_gguf_typed(name, type), what);
+}
+
+/* Every tensor whose rows are whole blocks of `type` re-encoded in it by
+ * core/quant (1-D tensors too when `all`): any type the loader can decode
+ * is accepted for any tensor, and the CPU backend runs it. */
+struct retype {
+    enum quant_type type;
+    bool all;
+};
+
+static bool retype_tensor(struct fx_tensor *t, const gguf_file *g, void *vctx)
+{
+    const struct retype *r = vctx;
+    const struct quant_traits *q = quant_traits_of(r->type);
+    if (t->ne[0] % q->blck_size || (t->n_dims == 1 && !r->all)) return true;
+    float *f = fx_dequant(gguf_find_tensor(g, t->name));
+    const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
+    const size_t rb = quant_row_size(r->type, t->ne[0]);
+    uint8_t *out = malloc(rb * (size_t)rows);
+    for (int64_t i = 0; i < rows; i++) q->from_float(f + i * t->ne[0], out + (size_t)i * rb, t->ne[0]);
+    free(f);
+    t->data = out, t->owned = true, t->type = r->type;
+    return true;
+}
+
+static void retyped(const char *name, enum quant_type type, bool all)
+{
+    struct retype r = {type, all};
+    struct fx_edits ed = {.edit_tensor = retype_tensor, .ctx = &r};
+    char what[64];
+    snprintf(what, sizeof what, "retyped to %s%s", quant_type_name(type), all ? " (1-D tensors too)" : "");
+    const char *qpath = tmp_path("retyped.gguf");
+    fx_gguf_copy(fixture_gguf(name), qpath, &ed);
+    same_as_dequantized(name, qpath, what);
 }
 
 TestSuite(cpu_quant, .init = tmp_setup, .fini = tmp_teardown);
@@ -358,6 +401,21 @@ Test(cpu_quant, q8_0_tiny_a) { quantized("tiny-a", "q8_0"); }
 Test(cpu_quant, mix_tiny_a) { quantized("tiny-a", "mix"); }
 Test(cpu_quant, mix_tiny_b) { quantized("tiny-b", "mix"); }
 Test(cpu_quant, bf16_tiny_b) { quantized("tiny-b", "bf16"); }
+Test(cpu_quant, f16_every_tensor_tiny_b) { retyped("tiny-b", QT_F16, true); }
+
+/* Every block format core/quant writes, in every tensor its rows fit. */
+static const enum quant_type retype_formats[] = {
+    QT_Q4_0, QT_Q4_1, QT_Q5_0,  QT_Q5_1,  QT_Q8_0,  QT_Q2_K, QT_Q3_K, QT_Q4_K,    QT_Q5_K,   QT_Q6_K,  QT_IQ4_NL,
+    QT_IQ4_XS, QT_TQ1_0, QT_TQ2_0, QT_MXFP4, QT_NVFP4, QT_Q1_0, QT_Q2_0, QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S,
+    QT_IQ3_XXS, QT_IQ3_S, QT_IQ1_S, QT_IQ1_M,
+};
+
+ParameterizedTestParameters(cpu_quant, every_format_tiny_a)
+{
+    return cr_make_param_array(enum quant_type, (void *)retype_formats, sizeof retype_formats / sizeof retype_formats[0]);
+}
+
+ParameterizedTest(enum quant_type *t, cpu_quant, every_format_tiny_a, .timeout = 120) { retyped("tiny-a", *t, false); }
 
 /* ---------- the sweep: random legal configurations (make_sweep.py) ----------
  *

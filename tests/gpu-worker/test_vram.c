@@ -108,6 +108,25 @@ Test(vram, check_names_every_part)
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) cr_assert(strstr(err, want[i]), "no \"%s\" in: %s", want[i], err);
 }
 
+/* Matrices of a type the device has no decoder for are held widened to F32:
+ * the plan counts them and an over-budget message names the first. */
+Test(vram, widened_matrices_are_named)
+{
+    struct model *f = open_fixture("tiny-a", "f32"), *q = open_fixture("tiny-a", "q2_K");
+    struct gw_vram_parts pf, pq;
+    gw_vram_plan(f, NULL, 256, &pf);
+    gw_vram_plan(q, NULL, 256, &pq);
+    cr_assert_eq(pf.n_widened, 0);
+    cr_assert_gt(pq.n_widened, 0);
+    cr_assert_eq(pq.widened_type, QT_Q2_K);
+    cr_assert(pq.widened_name && strstr(pq.widened_name, "weight"), "%s", pq.widened_name ? pq.widened_name : "NULL");
+    char err[1024] = "";
+    pq.dense = 1000;
+    cr_assert_eq(gw_vram_check(&pq, 1, err, sizeof err), NB_ENOMEM);
+    cr_assert(strstr(err, "widened to f32") && strstr(err, pq.widened_name) && strstr(err, "q2_K"), "%s", err);
+    model_close(f), model_close(q);
+}
+
 Test(vram, worker_budget)
 {
     struct gw_vram_parts p = {.dense = 10, .mtp = 1, .kv = 300, .slots = 50, .scratch = 4000};
@@ -187,6 +206,10 @@ Test(vram, native_types)
     cr_assert(gw_vram_native_type(QT_BF16));
     cr_assert(!gw_vram_native_type(QT_Q2_K));
     cr_assert(!gw_vram_native_type(QT_IQ4_XS));
+    cr_assert(!gw_vram_native_type(-1));
+    cr_assert_eq(gw_vram_device_type(QT_Q6_K), QT_Q6_K);
+    cr_assert_eq(gw_vram_device_type(QT_F16), QT_F16);
+    cr_assert_eq(gw_vram_device_type(QT_IQ4_XS), QT_F32);
 }
 
 /* ---- the plan against the blocks the CUDA backend allocates (issue 11) ----

@@ -32,8 +32,24 @@ static const char usage[] =
     "\n"
     "exit status: 0 ok, 1 out of memory or a NaN result, 2 bad usage\n";
 
-static const enum quant_type bench_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q8_0, QT_Q6_K,   QT_Q5_0,
-                                              QT_Q5_1, QT_Q5_K, QT_Q4_0, QT_Q4_K, QT_IQ4_NL, QT_IQ4_XS};
+/* The formats benchmarked: every weight format of core/quant's table (a
+ * quantizer and a dot), widest first. */
+static int bench_types(enum quant_type *out)
+{
+    int n = 0;
+    for (int t = 0; t < QT_COUNT; t++) {
+        const struct quant_traits *q = quant_traits_of((enum quant_type)t);
+        if (!q || !q->from_float || !quant_vec_dot_isa((enum quant_type)t, QUANT_ISA_SCALAR)) continue;
+        int at = n++;
+        for (; at > 0; at--) { /* insertion by bits per value, descending */
+            const struct quant_traits *p = quant_traits_of(out[at - 1]);
+            if (p->type_size * (size_t)q->blck_size >= q->type_size * (size_t)p->blck_size) break;
+            out[at] = out[at - 1];
+        }
+        out[at] = (enum quant_type)t;
+    }
+    return n;
+}
 
 struct options {
     double seconds;
@@ -171,8 +187,10 @@ int main(int argc, char **argv)
            ROW_VALUES, opt.mib, opt.seconds, quant_isa_name(quant_isa_active()));
     printf("| type    | isa         |     GB/s |  Gvals/s | vs scalar |\n");
     printf("|---------|-------------|---------:|---------:|----------:|\n");
-    for (size_t k = 0; k < sizeof bench_types / sizeof bench_types[0]; k++) {
-        const struct quant_traits *q = quant_traits_of(bench_types[k]);
+    enum quant_type types[QT_COUNT];
+    const int n_types = bench_types(types);
+    for (int k = 0; k < n_types; k++) {
+        const struct quant_traits *q = quant_traits_of(types[k]);
         if (opt.only_type >= 0 && (int)q->type != opt.only_type) continue;
         struct weights w;
         if (make_weights(q, opt.mib, &w) != 0) {

@@ -140,7 +140,8 @@ int conv_row(const struct conv_plan *p, const struct conv_tensor *t, int64_t r, 
 }
 
 /* A block-quantized type for a row of n values, or its nearest fallback:
- * K-quants need rows of 256, the 32-blocks rows of 32; BF16 always fits. */
+ * K-quants and the IQ and TQ formats need rows of 256, Q1_0 of 128, NVFP4
+ * and Q2_0 of 64, the 32-blocks rows of 32; BF16 always fits. */
 static enum quant_type fit(enum quant_type want, int64_t n)
 {
     for (;;) {
@@ -151,6 +152,11 @@ static enum quant_type fit(enum quant_type want, int64_t n)
         case QT_Q5_K: want = QT_Q5_1; break;
         case QT_Q6_K: want = QT_Q8_0; break;
         case QT_IQ4_XS: want = QT_IQ4_NL; break;
+        case QT_Q2_K: case QT_Q3_K: case QT_TQ1_0: case QT_TQ2_0: case QT_Q1_0: case QT_Q2_0: want = QT_Q4_0; break;
+        case QT_IQ2_XXS: case QT_IQ2_XS: case QT_IQ2_S: case QT_IQ3_XXS: case QT_IQ3_S: case QT_IQ1_S: case QT_IQ1_M:
+            want = QT_IQ4_NL;
+            break;
+        case QT_NVFP4: want = QT_MXFP4; break;
         default: return QT_BF16;
         }
     }
@@ -177,6 +183,13 @@ const struct conv_mix conv_mixes[] = {
      "experts gate/up/down iq4_nl; dense q8_0; indexer bf16; n-gram table q4_0"},
     {"q4_k_bf16", MIX(F32, BF16, Q4_K, Q5_1, BF16, Q8_0), 15,
      "experts gate/up q4_K, down q5_1; dense and indexer bf16; n-gram table q8_0"},
+    /* one type for every matrix (as q8_0 above), for each of the other ggml formats */
+#define ONE(name, T, ftype) {name, MIX(F32, T, T, T, T, T), ftype, name " everywhere (norms, routers, conv f32)"}
+    ONE("q4_1", Q4_1, 3),       ONE("q2_K", Q2_K, 10),      ONE("q3_K", Q3_K, 12),     ONE("iq2_xxs", IQ2_XXS, 19),
+    ONE("iq2_xs", IQ2_XS, 20),  ONE("iq3_xxs", IQ3_XXS, 23), ONE("iq1_s", IQ1_S, 24),  ONE("iq3_s", IQ3_S, 26),
+    ONE("iq2_s", IQ2_S, 28),    ONE("iq1_m", IQ1_M, 31),    ONE("tq1_0", TQ1_0, 36),   ONE("tq2_0", TQ2_0, 37),
+    ONE("mxfp4", MXFP4, 38),    ONE("nvfp4", NVFP4, 39),    ONE("q1_0", Q1_0, 40),     ONE("q2_0", Q2_0, 41),
+#undef ONE
 };
 #undef MIX
 const int conv_n_mixes = (int)(sizeof conv_mixes / sizeof *conv_mixes);

@@ -273,7 +273,7 @@ Test(expert_ffn, kept_scratch_changes_no_bit)
     const size_t grown = s.bytes;
     cr_assert_gt(grown, 0);
     struct gw_expert bad = e[0].w;
-    bad.up_type = 39; /* no such type: refused, the scratch stays */
+    bad.up_type = 33; /* a type number ggml retired (Q4_0_8_8): refused, the scratch stays */
     struct gw_expert_job jb[2] = {{e[1].w, x, 1, scale, got}, {bad, x, 1, scale, got + C}};
     cr_assert_eq(gw_expert_ffn_many(jb, 2, GW_KERNELS_REF, &s), NB_ENOTSUP);
     struct gw_expert_job jl = {e[2].w, x, N, scale, got};
@@ -296,7 +296,7 @@ Test(expert_ffn, bad_input)
     expert_make(&e, 256, 64, QT_Q8_0, QT_Q8_0, QT_Q8_0);
     float x[256] = {0}, out[256], s = 1;
     struct gw_expert bad = e.w;
-    bad.down_type = 39; /* no such type */
+    bad.down_type = 33; /* a type number ggml retired (Q4_0_8_8) */
     cr_assert_eq(gw_expert_ffn(&bad, x, 1, &s, out), NB_ENOTSUP);
     struct gw_expert_job jobs[2] = {{e.w, x, 1, &s, out}, {bad, x, 1, &s, out}};
     cr_assert_eq(gw_expert_ffn_many(jobs, 2, GW_KERNELS_FAST, NULL), NB_ENOTSUP);
