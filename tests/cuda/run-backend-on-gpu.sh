@@ -26,6 +26,7 @@
 set -u
 . "$(dirname "$0")/../lib/gpu.sh"
 require_gpu run-backend-on-gpu.sh
+gpu_exclusive run-backend-on-gpu.sh
 BIN=${BIN:-build/bin}
 CHECK=${CHECK:-build/tests/cuda/check_backend}
 for b in "$BIN/nebula-convert" "$CHECK"; do

@@ -16,3 +16,17 @@ require_gpu() {
     echo "FAIL: $1: no GPU ($why); the GPU checks run only on a machine with an NVIDIA GPU and its driver" >&2
     exit 1
 }
+
+# gpu_exclusive NAME: holds an exclusive lock on the GPU for the rest of the
+# calling script.  The backend measures its VRAM peak from the device's free
+# memory (cudaMemGetInfo), which counts every process on the card: two checks
+# run at once see each other's allocations (a 0.1 GiB model "peaking" at
+# 3.2 GiB), so the vram-plan checks would fail for the wrong reason.  A second
+# run waits for the first and says so.
+gpu_exclusive() {
+    exec 9>"${TMPDIR:-/tmp}/nebula-gpu.lock"
+    if ! flock -n 9; then
+        echo "$1: another GPU check or bench holds ${TMPDIR:-/tmp}/nebula-gpu.lock; waiting (VRAM peaks are measured device-wide)" >&2
+        flock 9
+    fi
+}

@@ -125,6 +125,10 @@ if [ "$backend" = cuda ] && [ "$has_gpu" != 1 ]; then
     echo "SKIP: no CUDA device ($(cat "$tmp/bw.err" 2>/dev/null | head -1)); --backend cpu runs the same flow on the CPU backend"
     exit 0
 fi
+if [ "$backend" = cuda ]; then
+    . "$(dirname "$0")/../../tests/lib/gpu.sh"
+    gpu_exclusive bench-cuda.sh # the VRAM peaks it reports are device-wide
+fi
 # The workers' backend and kernels: the coordinator's flags, sent in their configure.
 "$bin/nebula-coordinator" --help 2>&1 | grep -q -- "--cpu-kernels" || die "this build's nebula-coordinator cannot pick a backend"
 engine_args=(--backend "$backend" --kernels "$kernels" --cpu-kernels "$cpu_kernels")
