@@ -34,8 +34,8 @@
 extern "C" {
 #include "core/model/model.h"
 #include "core/util/err.h"
-#include "gpu-worker/backend_impl.h"
-#include "gpu-worker/cpu/cpu.h"
+#include "engine/backend_impl.h"
+#include "engine/cpu/cpu.h"
 }
 
 #include <math.h>

@@ -27,7 +27,7 @@
 
 extern "C" {
 #include "core/quant/quant.h"
-#include "gpu-worker/backend.h"
+#include "engine/vram.h"
 }
 #include "gpu-worker/mailbox.h"
 #include "core/quant/quant_blocks.h"

@@ -13,6 +13,7 @@
 #include "core/ctl/ctl.h"
 #include "core/sampling/sampling.h"
 #include "core/util/err.h"
+#include "engine/ffn.h"
 #include "tools/nebula/cli.h"
 
 #include <getopt.h>
