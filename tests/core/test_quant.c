@@ -12,28 +12,9 @@
 #include <string.h>
 
 #include "core/quant/quant.h"
+#include "tests/lib/rng.h"
 
-/* ---- random numbers (fixed seeds: failures reproduce) ---- */
-
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
-
-static uint64_t rng_u64(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float rng_uniform(void) { return (float)(rng_u64() >> 40) / 16777216.0f; } /* [0, 1) */
-
-static float rng_normal(void)
-{
-    float u = rng_uniform() + 1e-7f, v = rng_uniform();
-    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
-}
+/* ---- inputs (tests/lib/rng.h: fixed seeds, failures reproduce) ---- */
 
 enum dist { D_NORMAL, D_UNIFORM, D_OUTLIERS, D_POSITIVE, D_EQUAL, D_ZEROS, D_COUNT };
 static const char *dist_name[D_COUNT] = {"normal", "uniform", "outliers", "positive", "all-equal", "zeros"};

@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "core/quant/quant.h"
+#include "tests/lib/rng.h"
 
 /* ---- the ggml API used (ggml.h of llama.cpp as shipped by node-llama-cpp 3.21.1) ---- */
 
@@ -98,27 +99,7 @@ static const int pending[] = {-1};
  * rows come from ggml's reference quantizer (from_float_ref). */
 static bool activation_only(int t) { return t == QT_Q8_1 || t == QT_Q8_K; }
 
-/* ---- random numbers (fixed seeds: a failure reproduces) ---- */
-
-static uint64_t rng_state = 1;
-
-static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
-
-static uint64_t rng_u64(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float rng_uniform(void) { return (float)(rng_u64() >> 40) / 16777216.0f; }
-
-static float rng_normal(void)
-{
-    float u = rng_uniform() + 1e-7f, v = rng_uniform();
-    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
-}
+/* ---- inputs (tests/lib/rng.h: fixed seeds, a failure reproduces) ---- */
 
 enum dist { D_NORMAL, D_OUTLIERS, D_UNIFORM, D_POSITIVE, D_TINY, D_ZEROS, D_COUNT };
 static const char *const dist_name[D_COUNT] = {"normal", "outliers", "uniform", "positive", "tiny", "zeros"};
