@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "core/quant/quant.h"
+#include "tests/lib/ref_dot.h"
 #include "tests/lib/rng.h"
 
 /* ---- the ggml API used (ggml.h of llama.cpp as shipped by node-llama-cpp 3.21.1) ---- */
@@ -234,22 +235,6 @@ static bool check_identity(int t)
         fail("%s: row of %d values is %zu bytes in Nebula, %zu in ggml", q->name, N_PER_ROW,
              quant_row_size((enum quant_type)t, N_PER_ROW), gg.row_size(t, N_PER_ROW));
     return true;
-}
-
-/* Σ w·y in double over ggml's decode of w and the decoded activations y, and
- * the magnitude the tolerance scales with: Σ|w·y|, plus max|w|·Σ|y| for
- * blocked formats (their parts, a scale and a min, can exceed the value). */
-static double reference_dot(const float *w, const float *y, int64_t n, bool blocked, double *mag)
-{
-    double sum = 0, abs_wy = 0, abs_y = 0, max_w = 0;
-    for (int64_t i = 0; i < n; i++) {
-        sum += (double)w[i] * y[i];
-        abs_wy += fabs((double)w[i] * y[i]);
-        abs_y += fabs(y[i]);
-        max_w = fmax(max_w, fabs(w[i]));
-    }
-    *mag = abs_wy + (blocked ? max_w * abs_y : 0);
-    return sum;
 }
 
 /* Every dot Nebula has for t against the weight row `row` (whose ggml decode is w). */
