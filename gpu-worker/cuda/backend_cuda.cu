@@ -21,7 +21,7 @@
  * a changed map is laid out again).  All (token, expert) pairs of a batch
  * run at once; pairs without a slot are listed on the device (k_split),
  * handed to the host with x — through the mailbox inside the stream for
- * evals of at most MB_ROWS rows (mailbox.cu), else copied behind an event —
+ * evals of at most MAILBOX_ROWS rows (mailbox.cu), else copied behind an event —
  * and computed by the gw_moe_remote hook while the device runs the resident
  * pairs and the shared expert (moe.cu); their results are scattered back
  * into their pairs' contribution rows, and every token's k contributions
@@ -55,7 +55,7 @@ static void cuda_free(gw_backend *gb)
     cudaFreeHost(be->h_out);
     cudaFreeHost(be->h_arg);
     cudaFreeHost(be->h_ple);
-    cu_mb_stop(be);
+    cu_mailbox_stop(be);
     if (be->own_pool) cudaMemPoolDestroy(be->pool);
     if (be->st) cudaStreamDestroy(be->st);
     free(be->ups);
@@ -166,7 +166,7 @@ static int cuda_setup(cuda_backend *be)
     TRY(cu_dev_alloc(be, &w, sizeof(int32_t)));
     be->d_tok = (int32_t *)w;
     TRY(cu_dev_alloc(be, &w, 2 * sizeof(unsigned int)));
-    be->d_mb_seq = (unsigned int *)w;
+    be->d_mailbox_seq = (unsigned int *)w;
     CK(cudaMallocHost(&be->h_pos, sizeof(int64_t)));
     CK(cudaMallocHost(&be->h_tok, sizeof(int32_t)));
     CK(cudaMallocHost(&be->h_rows, (size_t)(hp->ple_n_heads > 0 ? hp->ple_n_heads : 1) * sizeof(int64_t)));

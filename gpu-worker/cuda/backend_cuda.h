@@ -91,7 +91,7 @@ struct dmat {
 static inline bool dev_decodes(int t) { return gw_vram_native_type(t); }
 
 /* Remote experts of evals of at most this many rows go through the mailbox (mailbox.cu). */
-#define MB_ROWS 17 /* a decode step or a verify window of up to 16 drafts */
+#define MAILBOX_ROWS 17 /* a decode step or a verify window of up to 16 drafts */
 
 struct cu_hc {
     dmat down, up, inject;
@@ -181,14 +181,14 @@ struct cuda_backend {
     float *h_out;         /* pinned: logits (V) then the wide row */
     int32_t *h_arg;       /* pinned: the step's argmax */
     float *h_ple;         /* pinned: the step's PLE rows from the gw_ple_rows hook (ple_embd floats) */
-    /* the doorbell (mailbox, ops.cuh): remote experts of evals of at most
-     * MB_ROWS rows, posted and awaited inside the stream (cu_mb_begin) */
-    char *mb_host, *mb_dev;  /* one pinned mapped block: its host and device addresses */
-    int64_t mb_pairs;        /* pairs it holds (MB_ROWS · k) */
-    unsigned int *d_mb_seq;  /* device: [0] requests posted, [1] the one the next wait waits for */
-    gw_mailbox mb;           /* the remote thread and the eval's accounting (gpu-worker/mailbox.c) */
-    bool mb_resync;          /* the last eval broke the protocol: counters cleared before the next */
-    uint64_t mb_remote;      /* trunk pairs the thread had computed remotely during this eval */
+    /* the mailbox (mailbox.cu): remote experts of evals of at most
+     * MAILBOX_ROWS rows, posted and awaited inside the stream (cu_mailbox_begin) */
+    char *mailbox_host, *mailbox_dev; /* one pinned mapped block: its host and device addresses */
+    int64_t mailbox_pairs;            /* pairs it holds (MAILBOX_ROWS · k) */
+    unsigned int *d_mailbox_seq;      /* device: [0] requests posted, [1] the one the next wait waits for */
+    gw_mailbox mailbox;               /* the remote thread and the eval's accounting (gpu-worker/mailbox.c) */
+    bool mailbox_resync;              /* the last eval broke the protocol: counters cleared before the next */
+    uint64_t mailbox_remote;          /* trunk pairs the thread had computed remotely during this eval */
 };
 
 static inline cuda_backend *cbe(gw_backend *b) { return (cuda_backend *)b; }
@@ -310,14 +310,14 @@ int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, 
 
 /* ---------- the mailbox: remote experts inside the stream (mailbox.cu) ---------- */
 
-int cu_mb_begin(cuda_backend *be, int T);
-int cu_mb_end(cuda_backend *be, int rc);
-void cu_mb_stop(cuda_backend *be);
-/* Queue k_mb_post of layer il's misses (k_split's list) and rows of x, or
- * k_mb_wait then k_mb_scatter of the results into contrib; cudaGetLastError. */
-cudaError_t cu_mb_post(cuda_backend *be, const int32_t *split, const float *splitw, const float *x, int T, int64_t C,
-                       int P, int il);
-cudaError_t cu_mb_wait(cuda_backend *be, const int32_t *split, int P, int64_t C, float *contrib);
+int cu_mailbox_begin(cuda_backend *be, int T);
+int cu_mailbox_end(cuda_backend *be, int rc);
+void cu_mailbox_stop(cuda_backend *be);
+/* Queue k_mailbox_post of layer il's misses (k_split's list) and rows of x, or
+ * k_mailbox_wait then k_mailbox_scatter of the results into contrib; cudaGetLastError. */
+cudaError_t cu_mailbox_post(cuda_backend *be, const int32_t *split, const float *splitw, const float *x, int T,
+                            int64_t C, int P, int il);
+cudaError_t cu_mailbox_wait(cuda_backend *be, const int32_t *split, int P, int64_t C, float *contrib);
 
 /* ---------- the trunk, the graph, MTP (forward.cu, graph.cu, mtp.cu) ---------- */
 

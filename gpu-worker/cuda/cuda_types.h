@@ -4,7 +4,7 @@
  * core/quant's traits table; block sizes and offsets are core/quant/
  * quant_blocks.h's, shared by both).  A type with a row is held on the
  * device as the file stores it and decoded there by the reference kernels
- * (ops.cuh's d_wval); the second column names the decoder of matvec.cu's
+ * (linalg.cu's d_wval); the second column names the decoder of matvec.cu's
  * fast kernels (no_fast_kernel: the reference kernels only).  Every other
  * type is widened to F32 on the host at upload (quant_traits.to_float).
  *

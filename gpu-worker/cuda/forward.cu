@@ -182,7 +182,7 @@ static int eval_body(cuda_seq *s, const struct gw_eval_args *a)
      * The hooks are not: remote experts go through the mailbox, PLE rows are
      * asked before the replay. */
     if (T == 1 && be->graphs && !a->tap && !a->route_tap &&
-        (!be->base.remote.fn || gw_mb_active(&be->mb)))
+        (!be->base.remote.fn || gw_mailbox_active(&be->mailbox)))
         return cu_decode_graph(s, a);
     TRY(cu_seq_reserve(s, pos0 + T));
     TRY(cu_rope_reserve(be, pos0 + T));
@@ -232,9 +232,9 @@ static int cuda_eval_piece(gw_seq *gs, const struct gw_eval_args *a, char *err, 
     cuda_seq *s = (cuda_seq *)gs;
     if (s->broken) return nb_errf(err, errlen, NB_EINVAL, "sequence state is inconsistent after a failed call: reset it");
     const int64_t pos0 = gs->n_pos;
-    int rc = cu_mb_begin(cbe(gs->be), a->n_tokens);
+    int rc = cu_mailbox_begin(cbe(gs->be), a->n_tokens);
     if (rc == 0) rc = eval_body(s, a);
-    rc = cu_mb_end(cbe(gs->be), rc);
+    rc = cu_mailbox_end(cbe(gs->be), rc);
     cu_vram_note(cbe(gs->be));
     if (rc) {
         s->broken = true;

@@ -66,7 +66,7 @@ int cu_decode_graph(cuda_seq *s, const struct gw_eval_args *a)
     cu_copied(be, sizeof(int32_t) + sizeof(int64_t) +
                       (hp->ple_layer >= 0 && !pr->fn ? (uint64_t)hp->ple_n_heads * sizeof(int64_t) : 0));
     CK(cudaStreamSynchronize(be->st));
-    /* every trunk layer's k routed pairs, as if on the device: cu_mb_end takes the remote ones off */
+    /* every trunk layer's k routed pairs, as if on the device: cu_mailbox_end takes the remote ones off */
     __atomic_add_fetch(&be->base.experts_computed, (uint64_t)hp->n_expert_used * hp->n_layer, __ATOMIC_RELAXED);
     if (a->logits_rows != GW_ROWS_NONE && a->logits) memcpy(a->logits, be->h_out, (size_t)V * sizeof(float));
     if (a->logits_rows != GW_ROWS_NONE && a->argmax) a->argmax[0] = be->h_arg[0];

@@ -192,7 +192,7 @@ int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, 
     const struct gw_moe_remote *rem = &be->base.remote;
     const bool remote = rem->fn != NULL;
     const bool tap = a && a->route_tap;
-    const bool mbox = remote && !tap && T <= MB_ROWS && gw_mb_active(&be->mb); /* the doorbell */
+    const bool via_mailbox = remote && !tap && T <= MAILBOX_ROWS && gw_mailbox_active(&be->mailbox);
     cudaStream_t st = be->st;
     tmp t = tmp_begin(be);
     float *probs, *wts, *idsf, *G, *U, *Dn, *contrib, *sc, *gs, *us, *ds, *splitf = NULL, *splitw = NULL, *dout = NULL;
@@ -209,7 +209,7 @@ int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, 
     if (rc == 0) rc = cu_talloc(&t, &ds, T * C);
     if (rc == 0 && remote) rc = cu_talloc(&t, &splitf, 1 + 3 * (int64_t)P);
     if (rc == 0 && remote) rc = cu_talloc(&t, &splitw, P);
-    if (rc == 0 && ((remote && !mbox) || tap)) rc = pin_reserve(be, P, T);
+    if (rc == 0 && ((remote && !via_mailbox) || tap)) rc = pin_reserve(be, P, T);
     if (rc) return cu_tdone(&t, rc);
     int32_t *ids = (int32_t *)idsf, *split = (int32_t *)splitf;
     cudaError_t ce = cudaSuccess;
@@ -220,19 +220,19 @@ int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, 
     if (remote) {
         k_split<<<1, SPLIT_THREADS, 0, st>>>(ids, wts, c->slot_of, P, k, split, splitw);
         ce = cudaGetLastError();
-        if (ce == cudaSuccess && mbox) ce = cu_mb_post(be, split, splitw, x, T, C, P, il);
-        if (ce == cudaSuccess && !mbox)
+        if (ce == cudaSuccess && via_mailbox) ce = cu_mailbox_post(be, split, splitw, x, T, C, P, il);
+        if (ce == cudaSuccess && !via_mailbox)
             ce = cudaMemcpyAsync(be->h_split, split, (size_t)(1 + 3 * P) * sizeof(int32_t), cudaMemcpyDeviceToHost, st);
-        if (ce == cudaSuccess && !mbox)
+        if (ce == cudaSuccess && !via_mailbox)
             ce = cudaMemcpyAsync(be->h_splitw, splitw, (size_t)P * sizeof(float), cudaMemcpyDeviceToHost, st);
-        if (ce == cudaSuccess && !mbox)
+        if (ce == cudaSuccess && !via_mailbox)
             ce = cudaMemcpyAsync(be->h_x, x, (size_t)(T * C) * sizeof(float), cudaMemcpyDeviceToHost, st);
     }
     if (ce == cudaSuccess && tap) {
         ce = cudaMemcpyAsync(be->h_ids, ids, (size_t)P * sizeof(int32_t), cudaMemcpyDeviceToHost, st);
         if (ce == cudaSuccess) ce = cudaMemcpyAsync(be->h_wts, wts, (size_t)P * sizeof(float), cudaMemcpyDeviceToHost, st);
     }
-    if (ce == cudaSuccess && ((remote && !mbox) || tap)) ce = cudaEventRecord(be->ev_host, st);
+    if (ce == cudaSuccess && ((remote && !via_mailbox) || tap)) ce = cudaEventRecord(be->ev_host, st);
     if (ce != cudaSuccess) return cu_tdone(&t, cu_fail(ce, "routes to the host", __LINE__));
     /* the resident pairs (a layer without slots has none: every pair is remote) and the shared expert, queued */
     if (c->n_slots > 0) {
@@ -260,12 +260,14 @@ int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, 
     }
     if (rc == 0) rc = cu_matmul(be, c->down_sh, gs, Is, T, ds, C);
     /* the host's part, while the device works: through the mailbox, inside the stream */
-    if (rc == 0 && mbox && (ce = cu_mb_wait(be, split, P, C, contrib)) != cudaSuccess) rc = cu_fail(ce, "k_mb_wait", __LINE__);
+    if (rc == 0 && via_mailbox && (ce = cu_mailbox_wait(be, split, P, C, contrib)) != cudaSuccess)
+        rc = cu_fail(ce, "k_mailbox_wait", __LINE__);
     /* or by the host thread, behind the event */
-    if (rc == 0 && ((remote && !mbox) || tap) && (ce = cudaEventSynchronize(be->ev_host)) != cudaSuccess)
+    if (rc == 0 && ((remote && !via_mailbox) || tap) && (ce = cudaEventSynchronize(be->ev_host)) != cudaSuccess)
         rc = cu_fail(ce, "routes to the host", __LINE__);
     if (rc == 0 && tap) a->route_tap(a->route_ctx, il, T, k, be->h_ids, be->h_wts);
-    const int n_miss = remote && !mbox && rc == 0 ? be->h_split[0] : 0; /* mailbox: cu_mb_end takes its misses off */
+    /* (through the mailbox: cu_mailbox_end takes its misses off) */
+    const int n_miss = remote && !via_mailbox && rc == 0 ? be->h_split[0] : 0;
     if (n_miss > 0) {
         const int32_t *hs = be->h_split;
         char herr[256] = "";

@@ -66,9 +66,9 @@ int cuda_mtp_eval(gw_seq *gs, const struct gw_mtp_args *a, char *err, size_t err
 {
     cuda_seq *s = (cuda_seq *)gs;
     if (s->broken) return nb_errf(err, errlen, NB_EINVAL, "sequence state is inconsistent after a failed call: reset it");
-    int rc = cu_mb_begin(cbe(gs->be), a->n_rows);
+    int rc = cu_mailbox_begin(cbe(gs->be), a->n_rows);
     if (rc == 0) rc = mtp_body(s, a);
-    rc = cu_mb_end(cbe(gs->be), rc);
+    rc = cu_mailbox_end(cbe(gs->be), rc);
     cu_vram_note(cbe(gs->be));
     if (rc) {
         s->broken = true;
