@@ -82,7 +82,7 @@ int ctl_configure_parse(const cJSON *m, struct ctl_configure *c, char *err, size
     uint64_t threads, spin_us, worker, slots, first, count, n_ctx;
     int rc = get_str(m, "instance", c->instance, sizeof c->instance, err, errlen);
     if (!rc) rc = get_str(m, "model", c->model, sizeof c->model, err, errlen);
-    if (!rc && cJSON_GetObjectItemCaseSensitive(m, "mtp")) rc = get_str(m, "mtp", c->mtp, sizeof c->mtp, err, errlen);
+    if (!rc) rc = get_str(m, "mtp", c->mtp, sizeof c->mtp, err, errlen);
     if (!rc) rc = get_str(m, "prepared", c->prepared, sizeof c->prepared, err, errlen);
     if (!rc) rc = get_str(m, "placement", c->placement, sizeof c->placement, err, errlen);
     if (!rc) rc = get_num(m, "threads", &threads, err, errlen);

@@ -11,27 +11,14 @@
 # in one line naming tensor and type, in nebula and nebula-prepare.  The MTP
 # file is also what nebula-convert --mtp-out writes from tiny-b.
 set -u
-BUILD=${BUILD:-build}
-bin=$BUILD/bin
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0 n=0
-ok() { n=$((n + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); n=$((n + 1)); }
+. tests/lib/counted.sh
 gen=$bin/nebula-gen
 info() { "$bin/nebula-gguf" info "$1"; }
 type_of() { info "$1" | awk -v t="$2" '$2 == t {print $3}'; }
 key_of() { info "$1" | awk -v k="$2" '$3 == k {print $5}'; }
-
-python3 - "$tmp" <<'PY'
-import json, sys
-c = json.load(open("tests/fixtures/tiny-a/config.json"))
-c.update(hidden_size=256, num_experts=64, num_experts_per_tok=4, moe_intermediate_size=64,
-         shared_expert_intermediate_size=64, ple_embed_dim=256, mtp_num_hidden_layers=1)
-json.dump(c, open(sys.argv[1] + "/tiny.json", "w"))
-c["moe_intermediate_size"] = 128  # another model's MTP file: expert width differs
-json.dump(c, open(sys.argv[1] + "/wide.json", "w"))
-PY
+python3 tests/lib/tiny_gen_config.py "$tmp/tiny.json" mtp_num_hidden_layers=1
+# another model's MTP file: another expert width
+python3 tests/lib/tiny_gen_config.py "$tmp/wide.json" mtp_num_hidden_layers=1 moe_intermediate_size=128
 cfg=$tmp/tiny.json
 seq 1 12 | awk '{print ($1 * 37) % 500}' >"$tmp/prompt.txt"
 run() { "$bin/nebula" generate --tokens-file "$tmp/prompt.txt" --greedy -n 6 --print-ids --threads 1 "$@"; }
@@ -134,5 +121,4 @@ run -m "$tmp/i32.gguf" >/dev/null 2>"$tmp/e"
 run -m "$tmp/tb-one.gguf" >"$tmp/one" 2>/dev/null && run -m "$tmp/tb-00002-of-00002.gguf" --mtp "$tmp/tb-mtp.gguf" >"$tmp/two" 2>"$tmp/e" \
     && [ "$(tail -n 1 "$tmp/one")" = "$(tail -n 1 "$tmp/two")" ] && ok || bad "tiny-b split + MTP file vs one file: $(tail -2 "$tmp/e")"
 
-echo "test_nebula_layouts: $((n - fail))/$n passed"
-[ "$fail" -eq 0 ]
+verdict test_nebula_layouts
