@@ -341,7 +341,7 @@ static int check_types(const gguf_file *g, char *err, size_t errlen)
         const struct gguf_tensor *t = gguf_tensor_at(g, i);
         const struct quant_traits *qt = quant_traits_of((enum quant_type)t->type);
         if (!qt || !qt->to_float)
-            return nb_errf(err, errlen, NB_ENOTSUP, "%s: tensor type %s (ggml type %u) is not supported: Nebula has no decoder for it",
+            return nb_errf(err, errlen, NB_ENOTSUP, "%s: type %s (%u) cannot be dequantized: Nebula has no decoder for it",
                            t->name, quant_type_name((enum quant_type)t->type), t->type);
     }
     return 0;

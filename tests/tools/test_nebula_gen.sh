@@ -13,10 +13,6 @@
 # gives finite logits.
 set -u
 . tests/lib/counted.sh
-gen=$bin/nebula-gen
-info() { "$bin/nebula-gguf" info "$1"; }
-type_of() { info "$1" | awk -v t="$2" '$2 == t {print $3}'; }
-key_of() { info "$1" | awk -v k="$2" '$3 == k {print $5}'; }
 
 python3 tests/lib/tiny_gen_config.py "$tmp/tiny.json"
 cfg=$tmp/tiny.json

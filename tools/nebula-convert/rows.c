@@ -167,6 +167,8 @@ static enum quant_type fit(enum quant_type want, int64_t n)
      [ROLE_EXPERT_DOWN] = QT_##down, [ROLE_INDEXER] = QT_##indexer, [ROLE_PLE_TABLE] = QT_##ple}
 
 #define O(m, T) {m, QT_##T}
+/* what the published low-bit files share: f32 hyper-connections, a q8_0 shared expert, a q6_K head */
+#define LOWBIT_OVERRIDES {O("hc_", F32), O("_shexp.", Q8_0), O("^output.weight", Q6_K)}
 
 /* The published-like mixes follow MODEL.md "Quant types in published files"
  * and the published files issue 13 lists (docs/CONVERSION.md §3.8 gives the
@@ -197,19 +199,19 @@ const struct conv_mix conv_mixes[] = {
     {"iq2_xxs", MIX(F32, Q4_K, IQ2_XXS, IQ4_NL, BF16, IQ4_NL), 19,
      "AtomicChat IQ2_XXS: experts gate/up iq2_xxs, down iq4_nl; dense q4_K; shared expert q8_0; head q6_K; "
      "indexer bf16; n-gram table iq4_nl",
-     {O("hc_", F32), O("_shexp.", Q8_0), O("^output.weight", Q6_K)}},
+     LOWBIT_OVERRIDES},
     {"iq2_xs", MIX(F32, Q4_K, IQ2_XS, Q2_0, BF16, IQ4_NL), 20,
      "ISTA-DASLab GSQ IQ2_XS: experts gate/up iq2_xs, down q2_0; dense q4_K; shared expert q8_0; head q6_K; "
      "indexer bf16; n-gram table iq4_nl",
-     {O("hc_", F32), O("_shexp.", Q8_0), O("^output.weight", Q6_K)}},
+     LOWBIT_OVERRIDES},
     {"q2_0", MIX(F32, Q4_K, Q2_0, Q2_0, BF16, IQ4_NL), 41,
      "ISTA-DASLab GSQ Q2_0: experts gate/up/down q2_0; dense q4_K; shared expert q8_0; head q6_K; indexer bf16; "
      "n-gram table iq4_nl",
-     {O("hc_", F32), O("_shexp.", Q8_0), O("^output.weight", Q6_K)}},
+     LOWBIT_OVERRIDES},
     {"iq3_s", MIX(F32, Q5_K, IQ3_S, IQ4_NL, BF16, IQ4_NL), 26,
      "ISTA-DASLab GSQ IQ3_S: experts gate/up iq3_s, down iq4_nl; dense q5_K; shared expert q8_0; head q6_K; "
      "indexer bf16; n-gram table iq4_nl",
-     {O("hc_", F32), O("_shexp.", Q8_0), O("^output.weight", Q6_K)}},
+     LOWBIT_OVERRIDES},
     {"ds4-iq2_xxs", MIX(F32, Q8_0, IQ2_XXS, MXFP4, BF16, Q4_1), 19,
      "ds4's recipe: experts gate/up iq2_xxs, down mxfp4; dense q8_0; hyper-connections f16; indexer bf16; "
      "n-gram table q4_1",
@@ -222,14 +224,17 @@ const struct conv_mix conv_mixes[] = {
       O("attn_output", Q8_0), O("ssm_out", Q8_0), O("^output.weight", Q6_K), O("^token_embd.weight", Q4_K)}},
     /* one type for every matrix (as q8_0 above), for each of the other ggml formats */
 #define ONE(name, T, ftype) {name, MIX(F32, T, T, T, T, T), ftype, name " everywhere (norms, routers, conv f32)", {{0}}}
+#define ALL(tname, T, ftype) {tname "-all", MIX(F32, T, T, T, T, T), ftype, tname " everywhere (norms, routers, conv f32)", {{0}}}
     /* (iq2_xxs, iq2_xs, iq3_s and q2_0 name the published mixes above; their one-type rows are "-all") */
-    ONE("q4_1", Q4_1, 3),       ONE("q2_K", Q2_K, 10),      ONE("q3_K", Q3_K, 12),     ONE("iq2_xxs-all", IQ2_XXS, 19),
-    ONE("iq2_xs-all", IQ2_XS, 20), ONE("iq3_xxs", IQ3_XXS, 23), ONE("iq1_s", IQ1_S, 24), ONE("iq3_s-all", IQ3_S, 26),
+    ONE("q4_1", Q4_1, 3),       ONE("q2_K", Q2_K, 10),      ONE("q3_K", Q3_K, 12),     ALL("iq2_xxs", IQ2_XXS, 19),
+    ALL("iq2_xs", IQ2_XS, 20), ONE("iq3_xxs", IQ3_XXS, 23), ONE("iq1_s", IQ1_S, 24), ALL("iq3_s", IQ3_S, 26),
     ONE("iq2_s", IQ2_S, 28),    ONE("iq1_m", IQ1_M, 31),    ONE("tq1_0", TQ1_0, 36),   ONE("tq2_0", TQ2_0, 37),
-    ONE("mxfp4", MXFP4, 38),    ONE("nvfp4", NVFP4, 39),    ONE("q1_0", Q1_0, 40),     ONE("q2_0-all", Q2_0, 41),
+    ONE("mxfp4", MXFP4, 38),    ONE("nvfp4", NVFP4, 39),    ONE("q1_0", Q1_0, 40),     ALL("q2_0", Q2_0, 41),
 #undef ONE
+#undef ALL
 };
 #undef MIX
+#undef LOWBIT_OVERRIDES
 #undef O
 const int conv_n_mixes = (int)(sizeof conv_mixes / sizeof *conv_mixes);
 
