@@ -4,12 +4,11 @@
  * fd events and timers with callbacks, never re-entered).  The pieces and
  * who may call whom — a DAG, checked by tests/tools/test_coord_deps.sh:
  *
- *   main.c ──▶ control.c ──▶ generate.c ──▶ requests.c ──▶ step.c
- *     │            │                           │    ▲
- *     │            └──────────────┐            ▼    │
- *     ├──▶ api_run.c ─────────────┼──▶ workers.c    │
- *     ├──▶ api_http.c, api_views.c│       (util.c, context.c, cpu_plan.c: leaves)
- *     └──────────────────────────────────────────────┘
+ *   main      → control, api_run, api_http, requests, step, workers, context, util
+ *   control   → generate, requests, workers        api_run → requests, api_http, workers
+ *   generate  → requests                           api_http → api_request, api_text, api_views
+ *   requests  → step, workers                      workers → cpu_plan
+ *   (util, context, cpu_plan, step, api_text, api_request: leaves; util is below all)
  *
  * main.c: flags, the instance, regions, the loop's events, start-up as a
  * state, teardown.  workers.c: spawning, hello → configure → ready,
