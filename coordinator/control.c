@@ -7,9 +7,9 @@
  * job runs in the loop beside them.  ctl.sock is a REP socket, so one
  * request is open at a time: status, stats, profile and shutdown are answered
  * at once; a generate (queued with the HTTP jobs, requests.c) and a restart
- * (a state: it waits for the queue to empty, kills the worker, and answers
- * when the successor is ready) keep it open (ctl_pending) and are answered
- * from a later event, after which the next request is read.  A request of
+ * (a state: it waits for the running request to end, kills the worker and
+ * answers when the successor is ready) keep it open (ctl_pending) and are
+ * answered from a later event, after which the next request is read.  A request of
  * unknown type gets an "error" reply naming the known ones. */
 #include "coordinator/coord.h"
 
@@ -136,17 +136,18 @@ static cJSON *profile(struct coord *c, const cJSON *req)
 
 /* ---- restart: a state, answered when the successor is ready ----
  * It begins when no generation runs (a generation's worker is not killed
- * under it: the restart waits for the queue to empty, as it waited for the
- * HTTP job before), then kills the worker; coord_ctl_on_workers answers once
+ * under it: the restart waits for the running request to end, as it waited
+ * for the HTTP job before, and the queued ones wait for it), then kills the
+ * worker; coord_ctl_on_workers answers once
  * a new process of the role is ready, or fails after COORD_READY_TIMEOUT_S. */
 
 static double on_restart_timeout(event_loop *l, void *ctx)
 {
     struct coord *c = ctx;
     (void)l;
-    c->restart.timer = 0;
-    c->restart.w = NULL;
+    c->restart = (struct coord_restart_wait){0};
     coord_ctl_answer(c, error_reply("the worker did not come back (see its log)"));
+    coord_requests_on_workers(c); /* a request waiting for the restart goes on (or fails) */
     return EVENT_TIMER_END;
 }
 

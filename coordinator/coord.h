@@ -132,12 +132,12 @@ struct coord {
     struct coord_restart_wait {
         struct coord_worker *w;    /* the worker a restart waits for (NULL: none) */
         pid_t old_pid;
-        bool begun;                /* killed; else waiting for the queue to empty */
+        bool begun;                /* killed; else waiting for the running request to end */
         long long timer;
     } restart;
     /* the request queue (requests.c); the head is the one that runs */
     struct coord_request *rq_head, *rq_tail;
-    /* callbacks main.c registers: a worker's state changed; the queue emptied */
+    /* callbacks main.c registers: a worker's state changed; a request ended (none runs) */
     void (*on_workers)(struct coord *c);
     void (*on_idle)(struct coord *c);
 };
@@ -186,7 +186,7 @@ void coord_ctl_serve(struct coord *c);
 /* The open request's answer (a generate's, a restart's): sent, consumed. */
 void coord_ctl_answer(struct coord *c, cJSON *reply);
 void coord_ctl_on_workers(struct coord *c); /* a waiting restart may be answered */
-void coord_ctl_on_idle(struct coord *c);    /* a waiting restart may begin */
+void coord_ctl_on_idle(struct coord *c);    /* no request runs: a waiting restart may begin */
 void coord_ctl_close(struct coord *c);      /* teardown: the open request gets an error */
 
 /* main.c: the step ring's geometry for this model and prefill chunk. */
@@ -248,7 +248,7 @@ struct coord_request_spec {
 /* Queues it (0), or fails at once (the session could not be made). */
 int coord_request_submit(struct coord *c, const struct coord_request_spec *s, const struct coord_request_ops *ops, void *ctx,
                          char *err, size_t errlen);
-bool coord_requests_busy(const struct coord *c);
+bool coord_requests_busy(const struct coord *c); /* one runs (past waiting for the workers) */
 void coord_requests_on_step(struct coord *c);    /* the step fd is readable */
 void coord_requests_on_workers(struct coord *c); /* a worker's state changed */
 void coord_requests_cancel_all(struct coord *c, const char *why);

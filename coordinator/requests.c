@@ -15,6 +15,9 @@
  * whether a worker died).  The generation itself — prompt, sampler, stop
  * rule, budget, timings — is core/gen's session, as in `nebula generate`.
  *
+ * A ctl restart goes between two requests: it begins when none runs
+ * (on_idle), and the next one waits in WAIT_WORKERS until it is answered.
+ *
  * A generation restarts from RESET and a fresh sampler, so running it again
  * gives the same ids: an attempt that fails while a worker died (the
  * gpu-worker, the cpu-moe-worker or the pager: the 200 ms let its death be
@@ -78,7 +81,7 @@ static void finish(struct coord *c, int rc, bool cancelled)
     r->ops.on_done(r->ctx, &o);
     gen_free(r->gen);
     free(r);
-    if (!c->rq_head && c->on_idle) c->on_idle(c);
+    if (c->on_idle) c->on_idle(c); /* none runs now: a ctl restart that waited begins */
     advance(c);
 }
 
@@ -182,6 +185,7 @@ void coord_requests_on_workers(struct coord *c)
     struct coord_request *r = c->rq_head;
     if (!r) return;
     if (r->state == RQ_WAIT_WORKERS) {
+        if (c->restart.w) return; /* a ctl restart is under way: its successor first */
         int ready = 0;
         for (int i = 0; i < c->n_workers; i++) {
             if (c->w[i].state == W_FAILED) {
@@ -247,7 +251,10 @@ int coord_request_submit(struct coord *c, const struct coord_request_spec *s, co
     return 0;
 }
 
-bool coord_requests_busy(const struct coord *c) { return c->rq_head != NULL; }
+bool coord_requests_busy(const struct coord *c)
+{
+    return c->rq_head && c->rq_head->state != RQ_QUEUED && c->rq_head->state != RQ_WAIT_WORKERS;
+}
 
 void coord_requests_cancel_all(struct coord *c, const char *why)
 {

@@ -584,6 +584,32 @@ def test_ctl_during_http_job(greedy_text):
     alive("ctl requests during an HTTP job")
 
 
+def test_restart_during_http_job():
+    """nebulactl restart during an HTTP job: the job is not killed under it (it completes
+    without a retry), then the worker is replaced and the restart answered; the next job runs."""
+    prompt, n = long_prompt(2500)
+    body = {"prompt": prompt, "max_tokens": 4, "temperature": 0, "prefill_chunk": 1}
+    st, d = jcall("POST", "/v1/completions", body)
+    want = d["choices"][0]["text"]
+    retries = open(srv.log).read().count("retrying once")
+    pid = status()["workers"][0]["pid"]
+    c, r = open_stream("/v1/completions", dict(body, stream=True))
+    check(wait_for(lambda: status()["queue"]["running"] == 1), "the slow request runs")
+    rs = subprocess.Popen([os.path.join(BIN, "nebulactl"), "--runtime", srv.run, "restart", "gpu-worker"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    ev = read_events(r)
+    c.close()
+    got = "".join(e[1]["choices"][0]["text"] for e in ev if e[0] == "data" and isinstance(e[1], dict) and e[1].get("choices"))
+    check(ev and ev[-1] == ("data", "[DONE]") and got == want, f"the job completes with its text: {got!r} vs {want!r}")
+    out, err = rs.communicate(timeout=90)
+    check(rs.returncode == 0, f"nebulactl restart answered: {out!r} {err!r}")
+    check(open(srv.log).read().count("retrying once") == retries, "the job was not retried: the restart waited for it")
+    w = status()["workers"][0]
+    check(w["pid"] != pid and w["state"] == "ready", f"the worker was replaced: {w}")
+    st, d = jcall("POST", "/v1/completions", body)
+    check(st == 200 and d["choices"][0]["text"] == want, f"a job after the restart: {st}")
+
+
 def test_loading_phase(tmp):
     """HTTP answers before the workers are ready: a gpu-worker that takes 1.5 s to start (a
     wrapper script next to a copy of the coordinator) shows the loading phase, and generation
@@ -660,6 +686,7 @@ def main():
         test_queue_cancel_keepalive()
         test_worker_dies_mid_generation()
         test_ctl_during_http_job(greedy)
+        test_restart_during_http_job()
         test_loading_phase(tmp)
         test_shutdown_in_flight()
         check(srv.proc.returncode == 0, f"coordinator exit status {srv.proc.returncode}")
