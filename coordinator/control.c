@@ -219,10 +219,13 @@ void coord_ctl_serve(struct coord *c)
     void *z = ctl_zmq_socket(c->rep);
     char err[256];
     c->ctl_in_serve = true;
-    while (c->ctl_serving && !c->ctl_pending) {
+    for (;;) {
+        /* ZMQ_EVENTS first, always: it is what resets ZMQ_FD's readiness.  A
+         * socket left unasked while not served (start-up, a request open)
+         * would keep the fd readable and the loop spinning. */
         int ev = 0;
         size_t sz = sizeof ev;
-        if (zmq_getsockopt(z, ZMQ_EVENTS, &ev, &sz) || !(ev & ZMQ_POLLIN)) break;
+        if (zmq_getsockopt(z, ZMQ_EVENTS, &ev, &sz) || !(ev & ZMQ_POLLIN) || !c->ctl_serving || c->ctl_pending) break;
         cJSON *msg, *reply;
         c->ctl_pending = true;
         if (ctl_recv(c->rep, 0, NULL, 0, &msg, err, sizeof err) == 0) {

@@ -354,6 +354,7 @@ static void on_rep(event_loop *l, int fd, void *ctx) { (void)l, (void)fd, coord_
 static void on_step(event_loop *l, int fd, void *ctx) { (void)l, (void)fd, coord_requests_on_step(ctx); }
 static void on_http(event_loop *l, int fd, void *ctx) { (void)l, (void)fd, api_on_wake(ctx); }
 
+/* Both sockets asked before each wait: ZMQ_FD fires only on a change. */
 static void before_poll(event_loop *l, void *ctx)
 {
     struct coord *c = ctx;
@@ -381,7 +382,6 @@ static double on_supervise(event_loop *l, void *ctx)
 static struct startup {
     bool done;
     int rc;
-    double t0;
     char err[512];
 } startup;
 
@@ -407,15 +407,16 @@ static void startup_check(struct coord *c)
         ready += c->w[i].state == W_READY;
     }
     if (!startup.rc && ready == c->n_workers) serving(c);
-    else if (!startup.rc && coord_now() - startup.t0 > COORD_READY_TIMEOUT_S)
-        snprintf(startup.err, sizeof startup.err, "workers not ready after %.0f s", COORD_READY_TIMEOUT_S), startup.rc = NB_EIO;
     if (startup.rc) event_stop(c->loop);
 }
 
 static double on_startup_deadline(event_loop *l, void *ctx)
 {
-    (void)l;
-    if (!startup.done) startup_check(ctx);
+    if (startup.done || startup.rc) return EVENT_TIMER_END;
+    snprintf(startup.err, sizeof startup.err, "workers not ready after %.0f s", COORD_READY_TIMEOUT_S);
+    startup.rc = NB_EIO;
+    event_stop(l);
+    (void)ctx;
     return EVENT_TIMER_END;
 }
 
@@ -443,7 +444,7 @@ static int add_events(struct coord *c, char *err, size_t errlen)
     if ((rc = coord_step_open(c, err, errlen))) return rc;
     if (event_add_fd(c->loop, coord_step_fd(c), on_step, c) || (c->api && event_add_fd(c->loop, c->api->wake, on_http, c)) ||
         event_add_timer(c->loop, 0.1, on_supervise, c) < 0 ||
-        event_add_timer(c->loop, COORD_READY_TIMEOUT_S + 0.05, on_startup_deadline, c) < 0)
+        event_add_timer(c->loop, COORD_READY_TIMEOUT_S, on_startup_deadline, c) < 0)
         return nb_errf(err, errlen, NB_ENOMEM, "cannot register the loop's events");
     return 0;
 }
@@ -550,7 +551,6 @@ int main(int argc, char **argv)
         teardown(&c);
         return rc == NB_EINVAL || rc == NB_ENOENT || rc == NB_EFORMAT ? 2 : 1;
     }
-    startup.t0 = coord_now();
     startup_check(&c);
     if (!startup.rc) event_run(c.loop); /* until shutdown, or start-up failed */
     if (startup.rc) {

@@ -633,7 +633,20 @@ def test_loading_phase(tmp):
         st, d = chat(max_tokens=2)
         check(st == 503 and d["error"]["code"] == "model_not_ready", f"chat while loading → 503: {st} {d}")
         check(metric("nebula_up") == 0, "nebula_up 0 while loading")
+        # A ctl request waits while loading (ctl.sock is served once ready); the loop must
+        # sleep meanwhile, not spin on ZMQ_FD (it stays readable until ZMQ_EVENTS is asked).
+        waiter = subprocess.Popen([os.path.join(BIN, "nebulactl"), "--runtime", srv.run, "status"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        def cpu_s():
+            f = open(f"/proc/{srv.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+            return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        t0, c0 = time.time(), cpu_s()
+        time.sleep(0.6)
+        if status()["phase"] == "loading":
+            used = cpu_s() - c0
+            check(used < 0.25 * (time.time() - t0), f"the coordinator sleeps while loading with a ctl request waiting ({used:.2f} s CPU)")
         check(wait_for(lambda: status()["phase"] == "ready", timeout=30), "then ready")
+        check(waiter.wait(timeout=30) == 0, "the ctl request waiting while loading is answered once ready")
         check(status()["progress"] == 1 and chat(max_tokens=2)[0] == 200, "and it generates")
     finally:
         srv.stop()
