@@ -9,10 +9,13 @@
 #   make clean      remove build/ and build-asan/
 #
 # Sources are discovered by folder: core/**.c form libnebula-core.a;
-# gpu-worker/*.c and gpu-worker/cpu/*.c (the backend interface and the CPU
-# reference backend) form libnebula-gw.a; shm/*.c (regions, rings, stats)
-# form libnebula-shm.a; each tools/nebula-*/ folder is one
-# binary; tests/**/test_*.c (outside tests/fuzz) are Criterion suites;
+# engine/**.c (the backend interface, the CPU reference backend, the expert
+# FFN, VRAM planning) with gpu-worker/*.c (the GPU→CPU mailbox) and, where
+# nvcc is found, gpu-worker/cuda/**.cu (the CUDA backend) form
+# libnebula-engine.a; shm/*.c (regions, rings, stats) form libnebula-shm.a;
+# each process's folder (gpu-worker/proc/, cpu-moe-worker/, ssd-pager/,
+# coordinator/) and each tools/nebula-*/ folder is one binary;
+# tests/**/test_*.c (outside tests/fuzz) are Criterion suites;
 # tests/fuzz/fuzz_*.c are libFuzzer targets.  Files named *_avx2.c and
 # *_avx512.c get their ISA flags here and nowhere else (dispatch is at run time).
 
@@ -61,9 +64,9 @@ CORE_SRCS := $(shell find core -name '*.c' | sort)
 CORE_OBJS := $(CORE_SRCS:%.c=$(BUILD)/obj/%.o)
 CORE_LIB  := $(BUILD)/lib/libnebula-core.a
 
-GW_SRCS := $(sort $(wildcard gpu-worker/*.c gpu-worker/cpu/*.c))
-GW_OBJS := $(GW_SRCS:%.c=$(BUILD)/obj/%.o)
-GW_LIB  := $(BUILD)/lib/libnebula-gw.a
+ENGINE_SRCS := $(shell find engine -name '*.c' | sort) $(sort $(wildcard gpu-worker/*.c))
+ENGINE_OBJS := $(ENGINE_SRCS:%.c=$(BUILD)/obj/%.o)
+ENGINE_LIB  := $(BUILD)/lib/libnebula-engine.a
 
 SHM_SRCS := $(sort $(wildcard shm/*.c))
 SHM_OBJS := $(SHM_SRCS:%.c=$(BUILD)/obj/%.o)
@@ -102,7 +105,7 @@ NVCC_FLAGS ?= -O2 -std=c++17 -I. -gencode arch=compute_86,code=sm_86 -gencode ar
               -gencode arch=compute_90,code=sm_90
 
 # Where nvcc is found, the CUDA backend (gpu-worker/cuda/*.cu) goes into
-# libnebula-gw.a with the CUDA runtime linked statically, so every binary can
+# libnebula-engine.a with the CUDA runtime linked statically, so every binary can
 # pick the "cuda" kind; without a GPU or driver creating one fails with "no
 # CUDA device".  Without nvcc (or its static runtime) the library is CPU-only
 # ("built without CUDA").
@@ -113,7 +116,7 @@ CUDA_LIBDIR := $(if $(strip $(NVCC)),$(firstword $(foreach d,$(abspath $(dir $(N
 ifneq ($(strip $(CUDA_LIBDIR)),)
 ifneq ($(strip $(CU_SRCS)),)
 CFLAGS_BASE += -DNB_HAVE_CUDA
-GW_OBJS     += $(CU_OBJS)
+ENGINE_OBJS += $(CU_OBJS)
 LDLIBS_BASE += -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
 CUDA_CHECK  := $(BUILD)/tests/cuda/check_backend
 endif
@@ -122,7 +125,7 @@ endif
 $(BUILD)/obj/gpu-worker/cuda/backend_cuda.o: NVCC_FLAGS += --fmad=false
 
 .PHONY: all test test-build test-gpu test-asan deps run stop bench fuzz clean cuda cuda-check unit
-all: $(CORE_LIB) $(GW_LIB) $(SHM_LIB) $(TOOL_BINS) $(PROC_BINS) cuda
+all: $(CORE_LIB) $(ENGINE_LIB) $(SHM_LIB) $(TOOL_BINS) $(PROC_BINS) cuda
 
 # Installs missing Debian packages (a no-op when all are present).
 deps:
@@ -144,7 +147,7 @@ $(CORE_LIB): $(CORE_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(GW_LIB): $(GW_OBJS)
+$(ENGINE_LIB): $(ENGINE_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
@@ -155,31 +158,31 @@ $(SHM_LIB): $(SHM_OBJS)
 # One binary per tools/nebula-NAME/ folder.
 .SECONDEXPANSION:
 # (No '%' inside the list: make would replace it with the stem.)
-$(BUILD)/bin/%: $$(addprefix $(BUILD)/obj/,$$(addsuffix .o,$$(basename $$(wildcard tools/$$*/*.c)))) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
+$(BUILD)/bin/%: $$(addprefix $(BUILD)/obj/,$$(addsuffix .o,$$(basename $$(wildcard tools/$$*/*.c)))) $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BIN) -o $@
+	$(CC) $(filter %.o,$^) $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BIN) -o $@
 
 # nebula-gen is a front end over nebula-convert's plan, quant mixes and writer.
 $(BUILD)/bin/nebula-gen: $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out tools/nebula-convert/main.c,$(wildcard tools/nebula-convert/*.c)))
 
-$(BUILD)/bin/nebula-cpu-moe-worker: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cpu-moe-worker/*.c)) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
+$(BUILD)/bin/nebula-cpu-moe-worker: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cpu-moe-worker/*.c)) $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BIN) -o $@
+	$(CC) $(filter %.o,$^) $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BIN) -o $@
 
 $(BUILD)/bin/nebula-ssd-pager: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard ssd-pager/*.c)) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(filter %.o,$^) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BIN) -o $@
 
 # The coordinator (coordinator/*.c) and the gpu-worker process (its main in
-# gpu-worker/proc/; gpu-worker/*.c stay the backend library).  nebulactl
+# gpu-worker/proc/; the engine it runs is libnebula-engine.a).  nebulactl
 # (tools/nebulactl/) is built by the tools rule below.
 # The HTTP API links libmicrohttpd; its pure parts (coordinator/api_request.c,
 # api_text.c) are also linked into the tests/api/ suites and fuzz_api_request.
 MHD_LIBS := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
 API_PURE_SRCS := coordinator/api_request.c coordinator/api_text.c
-$(BUILD)/bin/nebula-coordinator: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard coordinator/*.c)) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
+$(BUILD)/bin/nebula-coordinator: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard coordinator/*.c)) $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BIN) $(MHD_LIBS) -o $@
+	$(CC) $(filter %.o,$^) $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BIN) $(MHD_LIBS) -o $@
 
 $(BUILD)/tests/api/%: tests/api/%.c $(API_PURE_SRCS:%.c=$(BUILD)/obj/%.o) $(CORE_LIB)
 	@mkdir -p $(dir $@)
@@ -191,19 +194,19 @@ $(BUILD)/tests/coordinator/test_%: tests/coordinator/test_%.c $(BUILD)/obj/coord
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(BUILD)/obj/coordinator/$*.o $(LDLIBS_BASE) -lcriterion -o $@
 
-$(BUILD)/bin/nebula-gpu-worker: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard gpu-worker/proc/*.c)) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
+$(BUILD)/bin/nebula-gpu-worker: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard gpu-worker/proc/*.c)) $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(filter %.o,$^) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BIN) -o $@
+	$(CC) $(filter %.o,$^) $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BIN) -o $@
 
-$(BUILD)/tests/%: tests/%.c $(TEST_HELPERS) $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
+$(BUILD)/tests/%: tests/%.c $(TEST_HELPERS) $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(TEST_HELPERS) $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -lcriterion -o $@
+	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(TEST_HELPERS) $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -lcriterion -o $@
 
 # The model and backend suites convert the HF fixtures to GGUF on first use (build/fixtures/).
-$(filter $(BUILD)/tests/gpu-worker/% $(BUILD)/tests/core/test_model,$(TEST_BINS)): | $(filter $(BUILD)/bin/nebula-convert,$(TOOL_BINS))
+$(filter $(BUILD)/tests/engine/% $(BUILD)/tests/gpu-worker/% $(BUILD)/tests/core/test_model,$(TEST_BINS)): | $(filter $(BUILD)/bin/nebula-convert,$(TOOL_BINS))
 
 # CUDA objects and tools as plain prerequisites (not a sub-make: the objects
-# are also in libnebula-gw.a's, and two makes building one object under -j2
+# are also in libnebula-engine.a's, and two makes building one object under -j2
 # raced — one archived matvec.o while the other was still writing it).
 ifeq ($(strip $(NVCC)),)
 cuda:
@@ -223,9 +226,9 @@ $(BUILD)/obj/%.o: %.cu
 # The GPU checks of the CUDA backend against the CPU reference (no Criterion:
 # they run on the GPU machine; tests/cuda/run-backend-on-gpu.sh).
 cuda-check: $(CUDA_CHECK)
-$(BUILD)/tests/cuda/check_backend: tests/cuda/check_backend.c $(GW_LIB) $(SHM_LIB) $(CORE_LIB)
+$(BUILD)/tests/cuda/check_backend: tests/cuda/check_backend.c $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(GW_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
+	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
 
 # The ggml oracle: Nebula's quant formats against a prebuilt libggml-base.so
 # (dlopen'd; tests/tools/test_ggml_oracle.sh installs it and runs this).

@@ -20,7 +20,8 @@
 #include "core/util/err.h"
 #include "core/util/log.h"
 #include "cpu-moe-worker/moe_proto.h"
-#include "gpu-worker/backend.h"
+#include "engine/ffn.h"
+#include "engine/vram.h"
 #include "gpu-worker/step_proto.h"
 
 #include <dirent.h>

@@ -8,7 +8,7 @@
 
 #include "core/ctl/worker.h"
 #include "core/prepared/prepared.h"
-#include "gpu-worker/backend.h"
+#include "engine/ffn.h"
 #include "shm/shm.h"
 
 struct moe_worker {

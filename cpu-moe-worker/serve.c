@@ -29,7 +29,7 @@
 #include "core/util/log.h"
 #include "cpu-moe-worker/moe.h"
 #include "cpu-moe-worker/moe_proto.h"
-#include "gpu-worker/backend.h"
+#include "engine/ffn.h"
 #include "ssd-pager/pager_proto.h"
 
 struct pair {

@@ -83,6 +83,17 @@ struct quant_traits {
 /* Picks the kernels for this CPU (idempotent, thread-safe after first call).
  * Returns the ISA chosen. */
 enum quant_isa quant_init(void);
+
+/* The IQ formats' codebooks as quant_init built them (quant_grids.c), for
+ * the CUDA backend's device copies (gpu-worker/cuda/dec_lowbit.cuh): grid
+ * points of 8 bytes (IQ2_XXS 256, IQ2_XS 512, IQ2_S 1024, IQ1_S/IQ1_M 2048)
+ * or 4 (IQ3_XXS 256, IQ3_S 512), and the 128 sign bytes of 7 bits + parity. */
+struct quant_codebooks {
+    const uint64_t *iq2xxs, *iq2xs, *iq2s, *iq1s;
+    const uint32_t *iq3xxs, *iq3s;
+    const uint8_t *ksigns;
+};
+const struct quant_codebooks *quant_codebooks(void);
 /* The ISA quant_init chose, and a name for it ("avx512-vnni", "avx2", "scalar"). */
 enum quant_isa quant_isa_active(void);
 const char *quant_isa_name(enum quant_isa isa);

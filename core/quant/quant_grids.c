@@ -459,3 +459,10 @@ void quant_grids_init(void)
     /* 7 sign bits and an 8th that makes the count of set bits even */
     for (int i = 0; i < 128; i++) quant_ksigns[i] = (uint8_t)(i | (__builtin_parity((unsigned)i) << 7));
 }
+
+const struct quant_codebooks *quant_codebooks(void)
+{
+    static const struct quant_codebooks cb = {quant_iq2xxs_grid, quant_iq2xs_grid, quant_iq2s_grid, quant_iq1s_grid,
+                                              quant_iq3xxs_grid, quant_iq3s_grid,  quant_ksigns};
+    return &cb;
+}

@@ -34,8 +34,8 @@
 extern "C" {
 #include "core/model/model.h"
 #include "core/util/err.h"
-#include "gpu-worker/backend_impl.h"
-#include "gpu-worker/cpu/cpu.h"
+#include "engine/backend_impl.h"
+#include "engine/cpu/cpu.h"
 }
 
 #include <math.h>
@@ -478,6 +478,8 @@ static int cuda_setup(cuda_backend *be)
     CK(cudaSetDevice(be->device));
     CK(cudaStreamCreateWithFlags(&be->st, cudaStreamNonBlocking));
     CK(cudaMemcpyToSymbol(c_iq4nl, quant_iq4nl_values, sizeof c_iq4nl));
+    CK(lb_upload_codebooks()); /* the reference kernels' copy (this unit's) */
+    if (gw_cuda_matvec_init(g_msg, sizeof g_msg)) return NB_EIO; /* the fast kernels' copy (matvec.cu's) */
     /* The temporaries' pool: the backend's own (its memory is this backend's
      * alone, measured and given back with it), else the device's. */
     cudaMemPoolProps pp;

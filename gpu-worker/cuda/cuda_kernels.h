@@ -33,6 +33,11 @@ extern "C" {
  *              y[b*n_rows + r] = Σ_c W[r][c] · x[b*n_cols + c].
  * n_cols must be a multiple of the format's block (32 or 256) and of 8;
  * 1 <= n_batch <= GW_CUDA_MAX_BATCH. */
+/* Once per process, on the device the kernels will run on, before any
+ * launch (not during a graph capture): the IQ formats' codebooks to the
+ * device.  The launchers of those formats fail until it has been done. */
+int gw_cuda_matvec_init(char *err, size_t err_len);
+
 typedef int (*gw_cuda_matvec_fn)(const void *w, int n_rows, int n_cols, const float *x, int n_batch,
                                  float *y, void *stream, char *err, size_t err_len);
 

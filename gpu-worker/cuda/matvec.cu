@@ -21,6 +21,7 @@ extern "C" {
 }
 #include "core/quant/quant_blocks.h"
 #include "gpu-worker/cuda/cuda_types.h"
+#include "gpu-worker/cuda/dec_lowbit.cuh"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -424,6 +425,8 @@ static int launch(const void *w, int n_rows, int n_cols, const float *x, int nb,
 {
     char name[32], why[128];
     snprintf(name, sizeof name, "matvec %s", quant_type_name((enum quant_type)T));
+    if (lb_needs_codebooks(T) && !lb_codebooks_ready)
+        return fail(err, err_len, GW_CUDA_EINVAL, name, "the IQ codebooks are not on the device (gw_cuda_matvec_init)");
     if (!w || !x || !y || n_rows <= 0 || n_cols <= 0 || n_cols % D::QK || n_cols % 8 || nb < 1 ||
         nb > GW_CUDA_MAX_BATCH || ((uintptr_t)x & 15) || ((uintptr_t)w & 15)) {
         snprintf(why, sizeof why, "bad arguments (rows %d, cols %d: multiple of %d?, batch %d of 1..%d, x and w %s)",
@@ -454,6 +457,8 @@ static int launch_pairs(const void *w, size_t mat_bytes, int n_rows, int n_cols,
     if (!w || !x || !y || !eid || !slot || n_rows <= 0 || n_cols <= 0 || n_cols % D::QK || n_cols % 8 || xdiv < 1 ||
         ((uintptr_t)x & 15) || ((uintptr_t)w & 15) || (mat_bytes & 15))
         return fail(err, err_len, GW_CUDA_EINVAL, "matvec pairs", "bad arguments");
+    if (lb_needs_codebooks(T) && !lb_codebooks_ready)
+        return fail(err, err_len, GW_CUDA_EINVAL, "matvec pairs", "the IQ codebooks are not on the device (gw_cuda_matvec_init)");
     cudaStream_t s = (cudaStream_t)stream;
     for (int p0 = 0; p0 < n_pairs; p0 += 65535) { /* grid.y limit */
         const int np = n_pairs - p0 < 65535 ? n_pairs - p0 : 65535;
@@ -494,6 +499,12 @@ struct kernel_table {
     }
 };
 static constexpr kernel_table k_kernels;
+
+extern "C" int gw_cuda_matvec_init(char *err, size_t err_len)
+{
+    const cudaError_t e = lb_upload_codebooks();
+    return e == cudaSuccess ? 0 : fail(err, err_len, -(int)e, "matvec: the IQ codebooks to the device", cudaGetErrorString(e));
+}
 
 extern "C" gw_cuda_matvec_fn gw_cuda_matvec_of(int ggml_type)
 {

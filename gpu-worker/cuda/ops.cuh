@@ -27,10 +27,11 @@
 
 extern "C" {
 #include "core/quant/quant.h"
-#include "gpu-worker/backend.h"
+#include "engine/vram.h"
 }
 #include "gpu-worker/mailbox.h"
 #include "core/quant/quant_blocks.h"
+#include "gpu-worker/cuda/dec_lowbit.cuh"
 
 /* A weight matrix on the device: n_out rows of n_in values of `type`
  * (enum quant_type numbers); expert e of a 3-D tensor at e·mat_bytes. */
@@ -130,7 +131,9 @@ static __device__ float d_wval(const uint8_t *row, int type, int64_t i)
                (float)(code - 32);
     }
     }
-    return __int_as_float(0x7fc00000); /* unreachable: the upload widened every other type */
+    bool ok;
+    const float v = lb_value(row, type, i, &ok); /* the low-bit formats: dec_lowbit.cuh */
+    return ok ? v : __int_as_float(0x7fc00000); /* unreachable: the upload widened every other type */
 }
 
 /* ---------- reductions ---------- */

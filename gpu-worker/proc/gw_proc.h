@@ -11,7 +11,7 @@
 
 #include "core/prepared/prepared.h"
 
-#include "gpu-worker/backend.h"
+#include "engine/backend.h"
 #include "shm/shm.h"
 
 struct model;

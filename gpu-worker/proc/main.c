@@ -17,6 +17,8 @@
 #include "core/prepared/prepared.h"
 #include "core/util/err.h"
 #include "core/util/log.h"
+#include "engine/ffn.h"
+#include "engine/vram.h"
 #include "gpu-worker/proc/gw_proc.h"
 #include "gpu-worker/step_proto.h"
 

@@ -22,7 +22,7 @@
 #include "core/model/model.h"
 #include "core/prepared/prepared.h"
 #include "cpu-moe-worker/moe_proto.h"
-#include "gpu-worker/backend.h"
+#include "engine/ffn.h"
 #include "shm/shm.h"
 #include "tests/core/model_fixture.h"
 #include "tests/shm/shm_fixture.h"

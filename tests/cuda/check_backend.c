@@ -57,7 +57,9 @@
 
 #include "core/model/model.h"
 #include "core/util/err.h"
-#include "gpu-worker/backend.h"
+#include "engine/backend.h"
+#include "engine/ffn.h"
+#include "engine/vram.h"
 
 static int failures;
 static double tol = 1e-3;
@@ -592,7 +594,7 @@ int main(int argc, char **argv)
         }
         free(gc), free(gg);
     }
-    /* the plan (gpu-worker/vram.c) bounds what the device really holds: a
+    /* the plan (engine/vram.c) bounds what the device really holds: a
      * backend given exactly the planned total as its budget (so the dense
      * bytes the worker's check measures must match the plan's) prefills the
      * prompt with every row's logits (the head's sub-batches), then decodes;

@@ -14,7 +14,8 @@
 # the synthetic model keep each synthetic model's run near 3 minutes on an
 # H200 (the CPU reference side, ~5 tok/s, is most of it).
 # FIXTURES (default: all three) names the fixtures; empty checks only the
-# synthetic model.  SWEEP names the sweep fixtures (default: all).
+# synthetic model.  LOWBIT: the stored quant types checked one at a time
+# (below).  SWEEP names the sweep fixtures (default: all).
 # GDN key and value heads of different sizes beyond the sweep's: synthetic
 # models of tiny-a's shapes with the GDN head sizes DK:DV of each
 # GDN_DIMS entry (default "16:24 24:16 16:40 160:24": values wider, narrower,
@@ -87,6 +88,26 @@ for dims in $GDN_DIMS; do
             "$CHECK" "$gg" tests/fixtures/tiny-a/tokens.txt --greedy "$FIXTURE_GREEDY" --remote --kernels "$k" \
                 || { echo "FAIL: tiny-a dk $dk dv $dv $ty (kernels $k)"; fail=1; }
         done
+    done
+done
+# Every stored quant type on the device (cuda_types.h): tiny-a's layer
+# pattern at widths of 256 (so the 256-value block types fit the experts,
+# the attention and GDN projections and the n-gram table instead of falling
+# back to a 32-value type), converted with one type for every matrix (the
+# mixes named after the type, nebula-convert --help), each checked like the
+# fixtures.  LOWBIT names the types (empty skips them).
+LOWBIT=${LOWBIT-q4_1 q2_K q3_K iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s iq1_m tq1_0 tq2_0 mxfp4 nvfp4 q1_0 q2_0 f16}
+if [ -n "$LOWBIT" ]; then
+    edit_config tests/fixtures/tiny-a/config.json "$WORK/tiny-a-256.json" hidden_size=256 head_dim=64 \
+        moe_intermediate_size=256 shared_expert_intermediate_size=256 ple_embed_dim=256 linear_value_head_dim=64 \
+        linear_num_value_heads=4 linear_key_head_dim=64 linear_num_key_heads=2 || fail=1
+fi
+for ty in $LOWBIT; do
+    gg="$WORK/tiny-a-256-$ty.gguf"
+    "$BIN/nebula-convert" --synthetic "$WORK/tiny-a-256.json" "$gg" --type "$ty" -q || { echo "FAIL: convert $ty"; fail=1; continue; }
+    for k in $KERNELS; do
+        "$CHECK" "$gg" tests/fixtures/tiny-a/tokens.txt --greedy "$FIXTURE_GREEDY" --remote --kernels "$k" \
+            || { echo "FAIL: tiny-a-256 $ty (kernels $k)"; fail=1; }
     done
 done
 edit_config conf/qwen3.8-flash-next.config.json "$WORK/cfg64.json" num_experts=64

@@ -205,7 +205,7 @@ static void check_errors(void)
     int bad_align = gw_cuda_matvec_of(QT_Q8_0)(dw, 4, 32, dx + 1, 1, dy, NULL, err, sizeof err);
     int bad_walign = gw_cuda_matvec_of(QT_Q4_K)((const char *)dw + 8, 4, 256, dx, 1, dy, NULL, err, sizeof err);
     int ok3 = bad_align == GW_CUDA_EINVAL && bad_walign == GW_CUDA_EINVAL;
-    int ok4 = gw_cuda_matvec_of(QT_Q4_0) == NULL && gw_cuda_matvec_of(QT_Q6_K) != NULL && gw_cuda_matvec_of(-1) == NULL;
+    int ok4 = gw_cuda_matvec_of(QT_Q8_K) == NULL && gw_cuda_matvec_of(QT_Q4_0) != NULL && gw_cuda_matvec_of(QT_Q6_K) != NULL && gw_cuda_matvec_of(-1) == NULL;
     CK(cudaGetLastError());
     printf("argument errors: cols %s, batch %s, alignment %s, table %s (last: \"%s\")\n", ok1 ? "ok" : "FAIL",
            ok2 ? "ok" : "FAIL", ok3 ? "ok" : "FAIL", ok4 ? "ok" : "FAIL", err);
@@ -313,6 +313,13 @@ int main(int argc, char **argv)
     struct cudaDeviceProp prop;
     int dev;
     quant_init();
+    {
+        char err[256];
+        if (gw_cuda_matvec_init(err, sizeof err)) {
+            fprintf(stderr, "FAIL: %s\n", err);
+            return 1;
+        }
+    }
     list_types();
     CK(cudaGetDevice(&dev));
     CK(cudaGetDeviceProperties(&prop, dev));

@@ -15,7 +15,7 @@
 
 #include "core/model/model.h"
 #include "core/util/err.h"
-#include "gpu-worker/backend.h"
+#include "engine/backend.h"
 #include "tests/core/model_fixture.h"
 
 /* A kernels name the backend does not have is refused before any device is looked for. */

@@ -6,18 +6,25 @@
 # (so repeated test runs do not reinstall, and a stale node_modules is
 # replaced).  WHAT names the packages in the progress line; FAIL is the
 # calling test's failure function, called with a message when npm ci fails.
+# Further arguments go to npm ci; with --omit=optional the lock's optional
+# packages (node-llama-cpp's GPU builds, 600 MB) are neither installed nor
+# checked.
 npm_ci_locked() {
     local dir=$1 what=$2 fail=$3
+    shift 3
+    local omit=0
+    case " $* " in *" --omit=optional "*) omit=1 ;; esac
     if node -e '
         const lock = require(process.argv[1] + "/package-lock.json").packages;
+        const omit = process.argv[2] === "1";
         for (const [p, v] of Object.entries(lock)) {
-            if (!p) continue;
+            if (!p || (omit && v.optional)) continue;
             const got = require(process.argv[1] + "/" + p + "/package.json").version;
             if (got !== v.version) process.exit(1);
-        }' "$PWD/$dir" 2>/dev/null; then
+        }' "$PWD/$dir" "$omit" 2>/dev/null; then
         return 0
     fi
     echo "installing $what (npm ci)"
-    npm ci --prefix "$dir" --no-audit --no-fund >/dev/null ||
+    npm ci --prefix "$dir" --no-audit --no-fund "$@" >/dev/null ||
         "$fail" "npm ci --prefix $dir failed (registry unreachable?)"
 }

@@ -3,7 +3,7 @@
 # the shell: a byte count it cannot read (--vram-budget) or a bad --ctx
 # exits 2 with a message saying which,
 # before anything is opened; --help names the options.  (The budget itself:
-# tests/gpu-worker/test_vram.c; refused by the CUDA backend:
+# tests/engine/test_vram.c; refused by the CUDA backend:
 # test_cuda_backend.c on a GPU.)  Run by tests/run-tests.sh with BUILD set.
 set -u
 BIN=${BUILD:-build}/bin/nebula-gpu-worker

@@ -53,7 +53,7 @@
 #include <time.h>
 
 #include "core/quant/quant.h"
-#include "gpu-worker/backend.h"
+#include "engine/ffn.h"
 
 static const char usage[] =
     "usage: nebula-bench-expert [--embd C] [--ff I] [--experts N,N,...] [--tokens T] [--pool P] [--seconds S]\n"

@@ -7,7 +7,7 @@
  * `make bench` prepares the models (tools/bench/prepare-models.sh). */
 #include "core/model/model.h"
 #include "core/sampling/sampling.h"
-#include "gpu-worker/backend.h"
+#include "engine/backend.h"
 
 #include <dirent.h>
 #include <getopt.h>

@@ -206,7 +206,16 @@ int conv_write_gguf(const struct conv_plan *p, const char *out, const struct con
     struct stat sb;
     char tokjson[4200];
     if (o->tok_dir) snprintf(tokjson, sizeof tokjson, "%s/tokenizer.json", o->tok_dir);
-    if (o->tok_dir && stat(tokjson, &sb) == 0 && (rc = tok_hf_write_gguf_keys(w, o->tok_dir, "qwen35", err, errlen))) goto done;
+    if (o->tok_dir && stat(tokjson, &sb) == 0) {
+        if ((rc = tok_hf_write_gguf_keys(w, o->tok_dir, "qwen35", err, errlen))) goto done;
+    } else if (gguf_w_set_str(w, "tokenizer.ggml.model", "none") < 0 ||
+               gguf_w_set_u32(w, "qwen4exp.vocab_size", (uint32_t)p->cfg.vocab_size) < 0) {
+        /* No tokenizer: ids only.  llama.cpp refuses a file without tokenizer.ggml.model; "none" with
+         * the vocabulary size gives it V id-only tokens.  Nebula reads a tokenizer only where
+         * tokenizer.ggml.tokens is present, and vocab_size equals token_embd's rows either way. */
+        rc = nb_errf(err, errlen, NB_EFORMAT, "%s", gguf_writer_error(w));
+        goto done;
+    }
     for (int i = 0; i < p->n; i++) {
         const struct conv_tensor *t = &p->t[i];
         if (gguf_w_add_tensor(w, t->name, t->type, t->n_dims, t->ne) < 0) {

@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "core/util/err.h"
-#include "gpu-worker/backend.h"
+#include "engine/vram.h"
 
 enum { EXIT_IO = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
 

@@ -7,7 +7,7 @@
  *
  * The slot counts come from byte budgets:
  *   VRAM: the budget is the whole device's, as the gpu-worker checks it
- *   (gpu-worker/vram.c): it pays for the dense weights as the device holds
+ *   (engine/vram.c): it pays for the dense weights as the device holds
  *   them (some types widened to F32) and the reserve — K/V and state for
  *   vram_ctx positions plus scratch — first; with the MTP block "first" (the default: the draft layer's
  *   experts must all be resident, §5) its experts come next; what is left is

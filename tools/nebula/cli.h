@@ -10,7 +10,7 @@
 
 #include "core/model/model.h"
 #include "core/tokenizer/tokenizer.h"
-#include "gpu-worker/backend.h"
+#include "engine/backend.h"
 
 /* Exit codes: 2 for anything the user can fix (flags, model file, prompt). */
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };

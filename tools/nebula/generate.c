@@ -14,6 +14,7 @@
 #include "core/gen/gen.h"
 #include "core/sampling/sampling.h"
 #include "core/util/err.h"
+#include "engine/ffn.h"
 #include "tools/nebula/cli.h"
 
 #include <getopt.h>

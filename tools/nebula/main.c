@@ -1,6 +1,6 @@
 /* nebula — the command-line engine: generate text, dump logits, tokenize.
  *
- * One process, the CPU reference backend (gpu-worker/cpu).  Every subcommand
+ * One process, the CPU reference backend (engine/cpu).  Every subcommand
  * has --help; anything the user can fix (flags, model, prompt) exits 2 with
  * one clear line, an engine failure exits 1. */
 #include "core/util/log.h"

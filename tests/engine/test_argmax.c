@@ -9,7 +9,7 @@
 
 #include "core/model/model.h"
 #include "core/util/err.h"
-#include "gpu-worker/backend.h"
+#include "engine/backend.h"
 #include "tests/core/model_fixture.h"
 
 static int32_t ref_argmax(const float *v, int64_t n)

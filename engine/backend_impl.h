@@ -4,11 +4,17 @@
  * structs embed as their first member (so a `gw_seq *` converts to the
  * backend's sequence type by a cast).  backend.c checks arguments once, for
  * every backend, and then calls through the table; a backend may trust them.
- * Private to gpu-worker/. */
-#ifndef NB_GW_BACKEND_IMPL_H
-#define NB_GW_BACKEND_IMPL_H
+ * Private to the engine and its backends (engine/cpu/, gpu-worker/cuda/):
+ * no process includes it (docs/ARCHITECTURE.md, the rooms table).  It brings
+ * in the three public headers a backend works with — the interface, the
+ * device memory plan (struct gw_backend keeps a gw_vram_parts) and the
+ * expert FFN's kernels (gw_backend_params.kernels names a gw_kernels). */
+#ifndef NB_ENGINE_BACKEND_IMPL_H
+#define NB_ENGINE_BACKEND_IMPL_H
 
-#include "gpu-worker/backend.h"
+#include "engine/backend.h"
+#include "engine/ffn.h"
+#include "engine/vram.h"
 
 struct gw_backend_ops {
     const char *kind;

@@ -14,8 +14,8 @@
  * process and nebula-prepare share them, so the check made before anything
  * is uploaded and the one made by the backend agree.  This file needs no
  * CUDA: it is part of every build and unit-tested
- * (tests/gpu-worker/test_vram.c). */
-#include "gpu-worker/backend.h"
+ * (tests/engine/test_vram.c). */
+#include "engine/vram.h"
 
 #include <inttypes.h>
 #include <math.h>

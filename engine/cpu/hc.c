@@ -10,7 +10,7 @@
 #include <stdlib.h>
 
 #include "core/util/err.h"
-#include "gpu-worker/cpu/cpu.h"
+#include "engine/cpu/cpu.h"
 
 int cpu_hc_mix(const struct model_hparams *hp, const struct model_hc *w, const float *norm, const float *X, int T,
                float *x, float *inj)

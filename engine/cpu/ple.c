@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "core/util/err.h"
-#include "gpu-worker/cpu/cpu.h"
+#include "engine/cpu/cpu.h"
 
 void cpu_ple_rows(const struct model_hparams *hp, const int32_t *tokens, int64_t p, int64_t *rows)
 {

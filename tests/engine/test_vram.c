@@ -1,4 +1,4 @@
-/* test_vram.c — the VRAM budget's host arithmetic (gpu-worker/vram.c): the
+/* test_vram.c — the VRAM budget's host arithmetic (engine/vram.c): the
  * plan's parts for a model and a placement, the check and its message, the
  * byte-count parser of --vram-budget and how the gpu-worker picks its
  * budget.  No device needed; the CUDA backend's own use of it (creation
@@ -11,7 +11,7 @@
 #include "core/gguf/gguf.h"
 #include "core/model/model.h"
 #include "core/util/err.h"
-#include "gpu-worker/backend.h"
+#include "engine/vram.h"
 #include "tests/core/model_fixture.h"
 
 static struct model *open_fixture(const char *name, const char *type)

@@ -13,7 +13,7 @@
 
 #include "core/model/model.h"
 #include "core/util/err.h"
-#include "gpu-worker/backend.h"
+#include "engine/backend.h"
 #include "tests/core/model_fixture.h"
 
 enum hook_mode { HOOK_NONE, HOOK_EXACT, HOOK_SHIFTED, HOOK_FAIL };

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "core/util/err.h"
-#include "gpu-worker/cpu/cpu.h"
+#include "engine/cpu/cpu.h"
 
 /* P (T × wide) from the tokens' embeddings and the input wide states. */
 static int build_input(const struct cpu_backend *be, const struct gw_mtp_args *a, float *P)

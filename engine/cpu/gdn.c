@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "core/util/err.h"
-#include "gpu-worker/cpu/cpu.h"
+#include "engine/cpu/cpu.h"
 
 void cpu_gdn_core_recurrent(const struct cpu_gdn_dims *d, int T, const float *q, const float *k, const float *v,
                             const float *g, const float *beta, float *state, float *out)

@@ -4,14 +4,14 @@
  * ids in range, output buffers present for the rows asked for, positions
  * that exist.  Chained MTP drafting is written here on top of gw_mtp_eval,
  * so every backend drafts the same way (argmax, own wide state fed back). */
-#include "gpu-worker/backend.h"
+#include "engine/backend.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/model/model.h"
 #include "core/util/err.h"
-#include "gpu-worker/backend_impl.h"
+#include "engine/backend_impl.h"
 
 /* The cuda backend is in the library where the Makefile found nvcc. */
 #ifdef NB_HAVE_CUDA

@@ -22,8 +22,8 @@
 
 #include "core/model/model.h"
 #include "core/util/err.h"
-#include "gpu-worker/backend.h"
-#include "gpu-worker/cpu/cpu.h"
+#include "engine/backend.h"
+#include "engine/cpu/cpu.h"
 #include "tests/core/model_fixture.h"
 #include "tests/core/tmpfiles.h"
 
@@ -466,7 +466,7 @@ ParameterizedTest(struct sweep_fixture *p, cpu_sweep, prefill_decode_greedy, .ti
 /* ---------- dk ≠ dv: no transformers reference here, so self-consistency ----------
  * Synthetic models of tiny-a's shapes with GDN key and value heads of
  * different sizes (fixture_gguf_gdn_dims; the GDN layer itself is checked
- * against its formulas in tests/gpu-worker/cpu/test_gdn.c): the whole
+ * against its formulas in tests/engine/cpu/test_gdn.c): the whole
  * prompt in one batch, prefill k + one-token decode (the recurrent form from
  * a chunked state), and a prefill in uneven chunks must give the same logits. */
 #define SELF_BOUND 1e-5

@@ -25,7 +25,7 @@
 
 #include "core/quant/quant.h"
 #include "core/util/err.h"
-#include "gpu-worker/backend.h"
+#include "engine/ffn.h"
 
 static uint64_t rng_state;
 static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }

@@ -10,15 +10,15 @@
  *
  * Layouts: a batch of T rows is row-major (row t at t·width).  The wide
  * residual is n streams of C: stream i of row t at t·nC + i·C. */
-#ifndef NB_GW_CPU_H
-#define NB_GW_CPU_H
+#ifndef NB_ENGINE_CPU_H
+#define NB_ENGINE_CPU_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "core/model/model.h"
-#include "gpu-worker/backend_impl.h"
+#include "engine/backend_impl.h"
 
 /* Loops run in parallel only above this many multiply-adds: a parallel region
  * costs microseconds, and on a loaded machine a barrier waiting for a

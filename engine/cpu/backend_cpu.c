@@ -14,7 +14,7 @@
 #include <omp.h>
 
 #include "core/util/err.h"
-#include "gpu-worker/cpu/cpu.h"
+#include "engine/cpu/cpu.h"
 
 /* ---------- backend ---------- */
 

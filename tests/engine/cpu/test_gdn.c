@@ -1,4 +1,4 @@
-/* test_gdn.c — the two forms of the gated delta rule (gpu-worker/cpu/gdn.c)
+/* test_gdn.c — the two forms of the gated delta rule (engine/cpu/gdn.c)
  * agree: the token-by-token recurrence and transformers' chunked prefill,
  * with each other and with the rule written out naively in double, on
  * random inputs, from a non-zero state, for lengths on and off the chunk
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "core/model/model.h"
-#include "gpu-worker/cpu/cpu.h"
+#include "engine/cpu/cpu.h"
 #include "tests/core/model_fixture.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;

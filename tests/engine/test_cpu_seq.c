@@ -10,7 +10,7 @@
 
 #include "core/model/model.h"
 #include "core/util/err.h"
-#include "gpu-worker/backend.h"
+#include "engine/backend.h"
 #include "tests/core/model_fixture.h"
 
 struct rig {

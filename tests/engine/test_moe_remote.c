@@ -11,7 +11,8 @@
 #include <string.h>
 
 #include "core/model/model.h"
-#include "gpu-worker/backend.h"
+#include "engine/backend.h"
+#include "engine/ffn.h"
 #include "tests/core/model_fixture.h"
 
 struct remote_ctx {

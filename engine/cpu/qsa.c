@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "core/util/err.h"
-#include "gpu-worker/cpu/cpu.h"
+#include "engine/cpu/cpu.h"
 
 /* Projections of T rows: q (T × Hq·D, normed, roped), gate (T × Hq·D), and
  * k, v (normed/roped k) written to the cache at slots slot0…. */

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu-worker/cpu/cpu.h"
+#include "engine/cpu/cpu.h"
 
 #define PIECE 8192 /* values decoded at once: a multiple of every block size (1, 32, 256) */
 #define TILE 64    /* activation rows per decoded piece */

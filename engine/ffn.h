@@ -1,0 +1,60 @@
+/* ffn.h — one routed expert's FFN on the CPU, and a batch of them.
+ *
+ * The arithmetic every process agrees on for an expert computed outside a
+ * backend: the cpu-moe-worker runs it for the experts it holds, a backend's
+ * remote hook (backend.h, gw_moe_remote) expects its results, and the
+ * reference backend's own MoE layer computes the same bits.  Two kernels:
+ * ref (bit-faithful, double sums) and fast (SIMD fp32).  Implemented in
+ * engine/cpu/ffn.c. */
+#ifndef NB_ENGINE_FFN_H
+#define NB_ENGINE_FFN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One expert's FFN, the reference way: out[i] = scale[i] · W_down(silu(W_gate
+ * x[i]) ⊙ W_up x[i]) for n rows of C floats; the three matrices are raw rows
+ * of their quant types (gate/up: I rows of C values; down: C rows of I).  What
+ * a worker outside the backend runs to produce remote contributions. */
+struct gw_expert {
+    const void *gate, *up, *down;
+    int gate_type, up_type, down_type; /* enum quant_type */
+    int64_t n_embd, n_ff;              /* C, I */
+};
+int gw_expert_ffn(const struct gw_expert *w, const float *x, int n, const float *scale, float *out);
+
+/* Matrix kernels of the expert FFNs: ref is gw_expert_ffn's arithmetic (each
+ * output bit-identical however the work is split); fast decodes weights with
+ * SIMD and sums in fp32 with FMA (quant.h's quant_dot_f32: within float
+ * tolerance of ref, the last bits may differ). */
+enum gw_kernels { GW_KERNELS_REF = 0, GW_KERNELS_FAST = 1 };
+/* "ref" / "fast" -> *k; NB_EINVAL otherwise. */
+int gw_kernels_parse(const char *name, enum gw_kernels *k);
+const char *gw_kernels_name(enum gw_kernels k);
+
+/* One expert FFN of a batch: out (n × C) = scale[i] · FFN_w(x[i]). */
+struct gw_expert_job {
+    struct gw_expert w;
+    const float *x;
+    int n;
+    const float *scale;
+    float *out;
+};
+/* Working memory of gw_expert_ffn_many (its tables and the gate/up rows),
+ * grown to the largest call and kept, so that a worker serving one request
+ * per layer allocates nothing per request.  Start zeroed; one per calling
+ * thread; gw_expert_scratch_free when done. */
+struct gw_expert_scratch {
+    void *buf;
+    size_t bytes;
+};
+void gw_expert_scratch_free(struct gw_expert_scratch *s);
+/* Runs every job in one OpenMP region split by weight rows — the gate/up
+ * rows of all jobs over the threads, then their down rows — so a few experts
+ * use every thread, not one each.  With GW_KERNELS_REF each output is
+ * bit-identical to gw_expert_ffn's.  Called from inside a parallel region it
+ * runs in the caller's thread.  s: the caller's scratch, or NULL for one of
+ * the call's own.  NB_ENOTSUP for a type without a decoder, NB_ENOMEM. */
+int gw_expert_ffn_many(const struct gw_expert_job *jobs, int n_jobs, enum gw_kernels k, struct gw_expert_scratch *s);
+
+#endif
