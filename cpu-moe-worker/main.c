@@ -46,8 +46,9 @@ static int open_pager(struct moe_worker *m, char *err, size_t errlen)
     return rc;
 }
 
-static int setup(struct moe_worker *m, char *err, size_t errlen)
+static int setup(void *ctx, char *err, size_t errlen)
 {
+    struct moe_worker *m = ctx;
     bool loaded_now = false;
     int rc = prepared_plan_load(m->conf.prepared, m->conf.placement, &m->idx, &m->plc, err, errlen);
     /* --kernels, where given, else configure's (the coordinator's --cpu-kernels), else ref. */
@@ -71,8 +72,9 @@ static int setup(struct moe_worker *m, char *err, size_t errlen)
     return rc;
 }
 
-static void teardown(struct moe_worker *m)
+static void teardown(void *ctx)
 {
+    struct moe_worker *m = ctx;
     ring_pair_detach(&m->moe);
     ring_pair_detach(&m->pager);
     if (m->stats) shm_stats_close(m->stats);
@@ -131,8 +133,6 @@ int main(int argc, char **argv)
     }
     if (!endpoint || optind != argc || pager_ms <= 0) return usage(stderr), 2;
     nb_log_set_name("cpu-moe-worker");
-    char err[512];
-    ctl_worker *w;
     struct moe_worker m = {.arena.fd = -1, .staging.fd = -1, .moe_reg.fd = -1, .pager_reg.fd = -1, .stats_reg.fd = -1};
     m.pager_tag = (uint64_t)getpid() << 32;
     m.pager_timeout_ns = (uint64_t)pager_ms * 1000000ull;
@@ -141,20 +141,6 @@ int main(int argc, char **argv)
         return 2;
     }
     m.kernels_flag = kernels;
-    if (ctl_worker_start(endpoint, "cpu-moe-worker", timeout_ms, &w, &m.conf, err, sizeof err)) {
-        nb_log("control: %s", err);
-        return 1;
-    }
-    int rc = setup(&m, err, sizeof err);
-    if (!rc) rc = ctl_worker_ready(w, err, sizeof err);
-    if (rc) {
-        nb_log("setup: %s", err);
-        ctl_worker_error(w, err);
-    } else {
-        rc = ctl_worker_serve(w, turn, &m);
-    }
-    teardown(&m);
-    ctl_worker_close(w);
-    nb_log("exit %d", rc ? 1 : 0);
-    return rc ? 1 : 0;
+    static const struct ctl_worker_life life = {.setup = setup, .turn = turn, .teardown = teardown};
+    return ctl_worker_run(endpoint, "cpu-moe-worker", timeout_ms, &m.conf, &life, &m);
 }

@@ -1,7 +1,7 @@
 /* vram.c — what a CUDA backend's device memory is made of, computed on the
  * host, and the budget check (issue 5: `--vram-budget`).
  *
- * The CUDA backend (gpu-worker/cuda/backend_cuda.cu) holds five things: the
+ * The CUDA backend (gpu-worker/cuda/, its blocks in memory.cu) holds five things: the
  * dense weights (everything but routed experts; formats without a device
  * decoder widened to F32, small tensors as F32), the MTP block's dense
  * weights, one sequence's state, the local experts' slots and temporaries.
@@ -58,7 +58,7 @@ static uint64_t device_row_bytes(const struct model_tensor *t)
 }
 
 /* ---- dense weights as the device holds them ----
- * The same walk and rules as the backend's upload (backend_cuda.cu up_mat,
+ * The same walk and rules as the backend's upload (gpu-worker/cuda/upload.cu cu_up_mat,
  * up_f32, up_layer, cuda_setup): a matrix keeps its bytes when the device
  * decodes its type, else it is widened to F32; a small tensor (norms, conv
  * taps, biases) is always F32; a matrix already uploaded (same host data,

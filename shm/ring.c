@@ -308,6 +308,19 @@ static int check_slot(const ring *r, const struct ring_slot_header *s, char *err
     return 0;
 }
 
+/* Moves this side's index (head for the producer, tail for the consumer)
+ * past the message it holds and rings the other side's doorbell. */
+static int advance(ring *r, shm_word *index, shm_word *other_sleeping)
+{
+    uint32_t moved = r->next + 1;
+    atomic_store_explicit(index, moved, memory_order_release);
+    doorbell_ring(index, other_sleeping, &r->c.wakes);
+    r->next = moved;
+    r->holding = false;
+    r->c.messages++;
+    return 0;
+}
+
 int ring_publish(ring *r, char *err, size_t errlen)
 {
     if (r->role != RING_PRODUCER || !r->holding)
@@ -315,14 +328,9 @@ int ring_publish(ring *r, char *err, size_t errlen)
     struct ring_slot_header *s = slot_at(r, r->next);
     int rc = check_slot(r, s, err, errlen);
     if (rc != 0) return rc;
-    uint32_t published = r->next + 1;
-    atomic_store_explicit(seq_of(s), published, memory_order_release);
-    atomic_store_explicit(&r->h->head, published, memory_order_release);
-    doorbell_ring(&r->h->head, &r->h->consumer_sleeping, &r->c.wakes);
-    r->next = published;
-    r->holding = false;
-    r->c.messages++;
-    return 0;
+    /* the slot's seq (what the consumer waits for), then head (advance) */
+    atomic_store_explicit(seq_of(s), r->next + 1, memory_order_release);
+    return advance(r, &r->h->head, &r->h->consumer_sleeping);
 }
 
 int ring_wait(ring *r, struct ring_slot *slot, uint64_t timeout_ns, char *err, size_t errlen)
@@ -343,13 +351,7 @@ int ring_release(ring *r, char *err, size_t errlen)
 {
     if (r->role != RING_CONSUMER || !r->holding)
         return nb_errf(err, errlen, NB_EINVAL, "ring_release: no message taken");
-    uint32_t released = r->next + 1;
-    atomic_store_explicit(&r->h->tail, released, memory_order_release);
-    doorbell_ring(&r->h->tail, &r->h->producer_sleeping, &r->c.wakes);
-    r->next = released;
-    r->holding = false;
-    r->c.messages++;
-    return 0;
+    return advance(r, &r->h->tail, &r->h->producer_sleeping);
 }
 
 void ring_set_spin_ns(ring *r, uint64_t spin_ns) { r->opt.spin_ns = spin_ns ? spin_ns : RING_DEFAULT_SPIN_NS; }

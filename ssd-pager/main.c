@@ -130,8 +130,9 @@ static int serve_one(struct pager *p, struct ring_pair *rp, const struct ring_sl
     return wrc ? wrc : ring_release(rp->req, err, errlen);
 }
 
-static int setup(struct pager *p, char *err, size_t errlen)
+static int setup(void *ctx, char *err, size_t errlen)
 {
+    struct pager *p = ctx;
     struct ctl_configure *c = &p->conf;
     char path[CTL_PATH_MAX + 32];
     bool direct = false;
@@ -165,8 +166,9 @@ static int setup(struct pager *p, char *err, size_t errlen)
     return rc;
 }
 
-static void teardown(struct pager *p)
+static void teardown(void *ctx)
 {
+    struct pager *p = ctx;
     for (int i = 0; i < p->n_pairs; i++) ring_pair_detach(&p->pairs[i]);
     pager_io_free(&p->io);
     if (p->fd_experts >= 0) close(p->fd_experts);
@@ -178,6 +180,13 @@ static void teardown(struct pager *p)
     shm_region_close(&p->staging);
     prepared_idx_free(&p->idx);
     free(p->bounce);
+}
+
+static void log_ready(void *ctx)
+{
+    const struct pager *p = ctx;
+    nb_log("ready: %d expert layers, ple %s, %u staging slots of %lu bytes, %d ring pairs", p->idx.n_layers,
+           p->has_ple ? "yes" : "no", p->conf.staging_slots, (unsigned long)p->conf.staging_slot_bytes, p->n_pairs);
 }
 
 /* One turn of the serving loop (ctl_worker_serve): a wait on the next pair. */
@@ -222,25 +231,7 @@ int main(int argc, char **argv)
     }
     if (!endpoint || optind != argc) return usage(stderr), 2;
     nb_log_set_name("ssd-pager");
-    char err[512];
-    ctl_worker *w;
     struct pager p = {.fd_experts = -1, .fd_ple = -1, .staging.fd = -1, .rings.fd = -1, .gw_rings.fd = -1, .stats_reg.fd = -1};
-    if (ctl_worker_start(endpoint, "ssd-pager", timeout_ms, &w, &p.conf, err, sizeof err)) {
-        nb_log("control: %s", err);
-        return 1;
-    }
-    int rc = setup(&p, err, sizeof err);
-    if (!rc) rc = ctl_worker_ready(w, err, sizeof err);
-    if (rc) {
-        nb_log("setup: %s", err);
-        ctl_worker_error(w, err);
-    } else {
-        nb_log("ready: %d expert layers, ple %s, %u staging slots of %lu bytes, %d ring pairs", p.idx.n_layers,
-               p.has_ple ? "yes" : "no", p.conf.staging_slots, (unsigned long)p.conf.staging_slot_bytes, p.n_pairs);
-        rc = ctl_worker_serve(w, turn, &p);
-    }
-    teardown(&p);
-    ctl_worker_close(w);
-    nb_log("exit %d", rc ? 1 : 0);
-    return rc ? 1 : 0;
+    static const struct ctl_worker_life life = {.setup = setup, .on_ready = log_ready, .turn = turn, .teardown = teardown};
+    return ctl_worker_run(endpoint, "ssd-pager", timeout_ms, &p.conf, &life, &p);
 }

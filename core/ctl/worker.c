@@ -239,3 +239,27 @@ void ctl_worker_close(ctl_worker *w)
     free(w);
     ctl_term();
 }
+
+int ctl_worker_run(const char *endpoint, const char *role, int timeout_ms, struct ctl_configure *conf,
+                   const struct ctl_worker_life *life, void *ctx)
+{
+    char err[512];
+    ctl_worker *w;
+    if (ctl_worker_start(endpoint, role, timeout_ms, &w, conf, err, sizeof err)) {
+        nb_log("control: %s", err);
+        return 1;
+    }
+    int rc = life->setup(ctx, err, sizeof err);
+    if (!rc) rc = ctl_worker_ready(w, err, sizeof err);
+    if (rc) {
+        nb_log("setup: %s", err);
+        ctl_worker_error(w, err);
+    } else {
+        if (life->on_ready) life->on_ready(ctx);
+        rc = ctl_worker_serve(w, life->turn, ctx);
+    }
+    life->teardown(ctx);
+    ctl_worker_close(w);
+    nb_log("exit %d", rc ? 1 : 0);
+    return rc ? 1 : 0;
+}

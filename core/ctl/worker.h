@@ -79,4 +79,20 @@ void ctl_worker_request_stop(ctl_worker *w);
 /* Stops the thread, closes the socket and ends ZeroMQ (ctl_term). */
 void ctl_worker_close(ctl_worker *w);
 
+/* The whole life of a worker process once its flags are read, the same for
+ * every worker: ctl_worker_start, setup(ctx), ready (then on_ready(ctx),
+ * where given), ctl_worker_serve until shutdown, teardown(ctx) whether or
+ * not setup got through, ctl_worker_close.  conf is where configure goes
+ * (setup reads it, usually inside ctx).  A failure to connect is logged
+ * ("control: ..."), one of setup or ready logged ("setup: ...") and sent as
+ * error.  Returns the process's exit status: 0, or 1 after any failure. */
+struct ctl_worker_life {
+    int (*setup)(void *ctx, char *err, size_t errlen);
+    void (*on_ready)(void *ctx); /* may be NULL */
+    ctl_worker_turn turn;
+    void (*teardown)(void *ctx);
+};
+int ctl_worker_run(const char *endpoint, const char *role, int timeout_ms, struct ctl_configure *conf,
+                   const struct ctl_worker_life *life, void *ctx);
+
 #endif

@@ -123,46 +123,77 @@ static int int_in_range(const struct gguf_kv *kv, uint64_t j, wide_int lo, wide_
     return 0;
 }
 
-int gguf_get_u64(const gguf_file *g, const char *key, uint64_t *out, char *err, size_t errlen)
+/* The kv of `key` and its element i: a single value (array false, i 0) or
+ * element i of an array. */
+static int find_elem(const gguf_file *g, const char *key, bool array, uint64_t i, const struct gguf_kv **kv, char *err,
+                     size_t errlen)
+{
+    int rc = find_kv(g, key, array, kv, err, errlen);
+    if (!rc && array) rc = elem_index(*kv, i, err, errlen);
+    return rc;
+}
+
+static int get_int(const gguf_file *g, const char *key, bool array, uint64_t i, wide_int lo, wide_int hi,
+                   const char *what, wide_int *v, char *err, size_t errlen)
 {
     const struct gguf_kv *kv;
+    int rc = find_elem(g, key, array, i, &kv, err, errlen);
+    return rc ? rc : int_in_range(kv, i, lo, hi, what, v, err, errlen);
+}
+
+static int get_float(const gguf_file *g, const char *key, bool array, uint64_t i, float *out, char *err, size_t errlen)
+{
+    const struct gguf_kv *kv;
+    double v;
+    int rc = find_elem(g, key, array, i, &kv, err, errlen);
+    if (rc) return rc;
+    if (!elem_float(kv, i, &v))
+        return nb_errf(err, errlen, NB_EFORMAT, "key \"%s\" holds %s, not %s", key, gguf_vtype_name(kv->elem),
+                       array ? "floats" : "a float");
+    *out = (float)v;
+    return 0;
+}
+
+static int get_str(const gguf_file *g, const char *key, bool array, uint64_t i, const char **out, char *err,
+                   size_t errlen)
+{
+    const struct gguf_kv *kv;
+    int rc = find_elem(g, key, array, i, &kv, err, errlen);
+    if (rc) return rc;
+    if (kv->elem != GGUF_VT_STRING)
+        return nb_errf(err, errlen, NB_EFORMAT, "key \"%s\" holds %s, not %s", key, gguf_vtype_name(kv->elem),
+                       array ? "strings" : "a string");
+    *out = kv->strs[i];
+    return 0;
+}
+
+int gguf_get_u64(const gguf_file *g, const char *key, uint64_t *out, char *err, size_t errlen)
+{
     wide_int v;
-    int rc = find_kv(g, key, false, &kv, err, errlen);
-    if (!rc) rc = int_in_range(kv, 0, 0, UINT64_MAX, "u64", &v, err, errlen);
+    int rc = get_int(g, key, false, 0, 0, UINT64_MAX, "u64", &v, err, errlen);
     if (!rc) *out = (uint64_t)v;
     return rc;
 }
 
 int gguf_get_i64(const gguf_file *g, const char *key, int64_t *out, char *err, size_t errlen)
 {
-    const struct gguf_kv *kv;
     wide_int v;
-    int rc = find_kv(g, key, false, &kv, err, errlen);
-    if (!rc) rc = int_in_range(kv, 0, INT64_MIN, INT64_MAX, "i64", &v, err, errlen);
+    int rc = get_int(g, key, false, 0, INT64_MIN, INT64_MAX, "i64", &v, err, errlen);
     if (!rc) *out = (int64_t)v;
     return rc;
 }
 
 int gguf_get_u32(const gguf_file *g, const char *key, uint32_t *out, char *err, size_t errlen)
 {
-    const struct gguf_kv *kv;
     wide_int v;
-    int rc = find_kv(g, key, false, &kv, err, errlen);
-    if (!rc) rc = int_in_range(kv, 0, 0, UINT32_MAX, "u32", &v, err, errlen);
+    int rc = get_int(g, key, false, 0, 0, UINT32_MAX, "u32", &v, err, errlen);
     if (!rc) *out = (uint32_t)v;
     return rc;
 }
 
 int gguf_get_f32(const gguf_file *g, const char *key, float *out, char *err, size_t errlen)
 {
-    const struct gguf_kv *kv;
-    double v;
-    int rc = find_kv(g, key, false, &kv, err, errlen);
-    if (rc) return rc;
-    if (!elem_float(kv, 0, &v))
-        return nb_errf(err, errlen, NB_EFORMAT, "key \"%s\" holds %s, not a float", key, gguf_vtype_name(kv->elem));
-    *out = (float)v;
-    return 0;
+    return get_float(g, key, false, 0, out, err, errlen);
 }
 
 int gguf_get_bool(const gguf_file *g, const char *key, bool *out, char *err, size_t errlen)
@@ -178,49 +209,25 @@ int gguf_get_bool(const gguf_file *g, const char *key, bool *out, char *err, siz
 
 int gguf_get_str(const gguf_file *g, const char *key, const char **out, char *err, size_t errlen)
 {
-    const struct gguf_kv *kv;
-    int rc = find_kv(g, key, false, &kv, err, errlen);
-    if (rc) return rc;
-    if (kv->elem != GGUF_VT_STRING)
-        return nb_errf(err, errlen, NB_EFORMAT, "key \"%s\" holds %s, not a string", key, gguf_vtype_name(kv->elem));
-    *out = kv->strs[0];
-    return 0;
+    return get_str(g, key, false, 0, out, err, errlen);
 }
 
 int gguf_get_arr_i64(const gguf_file *g, const char *key, uint64_t i, int64_t *out, char *err, size_t errlen)
 {
-    const struct gguf_kv *kv;
     wide_int v;
-    int rc = find_kv(g, key, true, &kv, err, errlen);
-    if (!rc) rc = elem_index(kv, i, err, errlen);
-    if (!rc) rc = int_in_range(kv, i, INT64_MIN, INT64_MAX, "i64", &v, err, errlen);
+    int rc = get_int(g, key, true, i, INT64_MIN, INT64_MAX, "i64", &v, err, errlen);
     if (!rc) *out = (int64_t)v;
     return rc;
 }
 
 int gguf_get_arr_f32(const gguf_file *g, const char *key, uint64_t i, float *out, char *err, size_t errlen)
 {
-    const struct gguf_kv *kv;
-    double v;
-    int rc = find_kv(g, key, true, &kv, err, errlen);
-    if (!rc) rc = elem_index(kv, i, err, errlen);
-    if (rc) return rc;
-    if (!elem_float(kv, i, &v))
-        return nb_errf(err, errlen, NB_EFORMAT, "key \"%s\" holds %s, not floats", key, gguf_vtype_name(kv->elem));
-    *out = (float)v;
-    return 0;
+    return get_float(g, key, true, i, out, err, errlen);
 }
 
 int gguf_get_arr_str(const gguf_file *g, const char *key, uint64_t i, const char **out, char *err, size_t errlen)
 {
-    const struct gguf_kv *kv;
-    int rc = find_kv(g, key, true, &kv, err, errlen);
-    if (!rc) rc = elem_index(kv, i, err, errlen);
-    if (rc) return rc;
-    if (kv->elem != GGUF_VT_STRING)
-        return nb_errf(err, errlen, NB_EFORMAT, "key \"%s\" holds %s, not strings", key, gguf_vtype_name(kv->elem));
-    *out = kv->strs[i];
-    return 0;
+    return get_str(g, key, true, i, out, err, errlen);
 }
 
 int gguf_get_arr_data(const gguf_file *g, const char *key, enum gguf_vtype *type, const void **data, uint64_t *n,

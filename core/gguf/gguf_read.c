@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "core/util/err.h"
+#include "core/util/grow.h"
 #include "core/util/mapfile.h"
 
 /* Smallest encodings, used to bound counts by the bytes left: a key/value is
@@ -179,25 +180,12 @@ static int rd_value(struct cursor *c, struct gguf_file *g, struct gguf_kv *kv)
     return rd(c, NULL, bytes, kv->type == GGUF_VT_ARRAY ? "array data" : "value");
 }
 
-/* Grows an array of `each`-byte items to hold n+1; the arrays grow with what
- * was really parsed, never with a count claimed by the file. */
-static int grow(void **items, int64_t *cap, int64_t n, size_t each)
-{
-    if (n < *cap) return 0;
-    int64_t ncap = *cap ? *cap * 2 : 16;
-    void *p = realloc(*items, (size_t)ncap * each);
-    if (!p) return -1;
-    *items = p;
-    *cap = ncap;
-    return 0;
-}
-
 static int rd_kvs(struct cursor *c, struct gguf_file *g, uint64_t n_kv)
 {
     int64_t cap = 0;
     for (uint64_t i = 0; i < n_kv; i++) {
         set_where(c, "kv %" PRIu64, i);
-        if (grow((void **)&g->kv, &cap, g->n_kv, sizeof *g->kv)) return fail(c, NB_ENOMEM, "out of memory");
+        if (nb_grow((void **)&g->kv, &cap, g->n_kv, sizeof *g->kv, 16)) return fail(c, NB_ENOMEM, "out of memory");
         struct gguf_kv *kv = &g->kv[g->n_kv];
         memset(kv, 0, sizeof *kv);
         uint64_t at = c->pos;
@@ -336,7 +324,7 @@ static int parse_image(struct gguf_file *g, const uint8_t *buf, uint64_t size, c
     if (!rc) rc = rd_alignment(&c, g);
     for (uint64_t i = 0; !rc && i < n_tensors; i++) {
         set_where(&c, "tensor %" PRIu64, i);
-        if (grow((void **)&g->tensors, &g->tensors_cap, g->n_tensors, sizeof *g->tensors))
+        if (nb_grow((void **)&g->tensors, &g->tensors_cap, g->n_tensors, sizeof *g->tensors, 16))
             return fail(&c, NB_ENOMEM, "out of memory");
         if (!(rc = rd_tensor(&c, g, i, &g->tensors[i]))) g->n_tensors++;
     }

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "core/util/err.h"
+#include "core/util/grow.h"
 
 struct w_tensor {
     char *name;
@@ -242,13 +243,8 @@ int gguf_w_add_tensor(gguf_writer *w, const char *name, uint32_t type, int n_dim
     if ((rc = gguf_tensor_nbytes(type, n_dims, ne, &t.nbytes, why, sizeof why)))
         return w_fail(w, NB_EINVAL, "tensor \"%s\": %s", name, why);
     memcpy(t.ne, ne, (size_t)n_dims * sizeof *ne);
-    if (w->n_tensors == w->tensors_cap) {
-        int64_t cap = w->tensors_cap ? w->tensors_cap * 2 : 64;
-        struct w_tensor *ts = realloc(w->tensors, (size_t)cap * sizeof *ts);
-        if (!ts) return w_fail(w, NB_ENOMEM, "out of memory");
-        w->tensors = ts;
-        w->tensors_cap = cap;
-    }
+    if (nb_grow((void **)&w->tensors, &w->tensors_cap, w->n_tensors, sizeof *w->tensors, 64))
+        return w_fail(w, NB_ENOMEM, "out of memory");
     if (!(t.name = strdup(name))) return w_fail(w, NB_ENOMEM, "out of memory");
     w->tensors[w->n_tensors++] = t;
     return 0;

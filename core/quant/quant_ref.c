@@ -15,6 +15,7 @@
  *
  * The weight quantizers live in quant_ref_encode.c. */
 #include "core/quant/quant_impl.h"
+#include "core/quant/quant_ref_loops.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -27,29 +28,27 @@ const int8_t quant_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
 static void f32_to_float(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
 static void f32_from_float(const float *src, void *dst, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
 
-static void f16_to_float(const void *src, float *dst, int64_t n)
+/* fp16 and bf16 differ only in the scalar conversion: one loop each way,
+ * over it. */
+typedef float (*half_to_f32_fn)(uint16_t h);
+typedef uint16_t (*f32_to_half_fn)(float f);
+
+QUANT_INLINE void halves_to_float(const void *src, float *dst, int64_t n, half_to_f32_fn cvt)
 {
     const uint16_t *h = src;
-    for (int64_t i = 0; i < n; i++) dst[i] = quant_half_to_float(h[i]);
+    for (int64_t i = 0; i < n; i++) dst[i] = cvt(h[i]);
 }
 
-static void f16_from_float(const float *src, void *dst, int64_t n)
+QUANT_INLINE void halves_from_float(const float *src, void *dst, int64_t n, f32_to_half_fn cvt)
 {
     uint16_t *h = dst;
-    for (int64_t i = 0; i < n; i++) h[i] = quant_f32_to_f16(src[i]);
+    for (int64_t i = 0; i < n; i++) h[i] = cvt(src[i]);
 }
 
-static void bf16_to_float(const void *src, float *dst, int64_t n)
-{
-    const uint16_t *h = src;
-    for (int64_t i = 0; i < n; i++) dst[i] = quant_bf16_to_f32(h[i]);
-}
-
-static void bf16_from_float(const float *src, void *dst, int64_t n)
-{
-    uint16_t *h = dst;
-    for (int64_t i = 0; i < n; i++) h[i] = quant_f32_to_bf16(src[i]);
-}
+static void f16_to_float(const void *src, float *dst, int64_t n) { halves_to_float(src, dst, n, quant_half_to_float); }
+static void f16_from_float(const float *src, void *dst, int64_t n) { halves_from_float(src, dst, n, quant_f32_to_f16); }
+static void bf16_to_float(const void *src, float *dst, int64_t n) { halves_to_float(src, dst, n, quant_bf16_to_f32); }
+static void bf16_from_float(const float *src, void *dst, int64_t n) { halves_from_float(src, dst, n, quant_f32_to_bf16); }
 
 /* The float dots accumulate in double: the reference should be the most
  * accurate answer, not the fastest. */
@@ -61,44 +60,36 @@ static void dot_f32(int64_t n, float *s, const void *vx, const void *vy)
     *s = (float)sum;
 }
 
-static void dot_f16(int64_t n, float *s, const void *vx, const void *vy)
+QUANT_INLINE float dot_halves(int64_t n, const void *vx, const void *vy, half_to_f32_fn cvt)
 {
     const uint16_t *x = vx;
     const float *y = vy;
     double sum = 0;
-    for (int64_t i = 0; i < n; i++) sum += (double)quant_half_to_float(x[i]) * y[i];
-    *s = (float)sum;
+    for (int64_t i = 0; i < n; i++) sum += (double)cvt(x[i]) * y[i];
+    return (float)sum;
 }
 
-static void dot_bf16(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const uint16_t *x = vx;
-    const float *y = vy;
-    double sum = 0;
-    for (int64_t i = 0; i < n; i++) sum += (double)quant_bf16_to_f32(x[i]) * y[i];
-    *s = (float)sum;
-}
+static void dot_f16(int64_t n, float *s, const void *x, const void *y) { *s = dot_halves(n, x, y, quant_half_to_float); }
+static void dot_bf16(int64_t n, float *s, const void *x, const void *y) { *s = dot_halves(n, x, y, quant_bf16_to_f32); }
 
 /* ---- integer codes of the 32-value formats ---- */
 
-/* Code of value j (0..31) of a Q5 block: nibble j%16 of qs (low nibbles are
- * the first half), fifth bit j of the little-endian 32-bit qh. */
+/* Nibble j (0..31) of 16 bytes: low nibbles are the first half. */
+static inline int nib_code(const uint8_t qs[16], int j) { return j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4); }
+
+/* Code of value j (0..31) of a Q5 block: nibble j of qs, fifth bit j of the
+ * little-endian 32-bit qh. */
 static inline int q5_code(const uint8_t qh[4], const uint8_t qs[16], int j)
 {
     uint32_t h;
     memcpy(&h, qh, 4);
-    int nib = j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4);
-    return nib | (int)((h >> j) & 1) << 4;
+    return nib_code(qs, j) | (int)((h >> j) & 1) << 4;
 }
-
-static inline int nib_code(const uint8_t qs[16], int j) { return j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4); }
 
 /* ---- the 32-value formats whose value is d * w, w an integer ----
  * Q4_0, Q5_0, Q8_0, Q8_1 and IQ4_NL differ only in how value j's integer w
  * is stored; the decoder and the dot with Q8_0 are written once, over a
  * function that reads w from a block.  d is the first field of each. */
-
-typedef int (*weight_fn)(const uint8_t *blk, int j);
 
 static int w_q4_0(const uint8_t *b, int j) { return nib_code(b + 2, j) - 8; }
 static int w_q5_0(const uint8_t *b, int j) { return q5_code(b + 2, b + 6, j) - 16; }
@@ -106,30 +97,23 @@ static int w_q8_0(const uint8_t *b, int j) { return (int8_t)b[2 + j]; }
 static int w_q8_1(const uint8_t *b, int j) { return (int8_t)b[4 + j]; }
 static int w_iq4_nl(const uint8_t *b, int j) { return quant_iq4nl_values[nib_code(b + 2, j)]; }
 
-static inline float first_half(const uint8_t *b)
-{
-    uint16_t h;
-    memcpy(&h, b, 2);
-    return quant_half_to_float(h);
-}
-
-QUANT_INLINE void decode_dw(const void *src, float *y, int64_t n, size_t bsize, weight_fn w)
+QUANT_INLINE void decode_dw(const void *src, float *y, int64_t n, size_t bsize, quant_blk_int_fn w)
 {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / QK_SMALL; i++, b += bsize, y += QK_SMALL) {
-        float d = first_half(b);
+        float d = quant_half_at(b);
         for (int j = 0; j < 32; j++) y[j] = (float)w(b, j) * d;
     }
 }
 
-QUANT_INLINE float dot_dw(int64_t n, const void *vx, size_t bsize, weight_fn w, const block_q8_0 *y)
+QUANT_INLINE float dot_dw(int64_t n, const void *vx, size_t bsize, quant_blk_int_fn w, const block_q8_0 *y)
 {
     const uint8_t *b = vx;
     float sum = 0;
     for (int64_t i = 0; i < n / QK_SMALL; i++, b += bsize) {
         int sumi = 0;
         for (int j = 0; j < 32; j++) sumi += w(b, j) * y[i].qs[j];
-        sum += (float)sumi * (first_half(b) * quant_half_to_float(y[i].d));
+        sum += (float)sumi * (quant_half_at(b) * quant_half_to_float(y[i].d));
     }
     return sum;
 }
@@ -162,16 +146,16 @@ static void dot_iq4_nl(int64_t n, float *s, const void *x, const void *y)
 static int c_q4_1(const uint8_t *b, int j) { return nib_code(b + offsetof(block_q4_1, qs), j); }
 static int c_q5_1(const uint8_t *b, int j) { return q5_code(b + offsetof(block_q5_1, qh), b + offsetof(block_q5_1, qs), j); }
 
-QUANT_INLINE void decode_affine(const void *src, float *y, int64_t n, size_t bsize, weight_fn code)
+QUANT_INLINE void decode_affine(const void *src, float *y, int64_t n, size_t bsize, quant_blk_int_fn code)
 {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / QK_SMALL; i++, b += bsize, y += QK_SMALL) {
-        float d = first_half(b), m = first_half(b + 2);
+        float d = quant_half_at(b), m = quant_half_at(b + 2);
         for (int j = 0; j < 32; j++) y[j] = (float)code(b, j) * d + m;
     }
 }
 
-QUANT_INLINE float dot_affine(int64_t n, const void *vx, size_t bsize, weight_fn code, const block_q8_1 *y)
+QUANT_INLINE float dot_affine(int64_t n, const void *vx, size_t bsize, quant_blk_int_fn code, const block_q8_1 *y)
 {
     const uint8_t *b = vx;
     float sum = 0;
@@ -182,7 +166,7 @@ QUANT_INLINE float dot_affine(int64_t n, const void *vx, size_t bsize, weight_fn
             sumy += y[i].qs[j];
         }
         float dy = quant_half_to_float(y[i].d);
-        sum += (float)sumi * (first_half(b) * dy) + (float)sumy * (first_half(b + 2) * dy);
+        sum += (float)sumi * (quant_half_at(b) * dy) + (float)sumy * (quant_half_at(b + 2) * dy);
     }
     return sum;
 }
@@ -217,7 +201,6 @@ static inline int qk_nib(const uint8_t qs[128], int v)
 /* Q4_K and Q5_K share their first 16 bytes (d, dmin, scales) and differ
  * in how value v's code is stored; decoder and dot are written once over a
  * function that reads the code. */
-typedef int (*kcode_fn)(const uint8_t *blk, int v);
 
 static int code_q4_K(const uint8_t *b, int v) { return qk_nib(((const block_q4_K *)(const void *)b)->qs, v); }
 
@@ -228,11 +211,11 @@ static int code_q5_K(const uint8_t *b, int v)
     return qk_nib(q->qs, v) | ((q->qh[v % 32] >> bit) & 1) << 4;
 }
 
-QUANT_INLINE void decode_kq(const void *src, float *y, int64_t n, size_t bsize, kcode_fn code)
+QUANT_INLINE void decode_kq(const void *src, float *y, int64_t n, size_t bsize, quant_blk_int_fn code)
 {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / QK_K; i++, b += bsize, y += QK_K) {
-        float d = first_half(b), dmin = first_half(b + 2);
+        float d = quant_half_at(b), dmin = quant_half_at(b + 2);
         uint8_t sc[8], m[8];
         kscales(b + 4, sc, m);
         for (int v = 0; v < QK_K; v++) {
@@ -244,7 +227,7 @@ QUANT_INLINE void decode_kq(const void *src, float *y, int64_t n, size_t bsize, 
 
 /* Per super-block: Σ_j sc_j·Σ q·y and Σ_j m_j·Σ y as integers, then the two
  * fp16 super-scales and the fp32 activation scale. */
-QUANT_INLINE float dot_kq(int64_t n, const void *vx, size_t bsize, kcode_fn code, const block_q8_K *y)
+QUANT_INLINE float dot_kq(int64_t n, const void *vx, size_t bsize, quant_blk_int_fn code, const block_q8_K *y)
 {
     const uint8_t *b = vx;
     float sum = 0;
@@ -261,7 +244,7 @@ QUANT_INLINE float dot_kq(int64_t n, const void *vx, size_t bsize, kcode_fn code
             sumq += sc[j] * dq;
             summ += m[j] * sy;
         }
-        sum += y[i].d * first_half(b) * (float)sumq - y[i].d * first_half(b + 2) * (float)summ;
+        sum += y[i].d * quant_half_at(b) * (float)sumq - y[i].d * quant_half_at(b + 2) * (float)summ;
     }
     return sum;
 }
@@ -277,79 +260,48 @@ static void dot_q5_K(int64_t n, float *s, const void *x, const void *y)
     *s = dot_kq(n, x, sizeof(block_q5_K), code_q5_K, y);
 }
 
-/* ---- Q6_K and IQ4_XS: one fp16 scale times signed sub-block scales ---- */
+/* ---- Q6_K and IQ4_XS: one fp16 scale times signed sub-block scales
+ * (quant_ref_loops.h; Q6_K: 16 sub-blocks of 16, IQ4_XS: 8 of 32) ---- */
 
-static inline int q6k_code(const block_q6_K *b, int v)
+static int q6k_code(const uint8_t *blk, int j, int k)
 {
-    int h = v / 128, r = v % 128, l = r % 32, quarter = r / 32;
+    const block_q6_K *b = (const void *)blk;
+    int v = 16 * j + k, h = v / 128, r = v % 128, l = r % 32, quarter = r / 32;
     uint8_t lo = b->ql[64 * h + l + 32 * (quarter & 1)];
     int nib = quarter < 2 ? (lo & 15) : (lo >> 4);
-    return nib | ((b->qh[32 * h + l] >> (2 * quarter)) & 3) << 4;
+    return (nib | ((b->qh[32 * h + l] >> (2 * quarter)) & 3) << 4) - 32;
 }
 
-static inline int iq4xs_scale(const block_iq4_xs *b, int j)
+static int q6k_scale(const uint8_t *blk, int j) { return ((const block_q6_K *)(const void *)blk)->scales[j]; }
+
+static int iq4xs_code(const uint8_t *blk, int j, int k)
 {
+    return quant_iq4nl_values[nib_code(((const block_iq4_xs *)(const void *)blk)->qs + 16 * j, k)];
+}
+
+static int iq4xs_scale(const uint8_t *blk, int j)
+{
+    const block_iq4_xs *b = (const void *)blk;
     int lo = (b->scales_l[j / 2] >> (4 * (j % 2))) & 15;
     int hi = (b->scales_h >> (2 * j)) & 3;
     return (lo | hi << 4) - 32;
 }
 
-static void q6_K_to_float(const void *src, float *y, int64_t n)
+static void q6_K_to_float(const void *b, float *y, int64_t n)
 {
-    const block_q6_K *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
-        float d = quant_half_to_float(b[i].d);
-        for (int v = 0; v < QK_K; v++)
-            y[v] = d * (float)b[i].scales[v / 16] * (float)(q6k_code(&b[i], v) - 32);
-    }
+    quant_decode_scaled(b, y, n, sizeof(block_q6_K), offsetof(block_q6_K, d), 16, q6k_scale, q6k_code);
 }
-
-static void iq4_xs_to_float(const void *src, float *y, int64_t n)
+static void iq4_xs_to_float(const void *b, float *y, int64_t n)
 {
-    const block_iq4_xs *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
-        float d = quant_half_to_float(b[i].d);
-        for (int j = 0; j < 8; j++) {
-            float dl = d * (float)iq4xs_scale(&b[i], j);
-            for (int k = 0; k < 32; k++)
-                y[32 * j + k] = dl * (float)quant_iq4nl_values[nib_code(b[i].qs + 16 * j, k)];
-        }
-    }
+    quant_decode_scaled(b, y, n, sizeof(block_iq4_xs), offsetof(block_iq4_xs, d), 32, iq4xs_scale, iq4xs_code);
 }
-
-static void dot_q6_K(int64_t n, float *s, const void *vx, const void *vy)
+static void dot_q6_K(int64_t n, float *s, const void *x, const void *y)
 {
-    const block_q6_K *x = vx;
-    const block_q8_K *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            int dq = 0;
-            for (int k = 16 * j; k < 16 * j + 16; k++) dq += (q6k_code(&x[i], k) - 32) * y[i].qs[k];
-            sumi += x[i].scales[j] * dq;
-        }
-        sum += y[i].d * quant_half_to_float(x[i].d) * (float)sumi;
-    }
-    *s = sum;
+    *s = quant_dot_scaled(n, x, sizeof(block_q6_K), offsetof(block_q6_K, d), 16, q6k_scale, q6k_code, y);
 }
-
-static void dot_iq4_xs(int64_t n, float *s, const void *vx, const void *vy)
+static void dot_iq4_xs(int64_t n, float *s, const void *x, const void *y)
 {
-    const block_iq4_xs *x = vx;
-    const block_q8_K *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 8; j++) {
-            int dq = 0;
-            for (int k = 0; k < 32; k++)
-                dq += quant_iq4nl_values[nib_code(x[i].qs + 16 * j, k)] * y[i].qs[32 * j + k];
-            sumi += iq4xs_scale(&x[i], j) * dq;
-        }
-        sum += y[i].d * quant_half_to_float(x[i].d) * (float)sumi;
-    }
-    *s = sum;
+    *s = quant_dot_scaled(n, x, sizeof(block_iq4_xs), offsetof(block_iq4_xs, d), 32, iq4xs_scale, iq4xs_code, y);
 }
 
 /* ---- activations: Q8_0, Q8_1, Q8_K ----

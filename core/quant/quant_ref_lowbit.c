@@ -12,6 +12,7 @@
  * products round.  The SIMD kernels (quant_lowbit_body.h) are tested
  * against these, and these against ggml (tests/tools/test_ggml_oracle.sh). */
 #include "core/quant/quant_impl.h"
+#include "core/quant/quant_ref_loops.h"
 
 const int8_t quant_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
@@ -24,16 +25,19 @@ static inline int code2(const uint8_t qs[64], int v) { return (qs[32 * (v / 128)
 /* Q3_K's 6-bit scale of sub-block j (0..15): low 4 bits in the nibbles of
  * scales[0..7] (j < 8 low, else high nibble of j - 8), top 2 bits at 2·(j/4)
  * of scales[8 + j%4]; the scale is that minus 32. */
-static inline int q3k_scale(const uint8_t s[12], int j)
+static int q3k_scale(const uint8_t *blk, int j)
 {
+    const uint8_t *s = ((const block_q3_K *)(const void *)blk)->scales;
     int lo = j < 8 ? s[j] & 15 : s[j - 8] >> 4;
     return (lo | ((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
 }
 
-/* Q3_K's code of value v: the 2 low bits less 4 unless hmask has the high
- * bit (bit 4·(v/128) + (v%128)/32 of hmask[v % 32]). */
-static inline int q3k_code(const block_q3_K *b, int v)
+/* Q3_K's code of value v = 16j + k: the 2 low bits less 4 unless hmask has
+ * the high bit (bit 4·(v/128) + (v%128)/32 of hmask[v % 32]). */
+static int q3k_code(const uint8_t *blk, int j, int k)
 {
+    const block_q3_K *b = (const void *)blk;
+    int v = 16 * j + k;
     int hbit = (b->hmask[v % 32] >> (4 * (v / 128) + (v % 128) / 32)) & 1;
     return code2(b->qs, v) - (hbit ? 0 : 4);
 }
@@ -50,12 +54,17 @@ static inline int trit(uint8_t q, int n)
 
 /* Value v of a TQ1_0 block: 0..159 digit v/32 of qs[v%32], 160..239 digit
  * (v-160)/16 of qs[32 + v%16], 240..255 digit (v-240)/4 of qh[v%4]. */
-static inline int tq1_code(const block_tq1_0 *b, int v)
+static inline int tq1_digit(const block_tq1_0 *b, int v)
 {
     if (v < 160) return trit(b->qs[v % 32], v / 32);
     if (v < 240) return trit(b->qs[32 + (v - 160) % 16], (v - 160) / 16);
     return trit(b->qh[(v - 240) % 4], (v - 240) / 4);
 }
+
+/* The ternary weights -1, 0, +1 (TQ2_0's code 3 is +2) of value k of the
+ * one 256-value sub-block (j = 0). */
+static int tq1_code(const uint8_t *blk, int j, int k) { return tq1_digit((const block_tq1_0 *)(const void *)blk, k) - 1; }
+static int tq2_code(const uint8_t *blk, int j, int k) { return code2(((const block_tq2_0 *)(const void *)blk)->qs, k) - 1; }
 
 static inline int q1_bit(const uint8_t qs[16], int j) { return (qs[j / 8] >> (j % 8)) & 1; }
 static inline int q2_0_code(const uint8_t qs[16], int j) { return (qs[j / 4] >> (2 * (j % 4))) & 3; }
@@ -76,31 +85,18 @@ static void q2_K_to_float(const void *src, float *y, int64_t n)
     }
 }
 
-static void q3_K_to_float(const void *src, float *y, int64_t n)
+/* Q3_K (16 sub-blocks of 16), TQ1_0, TQ2_0 (one scale): quant_ref_loops.h. */
+static void q3_K_to_float(const void *b, float *y, int64_t n)
 {
-    const block_q3_K *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
-        float d = quant_half_to_float(b[i].d);
-        for (int v = 0; v < QK_K; v++) y[v] = d * (float)q3k_scale(b[i].scales, v / 16) * (float)q3k_code(&b[i], v);
-    }
+    quant_decode_scaled(b, y, n, sizeof(block_q3_K), offsetof(block_q3_K, d), 16, q3k_scale, q3k_code);
 }
-
-static void tq1_0_to_float(const void *src, float *y, int64_t n)
+static void tq1_0_to_float(const void *b, float *y, int64_t n)
 {
-    const block_tq1_0 *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
-        float d = quant_half_to_float(b[i].d);
-        for (int v = 0; v < QK_K; v++) y[v] = (float)(tq1_code(&b[i], v) - 1) * d;
-    }
+    quant_decode_scaled(b, y, n, sizeof(block_tq1_0), offsetof(block_tq1_0, d), QK_K, quant_scale_one, tq1_code);
 }
-
-static void tq2_0_to_float(const void *src, float *y, int64_t n)
+static void tq2_0_to_float(const void *b, float *y, int64_t n)
 {
-    const block_tq2_0 *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
-        float d = quant_half_to_float(b[i].d);
-        for (int v = 0; v < QK_K; v++) y[v] = (float)(code2(b[i].qs, v) - 1) * d;
-    }
+    quant_decode_scaled(b, y, n, sizeof(block_tq2_0), offsetof(block_tq2_0, d), QK_K, quant_scale_one, tq2_code);
 }
 
 static void q1_0_to_float(const void *src, float *y, int64_t n)
@@ -161,83 +157,49 @@ static void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy)
     *s = sum;
 }
 
-static void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy)
+static void dot_q3_K(int64_t n, float *s, const void *x, const void *y)
 {
-    const block_q3_K *x = vx;
-    const block_q8_K *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            int dq = 0;
-            for (int v = 16 * j; v < 16 * j + 16; v++) dq += q3k_code(&x[i], v) * y[i].qs[v];
-            sumi += q3k_scale(x[i].scales, j) * dq;
-        }
-        sum += y[i].d * quant_half_to_float(x[i].d) * (float)sumi;
-    }
-    *s = sum;
+    *s = quant_dot_scaled(n, x, sizeof(block_q3_K), offsetof(block_q3_K, d), 16, q3k_scale, q3k_code, y);
 }
-
-static void dot_tq1_0(int64_t n, float *s, const void *vx, const void *vy)
+static void dot_tq1_0(int64_t n, float *s, const void *x, const void *y)
 {
-    const block_tq1_0 *x = vx;
-    const block_q8_K *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sumi = 0;
-        for (int v = 0; v < QK_K; v++) sumi += (tq1_code(&x[i], v) - 1) * y[i].qs[v];
-        sum += y[i].d * quant_half_to_float(x[i].d) * (float)sumi;
-    }
-    *s = sum;
+    *s = quant_dot_scaled(n, x, sizeof(block_tq1_0), offsetof(block_tq1_0, d), QK_K, quant_scale_one, tq1_code, y);
 }
-
-static void dot_tq2_0(int64_t n, float *s, const void *vx, const void *vy)
+static void dot_tq2_0(int64_t n, float *s, const void *x, const void *y)
 {
-    const block_tq2_0 *x = vx;
-    const block_q8_K *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        int sumi = 0;
-        for (int v = 0; v < QK_K; v++) sumi += (code2(x[i].qs, v) - 1) * y[i].qs[v];
-        sum += y[i].d * quant_half_to_float(x[i].d) * (float)sumi;
-    }
-    *s = sum;
+    *s = quant_dot_scaled(n, x, sizeof(block_tq2_0), offsetof(block_tq2_0, d), QK_K, quant_scale_one, tq2_code, y);
 }
 
 /* ---- dots with Q8_0: one scale per 32 activations ---- */
 
-static void dot_q1_0(int64_t n, float *s, const void *vx, const void *vy)
+/* Q1_0 and Q2_0: an fp16 d first, then qk codes; Q8_0 block k of the
+ * activations meets values 32k..32k+31 of the weight block. */
+QUANT_INLINE float dot_d_q8_0(int64_t n, const void *vx, size_t bsize, int qk, quant_blk_int_fn w, const block_q8_0 *y)
 {
-    const block_q1_0 *x = vx;
-    const block_q8_0 *y = vy;
+    const uint8_t *b = vx;
     float sum = 0;
-    for (int64_t i = 0; i < n / QK1_0; i++) {
-        float d = quant_half_to_float(x[i].d);
-        for (int k = 0; k < QK1_0 / QK_SMALL; k++) {
-            const block_q8_0 *yk = &y[i * (QK1_0 / QK_SMALL) + k];
+    for (int64_t i = 0; i < n / qk; i++, b += bsize) {
+        float d = quant_half_at(b);
+        for (int k = 0; k < qk / QK_SMALL; k++) {
+            const block_q8_0 *yk = &y[i * (qk / QK_SMALL) + k];
             int sumi = 0;
-            for (int j = 0; j < 32; j++) sumi += (q1_bit(x[i].qs, 32 * k + j) ? 1 : -1) * yk->qs[j];
+            for (int j = 0; j < 32; j++) sumi += w(b, 32 * k + j) * yk->qs[j];
             sum += (float)sumi * (d * quant_half_to_float(yk->d));
         }
     }
-    *s = sum;
+    return sum;
 }
 
-static void dot_q2_0(int64_t n, float *s, const void *vx, const void *vy)
+static int q1_0_weight(const uint8_t *blk, int j) { return q1_bit(((const block_q1_0 *)(const void *)blk)->qs, j) ? 1 : -1; }
+static int q2_0_weight(const uint8_t *blk, int j) { return q2_0_code(((const block_q2_0 *)(const void *)blk)->qs, j) - 1; }
+
+static void dot_q1_0(int64_t n, float *s, const void *x, const void *y)
 {
-    const block_q2_0 *x = vx;
-    const block_q8_0 *y = vy;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK2_0; i++) {
-        float d = quant_half_to_float(x[i].d);
-        for (int k = 0; k < QK2_0 / QK_SMALL; k++) {
-            const block_q8_0 *yk = &y[i * (QK2_0 / QK_SMALL) + k];
-            int sumi = 0;
-            for (int j = 0; j < 32; j++) sumi += (q2_0_code(x[i].qs, 32 * k + j) - 1) * yk->qs[j];
-            sum += (float)sumi * (d * quant_half_to_float(yk->d));
-        }
-    }
-    *s = sum;
+    *s = dot_d_q8_0(n, x, sizeof(block_q1_0), QK1_0, q1_0_weight, y);
+}
+static void dot_q2_0(int64_t n, float *s, const void *x, const void *y)
+{
+    *s = dot_d_q8_0(n, x, sizeof(block_q2_0), QK2_0, q2_0_weight, y);
 }
 
 static void dot_mxfp4(int64_t n, float *s, const void *vx, const void *vy)

@@ -27,6 +27,7 @@
 
 #include "core/quant/quant.h"
 #include "core/util/err.h"
+#include "core/util/grow.h"
 #include "core/util/mapfile.h"
 
 #define ST_MAX_HEADER_BYTES (100u * 1000 * 1000) /* the reference implementation's limit */
@@ -186,13 +187,8 @@ static int add_tensor(struct shard_ctx *c, const cJSON *item)
     if (!rc) rc = parse_offsets(c, name, cJSON_GetObjectItemCaseSensitive(item, "data_offsets"), &t);
     if (rc) return rc;
     st_set *s = c->set;
-    if (s->n_tensors == s->tensors_cap) {
-        int64_t cap = s->tensors_cap ? s->tensors_cap * 2 : 64;
-        struct st_entry *p = realloc(s->tensors, (size_t)cap * sizeof *p);
-        if (!p) return shard_fail(c, NB_ENOMEM, "out of memory");
-        s->tensors = p;
-        s->tensors_cap = cap;
-    }
+    if (nb_grow((void **)&s->tensors, &s->tensors_cap, s->n_tensors, sizeof *s->tensors, 64))
+        return shard_fail(c, NB_ENOMEM, "out of memory");
     if (!(t.name = strdup(name))) return shard_fail(c, NB_ENOMEM, "out of memory");
     s->tensors[s->n_tensors++] = (struct st_entry){t, c->shard};
     return 0;

@@ -4,12 +4,12 @@
  * core/quant's traits table; block sizes and offsets are core/quant/
  * quant_blocks.h's, shared by both).  A type with a row is held on the
  * device as the file stores it and decoded there by the reference kernels
- * (ops.cuh's d_wval; the low-bit formats through dec_lowbit.cuh's
+ * (linalg.cu's d_wval; the low-bit formats through dec_lowbit.cuh's
  * decoders); the second column names the decoder of matvec.cu's fast
  * kernels (no_fast_kernel: the reference kernels only).  Every other
  * type is widened to F32 on the host at upload (quant_traits.to_float).
  *
- * It is an X-macro so that plain C without nvcc (gpu-worker/vram.c, which
+ * It is an X-macro so that plain C without nvcc (engine/vram.c, which
  * sizes the device's blocks for nebula-prepare too) and CUDA (matvec.cu's
  * table of entry points) expand the same rows: GW_CUDA_TYPES(X) calls
  * X(quant type, fast decoder) once per row.  The decoder names mean

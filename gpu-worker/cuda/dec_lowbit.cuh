@@ -7,7 +7,7 @@
  * block), BYTES (bytes a block) and decode8(block, g, v), the values
  * 8g..8g+7 of a block.  matvec.cu's fast kernels stream a row through
  * decode8 (one warp a row, lane l groups l, l+32, …); the reference kernels
- * (ops.cuh's d_wval, compiled with --fmad=false) take one value out of its
+ * (linalg.cu's d_wval, compiled with --fmad=false) take one value out of its
  * group (lb_value).  Each decode8 applies the block's scales with the same
  * float operations, in the same order, as core/quant's reference decoders
  * (quant_ref.c, quant_ref_lowbit.c, quant_ref_iq.c — themselves ggml's), so

@@ -227,39 +227,46 @@ static int feed(struct api_text *t, struct sink *k, const char *text, size_t ste
     return api_text_finish(t, sink_emit, k);
 }
 
+/* What reaches the sink when text goes in pieces of `step` bytes through a
+ * fresh api_text (think: the text starts inside a think block; n_stops stop
+ * strings); *rc = feed's result. */
+static struct sink through(bool think, char **stops, int n_stops, const char *text, size_t step, int *rc)
+{
+    struct api_text t;
+    struct sink k = {0};
+    api_text_init(&t, think, stops, n_stops);
+    *rc = feed(&t, &k, text, step);
+    api_text_free(&t);
+    return k;
+}
+
 Test(api_text, think_split_any_piece_size)
 {
     for (size_t step = 1; step <= 12; step++) {
-        struct api_text t;
-        struct sink k = {0};
-        api_text_init(&t, true, NULL, 0);
-        cr_assert_eq(feed(&t, &k, "Let me think.\n</think>\n\nThe answer is 4.", step), 0);
+        int rc;
+        struct sink k = through(true, NULL, 0, "Let me think.\n</think>\n\nThe answer is 4.", step, &rc);
+        cr_assert_eq(rc, 0);
         cr_expect_str_eq(k.r, "Let me think.", "step %zu", step);
         cr_expect_str_eq(k.c, "The answer is 4.", "step %zu", step);
-        api_text_free(&t);
     }
 }
 
 Test(api_text, no_think_block_is_all_content)
 {
-    struct api_text t;
-    struct sink k = {0};
-    api_text_init(&t, false, NULL, 0);
-    cr_assert_eq(feed(&t, &k, "a</think>b\n", 2), 0);
+    int rc;
+    struct sink k = through(false, NULL, 0, "a</think>b\n", 2, &rc);
+    cr_assert_eq(rc, 0);
     cr_expect_str_eq(k.c, "a</think>b\n", "outside a think block the marker is plain text");
     cr_expect_str_eq(k.r, "");
-    api_text_free(&t);
 }
 
 Test(api_text, unclosed_think_is_reasoning)
 {
-    struct api_text t;
-    struct sink k = {0};
-    api_text_init(&t, true, NULL, 0);
-    cr_assert_eq(feed(&t, &k, "still thinking </thi", 3), 0);
+    int rc;
+    struct sink k = through(true, NULL, 0, "still thinking </thi", 3, &rc);
+    cr_assert_eq(rc, 0);
     cr_expect_str_eq(k.r, "still thinking </thi", "a marker prefix at the end is released at finish");
     cr_expect_str_eq(k.c, "");
-    api_text_free(&t);
 }
 
 Test(api_text, stop_string_held_back_then_cut)
@@ -313,17 +320,13 @@ Test(api_text, stop_in_reasoning_and_utf8)
 Test(api_text, stop_before_think_end_wins)
 {
     char *stops[] = {"END"};
-    struct api_text t;
-    struct sink k = {0};
-    api_text_init(&t, true, stops, 1);
-    cr_expect_eq(feed(&t, &k, "abEND</think>content", 4), 1);
+    int rc;
+    struct sink k = through(true, stops, 1, "abEND</think>content", 4, &rc);
+    cr_expect_eq(rc, 1);
     cr_expect_str_eq(k.r, "ab");
     cr_expect_str_eq(k.c, "");
-    api_text_free(&t);
-    api_text_init(&t, true, stops, 1);
-    memset(&k, 0, sizeof k);
-    cr_expect_eq(feed(&t, &k, "ab</think>\ncontEND!", 5), 1);
+    k = through(true, stops, 1, "ab</think>\ncontEND!", 5, &rc);
+    cr_expect_eq(rc, 1);
     cr_expect_str_eq(k.r, "ab");
     cr_expect_str_eq(k.c, "cont");
-    api_text_free(&t);
 }

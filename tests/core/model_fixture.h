@@ -130,19 +130,26 @@ static inline float *fixture_f32(const char *name, const char *file, size_t *n)
     return v;
 }
 
-/* checks.greedy.prefix_len of manifest.json. */
-static inline int fixture_prefix_len(const char *name)
+/* manifest.json of the fixture, parsed (cJSON_Delete it). */
+static inline cJSON *fixture_manifest(const char *name)
 {
     size_t len;
     char *text = fixture_read(name, "manifest.json", &len);
     cJSON *root = cJSON_Parse(text);
+    free(text);
     cr_assert(root, "manifest.json of %s", name);
+    return root;
+}
+
+/* checks.greedy.prefix_len of manifest.json. */
+static inline int fixture_prefix_len(const char *name)
+{
+    cJSON *root = fixture_manifest(name);
     cJSON *checks = cJSON_GetObjectItem(root, "checks"), *greedy = cJSON_GetObjectItem(checks, "greedy");
     cJSON *pl = cJSON_GetObjectItem(greedy, "prefix_len");
     cr_assert(cJSON_IsNumber(pl), "no checks.greedy.prefix_len in %s", name);
     int v = pl->valueint;
     cJSON_Delete(root);
-    free(text);
     return v;
 }
 
@@ -154,10 +161,7 @@ static inline int fixture_prefix_len(const char *name)
  * TIES). */
 static inline int fixture_first_tie_row(const char *name)
 {
-    size_t len;
-    char *text = fixture_read(name, "manifest.json", &len);
-    cJSON *root = cJSON_Parse(text);
-    cr_assert(root, "manifest.json of %s", name);
+    cJSON *root = fixture_manifest(name);
     int first = INT32_MAX;
     const cJSON *q, *qsa = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "checks"), "qsa");
     cJSON_ArrayForEach(q, qsa)
@@ -167,7 +171,6 @@ static inline int fixture_first_tie_row(const char *name)
         if (cJSON_IsNumber(row) && row->valueint < first) first = row->valueint;
     }
     cJSON_Delete(root);
-    free(text);
     return first;
 }
 

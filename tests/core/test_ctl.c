@@ -42,12 +42,21 @@ static void worker(const char *ep, const char *role)
     _exit(0);
 }
 
+/* A ROUTER or REP socket bound at tmp_dir/name; ep (512 bytes) gets its
+ * endpoint, for the peers. */
+static ctl_sock *bound_at(enum ctl_kind kind, const char *name, char *ep)
+{
+    char err[256];
+    ctl_endpoint(ep, 512, tmp_dir, name);
+    ctl_sock *s;
+    cr_assert_eq(ctl_open(kind, ep, NULL, &s, err, sizeof err), 0, "%s", err);
+    return s;
+}
+
 Test(ctl, router_addresses_workers_by_role)
 {
     char ep[512], err[256], peer[64];
-    ctl_endpoint(ep, sizeof ep, tmp_dir, "control.sock");
-    ctl_sock *r;
-    cr_assert_eq(ctl_open(CTL_ROUTER, ep, NULL, &r, err, sizeof err), 0, "%s", err);
+    ctl_sock *r = bound_at(CTL_ROUTER, "control.sock", ep);
     struct stat st;
     cr_assert_eq(stat(ep + 6, &st), 0);
     cr_assert_eq(st.st_mode & 0777, 0600, "socket mode %o", st.st_mode & 0777);
@@ -96,10 +105,8 @@ Test(ctl, router_addresses_workers_by_role)
 Test(ctl, receive_times_out)
 {
     char ep[512], err[256];
-    ctl_endpoint(ep, sizeof ep, tmp_dir, "quiet.sock");
-    ctl_sock *r;
+    ctl_sock *r = bound_at(CTL_ROUTER, "quiet.sock", ep);
     cJSON *m;
-    cr_assert_eq(ctl_open(CTL_ROUTER, ep, NULL, &r, err, sizeof err), 0, "%s", err);
     cr_assert_eq(ctl_recv(r, 50, NULL, 0, &m, err, sizeof err), NB_EIO);
     cr_assert_str_eq(err, "timeout");
     cr_assert_null(m);
@@ -109,9 +116,7 @@ Test(ctl, receive_times_out)
 Test(ctl, malformed_messages_are_rejected)
 {
     char ep[512], err[256];
-    ctl_endpoint(ep, sizeof ep, tmp_dir, "rep.sock");
-    ctl_sock *rep;
-    cr_assert_eq(ctl_open(CTL_REP, ep, NULL, &rep, err, sizeof err), 0, "%s", err);
+    ctl_sock *rep = bound_at(CTL_REP, "rep.sock", ep);
     /* A raw ZeroMQ REQ sends bytes that are not JSON, then JSON without a type. */
     void *zc = zmq_ctx_new(), *req = zmq_socket(zc, ZMQ_REQ);
     cr_assert_eq(zmq_connect(req, ep), 0);
@@ -164,9 +169,7 @@ static void slow_worker(const char *ep)
 Test(ctl, worker_heartbeats_while_setting_up)
 {
     char ep[512], err[256], peer[64];
-    ctl_endpoint(ep, sizeof ep, tmp_dir, "slow.sock");
-    ctl_sock *r;
-    cr_assert_eq(ctl_open(CTL_ROUTER, ep, NULL, &r, err, sizeof err), 0, "%s", err);
+    ctl_sock *r = bound_at(CTL_ROUTER, "slow.sock", ep);
     pid_t pid = fork();
     if (pid == 0) slow_worker(ep);
     cJSON *m;

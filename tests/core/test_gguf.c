@@ -216,12 +216,20 @@ static void check_format(const gguf_file *g, const char *key, const char *want)
     cr_assert_str_eq(buf, want, "%s", key);
 }
 
+/* A writer of path, opened (every test that writes a file starts so). */
+static gguf_writer *writer_at(const char *path)
+{
+    char err[256];
+    gguf_writer *w;
+    cr_assert_eq(gguf_writer_open(path, &w, err, sizeof err), 0, "%s", err);
+    return w;
+}
+
 static void roundtrip(uint32_t alignment)
 {
     const char *path = tmp_path("rt.gguf");
     char err[512];
-    gguf_writer *w;
-    cr_assert_eq(gguf_writer_open(path, &w, err, sizeof err), 0, "%s", err);
+    gguf_writer *w = writer_at(path);
     if (alignment != GGUF_DEFAULT_ALIGNMENT) cr_assert_eq(gguf_w_set_u32(w, "general.alignment", alignment), 0);
     set_every_type(w);
     write_tensors(w, mixed, N_MIXED);
@@ -258,8 +266,7 @@ Test(gguf, format_values)
 {
     const char *path = tmp_path("fmt.gguf");
     char err[256];
-    gguf_writer *w;
-    cr_assert_eq(gguf_writer_open(path, &w, err, sizeof err), 0);
+    gguf_writer *w = writer_at(path);
     set_every_type(w);
     write_tensors(w, NULL, 0);
     gguf_file *g;
@@ -287,9 +294,7 @@ Test(gguf, format_values)
 Test(gguf, writer_keeps_temp_name_until_finish)
 {
     const char *path = tmp_path("w.gguf"), *tmp = tmp_path("w.gguf.tmp");
-    char err[256];
-    gguf_writer *w;
-    cr_assert_eq(gguf_writer_open(path, &w, err, sizeof err), 0);
+    gguf_writer *w = writer_at(path);
     static const struct spec one = {"x", QT_F32, 1, {4}};
     cr_assert_eq(gguf_w_add_tensor(w, one.name, one.type, one.n_dims, one.ne), 0);
     cr_assert_eq(gguf_w_write_header(w), 0);
@@ -305,9 +310,7 @@ Test(gguf, writer_keeps_temp_name_until_finish)
 /* Opens a writer with one F32 [4] and one Q8_0 [32] tensor declared. */
 static gguf_writer *two_tensor_writer(const char *path)
 {
-    char err[256];
-    gguf_writer *w;
-    cr_assert_eq(gguf_writer_open(path, &w, err, sizeof err), 0, "%s", err);
+    gguf_writer *w = writer_at(path);
     cr_assert_eq(gguf_w_add_tensor(w, "a", QT_F32, 1, (int64_t[]){4}), 0);
     cr_assert_eq(gguf_w_add_tensor(w, "b", QT_Q8_0, 1, (int64_t[]){32}), 0);
     return w;
@@ -397,8 +400,7 @@ Test(gguf, every_truncation_is_an_error)
 {
     const char *path = tmp_path("cut.gguf");
     char err[512];
-    gguf_writer *w;
-    cr_assert_eq(gguf_writer_open(path, &w, err, sizeof err), 0);
+    gguf_writer *w = writer_at(path);
     set_every_type(w);
     /* The last tensor fills its padding exactly: a file cut inside padding
      * after the last tensor would still hold every byte of every tensor. */
@@ -433,9 +435,7 @@ Test(gguf, every_truncation_is_an_error)
 static uint8_t *corrupt_base(size_t *size)
 {
     const char *path = tmp_path("base.gguf");
-    char err[256];
-    gguf_writer *w;
-    cr_assert_eq(gguf_writer_open(path, &w, err, sizeof err), 0);
+    gguf_writer *w = writer_at(path);
     cr_assert_eq(gguf_w_set_str(w, "a", "hello"), 0);
     cr_assert_eq(gguf_w_set_arr(w, "b", GGUF_VT_UINT32, (uint32_t[]){1, 2, 3}, 3), 0);
     static const struct spec ts[] = {{"t0", QT_F32, 1, {8}}, {"t1", QT_Q8_0, 1, {32}}};
@@ -484,9 +484,7 @@ Test(gguf, corrupt_key_values)
 Test(gguf, corrupt_string_array)
 {
     const char *path = tmp_path("strs.gguf");
-    char err[256];
-    gguf_writer *w;
-    cr_assert_eq(gguf_writer_open(path, &w, err, sizeof err), 0);
+    gguf_writer *w = writer_at(path);
     cr_assert_eq(gguf_w_set_arr_str(w, "s", (const char *[]){"ab", "cd", "ef"}, 3), 0);
     write_tensors(w, NULL, 0);
     size_t size;
@@ -527,9 +525,7 @@ Test(gguf, corrupt_tensor_data)
 Test(gguf, corrupt_alignment)
 {
     const char *path = tmp_path("al.gguf");
-    char err[256];
-    gguf_writer *w;
-    cr_assert_eq(gguf_writer_open(path, &w, err, sizeof err), 0);
+    gguf_writer *w = writer_at(path);
     cr_assert_eq(gguf_w_set_u32(w, "general.alignment", 64), 0);
     write_tensors(w, (struct spec[]){{"t", QT_F32, 1, {16}}}, 1);
     size_t size;

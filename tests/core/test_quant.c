@@ -12,28 +12,10 @@
 #include <string.h>
 
 #include "core/quant/quant.h"
+#include "tests/lib/ref_dot.h"
+#include "tests/lib/rng.h"
 
-/* ---- random numbers (fixed seeds: failures reproduce) ---- */
-
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
-
-static uint64_t rng_u64(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float rng_uniform(void) { return (float)(rng_u64() >> 40) / 16777216.0f; } /* [0, 1) */
-
-static float rng_normal(void)
-{
-    float u = rng_uniform() + 1e-7f, v = rng_uniform();
-    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
-}
+/* ---- inputs (tests/lib/rng.h: fixed seeds, failures reproduce) ---- */
 
 enum dist { D_NORMAL, D_UNIFORM, D_OUTLIERS, D_POSITIVE, D_EQUAL, D_ZEROS, D_COUNT };
 static const char *dist_name[D_COUNT] = {"normal", "uniform", "outliers", "positive", "all-equal", "zeros"};
@@ -371,23 +353,15 @@ static void activations(enum quant_type t, const float *a, uint8_t *out, int64_t
     v->from_float(a, out, n);
 }
 
-/* Σ decode(x)·decode(y) in double, and Σ |terms| for the tolerance.  For
- * formats with mins the two parts of a value can be larger than the value,
- * so the magnitude also counts max|x|·Σ|y|, which bounds them. */
+/* Σ decode(x)·decode(y) in double, and the tolerance's magnitude
+ * (reference_dot, tests/lib/ref_dot.h). */
 static double decoded_dot(enum quant_type t, const uint8_t *x, const uint8_t *y, int64_t n, double *mag)
 {
     const struct quant_traits *q = tr(t), *v = tr(q->vec_dot_type);
     float *fx = xmalloc(sizeof(float) * (size_t)n), *fy = xmalloc(sizeof(float) * (size_t)n);
     q->to_float(x, fx, n);
     v->to_float(y, fy, n);
-    double sum = 0, abs_xy = 0, abs_y = 0, max_x = 0;
-    for (int64_t i = 0; i < n; i++) {
-        sum += (double)fx[i] * fy[i];
-        abs_xy += fabs((double)fx[i] * fy[i]);
-        abs_y += fabs(fy[i]);
-        max_x = fmax(max_x, fabs(fx[i]));
-    }
-    *mag = abs_xy + (q->is_quantized ? max_x * abs_y : 0);
+    double sum = reference_dot(fx, fy, n, q->is_quantized, mag);
     free(fx), free(fy);
     return sum;
 }

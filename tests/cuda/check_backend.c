@@ -513,7 +513,7 @@ int main(int argc, char **argv)
                        worst);
                 free(even);
             }
-            /* the doorbell inside a CUDA graph: the hashed placement's decode steps
+            /* the mailbox inside a CUDA graph: the hashed placement's decode steps
              * bit-identical to plain launches (both post through the mailbox) */
             {
                 gw_backend *g1 = make_pl(m, "cuda", false, local), *g0 = make_pl(m, "cuda", true, local);

@@ -16,6 +16,12 @@ import os
 import struct
 import sys
 
+# The GPT-2 byte alphabet, from the tokenizer fixture's generator (standard
+# library only, like this script).
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures"))
+from make_tiny_tokenizer import byte_alphabet  # noqa: E402
+
 # GGUF value types (gguf.h / gguf-py constants).
 U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
 PACK = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F32: "<f",
@@ -152,14 +158,7 @@ def tokenizer_seeds():
 def hf_json_seeds():
     # The GPT-2 byte alphabet: printable Latin-1 bytes stand for themselves,
     # the other 68 are shifted to U+0100.. in byte order.
-    printable = [b for b in range(256) if 0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or 0xAE <= b <= 0xFF]
-    alphabet, shift = {}, 0
-    for b in range(256):
-        if b in printable:
-            alphabet[b] = chr(b)
-        else:
-            alphabet[b] = chr(256 + shift)
-            shift += 1
+    alphabet = byte_alphabet()
 
     def spell(data):  # bytes -> their byte-level spelling
         return "".join(alphabet[b] for b in data)

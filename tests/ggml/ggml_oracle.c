@@ -47,6 +47,8 @@
 #include <unistd.h>
 
 #include "core/quant/quant.h"
+#include "tests/lib/ref_dot.h"
+#include "tests/lib/rng.h"
 
 /* ---- the ggml API used (ggml.h of llama.cpp as shipped by node-llama-cpp 3.21.1) ---- */
 
@@ -98,27 +100,7 @@ static const int pending[] = {-1};
  * rows come from ggml's reference quantizer (from_float_ref). */
 static bool activation_only(int t) { return t == QT_Q8_1 || t == QT_Q8_K; }
 
-/* ---- random numbers (fixed seeds: a failure reproduces) ---- */
-
-static uint64_t rng_state = 1;
-
-static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
-
-static uint64_t rng_u64(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float rng_uniform(void) { return (float)(rng_u64() >> 40) / 16777216.0f; }
-
-static float rng_normal(void)
-{
-    float u = rng_uniform() + 1e-7f, v = rng_uniform();
-    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
-}
+/* ---- inputs (tests/lib/rng.h: fixed seeds, a failure reproduces) ---- */
 
 enum dist { D_NORMAL, D_OUTLIERS, D_UNIFORM, D_POSITIVE, D_TINY, D_ZEROS, D_COUNT };
 static const char *const dist_name[D_COUNT] = {"normal", "outliers", "uniform", "positive", "tiny", "zeros"};
@@ -253,22 +235,6 @@ static bool check_identity(int t)
         fail("%s: row of %d values is %zu bytes in Nebula, %zu in ggml", q->name, N_PER_ROW,
              quant_row_size((enum quant_type)t, N_PER_ROW), gg.row_size(t, N_PER_ROW));
     return true;
-}
-
-/* Σ w·y in double over ggml's decode of w and the decoded activations y, and
- * the magnitude the tolerance scales with: Σ|w·y|, plus max|w|·Σ|y| for
- * blocked formats (their parts, a scale and a min, can exceed the value). */
-static double reference_dot(const float *w, const float *y, int64_t n, bool blocked, double *mag)
-{
-    double sum = 0, abs_wy = 0, abs_y = 0, max_w = 0;
-    for (int64_t i = 0; i < n; i++) {
-        sum += (double)w[i] * y[i];
-        abs_wy += fabs((double)w[i] * y[i]);
-        abs_y += fabs(y[i]);
-        max_w = fmax(max_w, fabs(w[i]));
-    }
-    *mag = abs_wy + (blocked ? max_w * abs_y : 0);
-    return sum;
 }
 
 /* Every dot Nebula has for t against the weight row `row` (whose ggml decode is w). */

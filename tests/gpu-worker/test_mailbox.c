@@ -1,7 +1,7 @@
-/* test_mailbox.c — the doorbell's protocol (gpu-worker/mailbox.h) without a
+/* test_mailbox.c — the mailbox's protocol (gpu-worker/mailbox.h) without a
  * GPU: the test thread plays the device, running the very step functions
- * k_mb_post and k_mb_wait run (mb_post_open, mb_post_publish,
- * mb_wait_answer), layer after layer as the stream does, against the
+ * k_mailbox_post and k_mailbox_wait run (mailbox_post_open, mailbox_post_publish,
+ * mailbox_wait_answer), layer after layer as the stream does, against the
  * backend's remote thread (gpu-worker/mailbox.c) and an answer function
  * that stands for the gw_moe_remote hook.
  *
@@ -34,7 +34,7 @@ struct answers {
     int sleep_ms;   /* each answer takes this long */
 };
 
-static int answer(void *ctx, const struct mb_head *h, char *err, size_t errlen)
+static int answer(void *ctx, const struct mailbox_head *h, char *err, size_t errlen)
 {
     struct answers *a = ctx;
     unsigned i = __atomic_fetch_add(&a->calls, 1, __ATOMIC_RELAXED);
@@ -49,9 +49,9 @@ static int answer(void *ctx, const struct mb_head *h, char *err, size_t errlen)
 
 /* The device: the stream's counters and the head. */
 struct dev {
-    struct mb_head *h;
-    unsigned int seq, want; /* d_mb_seq[0], [1] */
-    struct gw_mailbox mb;
+    struct mailbox_head *h;
+    unsigned int seq, want; /* d_mailbox_seq[0], [1] */
+    struct gw_mailbox mailbox;
     struct answers ans;
 };
 
@@ -63,35 +63,35 @@ static void dev_open(struct dev *d)
     cr_assert(d->h);
     memset(d->h, 0, sizeof *d->h);
     d->ans.fail_at = -1;
-    d->mb.head = d->h, d->mb.answer = answer, d->mb.ctx = &d->ans;
-    d->mb.pickup_ns = PICKUP_NS, d->mb.wait_ns = ANSWER_NS;
+    d->mailbox.head = d->h, d->mailbox.answer = answer, d->mailbox.ctx = &d->ans;
+    d->mailbox.pickup_ns = PICKUP_NS, d->mailbox.wait_ns = ANSWER_NS;
 }
 
 static void dev_close(struct dev *d)
 {
-    gw_mb_stop(&d->mb);
+    gw_mailbox_stop(&d->mailbox);
     free(d->h);
 }
 
-/* One layer as k_mb_post then k_mb_wait run it: n misses; the wait's result. */
+/* One layer as k_mailbox_post then k_mailbox_wait run it: n misses; the wait's result. */
 static int dev_layer(struct dev *d, int layer, int n)
 {
-    if (mb_post_open(d->h, &d->seq, n)) mb_post_publish(d->h, &d->seq, &d->want, layer, 1, n);
+    if (mailbox_post_open(d->h, &d->seq, n)) mailbox_post_publish(d->h, &d->seq, &d->want, layer, 1, n);
     else d->want = 0;
-    return mb_wait_answer(d->h, d->want, PICKUP_NS, ANSWER_NS);
+    return mailbox_wait_answer(d->h, d->want, PICKUP_NS, ANSWER_NS);
 }
 
 /* An eval's start and a clean end, which most tests need. */
 static void begin_ok(struct dev *d)
 {
     char err[512] = "";
-    cr_assert_eq(gw_mb_begin(&d->mb, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(gw_mailbox_begin(&d->mailbox, err, sizeof err), 0, "%s", err);
 }
 
 static void end_ok(struct dev *d)
 {
     char err[512] = "";
-    cr_assert_eq(gw_mb_end(&d->mb, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(gw_mailbox_end(&d->mailbox, err, sizeof err), 0, "%s", err);
 }
 
 static double now_s(void)
@@ -117,11 +117,11 @@ Test(mailbox, late_thread)
         dev_open(&d);
         begin_ok(&d); /* starts the thread */
         /* the device posts layer 0's request at once */
-        cr_assert(mb_post_open(d.h, &d.seq, 6));
-        mb_post_publish(d.h, &d.seq, &d.want, 0, 1, 6);
+        cr_assert(mailbox_post_open(d.h, &d.seq, 6));
+        mailbox_post_publish(d.h, &d.seq, &d.want, 0, 1, 6);
         const double t0 = now_s();
-        cr_assert_eq(mb_wait_answer(d.h, d.want, PICKUP_NS, ANSWER_NS), 0, "run %d: request 1 unanswered (lost %u)", run,
-                     d.h->lost);
+        cr_assert_eq(mailbox_wait_answer(d.h, d.want, PICKUP_NS, ANSWER_NS), 0,
+                     "run %d: request 1 unanswered (lost %u)", run, d.h->lost);
         cr_assert_lt(now_s() - t0, 0.1);
         cr_assert_eq(dev_layer(&d, 1, 0), 0);
         cr_assert_eq(dev_layer(&d, 2, 6), 0);
@@ -141,15 +141,15 @@ Test(mailbox, layers_without_misses)
     char err[512] = "";
     for (int ev = 0; ev < 50; ev++) {
         const unsigned calls0 = d.ans.calls;
-        cr_assert_eq(gw_mb_begin(&d.mb, err, sizeof err), 0, "eval %d: %s", ev, err);
+        cr_assert_eq(gw_mailbox_begin(&d.mailbox, err, sizeof err), 0, "eval %d: %s", ev, err);
         for (int l = 0; l < 7; l++) cr_assert_eq(dev_layer(&d, l, l % 2 ? 0 : 6), 0, "eval %d layer %d", ev, l);
-        cr_assert_eq(gw_mb_end(&d.mb, err, sizeof err), 0, "eval %d: %s", ev, err);
+        cr_assert_eq(gw_mailbox_end(&d.mailbox, err, sizeof err), 0, "eval %d: %s", ev, err);
         cr_assert_eq(d.ans.calls - calls0, 4, "eval %d", ev);
         if (ev == 0)
             for (int i = 0; i < 4; i++) cr_assert_eq(d.ans.layers[i], 2 * i);
         /* between evals the thread sleeps; an eval of the host path (no posts) in between changes nothing */
         if (ev % 10 == 3) {
-            cr_assert_eq(gw_mb_idle(&d.mb, err, sizeof err), 0, "%s", err);
+            cr_assert_eq(gw_mailbox_idle(&d.mailbox, err, sizeof err), 0, "%s", err);
             begin_ok(&d);
             end_ok(&d);
         }
@@ -174,7 +174,7 @@ Test(mailbox, counts_out_of_step)
     const double t0 = now_s();
     begin_ok(&d);
     for (int l = 0; l < 4; l++) cr_assert_eq(dev_layer(&d, l, 3), 0, "layer %d posts nothing and waits for nothing", l);
-    cr_assert_eq(gw_mb_end(&d.mb, err, sizeof err), NB_EIO);
+    cr_assert_eq(gw_mailbox_end(&d.mailbox, err, sizeof err), NB_EIO);
     cr_assert_lt(now_s() - t0, 0.1, "not at once");
     cr_assert(strstr(err, "out of step") && strstr(err, "posted 0 requests but 1 were answered"), "%s", err);
     cr_assert_eq(d.ans.calls, 1);
@@ -190,11 +190,11 @@ Test(mailbox, skipped_request)
     char err[512] = "";
     begin_ok(&d);
     cr_assert_eq(dev_layer(&d, 0, 2), 0);
-    d.seq++; /* request 2 posted where the host never saw it (mb_post_open would refuse: bypassed) */
+    d.seq++; /* request 2 posted where the host never saw it (mailbox_post_open would refuse: bypassed) */
     const double t0 = now_s();
-    mb_post_publish(d.h, &d.seq, &d.want, 1, 1, 2); /* request 3 */
-    cr_assert_eq(mb_wait_answer(d.h, d.want, PICKUP_NS, ANSWER_NS), 0);
-    cr_assert_eq(gw_mb_end(&d.mb, err, sizeof err), NB_EIO);
+    mailbox_post_publish(d.h, &d.seq, &d.want, 1, 1, 2); /* request 3 */
+    cr_assert_eq(mailbox_wait_answer(d.h, d.want, PICKUP_NS, ANSWER_NS), 0);
+    cr_assert_eq(gw_mailbox_end(&d.mailbox, err, sizeof err), NB_EIO);
     cr_assert_lt(now_s() - t0, 0.1);
     cr_assert(strstr(err, "request 3 posted while 1 was the last answered"), "%s", err);
     cr_assert_eq(d.ans.calls, 1, "the skipped request is not answered with the hook");
@@ -202,7 +202,7 @@ Test(mailbox, skipped_request)
 }
 
 /* A request posted where no thread serves (outside an eval, as a graph
- * replayed without mb_begin would): the device's wait gives up at the
+ * replayed without mailbox_begin would): the device's wait gives up at the
  * pick-up limit, not the answer's, naming the request; the next eval drops
  * it (its eval failed on it) and runs. */
 Test(mailbox, no_server)
@@ -214,10 +214,10 @@ Test(mailbox, no_server)
     cr_assert_eq(dev_layer(&d, 0, 5), -1);
     const double dt = now_s() - t0;
     cr_assert(dt >= PICKUP_NS / 1e9 * 0.9 && dt < ANSWER_NS / 1e9, "gave up after %.3f s", dt);
-    cr_assert_eq(d.h->lost, MB_LOST_UNTAKEN);
-    gw_mb_lost_msg(d.h, err, sizeof err);
+    cr_assert_eq(d.h->lost, MAILBOX_LOST_UNTAKEN);
+    gw_mailbox_lost_msg(d.h, err, sizeof err);
     cr_assert(strstr(err, "request 1 was not taken"), "%s", err);
-    cr_assert_eq(gw_mb_idle(&d.mb, err, sizeof err), 0, "no hook is running: %s", err);
+    cr_assert_eq(gw_mailbox_idle(&d.mailbox, err, sizeof err), 0, "no hook is running: %s", err);
     begin_ok(&d);
     cr_assert_eq(dev_layer(&d, 0, 5), 0);
     end_ok(&d);
@@ -225,7 +225,7 @@ Test(mailbox, no_server)
     dev_close(&d);
 }
 
-/* The thread serves only while an eval runs: a post between evals waits for the next mb_begin. */
+/* The thread serves only while an eval runs: a post between evals waits for the next mailbox_begin. */
 Test(mailbox, asleep_between_evals)
 {
     struct dev d;
@@ -249,7 +249,7 @@ Test(mailbox, hook_failure)
     char err[512] = "";
     begin_ok(&d);
     for (int l = 0; l < 7; l++) dev_layer(&d, l, 4);
-    cr_assert_eq(gw_mb_end(&d.mb, err, sizeof err), NB_EIO);
+    cr_assert_eq(gw_mailbox_end(&d.mailbox, err, sizeof err), NB_EIO);
     cr_assert(strstr(err, "told to fail at layer 2"), "%s", err);
     cr_assert_eq(d.ans.calls, 3);
     cr_assert_eq(d.seq, 3, "layers after the failure posted");
@@ -277,9 +277,9 @@ Test(mailbox, slow_hook)
     cr_assert_eq(d.h->timed_out, 1);
     cr_assert_eq(d.h->lost, 0, "a taken request is not lost");
     cr_assert_eq(dev_layer(&d, 1, 4), 0, "after a timeout later layers post nothing");
-    cr_assert_eq(gw_mb_end(&d.mb, err, sizeof err), NB_EIO);
+    cr_assert_eq(gw_mailbox_end(&d.mailbox, err, sizeof err), NB_EIO);
     cr_assert(strstr(err, "no answer from the remote-expert thread") && strstr(err, "request 1 (layer 0"), "%s", err);
-    cr_assert_eq(gw_mb_idle(&d.mb, err, sizeof err), NB_EIO);
+    cr_assert_eq(gw_mailbox_idle(&d.mailbox, err, sizeof err), NB_EIO);
     cr_assert(strstr(err, "its hook has not returned"), "%s", err);
     struct timespec ts = {1, 0};
     nanosleep(&ts, NULL);

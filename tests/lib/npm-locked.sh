@@ -1,6 +1,14 @@
 # npm-locked.sh — sourced by the tests that run npm packages (the tokenizer
-# parity test, the openai client test, the browser tests).
+# parity test, the openai client test, the ggml oracle, the browser tests).
 #
+# npm_need FAIL WHY: fails the test (FAIL, its failure function) unless node
+# and npm are installed; WHY ends the message ("node is not installed (WHY)").
+npm_need() {
+    local fail=$1 why=$2
+    command -v node >/dev/null || "$fail" "node is not installed ($why)"
+    command -v npm >/dev/null || "$fail" "npm is not installed ($why)"
+}
+
 # npm_ci_locked DIR WHAT FAIL: runs `npm ci` in DIR unless every package its
 # package-lock.json names is already installed at exactly the locked version
 # (so repeated test runs do not reinstall, and a stale node_modules is

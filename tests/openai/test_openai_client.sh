@@ -16,12 +16,11 @@ case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
 DIR=tests/openai
 fail() { echo "test_openai_client: FAIL: $*" >&2; exit 1; }
 
-command -v node >/dev/null || fail "node is not installed"
-command -v npm >/dev/null || fail "npm is not installed"
+. tests/lib/npm-locked.sh
+npm_need fail "needed for the openai client"
 [ -x "$bin/nebula-coordinator" ] || fail "$bin/nebula-coordinator is missing: run make first"
 
 # The locked npm packages, installed unless exactly those versions are there.
-. tests/lib/npm-locked.sh
 npm_ci_locked "$DIR" "the openai client" fail
 
 tmp=$(mktemp -d /tmp/nboai.XXXXXX)

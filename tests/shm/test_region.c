@@ -155,13 +155,20 @@ static int child_creates_and_dies(void *arg)
     _exit(0); /* no destroy, no unmap */
 }
 
-Test(region, next_start_removes_regions_of_a_dead_instance)
+/* Forks child_creates_and_dies (alive until killed, or gone at once) and
+ * waits for the id of the instance it leaves. */
+static pid_t spawn_orphan_instance(bool wait_for_kill, char id[SHM_ID_MAX])
 {
     fx_pipe_open(&child_pipe);
-    bool wait_for_kill = false;
     pid_t pid = fx_spawn(child_creates_and_dies, &wait_for_kill);
+    cr_assert_eq(fx_recv(&child_pipe, id, SHM_ID_MAX), 0);
+    return pid;
+}
+
+Test(region, next_start_removes_regions_of_a_dead_instance)
+{
     char id[SHM_ID_MAX];
-    cr_assert_eq(fx_recv(&child_pipe, id, sizeof id), 0);
+    pid_t pid = spawn_orphan_instance(false, id);
     cr_assert_eq(fx_reap(pid), 0);
     cr_assert_eq(fx_count_entries(id), 3, "ring-moe, stats and owner are left behind");
 
@@ -175,11 +182,8 @@ Test(region, next_start_removes_regions_of_a_dead_instance)
 
 Test(region, cleanup_leaves_a_live_instance_alone_until_it_is_killed)
 {
-    fx_pipe_open(&child_pipe);
-    bool wait_for_kill = true;
-    pid_t pid = fx_spawn(child_creates_and_dies, &wait_for_kill);
     char id[SHM_ID_MAX];
-    cr_assert_eq(fx_recv(&child_pipe, id, sizeof id), 0);
+    pid_t pid = spawn_orphan_instance(true, id);
 
     cr_assert_eq(shm_cleanup_stale(NULL, fx_err, sizeof fx_err), 0, "%s", fx_err);
     cr_assert_eq(fx_count_entries(id), 3, "a live instance keeps its regions");

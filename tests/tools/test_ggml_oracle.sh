@@ -22,13 +22,12 @@ DIR=tests/ggml
 ORACLE=$BUILD/tests/ggml/ggml_oracle
 fail() { echo "test_ggml_oracle: FAIL: $*" >&2; exit 1; }
 
-command -v node >/dev/null || fail "node is not installed (npm installs the ggml library)"
-command -v npm >/dev/null || fail "npm is not installed (it installs the ggml library)"
+. tests/lib/npm-locked.sh
+npm_need fail "needed to install the ggml library"
 [ -x "$ORACLE" ] || fail "$ORACLE is missing: run make test-build first"
 [ "$(uname -m)" = x86_64 ] || fail "the locked ggml build is for x86-64, this is $(uname -m)"
 
 # The locked npm package, installed unless exactly that version is there.
-. tests/lib/npm-locked.sh
 npm_ci_locked "$DIR" "the prebuilt ggml library" fail
 LIB=$DIR/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-base.so
 [ -f "$LIB" ] || fail "$LIB is missing from the package"

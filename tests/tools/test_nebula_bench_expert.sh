@@ -5,12 +5,8 @@
 # p50 ≤ p90 ≤ p99 ≤ max, names the wait policy it ran under, runs with busy
 # threads, and bad usage exits 2.  Run by tests/run-tests.sh with BUILD set.
 set -u
-BIN=${BUILD:-build}/bin/nebula-bench-expert
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
 . "$(dirname "$0")/../lib/check.sh"
-
-[ -x "$BIN" ] || { echo "FAIL $BIN not built"; exit 1; }
+check_tool nebula-bench-expert
 
 small=(--embd 256 --ff 64 --pool 4 --seconds 0.05)
 OMP_WAIT_POLICY=passive "$BIN" --latency --experts 1,3 --gap-us 0,50 --threads 2 --busy 1 "${small[@]}" >"$out"

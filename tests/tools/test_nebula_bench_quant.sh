@@ -3,12 +3,8 @@
 # prints a Markdown table with one row per ISA this CPU runs (scalar at 1.00x),
 # and bad usage exits 2.  Run by tests/run-tests.sh with BUILD set.
 set -u
-BIN=${BUILD:-build}/bin/nebula-bench-quant
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
 . "$(dirname "$0")/../lib/check.sh"
-
-[ -x "$BIN" ] || { echo "FAIL $BIN not built"; exit 1; }
+check_tool nebula-bench-quant
 
 "$BIN" --mib 1 --seconds 0.01 --type q4_K >"$out"; check "tiny run exits 0" [ $? -eq 0 ]
 check "table header" grep -q '^| type    | isa ' "$out"

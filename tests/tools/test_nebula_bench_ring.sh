@@ -3,12 +3,8 @@
 # prints a Markdown table with one row per (rows, wait) pair, leaves nothing
 # in /dev/shm, and bad usage exits 2.  Run by tests/run-tests.sh with BUILD set.
 set -u
-BIN=${BUILD:-build}/bin/nebula-bench-ring
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
 . "$(dirname "$0")/../lib/check.sh"
-
-[ -x "$BIN" ] || { echo "FAIL $BIN not built"; exit 1; }
+check_tool nebula-bench-ring
 
 "$BIN" --seconds 0.05 >"$out" &
 pid=$!

@@ -13,32 +13,8 @@
 set -u
 BUILD=${BUILD:-build}
 bin=$BUILD/bin
-tmp=$(mktemp -d)
+. tests/lib/pipeline.sh
 run=$tmp/run
-coord_pid= inst=
-cleanup() {
-    local p
-    for p in $(cat "$tmp/pids" 2>/dev/null) $coord_pid; do kill -9 "$p" 2>/dev/null; done
-    [ -n "$coord_pid" ] && wait "$coord_pid" 2>/dev/null
-    [ -n "$inst" ] && rm -f /dev/shm/nebula-"$inst"-*
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail=0 n=0
-ok() { n=$((n + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); n=$((n + 1)); }
-ctl() { "$bin/nebulactl" --runtime "$run" "$@"; }
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
-# Worker pids, remembered for the cleanup.
-note_pids() { ctl --json status 2>/dev/null | json "' '.join(str(w['pid']) for w in d['workers'])" >>"$tmp/pids"; }
-# Waits (15 s) until the status reply d satisfies a Python expression.
-wait_status() {
-    for _ in $(seq 150); do
-        ctl --json status 2>/dev/null | json "($1) or sys.exit(1)" >/dev/null 2>&1 && return 0
-        sleep 0.1
-    done
-    return 1
-}
 # Every worker ready and the gpu-worker's pid is not $1.
 wait_ready() { wait_status "all(w['state'] == 'ready' for w in d['workers']) and str(d['workers'][0]['pid']) != '$1'"; }
 # The worker of role $1 is ready with a pid other than $2.

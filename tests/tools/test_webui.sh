@@ -25,8 +25,8 @@ DIR=tests/web
 
 fail() { echo "test_webui: FAIL: $*" >&2; exit 1; }
 
-command -v node >/dev/null || fail "node is not installed (deploy/install-deps.sh installs it)"
-command -v npm >/dev/null || fail "npm is not installed (deploy/install-deps.sh installs it)"
+. tests/lib/npm-locked.sh
+npm_need fail "deploy/install-deps.sh installs it"
 CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
 [ -x "$CHROMIUM" ] || fail "$CHROMIUM is missing: the browser tests need Debian's chromium (deploy/install-deps.sh installs it)"
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || fail "nginx is not installed (deploy/install-deps.sh installs it)"
@@ -37,7 +37,6 @@ command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || fail "nginx is not inst
 make --no-print-directory web >/dev/null || fail "make web failed (npm ci in web/: registry unreachable?)"
 
 # The locked npm packages, installed unless exactly those versions are there.
-. tests/lib/npm-locked.sh
 npm_ci_locked "$DIR" "playwright-core" fail
 
 node --test "$DIR/unit.test.mjs" "$DIR/modules.test.mjs" || fail "unit tests of the page's modules"

@@ -37,7 +37,7 @@
  * threads sleep and each request starts with futex wake-ups, spinning ones
  * are still on their cores.  --busy B starts B threads that spin for the
  * whole run, the gpu-worker's host threads waiting for the experts (the
- * CUDA backend's doorbell thread spins; its main thread yields): with
+ * CUDA backend's mailbox thread spins; its main thread yields): with
  * --threads + B over the cores, OpenMP threads share cores with spinners.
  * Reported per (experts, gap): requests, p50 / p90 / p99 / max ms per
  * request, and GB/s of weights at the p50.

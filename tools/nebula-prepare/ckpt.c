@@ -45,26 +45,15 @@ struct ckpt {
     struct progress prog;
 };
 
-static int full_pwrite(int fd, const void *data, size_t n, uint64_t off)
+/* All n bytes at off, written from or read into buf (a short transfer
+ * goes on where it stopped, EINTR retries); 0, or -1 with errno set. */
+static int full_io(int fd, bool write, unsigned char *buf, size_t n, uint64_t off)
 {
-    const char *p = data;
     while (n) {
-        ssize_t w = pwrite(fd, p, n, (off_t)off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        p += w, n -= (size_t)w, off += (uint64_t)w;
-    }
-    return 0;
-}
-
-static int full_pread(int fd, void *data, size_t n, uint64_t off)
-{
-    char *p = data;
-    while (n) {
-        ssize_t r = pread(fd, p, n, (off_t)off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
-        p += r, n -= (size_t)r, off += (uint64_t)r;
+        ssize_t k = write ? pwrite(fd, buf, n, (off_t)off) : pread(fd, buf, n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        buf += k, n -= (size_t)k, off += (uint64_t)k;
     }
     return 0;
 }
@@ -133,7 +122,7 @@ static int replay(struct ckpt *c, int units, uint64_t *good, char *err, size_t e
             size_t n = ub - o < CHUNK_BYTES ? (size_t)(ub - o) : CHUNK_BYTES;
             int rc = c->src->fill(c->src->ctx, u, o, c->buf, n, err, errlen);
             if (rc) return rc;
-            if (full_pread(c->fd, c->back, n, off) != 0 || memcmp(c->buf, c->back, n) != 0) {
+            if (full_io(c->fd, false, c->back, n, off) != 0 || memcmp(c->buf, c->back, n) != 0) {
                 say("%s: the partial file differs from the input at byte %llu (unit %d); rewriting from there", c->name,
                     (unsigned long long)off, u);
                 return 0;
@@ -164,7 +153,7 @@ static int write_rest(struct ckpt *c, uint64_t from, char *err, size_t errlen)
             size_t n = ub - o < CHUNK_BYTES ? (size_t)(ub - o) : CHUNK_BYTES;
             int rc = c->src->fill(c->src->ctx, u, o, c->buf, n, err, errlen);
             if (rc) return rc;
-            if (full_pwrite(c->fd, c->buf, n, unit_start + o) != 0)
+            if (full_io(c->fd, true, c->buf, n, unit_start + o) != 0)
                 return nb_errf(err, errlen, NB_EIO, "%s: write at %llu: %s", c->tmp, (unsigned long long)(unit_start + o),
                                strerror(errno));
             sha_update(c->sha, c->buf, n);
