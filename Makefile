@@ -272,11 +272,11 @@ test-asan: deps
 	@$(MAKE) --no-print-directory BUILD=$(ASAN_BUILD) SANITIZE=1 test-build
 	@bash tests/run-asan.sh $(ASAN_BUILD)
 
-# make run [MODEL=M.gguf] [PORT=8090] [API_PORT=8091]: builds the engine and
+# make run [MODEL=M.gguf] [MTP=mtp.gguf] [PORT=8090] [API_PORT=8091]: builds the engine and
 # the page, starts Nebula (deploy/run.sh, docs/RUNNING.md); make stop stops it.
 run: deps
 	@$(MAKE) --no-print-directory all web
-	@bash deploy/run.sh $(BUILD) "$(MODEL)"
+	@bash deploy/run.sh $(BUILD) "$(MODEL)" "$(MTP)"
 
 stop:
 	@NEBULA_BIN=$(abspath $(BUILD))/bin bash deploy/stop.sh

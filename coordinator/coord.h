@@ -88,6 +88,7 @@ struct coord {
     char exe_dir[PATH_MAX];
     const char *config_path;       /* the nebula.conf read ("": none) */
     const char *model_path, *prepared;
+    const char *mtp_path; /* --mtp: a separate MTP GGUF, passed on to the workers that load the model (NULL: none) */
     char placement_path[PATH_MAX]; /* "" without --prepared: every expert local */
     int threads;
     int chunk;                     /* prefill tokens per step message */

@@ -45,7 +45,7 @@ static void on_child(int sig) { (void)sig, the_coord->got_sigchld = 1; }
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: nebula-coordinator [--config FILE] --model M.gguf [--prepared DIR] [--runtime DIR] [--threads N] [--chunk N]\n"
+    fprintf(f, "usage: nebula-coordinator [--config FILE] --model M.gguf [--mtp FILE] [--prepared DIR] [--runtime DIR] [--threads N] [--chunk N]\n"
                "                          [--backend auto|cpu|cuda] [--kernels ref|fast] [--cpu-kernels ref|fast]\n"
                "                          [--vram-budget BYTES] [--ctx N] [--layer-times]\n"
                "                          [--http HOST:PORT|off] [--max-queue N] [--max-body BYTES] [--demo] [--name NAME]\n"
@@ -60,6 +60,8 @@ static void usage(FILE *f)
                "  --config FILE    nebula.conf to read (default: $XDG_CONFIG_HOME/nebula/nebula.conf, else\n"
                "                   the repository's conf/nebula.conf); the flags below override it\n"
                "  --model FILE     qwen4exp GGUF the gpu-worker runs\n"
+               "  --mtp FILE       a separate MTP (draft) GGUF for it, passed to the workers that load the model\n"
+               "                   (Unsloth's MTP/mtp-*.gguf); without it the model file's own MTP block, or none\n"
                "  --prepared DIR   output of nebula-prepare: DIR/placement.json says which experts are not\n"
                "                   VRAM-tier (those go to the cpu-moe-worker); without it every expert is local\n"
                "  --runtime DIR    runtime directory (created 0700, removed at shutdown); default\n"
@@ -128,6 +130,7 @@ static int apply_conf(int argc, char **argv, struct coord *c, struct api_config 
     }
     c->config_path = used;
     c->model_path = k.model[0] ? k.model : NULL, c->prepared = k.prepared[0] ? k.prepared : NULL;
+    c->mtp_path = k.mtp[0] ? k.mtp : NULL;
     c->threads = k.threads, c->chunk = k.chunk, c->ctx = k.ctx, c->vram_budget = k.vram_budget;
     c->backend = k.backend, c->kernels = k.kernels, c->cpu_kernels = strcmp(k.cpu_kernels, "auto") ? k.cpu_kernels : "";
     h->port = k.api_port, h->max_queue = k.max_queue, h->max_body = (size_t)k.max_body;
@@ -163,6 +166,7 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
                                          {"cpu-kernels", required_argument, 0, 'C'},
                                          {"vram-budget", required_argument, 0, 'V'}, {"ctx", required_argument, 0, 'x'},
                                          {"layer-times", no_argument, 0, 'L'},  {"config", required_argument, 0, 'f'},
+                                         {"mtp", required_argument, 0, 'M'},
                                          {0, 0, 0, 0}};
     int ch;
     char err[256];
@@ -176,6 +180,7 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
         double d = 0;
         switch (ch) {
         case 'm': c->model_path = optarg; break;
+        case 'M': c->mtp_path = optarg; break;
         case 'p': c->prepared = optarg; break;
         case 'r': *runtime = optarg; break;
         case 't': c->threads = (int)strtol(optarg, &end, 10); break;
@@ -495,7 +500,7 @@ static void teardown(struct coord *c)
 static int start(struct coord *c, const char *runtime, char *err, size_t errlen)
 {
     int n_stale = 0, rc;
-    if ((rc = model_open(c->model_path, &c->m, err, errlen))) return rc;
+    if ((rc = model_open_mtp(c->model_path, c->mtp_path, &c->m, err, errlen))) return rc;
     if (gguf_find_key(c->m->gguf, "tokenizer.ggml.tokens") >= 0 && (rc = tok_load_gguf(c->m->gguf, &c->tok, err, errlen)))
         return rc;
     if ((rc = read_tiers(c, err, errlen))) return rc;

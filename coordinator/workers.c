@@ -155,6 +155,7 @@ static void send_configure(struct coord *c, struct coord_worker *w)
     struct ctl_configure k = {.threads = w->threads, .ring_spin_us = w->ring_spin_us, .stats_worker = w->stats_block};
     if (snprintf(k.instance, sizeof k.instance, "%s", shm_instance_id(c->inst)) >= (int)sizeof k.instance ||
         snprintf(k.model, sizeof k.model, "%s", c->model_path) >= (int)sizeof k.model ||
+        snprintf(k.mtp, sizeof k.mtp, "%s", c->mtp_path ? c->mtp_path : "") >= (int)sizeof k.mtp ||
         snprintf(k.prepared, sizeof k.prepared, "%s", c->prepared ? c->prepared : "") >= (int)sizeof k.prepared ||
         snprintf(k.placement, sizeof k.placement, "%s", c->placement_path) >= (int)sizeof k.placement) {
         nb_log("cannot configure %s: a path is longer than %d bytes", w->role, CTL_PATH_MAX - 1);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run.sh BUILD [MODEL] — what `make run` does after installing and building:
+# run.sh BUILD [MODEL [MTP]] — what `make run` does after installing and building:
 # picks the model, prepares it when that pays, and starts Nebula with
 # deploy/start.sh (the chat page on http://127.0.0.1:8090/).
 #
@@ -11,19 +11,23 @@
 # first split by nebula-prepare into PREPARED (default
 # ~/.cache/nebula/prepared/<name>/) with its experts placed on VRAM, RAM and
 # SSD by the machine's sizes (VRAM_BUDGET, RAM_BUDGET override them); a
-# directory already prepared for this file is used as it is.
+# directory already prepared for this file is used as it is.  `make run
+# MODEL=… MTP=mtp.gguf` adds a separate MTP (draft) GGUF, as Unsloth ships
+# MTP/mtp-*.gguf: it is prepared and served with the model.
 #
 # Environment (make passes its variables of the same names): PORT, API_PORT,
 # NEBULA_STATE_DIR, PREPARED, VRAM_BUDGET, RAM_BUDGET, THREADS, BACKEND (auto, cuda or cpu).
 set -euo pipefail
 BUILD=${1:-build}
 MODEL=${2:-}
+MTP=${3:-}
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 say() { printf 'nebula: %s\n' "$*"; }
 export NEBULA_BIN=$PWD/$BUILD/bin
 case $BUILD in /*) NEBULA_BIN=$BUILD/bin ;; esac
 # No MODEL: nebula.conf's model.path, if it names one (else the demo model).
 [ -n "$MODEL" ] || MODEL=$("$NEBULA_BIN/nebula" config get model.path 2>/dev/null || true)
+[ -n "$MTP" ] || MTP=$("$NEBULA_BIN/nebula" config get model.mtp 2>/dev/null || true)
 
 # What make passes overrides nebula.conf, which start.sh reads for the rest.
 args=()
@@ -39,8 +43,12 @@ else
     [ -r "$MODEL" ] || { say "cannot read the model file '$MODEL'"; exit 1; }
     "$NEBULA_BIN/nebula-gguf" info --no-tensors "$MODEL" >/dev/null ||
         { say "'$MODEL' is not a GGUF file Nebula can read (nebula-gguf info says why above)"; exit 1; }
-    say "model: $MODEL"
+    say "model: $MODEL${MTP:+ (MTP: $MTP)}"
     args+=(--model "$MODEL")
+    if [ -n "$MTP" ]; then
+        [ -r "$MTP" ] || { say "cannot read the MTP file '$MTP'"; exit 1; }
+        args+=(--mtp "$MTP")
+    fi
     experts=$("$NEBULA_BIN/nebula-gguf" info --key qwen4exp.expert_count "$MODEL" 2>/dev/null || echo 0)
     bytes=$(stat -L -c %s "$MODEL")
     # A split model (NAME-00001-of-00005.gguf): all its shards count.
@@ -61,7 +69,8 @@ else
         # the model means this directory was finished for it (re-verifying
         # 100 GB on every start would take minutes; nebula-prepare does it
         # when run by hand).
-        if [ ! -f "$prep/placement.json" ] || [ "$MODEL" -nt "$prep/placement.json" ]; then
+        if [ ! -f "$prep/placement.json" ] || [ "$MODEL" -nt "$prep/placement.json" ] ||
+            { [ -n "$MTP" ] && [ "$MTP" -nt "$prep/placement.json" ]; }; then
             gib() { echo "$(($1 >> 30))G"; }
             # nebula.conf's engine.vram_budget / engine.ram_budget (0: measured here) unless given.
             conf_bytes() { local v; v=$("$NEBULA_BIN/nebula" config get "$1" 2>/dev/null) && [ "$v" != 0 ] && echo "$v"; }
@@ -80,7 +89,7 @@ else
             fi
             say "preparing $MODEL into $prep (VRAM budget $vram, RAM budget $ram; the rest on SSD): this reads the whole model once"
             mkdir -p "$prep"
-            "$NEBULA_BIN/nebula-prepare" "$MODEL" "$prep" --vram-budget "$vram" --ram-budget "$ram"
+            "$NEBULA_BIN/nebula-prepare" "$MODEL" "$prep" --vram-budget "$vram" --ram-budget "$ram" ${MTP:+--mtp "$MTP"}
         fi
         args+=(--prepared "$prep")
     fi

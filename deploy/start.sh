@@ -3,7 +3,7 @@
 # serves the HTTP API on 127.0.0.1:API_PORT) and nginx (the chat page on
 # 127.0.0.1:PORT, proxying /v1/, /api/ and /metrics to the coordinator).
 #
-# usage: deploy/start.sh [--config FILE] [--model FILE] [--prepared DIR] [--demo] [--port 8090]
+# usage: deploy/start.sh [--config FILE] [--model FILE] [--mtp FILE] [--prepared DIR] [--demo] [--port 8090]
 #                        [--api-port 8091] [--state DIR] [--threads N]
 #                        [--max-body BYTES] [--name NAME] [--wait SECONDS]
 #
@@ -11,6 +11,8 @@
 #                     conf/nebula.conf of this checkout): the defaults of the options below
 #                     (docs/RUNNING.md lists its keys); the coordinator reads the same file
 #   --model FILE      the GGUF to serve (a Qwen3.8-Flash-Next, or the demo model)
+#   --mtp FILE        a separate MTP (draft) GGUF for it, as Unsloth ships MTP/mtp-*.gguf
+#                     (default: nebula.conf's model.mtp; none: the model file's own, if any)
 #   --prepared DIR    nebula-prepare's output for it (experts on RAM/SSD tiers)
 #   --demo            the bundled random-weight demo model (its answers are noise);
 #                     without --model it is build/models/demo.gguf, made when missing
@@ -48,13 +50,13 @@ for a in "$@"; do [ "$prev" = --config ] && config=$a; prev=$a; done
 cfg() { "$NEBULA_BIN/nebula" config get "$1" ${config:+--config "$config"}; }
 if [ -x "$NEBULA_BIN/nebula" ]; then
     cfg_err=$(cfg server.port 2>&1 >/dev/null) || { echo "start.sh: ${cfg_err#nebula: }" >&2; exit 2; }
-    model=$(cfg model.path) prepared=$(cfg model.prepared) name=$(cfg model.name)
+    model=$(cfg model.path) mtp=$(cfg model.mtp) prepared=$(cfg model.prepared) name=$(cfg model.name)
     port=$(cfg server.port) api_port=$(cfg server.api_port) max_body=$(cfg server.max_body)
     threads=$(cfg engine.threads) backend=$(cfg engine.backend)
     [ "$threads" != 0 ] || threads=
 else # not built yet: the built-in defaults (the checks below say what is missing)
     [ -z "$config" ] || { echo "start.sh: --config needs $NEBULA_BIN/nebula: run make" >&2; exit 2; }
-    model= prepared= name= port=8090 api_port=8091 max_body=4194304 threads= backend=auto
+    model= mtp= prepared= name= port=8090 api_port=8091 max_body=4194304 threads= backend=auto
 fi
 demo=0 state_arg= wait_s=1800 model_given=0
 WEB=${NEBULA_WEB:-$NEBULA_REPO/web}
@@ -63,6 +65,7 @@ while [ $# -gt 0 ]; do
     case $1 in
     --config) need "$@"; shift ;;
     --model) need "$@"; model=$2; model_given=1; shift ;;
+    --mtp) need "$@"; mtp=$2; shift ;;
     --prepared) need "$@"; prepared=$2; shift ;;
     --demo) demo=1 ;;
     --port) need "$@"; port=$2; shift ;;
@@ -80,7 +83,7 @@ while [ $# -gt 0 ]; do
 done
 
 # --demo without --model: the demo model, whatever nebula.conf's model.path says.
-[ "$demo" = 1 ] && [ "$model_given" = 0 ] && model= prepared=
+[ "$demo" = 1 ] && [ "$model_given" = 0 ] && model= mtp= prepared=
 is_port() { [[ $1 =~ ^[0-9]+$ ]] && [ "$1" -ge 1 ] && [ "$1" -le 65535 ]; }
 is_port "$port" || { echo "start.sh: --port must be a port number, not '$port'" >&2; exit 2; }
 is_port "$api_port" || { echo "start.sh: --api-port must be a port number, not '$api_port'" >&2; exit 2; }
@@ -177,6 +180,10 @@ if [ -z "$model" ]; then
 fi
 [ -r "$model" ] || { log_error "cannot read the model file '$model'"; exit 1; }
 model=$(cd "$(dirname "$model")" && pwd)/$(basename "$model")
+if [ -n "$mtp" ]; then
+    [ -r "$mtp" ] || { log_error "cannot read the MTP file '$mtp'"; exit 1; }
+    mtp=$(cd "$(dirname "$mtp")" && pwd)/$(basename "$mtp")
+fi
 if [ -n "$prepared" ]; then
     [ -r "$prepared/placement.json" ] || { log_error "'$prepared' is not a nebula-prepare directory (no placement.json)"; exit 1; }
     prepared=$(cd "$prepared" && pwd)
@@ -245,6 +252,7 @@ chmod 600 "$STATE/webui-error.log"
 args=(--model "$model" --runtime "$STATE/engine" --http "127.0.0.1:$api_port" --max-body "$max_body" --backend "$backend")
 [ -n "$config" ] && args=(--config "$(cd "$(dirname "$config")" && pwd)/$(basename "$config")" "${args[@]}")
 [ -n "$prepared" ] && args+=(--prepared "$prepared")
+[ -n "$mtp" ] && args+=(--mtp "$mtp")
 [ -n "$threads" ] && args+=(--threads "$threads")
 [ -n "$name" ] && args+=(--name "$name")
 [ "$demo" = 1 ] && args+=(--demo)

@@ -342,11 +342,13 @@ void gw_vram_plan(const struct model *m, const uint8_t *local, int64_t n_ctx, st
     p->scratch = scratch_bytes(m, n_ctx);
     /* matrices (not the small tensors, which are F32 on the device anyway) the device widens */
     p->n_widened = 0, p->widened_name = NULL, p->widened_type = -1;
-    for (int64_t i = 0; m->gguf && i < gguf_tensor_count(m->gguf); i++) {
-        const struct gguf_tensor *t = gguf_tensor_at(m->gguf, i);
-        if (t->n_dims < 2 || gw_vram_native_type((int)t->type)) continue;
-        if (p->n_widened++ == 0) p->widened_name = t->name, p->widened_type = (int)t->type;
-    }
+    const gguf_file *files[] = {m->gguf, m->mtp_gguf}; /* the trunk's file and a separate MTP file */
+    for (int f = 0; f < 2; f++)
+        for (int64_t i = 0; files[f] && i < gguf_tensor_count(files[f]); i++) {
+            const struct gguf_tensor *t = gguf_tensor_at(files[f], i);
+            if (t->n_dims < 2 || gw_vram_native_type((int)t->type)) continue;
+            if (p->n_widened++ == 0) p->widened_name = t->name, p->widened_type = (int)t->type;
+        }
 }
 
 uint64_t gw_vram_total(const struct gw_vram_parts *p) { return p->dense + p->mtp + p->kv + p->slots + p->scratch; }

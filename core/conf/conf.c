@@ -36,6 +36,7 @@ struct key {
 #define F(field) offsetof(struct conf_settings, field), sizeof(((struct conf_settings *)0)->field)
 static const struct key KEYS[] = {
     {"model", "path", K_STR, F(model), 0, 0, NULL, ""},
+    {"model", "mtp", K_STR, F(mtp), 0, 0, NULL, ""},
     {"model", "prepared", K_STR, F(prepared), 0, 0, NULL, ""},
     {"model", "name", K_STR, F(name), 0, 0, NULL, ""},
     {"server", "port", K_INT, F(port), 1, 65535, NULL, "8090"},

@@ -20,6 +20,7 @@
 struct conf_settings {
     /* [model] */
     char model[CONF_PATH_MAX];    /* model.path: the GGUF ("": none; start.sh: the demo model) */
+    char mtp[CONF_PATH_MAX];      /* model.mtp: a separate MTP GGUF ("": the model file's own, or none) */
     char prepared[CONF_PATH_MAX]; /* model.prepared: nebula-prepare's directory ("": none) */
     char name[CONF_NAME_MAX];     /* model.name: its id in the API ("": GGUF general.name) */
     /* [server] */

@@ -34,6 +34,7 @@ cJSON *ctl_configure_to_json(const struct ctl_configure *c)
     if (!m) return NULL;
     cJSON_AddStringToObject(m, "instance", c->instance);
     cJSON_AddStringToObject(m, "model", c->model);
+    cJSON_AddStringToObject(m, "mtp", c->mtp);
     cJSON_AddStringToObject(m, "prepared", c->prepared);
     cJSON_AddStringToObject(m, "placement", c->placement);
     cJSON_AddNumberToObject(m, "threads", c->threads);
@@ -81,6 +82,7 @@ int ctl_configure_parse(const cJSON *m, struct ctl_configure *c, char *err, size
     uint64_t threads, spin_us, worker, slots, first, count, n_ctx;
     int rc = get_str(m, "instance", c->instance, sizeof c->instance, err, errlen);
     if (!rc) rc = get_str(m, "model", c->model, sizeof c->model, err, errlen);
+    if (!rc) rc = get_str(m, "mtp", c->mtp, sizeof c->mtp, err, errlen);
     if (!rc) rc = get_str(m, "prepared", c->prepared, sizeof c->prepared, err, errlen);
     if (!rc) rc = get_str(m, "placement", c->placement, sizeof c->placement, err, errlen);
     if (!rc) rc = get_num(m, "threads", &threads, err, errlen);

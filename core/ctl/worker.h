@@ -25,6 +25,7 @@
 struct ctl_configure {
     char instance[32];             /* shm instance id */
     char model[CTL_PATH_MAX];      /* the input GGUF ("" if the worker needs none) */
+    char mtp[CTL_PATH_MAX];        /* a separate MTP GGUF for the model ("": the model file's own, or none) */
     char prepared[CTL_PATH_MAX];   /* the nebula-prepare directory */
     char placement[CTL_PATH_MAX];  /* placement.json ("": PREPARED/placement.json; none without PREPARED) */
     int threads;                   /* compute threads (0: the worker's default) */

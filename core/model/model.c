@@ -332,13 +332,88 @@ static int read_arch(const gguf_file *g, char *err, size_t errlen)
     return 0;
 }
 
-static int load(struct model *m, char *err, size_t errlen)
+/* Every tensor's type must be one the quant table can decode: checked over
+ * the whole file before anything is bound, so a file of an unsupported type
+ * fails at once, in one line naming the first such tensor and its type. */
+static int check_types(const gguf_file *g, char *err, size_t errlen)
+{
+    for (int64_t i = 0; i < gguf_tensor_count(g); i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(g, i);
+        const struct quant_traits *qt = quant_traits_of((enum quant_type)t->type);
+        if (!qt || !qt->to_float)
+            return nb_errf(err, errlen, NB_ENOTSUP, "%s: type %s (%u) cannot be dequantized: Nebula has no decoder for it",
+                           t->name, quant_type_name((enum quant_type)t->type), t->type);
+    }
+    return 0;
+}
+
+/* Whether the file holds any tensor of block il (published main files
+ * declare the MTP block in block_count and ship its tensors separately). */
+static bool has_block(const gguf_file *g, int il)
+{
+    char prefix[32];
+    int n = snprintf(prefix, sizeof prefix, "blk.%d.", il);
+    for (int64_t i = 0; i < gguf_tensor_count(g); i++)
+        if (strncmp(gguf_tensor_at(g, i)->name, prefix, (size_t)n) == 0) return true;
+    return false;
+}
+
+/* The keys whose values must agree between the trunk and a separate MTP
+ * file (where both have them): every shape of the MTP block follows from them. */
+static const char *const mtp_same_keys[] = {
+    KEY("embedding_length"), KEY("hyper_connection.count"), KEY("hyper_connection.low_rank"),
+    KEY("attention.head_count"), KEY("attention.head_count_kv"), KEY("attention.key_length"),
+    KEY("attention.value_length"), KEY("expert_count"), KEY("expert_used_count"),
+    KEY("expert_feed_forward_length"), KEY("expert_shared_feed_forward_length"), KEY("vocab_size"),
+};
+
+/* Opens the separate MTP file and checks it belongs to this trunk. */
+static int open_mtp(struct model *m, const char *path, char *err, size_t errlen)
+{
+    char why[768];
+    int rc = gguf_open(path, &m->mtp_gguf, why, sizeof why);
+    if (rc) return nb_errf(err, errlen, rc, "MTP file %s: %s", path, why);
+    const gguf_file *g = m->mtp_gguf;
+    int n_block = 0, nextn = 0;
+    if (!rc) rc = read_arch(g, why, sizeof why);
+    if (!rc) rc = req_int(g, KEY("block_count"), &n_block, why, sizeof why);
+    if (!rc) rc = opt_int(g, KEY("nextn_predict_layers"), &nextn, why, sizeof why);
+    if (!rc && nextn != 1)
+        rc = nb_errf(why, sizeof why, NB_EFORMAT, "%s is %d, an MTP file has 1", KEY("nextn_predict_layers"), nextn);
+    if (!rc && n_block - nextn != m->hp.n_layer)
+        rc = nb_errf(why, sizeof why, NB_EFORMAT, "its MTP block is blk.%d (%s %d) but the model has %d trunk layers: "
+                     "an MTP file of another model", n_block - nextn, KEY("block_count"), n_block, m->hp.n_layer);
+    for (size_t k = 0; !rc && k < sizeof mtp_same_keys / sizeof *mtp_same_keys; k++) {
+        const char *key = mtp_same_keys[k];
+        int64_t a, b;
+        if (gguf_find_key(g, key) < 0 || gguf_find_key(m->gguf, key) < 0) continue;
+        if ((rc = gguf_get_i64(g, key, &a, why, sizeof why)) || (rc = gguf_get_i64(m->gguf, key, &b, why, sizeof why))) break;
+        if (a != b) rc = nb_errf(why, sizeof why, NB_EFORMAT, "%s is %lld, the model's is %lld", key, (long long)a, (long long)b);
+    }
+    if (!rc && !has_block(g, m->hp.n_layer))
+        rc = nb_errf(why, sizeof why, NB_ENOENT, "no blk.%d tensors (the MTP block)", m->hp.n_layer);
+    if (!rc) rc = check_types(g, why, sizeof why);
+    if (rc) return nb_errf(err, errlen, rc, "MTP file %s: %s", path, why);
+    return 0;
+}
+
+static int load(struct model *m, const char *mtp_path, char *err, size_t errlen)
 {
     int rc, n_block;
     if ((rc = read_arch(m->gguf, err, errlen))) return rc;
+    if ((rc = check_types(m->gguf, err, errlen))) return rc;
     if ((rc = read_core(m->gguf, &m->hp, &n_block, err, errlen))) return rc;
     if ((rc = read_gdn_moe(m->gguf, &m->hp, err, errlen))) return rc;
     if ((rc = read_vocab(m->gguf, &m->hp, err, errlen))) return rc;
+    if (mtp_path) {
+        if ((rc = open_mtp(m, mtp_path, err, errlen))) return rc;
+        if (!(m->mtp_path = strdup(mtp_path))) return nb_errf(err, errlen, NB_ENOMEM, "MTP path");
+        m->hp.n_nextn = 1;
+    } else if (m->hp.n_nextn > 0 && !has_block(m->gguf, m->hp.n_layer)) {
+        m->hp.n_nextn = 0;
+        m->nextn_declared_absent = true;
+    }
+    n_block = m->hp.n_layer + m->hp.n_nextn;
     m->layers = calloc((size_t)n_block, sizeof *m->layers);
     if (!m->layers) return nb_errf(err, errlen, NB_ENOMEM, "%d layers", n_block);
     if ((rc = read_layer_kinds(m->gguf, m, n_block, err, errlen))) return rc;
@@ -347,13 +422,13 @@ static int load(struct model *m, char *err, size_t errlen)
     return model_bind_tensors(m, err, errlen);
 }
 
-int model_open(const char *path, struct model **out, char *err, size_t errlen)
+int model_open_mtp(const char *path, const char *mtp_path, struct model **out, char *err, size_t errlen)
 {
     *out = NULL;
     struct model *m = calloc(1, sizeof *m);
     if (!m) return nb_errf(err, errlen, NB_ENOMEM, "model");
     int rc = gguf_open(path, &m->gguf, err, errlen);
-    if (rc == 0) rc = load(m, err, errlen);
+    if (rc == 0) rc = load(m, mtp_path && *mtp_path ? mtp_path : NULL, err, errlen);
     if (rc) {
         model_close(m);
         return rc;
@@ -362,10 +437,28 @@ int model_open(const char *path, struct model **out, char *err, size_t errlen)
     return 0;
 }
 
+int model_open(const char *path, struct model **out, char *err, size_t errlen)
+{
+    return model_open_mtp(path, NULL, out, err, errlen);
+}
+
+void model_mtp_describe(const struct model *m, char *buf, size_t len)
+{
+    const struct model_hparams *hp = &m->hp;
+    if (hp->n_nextn == 0)
+        snprintf(buf, len, "no MTP block%s: running without speculative decoding (--mtp FILE adds one)",
+                 m->nextn_declared_absent ? " (the file declares one but holds none of its tensors)" : "");
+    else
+        snprintf(buf, len, "MTP block blk.%d from %s%s", hp->n_layer, m->mtp_path ? m->mtp_path : "the model file",
+                 m->nextn_uses_trunk_head ? " (its head mixer is the trunk's)" : "");
+}
+
 void model_close(struct model *m)
 {
     if (!m) return;
     free(m->layers);
+    free(m->mtp_path);
+    if (m->mtp_gguf) gguf_close(m->mtp_gguf);
     if (m->gguf) gguf_close(m->gguf);
     free(m);
 }

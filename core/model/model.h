@@ -5,7 +5,8 @@
  * released model), then binds every tensor by name exactly once into the
  * semantic structs below (`layer->gdn.qkv`, `layer->moe.gate_exps`, ...),
  * checking each tensor's shape against the hyperparameters and its type
- * against the quant table.  A failure names the key or tensor at fault
+ * against the quant table (every tensor of the file is checked first, so an
+ * unsupported type fails up front in one line naming tensor and type).  A failure names the key or tensor at fault
  * ("blk.3.attn_q.weight: expected 64×192, got 64×96").  After load nothing
  * looks a name up again: backends read struct fields.
  *
@@ -171,13 +172,27 @@ struct model {
     struct model_tensor ple_table;  /* [W, R]; absent without PLE */
     struct model_layer *layers;     /* n_layer + n_nextn */
     bool nextn_uses_trunk_head;     /* MTP has no hc_head_*: it reuses output_hc (callers may log it) */
+    bool nextn_declared_absent;     /* the file declares an MTP block (nextn_predict_layers) without its
+                                       tensors, as published main files do: loaded without MTP */
     gguf_file *gguf;
+    gguf_file *mtp_gguf;            /* the separate MTP file (model_open_mtp), NULL otherwise */
+    char *mtp_path;                 /* its path (for messages), NULL otherwise */
 };
 
 /* Opens and binds a qwen4exp GGUF (one file or any shard of a split set).
  * Returns 0 or a negative NB_E*, with err naming the key/tensor at fault. */
 int model_open(const char *path, struct model **out, char *err, size_t errlen);
+/* The same with the MTP block taken from a separate GGUF (mtp_path; NULL: as
+ * model_open), as Unsloth ships `mtp-*.gguf`: a qwen4exp file whose
+ * block_count is the trunk's plus one, nextn_predict_layers 1, holding the
+ * blk.L tensors (any trunk tensors in it are ignored).  Its hyperparameters
+ * and every shape must match the trunk's; a mismatch names the key or
+ * tensor ("MTP file F: ...").  It replaces an MTP block of the main file. */
+int model_open_mtp(const char *path, const char *mtp_path, struct model **out, char *err, size_t errlen);
 void model_close(struct model *m);
+/* One line for the log about speculative decoding: which MTP block drafts,
+ * or that there is none (the caller prints it). */
+void model_mtp_describe(const struct model *m, char *buf, size_t len);
 
 /* Width of the wide residual, n·C. */
 static inline int64_t model_wide(const struct model_hparams *hp) { return (int64_t)hp->hc_count * hp->n_embd; }

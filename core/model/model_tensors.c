@@ -8,7 +8,10 @@
  * list of tensors; the message names the tensor:
  *     "blk.3.attn_q.weight: expected 64×192, got 64×96".
  * Fused routed experts (`ffn_gate_up_exps`, gate rows first) are accepted in
- * place of gate/up: the two slots become strided views of it. */
+ * place of gate/up: the two slots become strided views of it.  The MTP block
+ * is bound from the separate MTP file when one was given (model_open_mtp),
+ * against the trunk's hyperparameters, so a file of another shape fails
+ * naming its tensor. */
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -194,6 +197,12 @@ static void bind_nextn(struct binder *b, struct model *m, struct model_layer *l,
         bind_hc(b, hp, &w->head, false, prefix);
         return;
     }
+    /* An MTP-only file of the revision that drops the mixer from the trunk
+     * file keeps the draft head's as output_hc_* (docs/CONVERSION.md §3.6). */
+    if (b->g != m->gguf && gguf_find_tensor(b->g, "output_hc_norm.weight")) {
+        bind_hc(b, hp, &w->head, false, "output_hc");
+        return;
+    }
     w->head = m->output_hc;
     m->nextn_uses_trunk_head = true;
 }
@@ -225,6 +234,13 @@ int model_bind_tensors(struct model *m, char *err, size_t errlen)
     if (!m->output.data) m->output = m->tok_embd;
     bind_hc(&b, hp, &m->output_hc, false, "output_hc");
     if (hp->ple_layer >= 0) bind_ple_table(&b, m);
-    for (int il = 0; il < hp->n_layer + hp->n_nextn && !b.rc; il++) bind_layer(&b, m, il);
-    return b.rc;
+    for (int il = 0; il < hp->n_layer && !b.rc; il++) bind_layer(&b, m, il);
+    if (b.rc || hp->n_nextn == 0) return b.rc;
+    /* The MTP block, from the separate MTP file when there is one. */
+    char why[768] = "";
+    struct binder bm = {m->mtp_gguf ? m->mtp_gguf : m->gguf, why, sizeof why, 0};
+    bind_layer(&bm, m, hp->n_layer);
+    if (bm.rc && m->mtp_gguf) return nb_errf(err, errlen, bm.rc, "MTP file %s: %s", m->mtp_path, why);
+    if (bm.rc) return nb_errf(err, errlen, bm.rc, "%s", why);
+    return 0;
 }

@@ -189,7 +189,10 @@ static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
     if (kernels && gw_kernels_parse(kernels, &k))
         return nb_errf(err, errlen, NB_EINVAL, "configure: kernels \"%s\": want ref or fast", kernels);
     w->block = c.stats_worker, w->layer_times = c.layer_times;
-    if ((rc = model_open(c.model, &w->m, err, errlen))) return rc;
+    if ((rc = model_open_mtp(c.model, c.mtp, &w->m, err, errlen))) return rc;
+    char mtp_line[1200];
+    model_mtp_describe(w->m, mtp_line, sizeof mtp_line);
+    nb_log("%s", mtp_line);
     /* The placement (core/prepared reads it), when there is one. */
     int64_t n_remote = 0;
     struct prepared_idx x = {0};

@@ -202,7 +202,7 @@ Test(ctl, worker_heartbeats_while_setting_up)
  * a message without ring_spin_us or with an absurd one is refused by name. */
 Test(ctl, configure_round_trip_and_ring_spin)
 {
-    struct ctl_configure a = {.instance = "nebula-1-2", .prepared = "/p", .threads = 15, .ring_spin_us = 5000,
+    struct ctl_configure a = {.instance = "nebula-1-2", .mtp = "/m/mtp.gguf", .prepared = "/p", .threads = 15, .ring_spin_us = 5000,
                               .stats_worker = 1, .moe_offset = 4096, .staging_slot_bytes = 8192, .staging_slots = 4,
                               .staging_first = 1, .staging_count = 3, .backend = "cuda", .kernels = "ref",
                               .vram_budget = 80ull << 30, .n_ctx = 4096, .layer_times = true},
@@ -217,11 +217,12 @@ Test(ctl, configure_round_trip_and_ring_spin)
     cr_assert_str_eq(b.placement, "/p/placement.json");
     cr_assert_str_eq(b.backend, "cuda");
     cr_assert_str_eq(b.kernels, "ref");
+    cr_assert_str_eq(b.mtp, "/m/mtp.gguf");
     cr_assert_eq(b.vram_budget, 80ull << 30);
     cr_assert_eq(b.n_ctx, 4096);
     cr_assert(b.layer_times);
     /* Every field is required: one encoder, so a message without one is not ours. */
-    static const char *required[] = {"backend", "kernels", "vram_budget", "ctx", "layer_times", "threads"};
+    static const char *required[] = {"backend", "kernels", "vram_budget", "ctx", "layer_times", "threads", "mtp"};
     for (size_t i = 0; i < sizeof required / sizeof *required; i++) {
         cJSON *cut = cJSON_Duplicate(m, 1);
         cJSON_DeleteItemFromObject(cut, required[i]);

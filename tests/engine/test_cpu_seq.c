@@ -237,3 +237,38 @@ Test(cpu_mtp, chained_drafting_equals_step_by_step)
     free(wide), free(lc), free(ls), free(state), free(la);
     rig_close(&r);
 }
+
+/* The published layout: the MTP block in a file of its own (nebula-convert
+ * --mtp-out, as Unsloth ships MTP/mtp-*.gguf), bound with model_open_mtp,
+ * drafts exactly as the same block inside the model file does; the main file
+ * alone (it declares the block without its tensors) loads without MTP. */
+Test(cpu_mtp, separate_file_equals_in_file, .timeout = 120)
+{
+    struct rig in, sep = {0};
+    rig_open(&in, "tiny-b");
+    const char *mtp = "build/fixtures/tiny-b-f32-mtp-only.gguf";
+    const char *main_path = fixture_converted("tiny-b-f32-mtp-separate", "tests/fixtures/tiny-b",
+                                              "--type f32 --mtp-out build/fixtures/tiny-b-f32-mtp-only.gguf");
+    char err[512];
+    struct model *alone;
+    cr_assert_eq(model_open(main_path, &alone, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(alone->hp.n_nextn, 0, "the main file holds no MTP block");
+    cr_expect(alone->nextn_declared_absent);
+    model_close(alone);
+    cr_assert_eq(model_open_mtp(main_path, mtp, &sep.m, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sep.m->hp.n_nextn, 1);
+    cr_assert_eq(gw_backend_create(sep.m, NULL, &sep.be, err, sizeof err), 0, "%s", err);
+    sep.tok = fixture_ints("tiny-b", "tokens.txt", &sep.T);
+    sep.V = sep.m->hp.n_vocab, sep.wide = model_wide(&sep.m->hp);
+    size_t nw = (size_t)CTX * (size_t)in.wide, nl = (size_t)(CTX - 1) * (size_t)in.V;
+    float *w1 = malloc(nw * sizeof *w1), *w2 = malloc(nw * sizeof *w2), *l1 = malloc(nl * sizeof *l1);
+    float *l2 = malloc(nl * sizeof *l2), *o1 = calloc(nw, sizeof *o1), *o2 = calloc(nw, sizeof *o2);
+    gw_seq *a = mtp_ready(&in, w1, l1, o1), *b = mtp_ready(&sep, w2, l2, o2);
+    cr_expect_eq(memcmp(w1, w2, nw * sizeof *w1), 0, "same trunk");
+    cr_expect_eq(memcmp(l1, l2, nl * sizeof *l1), 0, "same MTP logits");
+    cr_expect_eq(memcmp(o1, o2, nw * sizeof *o1), 0, "same MTP wide state");
+    gw_seq_free(a), gw_seq_free(b);
+    free(w1), free(w2), free(l1), free(l2), free(o1), free(o2);
+    rig_close(&sep);
+    rig_close(&in);
+}

@@ -371,3 +371,28 @@ Test(vram, layouts)
         model_close(m);
     }
 }
+
+/* A separate MTP file (nebula-convert --mtp-out) of a type (q4_1) whose
+ * matrices the device widens to F32: the plan counts the same bytes as
+ * with the block inside the model file, and its widened matrices too. */
+Test(vram, separate_mtp_file_counts_the_same)
+{
+    char err[512] = "";
+    struct model *in = open_fixture("tiny-b", "q4_1"), *sep;
+    const char *main_path = fixture_converted("tiny-b-q4_1-mtp-separate", "tests/fixtures/tiny-b",
+                                              "--type q4_1 --mtp-out build/fixtures/tiny-b-q4_1-mtp-only.gguf");
+    cr_assert_eq(model_open_mtp(main_path, "build/fixtures/tiny-b-q4_1-mtp-only.gguf", &sep, err, sizeof err), 0, "%s", err);
+    uint64_t d1, m1, d2, m2;
+    cr_assert_eq(gw_vram_dense_bytes(in, &d1, &m1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(gw_vram_dense_bytes(sep, &d2, &m2, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(d1, d2);
+    cr_assert_eq(m1, m2);
+    cr_assert_gt(m2, 0);
+    struct gw_vram_parts p1, p2;
+    gw_vram_plan(in, NULL, 256, &p1);
+    gw_vram_plan(sep, NULL, 256, &p2);
+    cr_assert_eq(p1.slots, p2.slots, "the MTP block's experts are slots too");
+    cr_assert_gt(p2.n_widened, 0);
+    cr_assert_eq(p1.n_widened, p2.n_widened, "the MTP file's widened matrices are counted");
+    model_close(in), model_close(sep);
+}

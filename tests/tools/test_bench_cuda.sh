@@ -7,13 +7,7 @@
 # stats deltas, roofline) on a tiny config: both configurations, every prompt
 # length, k x layers routed experts per token, the routing curve, --append.
 set -u
-BUILD=${BUILD:-build}
-bin=$BUILD/bin
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0 n=0
-ok() { n=$((n + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); n=$((n + 1)); }
+. tests/lib/counted.sh
 roof=tools/bench/roofline.py
 field() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 

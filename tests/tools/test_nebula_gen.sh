@@ -12,25 +12,9 @@
 # same; the bytes depend on the seed only, not on the thread count; the model
 # gives finite logits.
 set -u
-BUILD=${BUILD:-build}
-bin=$BUILD/bin
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0 n=0
-ok() { n=$((n + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); n=$((n + 1)); }
-gen=$bin/nebula-gen
-info() { "$bin/nebula-gguf" info "$1"; }
-type_of() { info "$1" | awk -v t="$2" '$2 == t {print $3}'; }
-key_of() { info "$1" | awk -v k="$2" '$3 == k {print $5}'; }
+. tests/lib/counted.sh
 
-python3 - "$tmp/tiny.json" <<'PY'
-import json, sys
-c = json.load(open("tests/fixtures/tiny-a/config.json"))
-c.update(hidden_size=256, num_experts=64, num_experts_per_tok=4, moe_intermediate_size=64,
-         shared_expert_intermediate_size=64, ple_embed_dim=256)
-json.dump(c, open(sys.argv[1], "w"))
-PY
+python3 tests/lib/tiny_gen_config.py "$tmp/tiny.json"
 cfg=$tmp/tiny.json
 
 # Arguments.

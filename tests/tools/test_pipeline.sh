@@ -152,6 +152,28 @@ coord_pid=
 XDG_RUNTIME_DIR=$tmp/xdg "$bin/nebulactl" status >/dev/null 2>"$tmp/e"
 grep -q "no coordinator is running" "$tmp/e" && ok || bad "nebulactl with no instance: '$(cat "$tmp/e")'"
 
+# The published layouts: tiny-b as a split set (the n-gram table alone in
+# shard 2) and a separate MTP file; the coordinator passes --mtp on to the
+# gpu-worker (its configure), which says where its MTP block came from; the
+# greedy ids are the single process's.
+"$bin/nebula-convert" tests/fixtures/tiny-b "$tmp/b.gguf" --type f32 --split --mtp-out "$tmp/b-mtp.gguf" -q --threads 1 \
+    || bad "nebula-convert tiny-b --split --mtp-out"
+"$bin/nebula-coordinator" --backend "${TEST_BACKEND:-cpu}" --model "$tmp/b-00001-of-00002.gguf" --mtp "$tmp/b-mtp.gguf" \
+    --runtime "$run" --threads 2 --http 127.0.0.1:0 2>"$tmp/coord.log" &
+coord_pid=$!
+for _ in $(seq 100); do [ -S "$run/ctl.sock" ] && break; sleep 0.1; done
+wait_ready none && ok || bad "workers not ready on the split set + MTP file: $(tail -5 "$tmp/coord.log")"
+note_pids
+inst=$(ctl --json status | json "d['instance']")
+"$bin/nebula" generate -m "$tmp/b-00001-of-00002.gguf" --mtp "$tmp/b-mtp.gguf" --tokens-file tests/fixtures/tiny-b/tokens.txt \
+    --greedy -n 16 --print-ids >"$tmp/b-local.out" 2>/dev/null
+"$bin/nebula" generate --server "$run" --tokens-file tests/fixtures/tiny-b/tokens.txt --greedy -n 16 --print-ids \
+    >"$tmp/b-server.out" 2>>"$tmp/gen.err" && cmp -s "$tmp/b-local.out" "$tmp/b-server.out" && ok \
+    || bad "split set + MTP file: server ids differ from the single process's: $(tail -1 "$tmp/b-server.out")"
+grep -q "MTP block blk.5 from $tmp/b-mtp.gguf" "$run/gpu-worker.log" && ok || bad "the gpu-worker did not load the MTP file: $(grep -i mtp "$run/gpu-worker.log")"
+ctl shutdown >/dev/null && wait "$coord_pid" && ok || bad "shutdown (split set + MTP file)"
+coord_pid=
+
 # All-RAM and mixed (VRAM + RAM + SSD) placements from nebula-prepare, when the
 # worker side is built: the same ids; a killed cpu-moe-worker or pager is
 # restarted and a request sent at once still gives them.

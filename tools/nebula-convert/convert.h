@@ -84,11 +84,22 @@ struct conv_plan {
  * tensors are always F32), with block-size fallbacks where a row does not fit
  * (K-quants need rows of 256: the 640-wide expert down rows fall back to their
  * 32-block neighbours).  One table for nebula-convert --type and nebula-gen --mix. */
+/* A published mix also gives some tensors their own type: the first
+ * override whose `match` is a substring of the tensor's name wins ("blk.0."
+ * is the first layer only, "_shexp." the shared expert; "^x" matches names
+ * that start with x).  Never for ROLE_F32 tensors or 1-D ones, which stay F32. */
+struct conv_override {
+    const char *match;
+    enum quant_type type;
+};
+#define CONV_MAX_OVERRIDES 12
+
 struct conv_mix {
     const char *name;
     enum quant_type type[ROLE_COUNT];
     uint32_t file_type; /* general.file_type (llama_ftype) */
     const char *about;
+    struct conv_override over[CONV_MAX_OVERRIDES]; /* ends at the first NULL match */
 };
 extern const struct conv_mix conv_mixes[];
 extern const int conv_n_mixes;
@@ -123,8 +134,19 @@ struct conv_write_opts {
     const char *tok_dir; /* NULL, or a folder whose tokenizer.json is embedded */
     const struct conv_mix *mix;
     bool quiet; /* no per-tensor progress */
+    /* The published layouts: split_ple writes a two-file split set, OUT's
+     * name made NAME-00001-of-00002.gguf (everything else) and
+     * NAME-00002-of-00002.gguf (the n-gram table alone, as ISTA-DASLab ships
+     * it); mtp_out writes the MTP block (blk.L) as its own GGUF there, as
+     * Unsloth ships MTP/mtp-*.gguf: the same keys, its tensors only, while
+     * the main file keeps block_count L+1 and nextn_predict_layers 1 without
+     * them (as published main files do). */
+    bool split_ple;
+    const char *mtp_out;
 };
 int conv_write_gguf(const struct conv_plan *p, const char *out, const struct conv_write_opts *o, char *err, size_t errlen);
+/* The path of shard s (0-based) of n that --split makes of OUT (NAME.gguf → NAME-0000s-of-0000n.gguf). */
+int conv_shard_path(const char *out, int s, int n, char *path, size_t len);
 /* Bytes of tensor data the plan writes (types chosen). */
 double conv_plan_bytes(const struct conv_plan *p);
 /* The synthetic values' hashes: splitmix64's finalizer, FNV-1a of a name. */

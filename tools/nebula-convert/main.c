@@ -30,13 +30,18 @@ static void usage(FILE *f)
             "\n"
             "options:\n"
             "  --type T       f32 | f16 | bf16 | q8_0 | mix | q4_k_m | q5_k_m | iq4_nl | q4_k_bf16, or one\n"
-            "                 ggml type for every matrix: q4_1 | q2_K | q3_K | iq2_xxs | iq2_xs | iq2_s |\n"
-            "                 iq3_xxs | iq3_s | iq1_s | iq1_m | tq1_0 | tq2_0 | mxfp4 | nvfp4 | q1_0 | q2_0\n"
+            "                 ggml type for every matrix: q4_1 | q2_K | q3_K | iq2_xxs-all | iq2_xs-all | iq2_s |\n"
+            "                 iq3_xxs | iq3_s-all | iq1_s | iq1_m | tq1_0 | tq2_0 | mxfp4 | nvfp4 | q1_0 | q2_0-all,\n"
+            "                 or a published mix: ud-iq1_s | iq2_xxs | iq2_xs | q2_0 | iq3_s | ds4-iq2_xxs |\n"
+            "                 ud-q4_k_xl\n"
             "                 (default bf16); norms, routers, conv kernels and 1-D tensors are always\n"
             "                 f32; mix = experts gate/up q4_K, down q5_1, dense q8_0, indexer bf16,\n"
             "                 n-gram table iq4_nl (nebula-gen --help lists every mix; rows that don't\n"
             "                 fit a block size fall back)\n"
             "  --no-mtp       leave out the MTP draft block even if the checkpoint has one\n"
+            "  --mtp-out FILE write the MTP block as its own GGUF (Unsloth's layout; docs/CONVERSION.md §3.8)\n"
+            "  --split        OUT-00001-of-00002.gguf and OUT-00002-of-00002.gguf, the n-gram table alone in\n"
+            "                 the second (ISTA-DASLab's layout)\n"
             "  --name NAME    general.name (default: the checkpoint folder's name)\n"
             "  --threads N    conversion threads (default: all cores)\n"
             "  --layers N     synthetic: keep the first N layers of the config\n"
@@ -57,7 +62,8 @@ int main(int argc, char **argv)
 {
     const struct conv_mix *mix = conv_mix_find("bf16");
     bool want_mtp = true, quiet = false;
-    const char *name = NULL;
+    const char *name = NULL, *mtp_out = NULL;
+    bool split = false;
     struct conv_synth synth = {.seed = 1, .router_skew = CONV_SKEW_DEFAULT};
     long long layers = 0, ngram_base = 0;
     static const struct option opts[] = {{"type", required_argument, 0, 't'}, {"no-mtp", no_argument, 0, 'M'},
@@ -67,6 +73,7 @@ int main(int argc, char **argv)
                                          {"name", required_argument, 0, 'n'}, {"threads", required_argument, 0, 'j'},
                                          {"quiet", no_argument, 0, 'q'},     {"help", no_argument, 0, 'h'},
                                          {"exact-rows", no_argument, 0, 'E'},
+                                         {"mtp-out", required_argument, 0, 'O'}, {"split", no_argument, 0, 'P'},
                                          {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "t:qhj:", opts, NULL)) != -1) {
@@ -92,6 +99,8 @@ int main(int argc, char **argv)
         case 'k': synth.router_skew = atof(optarg); break;
         case 'B': ngram_base = atoll(optarg); break;
         case 'E': synth.exact_rows = true; break;
+        case 'O': mtp_out = optarg; break;
+        case 'P': split = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -124,8 +133,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "nebula-convert: %s → %s: %d tensors, %lld layers%s, %s layout, %s\n", dir, out, plan.n,
                 (long long)cfg.n_layers, plan.mtp ? " + MTP" : "", cfg.conditional_generation ? "ConditionalGeneration" : "CausalLM",
                 synth.on ? "synthetic" : "converting");
+    if (mtp_out && !plan.mtp) {
+        rc = nb_errf(err, sizeof err, NB_EINVAL, "--mtp-out: %s has no MTP block%s", dir, want_mtp ? "" : " (--no-mtp)");
+        goto done;
+    }
     struct conv_write_opts wo = {.prog = "nebula-convert", .name = name, .tok_dir = synth.on ? NULL : dir, .mix = mix,
-                                 .quiet = quiet};
+                                 .quiet = quiet, .split_ple = split, .mtp_out = mtp_out};
     rc = conv_write_gguf(&plan, out, &wo, err, sizeof err);
 done:
     conv_plan_free(&plan);

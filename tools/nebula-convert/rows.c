@@ -166,32 +166,76 @@ static enum quant_type fit(enum quant_type want, int64_t n)
     {[ROLE_F32] = QT_##f32, [ROLE_DENSE] = QT_##dense, [ROLE_EXPERT_GATEUP] = QT_##gate_up,                        \
      [ROLE_EXPERT_DOWN] = QT_##down, [ROLE_INDEXER] = QT_##indexer, [ROLE_PLE_TABLE] = QT_##ple}
 
-/* The published-like mixes follow MODEL.md "Quant types in published files";
- * llama_ftype numbers as llama.cpp names its files. */
+#define O(m, T) {m, QT_##T}
+/* what the published low-bit files share: f32 hyper-connections, a q8_0 shared expert, a q6_K head */
+#define LOWBIT_OVERRIDES {O("hc_", F32), O("_shexp.", Q8_0), O("^output.weight", Q6_K)}
+
+/* The published-like mixes follow MODEL.md "Quant types in published files"
+ * and the published files issue 13 lists (docs/CONVERSION.md §3.8 gives the
+ * table); llama_ftype numbers as llama.cpp names its files. */
 const struct conv_mix conv_mixes[] = {
-    {"f32", MIX(F32, F32, F32, F32, F32, F32), 0, "everything f32"},
-    {"f16", MIX(F32, F16, F16, F16, F16, F16), 1, "f16 (norms, routers, conv f32)"},
-    {"bf16", MIX(F32, BF16, BF16, BF16, BF16, BF16), 32, "bf16 (norms, routers, conv f32)"},
-    {"q8_0", MIX(F32, Q8_0, Q8_0, Q8_0, Q8_0, Q8_0), 7, "q8_0 (norms, routers, conv f32)"},
+    {"f32", MIX(F32, F32, F32, F32, F32, F32), 0, "everything f32", {{0}}},
+    {"f16", MIX(F32, F16, F16, F16, F16, F16), 1, "f16 (norms, routers, conv f32)", {{0}}},
+    {"bf16", MIX(F32, BF16, BF16, BF16, BF16, BF16), 32, "bf16 (norms, routers, conv f32)", {{0}}},
+    {"q8_0", MIX(F32, Q8_0, Q8_0, Q8_0, Q8_0, Q8_0), 7, "q8_0 (norms, routers, conv f32)", {{0}}},
     {"mix", MIX(F32, Q8_0, Q4_K, Q5_1, BF16, IQ4_NL), 15,
-     "experts gate/up q4_K, down q5_1; dense q8_0; indexer bf16; n-gram table iq4_nl"},
+     "experts gate/up q4_K, down q5_1; dense q8_0; indexer bf16; n-gram table iq4_nl", {{0}}},
     {"q4_k_m", MIX(F32, Q6_K, Q4_K, Q5_1, BF16, IQ4_NL), 15,
-     "experts gate/up q4_K, down q5_1; dense q6_K; indexer bf16; n-gram table iq4_nl"},
+     "experts gate/up q4_K, down q5_1; dense q6_K; indexer bf16; n-gram table iq4_nl", {{0}}},
     {"q5_k_m", MIX(F32, Q8_0, Q5_K, Q8_0, BF16, Q5_1), 17,
-     "experts gate/up q5_K, down q8_0; dense q8_0; indexer bf16; n-gram table q5_1"},
+     "experts gate/up q5_K, down q8_0; dense q8_0; indexer bf16; n-gram table q5_1", {{0}}},
     {"iq4_nl", MIX(F32, Q8_0, IQ4_NL, IQ4_NL, BF16, Q4_0), 25,
-     "experts gate/up/down iq4_nl; dense q8_0; indexer bf16; n-gram table q4_0"},
+     "experts gate/up/down iq4_nl; dense q8_0; indexer bf16; n-gram table q4_0", {{0}}},
     {"q4_k_bf16", MIX(F32, BF16, Q4_K, Q5_1, BF16, Q8_0), 15,
-     "experts gate/up q4_K, down q5_1; dense and indexer bf16; n-gram table q8_0"},
+     "experts gate/up q4_K, down q5_1; dense and indexer bf16; n-gram table q8_0", {{0}}},
+    /* Mirrors of the published low-bit files (expert down rows of 640 take a 32-wide block type). */
+    {"ud-iq1_s", MIX(F32, Q4_K, IQ1_S, IQ4_NL, BF16, IQ4_NL), 24,
+     "Unsloth UD-IQ1_S: experts gate/up iq1_s (iq2_xxs in the first layer), down iq4_nl; MTP eh_proj q8_0; attention/GDN "
+     "q4_K, their outputs q5_K; shared expert q8_0; head q6_K; embedding q4_K; indexer bf16; hyper-connections f32; "
+     "n-gram table iq4_nl",
+     {O("blk.0.ffn_gate_exps", IQ2_XXS), O("blk.0.ffn_up_exps", IQ2_XXS), O("hc_", F32), O("nextn", Q8_0),
+      O("_shexp.", Q8_0), O("attn_output", Q5_K), O("ssm_out", Q5_K), O("^output.weight", Q6_K),
+      O("^token_embd.weight", Q4_K)}},
+    {"iq2_xxs", MIX(F32, Q4_K, IQ2_XXS, IQ4_NL, BF16, IQ4_NL), 19,
+     "AtomicChat IQ2_XXS: experts gate/up iq2_xxs, down iq4_nl; dense q4_K; shared expert q8_0; head q6_K; "
+     "indexer bf16; n-gram table iq4_nl",
+     LOWBIT_OVERRIDES},
+    {"iq2_xs", MIX(F32, Q4_K, IQ2_XS, Q2_0, BF16, IQ4_NL), 20,
+     "ISTA-DASLab GSQ IQ2_XS: experts gate/up iq2_xs, down q2_0; dense q4_K; shared expert q8_0; head q6_K; "
+     "indexer bf16; n-gram table iq4_nl",
+     LOWBIT_OVERRIDES},
+    {"q2_0", MIX(F32, Q4_K, Q2_0, Q2_0, BF16, IQ4_NL), 41,
+     "ISTA-DASLab GSQ Q2_0: experts gate/up/down q2_0; dense q4_K; shared expert q8_0; head q6_K; indexer bf16; "
+     "n-gram table iq4_nl",
+     LOWBIT_OVERRIDES},
+    {"iq3_s", MIX(F32, Q5_K, IQ3_S, IQ4_NL, BF16, IQ4_NL), 26,
+     "ISTA-DASLab GSQ IQ3_S: experts gate/up iq3_s, down iq4_nl; dense q5_K; shared expert q8_0; head q6_K; "
+     "indexer bf16; n-gram table iq4_nl",
+     LOWBIT_OVERRIDES},
+    {"ds4-iq2_xxs", MIX(F32, Q8_0, IQ2_XXS, MXFP4, BF16, Q4_1), 19,
+     "ds4's recipe: experts gate/up iq2_xxs, down mxfp4; dense q8_0; hyper-connections f16; indexer bf16; "
+     "n-gram table q4_1",
+     {O("hc_", F16)}},
+    {"ud-q4_k_xl", MIX(F32, Q6_K, Q4_K, Q5_0, BF16, IQ4_NL), 15,
+     "Unsloth UD-Q4_K_XL: experts gate/up q4_K (q5_K in the first layer), down q5_0 (q8_0 there); MTP eh_proj q8_0; "
+     "attention/GDN q6_K, their outputs q8_0; shared expert q8_0; head q6_K; embedding q4_K; indexer bf16; "
+     "hyper-connections f32; n-gram table iq4_nl",
+     {O("hc_", F32), O("blk.0.ffn_down_exps", Q8_0), O("nextn", Q8_0), O("blk.0.ffn_", Q5_K), O("_shexp.", Q8_0),
+      O("attn_output", Q8_0), O("ssm_out", Q8_0), O("^output.weight", Q6_K), O("^token_embd.weight", Q4_K)}},
     /* one type for every matrix (as q8_0 above), for each of the other ggml formats */
-#define ONE(name, T, ftype) {name, MIX(F32, T, T, T, T, T), ftype, name " everywhere (norms, routers, conv f32)"}
-    ONE("q4_1", Q4_1, 3),       ONE("q2_K", Q2_K, 10),      ONE("q3_K", Q3_K, 12),     ONE("iq2_xxs", IQ2_XXS, 19),
-    ONE("iq2_xs", IQ2_XS, 20),  ONE("iq3_xxs", IQ3_XXS, 23), ONE("iq1_s", IQ1_S, 24),  ONE("iq3_s", IQ3_S, 26),
+#define ONE(name, T, ftype) {name, MIX(F32, T, T, T, T, T), ftype, name " everywhere (norms, routers, conv f32)", {{0}}}
+#define ALL(tname, T, ftype) {tname "-all", MIX(F32, T, T, T, T, T), ftype, tname " everywhere (norms, routers, conv f32)", {{0}}}
+    /* (iq2_xxs, iq2_xs, iq3_s and q2_0 name the published mixes above; their one-type rows are "-all") */
+    ONE("q4_1", Q4_1, 3),       ONE("q2_K", Q2_K, 10),      ONE("q3_K", Q3_K, 12),     ALL("iq2_xxs", IQ2_XXS, 19),
+    ALL("iq2_xs", IQ2_XS, 20), ONE("iq3_xxs", IQ3_XXS, 23), ONE("iq1_s", IQ1_S, 24), ALL("iq3_s", IQ3_S, 26),
     ONE("iq2_s", IQ2_S, 28),    ONE("iq1_m", IQ1_M, 31),    ONE("tq1_0", TQ1_0, 36),   ONE("tq2_0", TQ2_0, 37),
-    ONE("mxfp4", MXFP4, 38),    ONE("nvfp4", NVFP4, 39),    ONE("q1_0", Q1_0, 40),     ONE("q2_0", Q2_0, 41),
+    ONE("mxfp4", MXFP4, 38),    ONE("nvfp4", NVFP4, 39),    ONE("q1_0", Q1_0, 40),     ALL("q2_0", Q2_0, 41),
 #undef ONE
+#undef ALL
 };
 #undef MIX
+#undef LOWBIT_OVERRIDES
+#undef O
 const int conv_n_mixes = (int)(sizeof conv_mixes / sizeof *conv_mixes);
 
 const struct conv_mix *conv_mix_find(const char *name)
@@ -211,11 +255,23 @@ const struct conv_mix *conv_mix_parse(const char *prog, const char *option, cons
     return NULL;
 }
 
+/* "^x" matches names that start with x; other matches anywhere in the name. */
+static bool override_matches(const char *match, const char *name)
+{
+    if (match[0] == '^') return strncmp(name, match + 1, strlen(match + 1)) == 0;
+    return strstr(name, match) != NULL;
+}
+
 void conv_choose_types(struct conv_plan *p, const struct conv_mix *mix)
 {
     for (int i = 0; i < p->n; i++) {
         struct conv_tensor *t = &p->t[i];
         enum quant_type want = t->n_dims == 1 ? QT_F32 : mix->type[t->role];
+        for (int k = 0; t->n_dims > 1 && t->role != ROLE_F32 && k < CONV_MAX_OVERRIDES && mix->over[k].match; k++)
+            if (override_matches(mix->over[k].match, t->name)) {
+                want = mix->over[k].type;
+                break;
+            }
         t->type = fit(want, t->ne[0]);
     }
 }

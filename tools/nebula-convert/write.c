@@ -192,32 +192,72 @@ double conv_plan_bytes(const struct conv_plan *p)
     return total;
 }
 
-int conv_write_gguf(const struct conv_plan *p, const char *out, const struct conv_write_opts *o, char *err, size_t errlen)
+int conv_shard_path(const char *out, int s, int n, char *path, size_t len)
+{
+    size_t l = strlen(out);
+    if (l > 5 && !strcmp(out + l - 5, ".gguf")) l -= 5;
+    int k = snprintf(path, len, "%.*s-%05d-of-%05d.gguf", (int)l, out, s + 1, n);
+    return k > 0 && (size_t)k < len ? 0 : NB_EINVAL;
+}
+
+/* The files a plan is written as: the main file (or shard 1), the n-gram
+ * table's shard, the MTP file. */
+enum part { PART_MAIN, PART_PLE, PART_MTP, PART_COUNT };
+
+static bool is_mtp_tensor(const struct conv_plan *p, const char *name)
+{
+    char prefix[32];
+    int n = snprintf(prefix, sizeof prefix, "blk.%lld.", (long long)p->cfg.n_layers);
+    return p->mtp && strncmp(name, prefix, (size_t)n) == 0;
+}
+
+static enum part part_of(const struct conv_plan *p, const struct conv_write_opts *o, const struct conv_tensor *t)
+{
+    if (o->mtp_out && is_mtp_tensor(p, t->name)) return PART_MTP;
+    if (o->split_ple && t->role == ROLE_PLE_TABLE) return PART_PLE;
+    return PART_MAIN;
+}
+
+/* Progress across the parts. */
+struct write_progress {
+    double t0, total, done;
+    int i, n;
+};
+
+/* One file of the plan: its keys (the split keys for a shard of the set),
+ * its tensors' descriptors, then their data. */
+static int write_part(const struct conv_plan *p, const struct conv_write_opts *o, enum part part, const char *path,
+                      int split_tensors, struct conv_pools *pools, struct write_progress *wp, char *err, size_t errlen)
 {
     gguf_writer *w = NULL;
-    struct conv_pools *pools = NULL;
     int rc;
-    bool progress = !o->quiet && isatty(STDERR_FILENO);
-    if ((rc = gguf_writer_open(out, &w, err, errlen))) return rc;
-    if ((rc = write_keys(w, p, o->mix, o->name))) {
+    bool progress = !o->quiet && isatty(STDERR_FILENO), split = o->split_ple && part != PART_MTP;
+    if ((rc = gguf_writer_open(path, &w, err, errlen))) return rc;
+    if (part != PART_PLE && (rc = write_keys(w, p, o->mix, o->name))) {
         snprintf(err, errlen, "%s", gguf_writer_error(w));
         goto done;
     }
     struct stat sb;
     char tokjson[4200];
     if (o->tok_dir) snprintf(tokjson, sizeof tokjson, "%s/tokenizer.json", o->tok_dir);
-    if (o->tok_dir && stat(tokjson, &sb) == 0) {
+    if (part == PART_MAIN && o->tok_dir && stat(tokjson, &sb) == 0) {
         if ((rc = tok_hf_write_gguf_keys(w, o->tok_dir, "qwen35", err, errlen))) goto done;
-    } else if (gguf_w_set_str(w, "tokenizer.ggml.model", "none") < 0 ||
-               gguf_w_set_u32(w, "qwen4exp.vocab_size", (uint32_t)p->cfg.vocab_size) < 0) {
+    } else if (part == PART_MAIN && (gguf_w_set_str(w, "tokenizer.ggml.model", "none") < 0 ||
+                                     gguf_w_set_u32(w, "qwen4exp.vocab_size", (uint32_t)p->cfg.vocab_size) < 0)) {
         /* No tokenizer: ids only.  llama.cpp refuses a file without tokenizer.ggml.model; "none" with
          * the vocabulary size gives it V id-only tokens.  Nebula reads a tokenizer only where
          * tokenizer.ggml.tokens is present, and vocab_size equals token_embd's rows either way. */
         rc = nb_errf(err, errlen, NB_EFORMAT, "%s", gguf_writer_error(w));
         goto done;
     }
+    if (split && (gguf_w_set_u16(w, "split.no", part == PART_MAIN ? 0 : 1) || gguf_w_set_u16(w, "split.count", 2) ||
+                  gguf_w_set_i32(w, "split.tensors.count", split_tensors))) {
+        rc = nb_errf(err, errlen, NB_EFORMAT, "%s", gguf_writer_error(w));
+        goto done;
+    }
     for (int i = 0; i < p->n; i++) {
         const struct conv_tensor *t = &p->t[i];
+        if (part_of(p, o, t) != part) continue;
         if (gguf_w_add_tensor(w, t->name, t->type, t->n_dims, t->ne) < 0) {
             rc = nb_errf(err, errlen, NB_EFORMAT, "%s", gguf_writer_error(w));
             goto done;
@@ -227,40 +267,68 @@ int conv_write_gguf(const struct conv_plan *p, const char *out, const struct con
         rc = nb_errf(err, errlen, NB_EIO, "%s", gguf_writer_error(w));
         goto done;
     }
-    if (p->synth.on && !p->synth.exact_rows && !(pools = conv_pools_new())) {
-        rc = nb_errf(err, errlen, NB_ENOMEM, "out of memory");
-        goto done;
-    }
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    double t0 = now_s(), total = conv_plan_bytes(p), done_bytes = 0;
     for (int i = 0; i < p->n; i++) {
         const struct conv_tensor *t = &p->t[i];
+        if (part_of(p, o, t) != part) continue;
         double bytes = (double)quant_row_size(t->type, t->ne[0]) * (double)(t->ne[1] * t->ne[2] * t->ne[3]);
         char shape[64], size[32], eta[48] = "";
         snprintf(shape, sizeof shape, "%lld", (long long)t->ne[0]);
         for (int d = 1; d < t->n_dims; d++) snprintf(shape + strlen(shape), sizeof shape - strlen(shape), " x %lld", (long long)t->ne[d]);
         fmt_bytes(bytes, size, sizeof size);
-        double dt = now_s() - t0;
-        if (done_bytes > 0 && dt > 2) snprintf(eta, sizeof eta, ", %.0f s left", dt * (total - done_bytes) / done_bytes);
+        double dt = now_s() - wp->t0;
+        if (wp->done > 0 && dt > 2) snprintf(eta, sizeof eta, ", %.0f s left", dt * (wp->total - wp->done) / wp->done);
         if (!o->quiet)
-            fprintf(stderr, "[%4d/%4d] %-40s %-7s %-22s %-10s (%3.0f%% done%s)\n", i + 1, p->n, t->name,
-                    quant_type_name(t->type), shape, size, 100.0 * done_bytes / total, eta);
+            fprintf(stderr, "[%4d/%4d] %-40s %-7s %-22s %-10s (%3.0f%% done%s)\n", ++wp->i, wp->n, t->name,
+                    quant_type_name(t->type), shape, size, 100.0 * wp->done / wp->total, eta);
         if ((rc = write_tensor(w, p, pools, t, progress, err, errlen))) goto done;
-        done_bytes += bytes;
+        wp->done += bytes;
     }
     rc = gguf_writer_finish(w); /* the writer is still ours: freed below (a failed finish's .tmp removed) */
     if (rc) snprintf(err, errlen, "%s", gguf_writer_error(w));
+done:
+    gguf_writer_free(w); /* removes the .tmp unless finished */
+    return rc;
+}
+
+int conv_write_gguf(const struct conv_plan *p, const char *out, const struct conv_write_opts *o, char *err, size_t errlen)
+{
+    struct conv_pools *pools = NULL;
+    int rc = 0, n_part[PART_COUNT] = {0};
+    struct conv_write_opts opts = *o;
+    if (!p->mtp) opts.mtp_out = NULL; /* nothing to put there */
+    char paths[PART_COUNT][4200];
+    for (int i = 0; i < p->n; i++) n_part[part_of(p, &opts, &p->t[i])]++;
+    if (opts.split_ple && n_part[PART_PLE] == 0) opts.split_ple = false; /* no table: one file */
+    if (opts.split_ple) {
+        if (conv_shard_path(out, 0, 2, paths[PART_MAIN], sizeof paths[0]) || conv_shard_path(out, 1, 2, paths[PART_PLE], sizeof paths[0]))
+            return nb_errf(err, errlen, NB_EINVAL, "%s: path too long", out);
+    } else {
+        snprintf(paths[PART_MAIN], sizeof paths[0], "%s", out);
+    }
+    if (opts.mtp_out) snprintf(paths[PART_MTP], sizeof paths[0], "%s", opts.mtp_out);
+    if (p->synth.on && !p->synth.exact_rows && !(pools = conv_pools_new())) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    struct write_progress wp = {.t0 = now_s(), .total = conv_plan_bytes(p), .n = p->n};
+    int written = 0;
+    for (int part = 0; part < PART_COUNT && !rc; part++) {
+        if (part == PART_PLE && !opts.split_ple) continue;
+        if (part == PART_MTP && !opts.mtp_out) continue;
+        rc = write_part(p, &opts, (enum part)part, paths[part], n_part[PART_MAIN] + n_part[PART_PLE], pools, &wp, err, errlen);
+        if (!rc) written |= 1 << part;
+    }
+    if (rc) /* a set is written whole or not at all */
+        for (int part = 0; part < PART_COUNT; part++)
+            if (written & (1 << part)) unlink(paths[part]);
     if (!rc && !o->quiet) {
         char size[32];
-        fmt_bytes(total, size, sizeof size);
-        double dt = now_s() - t0;
-        fprintf(stderr, "%s: wrote %s (%s of tensor data) in %.1f s, %.2f GB/s\n", o->prog, out, size, dt,
-                dt > 0 ? total / dt / 1e9 : 0.0);
+        fmt_bytes(wp.total, size, sizeof size);
+        double dt = now_s() - wp.t0;
+        fprintf(stderr, "%s: wrote %s%s%s%s (%s of tensor data) in %.1f s, %.2f GB/s\n", o->prog, paths[PART_MAIN],
+                opts.split_ple ? " + " : "", opts.split_ple ? paths[PART_PLE] : "", opts.mtp_out ? " + MTP file" : "", size,
+                dt, dt > 0 ? wp.total / dt / 1e9 : 0.0);
     }
-done:
     conv_pools_free(pools);
-    gguf_writer_free(w); /* removes the .tmp unless finished */
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     return rc;

@@ -49,6 +49,10 @@ static void usage(FILE *f)
             "  --seed S         seed of the random values (default 1)\n"
             "  --config FILE    a Hugging Face config.json to take shapes from (default " DEFAULT_CONFIG ")\n"
             "  --no-mtp         leave out the MTP draft block\n"
+            "  --mtp-out FILE   write the MTP block as its own GGUF, FILE (as Unsloth ships MTP/mtp-*.gguf); the\n"
+            "                   main file keeps block_count L+1 and nextn_predict_layers 1 without its tensors\n"
+            "  --split          a two-file split set, the n-gram table alone in the second (as ISTA-DASLab\n"
+            "                   ships it): OUT.gguf becomes OUT-00001-of-00002.gguf and OUT-00002-of-00002.gguf\n"
             "  --name NAME      general.name (default nebula-synthetic-<mix>)\n"
             "  --threads N      quantization threads (default: all cores; the bytes do not depend on it)\n"
             "  --exact-rows     draw and quantize every row (slow, ~5 MB/s per core) instead of building the\n"
@@ -102,9 +106,12 @@ static double tensor_bytes(const struct conv_tensor *t)
  * table); a token reads all of it but token_embd, of which it reads one row. */
 static void dry_run_json(const struct conv_plan *p, const struct conv_mix *mix, double skew)
 {
-    double experts = 0, ple = 0, embd = 0, total = conv_plan_bytes(p), expert_rows = 0;
+    double experts = 0, ple = 0, embd = 0, total = conv_plan_bytes(p), expert_rows = 0, params = 0, expert_params = 0;
     for (int i = 0; i < p->n; i++) {
         const struct conv_tensor *t = &p->t[i];
+        double n = (double)t->ne[0] * (double)(t->ne[1] * t->ne[2] * t->ne[3]);
+        params += n;
+        if (t->role == ROLE_EXPERT_GATEUP || t->role == ROLE_EXPERT_DOWN) expert_params += n;
         if (t->role == ROLE_EXPERT_GATEUP || t->role == ROLE_EXPERT_DOWN) experts += tensor_bytes(t), expert_rows += (double)t->ne[2];
         else if (t->role == ROLE_PLE_TABLE) ple += tensor_bytes(t);
         else if (!strcmp(t->name, "token_embd.weight")) embd = tensor_bytes(t);
@@ -114,11 +121,13 @@ static void dry_run_json(const struct conv_plan *p, const struct conv_mix *mix, 
     /* expert_rows = 3 matrices × E per MoE layer */
     printf("{\"layers\": %lld, \"mtp\": %s, \"hidden\": %lld, \"vocab\": %lld, \"experts\": %lld, \"experts_used\": %lld, \"mix\": \"%s\", "
            "\"skew\": %g, \"total_bytes\": %.0f, \"dense_bytes\": %.0f, \"expert_bytes\": %.0f, \"ple_table_bytes\": %.0f, "
-           "\"token_embd_bytes\": %.0f, \"token_embd_row_bytes\": %.0f, \"bytes_per_expert\": %.0f}\n",
+           "\"token_embd_bytes\": %.0f, \"token_embd_row_bytes\": %.0f, \"bytes_per_expert\": %.0f, \"params\": %.0f, "
+           "\"bpw\": %.3f, \"expert_bpw\": %.3f}\n",
            (long long)f->n_layers, p->mtp ? "true" : "false", (long long)f->hidden_size, (long long)f->vocab_size,
            (long long)f->n_experts,
            (long long)f->n_experts_used, mix->name, skew, total, total - experts - ple, experts, ple, embd,
-           embd / (double)f->vocab_size, moe_layers && expert_rows ? experts / (expert_rows / 3) : 0);
+           embd / (double)f->vocab_size, moe_layers && expert_rows ? experts / (expert_rows / 3) : 0, params,
+           params ? 8 * total / params : 0, expert_params ? 8 * experts / expert_params : 0);
 }
 
 /* What the model holds, by role: printed before the long write. */
@@ -146,7 +155,8 @@ static void summary(const struct conv_plan *p, const struct conv_mix *mix, doubl
 
 int main(int argc, char **argv)
 {
-    const char *config = DEFAULT_CONFIG, *name = NULL;
+    const char *config = DEFAULT_CONFIG, *name = NULL, *mtp_out = NULL;
+    bool split = false;
     const struct conv_mix *mix = conv_mix_find(DEFAULT_MIX);
     bool want_mtp = true, quiet = false, force = false, dry_run = false;
     struct conv_synth synth = {.on = true, .seed = 1, .router_skew = CONV_SKEW_DEFAULT};
@@ -157,6 +167,7 @@ int main(int argc, char **argv)
         {"no-mtp", no_argument, 0, 'M'},       {"name", required_argument, 0, 'n'},   {"threads", required_argument, 0, 'j'},
         {"force", no_argument, 0, 'F'},        {"quiet", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
         {"dry-run", no_argument, 0, 'D'},      {"exact-rows", no_argument, 0, 'E'},
+        {"mtp-out", required_argument, 0, 'O'}, {"split", no_argument, 0, 'S'},
         {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
@@ -193,6 +204,8 @@ int main(int argc, char **argv)
         case 'F': force = true; break;
         case 'D': dry_run = true; break;
         case 'E': synth.exact_rows = true; break;
+        case 'O': mtp_out = optarg; break;
+        case 'S': split = true; break;
         case 'q': quiet = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -239,7 +252,14 @@ int main(int argc, char **argv)
         conv_plan_free(&plan);
         return 1;
     }
-    struct conv_write_opts wo = {.prog = "nebula-gen", .name = name, .tok_dir = NULL, .mix = mix, .quiet = quiet};
+    if (mtp_out && !plan.mtp) {
+        fprintf(stderr, "nebula-gen: --mtp-out: %s\n", want_mtp ? "the config has no MTP block (mtp_num_hidden_layers)"
+                                                                : "and --no-mtp: give one");
+        conv_plan_free(&plan);
+        return 2;
+    }
+    struct conv_write_opts wo = {.prog = "nebula-gen", .name = name, .tok_dir = NULL, .mix = mix, .quiet = quiet,
+                                 .split_ple = split, .mtp_out = mtp_out};
     rc = conv_write_gguf(&plan, out, &wo, err, sizeof err);
     conv_plan_free(&plan);
     if (rc) {

@@ -8,7 +8,8 @@
  * name the experts and table files and their SHA-256, so a dense file can
  * never be paired with experts from another preparation.  Tensor data is
  * streamed from the input mapping through the GGUF writer, 64 MiB at a
- * time, into dense.gguf.tmp, renamed when complete. */
+ * time, into dense.gguf.tmp, renamed when complete.  A separate MTP file
+ * (--mtp) contributes its MTP block, so dense.gguf is the whole model's. */
 #include "tools/nebula-prepare/prepare.h"
 
 #include <stdio.h>
@@ -44,9 +45,21 @@ uint64_t dense_tensor_bytes(const gguf_file *g)
     return total;
 }
 
-static bool skip_key(const char *key)
+static bool skip_key(const char *key, bool mtp_file)
 {
+    if (mtp_file && (!strcmp(key, "qwen4exp.block_count") || !strcmp(key, "qwen4exp.nextn_predict_layers"))) return true;
     return strncmp(key, "split.", 6) == 0 || strncmp(key, "nebula.prepared.", 16) == 0;
+}
+
+/* The tensors dense.gguf takes from file f of m (the trunk's, or the separate MTP file's). */
+static bool dense_takes(const struct model *m, const gguf_file *f, const char *name)
+{
+    if (dense_excludes(name)) return false;
+    if (!m->mtp_gguf) return true;
+    char prefix[32];
+    int n = snprintf(prefix, sizeof prefix, "blk.%d.", m->hp.n_layer);
+    bool mtp_block = strncmp(name, prefix, (size_t)n) == 0;
+    return f == m->mtp_gguf ? mtp_block : !mtp_block;
 }
 
 /* One key/value with its type.  Returns the writer's status. */
@@ -113,30 +126,38 @@ static int add_refs(gguf_writer *w, const struct dense_refs *r)
     return rc;
 }
 
-int dense_write(const gguf_file *in, const char *dir, const struct dense_refs *refs, char *err, size_t errlen)
+int dense_write(const struct model *m, const char *dir, const struct dense_refs *refs, char *err, size_t errlen)
 {
+    const gguf_file *in = m->gguf, *files[2] = {m->gguf, m->mtp_gguf};
+    bool mtp_file = m->mtp_gguf != NULL;
     char path[4096];
     if (path_join(path, sizeof path, dir, "dense.gguf")) return nb_errf(err, errlen, NB_EINVAL, "%s: path too long", dir);
     gguf_writer *w;
     int rc = gguf_writer_open(path, &w, err, errlen);
     if (rc) return rc;
     for (int64_t i = 0; i < gguf_kv_count(in) && !rc; i++)
-        if (!skip_key(gguf_kv_key(in, i))) rc = copy_kv(in, i, w, err, errlen);
+        if (!skip_key(gguf_kv_key(in, i), mtp_file)) rc = copy_kv(in, i, w, err, errlen);
+    if (!rc && mtp_file &&
+        (gguf_w_set_u32(w, "qwen4exp.block_count", (uint32_t)(m->hp.n_layer + 1)) ||
+         gguf_w_set_u32(w, "qwen4exp.nextn_predict_layers", 1)))
+        rc = nb_errf(err, errlen, NB_EINVAL, "%s", gguf_writer_error(w));
     if (!rc && add_refs(w, refs)) rc = nb_errf(err, errlen, NB_EINVAL, "%s", gguf_writer_error(w));
     uint64_t total = 0;
-    for (int64_t i = 0; i < gguf_tensor_count(in) && !rc; i++) {
-        const struct gguf_tensor *t = gguf_tensor_at(in, i);
-        if (dense_excludes(t->name)) continue;
-        if (gguf_w_add_tensor(w, t->name, t->type, t->n_dims, t->ne))
-            rc = nb_errf(err, errlen, NB_EFORMAT, "%s", gguf_writer_error(w));
-        total += t->nbytes;
-    }
+    for (int f = 0; f < 2; f++)
+        for (int64_t i = 0; files[f] && i < gguf_tensor_count(files[f]) && !rc; i++) {
+            const struct gguf_tensor *t = gguf_tensor_at(files[f], i);
+            if (!dense_takes(m, files[f], t->name)) continue;
+            if (gguf_w_add_tensor(w, t->name, t->type, t->n_dims, t->ne))
+                rc = nb_errf(err, errlen, NB_EFORMAT, "%s", gguf_writer_error(w));
+            total += t->nbytes;
+        }
     if (!rc && gguf_w_write_header(w)) rc = nb_errf(err, errlen, NB_EIO, "%s", gguf_writer_error(w));
     struct progress prog;
     progress_begin(&prog, "dense.gguf", total);
-    for (int64_t i = 0; i < gguf_tensor_count(in) && !rc; i++) {
-        const struct gguf_tensor *t = gguf_tensor_at(in, i);
-        if (dense_excludes(t->name)) continue;
+    for (int f = 0; f < 2; f++)
+    for (int64_t i = 0; files[f] && i < gguf_tensor_count(files[f]) && !rc; i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(files[f], i);
+        if (!dense_takes(m, files[f], t->name)) continue;
         for (uint64_t off = 0; off < t->nbytes && !rc; off += PIECE_BYTES) {
             uint64_t n = t->nbytes - off < PIECE_BYTES ? t->nbytes - off : PIECE_BYTES;
             if (gguf_w_write_data(w, (const uint8_t *)t->data + off, (size_t)n))

@@ -62,6 +62,8 @@ static void usage(FILE *f)
             "                      quotas) or shared (the MTP block is one more layer with a quota)\n"
             "  --ple-tier T        ram (default: the gpu-worker reads the n-gram table from the model's\n"
             "                      mapping) or ssd (its rows are paged from ple.bin by the ssd-pager)\n"
+            "  --mtp FILE          the MTP block from a separate GGUF (Unsloth's MTP/mtp-*.gguf): its experts\n"
+            "                      and dense tensors join the trunk's (dense.gguf then holds the whole model)\n"
             "  --hotlist F         a measured hotlist, TSV: layer expert count mean_weight\n"
             "  -q, --quiet         errors only\n"
             "  -h, --help          this text\n"
@@ -80,7 +82,7 @@ static double now_s(void)
 }
 
 struct run {
-    const char *in_path, *dir, *hotlist_path;
+    const char *in_path, *dir, *hotlist_path, *mtp_path;
     struct model *m;
     struct expert_layout x;
     struct ple_layout ple;
@@ -93,6 +95,12 @@ struct run {
     int verified, written;
     char err[1024];
 };
+
+/* Bytes of the dense tensors: the trunk file's and a separate MTP file's. */
+static uint64_t dense_bytes_of(const struct model *m)
+{
+    return dense_tensor_bytes(m->gguf) + (m->mtp_gguf ? dense_tensor_bytes(m->mtp_gguf) : 0);
+}
 
 /* Removes leftovers of an interrupted write of a part that is now complete. */
 static void drop_partial(const struct run *r, const char *name)
@@ -173,7 +181,7 @@ static int part_manifest(struct run *r)
 {
     char *text = NULL, *old = NULL, path[4200];
     size_t old_n = 0;
-    int rc = input_identity(r->in_path, gguf_shard_count(r->m->gguf), r->input_id, sizeof r->input_id, &text, r->err,
+    int rc = input_identity(r->in_path, gguf_shard_count(r->m->gguf), r->mtp_path, r->input_id, sizeof r->input_id, &text, r->err,
                             sizeof r->err);
     if (rc) return rc;
     snprintf(path, sizeof path, "%s/manifest.json", r->dir);
@@ -231,7 +239,7 @@ static int part_dense(struct run *r, const struct dense_refs *refs, char sha[PRE
         say("dense.gguf: %s: rebuilding", why);
         r->verified--;
     }
-    if ((rc = dense_write(r->m->gguf, r->dir, refs, r->err, sizeof r->err))) return rc;
+    if ((rc = dense_write(r->m, r->dir, refs, r->err, sizeof r->err))) return rc;
     char path[4200];
     snprintf(path, sizeof path, "%s/dense.gguf", r->dir);
     if ((rc = sha_file(path, UINT64_MAX, NULL, sha, r->err, sizeof r->err))) return rc;
@@ -299,7 +307,7 @@ static int part_placement(struct run *r, const struct hotlist *h, const char *de
     if (r->given_ple) o.ple_ssd = r->popts.ple_ssd;
     sha_buf_hex(r->x.idx, r->x.idx_bytes, idx_sha);
     struct placement_ids ids = {.dense_sha = dense_sha, .experts_sha = experts_sha, .idx_sha = idx_sha,
-                                .hotlist_sha = hot_sha, .dense_tensor_bytes = dense_tensor_bytes(r->m->gguf),
+                                .hotlist_sha = hot_sha, .dense_tensor_bytes = dense_bytes_of(r->m),
                                 .vram_reserve_bytes = gw_vram_reserve(r->m, o.vram_ctx)};
     uint64_t dense = 0, mtp = 0;
     int rc = gw_vram_dense_bytes(r->m, &dense, &mtp, r->err, sizeof r->err);
@@ -319,7 +327,7 @@ static int check_space(struct run *r)
 {
     uint64_t need = 0;
     const char *big[] = {"experts.bin", "ple.bin", "dense.gguf"};
-    uint64_t size[] = {r->x.file_bytes, r->ple.present ? r->ple.file_bytes : 0, dense_tensor_bytes(r->m->gguf)};
+    uint64_t size[] = {r->x.file_bytes, r->ple.present ? r->ple.file_bytes : 0, dense_bytes_of(r->m)};
     for (int i = 0; i < 3; i++) {
         char path[4200];
         struct stat st;
@@ -382,13 +390,13 @@ int main(int argc, char **argv)
 {
     struct run r = {0};
     bool quiet = false;
-    enum { O_VRAM = 1000, O_SLOTS, O_CTX, O_RAM, O_VICTIM, O_EARLY, O_MTP, O_PLE, O_HOT, O_KILL, O_INT };
+    enum { O_VRAM = 1000, O_SLOTS, O_CTX, O_RAM, O_VICTIM, O_EARLY, O_MTP, O_PLE, O_HOT, O_KILL, O_INT, O_MTP_FILE };
     static const struct option opts[] = {
         {"vram-budget", required_argument, 0, O_VRAM}, {"ram-budget", required_argument, 0, O_RAM},
         {"vram-slots", required_argument, 0, O_SLOTS},   {"ctx", required_argument, 0, O_CTX},
         {"victim-cache", required_argument, 0, O_VICTIM}, {"early-quota", required_argument, 0, O_EARLY},
         {"mtp-experts", required_argument, 0, O_MTP},    {"hotlist", required_argument, 0, O_HOT},
-        {"ple-tier", required_argument, 0, O_PLE},
+        {"ple-tier", required_argument, 0, O_PLE},       {"mtp", required_argument, 0, O_MTP_FILE},
         /* tests only: a crash (SIGKILL) or a Ctrl-C (SIGINT) in the middle of the unit after N */
         {"test-kill-after-units", required_argument, 0, O_KILL}, {"test-interrupt-after-units", required_argument, 0, O_INT},
         {"quiet", no_argument, 0, 'q'},                   {"help", no_argument, 0, 'h'},
@@ -427,6 +435,7 @@ int main(int argc, char **argv)
             bad = !r.popts.ple_ssd && strcmp(optarg, "ram") != 0 ? "--ple-tier" : NULL;
             break;
         case O_HOT: r.hotlist_path = optarg; break;
+        case O_MTP_FILE: r.mtp_path = optarg; break;
         case O_KILL: ckpt_set_test_kill(atoi(optarg), SIGKILL); break;
         case O_INT: ckpt_set_test_kill(atoi(optarg), SIGINT); break;
         case 'q': quiet = true; break;
@@ -455,7 +464,7 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
 
     double t0 = now_s();
-    int rc = model_open(r.in_path, &r.m, r.err, sizeof r.err);
+    int rc = model_open_mtp(r.in_path, r.mtp_path, &r.m, r.err, sizeof r.err);
     if (rc) {
         fprintf(stderr, "nebula-prepare: %s: %s\n", r.in_path, r.err);
         return EXIT_IO;

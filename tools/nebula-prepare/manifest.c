@@ -31,8 +31,8 @@ static int shard_path(const char *path, int s, int n, char *out, size_t len)
     return k > 0 && k < (int)len ? 0 : NB_EINVAL;
 }
 
-int input_identity(const char *path, int n_shards, char *id, size_t idlen, char **manifest_json, char *err,
-                   size_t errlen)
+int input_identity(const char *path, int n_shards, const char *mtp_path, char *id, size_t idlen, char **manifest_json,
+                   char *err, size_t errlen)
 {
     *manifest_json = NULL;
     cJSON *root = cJSON_CreateObject(), *input = cJSON_CreateObject(), *shards = cJSON_CreateArray();
@@ -43,10 +43,12 @@ int input_identity(const char *path, int n_shards, char *id, size_t idlen, char 
     cJSON_AddItemToObject(input, "shards", shards);
     size_t used = (size_t)snprintf(id, idlen, "gguf");
     int rc = 0;
-    for (int s = 0; s < n_shards && !rc; s++) {
+    for (int s = 0; s < n_shards + (mtp_path ? 1 : 0) && !rc; s++) {
         char sp[PATH_MAX], hex[PREP_SHA_HEX];
         struct stat st;
-        if (shard_path(path, s, n_shards, sp, sizeof sp)) {
+        bool mtp = s == n_shards; /* the separate MTP file, after the shards */
+        if (mtp) snprintf(sp, sizeof sp, "%s", mtp_path);
+        else if (shard_path(path, s, n_shards, sp, sizeof sp)) {
             rc = nb_errf(err, errlen, NB_EINVAL, "%s: cannot name shard %d", path, s + 1);
             break;
         }
@@ -57,10 +59,11 @@ int input_identity(const char *path, int n_shards, char *id, size_t idlen, char 
         uint64_t head = (uint64_t)st.st_size < PREP_HEAD_BYTES ? (uint64_t)st.st_size : PREP_HEAD_BYTES;
         if ((rc = sha_file(sp, head, NULL, hex, err, errlen))) break;
         long long mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-        used += (size_t)snprintf(id + used, used < idlen ? idlen - used : 0, "%s%llu:%lld:%s", s ? "," : "=",
+        used += (size_t)snprintf(id + used, used < idlen ? idlen - used : 0, "%s%llu:%lld:%s", mtp ? "+mtp=" : s ? "," : "=",
                                  (unsigned long long)st.st_size, mtime_ns, hex);
         cJSON *o = cJSON_CreateObject();
         const char *base = strrchr(sp, '/');
+        if (mtp) cJSON_AddStringToObject(o, "path", realpath(sp, real) ? real : sp);
         cJSON_AddStringToObject(o, "file", base ? base + 1 : sp);
         cJSON_AddNumberToObject(o, "bytes", (double)st.st_size);
         char ns[32];
@@ -68,7 +71,8 @@ int input_identity(const char *path, int n_shards, char *id, size_t idlen, char 
         cJSON_AddStringToObject(o, "mtime_ns", ns);
         cJSON_AddNumberToObject(o, "head_bytes", (double)head);
         cJSON_AddStringToObject(o, "head_sha256", hex);
-        cJSON_AddItemToArray(shards, o);
+        if (mtp) cJSON_AddItemToObject(input, "mtp", o);
+        else cJSON_AddItemToArray(shards, o);
     }
     if (!rc && used >= idlen) rc = nb_errf(err, errlen, NB_EINVAL, "input identity too long");
     if (!rc) {

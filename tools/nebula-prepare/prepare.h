@@ -185,7 +185,10 @@ struct dense_refs {
     char idx_sha[PREP_SHA_HEX];
     char ple_sha[PREP_SHA_HEX]; /* "" without a table */
 };
-int dense_write(const gguf_file *in, const char *dir, const struct dense_refs *refs, char *err, size_t errlen);
+/* m's files minus experts and table: its GGUF, and with a separate MTP file
+ * that file's blk.L tensors in place of the trunk file's (block_count and
+ * nextn_predict_layers then say so), so dense.gguf is one complete file. */
+int dense_write(const struct model *m, const char *dir, const struct dense_refs *refs, char *err, size_t errlen);
 /* 0 if DIR/dense.gguf opens and records exactly these refs. */
 int dense_check_refs(const char *dir, const struct dense_refs *refs, char *err, size_t errlen);
 
@@ -242,8 +245,9 @@ int placement_read_opts(const char *json, struct placement_opts *o);
 /* ---------- manifest.c: identity of the input ---------- */
 
 /* A one-line identity of the input (every shard's size, mtime and head
- * hash) and manifest.json's text. */
-int input_identity(const char *path, int n_shards, char *id, size_t idlen, char **manifest_json, char *err,
-                   size_t errlen);
+ * hash, and those of a separate MTP file when mtp_path is not NULL) and
+ * manifest.json's text. */
+int input_identity(const char *path, int n_shards, const char *mtp_path, char *id, size_t idlen, char **manifest_json,
+                   char *err, size_t errlen);
 
 #endif

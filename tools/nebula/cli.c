@@ -39,10 +39,12 @@ int cli_open(const struct cli_common *o, struct cli_model *cm)
         fprintf(stderr, "nebula: no model given (-m MODEL.gguf)\n");
         return CLI_USAGE;
     }
-    if (model_open(o->model_path, &cm->m, err, sizeof err)) {
+    if (model_open_mtp(o->model_path, o->mtp_path, &cm->m, err, sizeof err)) {
         fprintf(stderr, "nebula: cannot load model %s: %s\n", o->model_path, err);
         return CLI_USAGE;
     }
+    model_mtp_describe(cm->m, err, sizeof err);
+    fprintf(stderr, "nebula: %s\n", err);
     if (gguf_find_key(cm->m->gguf, "tokenizer.ggml.tokens") >= 0 &&
         tok_load_gguf(cm->m->gguf, &cm->tok, err, sizeof err)) {
         fprintf(stderr, "nebula: %s: bad tokenizer: %s\n", o->model_path, err);

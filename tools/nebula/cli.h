@@ -24,6 +24,7 @@ struct cli_model {
 
 struct cli_common {
     const char *model_path;
+    const char *mtp_path; /* a separate MTP GGUF (--mtp), NULL: the model file's own */
     int threads;      /* 0: all cores */
     int chunk;        /* prefill chunk, tokens */
     int64_t ctx;      /* context limit, tokens (0: the model's) */

@@ -43,6 +43,8 @@ static void usage(FILE *f)
             "  --print-ids            print the generated ids, space-separated, as the last stdout line\n"
             "engine:\n"
             "  -m, --model FILE       qwen4exp GGUF (any shard of a split model)\n"
+            "  --mtp FILE             the MTP (draft) block from a separate GGUF (Unsloth's MTP/mtp-*.gguf);\n"
+            "                         without it the model file's own, or none (then no speculative decoding)\n"
             "  --ctx N                context limit in tokens (default: the model's)\n"
             "  --chunk N              prefill chunk in tokens (default 512)\n"
             "  --threads N            CPU threads (default: all cores)\n"
@@ -92,7 +94,7 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         {"server", required_argument, 0, 'R'},    {"dump-logits", required_argument, 0, 'D'},
         {"backend", required_argument, 0, 'B'},   {"help", no_argument, 0, 'h'},
         {"kernels", required_argument, 0, 'K'},   {"config", required_argument, 0, 'F'},
-        {0, 0, 0, 0}};
+        {"mtp", required_argument, 0, 'X'},       {0, 0, 0, 0}};
     long long v;
     int c, rc = cli_conf_defaults(argc, argv, &o->c);
     o->think = true;
@@ -101,6 +103,7 @@ static int parse(int argc, char **argv, struct gen_opts *o)
     while (rc == CLI_OK && (c = getopt_long(argc, argv, "m:p:n:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': o->c.model_path = optarg; break;
+        case 'X': o->c.mtp_path = optarg; break;
         case 'p': o->prompt = optarg; break;
         case 'C': o->chat = optarg; break;
         case 'S': o->system = optarg; break;

@@ -47,7 +47,8 @@ static void usage(FILE *f)
                "  --gen N          also generate N greedy tokens per prompt (default 0: prompts only)\n"
                "  --out FILE       TSV: layer, expert, count, mean_weight (every expert of every layer)\n"
                "  --chunk N, --threads N, --ctx N   as for generate\n"
-               "  --backend B      cpu (default) or cuda (faster; its routes are the reference's but for near-ties)\n");
+               "  --backend B      cpu (default) or cuda (faster; its routes are the reference's but for near-ties)\n"
+               "  --mtp FILE       the MTP block from a separate GGUF (its experts are counted too)\n");
 }
 
 /* One campaign line → ids. */
@@ -114,7 +115,7 @@ int cmd_hotlist(int argc, char **argv)
                                          {"ids", no_argument, 0, 'I'},         {"gen", required_argument, 0, 'g'},
                                          {"chunk", required_argument, 0, 'b'}, {"threads", required_argument, 0, 'j'},
                                          {"ctx", required_argument, 0, 'c'},   {"help", no_argument, 0, 'h'},
-                                         {"backend", required_argument, 0, 'B'},
+                                         {"backend", required_argument, 0, 'B'}, {"mtp", required_argument, 0, 'X'},
                                          {0, 0, 0, 0}};
     struct cli_common o = {0};
     const char *prompts = NULL, *out = NULL;
@@ -124,6 +125,7 @@ int cmd_hotlist(int argc, char **argv)
     while (rc == CLI_OK && (c = getopt_long(argc, argv, "m:o:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': o.model_path = optarg; break;
+        case 'X': o.mtp_path = optarg; break;
         case 'P': prompts = optarg; break;
         case 'o': out = optarg; break;
         case 'R': mode = 1; break;

@@ -15,6 +15,7 @@ static int parse_common(int c, struct cli_common *o, bool *help)
     long long v;
     switch (c) {
     case 'm': o->model_path = optarg; return CLI_OK;
+    case 'X': o->mtp_path = optarg; return CLI_OK;
     case 'b': if (cli_parse_int("--chunk", optarg, 1, 1 << 20, &v)) return CLI_USAGE; o->chunk = (int)v; return CLI_OK;
     case 'j': if (cli_parse_int("--threads", optarg, 1, 4096, &v)) return CLI_USAGE; o->threads = (int)v; return CLI_OK;
     case 'c': if (cli_parse_int("--ctx", optarg, 1, INT64_MAX, &v)) return CLI_USAGE; o->ctx = v; return CLI_OK;
@@ -25,7 +26,7 @@ static int parse_common(int c, struct cli_common *o, bool *help)
 
 #define COMMON_OPTS                                                                                                \
     {"model", required_argument, 0, 'm'}, {"chunk", required_argument, 0, 'b'}, {"threads", required_argument, 0, 'j'}, \
-        {"ctx", required_argument, 0, 'c'}, {"help", no_argument, 0, 'h'}
+        {"ctx", required_argument, 0, 'c'}, {"help", no_argument, 0, 'h'}, {"mtp", required_argument, 0, 'X'}
 
 struct sink {
     FILE *f;
@@ -58,7 +59,7 @@ int cmd_logits(int argc, char **argv)
     }
     if (help || !tokens || !out || optind < argc) {
         fprintf(help ? stdout : stderr,
-                "usage: nebula logits -m MODEL --tokens-file F --out OUT.f32 [--chunk N] [--threads N] [--ctx N]\n"
+                "usage: nebula logits -m MODEL --tokens-file F --out OUT.f32 [--chunk N] [--threads N] [--ctx N] [--mtp FILE]\n"
                 "Writes the logits of every position, float32 little-endian, row-major [tokens x vocab].\n");
         return help ? CLI_OK : CLI_USAGE;
     }
