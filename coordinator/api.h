@@ -11,11 +11,11 @@
  *   - api_http.c (libmicrohttpd threads; api_views.c the read-only
  *     endpoints' bodies) and api_run.c (the coordinator's main thread): the HTTP server parses, tokenizes and validates in its own
  *     threads, then hands a job to a bounded queue; the main thread, the only
- *     one that talks to the workers, runs one job at a time and publishes text
- *     as it is generated.  Jobs, the queue, the statistics and a snapshot of
- *     the workers' state are guarded by one mutex (struct api.mu) and one
- *     condition variable; a pipe wakes the main thread's poll when a job
- *     arrives. */
+ *     one that talks to the workers, runs one job at a time (its request
+ *     queue, requests.c) and publishes text as it is generated.  Jobs, the
+ *     queue, the statistics and a snapshot of the workers' state are guarded
+ *     by one mutex (struct api.mu) and one condition variable; an eventfd,
+ *     one of the main loop's fd events, says a job arrived. */
 #ifndef NB_COORD_API_H
 #define NB_COORD_API_H
 
@@ -111,6 +111,7 @@ struct api_buf {
     char *p;
     size_t n, cap;
 };
+/* api_text.c */
 int api_buf_add(struct api_buf *b, const char *s, size_t n); /* 0 or NB_ENOMEM; keeps p NUL-terminated */
 void api_buf_free(struct api_buf *b);
 
@@ -163,7 +164,7 @@ struct api {
     struct api_config cfg;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int wake[2];          /* pipe: a job was queued (read end polled by coord_tick) */
+    int wake;             /* eventfd: a job was queued (an fd event of the coordinator's loop: api_on_wake) */
     struct MHD_Daemon *daemon;
     int port;             /* bound */
     /* The model, fixed before the server starts. */
@@ -212,7 +213,8 @@ char *api_metrics_text(struct api *a); /* malloc'ed, NULL when out of memory */
 /* Copies the workers' state and the hit rates into the snapshot. */
 void api_publish(struct coord *c);
 void api_set_phase(struct api *a, const char *phase, double progress, const char *message);
-/* Runs the queued jobs, one after the other, until the queue is empty. */
-void api_run_queued(struct coord *c);
+/* The wake eventfd fired: the queued jobs move to the request queue
+ * (requests.c), which runs them one after the other as events come. */
+void api_on_wake(struct coord *c);
 
 #endif

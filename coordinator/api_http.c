@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -509,7 +510,8 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     a->waiting++;
     pthread_mutex_unlock(&a->mu);
     rc->job = j;
-    if (write(a->wake[1], "j", 1) < 0 && errno != EAGAIN) nb_log("http: cannot wake the main loop: %s", strerror(errno));
+    uint64_t one = 1; /* the loop's event for the queue (api_on_wake) */
+    if (write(a->wake, &one, sizeof one) < 0 && errno != EAGAIN) nb_log("http: cannot wake the main loop: %s", strerror(errno));
 
     if (stream) {
         struct stream *s = calloc(1, sizeof *s);
@@ -690,7 +692,7 @@ int api_start(struct api *a, struct coord *c, char *err, size_t errlen)
     snprintf(a->message, sizeof a->message, "starting the workers");
     a->progress = 0.1;
     if (pthread_mutex_init(&a->mu, NULL) || pthread_cond_init(&a->cv, NULL)) return nb_errf(err, errlen, NB_ENOMEM, "cannot create a mutex");
-    if (pipe2(a->wake, O_CLOEXEC | O_NONBLOCK)) return nb_errf(err, errlen, NB_EIO, "pipe: %s", strerror(errno));
+    if ((a->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) return nb_errf(err, errlen, NB_EIO, "eventfd: %s", strerror(errno));
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)a->cfg.port)};
     if (inet_pton(AF_INET, a->cfg.host, &sa.sin_addr) != 1)
         return nb_errf(err, errlen, NB_EINVAL, "--http: '%s' is not an IPv4 address", a->cfg.host);
@@ -722,7 +724,8 @@ void api_stop(struct api *a)
     MHD_socket listen = MHD_quiesce_daemon(a->daemon);
     pthread_mutex_lock(&a->mu);
     a->stopping = true;
-    /* Queued jobs end without running; the running one was stopped by the loop. */
+    /* Jobs the loop has not taken yet end without running; those it took
+     * were ended by the loop before this (coord_requests_cancel_all). */
     while (a->head) {
         struct api_job *j = a->head;
         a->head = j->next;
@@ -738,5 +741,6 @@ void api_stop(struct api *a)
     MHD_stop_daemon(a->daemon);
     if (listen != MHD_INVALID_SOCKET) close(listen);
     a->daemon = NULL;
-    close(a->wake[0]), close(a->wake[1]);
+    close(a->wake);
+    a->wake = -1;
 }

@@ -1,18 +1,22 @@
-/* api_run.c — the HTTP API's jobs, run by the coordinator's main thread.
+/* api_run.c — the HTTP API's jobs on the coordinator's main thread.
  *
- * The main thread is the only one that talks to the workers, so it runs the
- * queued jobs one after the other (api_run_queued, called by the loop after
- * each tick; a pipe written by the HTTP threads wakes the tick's poll).  For
- * each sampled token it decodes the text (the tokenizer's streaming decoder:
- * whole UTF-8 characters only), passes it through the reasoning/stop filter
- * (api_text.c) and appends what is final to the job, waking the HTTP thread
- * that streams it.  Cancellation (the client went away, or shutdown) is
- * checked after every prefill step and every token.  api_publish copies what
- * /api/status and /metrics show about the workers into the shared snapshot,
- * so the HTTP threads never read the coordinator's own state. */
+ * The main thread is the only one that talks to the workers.  The HTTP
+ * threads queue a job and write an eventfd; its event (api_on_wake) moves
+ * the jobs into the coordinator's one request queue (requests.c), beside
+ * ctl.sock's generates, with this file's callbacks: on_start when the job's
+ * turn comes, on_prefill after each prefill step, on_token for each sampled
+ * token, on_done at the end.  For each token it decodes the text (the
+ * tokenizer's streaming decoder: whole UTF-8 characters only), passes it
+ * through the reasoning/stop filter (api_text.c) and appends what is final
+ * to the job, waking the HTTP thread that streams it.  Cancellation (the
+ * client went away, or shutdown) is checked at the start, after every
+ * prefill step and every token.  api_publish copies what /api/status and
+ * /metrics show about the workers into the shared snapshot, so the HTTP
+ * threads never read the coordinator's own state. */
 #include "coordinator/api.h"
 #include "coordinator/coord.h"
 
+#include "core/gen/gen.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/err.h"
 #include "core/util/log.h"
@@ -20,27 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int api_buf_add(struct api_buf *b, const char *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return NB_ENOMEM;
-        b->p = p, b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return 0;
-}
-
-void api_buf_free(struct api_buf *b)
-{
-    free(b->p);
-    *b = (struct api_buf){0};
-}
+#include <unistd.h>
 
 void api_set_phase(struct api *a, const char *phase, double progress, const char *message)
 {
@@ -83,6 +67,7 @@ void api_publish(struct coord *c)
     pthread_mutex_unlock(&a->mu);
 }
 
+/* One HTTP job in the request queue. */
 struct run_ctx {
     struct coord *c;
     struct api *a;
@@ -90,7 +75,8 @@ struct run_ctx {
     tok_decoder *dec;
     struct api_text text;
     long long seen;     /* tokens handled (a retried run replays the same ones) */
-    double t_start, t_first, t_last, t_tick;
+    double t_start, t_first, t_last;
+    bool started;
     bool text_stop;     /* a stop string matched */
     bool cancelled;
     int fail;           /* out of memory while appending */
@@ -103,25 +89,32 @@ static int emit(void *ctx, bool reasoning, const char *s, size_t n)
     return api_buf_add(reasoning ? &r->j->reasoning : &r->j->content, s, n);
 }
 
-/* Between steps: the loop's tick every 50 ms (heartbeats, supervision,
- * nebulactl) — a fast model's steps never leave the ring wait idle long
- * enough for step_call to tick. */
-static void tick(struct run_ctx *r)
+static bool cancelled_locked(struct run_ctx *r) { return r->j->cancelled || r->a->stopping || r->c->stop; }
+
+/* The job reaches the front of the queue. */
+static int on_start(void *ctx)
 {
-    double t = coord_now();
-    if (t - r->t_tick < 0.05) return;
-    r->t_tick = t;
-    coord_tick(r->c, 0, false);
+    struct run_ctx *r = ctx;
+    struct api *a = r->a;
+    pthread_mutex_lock(&a->mu);
+    a->waiting--;
+    a->running = r->j;
+    r->j->state = JOB_RUNNING;
+    r->j->queue_ms = (coord_now() - r->j->t_arrival) * 1e3;
+    r->started = true, r->t_start = coord_now();
+    r->cancelled = r->j->cancelled;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    return r->cancelled;
 }
 
 static int on_prefill(void *ctx, size_t done, size_t total)
 {
     struct run_ctx *r = ctx;
     (void)total;
-    tick(r);
     pthread_mutex_lock(&r->a->mu);
     r->j->prefill_done = done;
-    r->cancelled = r->j->cancelled || r->a->stopping || r->c->stop;
+    r->cancelled = cancelled_locked(r);
     pthread_mutex_unlock(&r->a->mu);
     return r->cancelled;
 }
@@ -129,7 +122,6 @@ static int on_prefill(void *ctx, size_t done, size_t total)
 static int on_token(void *ctx, long long i, int32_t id)
 {
     struct run_ctx *r = ctx;
-    tick(r);
     if (i < r->seen) return 0;
     r->seen = i + 1;
     r->t_last = coord_now();
@@ -143,7 +135,7 @@ static int on_token(void *ctx, long long i, int32_t id)
     int rc = tl ? api_text_push(&r->text, t, tl, emit, r) : 0;
     if (rc == 1) r->text_stop = true;
     else if (rc) r->fail = rc;
-    r->cancelled = r->j->cancelled || r->a->stopping || r->c->stop;
+    r->cancelled = cancelled_locked(r);
     pthread_cond_broadcast(&r->a->cv);
     pthread_mutex_unlock(&r->a->mu);
     return r->text_stop || r->cancelled || r->fail;
@@ -153,10 +145,11 @@ static void finish(struct coord *c, struct api_job *j, const char *finish_reason
 {
     struct api *a = c->api;
     pthread_mutex_lock(&a->mu);
+    if (j->state == JOB_QUEUED) a->waiting--; /* ended before it ran (shutdown) */
     j->finish_reason = finish_reason;
     if (e) j->err = *e;
     j->state = JOB_DONE;
-    a->running = NULL;
+    if (a->running == j) a->running = NULL;
     if (cancelled) a->req_cancelled++;
     else if (e) a->req_failed++;
     else a->req_ok++;
@@ -171,81 +164,95 @@ static void finish(struct coord *c, struct api_job *j, const char *finish_reason
     pthread_mutex_unlock(&a->mu);
 }
 
-static void run_job(struct coord *c, struct api_job *j)
+static void free_ctx(struct run_ctx *r)
 {
-    struct api *a = c->api;
-    struct run_ctx r = {.c = c, .a = a, .j = j, .t_start = coord_now()};
+    tok_decoder_free(r->dec);
+    api_text_free(&r->text);
+    free(r);
+}
+
+static void on_done(void *ctx, const struct coord_outcome *o)
+{
+    struct run_ctx *r = ctx;
+    struct coord *c = r->c;
+    struct api *a = r->a;
+    struct api_job *j = r->j;
     struct api_error e = {0};
-    char err[1024];
-    int32_t *out = malloc((size_t)(j->max_tokens + 1) * sizeof *out);
-    if (!out || tok_decoder_new(c->tok, false, &r.dec, err, sizeof err)) {
-        free(out);
-        api_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
-        return finish(c, j, NULL, &e, false);
+    if (!r->started) {
+        finish(c, j, NULL, NULL, true);
+        return free_ctx(r);
     }
-    api_text_init(&r.text, j->think_split, j->stop, j->n_stop);
-    struct coord_hooks h = {.chunk = j->chunk, .ignore_stop = j->ignore_eos, .on_prefill = on_prefill, .on_token = on_token, .ctx = &r};
-    long long made = 0;
-    double t_prompt = 0;
-    const char *why = "length";
-    int rc = coord_run(c, j->ids, j->n_ids, &j->sp, j->max_tokens, NULL, &h, out, &made, &t_prompt, &why, err, sizeof err);
-    free(out);
+    r->cancelled = r->cancelled || o->cancelled;
+    const struct gen_result *res = o->res;
+    long long made = res ? res->made : 0;
+    int rc = o->rc && !o->cancelled;
     if (rc) {
-        nb_log("http job failed: %s", err);
-        api_errorf(&e, 503, "server_error", NULL, "worker_failure", "the generation failed: %s", err);
-    } else if (!r.cancelled && !r.fail) {
+        nb_log("http job failed: %s", o->err);
+        api_errorf(&e, 503, "server_error", NULL, "worker_failure", "the generation failed: %s", o->err);
+    } else if (!r->cancelled && !r->fail) {
         /* The end of the text: what the decoder and the filter held back. */
         const char *t;
         size_t tl;
-        tok_decoder_flush(r.dec, &t, &tl);
+        tok_decoder_flush(r->dec, &t, &tl);
         pthread_mutex_lock(&a->mu);
-        int trc = r.text_stop ? 1 : tl ? api_text_push(&r.text, t, tl, emit, &r) : 0;
-        if (trc == 1) r.text_stop = true;
-        else if (!trc) trc = api_text_finish(&r.text, emit, &r);
-        if (trc < 0) r.fail = trc;
+        int trc = r->text_stop ? 1 : tl ? api_text_push(&r->text, t, tl, emit, r) : 0;
+        if (trc == 1) r->text_stop = true;
+        else if (!trc) trc = api_text_finish(&r->text, emit, r);
+        if (trc < 0) r->fail = trc;
         j->completion_tokens = made; /* the stop token counts: it was generated */
         pthread_mutex_unlock(&a->mu);
     }
-    if (r.fail) api_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
+    if (r->fail) api_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
     double now = coord_now();
-    j->prompt_ms = t_prompt * 1e3;
-    j->ttft_ms = r.t_first > 0 ? (r.t_first - j->t_arrival) * 1e3 : 0;
-    j->decode_ms = r.t_first > 0 ? (r.t_last - r.t_first) * 1e3 : 0;
-    tok_decoder_free(r.dec);
-    api_text_free(&r.text);
-    bool stopped = r.text_stop || !strcmp(why, "stop token");
-    if (!rc && !r.cancelled && !r.fail)
+    j->prompt_ms = res ? res->prompt_s * 1e3 : 0;
+    j->ttft_ms = r->t_first > 0 ? (r->t_first - j->t_arrival) * 1e3 : 0;
+    j->decode_ms = r->t_first > 0 ? (r->t_last - r->t_first) * 1e3 : 0;
+    bool stopped = r->text_stop || (res && !strcmp(res->why, "stop token"));
+    if (!rc && !r->cancelled && !r->fail)
         nb_log("http job: prompt %zu tokens, %lld generated in %.2f s (queued %.0f ms), finish %s", j->n_ids, made,
-               now - r.t_start, j->queue_ms, stopped ? "stop" : "length");
-    if (r.cancelled) nb_log("http job cancelled after %lld tokens (the client went away or shutdown)", r.seen);
-    finish(c, j, rc || r.cancelled || r.fail ? NULL : stopped ? "stop" : "length", rc || r.fail ? &e : NULL, r.cancelled);
+               now - r->t_start, j->queue_ms, stopped ? "stop" : "length");
+    if (r->cancelled) nb_log("http job cancelled after %lld tokens (the client went away or shutdown)", r->seen);
+    finish(c, j, rc || r->cancelled || r->fail ? NULL : stopped ? "stop" : "length", rc || r->fail ? &e : NULL, r->cancelled);
+    free_ctx(r);
 }
 
-void api_run_queued(struct coord *c)
+static const struct coord_request_ops job_ops = {.on_start = on_start, .on_prefill = on_prefill, .on_token = on_token, .on_done = on_done};
+
+/* A job leaves the HTTP side's list for the request queue (it stays
+ * JOB_QUEUED, and counted as waiting, until it starts). */
+static void submit(struct coord *c, struct api_job *j)
+{
+    struct api_error e = {0};
+    char err[1024];
+    struct run_ctx *r = calloc(1, sizeof *r);
+    if (r) *r = (struct run_ctx){.c = c, .a = c->api, .j = j};
+    if (!r || tok_decoder_new(c->tok, false, &r->dec, err, sizeof err)) {
+        free(r);
+        api_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
+        return finish(c, j, NULL, &e, false);
+    }
+    api_text_init(&r->text, j->think_split, j->stop, j->n_stop);
+    struct coord_request_spec spec = {.ids = j->ids, .n = j->n_ids, .sp = j->sp, .budget = j->max_tokens, .chunk = j->chunk,
+                                      .ignore_stop = j->ignore_eos};
+    if (coord_request_submit(c, &spec, &job_ops, r, err, sizeof err)) {
+        api_errorf(&e, 500, "server_error", NULL, NULL, "%s", err);
+        finish(c, j, NULL, &e, false);
+        free_ctx(r);
+    }
+}
+
+void api_on_wake(struct coord *c)
 {
     struct api *a = c->api;
-    while (a && !c->stop && !c->ctl_deferred) { /* a ctl generate that waited goes next */
+    uint64_t v;
+    while (read(a->wake, &v, sizeof v) > 0) continue;
+    for (;;) {
         pthread_mutex_lock(&a->mu);
         struct api_job *j = a->head;
-        if (!j) {
-            pthread_mutex_unlock(&a->mu);
-            return;
-        }
-        a->head = j->next;
+        if (j) a->head = j->next, j->next = NULL;
         if (!a->head) a->tail = NULL;
-        a->waiting--;
-        a->running = j;
-        j->state = JOB_RUNNING;
-        j->queue_ms = (coord_now() - j->t_arrival) * 1e3;
-        bool cancelled = j->cancelled;
-        pthread_cond_broadcast(&a->cv);
         pthread_mutex_unlock(&a->mu);
-        if (cancelled) {
-            finish(c, j, NULL, NULL, true);
-            continue;
-        }
-        c->in_http_job = true;
-        run_job(c, j);
-        c->in_http_job = false;
+        if (!j) return;
+        submit(c, j);
     }
 }

@@ -129,3 +129,26 @@ int api_text_finish(struct api_text *t, api_emit_fn emit, void *ctx)
     t->n_held = 0;
     return rc;
 }
+
+/* ---- api_buf: a growing NUL-terminated buffer (the jobs' text) ---- */
+
+int api_buf_add(struct api_buf *b, const char *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return NB_ENOMEM;
+        b->p = p, b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
+}
+
+void api_buf_free(struct api_buf *b)
+{
+    free(b->p);
+    *b = (struct api_buf){0};
+}

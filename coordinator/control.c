@@ -3,16 +3,24 @@
  *
  * Counters come from the stats region, which every worker writes and anyone
  * can read: status and stats never ask a worker anything, so they answer
- * while a worker is busy or restarting.  A request of unknown type gets an
- * "error" reply naming the known ones. */
+ * while a worker is busy or restarting — and during a generation: an HTTP
+ * job runs in the loop beside them.  ctl.sock is a REP socket, so one
+ * request is open at a time: status, stats, profile and shutdown are answered
+ * at once; a generate (queued with the HTTP jobs, requests.c) and a restart
+ * (a state: it waits for the running request to end, kills the worker and
+ * answers when the successor is ready) keep it open (ctl_pending) and are
+ * answered from a later event, after which the next request is read.  A request of
+ * unknown type gets an "error" reply naming the known ones. */
 #include "coordinator/coord.h"
 
+#include "core/event/event.h"
 #include "core/model/model.h"
 #include "core/util/log.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <zmq.h>
 
 static const char *const stat_names[SHM_STAT_COUNT] = {
     "steps", "tokens", "expert_hits", "expert_misses", "bytes_read", "bytes_copied",
@@ -126,31 +134,67 @@ static cJSON *profile(struct coord *c, const cJSON *req)
     return r;
 }
 
-/* Kills the worker and waits until its successor is ready. */
-static cJSON *restart(struct coord *c, const cJSON *req)
+/* ---- restart: a state, answered when the successor is ready ----
+ * It begins when no generation runs (a generation's worker is not killed
+ * under it: the restart waits for the running request to end, as it waited
+ * for the HTTP job before, and the queued ones wait for it), then kills the
+ * worker; coord_ctl_on_workers answers once
+ * a new process of the role is ready, or fails after COORD_READY_TIMEOUT_S. */
+
+static double on_restart_timeout(event_loop *l, void *ctx)
 {
-    struct coord_worker *w = named_worker(c, req);
-    if (!w) return error_reply("restart needs \"worker\": one of the roles in status");
-    pid_t old = w->pid;
-    coord_restart(c, w);
-    double t0 = coord_now();
-    while ((w->pid == old && old > 0) || w->state != W_READY) {
-        if (w->state == W_FAILED || coord_now() - t0 > COORD_READY_TIMEOUT_S) return error_reply("the worker did not come back (see its log)");
-        coord_tick(c, 50, false);
-    }
-    cJSON *r = ctl_msg("ok");
-    cJSON_AddItemToObject(r, "worker", worker_json(c, w));
-    return r;
+    struct coord *c = ctx;
+    (void)l;
+    c->restart = (struct coord_restart_wait){0};
+    coord_ctl_answer(c, error_reply("the worker did not come back (see its log)"));
+    coord_requests_on_workers(c); /* a request waiting for the restart goes on (or fails) */
+    return EVENT_TIMER_END;
 }
 
-cJSON *coord_handle_ctl(struct coord *c, const cJSON *req)
+static void restart_begin(struct coord *c)
+{
+    struct coord_worker *w = c->restart.w;
+    c->restart.old_pid = w->pid, c->restart.begun = true;
+    coord_restart(c, w);
+    c->restart.timer = event_add_timer(c->loop, COORD_READY_TIMEOUT_S, on_restart_timeout, c);
+    coord_ctl_on_workers(c);
+}
+
+void coord_ctl_on_idle(struct coord *c)
+{
+    if (c->restart.w && !c->restart.begun) restart_begin(c);
+}
+
+void coord_ctl_on_workers(struct coord *c)
+{
+    struct coord_worker *w = c->restart.w;
+    if (!w || !c->restart.begun) return;
+    pid_t old = c->restart.old_pid;
+    cJSON *r = NULL;
+    if (w->state == W_FAILED) r = error_reply("the worker did not come back (see its log)");
+    else if (!(w->pid == old && old > 0) && w->state == W_READY) cJSON_AddItemToObject(r = ctl_msg("ok"), "worker", worker_json(c, w));
+    if (!r) return;
+    if (c->restart.timer > 0) event_del_timer(c->loop, c->restart.timer);
+    c->restart = (struct coord_restart_wait){0};
+    coord_ctl_answer(c, r);
+}
+
+/* One request → its reply now, or NULL when it is answered later (a
+ * generate, a restart: REP takes no other request meanwhile). */
+static cJSON *handle(struct coord *c, const cJSON *req)
 {
     const char *t = ctl_type(req);
     if (!strcmp(t, "status")) return status(c);
     if (!strcmp(t, "stats")) return stats(c);
     if (!strcmp(t, "profile")) return profile(c, req);
-    if (!strcmp(t, "restart")) return restart(c, req);
-    if (!strcmp(t, "generate")) return coord_generate(c, req);
+    if (!strcmp(t, "generate")) return coord_generate(c, req, coord_ctl_answer);
+    if (!strcmp(t, "restart")) {
+        struct coord_worker *w = named_worker(c, req);
+        if (!w) return error_reply("restart needs \"worker\": one of the roles in status");
+        c->restart = (struct coord_restart_wait){.w = w};
+        if (!coord_requests_busy(c)) restart_begin(c);
+        return NULL;
+    }
     if (!strcmp(t, "shutdown")) {
         nb_log("shutdown requested on ctl.sock");
         c->stop = true;
@@ -159,4 +203,49 @@ cJSON *coord_handle_ctl(struct coord *c, const cJSON *req)
     char msg[160];
     snprintf(msg, sizeof msg, "unknown request '%.40s' (status, stats, profile, restart, generate, shutdown)", t);
     return error_reply(msg);
+}
+
+void coord_ctl_answer(struct coord *c, cJSON *reply)
+{
+    char err[256];
+    if (ctl_send(c->rep, NULL, reply, err, sizeof err)) nb_log("cannot reply on ctl.sock: %s", err);
+    cJSON_Delete(reply);
+    c->ctl_pending = false;
+    if (!c->ctl_in_serve) coord_ctl_serve(c); /* the next may be there already: ZMQ_FD is edge-triggered */
+}
+
+void coord_ctl_serve(struct coord *c)
+{
+    void *z = ctl_zmq_socket(c->rep);
+    char err[256];
+    c->ctl_in_serve = true;
+    for (;;) {
+        /* ZMQ_EVENTS first, always: it is what resets ZMQ_FD's readiness.  A
+         * socket left unasked while not served (start-up, a request open)
+         * would keep the fd readable and the loop spinning. */
+        int ev = 0;
+        size_t sz = sizeof ev;
+        if (zmq_getsockopt(z, ZMQ_EVENTS, &ev, &sz) || !(ev & ZMQ_POLLIN) || !c->ctl_serving || c->ctl_pending) break;
+        cJSON *msg, *reply;
+        c->ctl_pending = true;
+        if (ctl_recv(c->rep, 0, NULL, 0, &msg, err, sizeof err) == 0) {
+            reply = handle(c, msg);
+            cJSON_Delete(msg);
+        } else { /* a malformed request still gets its one reply: REP must answer */
+            reply = ctl_msg("error");
+            cJSON_AddStringToObject(reply, "message", err);
+        }
+        if (reply) coord_ctl_answer(c, reply);
+    }
+    c->ctl_in_serve = false;
+}
+
+void coord_ctl_close(struct coord *c)
+{
+    if (c->restart.timer > 0) event_del_timer(c->loop, c->restart.timer);
+    c->restart = (struct coord_restart_wait){0};
+    if (!c->ctl_pending) return;
+    cJSON *r = ctl_msg("error"); /* REP owes it an answer */
+    cJSON_AddStringToObject(r, "message", "the coordinator is shutting down");
+    coord_ctl_answer(c, r);
 }

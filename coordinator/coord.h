@@ -1,21 +1,28 @@
 /* coord.h — the pieces of nebula-coordinator and the state they share.
  *
- * main.c: flags, the instance, runtime directory and regions, the event loop
- * and the teardown.  workers.c: spawning, handshake (hello → configure →
- * ready), heartbeats and restarts.  control.c: the ctl.sock requests of
- * nebulactl (status, stats, profile, restart, shutdown).  generate.c: the
- * generate request — tokenizer, chat template and sampling here, the model's
- * forward pass in the gpu-worker over the `step` ring.
+ * One thread talks to the workers, and it runs one event loop (core/event:
+ * fd events and timers with callbacks, never re-entered).  The pieces and
+ * who may call whom — a DAG, checked by tests/tools/test_coord_deps.sh:
  *
- * One thread talks to the workers.  coord_tick() is the loop's body: it
- * serves the control sockets and supervises the workers; long operations (a
- * generation, a restart) call it between their own waits so heartbeats keep
- * flowing.  The HTTP API (api.h) has threads of its own that hand jobs to
- * this one through a queue; the loop runs them (api_run_queued). */
+ *   main      → control, api_run, api_http, requests, step, workers, context, util
+ *   control   → generate, requests, workers        api_run → requests, api_http, workers
+ *   generate  → requests                           api_http → api_request, api_text, api_views
+ *   requests  → step, workers                      workers → cpu_plan
+ *   (util, context, cpu_plan, step, api_text, api_request: leaves; util is below all)
+ *
+ * main.c: flags, the instance, regions, the loop's events, start-up as a
+ * state, teardown.  workers.c: spawning, hello → configure → ready,
+ * heartbeats and restarts.  control.c: ctl.sock (REP) and its requests.
+ * generate.c: ctl's generate → a request.  requests.c: the one queue of
+ * requests (ctl generates and HTTP jobs), each a state machine driving a
+ * core/gen session over the step ring.  step.c: the step ring as an fd
+ * event (a waiter thread and an eventfd).  Upward news travels by callbacks
+ * registered in struct coord (on_workers, on_idle), never by name. */
 #ifndef NB_COORD_H
 #define NB_COORD_H
 
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
@@ -24,10 +31,15 @@
 #include <cJSON.h>
 
 #include "core/ctl/ctl.h"
+#include "core/sampling/sampling.h"
 #include "shm/shm.h"
 
 struct model;
 struct api;
+struct coord_step;
+struct coord_request;
+struct coord_worker;
+typedef struct event_loop event_loop;
 typedef struct tok_tokenizer tok_tokenizer;
 
 #define COORD_MAX_WORKERS 3
@@ -97,6 +109,8 @@ struct coord {
     struct ring_pair step;
     shm_stats *stats;
     ctl_sock *router, *rep;
+    event_loop *loop;              /* the one loop (main.c sets it up) */
+    struct coord_step *stepper;    /* step.c: the response ring's waiter */
     /* the model as the coordinator sees it: sizes and the tokenizer */
     struct model *m;
     tok_tokenizer *tok;
@@ -109,22 +123,31 @@ struct coord {
     uint64_t next_tag;
     uint64_t deaths;               /* workers reaped so far: a request that failed while one died is retried once */
     bool step_in_flight;           /* the gpu-worker is busy for us: its heartbeats may be late */
-    bool stop;                     /* shutdown requested */
+    volatile sig_atomic_t stop;    /* shutdown requested (ctl.sock or a signal) */
+    volatile sig_atomic_t got_sigchld; /* a child exited: reap before the next wait */
     struct api *api;               /* the HTTP API (api.h); NULL with --http off */
-    bool in_http_job;              /* the loop runs an HTTP job: ctl.sock is served from its ticks */
-    cJSON *ctl_deferred;           /* a generate/restart received meanwhile, answered after the job */
-    volatile int got_sigchld;
+    /* ctl.sock (control.c) */
+    bool ctl_serving;              /* read requests (from ready to teardown) */
+    bool ctl_pending;              /* REP has a request not answered yet (a generate, a restart) */
+    bool ctl_in_serve;
+    struct coord_restart_wait {
+        struct coord_worker *w;    /* the worker a restart waits for (NULL: none) */
+        pid_t old_pid;
+        bool begun;                /* killed; else waiting for the running request to end */
+        long long timer;
+    } restart;
+    /* the request queue (requests.c); the head is the one that runs */
+    struct coord_request *rq_head, *rq_tail;
+    /* callbacks main.c registers: a worker's state changed; a request ended (none runs) */
+    void (*on_workers)(struct coord *c);
+    void (*on_idle)(struct coord *c);
 };
 
+/* util.c */
 double coord_now(void);
 /* dst = DIR/NAME; NB_EINVAL when it does not fit. */
 int coord_path(char *dst, size_t len, const char *dir, const char *name);
 
-/* main.c */
-/* One round of the loop: waits up to timeout_ms for a control message, serves
- * it (ctl.sock when serve_ctl, or during an HTTP job all but generate and
- * restart, which wait for the loop), then supervises the workers. */
-void coord_tick(struct coord *c, int timeout_ms, bool serve_ctl);
 
 /* cpu_plan.c: the cpu-moe-worker's threads and whether the workers spin
  * while they wait, from nproc, --threads (0: not given), the environment's
@@ -148,44 +171,87 @@ int64_t coord_context_limit(int64_t n_ctx_train, int64_t vram_ctx, bool gw_cuda,
 int coord_workers_init(struct coord *c, char *err, size_t errlen);
 int coord_spawn(struct coord *c, struct coord_worker *w);
 void coord_on_worker_msg(struct coord *c, const char *peer, const cJSON *msg);
+/* control.sock has messages (its fd event, and before each poll). */
+void coord_workers_serve(struct coord *c);
+/* Reaps, restarts, checks deadlines: the loop's 100 ms timer. */
 void coord_supervise(struct coord *c);
 struct coord_worker *coord_worker_by_role(struct coord *c, const char *role);
-/* Ticks until every worker is ready (or one failed for good); 0 or NB_EIO. */
-int coord_wait_ready(struct coord *c, double timeout_s, char *err, size_t errlen);
 /* Kills the worker (SIGKILL); supervision restarts it. */
 void coord_restart(struct coord *c, struct coord_worker *w);
 void coord_stop_workers(struct coord *c);
 const char *coord_wstate_name(enum coord_wstate s);
 
-/* control.c: one ctl.sock request → its reply (never NULL). */
-cJSON *coord_handle_ctl(struct coord *c, const cJSON *req);
+/* control.c */
+/* Reads and answers ctl.sock's requests while none is open (REP). */
+void coord_ctl_serve(struct coord *c);
+/* The open request's answer (a generate's, a restart's): sent, consumed. */
+void coord_ctl_answer(struct coord *c, cJSON *reply);
+void coord_ctl_on_workers(struct coord *c); /* a waiting restart may be answered */
+void coord_ctl_on_idle(struct coord *c);    /* no request runs: a waiting restart may begin */
+void coord_ctl_close(struct coord *c);      /* teardown: the open request gets an error */
 
 /* main.c: the step ring's geometry for this model and prefill chunk. */
 struct ring_geometry coord_step_geometry(const struct model *m, int chunk);
 
-/* generate.c: a generate request → result (or error) reply. */
-cJSON *coord_generate(struct coord *c, const cJSON *req);
+/* generate.c: ctl's generate → a request.  Returns the reply when it is
+ * known at once (an error), else NULL: reply() gets it when the request is
+ * done. */
+typedef void (*coord_reply_fn)(struct coord *c, cJSON *reply);
+cJSON *coord_generate(struct coord *c, const cJSON *req, coord_reply_fn reply);
 
-/* What a generation reports as it goes (the HTTP API's jobs).  chunk: prefill
- * tokens per step (≤ 0 or more than --chunk: --chunk); ignore_stop: stop
- * tokens do not end the generation.  on_prefill after each
- * prefill step (tokens done of total), on_token after each sampled token that
- * is not a stop token (i counts from 0); either returning non-zero ends the
- * generation at once, with *why = "hook". */
-struct coord_hooks {
-    int chunk;
-    bool ignore_stop; /* stop tokens are generated like any other (benchmarks) */
+/* step.c: the step ring as an fd event.  send publishes a RESET or EVAL (the
+ * last row's logits, or with argmax only their argmax); when the fd is
+ * readable, take gives the answer (false: none yet, or one given up on). */
+struct coord_step_reply {
+    int rc;                  /* the ring failed: err says how */
+    uint32_t flags, payload_bytes;
+    const void *payload;     /* valid until the next send */
+    char err[256];
+};
+int coord_step_open(struct coord *c, char *err, size_t errlen);
+void coord_step_close(struct coord *c);
+int coord_step_fd(const struct coord *c);
+int coord_step_send(struct coord *c, uint32_t op, const int32_t *ids, int n, bool argmax, char *err, size_t errlen);
+bool coord_step_take(struct coord *c, struct coord_step_reply *r);
+void coord_step_abandon(struct coord *c); /* the answer in flight is dropped when it comes */
+
+/* requests.c: the request queue.  A request is a core/gen session plus its
+ * owner's callbacks: on_start (its turn; non-zero: it was cancelled while
+ * queued), on_prefill after each prefill step and on_token after each
+ * sampled token that is not a stop id (non-zero: end it now, why "hook"),
+ * on_done once, always (res: the outcome, NULL if it never ran). */
+struct gen_result;
+struct coord_outcome {
+    int rc;                        /* 0, or NB_EIO with err */
+    bool cancelled;                /* shutdown ended it */
+    const struct gen_result *res;
+    size_t n_prompt;
+    const char *err;
+};
+struct coord_request_ops {
+    int (*on_start)(void *ctx);
     int (*on_prefill)(void *ctx, size_t done, size_t total);
     int (*on_token)(void *ctx, long long i, int32_t id);
-    void *ctx;
+    void (*on_done)(void *ctx, const struct coord_outcome *o);
 };
-struct sampling_params;
-/* Prefill n ids, then sample up to budget tokens into out (budget + 1 slots),
- * stopping at a stop token (*why "stop token") or the budget ("length");
- * retried once from the start when a worker dies meanwhile.  logits_out:
- * NULL, or an absolute path for the sampled rows.  0 or NB_EIO. */
-int coord_run(struct coord *c, const int32_t *ids, size_t n, const struct sampling_params *sp, long long budget,
-              const char *logits_out, const struct coord_hooks *h, int32_t *out, long long *made, double *t_prompt,
-              const char **why, char *err, size_t errlen);
+/* chunk: prefill tokens per step (≤ 0 or more than --chunk: --chunk);
+ * ignore_stop: stop ids do not end it; logits_out: NULL or an absolute path
+ * for the sampled rows.  The ids are copied. */
+struct coord_request_spec {
+    const int32_t *ids;
+    size_t n;
+    struct sampling_params sp;
+    long long budget;
+    const char *logits_out;
+    int chunk;
+    bool ignore_stop;
+};
+/* Queues it (0), or fails at once (the session could not be made). */
+int coord_request_submit(struct coord *c, const struct coord_request_spec *s, const struct coord_request_ops *ops, void *ctx,
+                         char *err, size_t errlen);
+bool coord_requests_busy(const struct coord *c); /* one runs (past waiting for the workers) */
+void coord_requests_on_step(struct coord *c);    /* the step fd is readable */
+void coord_requests_on_workers(struct coord *c); /* a worker's state changed */
+void coord_requests_cancel_all(struct coord *c, const char *why);
 
 #endif

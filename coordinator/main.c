@@ -11,6 +11,8 @@
 #include "coordinator/coord.h"
 #include "coordinator/api.h"
 
+#include "core/event/event.h"
+
 #include "core/conf/conf.h"
 #include "core/model/model.h"
 #include "core/prepared/prepared.h"
@@ -40,23 +42,6 @@
 static struct coord *the_coord; /* for the signal handlers */
 static void on_stop(int sig) { (void)sig, the_coord->stop = true; }
 static void on_child(int sig) { (void)sig, the_coord->got_sigchld = 1; }
-
-double coord_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-int coord_path(char *dst, size_t len, const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    if (a + 1 + b + 1 > len) return NB_EINVAL;
-    memmove(dst, dir, a); /* dir may be dst's own prefix */
-    dst[a] = '/';
-    memcpy(dst + a + 1, name, b + 1);
-    return 0;
-}
 
 static void usage(FILE *f)
 {
@@ -364,62 +349,110 @@ static int make_regions(struct coord *c, char *err, size_t errlen)
     return rc;
 }
 
-static void ctl_reply(struct coord *c, cJSON *reply)
+/* ---- the loop's events ----
+ * control.sock and ctl.sock are ZeroMQ sockets: their ZMQ_FD is an fd event
+ * that is edge-triggered, so each callback drains its socket, and
+ * before_poll drains both again before every wait (a send on a socket can
+ * consume the edge of a message that arrived meanwhile). */
+
+static void on_router(event_loop *l, int fd, void *ctx) { (void)l, (void)fd, coord_workers_serve(ctx); }
+static void on_rep(event_loop *l, int fd, void *ctx) { (void)l, (void)fd, coord_ctl_serve(ctx); }
+static void on_step(event_loop *l, int fd, void *ctx) { (void)l, (void)fd, coord_requests_on_step(ctx); }
+static void on_http(event_loop *l, int fd, void *ctx) { (void)l, (void)fd, api_on_wake(ctx); }
+
+/* Both sockets asked before each wait: ZMQ_FD fires only on a change. */
+static void before_poll(event_loop *l, void *ctx)
 {
-    char err[256];
-    if (ctl_send(c->rep, NULL, reply, err, sizeof err)) nb_log("cannot reply on ctl.sock: %s", err);
-    cJSON_Delete(reply);
+    struct coord *c = ctx;
+    coord_workers_serve(c);
+    coord_ctl_serve(c);
+    if (c->got_sigchld) coord_supervise(c); /* the signal ended the last wait: reap now */
+    if (c->stop) event_stop(l);
 }
 
-void coord_tick(struct coord *c, int timeout_ms, bool serve_ctl)
+/* Supervision every 100 ms (as the old loop's poll timeout): reaping (also
+ * right after a SIGCHLD, which ends the wait), restarts, heartbeat deadlines, the
+ * snapshot /api/status shows, and a stop asked by a signal. */
+static double on_supervise(event_loop *l, void *ctx)
 {
-    /* A generate or restart that came while an HTTP job ran waited for the
-     * loop: it is served first. */
-    if (serve_ctl && c->ctl_deferred) {
-        cJSON *req = c->ctl_deferred;
-        c->ctl_deferred = NULL;
-        ctl_reply(c, coord_handle_ctl(c, req));
-        cJSON_Delete(req);
-    }
-    /* ctl.sock is also served during an HTTP job (status, stats, profile,
-     * shutdown answer at once; a generate or restart is kept, unanswered, for
-     * the loop: REP takes no other request meanwhile).  The HTTP API's pipe is
-     * polled only when the loop may run jobs (serve_ctl). */
-    bool rep = serve_ctl || (c->in_http_job && !c->ctl_deferred);
-    zmq_pollitem_t items[3] = {{ctl_zmq_socket(c->router), 0, ZMQ_POLLIN, 0},
-                               {ctl_zmq_socket(c->rep), 0, ZMQ_POLLIN, 0},
-                               {NULL, c->api ? c->api->wake[0] : -1, ZMQ_POLLIN, 0}};
-    char err[256], peer[64];
-    cJSON *msg;
-    if (zmq_poll(items, serve_ctl && c->api ? 3 : rep ? 2 : 1, timeout_ms) > 0) {
-        if (serve_ctl && c->api && (items[2].revents & ZMQ_POLLIN)) {
-            char drain[64];
-            while (read(c->api->wake[0], drain, sizeof drain) > 0) continue;
-        }
-        while (ctl_recv(c->router, 0, peer, sizeof peer, &msg, err, sizeof err) == 0) {
-            coord_on_worker_msg(c, peer, msg);
-            cJSON_Delete(msg);
-        }
-        if (rep && (items[1].revents & ZMQ_POLLIN)) {
-            cJSON *reply;
-            if (ctl_recv(c->rep, 0, NULL, 0, &msg, err, sizeof err) == 0) {
-                const char *t = ctl_type(msg);
-                if (!serve_ctl && (!strcmp(t, "generate") || !strcmp(t, "restart"))) {
-                    c->ctl_deferred = msg; /* answered when the HTTP job is done */
-                    reply = NULL;
-                } else {
-                    reply = coord_handle_ctl(c, msg);
-                    cJSON_Delete(msg);
-                }
-            } else { /* a malformed request still gets its one reply: REP must answer */
-                reply = ctl_msg("error");
-                cJSON_AddStringToObject(reply, "message", err);
-            }
-            if (reply) ctl_reply(c, reply);
-        }
-    }
+    struct coord *c = ctx;
     coord_supervise(c);
     api_publish(c);
+    if (c->stop) event_stop(l);
+    return 0.1;
+}
+
+/* Start-up is a state of the loop: STARTING until every worker is ready
+ * (then ctl.sock and the HTTP queue are served), or one failed for good, or
+ * COORD_READY_TIMEOUT_S passed (then the loop ends with the error). */
+static struct startup {
+    bool done;
+    int rc;
+    char err[512];
+} startup;
+
+static void serving(struct coord *c)
+{
+    startup.done = true;
+    nb_log("instance %s ready: %s (ctl.sock), %d workers", shm_instance_id(c->inst), c->rundir, c->n_workers);
+    api_set_phase(c->api, "ready", 1.0, "ready");
+    api_publish(c);
+    c->ctl_serving = true;
+    coord_ctl_serve(c);
+    if (c->api) api_on_wake(c); /* jobs queued while loading */
+}
+
+static void startup_check(struct coord *c)
+{
+    int ready = 0;
+    for (int i = 0; i < c->n_workers; i++) {
+        if (c->w[i].state == W_FAILED) {
+            snprintf(startup.err, sizeof startup.err, "%s cannot start (see %s)", c->w[i].role, c->w[i].log_path);
+            startup.rc = NB_EIO;
+        }
+        ready += c->w[i].state == W_READY;
+    }
+    if (!startup.rc && ready == c->n_workers) serving(c);
+    if (startup.rc) event_stop(c->loop);
+}
+
+static double on_startup_deadline(event_loop *l, void *ctx)
+{
+    if (startup.done || startup.rc) return EVENT_TIMER_END;
+    snprintf(startup.err, sizeof startup.err, "workers not ready after %.0f s", COORD_READY_TIMEOUT_S);
+    startup.rc = NB_EIO;
+    event_stop(l);
+    (void)ctx;
+    return EVENT_TIMER_END;
+}
+
+/* workers.c's news: a worker changed state. */
+static void on_workers(struct coord *c)
+{
+    api_publish(c);
+    if (!startup.done) return startup_check(c);
+    coord_ctl_on_workers(c);
+    coord_requests_on_workers(c);
+}
+
+static int add_events(struct coord *c, char *err, size_t errlen)
+{
+    int rc = event_loop_new(&c->loop, err, errlen), fd;
+    size_t sz = sizeof fd;
+    if (rc) return rc;
+    c->on_workers = on_workers, c->on_idle = coord_ctl_on_idle;
+    event_set_before_poll(c->loop, before_poll, c);
+    if (zmq_getsockopt(ctl_zmq_socket(c->router), ZMQ_FD, &fd, &sz) || event_add_fd(c->loop, fd, on_router, c))
+        return nb_errf(err, errlen, NB_EIO, "cannot watch control.sock");
+    sz = sizeof fd;
+    if (zmq_getsockopt(ctl_zmq_socket(c->rep), ZMQ_FD, &fd, &sz) || event_add_fd(c->loop, fd, on_rep, c))
+        return nb_errf(err, errlen, NB_EIO, "cannot watch ctl.sock");
+    if ((rc = coord_step_open(c, err, errlen))) return rc;
+    if (event_add_fd(c->loop, coord_step_fd(c), on_step, c) || (c->api && event_add_fd(c->loop, c->api->wake, on_http, c)) ||
+        event_add_timer(c->loop, 0.1, on_supervise, c) < 0 ||
+        event_add_timer(c->loop, COORD_READY_TIMEOUT_S, on_startup_deadline, c) < 0)
+        return nb_errf(err, errlen, NB_ENOMEM, "cannot register the loop's events");
+    return 0;
 }
 
 /* Removes the runtime directory and what is in it (sockets, logs). */
@@ -440,15 +473,14 @@ static void remove_rundir(struct coord *c)
 static void teardown(struct coord *c)
 {
     char err[256];
-    if (c->api) api_stop(c->api); /* first: no request waits on workers that are going */
-    if (c->ctl_deferred) { /* REP owes it an answer */
-        cJSON *r = ctl_msg("error");
-        cJSON_AddStringToObject(r, "message", "the coordinator is shutting down");
-        ctl_reply(c, r);
-        cJSON_Delete(c->ctl_deferred);
-        c->ctl_deferred = NULL;
-    }
+    /* First the requests (queued and running: their owners get the answer),
+     * so no request waits on workers that are going; then the HTTP server. */
+    c->ctl_serving = false;
+    coord_requests_cancel_all(c, "the coordinator is shutting down");
+    if (c->rep) coord_ctl_close(c);
+    if (c->api) api_stop(c->api);
     coord_stop_workers(c);
+    coord_step_close(c); /* its waiter reads the step ring: before the ring goes */
     ring_pair_detach(&c->step);
     shm_stats_close(c->stats);
     struct shm_region *regs[] = {&c->step_reg,    &c->moe_reg,   &c->stats_reg,   &c->experts_reg,
@@ -462,6 +494,7 @@ static void teardown(struct coord *c)
     if (c->rundir_made) remove_rundir(c);
     if (c->tok) tok_free(c->tok);
     if (c->m) model_close(c->m);
+    event_loop_free(c->loop);
 }
 
 static int start(struct coord *c, const char *runtime, char *err, size_t errlen)
@@ -488,7 +521,7 @@ static int start(struct coord *c, const char *runtime, char *err, size_t errlen)
     for (int i = 0; i < c->n_workers; i++)
         if ((rc = coord_spawn(c, &c->w[i]))) return nb_errf(err, errlen, rc, "cannot start %s", c->w[i].role);
     api_publish(c);
-    return coord_wait_ready(c, COORD_READY_TIMEOUT_S, err, errlen);
+    return add_events(c, err, errlen);
 }
 
 int main(int argc, char **argv)
@@ -524,12 +557,13 @@ int main(int argc, char **argv)
         teardown(&c);
         return rc == NB_EINVAL || rc == NB_ENOENT || rc == NB_EFORMAT ? 2 : 1;
     }
-    nb_log("instance %s ready: %s (ctl.sock), %d workers", shm_instance_id(c.inst), c.rundir, c.n_workers);
-    api_set_phase(c.api, "ready", 1.0, "ready");
-    api_publish(&c);
-    while (!c.stop) {
-        coord_tick(&c, 100, true);
-        api_run_queued(&c);
+    startup_check(&c);
+    if (!startup.rc) event_run(c.loop); /* until shutdown, or start-up failed */
+    if (startup.rc) {
+        nb_log("cannot start: %s", startup.err);
+        api_set_phase(c.api, "error", 0, startup.err);
+        teardown(&c);
+        return 1;
     }
     nb_log("shutting down");
     teardown(&c);

@@ -10,7 +10,13 @@
  * while it sets up), is killed if needed and started again with the same
  * argv; its hello gets the same configure.  A worker that fails to become
  * ready COORD_MAX_FAILED_STARTS times in a row is marked FAILED (its log
- * says why) instead of being restarted forever. */
+ * says why) instead of being restarted forever.
+ *
+ * All of it runs from the coordinator's loop: coord_workers_serve when
+ * control.sock has messages, coord_supervise from a 100 ms timer (reaping,
+ * restarts after their backoff, the heartbeat and start-up deadlines).  A
+ * state change is told to c->on_workers, a callback main.c registers: this
+ * file calls no one above it. */
 #include "coordinator/coord.h"
 
 #include "core/ctl/worker.h"
@@ -27,6 +33,12 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* Whoever registered (main.c) hears of every state change. */
+static void changed(struct coord *c)
+{
+    if (c->on_workers) c->on_workers(c);
+}
 
 const char *coord_wstate_name(enum coord_wstate s)
 {
@@ -180,9 +192,11 @@ void coord_on_worker_msg(struct coord *c, const char *peer, const cJSON *msg)
         }
         send_configure(c, w);
         w->state = W_CONFIGURING;
+        changed(c);
     } else if (!strcmp(t, "ready")) {
         if (w->state != W_READY) nb_log("%s ready (pid %d, %.2f s after start)", peer, (int)w->pid, coord_now() - w->started_at);
         w->state = W_READY, w->failed_starts = 0;
+        changed(c);
     } else if (!strcmp(t, "error")) {
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(msg, "message");
         nb_log("%s reports an error: %s", peer, cJSON_IsString(m) ? m->valuestring : "(no message)");
@@ -191,9 +205,10 @@ void coord_on_worker_msg(struct coord *c, const char *peer, const cJSON *msg)
     }
 }
 
-/* Reaps every child that exited; marks its worker down. */
-static void reap(struct coord *c)
+/* Reaps every child that exited; marks its worker down.  True when one was. */
+static bool reap(struct coord *c)
 {
+    bool any = false;
     int status;
     pid_t pid;
     c->got_sigchld = 0;
@@ -203,18 +218,19 @@ static void reap(struct coord *c)
             if (w->pid != pid) continue;
             if (WIFSIGNALED(status)) nb_log("%s (pid %d) killed by signal %d", w->role, (int)pid, WTERMSIG(status));
             else nb_log("%s (pid %d) exited with status %d", w->role, (int)pid, WEXITSTATUS(status));
-            c->deaths++;
+            c->deaths++, any = true;
             if (w->state != W_READY) w->failed_starts++;
             w->pid = 0, w->state = w->failed_starts >= COORD_MAX_FAILED_STARTS ? W_FAILED : W_DOWN;
             w->down_since = coord_now();
             if (w->state == W_FAILED) nb_log("%s failed %d starts in a row: giving up (see %s)", w->role, w->failed_starts, w->log_path);
         }
     }
+    return any;
 }
 
 void coord_supervise(struct coord *c)
 {
-    reap(c);
+    bool any = reap(c);
     double now = coord_now();
     for (int i = 0; i < c->n_workers && !c->stop; i++) {
         struct coord_worker *w = &c->w[i];
@@ -222,6 +238,7 @@ void coord_supervise(struct coord *c)
         if (w->state == W_DOWN && now - w->down_since >= 0.2 * (1 + w->failed_starts)) {
             w->restarts += w->started_at > 0;
             coord_spawn(c, w);
+            any = true;
         } else if (w->pid > 0 && !busy && w->state == W_READY && now - w->last_beat > COORD_HEARTBEAT_MISS_S) {
             nb_log("%s (pid %d) missed heartbeats for %.1f s: killing it", w->role, (int)w->pid, now - w->last_beat);
             kill(w->pid, SIGKILL);
@@ -236,21 +253,16 @@ void coord_supervise(struct coord *c)
             w->started_at = now;
         }
     }
+    if (any) changed(c);
 }
 
-int coord_wait_ready(struct coord *c, double timeout_s, char *err, size_t errlen)
+void coord_workers_serve(struct coord *c)
 {
-    double t0 = coord_now();
-    for (;;) {
-        int ready = 0;
-        for (int i = 0; i < c->n_workers; i++) {
-            if (c->w[i].state == W_FAILED)
-                return nb_errf(err, errlen, NB_EIO, "%s cannot start (see %s)", c->w[i].role, c->w[i].log_path);
-            ready += c->w[i].state == W_READY;
-        }
-        if (ready == c->n_workers) return 0;
-        if (coord_now() - t0 > timeout_s) return nb_errf(err, errlen, NB_EIO, "workers not ready after %.0f s", timeout_s);
-        coord_tick(c, 50, false);
+    char err[256], peer[64];
+    cJSON *msg;
+    while (ctl_recv(c->router, 0, peer, sizeof peer, &msg, err, sizeof err) == 0) {
+        coord_on_worker_msg(c, peer, msg);
+        cJSON_Delete(msg);
     }
 }
 

@@ -584,6 +584,32 @@ def test_ctl_during_http_job(greedy_text):
     alive("ctl requests during an HTTP job")
 
 
+def test_restart_during_http_job():
+    """nebulactl restart during an HTTP job: the job is not killed under it (it completes
+    without a retry), then the worker is replaced and the restart answered; the next job runs."""
+    prompt, n = long_prompt(2500)
+    body = {"prompt": prompt, "max_tokens": 4, "temperature": 0, "prefill_chunk": 1}
+    st, d = jcall("POST", "/v1/completions", body)
+    want = d["choices"][0]["text"]
+    retries = open(srv.log).read().count("retrying once")
+    pid = status()["workers"][0]["pid"]
+    c, r = open_stream("/v1/completions", dict(body, stream=True))
+    check(wait_for(lambda: status()["queue"]["running"] == 1), "the slow request runs")
+    rs = subprocess.Popen([os.path.join(BIN, "nebulactl"), "--runtime", srv.run, "restart", "gpu-worker"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    ev = read_events(r)
+    c.close()
+    got = "".join(e[1]["choices"][0]["text"] for e in ev if e[0] == "data" and isinstance(e[1], dict) and e[1].get("choices"))
+    check(ev and ev[-1] == ("data", "[DONE]") and got == want, f"the job completes with its text: {got!r} vs {want!r}")
+    out, err = rs.communicate(timeout=90)
+    check(rs.returncode == 0, f"nebulactl restart answered: {out!r} {err!r}")
+    check(open(srv.log).read().count("retrying once") == retries, "the job was not retried: the restart waited for it")
+    w = status()["workers"][0]
+    check(w["pid"] != pid and w["state"] == "ready", f"the worker was replaced: {w}")
+    st, d = jcall("POST", "/v1/completions", body)
+    check(st == 200 and d["choices"][0]["text"] == want, f"a job after the restart: {st}")
+
+
 def test_loading_phase(tmp):
     """HTTP answers before the workers are ready: a gpu-worker that takes 1.5 s to start (a
     wrapper script next to a copy of the coordinator) shows the loading phase, and generation
@@ -607,7 +633,20 @@ def test_loading_phase(tmp):
         st, d = chat(max_tokens=2)
         check(st == 503 and d["error"]["code"] == "model_not_ready", f"chat while loading → 503: {st} {d}")
         check(metric("nebula_up") == 0, "nebula_up 0 while loading")
+        # A ctl request waits while loading (ctl.sock is served once ready); the loop must
+        # sleep meanwhile, not spin on ZMQ_FD (it stays readable until ZMQ_EVENTS is asked).
+        waiter = subprocess.Popen([os.path.join(BIN, "nebulactl"), "--runtime", srv.run, "status"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        def cpu_s():
+            f = open(f"/proc/{srv.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+            return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        t0, c0 = time.time(), cpu_s()
+        time.sleep(0.6)
+        if status()["phase"] == "loading":
+            used = cpu_s() - c0
+            check(used < 0.25 * (time.time() - t0), f"the coordinator sleeps while loading with a ctl request waiting ({used:.2f} s CPU)")
         check(wait_for(lambda: status()["phase"] == "ready", timeout=30), "then ready")
+        check(waiter.wait(timeout=30) == 0, "the ctl request waiting while loading is answered once ready")
         check(status()["progress"] == 1 and chat(max_tokens=2)[0] == 200, "and it generates")
     finally:
         srv.stop()
@@ -660,6 +699,7 @@ def main():
         test_queue_cancel_keepalive()
         test_worker_dies_mid_generation()
         test_ctl_during_http_job(greedy)
+        test_restart_during_http_job()
         test_loading_phase(tmp)
         test_shutdown_in_flight()
         check(srv.proc.returncode == 0, f"coordinator exit status {srv.proc.returncode}")

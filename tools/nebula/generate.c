@@ -3,7 +3,7 @@
  * The prompt is raw text (-p), one chat turn rendered with the model's
  * ChatML template (--chat), or ids (--tokens-file).  Generation stops at
  * -n tokens, at the context limit, or at <|im_end|> / <|endoftext|> (and the
- * tokenizer's eos).  Text is streamed through the tokenizer's streaming
+ * tokenizer's eos): core/gen's stop rule, the coordinator's too.  Text is streamed through the tokenizer's streaming
  * decoder, which never prints half a UTF-8 character.
  *
  * With --server RUNDIR the same request goes to a running coordinator's
@@ -11,6 +11,7 @@
  * output is the same, printed when the reply arrives. */
 #include "core/chat/chat.h"
 #include "core/ctl/ctl.h"
+#include "core/gen/gen.h"
 #include "core/sampling/sampling.h"
 #include "core/util/err.h"
 #include "engine/ffn.h"
@@ -185,12 +186,6 @@ static int prompt_ids(const struct gen_opts *o, const struct cli_model *cm, int3
     return rc;
 }
 
-static bool is_stop(const struct cli_model *cm, int32_t id)
-{
-    if (!cm->tok) return false; /* ids only: nothing is known to end a turn */
-    return id == tok_eos_id(cm->tok) || id == tok_im_end_id(cm->tok) || id == tok_id_of(cm->tok, "<|endoftext|>");
-}
-
 /* Streams one id's text (or the id itself without a tokenizer). */
 static void emit(tok_decoder *dec, int32_t id)
 {
@@ -308,12 +303,11 @@ int cmd_generate(int argc, char **argv)
     struct cli_model cm;
     if ((rc = cli_open(&o.c, &cm))) return rc;
 
-    int32_t *ids = NULL, *out = NULL;
+    int32_t *ids = NULL;
     size_t n = 0;
     float *logits = NULL;
-    sampler *smp = NULL;
+    gen_session *g = NULL;
     tok_decoder *dec = NULL;
-    FILE *dump = NULL;
     if ((rc = prompt_ids(&o, &cm, &ids, &n))) goto done;
     int64_t ctx = cli_ctx(&o.c, &cm), V = cm.m->hp.n_vocab;
     if ((int64_t)n >= ctx) {
@@ -340,51 +334,42 @@ int cmd_generate(int argc, char **argv)
         rc = CLI_USAGE;
         goto done;
     }
+    /* The generation is core/gen's session (the coordinator runs the same
+     * one): this is its blocking driver, with the backend here. */
+    struct gen_config gc = {.prompt = ids, .n_prompt = n, .budget = budget, .sp = sp, .n_vocab = (int32_t)V,
+                            .chunk = 0 /* cli_prefill chunks by --chunk */, .logits_path = o.dump_logits};
+    gc.n_stop = gen_stop_ids(cm.tok, gc.stop_ids);
     logits = malloc((size_t)V * sizeof *logits);
-    out = malloc((size_t)(budget + 1) * sizeof *out);
-    smp = sampling_new(&sp, (int32_t)V);
-    if (!logits || !out || !smp || (cm.tok && tok_decoder_new(cm.tok, false, &dec, err, sizeof err))) {
+    if (!logits || (cm.tok && tok_decoder_new(cm.tok, false, &dec, err, sizeof err))) {
         fprintf(stderr, "nebula: out of memory\n");
         rc = CLI_FAIL;
         goto done;
     }
-
-    char dump_tmp[4200];
-    if (o.dump_logits) {
-        snprintf(dump_tmp, sizeof dump_tmp, "%s.tmp", o.dump_logits);
-        if (!(dump = fopen(dump_tmp, "wb"))) {
-            fprintf(stderr, "nebula: cannot write %s\n", dump_tmp);
-            rc = CLI_USAGE;
-            goto done;
-        }
+    if ((rc = gen_new(&gc, &g, err, sizeof err))) {
+        fprintf(stderr, "nebula: %s\n", err);
+        rc = rc == NB_ENOMEM ? CLI_FAIL : CLI_USAGE;
+        goto done;
     }
-    double t0 = cli_now();
-    if ((rc = cli_prefill(&o.c, &cm, ids, n, NULL, NULL, logits))) goto done;
-    double t1 = cli_now();
-    long long made = 0;
-    const char *why = "length";
-    while (made < budget) {
-        if (dump && fwrite(logits, sizeof *logits, (size_t)V, dump) != (size_t)V) {
-            fprintf(stderr, "nebula: writing %s failed\n", dump_tmp);
+    struct gen_step st;
+    struct gen_event ev;
+    while (gen_next(g, &st) == GEN_EVAL) {
+        if (st.phase == GEN_PREFILL) {
+            if ((rc = cli_prefill(&o.c, &cm, st.ids, (size_t)st.n_ids, NULL, NULL, logits))) goto done;
+        } else {
+            struct gw_eval_args a = {.tokens = st.ids, .n_tokens = st.n_ids, .logits_rows = GW_ROWS_LAST, .logits = logits};
+            char e[1024];
+            if (gw_eval(cm.seq, &a, e, sizeof e)) {
+                fprintf(stderr, "\nnebula: evaluation failed: %s\n", e);
+                rc = CLI_FAIL;
+                goto done;
+            }
+        }
+        if (gen_feed(g, logits, NULL, &ev, err, sizeof err)) {
+            fprintf(stderr, "nebula: %s\n", err);
             rc = CLI_FAIL;
             goto done;
         }
-        int32_t id = sampling_sample(smp, logits);
-        out[made++] = id;
-        sampling_accept(smp, id);
-        if (is_stop(&cm, id)) {
-            why = "stop token";
-            break;
-        }
-        emit(dec, id);
-        if (made == budget) break;
-        struct gw_eval_args a = {.tokens = &id, .n_tokens = 1, .logits_rows = GW_ROWS_LAST, .logits = logits};
-        char e[1024];
-        if (gw_eval(cm.seq, &a, e, sizeof e)) {
-            fprintf(stderr, "\nnebula: evaluation failed: %s\n", e);
-            rc = CLI_FAIL;
-            goto done;
-        }
+        if (ev.token && !ev.stop) emit(dec, ev.id);
     }
     if (dec) {
         const char *text;
@@ -392,32 +377,24 @@ int cmd_generate(int argc, char **argv)
         tok_decoder_flush(dec, &text, &len);
         fwrite(text, 1, len, stdout);
     }
-    double t2 = cli_now();
-    if (dump) {
-        int bad = fclose(dump) != 0 || rename(dump_tmp, o.dump_logits) != 0;
-        dump = NULL;
-        if (bad) {
-            fprintf(stderr, "nebula: cannot write %s\n", o.dump_logits);
-            rc = CLI_FAIL;
-            goto done;
-        }
+    struct gen_result res;
+    if (gen_finish(g, &res, err, sizeof err)) {
+        fprintf(stderr, "nebula: %s\n", err);
+        rc = CLI_FAIL;
+        goto done;
     }
     printf("\n");
     if (o.print_ids) {
-        for (long long i = 0; i < made; i++) printf(i ? " %d" : "%d", out[i]);
+        for (long long i = 0; i < res.made; i++) printf(i ? " %d" : "%d", res.ids[i]);
         printf("\n");
     }
     fprintf(stderr, "nebula: prompt %zu tokens in %.2f s (%.2f tok/s), generated %lld in %.2f s (%.2f tok/s), stop: %s\n",
-            n, t1 - t0, (double)n / (t1 - t0), made, t2 - t1, made > 1 ? (double)(made - 1) / (t2 - t1) : 0.0, why);
+            n, res.prompt_s, (double)n / res.prompt_s, res.made, res.decode_s,
+            res.made > 1 ? (double)(res.made - 1) / res.decode_s : 0.0, res.why);
 done:
-    if (dump) { /* failed half-way: no partial file under the real name */
-        fclose(dump);
-        remove(dump_tmp);
-    }
+    gen_free(g); /* failed half-way: no partial logits file under the real name */
     tok_decoder_free(dec);
-    sampling_free(smp);
     free(logits);
-    free(out);
     free(ids);
     cli_close(&cm);
     return rc;

@@ -1,0 +1,265 @@
+/* requests.c — the generation requests, one queue, each a state machine.
+ *
+ * ctl.sock's generate (generate.c) and the HTTP API's jobs (api_run.c) are
+ * submitted here with callbacks (struct coord_request_ops) and run one at a
+ * time, first come first served.  The one running advances on events only:
+ *
+ *   QUEUED ─on_start─▶ WAIT_WORKERS ─all ready─▶ RESET ─answer─▶ EVAL ⟲ ─done─▶ (on_done)
+ *                          ▲                          │ error, death, timeout
+ *                          └──── once ── RETRY_WAIT ◀─┘   (else on_done with the error)
+ *
+ * The events: the step ring's answer (coord_requests_on_step, from step.c's
+ * eventfd), a worker's state change (coord_requests_on_workers, registered
+ * by main.c with workers.c) and this file's timers (the step's 600 s, the
+ * 60 s for workers to be ready, the 200 ms in which a failure waits to see
+ * whether a worker died).  The generation itself — prompt, sampler, stop
+ * rule, budget, timings — is core/gen's session, as in `nebula generate`.
+ *
+ * A ctl restart goes between two requests: it begins when none runs
+ * (on_idle), and the next one waits in WAIT_WORKERS until it is answered.
+ *
+ * A generation restarts from RESET and a fresh sampler, so running it again
+ * gives the same ids: an attempt that fails while a worker died (the
+ * gpu-worker, the cpu-moe-worker or the pager: the 200 ms let its death be
+ * seen) is run once more from the start; the hooks see the same token
+ * indices again and skip those they had.  A second failure is the error. */
+#include "coordinator/coord.h"
+
+#include "core/event/event.h"
+#include "core/gen/gen.h"
+#include "core/model/model.h"
+#include "core/util/err.h"
+#include "core/util/log.h"
+#include "gpu-worker/step_proto.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STEP_TIMEOUT_S 600.0
+#define RETRY_WAIT_S 0.2
+
+enum rq_state { RQ_QUEUED, RQ_WAIT_WORKERS, RQ_RESET, RQ_EVAL, RQ_RETRY_WAIT };
+
+struct coord_request {
+    struct coord_request_ops ops;
+    void *ctx;
+    gen_session *gen;
+    size_t n_prompt;
+    enum rq_state state;
+    enum gen_phase phase;  /* of the step in flight */
+    bool argmax;           /* the step in flight asked for the argmax only */
+    int attempt;
+    uint64_t deaths;       /* c->deaths when the attempt started */
+    pid_t gw_pid;          /* the gpu-worker the attempt runs on */
+    long long timer;       /* the state's deadline (0: none) */
+    char err[1024];
+    struct coord_request *next;
+};
+
+static void advance(struct coord *c);
+
+static void set_timer(struct coord *c, struct coord_request *r, double s, event_timer_fn fn)
+{
+    if (r->timer) event_del_timer(c->loop, r->timer);
+    r->timer = fn ? event_add_timer(c->loop, s, fn, c) : 0;
+    if (r->timer < 0) r->timer = 0; /* the table is full: the deadline is lost, the events still come */
+}
+
+/* The head leaves the queue: its outcome to its owner, then the next one. */
+static void finish(struct coord *c, int rc, bool cancelled)
+{
+    struct coord_request *r = c->rq_head;
+    set_timer(c, r, 0, NULL);
+    if (r->state == RQ_RESET || r->state == RQ_EVAL) coord_step_abandon(c);
+    struct gen_result res = {0};
+    char err[256];
+    if (r->gen && gen_finish(r->gen, &res, err, sizeof err) && !rc) rc = NB_EIO, snprintf(r->err, sizeof r->err, "%s", err);
+    struct coord_outcome o = {.rc = rc, .cancelled = cancelled, .res = r->gen ? &res : NULL, .n_prompt = r->n_prompt, .err = r->err};
+    c->rq_head = r->next;
+    if (!c->rq_head) c->rq_tail = NULL;
+    r->ops.on_done(r->ctx, &o);
+    gen_free(r->gen);
+    free(r);
+    if (c->on_idle) c->on_idle(c); /* none runs now: a ctl restart that waited begins */
+    advance(c);
+}
+
+static double on_wait_timeout(event_loop *l, void *ctx);
+static double on_retry_timeout(event_loop *l, void *ctx);
+
+/* An attempt failed (r->err says why): retried once when a worker died. */
+static void attempt_failed(struct coord *c)
+{
+    struct coord_request *r = c->rq_head;
+    if (r->state == RQ_RESET || r->state == RQ_EVAL) coord_step_abandon(c);
+    r->state = RQ_RETRY_WAIT;
+    if (c->deaths == r->deaths) return set_timer(c, r, RETRY_WAIT_S, on_retry_timeout);
+    if (r->attempt == 1) return finish(c, NB_EIO, false);
+    nb_log("generate: %s; a worker died: retrying once", r->err);
+    r->attempt = 1;
+    r->state = RQ_WAIT_WORKERS;
+    set_timer(c, r, COORD_READY_TIMEOUT_S, on_wait_timeout);
+    coord_requests_on_workers(c);
+}
+
+static double on_step_timeout(event_loop *l, void *ctx);
+
+static void send_step(struct coord *c, uint32_t op, const int32_t *ids, int n, bool argmax)
+{
+    struct coord_request *r = c->rq_head;
+    r->argmax = argmax;
+    if (coord_step_send(c, op, ids, n, argmax, r->err, sizeof r->err)) {
+        r->state = RQ_EVAL; /* so that attempt_failed abandons it */
+        return attempt_failed(c);
+    }
+    set_timer(c, r, STEP_TIMEOUT_S, on_step_timeout);
+}
+
+static double on_step_timeout(event_loop *l, void *ctx)
+{
+    struct coord *c = ctx;
+    (void)l;
+    c->rq_head->timer = 0;
+    snprintf(c->rq_head->err, sizeof c->rq_head->err, "no answer from the gpu-worker in %.0f s", STEP_TIMEOUT_S);
+    attempt_failed(c);
+    return EVENT_TIMER_END;
+}
+
+/* The next step of the session, or its end. */
+static void next_step(struct coord *c)
+{
+    struct coord_request *r = c->rq_head;
+    struct gen_step st;
+    if (gen_next(r->gen, &st) == GEN_DONE) return finish(c, 0, false);
+    r->state = RQ_EVAL, r->phase = st.phase;
+    send_step(c, STEP_EVAL, st.ids, st.n_ids, st.argmax_ok);
+}
+
+static void start_attempt(struct coord *c)
+{
+    struct coord_request *r = c->rq_head;
+    struct coord_worker *w = coord_worker_by_role(c, "gpu-worker");
+    r->deaths = c->deaths, r->gw_pid = w->pid;
+    if (gen_restart(r->gen, r->err, sizeof r->err)) return finish(c, NB_EIO, false);
+    r->state = RQ_RESET;
+    send_step(c, STEP_RESET, NULL, 0, false);
+}
+
+static double on_wait_timeout(event_loop *l, void *ctx)
+{
+    struct coord *c = ctx;
+    (void)l;
+    c->rq_head->timer = 0;
+    snprintf(c->rq_head->err, sizeof c->rq_head->err, "workers not ready after %.0f s", COORD_READY_TIMEOUT_S);
+    finish(c, NB_EIO, false);
+    return EVENT_TIMER_END;
+}
+
+static double on_retry_timeout(event_loop *l, void *ctx)
+{
+    struct coord *c = ctx;
+    (void)l;
+    c->rq_head->timer = 0;
+    finish(c, NB_EIO, false); /* nobody died within 200 ms: the failure is the answer */
+    return EVENT_TIMER_END;
+}
+
+/* Starts queued requests until one runs or the queue is empty. */
+static void advance(struct coord *c)
+{
+    while (c->rq_head && c->rq_head->state == RQ_QUEUED) {
+        struct coord_request *r = c->rq_head;
+        if (r->ops.on_start && r->ops.on_start(r->ctx)) { /* cancelled while it waited */
+            finish(c, 0, true);
+            continue;
+        }
+        r->state = RQ_WAIT_WORKERS;
+        set_timer(c, r, COORD_READY_TIMEOUT_S, on_wait_timeout);
+        coord_requests_on_workers(c);
+    }
+}
+
+void coord_requests_on_workers(struct coord *c)
+{
+    struct coord_request *r = c->rq_head;
+    if (!r) return;
+    if (r->state == RQ_WAIT_WORKERS) {
+        if (c->restart.w) return; /* a ctl restart is under way: its successor first */
+        int ready = 0;
+        for (int i = 0; i < c->n_workers; i++) {
+            if (c->w[i].state == W_FAILED) {
+                snprintf(r->err, sizeof r->err, "%s cannot start (see %s)", c->w[i].role, c->w[i].log_path);
+                return finish(c, NB_EIO, false);
+            }
+            ready += c->w[i].state == W_READY;
+        }
+        if (ready == c->n_workers) start_attempt(c);
+    } else if (r->state == RQ_RESET || r->state == RQ_EVAL) {
+        struct coord_worker *w = coord_worker_by_role(c, "gpu-worker");
+        if (w->pid == r->gw_pid && w->state == W_READY) return;
+        snprintf(r->err, sizeof r->err, "the gpu-worker (pid %d) died during the request; it is being restarted", (int)r->gw_pid);
+        attempt_failed(c);
+    } else if (r->state == RQ_RETRY_WAIT && c->deaths != r->deaths) {
+        attempt_failed(c);
+    }
+}
+
+/* A RESET or EVAL answer for the head request. */
+void coord_requests_on_step(struct coord *c)
+{
+    struct coord_step_reply a;
+    if (!coord_step_take(c, &a)) return;
+    struct coord_request *r = c->rq_head;
+    if (!r || (r->state != RQ_RESET && r->state != RQ_EVAL)) return; /* given up on meanwhile */
+    set_timer(c, r, 0, NULL);
+    coord_worker_by_role(c, "gpu-worker")->last_beat = coord_now(); /* a sign of life: its heartbeat may be queued behind a long eval */
+    const uint32_t V = (uint32_t)c->m->hp.n_vocab;
+    if (a.rc) snprintf(r->err, sizeof r->err, "%s", a.err);
+    else if (a.flags & RING_FLAG_ERROR) snprintf(r->err, sizeof r->err, "gpu-worker: %.*s", (int)sizeof r->err - 16, (const char *)a.payload);
+    else if (r->state == RQ_EVAL && r->argmax && a.payload_bytes != 4) snprintf(r->err, sizeof r->err, "gpu-worker: argmax of %u bytes", a.payload_bytes);
+    else if (r->state == RQ_EVAL && !r->argmax && a.payload_bytes != V * 4) snprintf(r->err, sizeof r->err, "gpu-worker: logits of %u bytes", a.payload_bytes);
+    else r->err[0] = 0;
+    if (r->err[0]) return attempt_failed(c);
+    if (r->state == RQ_RESET) return next_step(c);
+    struct gen_event ev;
+    if (gen_feed(r->gen, r->argmax ? NULL : a.payload, r->argmax ? a.payload : NULL, &ev, r->err, sizeof r->err))
+        return finish(c, NB_EIO, false);
+    /* The hooks: after each prefill step, then for each token that is not a stop id. */
+    bool end = r->phase == GEN_PREFILL && r->ops.on_prefill && r->ops.on_prefill(r->ctx, ev.prefill_done, ev.prefill_total);
+    if (!end && ev.token && !ev.stop && r->ops.on_token) end = r->ops.on_token(r->ctx, ev.index, ev.id);
+    if (end) gen_cancel(r->gen);
+    next_step(c);
+}
+
+int coord_request_submit(struct coord *c, const struct coord_request_spec *s, const struct coord_request_ops *ops, void *ctx,
+                         char *err, size_t errlen)
+{
+    struct coord_request *r = calloc(1, sizeof *r);
+    if (!r) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    int chunk = s->chunk > 0 && s->chunk < c->chunk ? s->chunk : c->chunk;
+    struct gen_config g = {.prompt = s->ids, .n_prompt = s->n, .budget = s->budget, .sp = s->sp, .n_vocab = (int32_t)c->m->hp.n_vocab,
+                           .ignore_stop = s->ignore_stop, .chunk = (size_t)chunk, .logits_path = s->logits_out};
+    g.n_stop = gen_stop_ids(c->tok, g.stop_ids);
+    int rc = gen_new(&g, &r->gen, err, errlen);
+    if (rc) return free(r), rc;
+    r->ops = *ops, r->ctx = ctx, r->n_prompt = s->n, r->state = RQ_QUEUED;
+    if (c->rq_tail) c->rq_tail->next = r;
+    else c->rq_head = r;
+    c->rq_tail = r;
+    advance(c);
+    return 0;
+}
+
+bool coord_requests_busy(const struct coord *c)
+{
+    return c->rq_head && c->rq_head->state != RQ_QUEUED && c->rq_head->state != RQ_WAIT_WORKERS;
+}
+
+void coord_requests_cancel_all(struct coord *c, const char *why)
+{
+    while (c->rq_head) {
+        snprintf(c->rq_head->err, sizeof c->rq_head->err, "%s", why);
+        finish(c, NB_EIO, true);
+    }
+}

@@ -1,0 +1,194 @@
+/* gen.c — the generation session of gen.h.
+ *
+ * Two phases.  PREFILL hands out the prompt in chunks; the feed of the last
+ * chunk carries the logits of the prompt's last position, from which the
+ * first token is sampled.  DECODE hands out the token just sampled; each
+ * feed samples the next.  So every feed after the prefill's last is exactly
+ * one sample, in the order both old loops had: write the row to the logits
+ * file, sample, record the id (the presence penalty sees it), then the stop
+ * rule; the budget is checked before another step is asked for.  That order
+ * is what makes the ids bit-identical to the loops this replaced. */
+#include "core/gen/gen.h"
+
+#include "core/tokenizer/tokenizer.h"
+#include "core/util/err.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct gen_session {
+    struct gen_config cfg; /* prompt and logits_path point into this session's own copies */
+    int32_t *prompt;
+    char *logits_path, *logits_tmp;
+    FILE *dump;
+    sampler *smp;
+    int32_t *out;          /* budget + 1 */
+    long long made;
+    size_t at;             /* prompt ids handed out */
+    size_t pending;        /* ids of the step handed out, not fed yet */
+    enum gen_phase phase;
+    bool done;
+    const char *why;
+    double t_start, t_prefilled, t_end;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int gen_stop_ids(const tok_tokenizer *tok, int32_t *ids)
+{
+    if (!tok) return 0;
+    int n = 0;
+    const int32_t cand[3] = {tok_eos_id(tok), tok_im_end_id(tok), tok_id_of(tok, "<|endoftext|>")};
+    for (int i = 0; i < 3; i++)
+        if (cand[i] >= 0) ids[n++] = cand[i];
+    return n;
+}
+
+static bool is_stop(const gen_session *g, int32_t id)
+{
+    for (int i = 0; i < g->cfg.n_stop; i++)
+        if (g->cfg.stop_ids[i] == id) return true;
+    return false;
+}
+
+static int open_dump(gen_session *g, char *err, size_t errlen)
+{
+    if (!g->logits_tmp) return 0;
+    if (g->dump) fclose(g->dump), g->dump = NULL;
+    int fd = open(g->logits_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || !(g->dump = fdopen(fd, "wb"))) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        return nb_errf(err, errlen, NB_EIO, "cannot write %s: %s", g->logits_tmp, strerror(e));
+    }
+    return 0;
+}
+
+int gen_new(const struct gen_config *cfg, gen_session **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!cfg->n_prompt) return nb_errf(err, errlen, NB_EINVAL, "the prompt is empty");
+    if (cfg->budget < 0 || cfg->n_stop < 0 || cfg->n_stop > GEN_MAX_STOP || cfg->n_vocab <= 0)
+        return nb_errf(err, errlen, NB_EINVAL, "gen_new: bad configuration");
+    gen_session *g = calloc(1, sizeof *g);
+    if (!g) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    g->cfg = *cfg;
+    g->prompt = malloc(cfg->n_prompt * sizeof *g->prompt);
+    g->out = malloc((size_t)(cfg->budget + 1) * sizeof *g->out);
+    g->smp = sampling_new(&cfg->sp, cfg->n_vocab);
+    if (cfg->logits_path) {
+        size_t n = strlen(cfg->logits_path);
+        g->logits_path = strdup(cfg->logits_path);
+        if ((g->logits_tmp = malloc(n + 5))) memcpy(g->logits_tmp, cfg->logits_path, n), memcpy(g->logits_tmp + n, ".tmp", 5);
+    }
+    if (!g->prompt || !g->out || !g->smp || (cfg->logits_path && (!g->logits_path || !g->logits_tmp))) {
+        gen_free(g);
+        return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    }
+    memcpy(g->prompt, cfg->prompt, cfg->n_prompt * sizeof *g->prompt);
+    g->cfg.prompt = g->prompt, g->cfg.logits_path = g->logits_path;
+    int rc = open_dump(g, err, errlen);
+    if (rc) return gen_free(g), rc;
+    g->why = "length";
+    *out = g;
+    return 0;
+}
+
+void gen_free(gen_session *g)
+{
+    if (!g) return;
+    if (g->dump) { /* not finished: no partial file under the real name */
+        fclose(g->dump);
+        remove(g->logits_tmp);
+    }
+    sampling_free(g->smp);
+    free(g->prompt), free(g->out), free(g->logits_path), free(g->logits_tmp);
+    free(g);
+}
+
+int gen_restart(gen_session *g, char *err, size_t errlen)
+{
+    sampling_reset(g->smp);
+    g->made = 0, g->at = 0, g->pending = 0, g->phase = GEN_PREFILL, g->done = false, g->why = "length";
+    g->t_start = g->t_prefilled = g->t_end = 0;
+    return open_dump(g, err, errlen);
+}
+
+enum gen_next gen_next(gen_session *g, struct gen_step *st)
+{
+    if (g->done) return GEN_DONE;
+    if (g->t_start == 0) g->t_start = now_s();
+    const bool argmax_ok = g->cfg.sp.temperature <= 0.0f && g->cfg.sp.presence_penalty == 0.0f && !g->dump;
+    if (g->phase == GEN_PREFILL) {
+        size_t left = g->cfg.n_prompt - g->at, chunk = g->cfg.chunk ? g->cfg.chunk : left;
+        g->pending = left < chunk ? left : chunk;
+        *st = (struct gen_step){GEN_PREFILL, g->prompt + g->at, (int)g->pending, 1, argmax_ok};
+    } else {
+        g->pending = 1;
+        *st = (struct gen_step){GEN_DECODE, &g->out[g->made - 1], 1, 1, argmax_ok};
+    }
+    return GEN_EVAL;
+}
+
+void gen_cancel(gen_session *g)
+{
+    /* Also after the budget's last token (the driver's reason wins, as the
+     * old loops had it), not after a stop id: the driver saw no token then. */
+    if (!g->done) g->t_end = now_s();
+    if (!g->done || strcmp(g->why, "stop token")) g->done = true, g->why = "hook";
+}
+
+/* The budget spent, or a stop id: done. */
+static void end(gen_session *g, const char *why)
+{
+    g->done = true, g->why = why, g->t_end = now_s();
+}
+
+int gen_feed(gen_session *g, const float *logits, const int32_t *argmax, struct gen_event *ev, char *err, size_t errlen)
+{
+    *ev = (struct gen_event){.prefill_total = g->cfg.n_prompt};
+    if (g->done || !g->pending) return nb_errf(err, errlen, NB_EINVAL, "gen_feed: no step handed out");
+    if (g->phase == GEN_PREFILL) {
+        g->at += g->pending, g->pending = 0;
+        ev->prefill_done = g->at;
+        if (g->at < g->cfg.n_prompt) return 0;
+        g->phase = GEN_DECODE, g->t_prefilled = now_s();
+    }
+    ev->prefill_done = g->cfg.n_prompt;
+    g->pending = 0;
+    if (g->made >= g->cfg.budget) return end(g, "length"), 0;
+    const size_t V = (size_t)g->cfg.n_vocab;
+    if (g->dump && fwrite(logits, sizeof *logits, V, g->dump) != V) return nb_errf(err, errlen, NB_EIO, "writing %s failed", g->logits_tmp);
+    int32_t id = argmax ? *argmax : sampling_sample(g->smp, logits);
+    g->out[g->made++] = id;
+    sampling_accept(g->smp, id);
+    ev->token = true, ev->id = id, ev->index = g->made - 1;
+    if (!g->cfg.ignore_stop && is_stop(g, id)) ev->stop = true, end(g, "stop token");
+    else if (g->made == g->cfg.budget) end(g, "length");
+    return 0;
+}
+
+int gen_finish(gen_session *g, struct gen_result *r, char *err, size_t errlen)
+{
+    double t_end = g->t_end ? g->t_end : now_s(), t_pre = g->t_prefilled ? g->t_prefilled : t_end;
+    *r = (struct gen_result){g->out, g->made, g->why, g->t_start ? t_pre - g->t_start : 0, t_end - t_pre};
+    if (!g->done || !g->dump) return 0;
+    int bad = fclose(g->dump) != 0;
+    g->dump = NULL;
+    if (!bad && rename(g->logits_tmp, g->logits_path)) bad = 1;
+    if (bad) {
+        remove(g->logits_tmp);
+        return nb_errf(err, errlen, NB_EIO, "cannot write %s", g->logits_path);
+    }
+    return 0;
+}

@@ -1,0 +1,103 @@
+/* gen.h — one generation: prompt → prefill → sample → stop, driven from outside.
+ *
+ * The one generation loop of Nebula, for every driver: `nebula generate`
+ * (a local backend, blocking), the coordinator (the gpu-worker over the step
+ * ring, event-driven) and the speculative loop to come (draft/verify).  It
+ * knows no backend: it owns the prompt, the sampler, the budget, the stop
+ * rule and the timings, and it is a push interface — the driver asks what to
+ * evaluate next (gen_next), evaluates it however it can, and hands the
+ * logits back (gen_feed), which samples when a token is due.  So a blocking
+ * driver is a three-line loop and an event-driven one keeps a session across
+ * callbacks.
+ *
+ *     gen_session *g;  gen_new(&cfg, &g, err, n);
+ *     struct gen_step st;
+ *     while (gen_next(g, &st) == GEN_EVAL) {
+ *         evaluate st.ids[0..st.n_ids) → logits of the last row (or its argmax when st.argmax_ok)
+ *         gen_feed(g, logits, NULL, &ev, err, n);   ev: a sampled token, or prefill progress
+ *     }
+ *     gen_result(g): made ids, why it stopped, timings
+ *
+ * The stop rule: a generation ends at the budget ("length"), at a stop id
+ * unless ignore_stop ("stop token"; the id is kept in the output: it was
+ * generated), or when the driver says so (gen_cancel: "hook").  Rows: a
+ * step asks for n_rows rows of logits; today always 1 (the last position),
+ * the verify step of a draft will ask for several and accept a prefix. */
+#ifndef NB_GEN_H
+#define NB_GEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/sampling/sampling.h"
+
+typedef struct tok_tokenizer tok_tokenizer;
+
+#define GEN_MAX_STOP 8
+
+struct gen_config {
+    const int32_t *prompt;      /* n_prompt ids, copied */
+    size_t n_prompt;
+    long long budget;           /* tokens to generate at most (the caller clipped it to the context) */
+    struct sampling_params sp;
+    int32_t n_vocab;
+    int32_t stop_ids[GEN_MAX_STOP]; /* ids that end the generation (gen_stop_ids) */
+    int n_stop;
+    bool ignore_stop;           /* stop ids are generated like any other (benchmarks) */
+    size_t chunk;               /* prefill ids per step (0: the whole prompt in one) */
+    const char *logits_path;    /* NULL, or a file for the rows each token is sampled from (float32,
+                                 * n_vocab per token): written to PATH.tmp (0600), renamed when complete */
+};
+
+/* The stop ids of a tokenizer: eos, <|im_end|>, <|endoftext|> (the chat
+ * model's end of turn).  Without one (ids only), none: nothing is known to end
+ * a turn.  Returns the count written to ids (GEN_MAX_STOP room). */
+int gen_stop_ids(const tok_tokenizer *tok, int32_t *ids);
+
+typedef struct gen_session gen_session;
+
+/* 0, NB_ENOMEM, or NB_EIO when the logits file cannot be created. */
+int gen_new(const struct gen_config *cfg, gen_session **out, char *err, size_t errlen);
+void gen_free(gen_session *g); /* removes an incomplete logits file; NULL is allowed */
+/* Back to the start: the sampler reseeded, nothing generated, the prompt to
+ * prefill again (a retry after a worker died gives the same ids). */
+int gen_restart(gen_session *g, char *err, size_t errlen);
+
+enum gen_next { GEN_EVAL = 1, GEN_DONE = 0 };
+enum gen_phase { GEN_PREFILL, GEN_DECODE };
+
+struct gen_step {
+    enum gen_phase phase;
+    const int32_t *ids;  /* the ids to evaluate at the sequence's next positions (the session's memory) */
+    int n_ids;
+    int n_rows;          /* rows of logits wanted, the last ones (1 today) */
+    bool argmax_ok;      /* the argmax of the last row is all the sampler needs (greedy, no penalty, no dump) */
+};
+/* What to evaluate next, or GEN_DONE. */
+enum gen_next gen_next(gen_session *g, struct gen_step *st);
+
+struct gen_event {
+    size_t prefill_done, prefill_total; /* ids of the prompt evaluated so far */
+    bool token;          /* a token was sampled (the prefill's last step and every decode step) */
+    int32_t id;
+    long long index;     /* of that token, from 0 */
+    bool stop;           /* it is a stop id (not ignored): the generation is over */
+};
+/* The last step's result: logits (n_rows × n_vocab) or, when it allowed it,
+ * argmax (one id per row).  0, or NB_EIO when the logits file cannot be written. */
+int gen_feed(gen_session *g, const float *logits, const int32_t *argmax, struct gen_event *ev, char *err, size_t errlen);
+/* Ends the generation now (the driver's reason: a client left, a stop string). */
+void gen_cancel(gen_session *g);
+
+struct gen_result {
+    const int32_t *ids;  /* made ids (the session's memory) */
+    long long made;
+    const char *why;     /* "length", "stop token" or "hook" */
+    double prompt_s;     /* first gen_next to the prefill's last feed */
+    double decode_s;     /* from there to the last feed */
+};
+/* The outcome so far.  After GEN_DONE, completes the logits file (0 or NB_EIO). */
+int gen_finish(gen_session *g, struct gen_result *r, char *err, size_t errlen);
+
+#endif
