@@ -4,7 +4,7 @@
  * that edits on the way (drop or replace a key, drop, rename, reshape or
  * retype a tensor) to make broken or re-typed variants of a good file.
  *
- * fixture_gguf_gdn_dims makes a synthetic (random-weight) model of a
+ * fixture_gguf_gdn_dims (fixture_gguf_edited) makes a synthetic (random-weight) model of a
  * fixture's shapes with other GDN head sizes, for dk ≠ dv.
  *
  * The GGUF lives in build/fixtures/NAME-TYPE.gguf and is remade when the
@@ -78,23 +78,22 @@ static inline const char *fixture_gguf_typed(const char *name, const char *type)
     return fixture_converted(stem, src, opts);
 }
 
-/* A synthetic f32 model (random weights, nebula-convert --synthetic) with the
- * shapes of fixture NAME's config.json but GDN head sizes dk (keys, queries,
- * state rows) and dv (values, outputs, state columns): what the fixtures,
- * all dk = dv, cannot show.  Its vocabulary is the fixture's, so the
+/* A synthetic model (random weights, nebula-convert --synthetic) with the
+ * shapes of fixture NAME's config.json but n integer fields replaced
+ * (keys[i] = vals[i]), converted with OPTS; STEM names the GGUF (and its
+ * config) under build/fixtures/.  Its vocabulary is the fixture's, so the
  * fixture's tokens.txt is a valid prompt. */
-static inline const char *fixture_gguf_gdn_dims(const char *name, int dk, int dv)
+static inline const char *fixture_gguf_edited(const char *name, const char *stem, int n, const char *const keys[],
+                                              const int vals[], const char *opts)
 {
-    char stem[128], cfg[160], tmp[200], src[200];
-    snprintf(stem, sizeof stem, "%s-dk%d-dv%d-synthetic-f32", name, dk, dv);
-    snprintf(cfg, sizeof cfg, "build/fixtures/%s-dk%d-dv%d.config.json", name, dk, dv);
+    char cfg[200], tmp[240], src[240];
+    snprintf(cfg, sizeof cfg, "build/fixtures/%s.config.json", stem);
     snprintf(tmp, sizeof tmp, "%s.%d", cfg, (int)getpid());
     size_t len;
     char *text = fixture_read(name, "config.json", &len);
     cJSON *root = cJSON_Parse(text);
     cr_assert(root, "config.json of %s", name);
-    cJSON_ReplaceItemInObject(root, "linear_key_head_dim", cJSON_CreateNumber(dk));
-    cJSON_ReplaceItemInObject(root, "linear_value_head_dim", cJSON_CreateNumber(dv));
+    for (int i = 0; i < n; i++) cJSON_ReplaceItemInObject(root, keys[i], cJSON_CreateNumber(vals[i]));
     char *out = cJSON_Print(root);
     cr_assert(system("mkdir -p build/fixtures") == 0);
     FILE *f = fopen(tmp, "w");
@@ -104,7 +103,19 @@ static inline const char *fixture_gguf_gdn_dims(const char *name, int dk, int dv
     cJSON_Delete(root);
     free(text);
     snprintf(src, sizeof src, "--synthetic %s", cfg);
-    return fixture_converted(stem, src, "--type f32");
+    return fixture_converted(stem, src, opts);
+}
+
+/* The f32 synthetic model of NAME with GDN head sizes dk (keys, queries,
+ * state rows) and dv (values, outputs, state columns): what the fixtures,
+ * all dk = dv, cannot show. */
+static inline const char *fixture_gguf_gdn_dims(const char *name, int dk, int dv)
+{
+    char stem[128];
+    snprintf(stem, sizeof stem, "%s-dk%d-dv%d-synthetic-f32", name, dk, dv);
+    static const char *const keys[] = {"linear_key_head_dim", "linear_value_head_dim"};
+    const int vals[] = {dk, dv};
+    return fixture_gguf_edited(name, stem, 2, keys, vals, "--type f32");
 }
 
 static inline const char *fixture_gguf(const char *name) { return fixture_gguf_typed(name, "f32"); }

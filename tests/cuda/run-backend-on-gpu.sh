@@ -94,9 +94,10 @@ done
 # pattern at widths of 256 (so the 256-value block types fit the experts,
 # the attention and GDN projections and the n-gram table instead of falling
 # back to a 32-value type), converted with one type for every matrix (the
-# mixes named after the type, nebula-convert --help), each checked like the
+# mixes named after the type, or TYPE-all where a published mix took the
+# name: nebula-convert --help), each checked like the
 # fixtures.  LOWBIT names the types (empty skips them).
-LOWBIT=${LOWBIT-q4_1 q2_K q3_K iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s iq1_m tq1_0 tq2_0 mxfp4 nvfp4 q1_0 q2_0 f16}
+LOWBIT=${LOWBIT-q4_1 q2_K q3_K iq2_xxs-all iq2_xs-all iq2_s iq3_xxs iq3_s-all iq1_s iq1_m tq1_0 tq2_0 mxfp4 nvfp4 q1_0 q2_0-all f16 iq4_xs}
 if [ -n "$LOWBIT" ]; then
     edit_config tests/fixtures/tiny-a/config.json "$WORK/tiny-a-256.json" hidden_size=256 head_dim=64 \
         moe_intermediate_size=256 shared_expert_intermediate_size=256 ple_embed_dim=256 linear_value_head_dim=64 \

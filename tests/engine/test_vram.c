@@ -112,18 +112,18 @@ Test(vram, check_names_every_part)
  * the plan counts them and an over-budget message names the first. */
 Test(vram, widened_matrices_are_named)
 {
-    struct model *f = open_fixture("tiny-a", "f32"), *q = open_fixture("tiny-a", "q2_K");
+    struct model *f = open_fixture("tiny-a", "f32"), *q = open_fixture("tiny-a", "iq4_xs");
     struct gw_vram_parts pf, pq;
     gw_vram_plan(f, NULL, 256, &pf);
     gw_vram_plan(q, NULL, 256, &pq);
     cr_assert_eq(pf.n_widened, 0);
     cr_assert_gt(pq.n_widened, 0);
-    cr_assert_eq(pq.widened_type, QT_Q2_K);
+    cr_assert_eq(pq.widened_type, QT_IQ4_XS);
     cr_assert(pq.widened_name && strstr(pq.widened_name, "weight"), "%s", pq.widened_name ? pq.widened_name : "NULL");
     char err[1024] = "";
     pq.dense = 1000;
     cr_assert_eq(gw_vram_check(&pq, 1, err, sizeof err), NB_ENOMEM);
-    cr_assert(strstr(err, "widened to f32") && strstr(err, pq.widened_name) && strstr(err, "q2_K"), "%s", err);
+    cr_assert(strstr(err, "widened to f32") && strstr(err, pq.widened_name) && strstr(err, "iq4_xs"), "%s", err);
     model_close(f), model_close(q);
 }
 
@@ -204,7 +204,8 @@ Test(vram, native_types)
 {
     cr_assert(gw_vram_native_type(QT_Q4_K));
     cr_assert(gw_vram_native_type(QT_BF16));
-    cr_assert(!gw_vram_native_type(QT_Q2_K));
+    cr_assert(gw_vram_native_type(QT_Q2_K)); /* every stored type but IQ4_XS has a device decoder */
+    cr_assert(gw_vram_native_type(QT_IQ1_M));
     cr_assert(!gw_vram_native_type(QT_IQ4_XS));
     cr_assert(!gw_vram_native_type(-1));
     cr_assert_eq(gw_vram_device_type(QT_Q6_K), QT_Q6_K);
@@ -372,16 +373,22 @@ Test(vram, layouts)
     }
 }
 
-/* A separate MTP file (nebula-convert --mtp-out) of a type (q4_1) whose
- * matrices the device widens to F32: the plan counts the same bytes as
- * with the block inside the model file, and its widened matrices too. */
+/* A separate MTP file (nebula-convert --mtp-out) of a type (iq4_xs) whose
+ * matrices the device widens to F32 (tiny-b's shapes at a hidden size of
+ * 256, so that IQ4_XS's 256-value blocks fit): the plan counts the same
+ * bytes as with the block inside the model file, and its widened matrices
+ * too. */
 Test(vram, separate_mtp_file_counts_the_same)
 {
     char err[512] = "";
-    struct model *in = open_fixture("tiny-b", "q4_1"), *sep;
-    const char *main_path = fixture_converted("tiny-b-q4_1-mtp-separate", "tests/fixtures/tiny-b",
-                                              "--type q4_1 --mtp-out build/fixtures/tiny-b-q4_1-mtp-only.gguf");
-    cr_assert_eq(model_open_mtp(main_path, "build/fixtures/tiny-b-q4_1-mtp-only.gguf", &sep, err, sizeof err), 0, "%s", err);
+    static const char *const keys[] = {"hidden_size", "ple_embed_dim"};
+    const int vals[] = {256, 258}; /* the PLE width a multiple of its 6 n-gram heads */
+    struct model *in, *sep;
+    const char *in_path = fixture_gguf_edited("tiny-b", "tiny-b-256-iq4_xs", 2, keys, vals, "--type iq4_xs");
+    const char *main_path = fixture_gguf_edited("tiny-b", "tiny-b-256-iq4_xs-mtp-separate", 2, keys, vals,
+                                                "--type iq4_xs --mtp-out build/fixtures/tiny-b-256-iq4_xs-mtp-only.gguf");
+    cr_assert_eq(model_open(in_path, &in, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_open_mtp(main_path, "build/fixtures/tiny-b-256-iq4_xs-mtp-only.gguf", &sep, err, sizeof err), 0, "%s", err);
     uint64_t d1, m1, d2, m2;
     cr_assert_eq(gw_vram_dense_bytes(in, &d1, &m1, err, sizeof err), 0, "%s", err);
     cr_assert_eq(gw_vram_dense_bytes(sep, &d2, &m2, err, sizeof err), 0, "%s", err);

@@ -230,6 +230,7 @@ const struct conv_mix conv_mixes[] = {
     ALL("iq2_xs", IQ2_XS, 20), ONE("iq3_xxs", IQ3_XXS, 23), ONE("iq1_s", IQ1_S, 24), ALL("iq3_s", IQ3_S, 26),
     ONE("iq2_s", IQ2_S, 28),    ONE("iq1_m", IQ1_M, 31),    ONE("tq1_0", TQ1_0, 36),   ONE("tq2_0", TQ2_0, 37),
     ONE("mxfp4", MXFP4, 38),    ONE("nvfp4", NVFP4, 39),    ONE("q1_0", Q1_0, 40),     ALL("q2_0", Q2_0, 41),
+    ONE("iq4_xs", IQ4_XS, 30),
 #undef ONE
 #undef ALL
 };
