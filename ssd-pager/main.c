@@ -26,6 +26,7 @@
 #include "shm/shm.h"
 #include "ssd-pager/pager_io.h"
 #include "ssd-pager/pager_proto.h"
+#include "core/util/clock.h"
 
 #define BOUNCE_PAGES 64 /* ple pages read per batch before their rows are copied out */
 
@@ -42,13 +43,6 @@ struct pager {
     shm_stats *stats;
     uint8_t *bounce; /* BOUNCE_PAGES pages, 4 KiB aligned */
 };
-
-static uint64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
 
 static int serve_expert(struct pager *p, const struct ring_slot *q, uint64_t *bytes, char *err, size_t errlen)
 {
@@ -98,7 +92,7 @@ static int serve_ple(struct pager *p, const struct ring_slot *q, uint32_t max_ex
 /* One request → one response (published before the request is released). */
 static int serve_one(struct pager *p, struct ring_pair *rp, const struct ring_slot *q, char *err, size_t errlen)
 {
-    uint64_t t0 = now_ns(), bytes = 0;
+    uint64_t t0 = nb_now_ns(), bytes = 0;
     char msg[256];
     uint32_t kind = q->hdr->flags & PAGER_KIND_MASK, max_experts = ring_get_geometry(rp->req).max_experts;
     int rc = kind == PAGER_EXPERT     ? serve_expert(p, q, &bytes, msg, sizeof msg)
@@ -123,9 +117,9 @@ static int serve_one(struct pager *p, struct ring_pair *rp, const struct ring_sl
             shm_stats_add(p->stats, p->conf.stats_worker, SHM_STAT_PLE_BYTES_READ, bytes);
             shm_stats_add(p->stats, p->conf.stats_worker, SHM_STAT_PLE_ROWS, (uint64_t)q->hdr->n_tokens * q->hdr->n_experts);
         }
-        if (kind == PAGER_EXPERT) shm_stats_add_layer(p->stats, p->conf.stats_worker, p->idx.layers[q->hdr->layer].block, now_ns() - t0);
+        if (kind == PAGER_EXPERT) shm_stats_add_layer(p->stats, p->conf.stats_worker, p->idx.layers[q->hdr->layer].block, nb_now_ns() - t0);
     }
-    shm_stats_add(p->stats, p->conf.stats_worker, SHM_STAT_BUSY_NS, now_ns() - t0);
+    shm_stats_add(p->stats, p->conf.stats_worker, SHM_STAT_BUSY_NS, nb_now_ns() - t0);
     wrc = ring_publish(rp->resp, err, errlen);
     return wrc ? wrc : ring_release(rp->req, err, errlen);
 }

@@ -8,6 +8,7 @@
 #include "core/event/event.h"
 
 #include "core/util/err.h"
+#include "core/util/clock.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -42,12 +43,7 @@ struct event_loop {
     bool stop;
 };
 
-double event_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+double event_now(void) { return nb_now_s(); }
 
 int event_loop_new(event_loop **out, char *err, size_t errlen)
 {

@@ -12,6 +12,7 @@
 
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/err.h"
+#include "core/util/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,13 +37,6 @@ struct gen_session {
     const char *why;
     double t_start, t_prefilled, t_end;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int gen_stop_ids(const tok_tokenizer *tok, int32_t *ids)
 {
@@ -127,7 +121,7 @@ int gen_restart(gen_session *g, char *err, size_t errlen)
 enum gen_next gen_next(gen_session *g, struct gen_step *st)
 {
     if (g->done) return GEN_DONE;
-    if (g->t_start == 0) g->t_start = now_s();
+    if (g->t_start == 0) g->t_start = nb_now_s();
     const bool argmax_ok = g->cfg.sp.temperature <= 0.0f && g->cfg.sp.presence_penalty == 0.0f && !g->dump;
     if (g->phase == GEN_PREFILL) {
         size_t left = g->cfg.n_prompt - g->at, chunk = g->cfg.chunk ? g->cfg.chunk : left;
@@ -144,14 +138,14 @@ void gen_cancel(gen_session *g)
 {
     /* Also after the budget's last token (the driver's reason wins, as the
      * old loops had it), not after a stop id: the driver saw no token then. */
-    if (!g->done) g->t_end = now_s();
+    if (!g->done) g->t_end = nb_now_s();
     if (!g->done || strcmp(g->why, "stop token")) g->done = true, g->why = "hook";
 }
 
 /* The budget spent, or a stop id: done. */
 static void end(gen_session *g, const char *why)
 {
-    g->done = true, g->why = why, g->t_end = now_s();
+    g->done = true, g->why = why, g->t_end = nb_now_s();
 }
 
 int gen_feed(gen_session *g, const float *logits, const int32_t *argmax, struct gen_event *ev, char *err, size_t errlen)
@@ -162,7 +156,7 @@ int gen_feed(gen_session *g, const float *logits, const int32_t *argmax, struct 
         g->at += g->pending, g->pending = 0;
         ev->prefill_done = g->at;
         if (g->at < g->cfg.n_prompt) return 0;
-        g->phase = GEN_DECODE, g->t_prefilled = now_s();
+        g->phase = GEN_DECODE, g->t_prefilled = nb_now_s();
     }
     ev->prefill_done = g->cfg.n_prompt;
     g->pending = 0;
@@ -180,7 +174,7 @@ int gen_feed(gen_session *g, const float *logits, const int32_t *argmax, struct 
 
 int gen_finish(gen_session *g, struct gen_result *r, char *err, size_t errlen)
 {
-    double t_end = g->t_end ? g->t_end : now_s(), t_pre = g->t_prefilled ? g->t_prefilled : t_end;
+    double t_end = g->t_end ? g->t_end : nb_now_s(), t_pre = g->t_prefilled ? g->t_prefilled : t_end;
     *r = (struct gen_result){g->out, g->made, g->why, g->t_start ? t_pre - g->t_start : 0, t_end - t_pre};
     if (!g->done || !g->dump) return 0;
     int bad = fclose(g->dump) != 0;

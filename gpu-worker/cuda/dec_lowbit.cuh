@@ -281,6 +281,27 @@ static __device__ __forceinline__ int lb_signed(int x, uint32_t signs, int j) { 
 static __device__ __forceinline__ int lb_grid8(uint64_t p, int j) { return (int)(uint8_t)(p >> (8 * j)); }
 static __device__ __forceinline__ int lb_grid4(uint32_t p, int j) { return (int)(uint8_t)(p >> (8 * j)); }
 
+/* A group of the IQ2 formats: db · the 8 elements of point p, signed by the 8 sign bits. */
+static __device__ __forceinline__ void lb_signed_point8(float db, uint64_t p, uint32_t signs, float v[8])
+{
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = db * (float)lb_signed(lb_grid8(p, j), signs, j);
+}
+
+/* A group of the IQ3 formats: two 4-element points, then as above. */
+static __device__ __forceinline__ void lb_signed_points4(float db, uint32_t p0, uint32_t p1, uint32_t signs, float v[8])
+{
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = db * (float)lb_signed(lb_grid4(j < 4 ? p0 : p1, j % 4), signs, j);
+}
+
+/* A group of the IQ1 formats: dl · (element ± 1/8). */
+static __device__ __forceinline__ void lb_shifted_point8(float dl, float delta, uint64_t p, float v[8])
+{
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = dl * ((float)(int8_t)lb_grid8(p, j) + delta);
+}
+
 /* IQ2_XXS: d, then per sub-block two words: 4 index bytes, then 4×7 sign
  * bits under the 4-bit scale s; db = d·(0.5 + s)·0.25. */
 struct dec_iq2_xxs {
@@ -293,10 +314,17 @@ struct dec_iq2_xxs {
         const float db = lb_half(b) * (0.5f + (float)(aux >> 28)) * 0.25f;
         const uint64_t p = lb_iq2xxs[qs[l]];
         const uint32_t signs = lb_ksigns[(aux >> (7 * l)) & 127];
-#pragma unroll
-        for (int j = 0; j < 8; j++) v[j] = db * (float)lb_signed(lb_grid8(p, j), signs, j);
+        lb_signed_point8(db, p, signs, v);
     }
 };
+
+/* IQ2_XS, IQ2_S: a 4-bit scale s per 16 values at SCALES (scales[ib], low
+ * nibble for groups 0 and 1); db = d·(0.5 + s)·0.25. */
+static __device__ __forceinline__ float lb_db_iq2(const uint8_t *b, size_t scales, int ib, int l)
+{
+    const int s = (b[scales + ib] >> (4 * (l / 2))) & 15;
+    return lb_half(b) * (0.5f + (float)s) * 0.25f;
+}
 
 /* IQ2_XS: d, qs[32] (9-bit index, 7 sign bits), scales[8] (4 bits per 16
  * values); db = d·(0.5 + s)·0.25. */
@@ -306,12 +334,10 @@ struct dec_iq2_xs {
     {
         const int ib = g / 4, l = g % 4;
         const uint32_t q = lb_u16(b + offsetof(block_iq2_xs, qs) + 2 * (4 * ib + l));
-        const int s = (b[offsetof(block_iq2_xs, scales) + ib] >> (4 * (l / 2))) & 15;
-        const float db = lb_half(b) * (0.5f + (float)s) * 0.25f;
+        const float db = lb_db_iq2(b, offsetof(block_iq2_xs, scales), ib, l);
         const uint64_t p = lb_iq2xs[q & 511];
         const uint32_t signs = lb_ksigns[q >> 9];
-#pragma unroll
-        for (int j = 0; j < 8; j++) v[j] = db * (float)lb_signed(lb_grid8(p, j), signs, j);
+        lb_signed_point8(db, p, signs, v);
     }
 };
 
@@ -324,12 +350,10 @@ struct dec_iq2_s {
         const int ib = g / 4, l = g % 4;
         const uint8_t *qs = b + offsetof(block_iq2_s, qs);
         const int idx = qs[4 * ib + l] | ((b[offsetof(block_iq2_s, qh) + ib] << (8 - 2 * l)) & 0x300);
-        const int s = (b[offsetof(block_iq2_s, scales) + ib] >> (4 * (l / 2))) & 15;
-        const float db = lb_half(b) * (0.5f + (float)s) * 0.25f;
+        const float db = lb_db_iq2(b, offsetof(block_iq2_s, scales), ib, l);
         const uint64_t p = lb_iq2s[idx];
         const uint32_t signs = qs[32 + 4 * ib + l];
-#pragma unroll
-        for (int j = 0; j < 8; j++) v[j] = db * (float)lb_signed(lb_grid8(p, j), signs, j);
+        lb_signed_point8(db, p, signs, v);
     }
 };
 
@@ -345,8 +369,7 @@ struct dec_iq3_xxs {
         const float db = lb_half(b) * (0.5f + (float)(aux >> 28)) * 0.5f;
         const uint32_t p0 = lb_iq3xxs[qs[8 * ib + 2 * l]], p1 = lb_iq3xxs[qs[8 * ib + 2 * l + 1]];
         const uint32_t signs = lb_ksigns[(aux >> (7 * l)) & 127];
-#pragma unroll
-        for (int j = 0; j < 8; j++) v[j] = db * (float)lb_signed(lb_grid4(j < 4 ? p0 : p1, j % 4), signs, j);
+        lb_signed_points4(db, p0, p1, signs, v);
     }
 };
 
@@ -364,8 +387,7 @@ struct dec_iq3_s {
         const uint32_t p0 = lb_iq3s[qs[8 * ib + 2 * l] | ((qh << (8 - 2 * l)) & 256)],
                        p1 = lb_iq3s[qs[8 * ib + 2 * l + 1] | ((qh << (7 - 2 * l)) & 256)];
         const uint32_t signs = b[offsetof(block_iq3_s, signs) + 4 * ib + l];
-#pragma unroll
-        for (int j = 0; j < 8; j++) v[j] = db * (float)lb_signed(lb_grid4(j < 4 ? p0 : p1, j % 4), signs, j);
+        lb_signed_points4(db, p0, p1, signs, v);
     }
 };
 
@@ -380,8 +402,7 @@ struct dec_iq1_s {
         const float dl = lb_half(b) * (float)(2 * ((qh >> 12) & 7) + 1);
         const float delta = qh & 0x8000 ? -0.125f : 0.125f;
         const uint64_t p = lb_iq1s[b[offsetof(block_iq1_s, qs) + 4 * ib + l] | (((qh >> (3 * l)) & 7) << 8)];
-#pragma unroll
-        for (int j = 0; j < 8; j++) v[j] = dl * ((float)(int8_t)lb_grid8(p, j) + delta);
+        lb_shifted_point8(dl, delta, p, v);
     }
 };
 
@@ -401,8 +422,7 @@ struct dec_iq1_m {
         const uint32_t nib = (b[offsetof(block_iq1_m, qh) + 2 * ib + l / 2] >> (4 * (l % 2))) & 15;
         const float delta = nib & 8 ? -0.125f : 0.125f;
         const uint64_t p = lb_iq1s[b[offsetof(block_iq1_m, qs) + 4 * ib + l] | (nib & 7) << 8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) v[j] = dl * ((float)(int8_t)lb_grid8(p, j) + delta);
+        lb_shifted_point8(dl, delta, p, v);
     }
 };
 

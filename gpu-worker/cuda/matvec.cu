@@ -419,14 +419,21 @@ static int fail(char *err, size_t err_len, int code, const char *what, const cha
     return code;
 }
 
+/* A grid format launched before gw_cuda_matvec_init copied its codebooks. */
+static bool codebooks_missing(int t, const char *what, char *err, size_t err_len)
+{
+    if (!lb_needs_codebooks(t) || lb_codebooks_ready) return false;
+    fail(err, err_len, GW_CUDA_EINVAL, what, "the IQ codebooks are not on the device (gw_cuda_matvec_init)");
+    return true;
+}
+
 template <typename D, int T>
 static int launch(const void *w, int n_rows, int n_cols, const float *x, int nb, float *y,
                   void *stream, char *err, size_t err_len)
 {
     char name[32], why[128];
     snprintf(name, sizeof name, "matvec %s", quant_type_name((enum quant_type)T));
-    if (lb_needs_codebooks(T) && !lb_codebooks_ready)
-        return fail(err, err_len, GW_CUDA_EINVAL, name, "the IQ codebooks are not on the device (gw_cuda_matvec_init)");
+    if (codebooks_missing(T, name, err, err_len)) return GW_CUDA_EINVAL;
     if (!w || !x || !y || n_rows <= 0 || n_cols <= 0 || n_cols % D::QK || n_cols % 8 || nb < 1 ||
         nb > GW_CUDA_MAX_BATCH || ((uintptr_t)x & 15) || ((uintptr_t)w & 15)) {
         snprintf(why, sizeof why, "bad arguments (rows %d, cols %d: multiple of %d?, batch %d of 1..%d, x and w %s)",
@@ -457,8 +464,7 @@ static int launch_pairs(const void *w, size_t mat_bytes, int n_rows, int n_cols,
     if (!w || !x || !y || !eid || !slot || n_rows <= 0 || n_cols <= 0 || n_cols % D::QK || n_cols % 8 || xdiv < 1 ||
         ((uintptr_t)x & 15) || ((uintptr_t)w & 15) || (mat_bytes & 15))
         return fail(err, err_len, GW_CUDA_EINVAL, "matvec pairs", "bad arguments");
-    if (lb_needs_codebooks(T) && !lb_codebooks_ready)
-        return fail(err, err_len, GW_CUDA_EINVAL, "matvec pairs", "the IQ codebooks are not on the device (gw_cuda_matvec_init)");
+    if (codebooks_missing(T, "matvec pairs", err, err_len)) return GW_CUDA_EINVAL;
     cudaStream_t s = (cudaStream_t)stream;
     for (int p0 = 0; p0 < n_pairs; p0 += 65535) { /* grid.y limit */
         const int np = n_pairs - p0 < 65535 ? n_pairs - p0 : 65535;

@@ -21,6 +21,7 @@
 #include "engine/vram.h"
 #include "gpu-worker/proc/gw_proc.h"
 #include "gpu-worker/step_proto.h"
+#include "core/util/clock.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -62,13 +63,6 @@ struct gwp {
 static volatile sig_atomic_t stop_requested;
 static void on_signal(int sig) { (void)sig, stop_requested = 1; }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void usage(FILE *f)
 {
     fprintf(f, "usage: nebula-gpu-worker --control ENDPOINT [--backend cpu|cuda] [--kernels ref|fast]\n"
@@ -106,7 +100,7 @@ static int send_simple(struct gwp *w, const char *type, const char *message)
         cJSON_AddNumberToObject(m, "pid", getpid());
         cJSON_AddNumberToObject(m, "version", CTL_PROTOCOL_VERSION);
     }
-    if (!strcmp(type, "heartbeat")) cJSON_AddNumberToObject(m, "t", (double)now_ns() / 1e9);
+    if (!strcmp(type, "heartbeat")) cJSON_AddNumberToObject(m, "t", (double)nb_now_ns() / 1e9);
     int rc = ctl_send(w->ctl, NULL, m, err, sizeof err);
     cJSON_Delete(m);
     if (rc) nb_log("cannot send %s: %s", type, err);
@@ -127,7 +121,7 @@ static void layer_tap(void *ctx, int layer, int n_tokens, const float *wide)
 {
     struct gwp *w = ctx;
     (void)n_tokens, (void)wide;
-    uint64_t t = now_ns();
+    uint64_t t = nb_now_ns();
     shm_stats_add_layer(w->stats, w->block, (uint32_t)layer, t - w->layer_t0);
     w->layer_t0 = t;
 }
@@ -254,10 +248,10 @@ static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slo
     struct gw_eval_args a = {.tokens = ids, .n_tokens = (int)n, .logits_rows = GW_ROWS_LAST,
                              .logits = only_argmax ? NULL : resp->payload, .tap = w->layer_times ? layer_tap : NULL,
                              .tap_ctx = w, .argmax = only_argmax ? (int32_t *)resp->payload : NULL};
-    uint64_t t0 = now_ns(), computed0 = gw_backend_experts_computed(w->be), copied0 = gw_backend_bytes_copied(w->be);
+    uint64_t t0 = nb_now_ns(), computed0 = gw_backend_experts_computed(w->be), copied0 = gw_backend_bytes_copied(w->be);
     w->layer_t0 = t0;
     int rc = gw_eval(w->seq, &a, err, errlen);
-    shm_stats_add(w->stats, w->block, SHM_STAT_BUSY_NS, now_ns() - t0);
+    shm_stats_add(w->stats, w->block, SHM_STAT_BUSY_NS, nb_now_ns() - t0);
     const uint64_t hits = gw_backend_experts_computed(w->be) - computed0;
     const uint64_t pairs = (uint64_t)n * (uint64_t)w->m->hp.n_expert_used * (uint64_t)w->m->hp.n_layer;
     if (rc == 0) shm_stats_add(w->stats, w->block, SHM_STAT_EXPERTS_COMPUTED, hits);
@@ -317,7 +311,7 @@ static int serve(struct gwp *w)
 {
     uint64_t last_beat = 0;
     while (!stop_requested) {
-        if (now_ns() - last_beat >= 1000000000ull) send_simple(w, "heartbeat", NULL), last_beat = now_ns();
+        if (nb_now_ns() - last_beat >= 1000000000ull) send_simple(w, "heartbeat", NULL), last_beat = nb_now_ns();
         if (control_poll(w, 0)) {
             nb_log("shutdown requested");
             return 0;

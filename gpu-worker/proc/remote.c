@@ -15,6 +15,7 @@
 #include "core/model/model.h"
 #include "core/util/err.h"
 #include "cpu-moe-worker/moe_proto.h"
+#include "core/util/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,13 +55,6 @@ int gwp_placement_maps(const struct prepared_idx *x, const struct prepared_place
 }
 
 /* ---- the moe ring client ---- */
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 int gwp_moe_client_open(struct gwp_moe_client *c, const struct shm_region *reg, const struct model *m, char *err,
                         size_t errlen)
@@ -130,9 +124,9 @@ int gwp_wait_tagged(ring *resp, uint64_t tag, uint64_t timeout_ns, const char *p
 
 static int wait_response(struct gwp_moe_client *c, uint64_t tag, struct ring_slot *s, char *err, size_t errlen)
 {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = nb_now_ns();
     int rc = gwp_wait_tagged(c->rp.resp, tag, c->timeout_ns, "cpu-moe-worker", s, err, errlen);
-    if (c->stats) shm_stats_add(c->stats, c->stats_block, SHM_STAT_RING_WAIT_NS, now_ns() - t0);
+    if (c->stats) shm_stats_add(c->stats, c->stats_block, SHM_STAT_RING_WAIT_NS, nb_now_ns() - t0);
     return rc;
 }
 

@@ -25,6 +25,7 @@
 #include "engine/backend.h"
 #include "engine/cpu/cpu.h"
 #include "tests/core/model_fixture.h"
+#include "tests/engine/backend_fixture.h"
 #include "tests/core/tmpfiles.h"
 
 #define REL_BOUND 2e-4
@@ -487,8 +488,7 @@ static void gdn_dims_self_consistent(int dk, int dv)
     char err[256];
     struct model *m;
     gw_backend *be;
-    cr_assert_eq(model_open(fixture_gguf_gdn_dims("tiny-a", dk, dv), &m, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(gw_backend_create(m, NULL, &be, err, sizeof err), 0, "%s", err);
+    be = fixture_backend(fixture_gguf_gdn_dims("tiny-a", dk, dv), &m);
     int T;
     int32_t *tok = fixture_ints("tiny-a", "tokens.txt", &T);
     const int64_t V = m->hp.n_vocab;

@@ -14,6 +14,7 @@
 #include "engine/backend.h"
 #include "engine/ffn.h"
 #include "tests/core/model_fixture.h"
+#include "tests/engine/backend_fixture.h"
 
 struct remote_ctx {
     const struct model *m;
@@ -54,8 +55,7 @@ static float *run(const char *name, const uint8_t *local, struct remote_ctx *rc,
     gw_seq *s;
     int T;
     int32_t *tok = fixture_ints(name, "tokens.txt", &T);
-    cr_assert_eq(model_open(fixture_gguf(name), &m, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(gw_backend_create(m, NULL, &be, err, sizeof err), 0, "%s", err);
+    be = fixture_backend(fixture_gguf(name), &m);
     if (local) {
         *rc = (struct remote_ctx){m, 0, 0, 0, local, 0};
         struct gw_moe_remote r = {local, remote_fn, rc};
@@ -145,8 +145,7 @@ Test(moe_remote, hook_needs_function_and_map)
     char err[256];
     struct model *m;
     gw_backend *be;
-    cr_assert_eq(model_open(fixture_gguf("tiny-a"), &m, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(gw_backend_create(m, NULL, &be, err, sizeof err), 0, "%s", err);
+    be = fixture_backend(fixture_gguf("tiny-a"), &m);
     struct gw_moe_remote r = {NULL, remote_fn, NULL};
     cr_assert_lt(gw_backend_set_moe_remote(be, &r, err, sizeof err), 0);
     cr_assert_eq(gw_backend_set_moe_remote(be, NULL, err, sizeof err), 0);

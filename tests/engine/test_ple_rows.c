@@ -15,6 +15,7 @@
 #include "core/util/err.h"
 #include "engine/backend.h"
 #include "tests/core/model_fixture.h"
+#include "tests/engine/backend_fixture.h"
 
 enum hook_mode { HOOK_NONE, HOOK_EXACT, HOOK_SHIFTED, HOOK_FAIL };
 
@@ -51,8 +52,7 @@ static float *run(const char *gguf, const char *name, struct ple_ctx *pc, int *T
     gw_seq *s;
     int T;
     int32_t *tok = fixture_ints(name, "tokens.txt", &T);
-    cr_assert_eq(model_open(gguf, &m, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(gw_backend_create(m, NULL, &be, err, sizeof err), 0, "%s", err);
+    be = fixture_backend(gguf, &m);
     pc->m = m;
     pc->cap_seen = T * m->hp.ple_n_heads;
     pc->seen = calloc((size_t)pc->cap_seen, sizeof *pc->seen);
@@ -135,8 +135,7 @@ Test(ple_rows, hook_needs_a_function)
     char err[256];
     struct model *m;
     gw_backend *be;
-    cr_assert_eq(model_open(fixture_gguf("tiny-a"), &m, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(gw_backend_create(m, NULL, &be, err, sizeof err), 0, "%s", err);
+    be = fixture_backend(fixture_gguf("tiny-a"), &m);
     struct gw_ple_rows r = {NULL, NULL};
     cr_assert_eq(gw_backend_set_ple_rows(be, &r, err, sizeof err), NB_EINVAL);
     cr_assert_eq(gw_backend_set_ple_rows(be, NULL, err, sizeof err), 0);

@@ -16,7 +16,6 @@ tokens of the next-best block.  So, with "agree(p)" that rule:
   - llama.cpp's greedy ids equal transformers' up to the first step whose argmax on
     transformers' path differs, and differ there, and that step's position is not agree(p).
 The only expected ids are the fixture's own (transformers').  Standard library only."""
-import array
 import json
 import math
 import os
@@ -26,13 +25,8 @@ TOL = 2e-3      # log-probability, absolute: llama.cpp in fp32 vs transformers i
 FLOOR = -15.0   # tokens less likely than e^-15 are left out (fp32 probabilities lose digits)
 
 
-def load(path):
-    a = array.array("f")
-    with open(path, "rb") as f:
-        a.frombytes(f.read())
-    if sys.byteorder != "little":
-        a.byteswap()
-    return a
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_logits import load  # noqa: E402  (float32 little-endian files, as compare_logits reads them)
 
 
 def log_softmax(row):

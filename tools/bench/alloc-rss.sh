@@ -13,14 +13,8 @@
 set -u
 BUILD=${1:-build} REPS=${2:-10}
 bin=$BUILD/bin
-tmp=$(mktemp -d)
-coord_pid=
-trap '[ -n "$coord_pid" ] && kill "$coord_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
-export XDG_CONFIG_HOME=/nonexistent/nebula-bench
-fx=tests/fixtures/tiny-a
-"$bin/nebula-convert" "$fx" "$tmp/a.gguf" --type f32 -q || exit 1
-prefix=$(grep -o '"prefix_len": *[0-9]*' "$fx/manifest.json" | grep -o '[0-9]*$')
-tr -s ' \n' '\n' <"$fx/tokens.txt" | head -n "$prefix" >"$tmp/prefix.txt"
+. "$(dirname "$0")/tiny-a-setup.sh"
+tiny_a_setup "$bin"
 "$bin/nebula-prepare" "$tmp/a.gguf" "$tmp/p0" --vram-budget 0 --ram-budget all -q || exit 1
 read -r blob fixed < <(python3 -c "import json; d=json.load(open('$tmp/p0/placement.json')); print(d['layers'][0]['blob_bytes'], d['model']['vram_fixed_bytes'])")
 "$bin/nebula-prepare" "$tmp/a.gguf" "$tmp/prep" --vram-budget $((fixed + 12 * blob)) --ram-budget $((12 * blob)) -q || exit 1

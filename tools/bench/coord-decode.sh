@@ -14,15 +14,9 @@
 # Used for docs/BENCHMARKS.md, "the coordinator as one event loop".
 set -u
 A=$1 B=$2 ROUNDS=${3:-3} REQS=${4:-15}
-tmp=$(mktemp -d)
-coord_pid=
-trap '[ -n "$coord_pid" ] && kill "$coord_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
-export XDG_CONFIG_HOME=/nonexistent/nebula-bench
-fx=tests/fixtures/tiny-a
-"$B/nebula-convert" "$fx" "$tmp/a.gguf" --type f32 -q || exit 1
+. "$(dirname "$0")/tiny-a-setup.sh"
+tiny_a_setup "$B"
 "$B/nebula-prepare" "$tmp/a.gguf" "$tmp/prep" --vram-budget all -q || exit 1
-prefix=$(grep -o '"prefix_len": *[0-9]*' "$fx/manifest.json" | grep -o '[0-9]*$')
-tr -s ' \n' '\n' <"$fx/tokens.txt" | head -n "$prefix" >"$tmp/prefix.txt"
 echo "| round | build | requests | median tok/s | best tok/s |"
 echo "|---:|---|---:|---:|---:|"
 for round in $(seq "$ROUNDS"); do

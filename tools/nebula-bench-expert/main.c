@@ -54,6 +54,7 @@
 
 #include "core/quant/quant.h"
 #include "engine/ffn.h"
+#include "core/util/clock.h"
 
 static const char usage[] =
     "usage: nebula-bench-expert [--embd C] [--ff I] [--experts N,N,...] [--tokens T] [--pool P] [--seconds S]\n"
@@ -153,13 +154,6 @@ static float uniform(void) /* [-1, 1) */
     return (float)(rng >> 40) / 8388608.0f - 1.0f;
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* rows × n random weights (scaled like a trained layer's, 1/sqrt(n)) in type t. */
 static void *random_matrix(enum quant_type t, int64_t rows, int64_t n)
 {
@@ -239,16 +233,16 @@ static void time_cells(const struct pool *p, int n, int T, const float *x, const
     static double samples[3][MAX_SAMPLES];
     int ns = 0, next = 0;
     int64_t C = p->e[0].n_embd;
-    for (double t_end = now_s() + 3 * seconds; ns < MAX_SAMPLES && (ns < 3 || now_s() < t_end); ns++)
+    for (double t_end = nb_now_s() + 3 * seconds; ns < MAX_SAMPLES && (ns < 3 || nb_now_s() < t_end); ns++)
         for (int s = SCHED_EXPERTS; s <= SCHED_ROWS_FAST; s++) {
             for (int j = 0; j < n; j++, next = (next + 1) % p->n)
                 jobs[j] = (struct gw_expert_job){p->e[next], x, T, scale, out + (size_t)j * (size_t)T * (size_t)C};
-            double t0 = now_s();
+            double t0 = nb_now_s();
             if (run((enum sched)s, jobs, n)) {
                 sec[0] = sec[1] = sec[2] = med[0] = med[1] = med[2] = -1;
                 return;
             }
-            samples[s][ns] = now_s() - t0;
+            samples[s][ns] = nb_now_s() - t0;
         }
     for (int s = 0; s < 3; s++) {
         qsort(samples[s], (size_t)ns, sizeof **samples, cmp_double);
@@ -298,7 +292,7 @@ static void *busy_spin(void *arg)
 
 static void spin_until(double t)
 {
-    while (now_s() < t) {
+    while (nb_now_s() < t) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
@@ -316,14 +310,14 @@ static int time_gapped(const struct pool *p, int n, int T, const float *x, const
     int next = 0;
     *ns = 0;
     double t_end = 0;
-    for (int i = -5; i < 0 || (*ns < max_samples && (*ns < 5 || now_s() < t_end)); i++) {
+    for (int i = -5; i < 0 || (*ns < max_samples && (*ns < 5 || nb_now_s() < t_end)); i++) {
         for (int j = 0; j < n; j++, next = (next + 1) % p->n)
             jobs[j] = (struct gw_expert_job){p->e[next], x, T, scale, out + (size_t)j * (size_t)T * (size_t)C};
-        spin_until(now_s() + gap_us * 1e-6);
-        double t0 = now_s();
+        spin_until(nb_now_s() + gap_us * 1e-6);
+        double t0 = nb_now_s();
         if (gw_expert_ffn_many(jobs, n, k, &ffn_scratch)) return 1;
-        double dt = now_s() - t0;
-        if (i == -1) t_end = now_s() + seconds;
+        double dt = nb_now_s() - t0;
+        if (i == -1) t_end = nb_now_s() + seconds;
         if (i >= 0) samples[(*ns)++] = dt;
     }
     qsort(samples, (size_t)*ns, sizeof *samples, cmp_double);

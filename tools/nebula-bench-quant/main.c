@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "core/quant/quant.h"
+#include "core/util/clock.h"
 
 #define ROW_VALUES 2560
 #define DISTINCT_ROWS 16 /* quantized once, then tiled over the whole buffer */
@@ -90,13 +91,6 @@ static int parse_args(int argc, char **argv, struct options *opt)
     return 0;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Deterministic normal-ish values (sum of uniforms): the data only has to be
  * plausible, the kernels' speed does not depend on it. */
 static void fill_values(float *x, int64_t n, uint64_t seed)
@@ -154,7 +148,7 @@ static double time_kernel(quant_vec_dot_fn dot, const struct weights *w, double 
     int64_t passes = 0;
     double t0 = 0, elapsed = 0;
     for (int pass = -1; elapsed < seconds; pass++) {
-        if (pass == 0) t0 = now_s();
+        if (pass == 0) t0 = nb_now_s();
         for (int64_t r = 0; r < w->rows; r++) {
             float s;
             dot(ROW_VALUES, &s, w->data + (size_t)r * w->row_bytes, w->act);
@@ -162,7 +156,7 @@ static double time_kernel(quant_vec_dot_fn dot, const struct weights *w, double 
         }
         if (pass >= 0) {
             passes++;
-            elapsed = now_s() - t0;
+            elapsed = nb_now_s() - t0;
         }
     }
     return (double)passes * (double)w->rows * (double)w->row_bytes / elapsed;

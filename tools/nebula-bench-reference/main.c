@@ -8,6 +8,7 @@
 #include "core/model/model.h"
 #include "core/sampling/sampling.h"
 #include "engine/backend.h"
+#include "core/util/clock.h"
 
 #include <dirent.h>
 #include <getopt.h>
@@ -16,13 +17,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -49,16 +43,16 @@ static int run_once(gw_seq *s, const struct model *m, const struct opts *o, doub
     uint64_t x = 12345;
     for (int i = 0; i < o->prompt; i++) ids[i] = (int32_t)((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 33) % (int32_t)V;
     gw_seq_reset(s);
-    double t0 = now();
+    double t0 = nb_now_s();
     struct gw_eval_args a = {.tokens = ids, .n_tokens = o->prompt, .logits_rows = GW_ROWS_LAST, .logits = logits};
     if (gw_eval(s, &a, err, sizeof err)) goto fail;
-    double t1 = now();
+    double t1 = nb_now_s();
     for (int i = 0; i < o->gen; i++) {
         int32_t id = sampling_argmax(logits, (int32_t)V);
         struct gw_eval_args d = {.tokens = &id, .n_tokens = 1, .logits_rows = GW_ROWS_LAST, .logits = logits};
         if (gw_eval(s, &d, err, sizeof err)) goto fail;
     }
-    double t2 = now();
+    double t2 = nb_now_s();
     *pre_tps = o->prompt / (t1 - t0);
     *dec_tps = o->gen / (t2 - t1);
     rc = 0;

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "shm/shm.h"
+#include "core/util/clock.h"
 
 #define ROW_FLOATS 2560 /* hidden size C of the model */
 #define MAX_ROWS 16
@@ -83,13 +84,6 @@ static int parse_args(int argc, char **argv, struct options *opt)
         }
     }
     return 0;
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* One table row's way of waiting. */
@@ -217,14 +211,14 @@ static int measure(const struct shm_region *reg, const char *id, const struct wa
     for (int i = 0; i < WARMUP_ROUND_TRIPS && rc == 0; i++)
         rc = round_trip(&pair, pid, rows, tag++, src, dst, false, err, errlen);
     s->n = 0;
-    uint64_t t_start = now_ns(), t_end = t_start + (uint64_t)(seconds * 1e9), t = t_start;
+    uint64_t t_start = nb_now_ns(), t_end = t_start + (uint64_t)(seconds * 1e9), t = t_start;
     while (rc == 0 && t < t_end && s->n < s->cap) {
         if (gap_ns) { /* the client is busy elsewhere: spun, not slept, so only the server's wait is measured */
-            for (uint64_t until = t + gap_ns; (t = now_ns()) < until;)
+            for (uint64_t until = t + gap_ns; (t = nb_now_ns()) < until;)
                 ;
         }
         rc = round_trip(&pair, pid, rows, tag++, src, dst, false, err, errlen);
-        uint64_t t1 = now_ns();
+        uint64_t t1 = nb_now_ns();
         s->ns[s->n++] = t1 - t;
         t = t1;
     }

@@ -11,6 +11,7 @@
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/err.h"
 #include "tools/nebula-convert/convert.h"
+#include "core/util/clock.h"
 
 #include <omp.h>
 #include <signal.h>
@@ -175,13 +176,6 @@ static int write_tensor(gguf_writer *w, const struct conv_plan *p, struct conv_p
     return rc;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 double conv_plan_bytes(const struct conv_plan *p)
 {
     double total = 0;
@@ -275,7 +269,7 @@ static int write_part(const struct conv_plan *p, const struct conv_write_opts *o
         snprintf(shape, sizeof shape, "%lld", (long long)t->ne[0]);
         for (int d = 1; d < t->n_dims; d++) snprintf(shape + strlen(shape), sizeof shape - strlen(shape), " x %lld", (long long)t->ne[d]);
         fmt_bytes(bytes, size, sizeof size);
-        double dt = now_s() - wp->t0;
+        double dt = nb_now_s() - wp->t0;
         if (wp->done > 0 && dt > 2) snprintf(eta, sizeof eta, ", %.0f s left", dt * (wp->total - wp->done) / wp->done);
         if (!o->quiet)
             fprintf(stderr, "[%4d/%4d] %-40s %-7s %-22s %-10s (%3.0f%% done%s)\n", ++wp->i, wp->n, t->name,
@@ -309,7 +303,7 @@ int conv_write_gguf(const struct conv_plan *p, const char *out, const struct con
     if (p->synth.on && !p->synth.exact_rows && !(pools = conv_pools_new())) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    struct write_progress wp = {.t0 = now_s(), .total = conv_plan_bytes(p), .n = p->n};
+    struct write_progress wp = {.t0 = nb_now_s(), .total = conv_plan_bytes(p), .n = p->n};
     int written = 0;
     for (int part = 0; part < PART_COUNT && !rc; part++) {
         if (part == PART_PLE && !opts.split_ple) continue;
@@ -323,7 +317,7 @@ int conv_write_gguf(const struct conv_plan *p, const char *out, const struct con
     if (!rc && !o->quiet) {
         char size[32];
         fmt_bytes(wp.total, size, sizeof size);
-        double dt = now_s() - wp.t0;
+        double dt = nb_now_s() - wp.t0;
         fprintf(stderr, "%s: wrote %s%s%s%s (%s of tensor data) in %.1f s, %.2f GB/s\n", o->prog, paths[PART_MAIN],
                 opts.split_ple ? " + " : "", opts.split_ple ? paths[PART_PLE] : "", opts.mtp_out ? " + MTP file" : "", size,
                 dt, dt > 0 ? wp.total / dt / 1e9 : 0.0);

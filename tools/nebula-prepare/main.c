@@ -26,6 +26,7 @@
 
 #include "core/util/err.h"
 #include "engine/vram.h"
+#include "core/util/clock.h"
 
 enum { EXIT_IO = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
 
@@ -73,13 +74,6 @@ static void usage(FILE *f)
 }
 
 static void on_signal(int sig) { prep_interrupted = sig; }
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 struct run {
     const char *in_path, *dir, *hotlist_path, *mtp_path;
@@ -463,7 +457,7 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    double t0 = now_s();
+    double t0 = nb_now_s();
     int rc = model_open_mtp(r.in_path, r.mtp_path, &r.m, r.err, sizeof r.err);
     if (rc) {
         fprintf(stderr, "nebula-prepare: %s: %s\n", r.in_path, r.err);
@@ -480,6 +474,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "nebula-prepare: %s\n", r.err[0] ? r.err : nb_strerror(rc));
         return rc == NB_EINVAL ? EXIT_USAGE : EXIT_IO;
     }
-    say("%s: done in %.1f s (%d parts verified, %d written)", r.dir, now_s() - t0, r.verified, r.written);
+    say("%s: done in %.1f s (%d parts verified, %d written)", r.dir, nb_now_s() - t0, r.verified, r.written);
     return 0;
 }

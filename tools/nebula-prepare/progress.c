@@ -6,6 +6,7 @@
  * plain line at every 10% (logs stay short and greppable).  Either way a
  * step ends with one summary line. */
 #include "tools/nebula-prepare/prepare.h"
+#include "core/util/clock.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,13 +22,6 @@ void progress_setup(bool quiet)
 }
 
 bool progress_quiet(void) { return quiet_mode; }
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void fmt_bytes(uint64_t bytes, char *buf, size_t len)
 {
@@ -55,7 +49,7 @@ void progress_begin(struct progress *p, const char *what, uint64_t total)
     p->what = what;
     p->total = total;
     p->done = 0;
-    p->t0 = now_s();
+    p->t0 = nb_now_s();
     p->last_draw = 0;
     p->last_pct = 0;
 }
@@ -88,7 +82,7 @@ void progress_add(struct progress *p, uint64_t n)
 {
     p->done += n;
     if (quiet_mode || !p->total) return;
-    double t = now_s();
+    double t = nb_now_s();
     if (on_tty) {
         if (t - p->last_draw >= 0.1) {
             p->last_draw = t;
@@ -106,7 +100,7 @@ void progress_add(struct progress *p, uint64_t n)
 void progress_end(struct progress *p, const char *message)
 {
     if (quiet_mode) return;
-    double dt = now_s() - p->t0;
+    double dt = nb_now_s() - p->t0;
     if (on_tty && p->last_draw > 0) fputs("\r\033[K", stderr);
     if (p->done > 0 && dt > 0.05) {
         char done[32], speed[32];

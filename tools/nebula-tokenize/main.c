@@ -8,6 +8,7 @@
  * library. */
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/err.h"
+#include "core/util/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,13 +266,6 @@ static int check_roundtrip(const char *text, size_t len, void *p)
     return rc;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Encodes the file over and over for at least a second; prints MB/s. */
 static int cmd_bench(const tok_tokenizer *t, const char *path)
 {
@@ -279,12 +273,12 @@ static int cmd_bench(const tok_tokenizer *t, const char *path)
     size_t len, n = 0, rounds = 0;
     int rc = read_file(path, &text, &len);
     int32_t *ids = NULL;
-    double t0 = now_s(), t1 = t0;
+    double t0 = nb_now_s(), t1 = t0;
     while (!rc && (t1 - t0 < 1.0 || rounds < 3)) {
         free(ids);
         rc = encode(t, text, len, true, &ids, &n);
         rounds++;
-        t1 = now_s();
+        t1 = nb_now_s();
     }
     if (!rc)
         printf("%zu bytes -> %zu tokens (%.2f bytes/token); %zu rounds in %.2f s: %.2f MB/s\n", len, n,

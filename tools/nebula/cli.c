@@ -11,13 +11,6 @@
 #include <string.h>
 #include <time.h>
 
-double cli_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int cli_parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out)
 {
     char *end;

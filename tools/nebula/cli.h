@@ -49,7 +49,6 @@ typedef int (*cli_rows_fn)(void *ctx, const float *logits, int n_rows, int64_t n
 int cli_prefill(const struct cli_common *o, struct cli_model *cm, const int32_t *ids, size_t n, cli_rows_fn on_rows,
                 void *ctx, float *last_logits);
 
-double cli_now(void);
 /* Parses a positive integer option; CLI_USAGE on error. */
 int cli_parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out);
 

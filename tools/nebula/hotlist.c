@@ -8,6 +8,7 @@
 #include "core/chat/chat.h"
 #include "core/sampling/sampling.h"
 #include "tools/nebula/cli.h"
+#include "core/util/clock.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -162,7 +163,7 @@ int cmd_hotlist(int argc, char **argv)
     size_t cap = 0, n_prompts = 0;
     ssize_t len;
     if (!camp.count || !camp.weight || !logits) rc = CLI_FAIL;
-    double t0 = cli_now();
+    double t0 = nb_now_s();
     while (rc == CLI_OK && (len = getline(&line, &cap, pf)) >= 0) {
         while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
         if (!len || line[0] == '#') continue;
@@ -203,7 +204,7 @@ int cmd_hotlist(int argc, char **argv)
     }
     if (rc == CLI_OK && (rc = write_tsv(out, &camp)) == CLI_OK)
         fprintf(stderr, "nebula: hotlist of %zu prompts, %llu tokens, %d layers × %d experts → %s in %.1f s\n", n_prompts,
-                (unsigned long long)camp.tokens, camp.n_layer, camp.n_expert, out, cli_now() - t0);
+                (unsigned long long)camp.tokens, camp.n_layer, camp.n_expert, out, nb_now_s() - t0);
     free(line);
     fclose(pf);
     free(logits);

@@ -2,6 +2,7 @@
  * `nebula tokenize`. */
 #include "core/util/err.h"
 #include "tools/nebula/cli.h"
+#include "core/util/clock.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -82,7 +83,7 @@ int cmd_logits(int argc, char **argv)
         rc = CLI_USAGE;
         goto done;
     }
-    double t0 = cli_now();
+    double t0 = nb_now_s();
     rc = cli_prefill(&o, &cm, ids, n, write_rows, &s, NULL);
     if (fclose(s.f) || rc) {
         remove(tmp);
@@ -94,7 +95,7 @@ int cmd_logits(int argc, char **argv)
         rc = CLI_FAIL;
         goto done;
     }
-    fprintf(stderr, "nebula: %zu × %lld logits → %s in %.2f s\n", n, (long long)cm.m->hp.n_vocab, out, cli_now() - t0);
+    fprintf(stderr, "nebula: %zu × %lld logits → %s in %.2f s\n", n, (long long)cm.m->hp.n_vocab, out, nb_now_s() - t0);
 done:
     free(ids);
     cli_close(&cm);
