@@ -530,6 +530,46 @@ scenario("options: context, prefill chunk and accuracy bounded by /api/status an
   assert(!("context_length" in b2) && !("prefill_chunk" in b2), `defaults sent explicitly: ${JSON.stringify(b2)}`);
 });
 
+scenario("options: a saved value the server no longer offers is shown and sent as the default", async ({ page, bodies }) => {
+  await page.waitForSelector('#server-status[data-state="ready"]');
+  const st = await (await page.request.get(new URL("api/status", page.url()).href)).json();
+  // Saved under a model with four times the context (and a larger answer limit than this one offers).
+  const stale = st.model.context_length * 4;
+  await page.evaluate((v) => localStorage.setItem("nebula.settings.v1", JSON.stringify({
+    think: false, context_length: String(v), prefill_chunk: "", accuracy_level: "3", max_tokens: "16",
+  })), stale);
+  await page.reload();
+  await page.waitForSelector('#server-status[data-state="ready"]');
+  assert((await page.inputValue("#opt-context")) === "", `the context list shows '${await page.inputValue("#opt-context")}'`);
+  const a = await send(page, "Stale options.");
+  const body = bodies.at(-1);
+  assert(!("context_length" in body), `a context the server does not offer was sent: ${JSON.stringify(body)}`);
+  assert(!(await a.locator(".msg-error").isVisible()), `error: ${await a.locator(".msg-error").textContent()}`);
+});
+
+scenario("Esc in the rename box cancels the rename, not the streaming answer", async ({ page }) => {
+  await setOptions(page, { think: false, maxTokens: 2048 });
+  await pace(page, 150);
+  const a = await send(page, "Keep streaming while I rename.", { wait: false });
+  await page.waitForFunction(() => {
+    const b = document.querySelector(".msg.assistant.streaming .msg-body");
+    return b && b.textContent.trim().length > 0;
+  });
+  const title = (await chatTitles(page))[0];
+  await page.locator("#chat-list .chat-item").first().hover();
+  await page.click('#chat-list .chat-item >> nth=0 >> [data-action="rename"]');
+  await page.fill(".chat-rename-input", "Not this name");
+  await page.press(".chat-rename-input", "Escape");
+  await page.locator(".chat-rename-input").waitFor({ state: "detached" });
+  assert((await chatTitles(page))[0] === title, `the rename was kept: ${await chatTitles(page)}`);
+  await sleep(600);
+  assert(await page.locator(".msg.assistant.streaming").count() === 1, "the answer stopped streaming on Esc in the rename box");
+  await page.click("#stop");
+  await waitIdle(page, 10000);
+  await pace(page, 0);
+  assert((await a.locator(".msg-state").textContent()) === "stopped", `state: '${await a.locator(".msg-state").textContent()}'`);
+});
+
 scenario("copy and regenerate", async ({ page, context, bodies }) => {
   await context.grantPermissions(["clipboard-read", "clipboard-write"]);
   await setOptions(page, { think: false, maxTokens: 16 });

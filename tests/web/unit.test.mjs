@@ -5,8 +5,16 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { SseParser } from "../../web/js/api.js";
 import {
-  composeUserContent, fenceFor, langForFile, chatToMarkdown, titleFromText, formatStats, formatSize, exportFileName,
+  composeUserContent, fenceFor, langForFile, chatToMarkdown, titleFromText, formatStats, formatSize, exportFileName, countOf,
 } from "../../web/js/chatformat.js";
+
+test("counts: the noun agrees with the number (\"its 1 messages\" was a bug)", () => {
+  assert.equal(countOf(0, "message"), "0 messages");
+  assert.equal(countOf(1, "message"), "1 message");
+  assert.equal(countOf(2, "message"), "2 messages");
+  const md = chatToMarkdown({ title: "One", messages: [{ role: "user", content: "hi" }] }, { exportedAt: new Date("2026-12-01T00:00:00Z") });
+  assert.match(md, /· 1 message\*/);
+});
 
 function parseAll(pieces) {
   const events = [];

@@ -23,7 +23,8 @@ import { wireExport } from "./export.js";
 // Esc stops the answer, Alt+N starts a new chat, / goes to the message box.
 function wireKeys() {
   document.addEventListener("keydown", (e) => {
-    if (e.key === "Escape" && state.generation && !el.confirm.open) {
+    // A control that handles Esc itself (the rename box) has called preventDefault.
+    if (e.key === "Escape" && state.generation && !el.confirm.open && !e.defaultPrevented) {
       e.preventDefault();
       stop();
     } else if (e.altKey && !e.ctrlKey && !e.metaKey && (e.key === "n" || e.key === "N")) {

@@ -84,13 +84,18 @@ function quote(text) {
   return text.split("\n").map((l) => (l === "" ? ">" : "> " + l)).join("\n");
 }
 
+// "1 message", "3 messages": a count and its noun.
+export function countOf(n, noun) {
+  return `${n} ${noun}${n === 1 ? "" : "s"}`;
+}
+
 // The whole chat as a Markdown document.
 export function chatToMarkdown(chat, { exportedAt = new Date(), model = "" } = {}) {
   const out = [];
   out.push(`# ${chat.title || "Chat"}`);
   out.push("");
   const when = exportedAt.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
-  out.push(`*Exported from Nebula on ${when}${model ? ` · model ${model}` : ""} · ${chat.messages.length} messages*`);
+  out.push(`*Exported from Nebula on ${when}${model ? ` · model ${model}` : ""} · ${countOf(chat.messages.length, "message")}*`);
   for (const m of chat.messages) {
     out.push("");
     if (m.role === "user") {

@@ -12,6 +12,7 @@ import * as store from "./store.js";
 import { showError } from "./banners.js";
 import { setIcon } from "./icons.js";
 import { renderChat, renderTitle } from "./messages.js";
+import { countOf } from "./chatformat.js";
 
 const CURRENT_KEY = "nebula.current";
 const narrow = () => matchMedia("(max-width: 800px)").matches;
@@ -123,7 +124,7 @@ function confirmDialog(title, text, okLabel) {
 }
 
 async function removeChat(chat) {
-  const ok = await confirmDialog("Delete chat?", `“${chat.title}” and its ${chat.messages.length} messages will be removed from this browser.`, "Delete");
+  const ok = await confirmDialog("Delete chat?", `“${chat.title}” and its ${countOf(chat.messages.length, "message")} will be removed from this browser.`, "Delete");
   if (!ok) return;
   // An answer still streaming into it is stopped, and its last save skipped.
   chat.deleted = true;

@@ -68,6 +68,9 @@ export function renderOptions() {
   for (const n of CONTEXT_STEPS) if (!max || n <= max) ctx.push([String(n), n.toLocaleString("en")]);
   if (max && !CONTEXT_STEPS.includes(max)) ctx.push([String(max), max.toLocaleString("en")]);
   fillSelect(el.context, ctx, s.context_length);
+  // A saved value the server no longer offers (a smaller model's context, a
+  // lower --chunk) is shown as the default, so the default is what is sent.
+  s.context_length = el.context.value;
   const limit = Number(s.context_length) || max;
   // The server caps a request's prefill_chunk at its own (--chunk): larger
   // values would change nothing, so they are not offered.
@@ -79,6 +82,9 @@ export function renderOptions() {
   const mt = [["", "auto"]];
   for (const n of MAX_TOKEN_STEPS) if (!limit || n < limit) mt.push([String(n), n.toLocaleString("en")]);
   fillSelect(el.maxTokens, mt, s.max_tokens);
+  s.prefill_chunk = el.prefill.value;
+  s.max_tokens = el.maxTokens.value;
+  s.accuracy_level = el.accuracy.value;
 }
 
 // After each /api/status answer: rebuilds the lists if the limits changed.
