@@ -28,14 +28,6 @@ logs=$(cd "$logs" && pwd) # absolute: the tests change directory
 export ASAN_OPTIONS="log_path=$logs/asan:exitcode=1:detect_leaks=1:strict_string_checks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="log_path=$logs/ubsan:print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 start=$(date +%s)
-# test_ctl forks children while ZeroMQ's I/O threads run; under ASan such a
-# child can stall (fork in a multithreaded process with the sanitizer's
-# allocator) and a 5 s receive times out, in about half the runs, at every
-# commit tried (also before this session's changes).  It runs unsanitized in
-# make test; here it is listed as skipped until the tests fork before opening
-# ZeroMQ.
-export NB_TEST_EXCLUDE="$BUILD/tests/core/test_ctl"
-export NB_TEST_EXCLUDE_WHY="forks beside ZeroMQ's threads: stalls under ASan (tests/run-asan.sh)"
 bash "$(dirname "$0")/run-tests.sh" "$BUILD" "${scripts[@]}"
 rc=$?
 

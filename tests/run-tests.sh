@@ -70,11 +70,6 @@ trap 'rm -f "$log"' EXIT
 
 for t in $(find "$BUILD/tests" -type f -perm -u+x -name 'test_*' 2>/dev/null | sort); do
     echo "== $t"
-    # NB_TEST_EXCLUDE: binaries a caller leaves out, with its reason in
-    # NB_TEST_EXCLUDE_WHY (run-asan.sh); counted and listed as skipped.
-    case " ${NB_TEST_EXCLUDE:-} " in
-    *" $t "*) skips+=("$t: ${NB_TEST_EXCLUDE_WHY:-excluded}"); skipped=$((skipped + 1)); echo "  excluded"; continue ;;
-    esac
     # --verbose: Criterion prints [SKIP] lines (a GPU test without a GPU) only then.
     # test_region one test at a time: creating an instance sweeps the dead
     # ones, so a test creating one beside the test that leaves a dead

@@ -43,7 +43,13 @@ static void worker(const char *ep, const char *role)
 }
 
 /* A ROUTER or REP socket bound at tmp_dir/name; ep (512 bytes) gets its
- * endpoint, for the peers. */
+ * endpoint, for the peers.
+ *
+ * FORK_FIRST: a test forks its workers before it binds, while this process
+ * has no ZeroMQ context and so no I/O threads.  A child forked beside those
+ * threads inherits whatever lock one held at that instant (under ASan, its
+ * allocator's), and stalled in about half the sanitized runs.  The workers
+ * connect before the socket is bound; ZeroMQ retries until it is. */
 static ctl_sock *bound_at(enum ctl_kind kind, const char *name, char *ep)
 {
     char err[256];
@@ -56,14 +62,15 @@ static ctl_sock *bound_at(enum ctl_kind kind, const char *name, char *ep)
 Test(ctl, router_addresses_workers_by_role)
 {
     char ep[512], err[256], peer[64];
+    const char *roles[2] = {"gpu-worker", "cpu-moe-worker"};
+    pid_t pids[2];
+    ctl_endpoint(ep, sizeof ep, tmp_dir, "control.sock");
+    for (int i = 0; i < 2; i++) /* before this process has ZeroMQ threads: FORK_FIRST */
+        if ((pids[i] = fork()) == 0) worker(ep, roles[i]);
     ctl_sock *r = bound_at(CTL_ROUTER, "control.sock", ep);
     struct stat st;
     cr_assert_eq(stat(ep + 6, &st), 0);
     cr_assert_eq(st.st_mode & 0777, 0600, "socket mode %o", st.st_mode & 0777);
-    const char *roles[2] = {"gpu-worker", "cpu-moe-worker"};
-    pid_t pids[2];
-    for (int i = 0; i < 2; i++)
-        if ((pids[i] = fork()) == 0) worker(ep, roles[i]);
     int seen = 0;
     for (int i = 0; i < 2; i++) {
         cJSON *m;
@@ -169,9 +176,10 @@ static void slow_worker(const char *ep)
 Test(ctl, worker_heartbeats_while_setting_up)
 {
     char ep[512], err[256], peer[64];
-    ctl_sock *r = bound_at(CTL_ROUTER, "slow.sock", ep);
-    pid_t pid = fork();
+    ctl_endpoint(ep, sizeof ep, tmp_dir, "slow.sock");
+    pid_t pid = fork(); /* FORK_FIRST */
     if (pid == 0) slow_worker(ep);
+    ctl_sock *r = bound_at(CTL_ROUTER, "slow.sock", ep);
     cJSON *m;
     cr_assert_eq(ctl_recv(r, 5000, peer, sizeof peer, &m, err, sizeof err), 0, "%s", err);
     cr_assert_str_eq(ctl_type(m), "hello");
