@@ -312,9 +312,7 @@ struct dec_iq2_xxs {
         const uint8_t *qs = b + offsetof(block_iq2_xxs, qs) + 8 * ib;
         const uint32_t aux = lb_u32(qs + 4);
         const float db = lb_half(b) * (0.5f + (float)(aux >> 28)) * 0.25f;
-        const uint64_t p = lb_iq2xxs[qs[l]];
-        const uint32_t signs = lb_ksigns[(aux >> (7 * l)) & 127];
-        lb_signed_point8(db, p, signs, v);
+        lb_signed_point8(db, lb_iq2xxs[qs[l]], lb_ksigns[(aux >> (7 * l)) & 127], v);
     }
 };
 
@@ -334,10 +332,7 @@ struct dec_iq2_xs {
     {
         const int ib = g / 4, l = g % 4;
         const uint32_t q = lb_u16(b + offsetof(block_iq2_xs, qs) + 2 * (4 * ib + l));
-        const float db = lb_db_iq2(b, offsetof(block_iq2_xs, scales), ib, l);
-        const uint64_t p = lb_iq2xs[q & 511];
-        const uint32_t signs = lb_ksigns[q >> 9];
-        lb_signed_point8(db, p, signs, v);
+        lb_signed_point8(lb_db_iq2(b, offsetof(block_iq2_xs, scales), ib, l), lb_iq2xs[q & 511], lb_ksigns[q >> 9], v);
     }
 };
 
@@ -350,10 +345,7 @@ struct dec_iq2_s {
         const int ib = g / 4, l = g % 4;
         const uint8_t *qs = b + offsetof(block_iq2_s, qs);
         const int idx = qs[4 * ib + l] | ((b[offsetof(block_iq2_s, qh) + ib] << (8 - 2 * l)) & 0x300);
-        const float db = lb_db_iq2(b, offsetof(block_iq2_s, scales), ib, l);
-        const uint64_t p = lb_iq2s[idx];
-        const uint32_t signs = qs[32 + 4 * ib + l];
-        lb_signed_point8(db, p, signs, v);
+        lb_signed_point8(lb_db_iq2(b, offsetof(block_iq2_s, scales), ib, l), lb_iq2s[idx], qs[32 + 4 * ib + l], v);
     }
 };
 

@@ -48,11 +48,10 @@ static float *run(const char *gguf, const char *name, struct ple_ctx *pc, int *T
 {
     char err[256];
     struct model *m;
-    gw_backend *be;
-    gw_seq *s;
+    gw_backend *be = fixture_backend(gguf, &m);
     int T;
     int32_t *tok = fixture_ints(name, "tokens.txt", &T);
-    be = fixture_backend(gguf, &m);
+    gw_seq *s;
     pc->m = m;
     pc->cap_seen = T * m->hp.ple_n_heads;
     pc->seen = calloc((size_t)pc->cap_seen, sizeof *pc->seen);
