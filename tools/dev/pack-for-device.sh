@@ -8,7 +8,9 @@
 # for the H200 alone, a build with sm_90 code only is a third the size (the
 # carry limit leaves room for the fixtures): NVCC_FLAGS="-O2 -std=c++17 -I.
 # -gencode arch=compute_90,code=sm_90" make -j2 BUILD=build-dev all cuda-check,
-# then pack-for-device.sh build-dev.
+# then pack-for-device.sh build-dev.  BINS="nebula-convert nebula-gen ..."
+# packs only those binaries (the tree and .devrun together must fit the
+# 64 MiB carry: all of bin/ no longer does beside the fixtures).
 # On the GPU machine: `bash tools/dev/device-run.sh` (LD_LIBRARY_PATH is set
 # there).  Prints the packed size: the carry limit is 64 MiB.
 set -eu
@@ -18,7 +20,11 @@ D=.devrun
 [ -x "$BUILD/bin/nebula-bench-bw" ] || { echo "pack-for-device: $BUILD/bin/nebula-bench-bw missing: nvcc was not found at build time" >&2; exit 1; }
 rm -rf "$D/build" "$D/lib"
 mkdir -p "$D/build/bin" "$D/build/tests/cuda" "$D/lib"
-cp "$BUILD"/bin/* "$D/build/bin/"
+if [ -n "${BINS:-}" ]; then # only these binaries of BUILD/bin (the tree and .devrun share the 64 MiB carry)
+    for b in $BINS; do cp "$BUILD/bin/$b" "$D/build/bin/" || { echo "pack-for-device: no $BUILD/bin/$b" >&2; exit 1; }; done
+else
+    cp "$BUILD"/bin/* "$D/build/bin/"
+fi
 cp "$BUILD/tests/cuda/check_backend" "$D/build/tests/cuda/"
 strip "$D"/build/bin/* "$D/build/tests/cuda/check_backend"
 ldd "$D"/build/bin/* "$D/build/tests/cuda/check_backend" 2>/dev/null | awk '/=> \//{print $3}' | sort -u |
