@@ -549,8 +549,10 @@ scenario("options: a saved value the server no longer offers is shown and sent a
 
 scenario("Esc in the rename box cancels the rename, not the streaming answer", async ({ page }) => {
   await setOptions(page, { think: false, maxTokens: 2048 });
-  await pace(page, 150);
-  const a = await send(page, "Keep streaming while I rename.", { wait: false });
+  // Paced slowly: the demo model may end its answer after a few dozen tokens,
+  // and it must still be streaming when Esc is pressed.
+  await pace(page, 400);
+  const a = await send(page, "Write a very long story.", { wait: false });
   await page.waitForFunction(() => {
     const b = document.querySelector(".msg.assistant.streaming .msg-body");
     return b && b.textContent.trim().length > 0;
@@ -559,15 +561,15 @@ scenario("Esc in the rename box cancels the rename, not the streaming answer", a
   await page.locator("#chat-list .chat-item").first().hover();
   await page.click('#chat-list .chat-item >> nth=0 >> [data-action="rename"]');
   await page.fill(".chat-rename-input", "Not this name");
+  assert(await page.locator(".msg.assistant.streaming").count() === 1, "the answer ended before Esc: the check would prove nothing");
   await page.press(".chat-rename-input", "Escape");
   await page.locator(".chat-rename-input").waitFor({ state: "detached" });
   assert((await chatTitles(page))[0] === title, `the rename was kept: ${await chatTitles(page)}`);
   await sleep(600);
-  assert(await page.locator(".msg.assistant.streaming").count() === 1, "the answer stopped streaming on Esc in the rename box");
-  await page.click("#stop");
+  assert((await a.locator(".msg-state").textContent()) !== "stopped", "Esc in the rename box stopped the answer");
+  if (await page.locator(".msg.assistant.streaming").count()) await page.click("#stop");
   await waitIdle(page, 10000);
   await pace(page, 0);
-  assert((await a.locator(".msg-state").textContent()) === "stopped", `state: '${await a.locator(".msg-state").textContent()}'`);
 });
 
 scenario("copy and regenerate", async ({ page, context, bodies }) => {
