@@ -70,19 +70,33 @@ static inline bool lb_needs_codebooks(int t)
 
 static __device__ __forceinline__ float lb_half_bits(uint32_t h) { return __half2float(__ushort_as_half((unsigned short)h)); }
 static __device__ __forceinline__ uint32_t lb_u16(const uint8_t *p) { return *(const unsigned short *)p; } /* 2-aligned */
-static __device__ __forceinline__ float lb_half(const uint8_t *p) { return lb_half_bits(lb_u16(p)); }
+static __device__ __forceinline__ float lb_half(const uint8_t *p) { return lb_half_bits(p[0] | p[1] << 8); } /* any alignment */
 static __device__ __forceinline__ uint32_t lb_u32(const uint8_t *p) { return lb_u16(p) | lb_u16(p + 2) << 16; }
-/* 8 bytes at a 2-aligned p as two little-endian words; byte i of them. */
-static __device__ __forceinline__ uint2 lb_load8(const uint8_t *p) { return make_uint2(lb_u32(p), lb_u32(p + 4)); }
+/* 8 bytes at p as two little-endian words; A is the alignment the format
+ * guarantees at p (8: one 8-byte load; 2: four 2-byte loads).  Fewer, wider
+ * loads per lane keep more weight bytes in flight per warp. */
+template <int A> static __device__ __forceinline__ uint2 lb_load8(const uint8_t *p)
+{
+    if (A >= 8) return *(const uint2 *)p;
+    return make_uint2(lb_u32(p), lb_u32(p + 4));
+}
+/* Byte i (a compile-time constant after unrolling) of the 8 loaded bytes. */
 static __device__ __forceinline__ uint32_t lb_byte(uint2 q, int i) { return ((i < 4 ? q.x : q.y) >> (8 * (i & 3))) & 0xffu; }
 
-/* The 4-bit levels of MXFP4 and NVFP4 (quant_mxfp4_values), packed as
- * iq4nl_level in matvec.cu: a per-lane table index would serialize reads. */
-static __device__ __forceinline__ int lb_fp4_level(uint32_t nib)
+/* Level nib of a 16-entry int8 table packed four to a word (w0: levels
+ * 0-3, ... w3: 12-15), picked with byte permutes in registers: a table in
+ * memory indexed by a different nibble in each lane serializes the warp's
+ * reads. */
+static __device__ __forceinline__ int lb_level(uint32_t nib, uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3)
 {
-    const uint32_t w0 = 0x03020100u, w1 = 0x0c080604u, w2 = 0xfdfeff00u, w3 = 0xf4f8fafcu;
     uint32_t lo = __byte_perm(w0, w1, nib & 7), hi = __byte_perm(w2, w3, nib & 7);
     return (int)(int8_t)((nib & 8 ? hi : lo) & 0xffu);
+}
+
+/* The 4-bit levels of MXFP4 and NVFP4 (quant_mxfp4_values). */
+static __device__ __forceinline__ int lb_fp4_level(uint32_t nib)
+{
+    return lb_level(nib, 0x03020100u, 0x0c080604u, 0xfdfeff00u, 0xf4f8fafcu);
 }
 
 /* MXFP4's E8M0 scale halved and NVFP4's UE4M3 halved (quant_impl.h's). */
@@ -117,7 +131,7 @@ struct dec_q4_0 {
     {
         float d = lb_half(b);
         int base = 8 * g, shift = base < 16 ? 0 : 4;
-        uint2 q = lb_load8(b + offsetof(block_q4_0, qs) + (base & 15));
+        uint2 q = lb_load8<2>(b + offsetof(block_q4_0, qs) + (base & 15));
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] = (float)((int)(lb_byte(q, i) >> shift & 15) - 8) * d;
     }
@@ -130,7 +144,7 @@ struct dec_q4_1 {
     {
         float d = lb_half(b), m = lb_half(b + offsetof(block_q4_1, m));
         int base = 8 * g, shift = base < 16 ? 0 : 4;
-        uint2 q = lb_load8(b + offsetof(block_q4_1, qs) + (base & 15));
+        uint2 q = lb_load8<2>(b + offsetof(block_q4_1, qs) + (base & 15));
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] = (float)(int)(lb_byte(q, i) >> shift & 15) * d + m;
     }
@@ -158,7 +172,7 @@ struct dec_nvfp4 {
     {
         const int s = g / 2, shift = 4 * (g % 2);
         float d = lb_ue4m3_half(b[offsetof(block_nvfp4, d) + s]);
-        uint2 q = lb_load8(b + offsetof(block_nvfp4, qs) + 8 * s);
+        uint2 q = lb_load8<2>(b + offsetof(block_nvfp4, qs) + 8 * s);
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] = (float)lb_fp4_level(lb_byte(q, i) >> shift & 15) * d;
     }
@@ -195,7 +209,7 @@ struct dec_q2_0 {
 static __device__ __forceinline__ void lb_codes2(const uint8_t *qs, int g, int c[8])
 {
     const int v = 8 * g, shift = 2 * ((v % 128) / 32);
-    uint2 q = lb_load8(qs + 32 * (v / 128) + v % 32);
+    uint2 q = lb_load8<2>(qs + 32 * (v / 128) + v % 32);
 #pragma unroll
     for (int i = 0; i < 8; i++) c[i] = (int)(lb_byte(q, i) >> shift & 3);
 }
@@ -228,7 +242,7 @@ struct dec_q3_K {
         const uint8_t *s = b + offsetof(block_q3_K, scales);
         int lo = j < 8 ? s[j] & 15 : s[j - 8] >> 4;
         int scale = (lo | ((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
-        uint2 hm = lb_load8(b + offsetof(block_q3_K, hmask) + v0 % 32);
+        uint2 hm = lb_load8<2>(b + offsetof(block_q3_K, hmask) + v0 % 32);
         float d = lb_half(b + offsetof(block_q3_K, d));
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] = d * (float)scale * (float)(c[i] - ((lb_byte(hm, i) >> hbit) & 1 ? 0 : 4));

@@ -31,11 +31,6 @@ extern "C" {
 
 #define WARPS_PER_BLOCK 8
 
-static __device__ __forceinline__ float half_at(const uint8_t *p)
-{
-    return __half2float(__ushort_as_half((unsigned short)(p[0] | p[1] << 8)));
-}
-
 /* ---- one struct per format: QK values per block, BYTES per block, and the
  * decode of group g (values 8g..8g+7) of a block ---- */
 
@@ -63,30 +58,14 @@ struct dec_bf16 { /* 8 bf16 = 16 bytes; bf16 is the top half of an fp32 */
     }
 };
 
-/* 8 bytes at p as two little-endian words; A is the alignment the format
- * guarantees at p (8: one 8-byte load; 2: four 2-byte loads).  Fewer, wider
- * loads per lane keep more weight bytes in flight per warp. */
-template <int A> static __device__ __forceinline__ uint2 load8(const uint8_t *p)
-{
-    if (A >= 8) return *(const uint2 *)p;
-    const unsigned short *h = (const unsigned short *)p;
-    return make_uint2((uint32_t)h[0] | (uint32_t)h[1] << 16, (uint32_t)h[2] | (uint32_t)h[3] << 16);
-}
-
-/* Byte i (a compile-time constant after unrolling) of the 8 loaded bytes. */
-static __device__ __forceinline__ uint32_t byte_of(uint2 q, int i)
-{
-    return ((i < 4 ? q.x : q.y) >> (8 * (i & 3))) & 0xffu;
-}
-
 struct dec_q8_0 { /* d, qs[32] int8; blocks of 34 bytes: 2-byte aligned */
     enum { QK = QK_SMALL, BYTES = sizeof(block_q8_0) };
     static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
     {
-        float d = half_at(b);
-        uint2 q = load8<2>(b + offsetof(block_q8_0, qs) + 8 * g);
+        float d = lb_half(b);
+        uint2 q = lb_load8<2>(b + offsetof(block_q8_0, qs) + 8 * g);
 #pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = d * (float)(int8_t)byte_of(q, i);
+        for (int i = 0; i < 8; i++) v[i] = d * (float)(int8_t)lb_byte(q, i);
     }
 };
 
@@ -94,13 +73,13 @@ struct dec_q5_1 { /* d, m, qh[4], qs[16]: value j = (nib | bit j of qh << 4) * d
     enum { QK = QK_SMALL, BYTES = sizeof(block_q5_1) };
     static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
     {
-        float d = half_at(b), m = half_at(b + offsetof(block_q5_1, m));
+        float d = lb_half(b), m = lb_half(b + offsetof(block_q5_1, m));
         int base = 8 * g, shift = base < 16 ? 0 : 4;
         uint32_t qh = *(const uint32_t *)(b + offsetof(block_q5_1, qh)) >> base;
-        uint2 q = load8<8>(b + offsetof(block_q5_1, qs) + (base & 15));
+        uint2 q = lb_load8<8>(b + offsetof(block_q5_1, qs) + (base & 15));
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            int c = (int)(byte_of(q, i) >> shift & 15) | (int)((qh >> i) & 1) << 4;
+            int c = (int)(lb_byte(q, i) >> shift & 15) | (int)((qh >> i) & 1) << 4;
             v[i] = (float)c * d + m;
         }
     }
@@ -110,14 +89,14 @@ struct dec_q5_0 { /* d, qh[4], qs[16]: value j = d * ((nib | bit j of qh << 4) -
     enum { QK = QK_SMALL, BYTES = sizeof(block_q5_0) };
     static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
     {
-        float d = half_at(b);
+        float d = lb_half(b);
         int base = 8 * g, shift = base < 16 ? 0 : 4;
         const unsigned short *h = (const unsigned short *)(b + offsetof(block_q5_0, qh));
         uint32_t qh = ((uint32_t)h[0] | (uint32_t)h[1] << 16) >> base;
-        uint2 q = load8<2>(b + offsetof(block_q5_0, qs) + (base & 15));
+        uint2 q = lb_load8<2>(b + offsetof(block_q5_0, qs) + (base & 15));
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            int c = (int)(byte_of(q, i) >> shift & 15) | (int)((qh >> i) & 1) << 4;
+            int c = (int)(lb_byte(q, i) >> shift & 15) | (int)((qh >> i) & 1) << 4;
             v[i] = d * (float)(c - 16);
         }
     }
@@ -128,20 +107,18 @@ struct dec_q5_0 { /* d, qh[4], qs[16]: value j = d * ((nib | bit j of qh << 4) -
  * a different nibble in each lane serializes the warp's reads. */
 static __device__ __forceinline__ int iq4nl_level(uint32_t nib)
 {
-    const uint32_t w0 = 0xbfad9881u, w1 = 0xf6eaddcfu, w2 = 0x26190d01u, w3 = 0x71594535u;
-    uint32_t lo = __byte_perm(w0, w1, nib & 7), hi = __byte_perm(w2, w3, nib & 7);
-    return (int)(int8_t)((nib & 8 ? hi : lo) & 0xffu);
+    return lb_level(nib, 0xbfad9881u, 0xf6eaddcfu, 0x26190d01u, 0x71594535u);
 }
 
 struct dec_iq4_nl { /* d, qs[16]: value j = d * T[nib j]; 18 bytes: 2-byte aligned */
     enum { QK = QK_SMALL, BYTES = sizeof(block_iq4_nl) };
     static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
     {
-        float d = half_at(b);
+        float d = lb_half(b);
         int base = 8 * g, shift = base < 16 ? 0 : 4;
-        uint2 q = load8<2>(b + offsetof(block_iq4_nl, qs) + (base & 15));
+        uint2 q = lb_load8<2>(b + offsetof(block_iq4_nl, qs) + (base & 15));
 #pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = d * (float)iq4nl_level(byte_of(q, i) >> shift & 15);
+        for (int i = 0; i < 8; i++) v[i] = d * (float)iq4nl_level(lb_byte(q, i) >> shift & 15);
     }
 };
 
@@ -167,15 +144,15 @@ template <int HAS_QH> struct dec_kq {
     static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
     {
         int e = 8 * g, c = e / 64, hi = (e % 64) >= 32, l = e % 32, sc, m;
-        uint2 q = load8<8>(b + QS + 32 * c + l), qh = make_uint2(0, 0);
-        if (HAS_QH) qh = load8<8>(b + offsetof(block_q5_K, qh) + l);
+        uint2 q = lb_load8<8>(b + QS + 32 * c + l), qh = make_uint2(0, 0);
+        if (HAS_QH) qh = lb_load8<8>(b + offsetof(block_q5_K, qh) + l);
         kscale(b + offsetof(block_q4_K, scales), e / 32, &sc, &m);
-        float dl = half_at(b) * (float)sc, ml = half_at(b + offsetof(block_q4_K, dmin)) * (float)m;
+        float dl = lb_half(b) * (float)sc, ml = lb_half(b + offsetof(block_q4_K, dmin)) * (float)m;
         int bit = 2 * c + hi;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            int x = (int)(byte_of(q, i) >> (4 * hi) & 15);
-            if (HAS_QH) x |= (int)(byte_of(qh, i) >> bit & 1) << 4;
+            int x = (int)(lb_byte(q, i) >> (4 * hi) & 15);
+            if (HAS_QH) x |= (int)(lb_byte(qh, i) >> bit & 1) << 4;
             v[i] = dl * (float)x - ml;
         }
     }
@@ -186,13 +163,13 @@ struct dec_q6_K { /* ql[128], qh[64], scales[16] int8, d: see quant_blocks.h; 21
     static __device__ __forceinline__ void decode8(const uint8_t *b, int g, float v[8])
     {
         int e = 8 * g, h = e / 128, r = e % 128, quarter = r / 32, l = r % 32;
-        uint2 ql = load8<2>(b + offsetof(block_q6_K, ql) + 64 * h + l + 32 * (quarter & 1)),
-              qh = load8<2>(b + offsetof(block_q6_K, qh) + 32 * h + l);
-        float dl = half_at(b + offsetof(block_q6_K, d)) * (float)((const int8_t *)(b + offsetof(block_q6_K, scales)))[e / 16];
+        uint2 ql = lb_load8<2>(b + offsetof(block_q6_K, ql) + 64 * h + l + 32 * (quarter & 1)),
+              qh = lb_load8<2>(b + offsetof(block_q6_K, qh) + 32 * h + l);
+        float dl = lb_half(b + offsetof(block_q6_K, d)) * (float)((const int8_t *)(b + offsetof(block_q6_K, scales)))[e / 16];
         int nshift = quarter < 2 ? 0 : 4, hshift = 2 * quarter;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            int x = (int)(byte_of(ql, i) >> nshift & 15) | (int)(byte_of(qh, i) >> hshift & 3) << 4;
+            int x = (int)(lb_byte(ql, i) >> nshift & 15) | (int)(lb_byte(qh, i) >> hshift & 3) << 4;
             v[i] = dl * (float)(x - 32);
         }
     }
@@ -348,7 +325,7 @@ static __device__ __forceinline__ void matvec_row_q6k(const uint8_t *__restrict_
         uint32_t q[4], qh[4];
         load16_a2(blk + offsetof(block_q6_K, ql) + 64 * h + o, q);
         load16_a2(blk + offsetof(block_q6_K, qh) + 32 * h + o % 32, qh);
-        const float d = half_at(blk + offsetof(block_q6_K, d));
+        const float d = lb_half(blk + offsetof(block_q6_K, d));
         const int8_t *sc = (const int8_t *)(blk + offsetof(block_q6_K, scales));
         const float s_lo = d * (float)sc[8 * h + o / 16], s_hi = d * (float)sc[8 * h + o / 16 + 4];
         const float *xb = x + (size_t)k * QK_K + 128 * h + o;
