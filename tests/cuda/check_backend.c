@@ -291,17 +291,20 @@ static int same_prefix(const int32_t *a, const int32_t *b, int n)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s MODEL.gguf TOKENS.txt [--greedy N] [--remote] [--tol X]\n", argv[0]);
+        fprintf(stderr, "usage: %s MODEL.gguf TOKENS.txt [--greedy N] [--remote] [--tol X] [--kernels K] [--prompt N] "
+                        "[--mtp FILE]\n", argv[0]);
         return 2;
     }
     int n_greedy = 32, n_prompt = 0;
     bool remote = false;
+    const char *mtp = NULL; /* the MTP block from a separate GGUF (model_open_mtp) */
     for (int i = 3; i < argc; i++) {
         if (!strcmp(argv[i], "--greedy") && i + 1 < argc) n_greedy = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--remote")) remote = true;
         else if (!strcmp(argv[i], "--tol") && i + 1 < argc) tol = atof(argv[++i]);
         else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) kernels = argv[++i];
         else if (!strcmp(argv[i], "--prompt") && i + 1 < argc) n_prompt = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--mtp") && i + 1 < argc) mtp = argv[++i];
         else {
             fprintf(stderr, "unknown argument %s\n", argv[i]);
             return 2;
@@ -309,7 +312,8 @@ int main(int argc, char **argv)
     }
     char err[512];
     struct model *m;
-    if (model_open(argv[1], &m, err, sizeof err)) die("model", err);
+    if ((mtp ? model_open_mtp(argv[1], mtp, &m, err, sizeof err) : model_open(argv[1], &m, err, sizeof err)))
+        die("model", err);
     const struct model_hparams *hp = &m->hp;
     int T;
     int32_t *tok = read_tokens(argv[2], &T);

@@ -111,6 +111,26 @@ for ty in $LOWBIT; do
             || { echo "FAIL: tiny-a-256 $ty (kernels $k)"; fail=1; }
     done
 done
+# The published mixes (nebula-gen --help) as users get them: a split set (the
+# n-gram table alone in shard 2) and the MTP block in its own file, opened
+# from shard 1 with --mtp; CPU and CUDA must agree (logits, routes, greedy
+# tokens, the MTP block's outputs).  MIXES names them (empty skips them).
+MIXES=${MIXES-ud-iq1_s iq2_xxs iq2_xs q2_0 iq3_s ds4-iq2_xxs ud-q4_k_xl q4_k_m}
+if [ -n "$MIXES" ] && [ ! -f "$WORK/tiny-a-256-mtp.json" ]; then
+    edit_config tests/fixtures/tiny-a/config.json "$WORK/tiny-a-256-mtp.json" hidden_size=256 head_dim=64 \
+        moe_intermediate_size=256 shared_expert_intermediate_size=256 ple_embed_dim=256 linear_value_head_dim=64 \
+        linear_num_value_heads=4 linear_key_head_dim=64 linear_num_key_heads=2 mtp_num_hidden_layers=1 || fail=1
+fi
+for mix in $MIXES; do
+    d="$WORK/mix-$mix"
+    mkdir -p "$d"
+    "$BIN/nebula-convert" --synthetic "$WORK/tiny-a-256-mtp.json" "$d/m.gguf" --type "$mix" --split --mtp-out "$d/mtp.gguf" -q ||
+        { echo "FAIL: convert $mix (split, separate MTP)"; fail=1; continue; }
+    for k in $KERNELS; do
+        "$CHECK" "$d/m-00001-of-00002.gguf" tests/fixtures/tiny-a/tokens.txt --mtp "$d/mtp.gguf" --greedy "$FIXTURE_GREEDY" \
+            --remote --kernels "$k" || { echo "FAIL: mix $mix (split set + MTP file, kernels $k)"; fail=1; }
+    done
+done
 edit_config conf/qwen3.8-flash-next.config.json "$WORK/cfg64.json" num_experts=64
 wide="synthetic-4l-64e-mix"
 [ "${SYNTHETIC:-1}" = 0 ] && wide= WIDE_DV=

@@ -12,7 +12,7 @@
 set -u
 usage() {
     cat <<'EOF2'
-usage: peer-llamacpp.sh build [cpu|cuda] --dir DIR [--jobs N] [--bundle FILE]
+usage: peer-llamacpp.sh build [cpu|cuda] --dir DIR [--jobs N] [--bundle FILE] [--portable]
        peer-llamacpp.sh bench --dir DIR -m MODEL.gguf [options]
        peer-llamacpp.sh cli   --dir DIR -m MODEL.gguf [-- llama-cli arguments]
 
@@ -20,6 +20,11 @@ build: DIR/src (the checkout), DIR/build-cpu or DIR/build-cuda; without --bundle
        node-llama-cpp@3.21.1 into DIR/npm (scripts and optional GPU packages left out) for its
        bundle. DIR must be outside the repository or git-ignored. --jobs defaults to nproc.
        CUDA builds for sm_90 (the H200); about ten minutes with ninja and 14 jobs.
+       --portable: instead of GGML_NATIVE, every CPU variant as a loadable backend
+       (GGML_BACKEND_DL + GGML_CPU_ALL_VARIANTS; llama.cpp picks the best at run time), for a
+       build made on one machine and run on another (built here, carried to the GPU machine);
+       only llama-bench and llama-cli. The CUDA libraries (cudart, cuBLAS) are linked as shared
+       objects: the machine that runs it needs the same CUDA major version.
 bench: options
   --backend B       cpu or cuda: which build of DIR to run (default cuda if built, else cpu)
   --placements LIST comma-separated, each one of (default: cpu-experts,vram)
@@ -37,6 +42,8 @@ bench: options
                     (llama-bench -d PROMPT)
   --reps N          repetitions (default 3); --threads N (default: all cores)
   --append FILE     append the dated block to FILE (default: print only)
+  --nebula-bin DIR  where nebula-gguf is (the vram placement reads the tensor table; default
+                    build/bin of the repository)
   --dry-run         print the llama-bench commands, run nothing
 cli:   llama-cli of the newest build in DIR on MODEL, the rest passed through
        (e.g. -- -p "Hello" -n 64 --temp 0; a file with an MTP block needs --spec-type draft-mtp)
@@ -48,14 +55,15 @@ cmd=${1:-}; [ $# -gt 0 ] && shift
 case $cmd in -h|--help|"") usage; [ -n "$cmd" ]; exit $? ;; build|bench|cli) ;; *) usage >&2; exit 2 ;; esac
 
 kind=cpu dir= jobs=$(nproc) bundle= model= backend= placements=cpu-experts,vram vram_gib=12 reserve_gib=1
-prompts=512,2048 gen=128 reps=3 threads=$(nproc) append= dry=0 passthru=()
+prompts=512,2048 gen=128 reps=3 threads=$(nproc) append= dry=0 portable=0 nbin=$here/build/bin passthru=()
 if [ "$cmd" = build ]; then case ${1:-} in cpu|cuda) kind=$1; shift ;; esac; fi
 while [ $# -gt 0 ]; do
     case $1 in
         --dir) dir=$2 ;; --jobs) jobs=$2 ;; --bundle) bundle=$2 ;; -m) model=$2 ;; --backend) backend=$2 ;;
-        --placements) placements=$2 ;; --vram-gib) vram_gib=$2 ;; --reserve-gib) reserve_gib=$2 ;;
+        --nebula-bin) nbin=$2 ;; --placements) placements=$2 ;; --vram-gib) vram_gib=$2 ;; --reserve-gib) reserve_gib=$2 ;;
         --prompts) prompts=$2 ;; --gen) gen=$2 ;; --reps) reps=$2 ;; --threads) threads=$2 ;; --append) append=$2 ;;
         --dry-run) dry=1; shift; continue ;;
+        --portable) portable=1; shift; continue ;;
         --) shift; passthru=("$@"); break ;;
         -h|--help) usage; exit 0 ;;
         *) echo "peer-llamacpp: unknown option '$1'" >&2; usage >&2; exit 2 ;;
@@ -86,6 +94,7 @@ if [ "$cmd" = build ]; then
         fi
     fi
     [ -f "$bundle" ] || die "$bundle: no such bundle"
+    bundle=$(cd "$(dirname "$bundle")" && pwd)/$(basename "$bundle") # the patches are applied from inside the checkout
     patches=$(dirname "$bundle")/patches
     if [ ! -d "$dir/src/.git" ]; then
         git clone -q "$bundle" "$dir/src" || die "git clone $bundle failed"
@@ -93,11 +102,15 @@ if [ "$cmd" = build ]; then
     fi
     b=$dir/build-$kind
     flags=(-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON)
-    if [ "$kind" = cuda ]; then flags+=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON)
+    targets=(llama-bench llama-cli llama-server llama-eval-callback)
+    if [ "$portable" = 1 ]; then flags+=(-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON); targets=(llama-bench llama-cli)
     else flags+=(-DGGML_NATIVE=ON); fi
+    [ "$kind" = cuda ] && flags+=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
     t0=$(date +%s)
     cmake -S "$dir/src" -B "$b" -G Ninja "${flags[@]}" >"$dir/cmake-$kind.log" 2>&1 || die "cmake failed: $dir/cmake-$kind.log"
-    ninja -C "$b" -j "$jobs" llama-bench llama-cli llama-server llama-eval-callback >"$dir/build-$kind.log" 2>&1 ||
+    # the loadable backends (--portable) are not dependencies of the programs: built as their own targets
+    [ "$portable" = 1 ] && targets+=($(ninja -C "$b" -t targets all 2>/dev/null | sed -n 's/^\(ggml-cpu-[a-z0-9_]*\|ggml-cuda\):.*/\1/p' | sort -u))
+    ninja -C "$b" -j "$jobs" "${targets[@]}" >"$dir/build-$kind.log" 2>&1 ||
         die "build failed: tail $dir/build-$kind.log"
     echo "peer-llamacpp: $kind build of llama.cpp $(git -C "$dir/src" log -1 --format=%h) in $(( $(date +%s) - t0 )) s: $b/bin"
     exit 0
@@ -113,7 +126,7 @@ if [ "$cmd" = cli ]; then exec "$bin/llama-cli" -m "$model" -t "$threads" "${pas
 # --n-cpu-moe for a VRAM budget: per layer the routed experts' bytes (the *_exps tensors), the
 # rest dense; the first N layers keep their experts on the CPU (llama.cpp's --n-cpu-moe).
 ncmoe_for_budget() {
-    python3 - "$model" "$vram_gib" "$reserve_gib" "$here/build/bin/nebula-gguf" <<'PY'
+    python3 - "$model" "$vram_gib" "$reserve_gib" "$nbin/nebula-gguf" <<'PY'
 import re, subprocess, sys
 model, vram, reserve, tool = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 out = subprocess.run([tool, "info", model], capture_output=True, text=True, check=True).stdout
