@@ -110,7 +110,7 @@ struct coord {
     shm_stats *stats;
     ctl_sock *router, *rep;
     event_loop *loop;              /* the one loop (main.c sets it up) */
-    struct coord_step *stepper;    /* step.c: the response ring's waiter */
+    struct coord_step *stepper;    /* step.c: the response ring as an event source */
     /* the model as the coordinator sees it: sizes and the tokenizer */
     struct model *m;
     tok_tokenizer *tok;

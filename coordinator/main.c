@@ -447,7 +447,6 @@ static int add_events(struct coord *c, char *err, size_t errlen)
     sz = sizeof fd;
     if (zmq_getsockopt(ctl_zmq_socket(c->rep), ZMQ_FD, &fd, &sz) || event_add_fd(c->loop, fd, on_rep, c))
         return nb_errf(err, errlen, NB_EIO, "cannot watch ctl.sock");
-    if ((rc = coord_step_open(c, err, errlen))) return rc;
     if (event_add_fd(c->loop, coord_step_fd(c), on_step, c) || (c->api && event_add_fd(c->loop, c->api->wake, on_http, c)) ||
         event_add_timer(c->loop, 0.1, on_supervise, c) < 0 ||
         event_add_timer(c->loop, COORD_READY_TIMEOUT_S, on_startup_deadline, c) < 0)
@@ -480,7 +479,7 @@ static void teardown(struct coord *c)
     if (c->rep) coord_ctl_close(c);
     if (c->api) api_stop(c->api);
     coord_stop_workers(c);
-    coord_step_close(c); /* its waiter reads the step ring: before the ring goes */
+    coord_step_close(c); /* it holds a slot of the step ring: before the ring goes */
     ring_pair_detach(&c->step);
     shm_stats_close(c->stats);
     struct shm_region *regs[] = {&c->step_reg,    &c->moe_reg,   &c->stats_reg,   &c->experts_reg,
@@ -517,6 +516,7 @@ static int start(struct coord *c, const char *runtime, char *err, size_t errlen)
     if (n_stale) nb_log("removed %d stale shared-memory objects of dead instances", n_stale);
     if ((rc = make_rundir(c, runtime, err, errlen))) return rc;
     if ((rc = make_regions(c, err, errlen))) return rc;
+    if ((rc = coord_step_open(c, err, errlen))) return rc; /* its eventfd goes to the gpu-worker at spawn */
     if ((rc = coord_workers_init(c, err, errlen))) return rc;
     for (int i = 0; i < c->n_workers; i++)
         if ((rc = coord_spawn(c, &c->w[i]))) return nb_errf(err, errlen, rc, "cannot start %s", c->w[i].role);

@@ -134,7 +134,11 @@ int coord_spawn(struct coord *c, struct coord_worker *w)
          * 371 vs 1332 tok/s all-RAM).  Passive waiting, unless the user chose
          * or the cores suffice for the cpu-moe-worker to spin (cpu_plan.c). */
         if (!w->omp_spin) setenv("OMP_WAIT_POLICY", "passive", 0);
-        char *argv[] = {w->binary, "--control", endpoint, NULL};
+        /* The gpu-worker writes this eventfd after each step answer (step.c):
+         * a dup, without the coordinator's close-on-exec. */
+        char step_fd[16] = "";
+        if (!strcmp(w->role, "gpu-worker") && c->stepper) snprintf(step_fd, sizeof step_fd, "%d", dup(coord_step_fd(c)));
+        char *argv[] = {w->binary, "--control", endpoint, step_fd[0] ? "--step-fd" : NULL, step_fd, NULL};
         execv(w->binary, argv);
         fprintf(stderr, "cannot exec %s: %s\n", w->binary, strerror(errno));
         _exit(127);

@@ -23,6 +23,8 @@
 #include "gpu-worker/step_proto.h"
 #include "core/util/clock.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -45,6 +47,7 @@ struct gwp {
     uint64_t *ssd_blob; /* per (block, expert): blob bytes if SSD-tier */
     struct shm_region step_reg, moe_reg, stats_reg, staging_reg, pager_gw_reg;
     struct ring_pair step;
+    int step_fd; /* --step-fd: an eventfd written after each step answer (coordinator/step.c), or -1 */
     struct gwp_moe_client moe;
     struct gwp_ple_client ple;
     bool have_moe, have_ple;
@@ -66,7 +69,7 @@ static void on_signal(int sig) { (void)sig, stop_requested = 1; }
 static void usage(FILE *f)
 {
     fprintf(f, "usage: nebula-gpu-worker --control ENDPOINT [--backend cpu|cuda] [--kernels ref|fast]\n"
-               "                         [--vram-budget BYTES] [--ctx N]\n"
+               "                         [--vram-budget BYTES] [--ctx N] [--step-fd FD]\n"
                "       nebula-gpu-worker --probe cpu|cuda\n"
                "\n"
                "A worker of the Nebula pipeline, started by nebula-coordinator: it connects to the\n"
@@ -76,6 +79,8 @@ static void usage(FILE *f)
                "the configure message; the flags here, where given, override them.\n"
                "--backend picks the compute backend (default cpu); cuda\n"
                "runs the forward pass on the GPU and fails the configuration where there is none.\n"
+               "--step-fd: an inherited eventfd the worker writes after each step answer it\n"
+               "publishes (the coordinator's loop polls it; the ring's doorbell is a futex).\n"
                "--kernels picks its matrix kernels (default fast: fp32,\n"
                "within 1e-6 of the CPU reference; ref: bit-faithful to it, for parity checks).\n"
                "--vram-budget (like 80G) caps its device memory:\n"
@@ -287,6 +292,9 @@ static int step_poll(struct gwp *w)
     shm_stats_add(w->stats, w->block, SHM_STAT_RING_MESSAGES, 2);
     if ((rc = ring_release(w->step.req, err, sizeof err)) || (rc = ring_publish(w->step.resp, err, sizeof err)))
         nb_log("step ring: %s", err);
+    const uint64_t one = 1;
+    if (!rc && w->step_fd >= 0 && write(w->step_fd, &one, sizeof one) != (ssize_t)sizeof one)
+        nb_log("--step-fd %d: cannot write: %s", w->step_fd, strerror(errno));
     return rc;
 }
 
@@ -405,6 +413,7 @@ int main(int argc, char **argv)
     const char *endpoint = NULL, *backend = NULL, *kernels = NULL;
     uint64_t vram_budget = 0;
     long long n_ctx = 0;
+    int step_fd = -1;
     char err[512];
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
@@ -435,13 +444,21 @@ int main(int argc, char **argv)
                 fprintf(stderr, "nebula-gpu-worker: --ctx wants a positive number of positions\n");
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--step-fd") && i + 1 < argc) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 0 || v > 1 << 20 || fcntl((int)v, F_GETFD) < 0) {
+                fprintf(stderr, "nebula-gpu-worker: --step-fd \"%s\": not an open file descriptor\n", argv[i]);
+                return 2;
+            }
+            step_fd = (int)v;
         } else return usage(stderr), 2;
     }
     if (!endpoint) return usage(stderr), 2;
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL), sigaction(SIGINT, &sa, NULL);
     struct gwp w = {0};
-    w.backend = backend, w.kernels = kernels, w.vram_budget = vram_budget, w.n_ctx = n_ctx;
+    w.backend = backend, w.kernels = kernels, w.vram_budget = vram_budget, w.n_ctx = n_ctx, w.step_fd = step_fd;
     if (ctl_open(CTL_DEALER, endpoint, ROLE, &w.ctl, err, sizeof err)) {
         nb_log("cannot connect to %s: %s", endpoint, err);
         return 1;
