@@ -27,11 +27,12 @@
 #include <cJSON.h>
 
 #include "core/chat/chat.h"
+#include "core/conf/conf.h"
 #include "core/sampling/sampling.h"
 
 #define API_MAX_STOP 4
 #define API_MAX_STOP_BYTES 256
-#define API_MAX_PREFILL_CHUNK 8192
+#define API_MAX_PREFILL_CHUNK NB_MAX_PREFILL_CHUNK
 #define API_MAX_TOKENS_LIMIT (1 << 24)
 
 /* ---------- requests (api_request.c) ---------- */

@@ -248,8 +248,8 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
         case 'h': usage(stdout); return -1;
         default: usage(stderr); return 2;
         }
-        if (end && (*end || c->threads < 0 || c->chunk < 1 || c->chunk > 4096)) {
-            fprintf(stderr, "nebula-coordinator: bad number '%s' (--threads ≥ 0, --chunk in [1, 4096])\n", optarg);
+        if (end && (*end || c->threads < 0 || c->chunk < 1 || c->chunk > NB_MAX_PREFILL_CHUNK)) {
+            fprintf(stderr, "nebula-coordinator: bad number '%s' (--threads ≥ 0, --chunk in [1, %d])\n", optarg, NB_MAX_PREFILL_CHUNK);
             return 2;
         }
     }

@@ -69,6 +69,23 @@ int gw_backend_set_ple_rows(gw_backend *be, const struct gw_ple_rows *r, char *e
     return 0;
 }
 
+int gw_backend_set_expert_host(gw_backend *be, const struct gw_expert_host *h, char *err, size_t errlen)
+{
+    if (!be->ops->set_expert_host)
+        return nb_errf(err, errlen, NB_ENOTSUP, "the %s backend does not stream experts from host memory", be->ops->kind);
+    if (h && (!h->blob || !h->part_off || !h->blob_bytes))
+        return nb_errf(err, errlen, NB_EINVAL, "host experts need the blob, offset and size tables");
+    if (h) {
+        const struct model_hparams *hp = &be->model->hp;
+        for (int l = 0; l < hp->n_layer + hp->n_nextn; l++)
+            for (int j = 0; j < 3; j++)
+                if (h->part_off[3 * l + j] >= h->blob_bytes[l])
+                    return nb_errf(err, errlen, NB_EINVAL, "host experts: layer %d's part %d at %llu, past its %llu-byte blob", l,
+                                   j, (unsigned long long)h->part_off[3 * l + j], (unsigned long long)h->blob_bytes[l]);
+    }
+    return be->ops->set_expert_host(be, h, err, errlen);
+}
+
 const char *gw_backend_kind(const gw_backend *be) { return be->ops->kind; }
 const struct model *gw_backend_model(const gw_backend *be) { return be->model; }
 

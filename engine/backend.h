@@ -153,6 +153,31 @@ struct gw_ple_rows {
     void *ctx;
 };
 
+/* Routed experts the backend may copy from host memory itself instead of
+ * handing their pairs to the remote hook (issue 14: a prefill chunk streams
+ * the experts it needs over PCIe; ARCHITECTURE.md §4).  For layer l of
+ * 0 … n_layer+n_nextn-1 and expert e, blob[l·E + e] is the expert's blob in
+ * host memory — gate, up and down matrices as the GGUF stores them (rows of
+ * the tensors' own types, one expert's slice each), at part_off[3·l + 0, 1,
+ * 2] inside it, blob_bytes[l] long (prepared experts.bin's blobs, as the RAM
+ * arena holds them: docs/FILES.md) — or NULL: that expert stays with the
+ * remote hook.  Evals of more than GW_STREAM_MIN_ROWS rows copy the blobs of
+ * their missed experts into a device ring and compute those pairs with the
+ * resident experts' kernels, so the logits are the bits an all-resident
+ * layout gives; decode steps keep the hook (the mailbox).  pin: a range the
+ * backend may page-lock for full-speed copies (cuda: cudaHostRegister; NULL:
+ * none).  The memory must stay mapped and unchanged while installed; the
+ * tables are copied.  NULL uninstalls.  NB_ENOTSUP from backends that do
+ * not stream (cpu: it reads every expert from the model or the hook). */
+#define GW_STREAM_MIN_ROWS 17 /* more rows than a decode step or verify window (the mailbox's) */
+struct gw_expert_host {
+    const uint8_t *const *blob; /* (n_layer + n_nextn) × n_expert */
+    const uint64_t *part_off;   /* 3 per layer */
+    const uint64_t *blob_bytes; /* per layer */
+    const void *pin;
+    uint64_t pin_bytes;
+};
+
 int gw_backend_create(const struct model *m, const struct gw_backend_params *p, gw_backend **out, char *err,
                       size_t errlen);
 void gw_backend_free(gw_backend *be);
@@ -203,6 +228,9 @@ int gw_backend_set_moe_remote(gw_backend *be, const struct gw_moe_remote *r, cha
 /* Installs (or with r == NULL removes) the PLE row hook; r is copied.
  * Without it the backend reads rows from the model's own table. */
 int gw_backend_set_ple_rows(gw_backend *be, const struct gw_ple_rows *r, char *err, size_t errlen);
+
+/* Installs (or with h == NULL removes) the host copies of experts (above). */
+int gw_backend_set_expert_host(gw_backend *be, const struct gw_expert_host *h, char *err, size_t errlen);
 
 int gw_seq_create(gw_backend *be, gw_seq **out, char *err, size_t errlen);
 void gw_seq_free(gw_seq *s);

@@ -30,6 +30,8 @@ struct gw_backend_ops {
     /* Must advance s->n_pos by n_tokens on success. */
     int (*eval)(gw_seq *s, const struct gw_eval_args *a, char *err, size_t errlen);
     int (*mtp_eval)(gw_seq *s, const struct gw_mtp_args *a, char *err, size_t errlen);
+    /* gw_backend_set_expert_host (h checked, or NULL); NULL: the backend does not stream experts */
+    int (*set_expert_host)(gw_backend *be, const struct gw_expert_host *h, char *err, size_t errlen);
     /* eval fills gw_eval_args.argmax itself (and takes logits NULL); false:
      * backend.c computes it from the logits. */
     bool argmax;

@@ -283,11 +283,29 @@ static uint64_t batch_bytes(const struct model *m, int64_t T, int64_t n_ctx)
     return 4 * ((uint64_t)T * (3 * W + 3 * C + layer) + probs + R * (C + (uint64_t)hp->n_vocab + 1));
 }
 
-/* The arena, the pool's temporaries, the slack and the rounding. */
+uint64_t gw_vram_stream_bytes(const struct model *m)
+{
+    const struct model_hparams *hp = &m->hp;
+    uint64_t blob = 0;
+    for (int il = 0; il < hp->n_layer + hp->n_nextn; il++) {
+        const struct model_moe *w = &m->layers[il].moe;
+        if (!w->gate_exps.data) continue;
+        const struct model_tensor *ts[3] = {&w->gate_exps, &w->up_exps, &w->down_exps};
+        uint64_t b = 0;
+        for (int j = 0; j < 3; j++) b += (uint64_t)ts[j]->ne[1] * ts[j]->row_bytes;
+        b = (b + 4095) / 4096 * 4096;
+        if (b > blob) blob = b;
+    }
+    if (!blob) return 0;
+    const uint64_t C = hp->n_embd, I = hp->n_ff_exp;
+    return 2 * GW_STREAM_GROUP * blob + 4 * (GW_STREAM_PAIRS * (2 * C + 2 * I) + GW_STREAM_GROUP) + 3 * GW_VRAM_ALIGN;
+}
+
+/* The arena, the pool's temporaries (a prefill chunk's streamed experts on top), the slack and the rounding. */
 static uint64_t scratch_bytes(const struct model *m, int64_t n_ctx)
 {
     return gw_vram_arena_bytes(m, gw_vram_capacity(GW_GROW_KV, 0, 1, n_ctx, true)) + gw_vram_pool_bytes(m, n_ctx) +
-           VRAM_SLACK + rounding_bytes(m);
+           gw_vram_stream_bytes(m) + VRAM_SLACK + rounding_bytes(m);
 }
 
 uint64_t gw_vram_pool_bytes(const struct model *m, int64_t n_ctx)

@@ -51,6 +51,11 @@ uint64_t gw_vram_align(uint64_t bytes);
  * chunks are at most this); under a budget the CUDA backend runs a larger
  * batch in pieces of this many rows. */
 #define GW_VRAM_BATCH_ROWS 512
+/* Streamed experts (gpu-worker/cuda/stream.cu): a ring of two halves of
+ * GW_STREAM_GROUP experts' blobs, and the temporaries of GW_STREAM_PAIRS
+ * pairs computed at a time; gw_vram_stream_bytes counts both in the scratch. */
+#define GW_STREAM_GROUP 16
+#define GW_STREAM_PAIRS 1024
 /* Whether the CUDA backend decodes this quant type on the device (else it is
  * widened to F32): a row of gpu-worker/cuda/cuda_types.h's table. */
 bool gw_vram_native_type(int type);
@@ -65,6 +70,11 @@ int gw_vram_dense_bytes(const struct model *m, uint64_t *dense, uint64_t *mtp, c
 uint64_t gw_vram_reserve(const struct model *m, int64_t n_ctx);
 /* Bytes of one expert (gate + up + down) of layer il as the device holds it. */
 uint64_t gw_vram_expert_bytes(const struct model *m, int il);
+/* The scratch a prefill chunk's streamed experts need: the ring (two halves
+ * of GW_STREAM_GROUP of the largest expert blob as stored, page-rounded as in
+ * experts.bin) and GW_STREAM_PAIRS pairs' packed rows (input, gate, up, down);
+ * 0 for a model without routed experts. */
+uint64_t gw_vram_stream_bytes(const struct model *m);
 /* slots, n_slots: the experts `local` marks (NULL: all); kv, scratch for n_ctx (≤ 0: the default above). */
 void gw_vram_plan(const struct model *m, const uint8_t *local, int64_t n_ctx, struct gw_vram_parts *p);
 /* Positions the budget reserves by default. */

@@ -29,9 +29,10 @@ struct conf_settings {
     int max_queue;                /* server.max_queue: requests that may wait while one runs */
     uint64_t max_body;            /* server.max_body: largest request body, bytes */
     /* [engine] */
+#define NB_MAX_PREFILL_CHUNK 8192 /* the largest prefill chunk anything accepts (issue 14: layer-major chunks of up to 8K) */
     int threads;                  /* engine.threads: 0 = all cores */
     int64_t ctx;                  /* engine.ctx: positions a request may use (0: the model's / placement's) */
-    int chunk;                    /* engine.prefill_chunk: prefill tokens per step */
+    int chunk;                    /* engine.prefill_chunk: prefill tokens per step (1 … NB_MAX_PREFILL_CHUNK) */
     char backend[8];              /* engine.backend: auto, cpu or cuda */
     char kernels[8];              /* engine.kernels: the CUDA matrix kernels, ref or fast */
     char cpu_kernels[8];          /* engine.cpu_kernels: ref, fast or auto (fast beside cuda, ref beside cpu) */

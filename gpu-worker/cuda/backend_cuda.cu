@@ -56,6 +56,8 @@ static void cuda_free(gw_backend *gb)
     cudaFreeHost(be->h_arg);
     cudaFreeHost(be->h_ple);
     cu_mailbox_stop(be);
+    if (be->st) cudaStreamSynchronize(be->st); /* no streamed copy still reads a blob */
+    cu_stream_free(be);
     if (be->own_pool) cudaMemPoolDestroy(be->pool);
     if (be->st) cudaStreamDestroy(be->st);
     free(be->ups);
@@ -254,6 +256,6 @@ extern "C" int gw_cuda_probe(char *msg, size_t len)
 }
 
 extern "C" const struct gw_backend_ops gw_cuda_ops = {
-    "cuda",          cuda_create,    cuda_free, cuda_seq_create, cuda_seq_free, cuda_seq_reset, cuda_seq_truncate,
-    cuda_seq_copy,   cuda_eval,      cuda_mtp_eval,  true,
+    "cuda",        cuda_create, cuda_free,     cuda_seq_create,      cuda_seq_free, cuda_seq_reset, cuda_seq_truncate,
+    cuda_seq_copy, cuda_eval,   cuda_mtp_eval, cuda_set_expert_host, true,
 };

@@ -189,6 +189,14 @@ struct cuda_backend {
     gw_mailbox mailbox;               /* the remote thread and the eval's accounting (gpu-worker/mailbox.c) */
     bool mailbox_resync;              /* the last eval broke the protocol: counters cleared before the next */
     uint64_t mailbox_remote;          /* trunk pairs the thread had computed remotely during this eval */
+    /* streamed experts (stream.cu, gw_backend_set_expert_host): the host blobs, the copy stream */
+    const uint8_t **xh_blob;          /* (n_layer + n_nextn) × E, NULL: not installed */
+    uint64_t *xh_part, *xh_bytes;     /* 3 part offsets, and the blob bytes, per layer */
+    void *xh_pinned;                  /* the range cudaHostRegister locked, or NULL */
+    cudaStream_t st_copy;
+    cudaEvent_t ev_copy[2], ev_used[2], ev_ring;
+    int32_t *h_stream;                /* pinned: a call's packed pair list (4 words a pair) */
+    int64_t h_stream_cap;
 };
 
 static inline cuda_backend *cbe(gw_backend *b) { return (cuda_backend *)b; }
@@ -307,6 +315,21 @@ int cu_ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lstate *
                    bool graph);
 int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, int T, float *y,
                    const struct gw_eval_args *a);
+
+/* g = silu(g) · u on st (moe.cu's k_swiglu); the caller checks cudaGetLastError. */
+void cu_swiglu(cudaStream_t st, float *g, const float *u, int64_t n);
+
+/* ---------- streamed experts (stream.cu) ---------- */
+
+/* GW_STREAM_GROUP, GW_STREAM_PAIRS: engine/vram.h (the plan counts the ring and the temporaries) */
+int cuda_set_expert_host(gw_backend *gb, const struct gw_expert_host *h, char *err, size_t errlen);
+void cu_stream_free(cuda_backend *be);
+/* Whether expert e of layer il has a host blob the device can compute from (its types decoded as stored). */
+bool cu_streamable(const cuda_backend *be, int il, int e);
+/* The n pairs (row of x, expert, pair index, weight; any order) computed from the experts' host blobs
+ * into contrib[pair] = weight · FFN(x[row]), queued on the backend's stream; *n_streamed = n on success. */
+int cu_stream_pairs(cuda_backend *be, int il, const float *x, int n, const int32_t *rows, const int32_t *experts,
+                    const int32_t *pairs, const float *wts, float *contrib, int *n_streamed);
 
 /* ---------- the mailbox: remote experts inside the stream (mailbox.cu) ---------- */
 

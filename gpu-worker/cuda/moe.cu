@@ -14,6 +14,11 @@ __global__ void k_swiglu(float *g, const float *u, int64_t n)
     if (i < n) g[i] = d_silu(g[i]) * u[i];
 }
 
+void cu_swiglu(cudaStream_t st, float *g, const float *u, int64_t n)
+{
+    k_swiglu<<<nblk(n, 256), 256, 0, st>>>(g, u, n);
+}
+
 /* Softmax of one token's E router logits (in place), top k (ties to the lower
  * expert), renormalised when asked.  One block per token, E floats of dynamic
  * shared memory. */
@@ -267,8 +272,40 @@ int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, 
         rc = cu_fail(ce, "routes to the host", __LINE__);
     if (rc == 0 && tap) a->route_tap(a->route_ctx, il, T, k, be->h_ids, be->h_wts);
     /* (through the mailbox: cu_mailbox_end takes its misses off) */
-    const int n_miss = remote && !via_mailbox && rc == 0 ? be->h_split[0] : 0;
-    if (n_miss > 0) {
+    int n_miss = remote && !via_mailbox && rc == 0 ? be->h_split[0] : 0;
+    /* Misses with a host blob are streamed and computed here (stream.cu), queued before the hook runs on
+     * the host; the others stay remote, compacted in place (their pair indices uploaded for the scatter). */
+    const int32_t *scatter_at = split + 1 + 2 * P;
+    if (n_miss > 0 && be->xh_blob && T > GW_STREAM_MIN_ROWS) {
+        int32_t *hs = be->h_split, *hrow = hs + 1, *hexp = hs + 1 + P, *hpair = hs + 1 + 2 * P;
+        float *hw = be->h_splitw;
+        int n_s = 0, n_r = 0;
+        for (int i = 0; i < n_miss; i++) n_s += cu_streamable(be, il, hexp[i]);
+        int32_t *sbuf = (int32_t *)malloc((size_t)(n_s > 0 ? n_s : 1) * 4 * sizeof *sbuf);
+        if (!sbuf) rc = NB_ENOMEM, snprintf(g_msg, sizeof g_msg, "out of host memory");
+        for (int i = 0, j = 0; i < n_miss && rc == 0; i++) {
+            if (cu_streamable(be, il, hexp[i])) {
+                sbuf[j] = hrow[i], sbuf[n_s + j] = hexp[i], sbuf[2 * n_s + j] = hpair[i];
+                memcpy(&sbuf[3 * n_s + j], &hw[i], sizeof(float)), j++;
+            } else
+                hrow[n_r] = hrow[i], hexp[n_r] = hexp[i], hpair[n_r] = hpair[i], hw[n_r] = hw[i], n_r++;
+        }
+        int done = 0;
+        if (rc == 0)
+            rc = cu_stream_pairs(be, il, x, n_s, sbuf, sbuf + n_s, sbuf + 2 * n_s, (const float *)(sbuf + 3 * n_s), contrib, &done);
+        free(sbuf);
+        if (rc == 0 && n_r > 0) { /* the remaining misses' pair indices, for k_scatter_rows */
+            int32_t *dp = NULL;
+            if ((rc = cu_talloc(&t, (float **)&dp, n_r)) == 0) {
+                ce = cudaMemcpyAsync(dp, hpair, (size_t)n_r * sizeof *dp, cudaMemcpyHostToDevice, st);
+                cu_copied(be, (uint64_t)n_r * sizeof *dp);
+                if (ce != cudaSuccess) rc = cu_fail(ce, "remote pairs", __LINE__);
+                scatter_at = dp;
+            }
+        }
+        n_miss = n_r;
+    }
+    if (n_miss > 0 && rc == 0) {
         const int32_t *hs = be->h_split;
         char herr[256] = "";
         if ((rc = rem->fn(rem->ctx, il, T, be->h_x, n_miss, hs + 1, hs + 1 + P, be->h_splitw, be->h_rout, herr, sizeof herr)))
@@ -278,7 +315,7 @@ int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, 
             ce = cudaMemcpyAsync(dout, be->h_rout, (size_t)n_miss * C * sizeof(float), cudaMemcpyHostToDevice, st);
             cu_copied(be, (uint64_t)n_miss * C * sizeof(float));
             if (ce == cudaSuccess) {
-                k_scatter_rows<<<nblk((int64_t)n_miss * C, 256), 256, 0, st>>>(dout, split + 1 + 2 * P, n_miss, C, contrib);
+                k_scatter_rows<<<nblk((int64_t)n_miss * C, 256), 256, 0, st>>>(dout, scatter_at, n_miss, C, contrib);
                 ce = cudaGetLastError();
             }
             if (ce != cudaSuccess) rc = cu_fail(ce, "remote expert results", __LINE__);

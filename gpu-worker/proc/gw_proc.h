@@ -1,7 +1,8 @@
 /* gw_proc.h — the pieces of the nebula-gpu-worker process (main.c: control
  * plane and the `step` server; remote.c: the placement's local map and the
  * remote-expert hook that sends non-local experts over the `moe` ring;
- * ple_pager.c: the PLE table rows from the ssd-pager when the table is on SSD). */
+ * ple_pager.c: the PLE table rows from the ssd-pager when the table is on SSD;
+ * arena.c: the RAM arena as the backend's host copies of experts). */
 #ifndef NB_GW_PROC_H
 #define NB_GW_PROC_H
 
@@ -55,6 +56,24 @@ void gwp_moe_client_close(struct gwp_moe_client *c);
 /* The gw_moe_remote_fn; ctx is a gwp_moe_client. */
 int gwp_moe_remote(void *ctx, int layer, int n_rows, const float *x, int n_pairs, const int32_t *rows,
                    const int32_t *experts, const float *weights, float *out, char *err, size_t errlen);
+
+/* arena.c: the `experts` region mapped, and per (block, expert) the RAM-tier
+ * blob in it (the placement's arena layout), for gw_backend_set_expert_host. */
+struct gwp_arena {
+    struct shm_region reg;
+    const uint8_t **blob;  /* (n_layer + n_nextn) × E, NULL where not RAM-tier */
+    uint64_t *part, *bytes; /* 3 part offsets and the blob bytes per block */
+    uint64_t arena_bytes, n_blobs;
+    char idx_sha[72];       /* the experts the placement names (the arena header must say the same) */
+    bool open, installed, refused;
+};
+/* Maps the region and lays the tables out when the placement has RAM-tier experts (else leaves a closed one). */
+int gwp_arena_open(struct gwp_arena *a, const char *inst, const struct prepared_idx *x, const struct prepared_placement *p,
+                   const struct model *m, char *err, size_t errlen);
+/* Installs the tables into the backend once the cpu-moe-worker has loaded the
+ * arena (its header); before that, and for backends that do not stream, nothing. */
+int gwp_arena_ready(struct gwp_arena *a, gw_backend *be, char *err, size_t errlen);
+void gwp_arena_close(struct gwp_arena *a);
 
 /* ple_pager.c: the PLE rows hook answered by the ssd-pager over `pager-gw`. */
 struct gwp_ple_config {

@@ -49,6 +49,7 @@ struct gwp {
     struct ring_pair step;
     int step_fd; /* --step-fd: an eventfd written after each step answer (coordinator/step.c), or -1 */
     struct gwp_moe_client moe;
+    struct gwp_arena arena; /* the RAM arena, streamed by prefill chunks (arena.c) */
     struct gwp_ple_client ple;
     bool have_moe, have_ple;
     shm_stats *stats;
@@ -199,6 +200,7 @@ static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
     const bool placed = c.placement[0] != 0;
     if (placed && (rc = prepared_plan_load(c.prepared, c.placement, &x, &pl, err, errlen))) return rc;
     rc = gwp_placement_maps(placed ? &x : NULL, &pl, w->m, &w->local, &w->ssd_blob, &n_remote, err, errlen);
+    if (!rc) rc = gwp_arena_open(&w->arena, c.instance, placed ? &x : NULL, &pl, w->m, err, errlen);
     const bool ple_ssd = pl.ple_ssd;
     const uint64_t placement_budget = pl.vram_budget;
     const int64_t placement_ctx = pl.vram_ctx;
@@ -249,6 +251,11 @@ static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slo
     const int32_t *ids = req->payload;
     for (uint32_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= w->m->hp.n_vocab) return nb_errf(err, errlen, NB_EINVAL, "token %d out of vocabulary", ids[i]);
+    /* a prefill chunk streams the RAM-tier experts itself once the cpu-moe-worker has loaded them */
+    if (n > GW_STREAM_MIN_ROWS) {
+        int rc = gwp_arena_ready(&w->arena, w->be, err, errlen);
+        if (rc) return rc;
+    }
     const bool only_argmax = req->hdr->flags & STEP_FLAG_ARGMAX;
     struct gw_eval_args a = {.tokens = ids, .n_tokens = (int)n, .logits_rows = GW_ROWS_LAST,
                              .logits = only_argmax ? NULL : resp->payload, .tap = w->layer_times ? layer_tap : NULL,
@@ -399,7 +406,8 @@ static void teardown(struct gwp *w)
                u.slots / 1048576.0, u.scratch / 1048576.0);
     }
     if (w->seq) gw_seq_free(w->seq);
-    if (w->be) gw_backend_free(w->be);
+    if (w->be) gw_backend_free(w->be); /* before the arena goes: it may hold the arena page-locked */
+    gwp_arena_close(&w->arena);
     if (w->m) model_close(w->m);
     free(w->local);
     free(w->ssd_blob);
@@ -458,6 +466,7 @@ int main(int argc, char **argv)
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL), sigaction(SIGINT, &sa, NULL);
     struct gwp w = {0};
+    w.arena.reg.fd = -1;
     w.backend = backend, w.kernels = kernels, w.vram_budget = vram_budget, w.n_ctx = n_ctx, w.step_fd = step_fd;
     if (ctl_open(CTL_DEALER, endpoint, ROLE, &w.ctl, err, sizeof err)) {
         nb_log("cannot connect to %s: %s", endpoint, err);

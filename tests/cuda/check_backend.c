@@ -36,6 +36,10 @@
  *             allocator's granularity);
  *   copied    (--remote) gw_backend_bytes_copied covers the remote results
  *             (pairs × C floats) under each placement;
+ *   stream    (--remote) the odd experts' blobs in host memory
+ *             (gw_backend_set_expert_host): a prefill computes them from
+ *             streamed copies, bit-identical to all-local, no hook call;
+ *             the pairs counted; greedy ids after it (check_stream);
  *   vram-plan  a backend given exactly gw_vram_plan's total (dense from
  *             gw_vram_dense_bytes) as its budget prefills the prompt with
  *             every row's logits (vs the CPU's) and decodes: its measured
@@ -286,6 +290,71 @@ static int same_prefix(const int32_t *a, const int32_t *b, int n)
     int i = 0;
     while (i < n && a[i] == b[i]) i++;
     return i;
+}
+
+/* ---- streamed experts: host blobs as the RAM arena holds them ---- */
+/* stream (--remote): the odd experts not resident, their blobs (gate | up |
+ * down, page-rounded, one buffer) installed with gw_backend_set_expert_host.
+ * A prefill of more than GW_STREAM_MIN_ROWS rows computes them on the device
+ * from the streamed copies: every row's logits are the all-local backend's
+ * (lg) bit for bit and the hook is not called, every routed pair is counted
+ * as computed here, the blobs are counted as copied; the greedy ids after it
+ * (decode steps keep the hook) are the CPU's (gc). */
+static void check_stream(const struct model *m, const int32_t *tok, int T, const float *lg, const int32_t *gc, int n_greedy)
+{
+    const struct model_hparams *hp = &m->hp;
+    const int L = hp->n_layer + hp->n_nextn, E = hp->n_expert;
+    const int64_t V = hp->n_vocab;
+    char err[512];
+    if (T <= GW_STREAM_MIN_ROWS) {
+        printf("     stream not checked: a prompt of %d tokens is a decode-sized eval (<= %d rows)\n", T, GW_STREAM_MIN_ROWS);
+        return;
+    }
+    uint8_t *local = malloc((size_t)L * E);
+    const uint8_t **blob = calloc((size_t)L * E, sizeof *blob);
+    uint64_t *part = malloc((size_t)L * 3 * sizeof *part), *bytes = malloc((size_t)L * sizeof *bytes), total = 0;
+    for (int l = 0; l < L; l++) {
+        const struct model_moe *w = &m->layers[l].moe;
+        const struct model_tensor *ts[3] = {&w->gate_exps, &w->up_exps, &w->down_exps};
+        uint64_t at = 0;
+        for (int j = 0; j < 3; j++) part[3 * l + j] = at, at += (uint64_t)ts[j]->ne[1] * ts[j]->row_bytes;
+        bytes[l] = (at + 4095) / 4096 * 4096;
+        for (int e = 0; e < E; e++) local[l * E + e] = e % 2 == 0, total += e % 2 ? bytes[l] : 0;
+    }
+    uint8_t *buf = aligned_alloc(4096, total ? total : 4096), *p = buf;
+    for (int l = 0; l < L; l++) {
+        const struct model_moe *w = &m->layers[l].moe;
+        const struct model_tensor *ts[3] = {&w->gate_exps, &w->up_exps, &w->down_exps};
+        for (int e = 1; e < E; e += 2, p += bytes[l]) {
+            for (int j = 0; j < 3; j++)
+                memcpy(p + part[3 * l + j], ts[j]->data + (size_t)e * ts[j]->mat_bytes, (size_t)ts[j]->ne[1] * ts[j]->row_bytes);
+            blob[l * E + e] = p;
+        }
+    }
+    gw_backend *sb = make_pl(m, "cuda", false, local);
+    struct remote_ctx rctx = {m, 0, 0, 0, {0}};
+    struct gw_moe_remote r = {local, remote_fn, &rctx};
+    struct gw_expert_host xh = {blob, part, bytes, buf, total};
+    if (gw_backend_set_moe_remote(sb, &r, err, sizeof err)) die("remote hook", err);
+    if (gw_backend_set_expert_host(sb, &xh, err, sizeof err)) die("host experts", err);
+    float *ls = malloc((size_t)T * V * sizeof *ls);
+    gw_seq *ss = seq(sb);
+    eval(ss, tok, T, GW_ROWS_ALL, ls, GW_ROWS_NONE, NULL, NULL);
+    gw_seq_free(ss);
+    const uint64_t want = (uint64_t)hp->n_expert_used * hp->n_layer * (uint64_t)T, copied = gw_backend_bytes_copied(sb);
+    report("stream", !memcmp(ls, lg, (size_t)T * V * sizeof *ls) && rctx.calls == 0,
+           "%.0f rows' logits bit-identical to the all-local backend's, odd experts streamed from host memory", T);
+    report("stream-pairs", gw_backend_experts_computed(sb) == want, "%.0f routed pairs computed on the device",
+           (double)gw_backend_experts_computed(sb));
+    printf("     (stream: %llu bytes copied to the device for %d rows; the hook called %u times)\n",
+           (unsigned long long)copied, T, rctx.calls);
+    int32_t *ids = malloc((size_t)n_greedy * sizeof *ids);
+    greedy(sb, tok, T, n_greedy, ids, NULL);
+    const int same = same_prefix(gc, ids, n_greedy);
+    report("stream-greedy", same == n_greedy && rctx.calls > 0, "%.0f greedy ids identical (decode through the hook)", same);
+    gw_backend_free(sb);
+    gw_expert_scratch_free(&rctx.scratch);
+    free(ids), free(ls), free(buf), free(blob), free(part), free(bytes), free(local);
 }
 
 int main(int argc, char **argv)
@@ -595,6 +664,7 @@ int main(int argc, char **argv)
             gw_expert_scratch_free(&rctx.scratch);
             free(gr);
             free(local);
+            check_stream(m, tok, T, lg, gc, n_greedy);
         }
         free(gc), free(gg);
     }

@@ -10,6 +10,7 @@
  * ctl.sock instead (it tokenizes, samples and steps the gpu-worker); the
  * output is the same, printed when the reply arrives. */
 #include "core/chat/chat.h"
+#include "core/conf/conf.h"
 #include "core/ctl/ctl.h"
 #include "core/gen/gen.h"
 #include "core/sampling/sampling.h"
@@ -46,7 +47,7 @@ static void usage(FILE *f)
             "  --mtp FILE             the MTP (draft) block from a separate GGUF (Unsloth's MTP/mtp-*.gguf);\n"
             "                         without it the model file's own, or none (then no speculative decoding)\n"
             "  --ctx N                context limit in tokens (default: the model's)\n"
-            "  --chunk N              prefill chunk in tokens (default 512)\n"
+            "  --chunk N              prefill chunk in tokens (default 512, at most 8192)\n"
             "  --threads N            CPU threads (default: all cores)\n"
             "  --backend B            cpu (default: the reference) or cuda (the whole model on the GPU)\n"
             "  --kernels K            cuda's matrix kernels: fast (default, fp32) or ref (bit-faithful)\n"
@@ -125,7 +126,7 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         case 's': rc = cli_parse_int("--seed", optarg, 0, INT64_MAX, &v), o->sp.seed = (uint64_t)v; break;
         case 'i': o->print_ids = true; break;
         case 'c': rc = cli_parse_int("--ctx", optarg, 1, INT64_MAX, &v), o->c.ctx = v; break;
-        case 'b': rc = cli_parse_int("--chunk", optarg, 1, 1 << 20, &v), o->c.chunk = (int)v; break;
+        case 'b': rc = cli_parse_int("--chunk", optarg, 1, NB_MAX_PREFILL_CHUNK, &v), o->c.chunk = (int)v; break;
         case 'j': rc = cli_parse_int("--threads", optarg, 1, 4096, &v), o->c.threads = (int)v; break;
         case 'R': o->server = optarg; break;
         case 'B':
