@@ -318,6 +318,13 @@ int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, 
 
 /* g = silu(g) · u on st (moe.cu's k_swiglu); the caller checks cudaGetLastError. */
 void cu_swiglu(cudaStream_t st, float *g, const float *u, int64_t n);
+/* moe.cu's pieces for stream.cu: the router's top-k (probs T × E, ids and weights T × k); the shared expert
+ * (ds = its output, sc = its gate; gs, us T × n_ff_shexp scratch); y += sc · ds; the pinned staging of
+ * remote pairs (h_split, h_splitw, h_x, h_rout for P pairs of T rows). */
+int cu_route(cuda_backend *be, const cu_layer *c, const float *x, int T, float *probs, int32_t *ids, float *wts);
+int cu_shared_expert(cuda_backend *be, const cu_layer *c, const float *x, int T, float *gs, float *us, float *ds, float *sc);
+int cu_add_shared(cuda_backend *be, float *y, const float *ds, const float *sc, int T);
+int cu_pin_reserve(cuda_backend *be, int64_t P, int64_t T);
 
 /* ---------- streamed experts (stream.cu) ---------- */
 
@@ -326,10 +333,9 @@ int cuda_set_expert_host(gw_backend *gb, const struct gw_expert_host *h, char *e
 void cu_stream_free(cuda_backend *be);
 /* Whether expert e of layer il has a host blob the device can compute from (its types decoded as stored). */
 bool cu_streamable(const cuda_backend *be, int il, int e);
-/* The n pairs (row of x, expert, pair index, weight; any order) computed from the experts' host blobs
- * into contrib[pair] = weight · FFN(x[row]), queued on the backend's stream; *n_streamed = n on success. */
-int cu_stream_pairs(cuda_backend *be, int il, const float *x, int n, const int32_t *rows, const int32_t *experts,
-                    const int32_t *pairs, const float *wts, float *contrib, int *n_streamed);
+/* y = MoE(x) for a prefill chunk of T rows, expert by expert, the missed experts streamed (stream.cu). */
+int cu_moe_expert_major(cuda_backend *be, const cu_layer *c, int il, const float *x, int T, float *y,
+                        const struct gw_eval_args *a);
 
 /* ---------- the mailbox: remote experts inside the stream (mailbox.cu) ---------- */
 

@@ -154,8 +154,39 @@ __global__ void k_add_scaled(float *y, const float *d, const float *sc, int T, i
 }
 /* ---------- the host side ---------- */
 
-/* The pinned staging of cu_moe_forward for P pairs of T rows. */
-static int pin_reserve(cuda_backend *be, int64_t P, int64_t T)
+int cu_route(cuda_backend *be, const cu_layer *c, const float *x, int T, float *probs, int32_t *ids, float *wts)
+{
+    const struct model_hparams *hp = &be->base.model->hp;
+    const int E = hp->n_expert, k = hp->n_expert_used;
+    TRY(cu_matmul(be, c->router, x, hp->n_embd, T, probs, E));
+    k_route<<<(unsigned)T, 256, (size_t)E * sizeof(float), be->st>>>(probs, E, k, hp->expert_weights_norm, ids, wts);
+    CKL("k_route");
+    return 0;
+}
+
+int cu_shared_expert(cuda_backend *be, const cu_layer *c, const float *x, int T, float *gs, float *us, float *ds, float *sc)
+{
+    const struct model_hparams *hp = &be->base.model->hp;
+    const int64_t C = hp->n_embd, Is = hp->n_ff_shexp;
+    k_shexp_gate<<<(unsigned)T, nthr(C), 0, be->st>>>(c->shexp_gate, x, C, sc);
+    CKL("k_shexp_gate");
+    TRY(cu_matmul(be, c->gate_sh, x, C, T, gs, Is));
+    TRY(cu_matmul(be, c->up_sh, x, C, T, us, Is));
+    k_swiglu<<<nblk(T * Is, 256), 256, 0, be->st>>>(gs, us, T * Is);
+    CKL("k_swiglu (shared)");
+    return cu_matmul(be, c->down_sh, gs, Is, T, ds, C);
+}
+
+int cu_add_shared(cuda_backend *be, float *y, const float *ds, const float *sc, int T)
+{
+    const int64_t C = be->base.model->hp.n_embd;
+    k_add_scaled<<<nblk(T * C, 256), 256, 0, be->st>>>(y, ds, sc, T, C);
+    CKL("k_add_scaled");
+    return 0;
+}
+
+/* The pinned staging of the remote pairs (P pairs of T rows). */
+int cu_pin_reserve(cuda_backend *be, int64_t P, int64_t T)
 {
     const int64_t C = be->base.model->hp.n_embd;
     if (P <= be->pin_pairs && T <= be->pin_rows) return 0;
@@ -191,6 +222,8 @@ static int pin_reserve(cuda_backend *be, int64_t P, int64_t T)
 int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, int T, float *y,
                    const struct gw_eval_args *a)
 {
+    /* a prefill chunk beside host copies of experts: expert by expert, streaming the missed ones (stream.cu) */
+    if (be->xh_blob && T > GW_STREAM_MIN_ROWS) return cu_moe_expert_major(be, c, il, x, T, y, a);
     const struct model_hparams *hp = &be->base.model->hp;
     const int E = hp->n_expert, k = hp->n_expert_used, I = hp->n_ff_exp, P = T * k;
     const int64_t C = hp->n_embd, Is = hp->n_ff_shexp;
@@ -214,13 +247,11 @@ int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, 
     if (rc == 0) rc = cu_talloc(&t, &ds, T * C);
     if (rc == 0 && remote) rc = cu_talloc(&t, &splitf, 1 + 3 * (int64_t)P);
     if (rc == 0 && remote) rc = cu_talloc(&t, &splitw, P);
-    if (rc == 0 && ((remote && !via_mailbox) || tap)) rc = pin_reserve(be, P, T);
+    if (rc == 0 && ((remote && !via_mailbox) || tap)) rc = cu_pin_reserve(be, P, T);
     if (rc) return cu_tdone(&t, rc);
     int32_t *ids = (int32_t *)idsf, *split = (int32_t *)splitf;
     cudaError_t ce = cudaSuccess;
-    if ((rc = cu_matmul(be, c->router, x, C, T, probs, E))) return cu_tdone(&t, rc);
-    k_route<<<(unsigned)T, 256, (size_t)E * sizeof(float), st>>>(probs, E, k, hp->expert_weights_norm, ids, wts);
-    if ((ce = cudaGetLastError()) != cudaSuccess) return cu_tdone(&t, cu_fail(ce, "k_route", __LINE__));
+    if ((rc = cu_route(be, c, x, T, probs, ids, wts))) return cu_tdone(&t, rc);
     /* what the host needs, copied (or posted) before the expert work is queued */
     if (remote) {
         k_split<<<1, SPLIT_THREADS, 0, st>>>(ids, wts, c->slot_of, P, k, split, splitw);
@@ -253,17 +284,7 @@ int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, 
             if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_scale_pairs", __LINE__);
         }
     }
-    if (rc == 0) {
-        k_shexp_gate<<<(unsigned)T, nthr(C), 0, st>>>(c->shexp_gate, x, C, sc);
-        if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_shexp_gate", __LINE__);
-    }
-    if (rc == 0) rc = cu_matmul(be, c->gate_sh, x, C, T, gs, Is);
-    if (rc == 0) rc = cu_matmul(be, c->up_sh, x, C, T, us, Is);
-    if (rc == 0) {
-        k_swiglu<<<nblk(T * Is, 256), 256, 0, st>>>(gs, us, T * Is);
-        if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_swiglu (shared)", __LINE__);
-    }
-    if (rc == 0) rc = cu_matmul(be, c->down_sh, gs, Is, T, ds, C);
+    if (rc == 0) rc = cu_shared_expert(be, c, x, T, gs, us, ds, sc);
     /* the host's part, while the device works: through the mailbox, inside the stream */
     if (rc == 0 && via_mailbox && (ce = cu_mailbox_wait(be, split, P, C, contrib)) != cudaSuccess)
         rc = cu_fail(ce, "k_mailbox_wait", __LINE__);
@@ -272,40 +293,8 @@ int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, 
         rc = cu_fail(ce, "routes to the host", __LINE__);
     if (rc == 0 && tap) a->route_tap(a->route_ctx, il, T, k, be->h_ids, be->h_wts);
     /* (through the mailbox: cu_mailbox_end takes its misses off) */
-    int n_miss = remote && !via_mailbox && rc == 0 ? be->h_split[0] : 0;
-    /* Misses with a host blob are streamed and computed here (stream.cu), queued before the hook runs on
-     * the host; the others stay remote, compacted in place (their pair indices uploaded for the scatter). */
-    const int32_t *scatter_at = split + 1 + 2 * P;
-    if (n_miss > 0 && be->xh_blob && T > GW_STREAM_MIN_ROWS) {
-        int32_t *hs = be->h_split, *hrow = hs + 1, *hexp = hs + 1 + P, *hpair = hs + 1 + 2 * P;
-        float *hw = be->h_splitw;
-        int n_s = 0, n_r = 0;
-        for (int i = 0; i < n_miss; i++) n_s += cu_streamable(be, il, hexp[i]);
-        int32_t *sbuf = (int32_t *)malloc((size_t)(n_s > 0 ? n_s : 1) * 4 * sizeof *sbuf);
-        if (!sbuf) rc = NB_ENOMEM, snprintf(g_msg, sizeof g_msg, "out of host memory");
-        for (int i = 0, j = 0; i < n_miss && rc == 0; i++) {
-            if (cu_streamable(be, il, hexp[i])) {
-                sbuf[j] = hrow[i], sbuf[n_s + j] = hexp[i], sbuf[2 * n_s + j] = hpair[i];
-                memcpy(&sbuf[3 * n_s + j], &hw[i], sizeof(float)), j++;
-            } else
-                hrow[n_r] = hrow[i], hexp[n_r] = hexp[i], hpair[n_r] = hpair[i], hw[n_r] = hw[i], n_r++;
-        }
-        int done = 0;
-        if (rc == 0)
-            rc = cu_stream_pairs(be, il, x, n_s, sbuf, sbuf + n_s, sbuf + 2 * n_s, (const float *)(sbuf + 3 * n_s), contrib, &done);
-        free(sbuf);
-        if (rc == 0 && n_r > 0) { /* the remaining misses' pair indices, for k_scatter_rows */
-            int32_t *dp = NULL;
-            if ((rc = cu_talloc(&t, (float **)&dp, n_r)) == 0) {
-                ce = cudaMemcpyAsync(dp, hpair, (size_t)n_r * sizeof *dp, cudaMemcpyHostToDevice, st);
-                cu_copied(be, (uint64_t)n_r * sizeof *dp);
-                if (ce != cudaSuccess) rc = cu_fail(ce, "remote pairs", __LINE__);
-                scatter_at = dp;
-            }
-        }
-        n_miss = n_r;
-    }
-    if (n_miss > 0 && rc == 0) {
+    const int n_miss = remote && !via_mailbox && rc == 0 ? be->h_split[0] : 0;
+    if (n_miss > 0) {
         const int32_t *hs = be->h_split;
         char herr[256] = "";
         if ((rc = rem->fn(rem->ctx, il, T, be->h_x, n_miss, hs + 1, hs + 1 + P, be->h_splitw, be->h_rout, herr, sizeof herr)))
@@ -315,7 +304,7 @@ int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, 
             ce = cudaMemcpyAsync(dout, be->h_rout, (size_t)n_miss * C * sizeof(float), cudaMemcpyHostToDevice, st);
             cu_copied(be, (uint64_t)n_miss * C * sizeof(float));
             if (ce == cudaSuccess) {
-                k_scatter_rows<<<nblk((int64_t)n_miss * C, 256), 256, 0, st>>>(dout, scatter_at, n_miss, C, contrib);
+                k_scatter_rows<<<nblk((int64_t)n_miss * C, 256), 256, 0, st>>>(dout, split + 1 + 2 * P, n_miss, C, contrib);
                 ce = cudaGetLastError();
             }
             if (ce != cudaSuccess) rc = cu_fail(ce, "remote expert results", __LINE__);
@@ -327,8 +316,8 @@ int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, 
         __atomic_add_fetch(&be->base.experts_computed, (uint64_t)(P - n_miss), __ATOMIC_RELAXED);
     if (rc == 0) {
         k_expert_sum<<<nblk(T * C, 256), 256, 0, st>>>(contrib, ids, T, k, C, y);
-        k_add_scaled<<<nblk(T * C, 256), 256, 0, st>>>(y, ds, sc, T, C);
         if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_expert_sum", __LINE__);
     }
+    if (rc == 0) rc = cu_add_shared(be, y, ds, sc, T);
     return cu_tdone(&t, rc);
 }
