@@ -135,13 +135,18 @@ struct api_job {
     bool cancelled;       /* the client went away */
     struct api_buf reasoning, content;
     long long completion_tokens;
-    size_t prefill_done;
+    size_t prefill_done;  /* prompt ids evaluated so far (after each prefill step; a retry starts again from 0) */
+    int prefill_chunk_tok; /* prefill tokens per step as run: chunk capped at --chunk (coord_request_chunk) */
     const char *finish_reason; /* "stop", "length"; NULL on error or cancel */
     struct api_error err;      /* err.status != 0: failed */
     double queue_ms, prompt_ms, ttft_ms, decode_ms;
     int refs;
     struct api_job *next;
 };
+
+/* The job is running and its prompt is not all evaluated yet: /api/status's
+ * "prefill" and the streams' `: prefill DONE/TOTAL` comments; with a.mu held. */
+static inline bool api_job_prefilling(const struct api_job *j) { return j->state == JOB_RUNNING && j->prefill_done < j->n_ids; }
 
 #define API_MAX_WORKERS 4
 

@@ -19,8 +19,10 @@
  * away is noticed while waiting (poll for POLLRDHUP on its socket every
  * 200 ms) or when a write fails; either way the job is marked cancelled and
  * the main thread stops it between two tokens or prefill steps.  Streams send
- * `: keep-alive` comments when nothing was written for --sse-keepalive
- * seconds (while queued, during a long prefill). */
+ * comments, which every SSE client skips: `: prefill DONE/TOTAL` after each
+ * prefill step (steps that end faster than the client reads are reported
+ * together) and, when nothing was written for --sse-keepalive seconds, the
+ * same again during a long step or `: keep-alive` while queued. */
 #include "coordinator/api.h"
 #include "coordinator/coord.h"
 
@@ -287,6 +289,7 @@ struct stream {
     struct MHD_Connection *conn;
     struct gen_info g;
     size_t r_off, c_off;  /* job text already sent */
+    size_t prefill_sent;  /* the job's prefill_done last reported */
     bool started, finished;
     struct api_buf out;
     size_t out_off;
@@ -330,12 +333,24 @@ static int add_chunk(struct stream *s, const char *field, const char *text, size
     return add_event(s, o);
 }
 
+/* `: prefill DONE/TOTAL`, a comment: SSE clients (the openai package's among
+ * them) skip comment lines, where a data event of a shape they do not know
+ * would break them. */
+static int add_prefill_comment(struct stream *s)
+{
+    char line[64];
+    int n = snprintf(line, sizeof line, ": prefill %zu/%zu\n\n", s->j->prefill_done, s->j->n_ids);
+    s->prefill_sent = s->j->prefill_done;
+    return api_buf_add(&s->out, line, (size_t)n);
+}
+
 /* What the job produced since the last call, as events; with a.mu held. */
 static int stream_news(struct stream *s)
 {
     struct api_job *j = s->j;
     int rc = 0;
-    if (j->reasoning.n > s->r_off) {
+    if (j->prefill_done != s->prefill_sent) rc = add_prefill_comment(s);
+    if (!rc && j->reasoning.n > s->r_off) {
         rc = add_chunk(s, "reasoning_content", j->reasoning.p + s->r_off, j->reasoning.n - s->r_off, NULL);
         s->r_off = j->reasoning.n;
     }
@@ -393,7 +408,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         pthread_mutex_lock(&a->mu);
         struct api_job *j = s->j;
         for (;;) {
-            if (j->reasoning.n > s->r_off || j->content.n > s->c_off || j->state == JOB_DONE) break;
+            if (j->reasoning.n > s->r_off || j->content.n > s->c_off || j->prefill_done != s->prefill_sent || j->state == JOB_DONE) break;
             double t = now_s(), ka = s->last_write + a->cfg.keepalive_s;
             if (t >= ka) break;
             wait_until(&a->cv, &a->mu, ka < t + API_POLL_MS / 1e3 ? ka : t + API_POLL_MS / 1e3);
@@ -404,9 +419,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             }
         }
         int rc = stream_news(s);
+        if (!rc && s->out.n == 0) rc = api_job_prefilling(j) ? add_prefill_comment(s) : api_buf_add(&s->out, ": keep-alive\n\n", 14);
         pthread_mutex_unlock(&a->mu);
         if (rc) return MHD_CONTENT_READER_END_WITH_ERROR;
-        if (s->out.n == 0 && api_buf_add(&s->out, ": keep-alive\n\n", 14)) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
 }
 

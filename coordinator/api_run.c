@@ -4,8 +4,9 @@
  * threads queue a job and write an eventfd; its event (api_on_wake) moves
  * the jobs into the coordinator's one request queue (requests.c), beside
  * ctl.sock's generates, with this file's callbacks: on_start when the job's
- * turn comes, on_prefill after each prefill step, on_token for each sampled
- * token, on_done at the end.  For each token it decodes the text (the
+ * turn comes, on_prefill after each prefill step (the progress that
+ * /api/status and the streams show), on_token for each sampled token,
+ * on_done at the end.  For each token it decodes the text (the
  * tokenizer's streaming decoder: whole UTF-8 characters only), passes it
  * through the reasoning/stop filter (api_text.c) and appends what is final
  * to the job, waking the HTTP thread that streams it.  Cancellation (the
@@ -100,6 +101,7 @@ static int on_start(void *ctx)
     a->waiting--;
     a->running = r->j;
     r->j->state = JOB_RUNNING;
+    r->j->prefill_chunk_tok = coord_request_chunk(r->c, r->j->chunk);
     r->j->queue_ms = (coord_now() - r->j->t_arrival) * 1e3;
     r->started = true, r->t_start = coord_now();
     r->cancelled = r->j->cancelled;
@@ -111,10 +113,11 @@ static int on_start(void *ctx)
 static int on_prefill(void *ctx, size_t done, size_t total)
 {
     struct run_ctx *r = ctx;
-    (void)total;
+    (void)total; /* the job's n_ids */
     pthread_mutex_lock(&r->a->mu);
     r->j->prefill_done = done;
     r->cancelled = cancelled_locked(r);
+    pthread_cond_broadcast(&r->a->cv); /* a stream reports the progress */
     pthread_mutex_unlock(&r->a->mu);
     return r->cancelled;
 }

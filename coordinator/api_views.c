@@ -60,6 +60,14 @@ cJSON *api_status_json(struct api *a)
     cJSON_AddNumberToObject(q, "running", a->running ? 1 : 0);
     cJSON_AddNumberToObject(q, "waiting", a->waiting);
     cJSON_AddNumberToObject(q, "capacity", a->cfg.max_queue);
+    if (a->running && api_job_prefilling(a->running)) {
+        cJSON *p = cJSON_AddObjectToObject(r, "prefill");
+        cJSON_AddNumberToObject(p, "done", (double)a->running->prefill_done);
+        cJSON_AddNumberToObject(p, "total", (double)a->running->n_ids);
+        cJSON_AddNumberToObject(p, "chunk", a->running->prefill_chunk_tok);
+    } else {
+        cJSON_AddNullToObject(r, "prefill");
+    }
     l = cJSON_AddObjectToObject(r, "limits");
     cJSON_AddNumberToObject(l, "max_body_bytes", (double)a->cfg.max_body);
     cJSON_AddNumberToObject(l, "context_length", (double)a->ctx);

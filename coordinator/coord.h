@@ -249,6 +249,7 @@ struct coord_request_spec {
 /* Queues it (0), or fails at once (the session could not be made). */
 int coord_request_submit(struct coord *c, const struct coord_request_spec *s, const struct coord_request_ops *ops, void *ctx,
                          char *err, size_t errlen);
+int coord_request_chunk(const struct coord *c, int asked); /* the prefill tokens per step a spec's chunk gets */
 bool coord_requests_busy(const struct coord *c); /* one runs (past waiting for the workers) */
 void coord_requests_on_step(struct coord *c);    /* the step fd is readable */
 void coord_requests_on_workers(struct coord *c); /* a worker's state changed */

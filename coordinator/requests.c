@@ -237,7 +237,7 @@ int coord_request_submit(struct coord *c, const struct coord_request_spec *s, co
 {
     struct coord_request *r = calloc(1, sizeof *r);
     if (!r) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
-    int chunk = s->chunk > 0 && s->chunk < c->chunk ? s->chunk : c->chunk;
+    int chunk = coord_request_chunk(c, s->chunk);
     struct gen_config g = {.prompt = s->ids, .n_prompt = s->n, .budget = s->budget, .sp = s->sp, .n_vocab = (int32_t)c->m->hp.n_vocab,
                            .ignore_stop = s->ignore_stop, .chunk = (size_t)chunk, .logits_path = s->logits_out};
     g.n_stop = gen_stop_ids(c->tok, g.stop_ids);
@@ -250,6 +250,8 @@ int coord_request_submit(struct coord *c, const struct coord_request_spec *s, co
     advance(c);
     return 0;
 }
+
+int coord_request_chunk(const struct coord *c, int asked) { return asked > 0 && asked < c->chunk ? asked : c->chunk; }
 
 bool coord_requests_busy(const struct coord *c)
 {

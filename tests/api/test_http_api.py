@@ -10,7 +10,7 @@ seeded determinism, streaming equal to non-streaming, the think split, stop
 strings, max_tokens, completions, metrics, every kind of invalid request
 (and that the server answers after each), queue full, client disconnects
 (streaming and not) cancelling the generation, keep-alive comments during a
-long prefill and while queued, a gpu-worker killed mid-request (retried: the
+long prefill and while queued (prefill progress: test_http_progress.py), a gpu-worker killed mid-request (retried: the
 same text), ctl.sock during an HTTP job (status answers at once, a generate
 waits for the job, then gives the same text as HTTP), and the loading phase
 (a second coordinator whose gpu-worker is slow to start: /api/status says
@@ -464,6 +464,15 @@ def long_prompt(target):
     return text, jcall("POST", "/api/tokenize", {"text": text})[1]["count"]
 
 
+PREFILL_COMMENT = re.compile(r"^: prefill (\d+)/(\d+)$")
+
+
+def prefill_report(line):
+    """(done, total) of a `: prefill DONE/TOTAL` comment line, else None."""
+    m = PREFILL_COMMENT.match(line)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 def test_queue_cancel_keepalive():
     prompt, n = long_prompt(3900)
     check(3500 < n < 4096, f"long prompt of {n} tokens")
@@ -475,11 +484,11 @@ def test_queue_cancel_keepalive():
     kinds = [e[0] for e in ev]
     first_data = [i for i, e in enumerate(ev) if e[0] == "data" and isinstance(e[1], dict)
                   and e[1]["choices"] and e[1]["choices"][0].get("text")]
-    print(f"slow request: {n} prompt tokens one a step: {t_slow:.2f} s, {kinds.count('comment')} keep-alives", flush=True)
+    print(f"slow request: {n} prompt tokens one a step: {t_slow:.2f} s, {kinds.count('comment')} comments", flush=True)
     check(t_slow > 0.5, f"the slow request takes {t_slow:.2f} s (need > 0.5 s for the timing checks)")
     check("comment" in kinds and (not first_data or kinds.index("comment") < first_data[0]),
           f"keep-alive comments during the prefill ({t_slow:.2f} s): {kinds[:6]}")
-    check(all(e[1] == ": keep-alive" for e in ev if e[0] == "comment"), "keep-alive comment text")
+    check(all(e[1] == ": keep-alive" or prefill_report(e[1]) for e in ev if e[0] == "comment"), "keep-alive comment text")
 
     # Queue full: one running, one waiting (--max-queue 1), the third is refused.
     ca, ra = open_stream("/v1/completions", slow)
@@ -680,7 +689,10 @@ def test_shutdown_in_flight():
     check(srv.proc.poll() is not None and time.time() - t0 < 5, f"the coordinator stopped in {time.time() - t0:.2f} s")
 
 
-def main():
+def run_suite(tests):
+    """Starts the coordinator in a temporary directory, runs tests(tmp) against it, stops it unless
+    they did, and checks that it exited cleanly; prints "N checks, N failed" and returns the exit
+    status (test_http_progress.py runs its own tests with it)."""
     global srv
     tmp = tempfile.mkdtemp(prefix="nebula-api-")
     try:
@@ -688,20 +700,8 @@ def main():
         if not wait_for(lambda: status()["phase"] == "ready", timeout=30):
             print("FAIL: never ready:", open(srv.log).read())
             return 1
-        test_models_and_status()
-        greedy = test_chat_nonstream()
-        test_chat_stream(greedy)
-        test_think()
-        test_stop_and_length(greedy)
-        test_completions()
-        test_tokenize_and_metrics()
-        test_invalid()
-        test_queue_cancel_keepalive()
-        test_worker_dies_mid_generation()
-        test_ctl_during_http_job(greedy)
-        test_restart_during_http_job()
-        test_loading_phase(tmp)
-        test_shutdown_in_flight()
+        tests(tmp)
+        srv.stop()
         check(srv.proc.returncode == 0, f"coordinator exit status {srv.proc.returncode}")
         log = open(srv.log, errors="replace").read()
         check("Sanitizer" not in log and "runtime error:" not in log, "no sanitizer report in the coordinator's log")
@@ -717,5 +717,22 @@ def main():
     return 1 if failures else 0
 
 
+def main(tmp):
+    test_models_and_status()
+    greedy = test_chat_nonstream()
+    test_chat_stream(greedy)
+    test_think()
+    test_stop_and_length(greedy)
+    test_completions()
+    test_tokenize_and_metrics()
+    test_invalid()
+    test_queue_cancel_keepalive()
+    test_worker_dies_mid_generation()
+    test_ctl_during_http_job(greedy)
+    test_restart_during_http_job()
+    test_loading_phase(tmp)
+    test_shutdown_in_flight()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_suite(main))

@@ -1,8 +1,9 @@
 // client.mjs BASE_URL — the official `openai` npm package (tests/openai/
 // package.json, locked), unmodified, against Nebula's API.  Lists the models,
-// streams a chat completion, asks for a non-streamed one, and checks that API
-// errors reach the client as the package's typed errors.  Prints what it saw;
-// exits 1 with the reason at the first thing that is wrong.
+// streams a chat completion, asks for a non-streamed one, streams a long
+// prompt whose prefill progress comments the client must skip, and checks
+// that API errors reach the client as the package's typed errors.  Prints
+// what it saw; exits 1 with the reason at the first thing that is wrong.
 import OpenAI from "openai";
 
 const baseURL = process.argv[2];
@@ -10,7 +11,22 @@ if (!baseURL) {
   console.error("usage: node client.mjs BASE_URL (e.g. http://127.0.0.1:8090/v1)");
   process.exit(2);
 }
-const client = new OpenAI({ baseURL, apiKey: "none", maxRetries: 0, timeout: 60_000 });
+// Each response body as the server sent it (a tee: the client reads its own
+// branch unchanged), for the checks on what the client was given to parse.
+const raw = [];
+async function recordingFetch(url, init) {
+  const res = await fetch(url, init);
+  if (!res.body) return res;
+  const [mine, copy] = res.body.tee();
+  const rec = { text: "" };
+  rec.done = (async () => {
+    const d = new TextDecoder();
+    for await (const v of copy) rec.text += d.decode(v, { stream: true });
+  })();
+  raw.push(rec);
+  return new Response(mine, { status: res.status, statusText: res.statusText, headers: res.headers });
+}
+const client = new OpenAI({ baseURL, apiKey: "none", maxRetries: 0, timeout: 60_000, fetch: recordingFetch });
 const fail = (msg) => {
   console.log(`FAIL: ${msg}`);
   process.exit(1);
@@ -61,6 +77,25 @@ if (c0.finish_reason !== "stop" && c0.finish_reason !== "length") fail(`non-stre
 if (!(done.usage?.completion_tokens >= 1 && done.usage.completion_tokens <= 8))
   fail(`non-stream: usage ${JSON.stringify(done.usage)}`);
 console.log(`non-stream: finish_reason ${c0.finish_reason}, usage ${JSON.stringify(done.usage)}`);
+
+// A long prompt prefilled 16 tokens a step: the stream carries the server's
+// `: prefill DONE/TOTAL` comments, and the client skips them (same text as
+// the non-streamed answer).
+const long = [{ role: "user", content: "hello world ".repeat(200) }];
+const ref = (await client.chat.completions.create({ model, messages: long, max_tokens: 8, temperature: 0 })).choices[0].message;
+const seen = raw.length;
+const pstream = await client.chat.completions.create({ model, messages: long, max_tokens: 8, temperature: 0, stream: true, prefill_chunk: 16 });
+let ptext = "";
+for await (const chunk of pstream) {
+  if (chunk.object !== "chat.completion.chunk") fail(`prefill stream: chunk object ${chunk.object}`);
+  const choice = chunk.choices[0];
+  if (choice) ptext += (choice.delta.reasoning_content ?? "") + (choice.delta.content ?? "");
+}
+await raw[seen].done;
+const progress = raw[seen].text.split("\n").filter((l) => /^: prefill \d+\/\d+$/.test(l));
+if (progress.length < 10) fail(`prefill stream: ${progress.length} progress comments (want >= 10): ${raw[seen].text.slice(0, 200)}`);
+if (ptext !== (ref.reasoning_content ?? "") + (ref.content ?? "")) fail(`prefill stream: text ${JSON.stringify(ptext)} vs ${JSON.stringify(ref)}`);
+console.log(`prefill stream: ${progress.length} progress comments (${progress[0]} … ${progress[progress.length - 1]}), the same text`);
 
 // Errors arrive as the client's typed errors, with the server's message.
 async function expectError(what, status, cls, body) {

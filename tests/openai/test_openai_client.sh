@@ -4,7 +4,9 @@
 # serves the demo model (tiny-a) on free ports with a temporary state
 # directory, and client.mjs talks to http://127.0.0.1:PORT/v1 (through nginx)
 # with apiKey "none": models.list(), a streamed and a non-streamed chat
-# completion, typed errors for an unknown model and a bad field.
+# completion, a long prompt streamed with its `: prefill` progress comments
+# (sent, and skipped by the client), typed errors for an unknown model and a
+# bad field.
 #
 # Needs node and npm (make test installs them): without them, or without the
 # registry for the first npm ci, this fails loudly rather than passing without

@@ -1,10 +1,10 @@
 // mock-server.mjs — a stand-in for nginx + nebula-coordinator, for working on
 // the web page without building the engine: serves web/ and answers
 // /api/status and /v1/chat/completions as docs/API.md describes (streaming
-// SSE with keep-alive comments, reasoning_content, timings, error events,
-// OpenAI-style JSON errors).  Node standard library only.  The browser tests
-// in CI run against the real stack (run-webui-tests.mjs); this server is for
-// development only:
+// SSE with keep-alive and prefill progress comments, reasoning_content,
+// timings, error events, OpenAI-style JSON errors).  Node standard library
+// only.  The browser tests in CI run against the real stack
+// (run-webui-tests.mjs); this server is for development only:
 //
 //   node tests/web/mock-server.mjs [--port N] [--loading SECONDS] [--demo]
 //
@@ -58,6 +58,7 @@ function status() {
       vocab: 512, layers: 4, has_mtp: false },
     workers: [{ role: "gpu-worker", state: "ready", pid: 1, restarts: 0 }],
     queue: { running: 0, waiting: 0, capacity: 9 },
+    prefill: null,
     limits: { max_body_bytes: MAX_BODY, context_length: CONTEXT },
     stats: { requests, tokens_generated: 0, last_tokens_per_s: 0, last_ttft_ms: 0, vram_hit_rate: 0 },
   };
@@ -112,6 +113,14 @@ async function chat(req, res, body) {
   const t0 = Date.now();
   res.write(": keep-alive\n\n");
   await sleep(300);
+  // The prompt read in steps of prefill_chunk (the server's 512 by default), 150 ms each.
+  const step = j.prefill_chunk || 512;
+  for (let done = Math.min(step, promptTokens); promptTokens > step; done = Math.min(done + step, promptTokens)) {
+    if (closed) return;
+    res.write(`: prefill ${done}/${promptTokens}\n\n`);
+    if (done === promptTokens) break;
+    await sleep(150);
+  }
   res.write(chunk({ role: "assistant", content: "" }));
   const pieces = [];
   const think = j.think !== false && j.think !== "off";

@@ -314,6 +314,88 @@ scenario("loading phase: progress bar while /api/status says loading (answered b
   assert((await a.locator(".msg-body").textContent()).trim().length > 0, "no answer after loading");
 });
 
+// The states the prefill bar of the streaming answer was seen in: window.__prefill, one
+// "hidden" or "NOW/MAX text" string per change.
+async function watchPrefill(page) {
+  await page.evaluate(() => {
+    window.__prefill = [];
+    if (window.__prefillObserver) return;
+    window.__prefillObserver = new MutationObserver(() => {
+      const box = document.querySelector(".msg.assistant.streaming .prefill");
+      if (!box) return;
+      const bar = box.querySelector('[role="progressbar"]');
+      const st = box.hidden ? "hidden" : `${bar.getAttribute("aria-valuenow")}/${bar.getAttribute("aria-valuemax")} ${box.textContent.trim()}`;
+      if (window.__prefill.at(-1) !== st) window.__prefill.push(st);
+    });
+    window.__prefillObserver.observe(document.querySelector("#messages"), { subtree: true, childList: true, attributes: true, characterData: true });
+  });
+}
+
+scenario("prefill progress: a bar with the tokens read while a long prompt is prefilled, then the answer in its place (a route sends the progress)", async ({ page }) => {
+  // The demo model reads any prompt in a blink: a route answers with the stream of a
+  // 4,096-token prompt read 1,024 a step (docs/API.md), paced at 400 ms an event.
+  const ev = (delta, finish = null) => `data: ${JSON.stringify({ id: "chatcmpl-route", object: "chat.completion.chunk", created: 1,
+    model: "nebula-demo", choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+  const answer = (comments) => ": keep-alive\n\n" + ev({ role: "assistant", content: "" }) + comments.map((c) => `: ${c}\n\n`).join("") +
+    ev({ content: "The " }) + ev({ content: "answer." }) + ev({}, "stop") + "data: [DONE]\n\n";
+  let body = answer([0, 1024, 2048, 3072, 4096].map((d) => `prefill ${d}/4096`));
+  await page.route("**/v1/chat/completions", (route) => route.fulfill({ status: 200, contentType: "text/event-stream", body }));
+  await setOptions(page, { think: false });
+  await pace(page, 400);
+  await watchPrefill(page);
+  const a = await send(page, "A long prompt.", { wait: false });
+  const box = a.locator(".prefill");
+  const bar = box.locator('[role="progressbar"]');
+  await page.waitForFunction(() => document.querySelector('.msg.assistant.streaming .prefill [role="progressbar"]')?.getAttribute("aria-valuenow") === "1024");
+  assert(await box.isVisible(), "the prefill bar is not shown at 1,024 of 4,096");
+  const text = (await box.locator(".prefill-text").textContent()).trim();
+  assert(text === "prefill 1,024 / 4,096 tokens", `prefill text '${text}'`);
+  const aria = await bar.evaluate((b) => [b.getAttribute("aria-valuemin"), b.getAttribute("aria-valuemax"), b.getAttribute("aria-valuetext"), b.getAttribute("aria-label")]);
+  assert(aria[0] === "0" && aria[1] === "4096" && aria[2] === text && aria[3], `progressbar attributes ${JSON.stringify(aria)}`);
+  const width = await bar.locator(".bar").evaluate((b) => b.style.width);
+  assert(Math.abs(parseFloat(width) - 25) < 0.01 && width.endsWith("%"), `bar width ${width}`);
+  assert((await a.locator(".typing").count()) === 0, "the typing dots are shown beside the prefill bar");
+  assert(/reading the prompt/.test(await a.locator(".msg-state").textContent()), `state '${await a.locator(".msg-state").textContent()}'`);
+  await waitIdle(page);
+  assert(await box.isHidden(), "the prefill bar stays after the answer");
+  assert((await a.locator(".msg-body").textContent()).trim() === "The answer.", `answer '${await a.locator(".msg-body").textContent()}'`);
+  const seen = await page.evaluate(() => window.__prefill);
+  const want = ["0/4096 prefill 0 / 4,096 tokens", "1024/4096 prefill 1,024 / 4,096 tokens", "2048/4096 prefill 2,048 / 4,096 tokens",
+    "3072/4096 prefill 3,072 / 4,096 tokens", "4096/4096 prefill 4,096 / 4,096 tokens", "hidden"];
+  assert(JSON.stringify(seen[0] === "hidden" ? seen.slice(1) : seen) === JSON.stringify(want), `the bar went through ${JSON.stringify(seen)}`);
+  const stored = (await storedChats(page))[0].messages.at(-1);
+  assert(!("prefill" in stored) && stored.content === "The answer.", `stored: ${JSON.stringify(stored)}`);
+
+  // A prompt read in one step (its only report is done = total): no bar.
+  body = answer(["prefill 30/30"]);
+  await pace(page, 100);
+  await watchPrefill(page);
+  const b = await send(page, "A short prompt.");
+  assert((await page.evaluate(() => window.__prefill)).every((x) => x === "hidden"), `a bar for a one-step prompt: ${await page.evaluate(() => window.__prefill)}`);
+  assert((await b.locator(".msg-body").textContent()).trim() === "The answer.", "no answer after a one-step prefill");
+});
+
+scenario("prefill progress from the real server: a long prompt read 64 tokens a step shows the bar, then the answer", async ({ page }) => {
+  await setOptions(page, { think: false, maxTokens: 16 });
+  await page.selectOption("#opt-prefill", "64");
+  // The demo model reads the prompt in milliseconds: the server's stream, paced at 80 ms an event.
+  await pace(page, 80);
+  await watchPrefill(page);
+  const a = await send(page, "hello world ".repeat(400));
+  const raw = await page.evaluate(() => window.__sse.at(-1).text);
+  const reports = raw.split("\n").map((l) => /^: prefill (\d+)\/(\d+)$/.exec(l)).filter(Boolean).map((m) => [Number(m[1]), Number(m[2])]);
+  const usage = raw.split("\n").filter((l) => l.startsWith("data: {")).map((l) => JSON.parse(l.slice(6))).find((c) => c.usage);
+  const n = usage && usage.usage.prompt_tokens;
+  assert(n > 1000 && reports.length >= n / 64 / 2 && reports.every(([, t]) => t === n), `${reports.length} reports of ${n} tokens: ${JSON.stringify(reports.slice(0, 3))}`);
+  const seen = await page.evaluate(() => window.__prefill);
+  const shown = seen.filter((x) => x !== "hidden");
+  const fmt = (x) => x.toLocaleString("en");
+  assert(shown.length >= 2 && shown.every((x) => new RegExp(`^\\d+/${n} prefill [\\d,]+ / ${fmt(n)} tokens$`).test(x)) && seen.at(-1) === "hidden",
+    `the bar went through ${JSON.stringify(seen.slice(0, 4))}…${JSON.stringify(seen.slice(-2))}`);
+  assert(!(await a.locator(".msg-error").isVisible()), `error: ${await a.locator(".msg-error").textContent()}`);
+  assert((await a.locator(".msg-body").textContent()).trim().length > 0 && (await a.locator(".prefill").isHidden()), "no answer in place of the bar");
+});
+
 scenario("new chat → send → streamed answer → rename → reload keeps it → delete", async ({ page, bodies }) => {
   await setOptions(page, { think: false, maxTokens: 16 });
   await page.click("#new-chat");

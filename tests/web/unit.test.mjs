@@ -3,7 +3,7 @@
 // builds (documents in the prompt, the Markdown export, titles, stats).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { SseParser } from "../../web/js/api.js";
+import { SseParser, parsePrefill } from "../../web/js/api.js";
 import {
   composeUserContent, fenceFor, langForFile, chatToMarkdown, titleFromText, formatStats, formatSize, exportFileName, countOf,
 } from "../../web/js/chatformat.js";
@@ -63,6 +63,14 @@ test("SSE: a last event without its blank line still counts; an empty stream has
   assert.deepEqual(parseAll(["data: [DONE]"]).events, ["[DONE]"]);
   assert.deepEqual(parseAll([""]).events, []);
   assert.deepEqual(parseAll([": only a comment\n\n"]).events, []);
+});
+
+test("SSE: `: prefill DONE/TOTAL` comments are the prompt's progress, any other comment is not", () => {
+  const { events, comments } = parseAll([": prefill 0/4096\n\n: prefill 1024/4096\r\n\r\n: keep-alive\n\ndata: [DONE]\n\n"]);
+  assert.deepEqual(events, ["[DONE]"]);
+  assert.deepEqual(comments.map(parsePrefill), [{ done: 0, total: 4096 }, { done: 1024, total: 4096 }, null]);
+  for (const c of ["keep-alive", "prefill", "prefill 1/", "prefill 1/0", "prefill -1/4", "prefill 1/4 tokens", "prefilled 1/4"])
+    assert.equal(parsePrefill(c), null, c);
 });
 
 test("documents: fenced with the file name and a language, fences longer than any inside", () => {

@@ -4,10 +4,11 @@
 // Streaming uses fetch + ReadableStream rather than EventSource because the
 // request is a POST with a JSON body.  The SSE parser is written out here (it
 // is small) so that every case the server produces is handled explicitly:
-// `: keep-alive` comment lines while the request waits in the queue or the
-// prompt is prefilled, `data: {"error":…}` once the stream has begun, and
-// `data: [DONE]`.  A stream that ends without [DONE] is an error, not a short
-// answer: the user must see that the connection broke.
+// `: keep-alive` comment lines while the request waits in the queue,
+// `: prefill DONE/TOTAL` ones after each prefill step and while a long one
+// runs, `data: {"error":…}` once the stream has begun, and `data: [DONE]`.
+// A stream that ends without [DONE] is an error, not a short answer: the
+// user must see that the connection broke.
 
 // An error to show the user: the server's own message where there is one.
 export class ApiError extends Error {
@@ -128,14 +129,22 @@ export class SseParser {
   }
 }
 
+// The prompt's progress in a `: prefill DONE/TOTAL` comment (its text after
+// the colon, as SseParser gives it): {done, total}, or null for any other.
+export function parsePrefill(comment) {
+  const m = /^prefill (\d+)\/(\d+)$/.exec(comment);
+  return m && Number(m[2]) > 0 ? { done: Number(m[1]), total: Number(m[2]) } : null;
+}
+
 // POST /v1/chat/completions with stream:true.  Callbacks:
 //   onDelta({content, reasoning})  text pieces as they arrive
-//   onKeepAlive()                  a keep-alive comment (queued / prefilling)
+//   onPrefill({done, total})       prompt tokens evaluated so far, of all
+//   onKeepAlive()                  any other comment (queued)
 //   onFirstByte()                  the response headers arrived
 // Resolves to {finish_reason, timings, usage, model, nebula, id} after [DONE];
 // rejects with ApiError (HTTP error, error event, broken stream, network) or
 // the AbortError of `signal`.
-export async function streamChat(body, { signal, onDelta, onKeepAlive, onFirstByte } = {}) {
+export async function streamChat(body, { signal, onDelta, onPrefill, onKeepAlive, onFirstByte } = {}) {
   let res;
   try {
     res = await fetch("v1/chat/completions", {
@@ -160,7 +169,10 @@ export async function streamChat(body, { signal, onDelta, onKeepAlive, onFirstBy
   let failure = null;
 
   const parser = new SseParser({
-    onComment: () => { if (onKeepAlive) onKeepAlive(); },
+    onComment: (text) => {
+      const p = parsePrefill(text);
+      if (p) { if (onPrefill) onPrefill(p); } else if (onKeepAlive) onKeepAlive();
+    },
     onEvent: ({ data }) => {
       if (done || failure) return;
       if (data.trim() === "[DONE]") {

@@ -107,6 +107,7 @@ export async function generate(chat) {
   } finally {
     delete msg.pending;
     delete msg.waiting;
+    delete msg.prefill;
     state.generation = null;
     chat.updated = Date.now();
     await saveChat(chat);
@@ -125,6 +126,7 @@ export async function generate(chat) {
 async function streamWhenReady(gen, body, clock) {
   const { chat, msg, controller } = gen;
   for (let attempt = 0; ; attempt++) {
+    let reading = false; // a prefill report came: the request left the queue
     await waitUntilReady(controller.signal, (s) => {
       msg.waiting = `waiting for the model to load (${Math.round((s.progress || 0) * 100)}%)…`;
       scheduleRender(msg);
@@ -137,8 +139,22 @@ async function streamWhenReady(gen, body, clock) {
         signal: controller.signal,
         onFirstByte: () => { msg.waiting = "waiting for the first token…"; scheduleRender(msg); },
         onKeepAlive: () => {
+          if (reading || gen.firstToken) return;
           const secs = Math.round((performance.now() - clock.t0) / 1000);
-          msg.waiting = `queued or reading the prompt… ${secs} s`;
+          msg.waiting = `queued… ${secs} s`;
+          scheduleRender(msg);
+        },
+        // The progress comes from this request's own stream, which api.js
+        // reads raw anyway, rather than from /api/status: the status shows
+        // whichever request runs (maybe another client's) and is polled once
+        // a second.  A bar (messages.js) only for a prompt of several steps:
+        // the first report short of the total starts it, the last step's
+        // (done = total) fills it, the first piece of the answer replaces it.
+        onPrefill: ({ done, total }) => {
+          reading = true;
+          if (gen.firstToken) return; // a retried generation reads the prompt again: the answer stays
+          if (done < total || msg.prefill) msg.prefill = { done, total };
+          msg.waiting = "reading the prompt…";
           scheduleRender(msg);
         },
         onDelta: ({ content, reasoning }) => {
@@ -146,6 +162,7 @@ async function streamWhenReady(gen, body, clock) {
             clock.tFirst = performance.now();
             gen.firstToken = true;
             msg.waiting = "";
+            delete msg.prefill;
           }
           clock.pieces++;
           msg.content += content;

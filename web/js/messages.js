@@ -1,6 +1,7 @@
 // messages.js — the conversation on screen: its title, its messages (the
-// answer streaming in, thinking, speed, errors) and their copy and
-// regenerate buttons; markdown.js is loaded from here.
+// prompt's prefill progress, the answer streaming in, thinking, speed,
+// errors) and their copy and regenerate buttons; markdown.js is loaded from
+// here.
 //
 // Each message object is drawn into one <article> (cloned from
 // #msg-template) and redrawn from the object whenever it changes: the
@@ -149,11 +150,13 @@ function updateAnswerEl(m, a) {
     details.open = m.thinkingOpen ?? thinkingNow;
     renderMarkdownInto($(".thinking-body", details), m.reasoning);
   }
+  const prefill = live && !m.content && !m.reasoning ? m.prefill : null;
+  renderPrefill($(".prefill", a), prefill);
   const body = $(".msg-body", a);
   body.className = "msg-body md";
   if (m.content) {
     renderMarkdownInto(body, m.content);
-  } else if (live && !m.reasoning) {
+  } else if (live && !m.reasoning && !prefill) {
     body.innerHTML = '<span class="typing"><i></i><i></i><i></i></span>';
   } else {
     body.textContent = "";
@@ -170,6 +173,20 @@ function updateAnswerEl(m, a) {
   err.textContent = m.error || "";
   renderStats(m, $(".stats", a));
   $(".msg-foot", a).hidden = live;
+}
+
+// The prompt's prefill progress, p = {done, total} (generation.js sets it
+// from the stream), or null: the bar is hidden.
+function renderPrefill(box, p) {
+  box.hidden = !p;
+  if (!p) return;
+  const text = `prefill ${p.done.toLocaleString("en")} / ${p.total.toLocaleString("en")} tokens`;
+  $(".prefill-text", box).textContent = text;
+  const bar = $(".progress", box);
+  bar.setAttribute("aria-valuenow", String(p.done));
+  bar.setAttribute("aria-valuemax", String(p.total));
+  bar.setAttribute("aria-valuetext", text);
+  $(".bar", box).style.width = `${((100 * p.done) / p.total).toFixed(1)}%`;
 }
 
 // The line under an answer: speed, and the accuracy level if it differs from
