@@ -308,6 +308,37 @@ static uint64_t scratch_bytes(const struct model *m, int64_t n_ctx)
            gw_vram_stream_bytes(m) + VRAM_SLACK + rounding_bytes(m);
 }
 
+/* batch_bytes for the expert-major MoE: per row the router's probabilities,
+ * ids and weights, the shared expert, and the plan's 11 words a pair; the
+ * pairs' rows are GW_STREAM_PAIRS at a time, in gw_vram_stream_bytes. */
+static uint64_t stream_batch_bytes(const struct model *m, int64_t T, int64_t n_ctx)
+{
+    const struct model_hparams *hp = &m->hp;
+    const uint64_t C = hp->n_embd, W = model_wide(hp), k = hp->n_expert_used;
+    const uint64_t moe = (uint64_t)hp->n_expert + 2 * k + 3 * (uint64_t)hp->n_ff_shexp + C + 1 + 11 * k;
+    const uint64_t gdn = 2 * (uint64_t)model_gdn_conv_dim(hp) + 2 * (uint64_t)model_gdn_v_dim(hp);
+    const uint64_t qw = (uint64_t)hp->n_head * hp->head_dim;
+    uint64_t probs = (uint64_t)hp->n_head * (uint64_t)n_ctx * (uint64_t)T;
+    if (probs > ((uint64_t)64 << 20)) probs = (uint64_t)64 << 20;
+    uint64_t layer = moe > gdn ? moe : gdn;
+    if (5 * qw > layer) layer = 5 * qw;
+    const uint64_t R = T < GW_VRAM_HEAD_ROWS ? (uint64_t)T : GW_VRAM_HEAD_ROWS;
+    return 4 * ((uint64_t)T * (3 * W + 3 * C + layer) + probs + R * (C + (uint64_t)hp->n_vocab + 1)) + gw_vram_stream_bytes(m);
+}
+
+int64_t gw_vram_stream_rows(const struct model *m, int64_t n_ctx, uint64_t room)
+{
+    if (n_ctx <= 0) n_ctx = gw_vram_default_ctx(m);
+    int64_t lo = 1, hi = 8192; /* NB_MAX_PREFILL_CHUNK (core/conf): the largest chunk anything sends */
+    if (stream_batch_bytes(m, hi, n_ctx) <= room) return hi;
+    while (hi - lo > 1) { /* the bytes grow with the rows */
+        const int64_t mid = (lo + hi) / 2;
+        if (stream_batch_bytes(m, mid, n_ctx) <= room) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
 uint64_t gw_vram_pool_bytes(const struct model *m, int64_t n_ctx)
 {
     if (n_ctx <= 0) n_ctx = gw_vram_default_ctx(m);

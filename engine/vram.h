@@ -84,6 +84,12 @@ uint64_t gw_vram_arena_bytes(const struct model *m, int64_t cap);
 /* The stream-ordered pool's temporaries of an eval (a prefill chunk of up to
  * GW_VRAM_BATCH_ROWS rows, its head in sub-batches; part of scratch): an estimate that sums them all. */
 uint64_t gw_vram_pool_bytes(const struct model *m, int64_t n_ctx);
+/* The most rows of a prefill piece whose temporaries fit `room` bytes when
+ * its MoE runs expert by expert (gpu-worker/cuda/stream.cu: bounded pair
+ * temporaries, the streamed experts' ring), with K/V for n_ctx positions;
+ * at least 1, at most NB_MAX_PREFILL_CHUNK's 8192.  How a backend under a
+ * budget sizes its prefill pieces from what the budget leaves (issue 14). */
+int64_t gw_vram_stream_rows(const struct model *m, int64_t n_ctx, uint64_t room);
 
 /* How the CUDA backend sizes and lays out its blocks (it allocates with these;
  * the plan adds them up).  Each layout returns its block's bytes and, when

@@ -192,7 +192,8 @@ static int eval_body(cuda_seq *s, const struct gw_eval_args *a)
 
 /* Under a VRAM budget: the positions are those the budget reserved K/V for,
  * and a batch larger than the scratch estimate's GW_VRAM_BATCH_ROWS runs in
- * pieces of that many rows (each piece's asked rows of logits, argmax and
+ * pieces of that many rows (with host copies of experts, of as many rows as
+ * the budget's room holds: gw_vram_stream_rows) (each piece's asked rows of logits, argmax and
  * wide state go to their places in the caller's buffers). */
 static int cuda_eval_piece(gw_seq *gs, const struct gw_eval_args *a, char *err, size_t errlen);
 
@@ -205,11 +206,21 @@ int cuda_eval(gw_seq *gs, const struct gw_eval_args *a, char *err, size_t errlen
         return nb_errf(err, errlen, NB_EINVAL,
                        "eval of %d tokens at position %lld: past the %lld positions the VRAM budget reserved K/V for "
                        "(the gpu-worker's --ctx)", T, (long long)gs->n_pos, (long long)be->n_ctx);
-    if (!be->budget || T <= GW_VRAM_BATCH_ROWS || s->broken) return cuda_eval_piece(gs, a, err, errlen);
+    /* With host copies of experts a piece's MoE runs expert by expert (stream.cu), its temporaries bounded:
+     * pieces as large as what the budget leaves beside the blocks held, so an expert is copied once a piece. */
+    int64_t rows = GW_VRAM_BATCH_ROWS;
+    if (be->budget && be->xh_blob && T > rows) {
+        uint64_t held = 0;
+        for (int p = 0; p < 5; p++) held += be->used[p];
+        const uint64_t left = be->budget > held ? (be->budget - held) / 10 * 9 : 0; /* a tenth for the driver's rounding */
+        const int64_t fit = gw_vram_stream_rows(be->base.model, be->n_ctx, left);
+        if (fit > rows) rows = fit;
+    }
+    if (!be->budget || T <= rows || s->broken) return cuda_eval_piece(gs, a, err, errlen);
     const struct model_hparams *hp = &be->base.model->hp;
     const int64_t V = hp->n_vocab, wide = model_wide(hp);
-    for (int r0 = 0; r0 < T; r0 += GW_VRAM_BATCH_ROWS) {
-        const int n = T - r0 < GW_VRAM_BATCH_ROWS ? T - r0 : GW_VRAM_BATCH_ROWS;
+    for (int r0 = 0; r0 < T; r0 += (int)rows) {
+        const int n = T - r0 < rows ? T - r0 : (int)rows;
         const bool last = r0 + n == T;
         struct gw_eval_args p = *a;
         p.tokens = a->tokens + r0, p.n_tokens = n;
