@@ -265,14 +265,11 @@ static uint64_t rounding_bytes(const struct model *m)
  * caps them) plus the residual streams, and the head's: the backend computes
  * logits GW_VRAM_HEAD_ROWS rows at a time (its mixed rows, logits and
  * argmax), so a prefill chunk's logits never need T × vocabulary floats. */
-static uint64_t batch_bytes(const struct model *m, int64_t T, int64_t n_ctx)
+/* The rows' part of it with `moe` floats a row for the MoE sublayer. */
+static uint64_t rows_bytes(const struct model *m, int64_t T, int64_t n_ctx, uint64_t moe)
 {
     const struct model_hparams *hp = &m->hp;
-    const uint64_t C = hp->n_embd, W = model_wide(hp), k = hp->n_expert_used;
-    /* per row: router probabilities, the k pairs' gate/up/down/contribution rows and weights, the shared
-     * expert, and with remote experts the miss list (3k + 1), their weights (k) and their results (k·C) */
-    const uint64_t moe = (uint64_t)hp->n_expert + k * (2 * (uint64_t)hp->n_ff_exp + 2 * C + 3) + 3 * (uint64_t)hp->n_ff_shexp + C +
-                         k * (C + 4) + 1;
+    const uint64_t C = hp->n_embd, W = model_wide(hp);
     const uint64_t gdn = 2 * (uint64_t)model_gdn_conv_dim(hp) + 2 * (uint64_t)model_gdn_v_dim(hp); /* qkv, mixed; z, o */
     const uint64_t qw = (uint64_t)hp->n_head * hp->head_dim;
     uint64_t probs = (uint64_t)hp->n_head * (uint64_t)n_ctx * (uint64_t)T;
@@ -281,6 +278,17 @@ static uint64_t batch_bytes(const struct model *m, int64_t T, int64_t n_ctx)
     if (5 * qw > layer) layer = 5 * qw;
     const uint64_t R = T < GW_VRAM_HEAD_ROWS ? (uint64_t)T : GW_VRAM_HEAD_ROWS;
     return 4 * ((uint64_t)T * (3 * W + 3 * C + layer) + probs + R * (C + (uint64_t)hp->n_vocab + 1));
+}
+
+static uint64_t batch_bytes(const struct model *m, int64_t T, int64_t n_ctx)
+{
+    const struct model_hparams *hp = &m->hp;
+    const uint64_t C = hp->n_embd, k = hp->n_expert_used;
+    /* per row: router probabilities, the k pairs' gate/up/down/contribution rows and weights, the shared
+     * expert, and with remote experts the miss list (3k + 1), their weights (k) and their results (k·C) */
+    const uint64_t moe = (uint64_t)hp->n_expert + k * (2 * (uint64_t)hp->n_ff_exp + 2 * C + 3) + 3 * (uint64_t)hp->n_ff_shexp + C +
+                         k * (C + 4) + 1;
+    return rows_bytes(m, T, n_ctx, moe);
 }
 
 uint64_t gw_vram_stream_bytes(const struct model *m)
@@ -314,16 +322,9 @@ static uint64_t scratch_bytes(const struct model *m, int64_t n_ctx)
 static uint64_t stream_batch_bytes(const struct model *m, int64_t T, int64_t n_ctx)
 {
     const struct model_hparams *hp = &m->hp;
-    const uint64_t C = hp->n_embd, W = model_wide(hp), k = hp->n_expert_used;
-    const uint64_t moe = (uint64_t)hp->n_expert + 2 * k + 3 * (uint64_t)hp->n_ff_shexp + C + 1 + 11 * k;
-    const uint64_t gdn = 2 * (uint64_t)model_gdn_conv_dim(hp) + 2 * (uint64_t)model_gdn_v_dim(hp);
-    const uint64_t qw = (uint64_t)hp->n_head * hp->head_dim;
-    uint64_t probs = (uint64_t)hp->n_head * (uint64_t)n_ctx * (uint64_t)T;
-    if (probs > ((uint64_t)64 << 20)) probs = (uint64_t)64 << 20;
-    uint64_t layer = moe > gdn ? moe : gdn;
-    if (5 * qw > layer) layer = 5 * qw;
-    const uint64_t R = T < GW_VRAM_HEAD_ROWS ? (uint64_t)T : GW_VRAM_HEAD_ROWS;
-    return 4 * ((uint64_t)T * (3 * W + 3 * C + layer) + probs + R * (C + (uint64_t)hp->n_vocab + 1)) + gw_vram_stream_bytes(m);
+    const uint64_t k = hp->n_expert_used;
+    const uint64_t moe = (uint64_t)hp->n_expert + 2 * k + 3 * (uint64_t)hp->n_ff_shexp + hp->n_embd + 1 + 11 * k;
+    return rows_bytes(m, T, n_ctx, moe) + gw_vram_stream_bytes(m);
 }
 
 int64_t gw_vram_stream_rows(const struct model *m, int64_t n_ctx, uint64_t room)
