@@ -12,6 +12,7 @@
 #ifndef NB_ENGINE_BACKEND_IMPL_H
 #define NB_ENGINE_BACKEND_IMPL_H
 
+#include "core/model/model.h"
 #include "engine/backend.h"
 #include "engine/ffn.h"
 #include "engine/vram.h"
@@ -53,6 +54,14 @@ struct gw_seq {
     gw_backend *be;
     int64_t n_pos; /* tokens evaluated */
 };
+
+/* What seq_truncate keeps of a QSA layer's block keys: the blocks whole below
+ * n_keep (layer il's compress_ratio a block), never more than it had. */
+static inline int64_t gw_blocks_kept(const struct model *m, int il, int64_t n_blk, int64_t n_keep)
+{
+    const int cr = m->layers[il].compress_ratio;
+    return cr > 0 && n_blk > n_keep / cr ? n_keep / cr : n_blk;
+}
 
 extern const struct gw_backend_ops gw_cpu_ops;
 /* gpu-worker/cuda/backend_cuda.cu; in the table only where nvcc built it (NB_HAVE_CUDA). */

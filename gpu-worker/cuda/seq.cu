@@ -179,10 +179,7 @@ int cuda_seq_truncate(gw_seq *gs, int64_t n_keep, char *err, size_t errlen)
 {
     cuda_seq *s = (cuda_seq *)gs;
     const struct model *m = gs->be->model;
-    for (int i = 0; i < m->hp.n_layer; i++) {
-        int cr = m->layers[i].compress_ratio;
-        if (cr > 0 && s->ls[i].n_blk > n_keep / cr) s->ls[i].n_blk = n_keep / cr;
-    }
+    for (int i = 0; i < m->hp.n_layer; i++) s->ls[i].n_blk = gw_blocks_kept(m, i, s->ls[i].n_blk, n_keep);
     gs->n_pos = n_keep;
     return 0;
 }
