@@ -226,6 +226,8 @@ static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
     if (w->have_moe && c.ring_spin_us >= 1) ring_set_spin_ns(w->moe.rp.resp, (uint64_t)c.ring_spin_us * 1000ull);
     publish_vram(w);
     if (ple_ssd && (rc = open_ple_pager(w, &c, err, errlen))) return rc;
+    /* the arena's page-locking takes seconds for tens of GiB: now if it is loaded already, else at the first prefill */
+    if ((rc = gwp_arena_ready(&w->arena, w->be, err, errlen))) return rc;
     nb_log("configured: model %s, %s backend (kernels %s), %lld experts remote%s, PLE table %s, %d threads%s", c.model,
            bp.kind, kernels ? kernels : "default", (long long)n_remote, placed ? "" : " (no placement: all local)",
            ple_ssd ? "on SSD" : "in RAM", bp.n_threads, w->layer_times ? ", time per layer" : "");
