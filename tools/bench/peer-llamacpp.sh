@@ -42,6 +42,10 @@ bench: options
                     (llama-bench -d PROMPT)
   --reps N          repetitions (default 3); --threads N (default: all cores)
   --append FILE     append the dated block to FILE (default: print only)
+  --ubatch LIST     prefill micro-batch sizes, comma-separated: "default" (llama-bench's own, no -ub)
+                    or a number (-ub N, and -b N when N is over llama-bench's default batch of 2048);
+                    one prefill row per size (default: default). Decode runs once, at the default.
+  --llama-args "A"  extra llama-bench arguments for every run (e.g. "-fa 1")
   --nebula-bin DIR  where nebula-gguf is (the vram placement reads the tensor table; default
                     build/bin of the repository)
   --dry-run         print the llama-bench commands, run nothing
@@ -55,12 +59,12 @@ cmd=${1:-}; [ $# -gt 0 ] && shift
 case $cmd in -h|--help|"") usage; [ -n "$cmd" ]; exit $? ;; build|bench|cli) ;; *) usage >&2; exit 2 ;; esac
 
 kind=cpu dir= jobs=$(nproc) bundle= model= backend= placements=cpu-experts,vram vram_gib=12 reserve_gib=1
-prompts=512,2048 gen=128 reps=3 threads=$(nproc) append= dry=0 portable=0 nbin=$here/build/bin passthru=()
+prompts=512,2048 gen=128 reps=3 threads=$(nproc) append= dry=0 portable=0 nbin=$here/build/bin ubatch=default largs= passthru=()
 if [ "$cmd" = build ]; then case ${1:-} in cpu|cuda) kind=$1; shift ;; esac; fi
 while [ $# -gt 0 ]; do
     case $1 in
         --dir) dir=$2 ;; --jobs) jobs=$2 ;; --bundle) bundle=$2 ;; -m) model=$2 ;; --backend) backend=$2 ;;
-        --nebula-bin) nbin=$2 ;; --placements) placements=$2 ;; --vram-gib) vram_gib=$2 ;; --reserve-gib) reserve_gib=$2 ;;
+        --nebula-bin) nbin=$2 ;; --ubatch) ubatch=$2 ;; --llama-args) largs=$2 ;; --placements) placements=$2 ;; --vram-gib) vram_gib=$2 ;; --reserve-gib) reserve_gib=$2 ;;
         --prompts) prompts=$2 ;; --gen) gen=$2 ;; --reps) reps=$2 ;; --threads) threads=$2 ;; --append) append=$2 ;;
         --dry-run) dry=1; shift; continue ;;
         --portable) portable=1; shift; continue ;;
@@ -73,6 +77,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$dir" ] || { echo "peer-llamacpp: --dir DIR is required" >&2; exit 2; }
 [[ $prompts =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "peer-llamacpp: --prompts wants lengths like 512,2048" >&2; exit 2; }
+[[ $ubatch =~ ^(default|[0-9]+)(,(default|[0-9]+))*$ ]] || { echo "peer-llamacpp: --ubatch wants sizes like default,512,4096" >&2; exit 2; }
 for v in "$gen" "$reps" "$threads" "$jobs"; do [[ $v =~ ^[0-9]+$ ]] || { echo "peer-llamacpp: '$v' is not a count" >&2; exit 2; }; done
 
 # The build never lands in the tree: outside it, or in a path git ignores.
@@ -160,13 +165,23 @@ rows=$(mktemp); trap 'rm -f "$rows"' EXIT
 for pl in ${placements//,/ }; do
     a=$(args_for "$pl") || exit 1
     for p in ${prompts//,/ }; do
-        # prefill of P tokens from empty; then GEN tokens decoded after a P-token context
-        pp=("$bin/llama-bench" -m "$model" -t "$threads" -r "$reps" -o json $a -p "$p" -n 0)
-        tg=("$bin/llama-bench" -m "$model" -t "$threads" -r "$reps" -o json $a -p 0 -n "$gen" -d "$p")
-        if [ $dry = 1 ]; then echo "${pp[*]}"; echo "${tg[*]}"; continue; fi
-        jp=$("${pp[@]}" 2>"$rows.err") || die "llama-bench failed: $(tail -3 "$rows.err")"
-        jt=$("${tg[@]}" 2>"$rows.err") || die "llama-bench failed: $(tail -3 "$rows.err")"
-        python3 - "$pl ($a)" "$p" "$jp" "$jt" >>"$rows" <<'PY'
+        # GEN tokens decoded after a P-token context (at the default micro-batch); then the prefill of P tokens
+        # from empty at each --ubatch size
+        tg=("$bin/llama-bench" -m "$model" -t "$threads" -r "$reps" -o json $a $largs -p 0 -n "$gen" -d "$p")
+        if [ $dry = 1 ]; then echo "${tg[*]}"; else
+            jt=$("${tg[@]}" 2>"$rows.err") || die "llama-bench failed: $(tail -3 "$rows.err")"
+        fi
+        for ub in ${ubatch//,/ }; do
+            ubf=() label="$pl ($a${largs:+ $largs})"
+            if [ "$ub" != default ]; then
+                ubf=(-ub "$ub")
+                [ "$ub" -gt 2048 ] && ubf+=(-b "$ub")
+                label="$pl ($a${largs:+ $largs} ${ubf[*]})"
+            fi
+            pp=("$bin/llama-bench" -m "$model" -t "$threads" -r "$reps" -o json $a $largs "${ubf[@]}" -p "$p" -n 0)
+            if [ $dry = 1 ]; then echo "${pp[*]}"; continue; fi
+            jp=$("${pp[@]}" 2>"$rows.err") || die "llama-bench failed: $(tail -3 "$rows.err")"
+            python3 - "$label" "$p" "$jp" "$jt" >>"$rows" <<'PY'
 import json, statistics, sys
 cfg, p, pp, tg = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])[0], json.loads(sys.argv[4])[0]
 pt, dt = pp["samples_ts"], tg["samples_ts"]
@@ -175,6 +190,7 @@ print(f"| llama.cpp {cfg} | {p} | {statistics.median(pt):.1f} | {p / statistics.
       f"| {d:.2f} ({min(dt):.2f}–{max(dt):.2f}) | {1e3 / d:.2f} | — | — | — | — | — | — | — | — |")
 print(f"#info {pp.get('build_commit', '?')} {pp.get('cpu_info', '?')} | {pp.get('gpu_info', '')}", file=sys.stderr)
 PY
+        done
     done
 done
 [ $dry = 1 ] && exit 0
