@@ -99,6 +99,23 @@ uint64_t gw_backend_bytes_copied(const gw_backend *be)
     return __atomic_load_n(&be->bytes_copied, __ATOMIC_RELAXED);
 }
 
+uint64_t gw_backend_rows_evaluated(const gw_backend *be)
+{
+    return __atomic_load_n(&be->rows_evaluated, __ATOMIC_RELAXED);
+}
+
+uint64_t gw_backend_rows_replayed(const gw_backend *be)
+{
+    return __atomic_load_n(&be->rows_replayed, __ATOMIC_RELAXED);
+}
+
+int gw_recurrent_layer(const struct model *m)
+{
+    for (int i = 0; i < m->hp.n_layer; i++)
+        if (m->layers[i].kind == MODEL_LAYER_GDN || m->layers[i].has_ple) return i;
+    return -1;
+}
+
 uint64_t gw_backend_graph_replays(const gw_backend *be)
 {
     return __atomic_load_n(&be->graph_replays, __ATOMIC_RELAXED);
@@ -133,13 +150,6 @@ int gw_seq_truncate(gw_seq *s, int64_t n_keep, char *err, size_t errlen)
         gw_seq_reset(s);
         return 0;
     }
-    const struct model *m = s->be->model;
-    for (int i = 0; i < m->hp.n_layer; i++)
-        if (m->layers[i].kind == MODEL_LAYER_GDN || m->layers[i].has_ple)
-            return nb_errf(err, errlen, NB_ENOTSUP,
-                           "truncate to %lld of %lld: layer %d keeps recurrent state that cannot be rolled back yet "
-                           "(keep a gw_seq_copy instead)",
-                           (long long)n_keep, (long long)s->n_pos, i);
     return s->be->ops->seq_truncate(s, n_keep, err, errlen);
 }
 
@@ -170,6 +180,7 @@ int gw_eval(gw_seq *s, const struct gw_eval_args *a, char *err, size_t errlen)
         return nb_errf(err, errlen, NB_EINVAL, "logits asked, no buffer");
     if (a->argmax && a->logits_rows == GW_ROWS_NONE) return nb_errf(err, errlen, NB_EINVAL, "argmax asked for no rows");
     if (a->wide_rows != GW_ROWS_NONE && !a->wide) return nb_errf(err, errlen, NB_EINVAL, "wide state asked, no buffer");
+    __atomic_add_fetch(&s->be->rows_evaluated, (uint64_t)a->n_tokens, __ATOMIC_RELAXED);
     if (!a->argmax || s->be->ops->argmax) return s->be->ops->eval(s, a, err, errlen);
     /* the backend gives logits only: argmax of them here */
     const int64_t V = s->be->model->hp.n_vocab, rows = a->logits_rows == GW_ROWS_ALL ? a->n_tokens : 1;

@@ -19,11 +19,13 @@
  * input.  gw_mtp_eval() runs the MTP draft block.
  *
  * Rollback: gw_seq_truncate() shortens the position-indexed state (KV,
- * indexer keys, token history).  GDN and PLE conv state cannot be rolled
- * back yet (the block-start checkpoint + replay of ARCHITECTURE.md §5 will
- * come later), so truncating a model that has them below the current length
- * is refused with NB_ENOTSUP unless it truncates to 0; until then a caller
- * that needs to undo tokens keeps a copy made with gw_seq_copy().
+ * indexer keys, token history).  The GDN states and the PLE conv state are
+ * rolled back only into the last eval when it was a verify window
+ * (gw_eval_args.verify: the state before it kept, the rows' inputs cached,
+ * the accepted rows replayed through the recurrence, ARCHITECTURE.md §5);
+ * any other truncation of a model with them (below the current length, not
+ * to 0) is refused with NB_ENOTSUP, and a caller that needs it keeps a copy
+ * made with gw_seq_copy().
  *
  * Every call returns 0 or a negative NB_E* (core/util/err.h) and writes a
  * one-line message into err.  Calls on one sequence must not overlap; calls
@@ -96,6 +98,15 @@ struct gw_eval_args {
      * be NULL: a backend that computes it where the logits are (cuda) copies
      * one int per row instead of V floats — greedy decoding. */
     int32_t *argmax;
+    /* A verify window (issue 16: the target checking a chain of drafts): the
+     * rows are computed as that many one-token evals would compute them — the
+     * GDN layers token by token (their recurrent form), so each row's logits
+     * are a decode step's bit for bit on the CPU reference — and the state
+     * before the window is kept, so gw_seq_truncate can return to any
+     * position inside it without computing any of its rows again (the GDN
+     * states are replayed from the kept inputs).  NB_ENOTSUP from backends
+     * that cannot yet (cuda). */
+    bool verify;
 };
 
 /* One MTP step over n rows: row i combines the trunk (or previous draft)
@@ -212,6 +223,14 @@ uint64_t gw_backend_vram_bytes(const gw_backend *be);
  * plus the driver's page rounding and its own (kernel modules loaded lazily,
  * graphs).  All 0 for backends without a device. */
 void gw_backend_vram_used(const gw_backend *be, struct gw_vram_parts *used);
+
+/* Rows the trunk has evaluated since creation (every gw_eval row, each time
+ * it is evaluated), and positions gw_seq_truncate rebuilt from a verify
+ * window's cached inputs (replayed through the GDN recurrence, never
+ * evaluated again): with them a speculative loop proves that no accepted
+ * position was computed twice. */
+uint64_t gw_backend_rows_evaluated(const gw_backend *be);
+uint64_t gw_backend_rows_replayed(const gw_backend *be);
 
 /* Bytes copied host → device by evals and MTP steps since creation (remote
  * expert results, PLE rows, tokens, experts laid out again; not the weights

@@ -24,8 +24,8 @@ struct gw_backend_ops {
     int (*seq_create)(gw_backend *be, gw_seq **out, char *err, size_t errlen);
     void (*seq_free)(gw_seq *s);
     void (*seq_reset)(gw_seq *s);
-    /* 0 < n_keep < pos, and no layer keeps recurrent (GDN, PLE conv) state: backend.c handles the
-     * trivial cases and refuses those models until rollback exists. */
+    /* 0 < n_keep < pos (backend.c handles the trivial cases); a backend refuses with NB_ENOTSUP
+     * what it cannot roll back (recurrent GDN / PLE conv state outside a verify window). */
     int (*seq_truncate)(gw_seq *s, int64_t n_keep, char *err, size_t errlen);
     int (*seq_copy)(gw_seq *dst, const gw_seq *src, char *err, size_t errlen);
     /* Must advance s->n_pos by n_tokens on success. */
@@ -48,6 +48,8 @@ struct gw_backend {
     struct gw_vram_parts vram_used; /* see gw_backend_vram_used; the backend keeps it */
     uint64_t bytes_copied;       /* see gw_backend_bytes_copied; bumped atomically */
     uint64_t graph_replays;      /* see gw_backend_graph_replays; bumped atomically */
+    uint64_t rows_evaluated;     /* see gw_backend_rows_evaluated (backend.c) */
+    uint64_t rows_replayed;      /* see gw_backend_rows_replayed; the backend bumps it */
 };
 
 struct gw_seq {
@@ -62,6 +64,9 @@ static inline int64_t gw_blocks_kept(const struct model *m, int il, int64_t n_bl
     const int cr = m->layers[il].compress_ratio;
     return cr > 0 && n_blk > n_keep / cr ? n_keep / cr : n_blk;
 }
+
+/* The first trunk layer that keeps recurrent state (GDN, or the PLE conv), or -1. */
+int gw_recurrent_layer(const struct model *m);
 
 extern const struct gw_backend_ops gw_cpu_ops;
 /* gpu-worker/cuda/backend_cuda.cu; in the table only where nvcc built it (NB_HAVE_CUDA). */

@@ -90,6 +90,7 @@ static void seq_free_state(struct cpu_seq *s)
     for (int i = 0; s->ls && i < hp->n_layer + hp->n_nextn; i++) {
         struct cpu_layer_state *st = &s->ls[i];
         free(st->conv), free(st->ssm), free(st->k), free(st->v), free(st->idx_k), free(st->blk_k), free(st->ple_conv);
+        cpu_ckpt_free(st);
     }
     free(s->ls);
     free(s->tokens);
@@ -149,6 +150,7 @@ static void cpu_seq_reset(gw_seq *gs)
     gs->n_pos = 0;
     s->mtp_n = 0;
     s->broken = false;
+    s->ck_T = 0;
 }
 
 /* Grows *p to n floats, keeping its contents. */
@@ -203,6 +205,10 @@ static int cpu_seq_truncate(gw_seq *gs, int64_t n_keep, char *err, size_t errlen
 {
     struct cpu_seq *s = (struct cpu_seq *)gs;
     const struct model *m = gs->be->model;
+    if (gw_recurrent_layer(m) >= 0) { /* GDN / PLE state: only back into the last verify window */
+        int rc = cpu_rollback(s, n_keep, err, errlen);
+        if (rc) return rc;
+    }
     for (int i = 0; i < m->hp.n_layer; i++) s->ls[i].n_blk = gw_blocks_kept(m, i, s->ls[i].n_blk, n_keep);
     gs->n_pos = n_keep;
     return 0;
@@ -246,6 +252,7 @@ static int cpu_seq_copy(gw_seq *gd, const gw_seq *gsrc, char *err, size_t errlen
     gd->n_pos = gsrc->n_pos;
     d->mtp_n = s->mtp_n;
     d->broken = s->broken;
+    d->ck_T = 0; /* the copy does not take the source's last verify window: it cannot roll back into it */
     return 0;
 }
 
@@ -276,10 +283,10 @@ static int layer_forward(struct cpu_seq *s, const struct gw_eval_args *a, int il
     const struct cpu_layer_consts *c = &be->lc[il];
     struct cpu_layer_state *st = &s->ls[il];
     int rc = 0;
-    if (l->has_ple) rc = cpu_ple_forward(m, &be->base.ple_rows, l, c, st, s->tokens, pos0, T, X);
+    if (l->has_ple) rc = cpu_ple_forward(m, &be->base.ple_rows, l, c, st, s->tokens, pos0, T, a->verify, X);
     if (rc == 0) rc = cpu_hc_mix(hp, &l->hc_attn, c->hc_attn_norm, X, T, x, inj);
     if (rc == 0)
-        rc = l->kind == MODEL_LAYER_GDN ? cpu_gdn_forward(hp, &l->gdn, c, st, x, T, y)
+        rc = l->kind == MODEL_LAYER_GDN ? cpu_gdn_forward(hp, &l->gdn, c, st, x, T, a->verify, y)
                                         : cpu_attn_forward(hp, l, c, st, x, T, pos0, y);
     if (rc) return rc;
     cpu_hc_combine(hp, X, y, inj, T);
@@ -336,6 +343,7 @@ static int cpu_eval(gw_seq *gs, const struct gw_eval_args *a, char *err, size_t 
         memcpy(a->wide, X + w0 * wide, (size_t)((T - w0) * wide) * sizeof *X);
     }
     free(X);
+    s->ck_pos0 = pos0, s->ck_T = s->ck_W = rc == 0 && a->verify ? T : 0; /* any other eval ends the window's rollback */
     if (rc) {
         s->broken = true;
         return nb_errf(err, errlen, rc, "eval of %d tokens at position %lld: %s", T, (long long)pos0,

@@ -69,6 +69,8 @@ void cpu_rope(float *x, int rope_dim, float theta, int64_t pos);
  * out: T × ch; w: ch × K, tap K-1 = the current row, tap K-1-j is j·dilation
  * rows back).  Rows before the batch come from state ((K-1)·dilation rows,
  * oldest first), which then advances to the batch's last inputs. */
+/* The conv state after T more input rows (what cpu_causal_conv_silu leaves), without the outputs. */
+void cpu_conv_state_push(int K, int dilation, int64_t ch, float *state, const float *in, int T);
 void cpu_causal_conv_silu(const float *w, int K, int dilation, int64_t ch, float *state, const float *in, int T,
                           float *out);
 float cpu_sigmoid(float x);
@@ -105,6 +107,11 @@ struct cpu_layer_state {
     float *blk_k;    /* QSA: block keys (normed, roped), cap/cr + 1 rows */
     int64_t n_blk;   /* valid rows of blk_k */
     float *ple_conv; /* PLE: (Kp-1)·N × nC normed gated values, oldest first */
+    /* the last verify window (rollback.c): the state before it and the rows' inputs */
+    float *ck_conv, *ck_ssm; /* GDN: conv and S before the window */
+    float *ck_in;            /* GDN: the window's qkv rows, then q, k, v, g, β (cpu_ckpt_gdn) */
+    float *ck_ple;           /* PLE: ple_conv before the window, then the window's conv inputs */
+    int ck_rows;             /* rows ck_in / ck_ple hold */
 };
 
 struct cpu_seq {
@@ -115,7 +122,23 @@ struct cpu_seq {
     int64_t mtp_n, mtp_cap;     /* MTP K/V entries */
     int64_t *mtp_pos;           /* position of each MTP entry (increasing) */
     bool broken;                /* a call failed half-way: refuse work until reset */
+    int64_t ck_pos0;            /* the last eval's first position, when it was a verify window */
+    int ck_T;                   /* its rows still kept; 0: the last eval was not one (no rollback into it) */
+    int ck_W;                   /* its rows as the checkpoint laid them out (rollback.c's offsets) */
 };
+
+/* rollback.c: a verify window's checkpoint, layer by layer, and the return into it.
+ * cpu_ckpt_gdn_state: the GDN state and the window's qkv rows, before the conv;
+ * cpu_ckpt_gdn_inputs: its q, k, v, g, β; cpu_ckpt_ple: the PLE conv state and
+ * inputs, before its conv.  NB_ENOMEM or 0. */
+int cpu_ckpt_gdn_state(const struct model_hparams *hp, struct cpu_layer_state *st, int T, const float *qkv);
+void cpu_ckpt_gdn_inputs(const struct model_hparams *hp, struct cpu_layer_state *st, int T, const float *q, const float *k,
+                         const float *v, const float *g, const float *beta);
+int cpu_ckpt_ple(const struct model_hparams *hp, struct cpu_layer_state *st, int T, const float *in);
+/* Back to n_keep positions, inside the last verify window: the states before it, then its first rows' inputs
+ * replayed; NB_ENOTSUP outside it. */
+int cpu_rollback(struct cpu_seq *s, int64_t n_keep, char *err, size_t errlen);
+void cpu_ckpt_free(struct cpu_layer_state *st);
 
 /* Capacity for `need` MTP K/V entries. */
 int cpu_mtp_reserve(struct cpu_seq *s, int64_t need);
@@ -149,7 +172,7 @@ void cpu_gdn_core_chunked(const struct cpu_gdn_dims *d, int T, int chunk, const 
 /* y = GDN(x) for T rows; updates conv and recurrent state.  One token uses
  * the recurrent form, more the chunked form (as transformers does). */
 int cpu_gdn_forward(const struct model_hparams *hp, const struct model_gdn *w, const struct cpu_layer_consts *c,
-                    struct cpu_layer_state *st, const float *x, int T, float *y);
+                    struct cpu_layer_state *st, const float *x, int T, bool verify, float *y);
 
 /* qsa.c: attention for T rows at positions pos0…; K/V (and indexer keys)
  * for those rows are appended at pos0… (capacity already ensured). */
@@ -179,7 +202,7 @@ int cpu_moe_forward(const struct model_hparams *hp, const struct model_moe *w, c
  * come from src when it has a function (backend.h), else from the model. */
 int cpu_ple_forward(const struct model *m, const struct gw_ple_rows *src, const struct model_layer *l,
                     const struct cpu_layer_consts *c, struct cpu_layer_state *st, const int32_t *tokens,
-                    int64_t n_pos0, int T, float *X);
+                    int64_t n_pos0, int T, bool verify, float *X);
 /* The global table rows of the n-gram heads for position p (NH values). */
 void cpu_ple_rows(const struct model_hparams *hp, const int32_t *tokens, int64_t p, int64_t *rows);
 

@@ -11,7 +11,9 @@
  *     S ← e^{c_last} S + Σ_i e^{c_last−c_i} k_i v'_iᵀ.
  * A short last chunk is the padded chunk without its zero rows (padding adds
  * nothing), so no padding is materialised.  Decode (one token) uses the
- * recurrent form, a prefill the chunked one, as transformers does.
+ * recurrent form, a prefill the chunked one, as transformers does; a verify
+ * window (gw_eval_args.verify) the recurrent one, so that its rows are the
+ * decode steps' bit for bit and rollback.c can replay any prefix of it.
  * q and k heads are dk wide, v and the output dv wide (dk ≠ dv is allowed):
  * S is dk × dv, U and v' have rows of dv, W rows of dk. */
 #include <math.h>
@@ -145,7 +147,7 @@ static void l2norm_scale(float *x, int n, float scale)
 }
 
 int cpu_gdn_forward(const struct model_hparams *hp, const struct model_gdn *w, const struct cpu_layer_consts *c,
-                    struct cpu_layer_state *st, const float *x, int T, float *y)
+                    struct cpu_layer_state *st, const float *x, int T, bool verify, float *y)
 {
     const int Hk = hp->ssm_n_k_heads, Hv = hp->ssm_n_v_heads, Dk = hp->ssm_k_head_dim, Dv = hp->ssm_v_head_dim;
     const int64_t conv_dim = model_gdn_conv_dim(hp), vdim = model_gdn_v_dim(hp), kdim = model_gdn_k_dim(hp);
@@ -163,6 +165,7 @@ int cpu_gdn_forward(const struct model_hparams *hp, const struct model_gdn *w, c
     cpu_matmul(&wz, x, T, z);
     cpu_matmul(&wb, x, T, beta);
     cpu_matmul(&wa, x, T, g);
+    if (verify && (rc = cpu_ckpt_gdn_state(hp, st, T, qkv))) goto out; /* before the state moves */
     cpu_causal_conv_silu(c->gdn_conv, hp->ssm_conv_kernel, 1, conv_dim, st->conv, qkv, T, mixed);
     const float qscale = 1.0f / sqrtf((float)Dk);
     for (int t = 0; t < T; t++) {
@@ -180,7 +183,9 @@ int cpu_gdn_forward(const struct model_hparams *hp, const struct model_gdn *w, c
         }
     }
     struct cpu_gdn_dims dims = {Hk, Hv, Dk, Dv};
-    if (T == 1)
+    if (verify) cpu_ckpt_gdn_inputs(hp, st, T, q, k, v, g, beta);
+    /* a verify window token by token: each row is the decode step's, and a rollback replays the same steps */
+    if (T == 1 || verify)
         cpu_gdn_core_recurrent(&dims, T, q, k, v, g, beta, st->ssm, o);
     else
         cpu_gdn_core_chunked(&dims, T, CPU_GDN_CHUNK, q, k, v, g, beta, st->ssm, o);

@@ -154,6 +154,15 @@ void cpu_causal_conv_silu(const float *w, int K, int dilation, int64_t ch, float
             }
             out[(int64_t)t * ch + c] = cpu_silu((float)s);
         }
+    }
+    cpu_conv_state_push(K, dilation, ch, state, in, T);
+}
+
+void cpu_conv_state_push(int K, int dilation, int64_t ch, float *state, const float *in, int T)
+{
+    const int past = (K - 1) * dilation;
+#pragma omp parallel for schedule(static) if (ch * past >= CPU_PAR_MIN_WORK)
+    for (int64_t c = 0; c < ch; c++) {
         float hist[past > 0 ? past : 1]; /* the new state, built before it overwrites the old */
         for (int j = 0; j < past; j++) {
             int tau = T - past + j;

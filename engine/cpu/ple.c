@@ -90,7 +90,7 @@ static int read_rows(const struct model *m, const struct gw_ple_rows *src, const
 
 int cpu_ple_forward(const struct model *m, const struct gw_ple_rows *src, const struct model_layer *l,
                     const struct cpu_layer_consts *c, struct cpu_layer_state *st, const int32_t *tokens,
-                    int64_t n_pos0, int T, float *X)
+                    int64_t n_pos0, int T, bool verify, float *X)
 {
     const struct model_hparams *hp = &m->hp;
     const int64_t P = hp->ple_embd, wide = model_wide(hp);
@@ -102,6 +102,7 @@ int cpu_ple_forward(const struct model *m, const struct gw_ple_rows *src, const 
     if (rc) goto out;
     if ((rc = read_rows(m, src, tokens, n_pos0, T, e))) goto out;
     gated_values(hp, &l->ple, c, X, e, T, key, value, G, Gn);
+    if (verify && (rc = cpu_ckpt_ple(hp, st, T, Gn))) goto out; /* before the conv state moves */
     cpu_causal_conv_silu(c->ple_conv, hp->ple_conv_kernel, hp->ple_dilation, wide, st->ple_conv, Gn, T, conv);
     for (int64_t i = 0; i < T * wide; i++) X[i] += G[i] + conv[i];
 out:

@@ -202,6 +202,7 @@ int cuda_eval(gw_seq *gs, const struct gw_eval_args *a, char *err, size_t errlen
     cuda_seq *s = (cuda_seq *)gs;
     cuda_backend *be = cbe(gs->be);
     const int T = a->n_tokens;
+    if (a->verify) return nb_errf(err, errlen, NB_ENOTSUP, "verify windows are not implemented on the cuda backend yet");
     if (be->budget && gs->n_pos + T > be->n_ctx)
         return nb_errf(err, errlen, NB_EINVAL,
                        "eval of %d tokens at position %lld: past the %lld positions the VRAM budget reserved K/V for "

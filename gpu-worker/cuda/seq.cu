@@ -179,6 +179,11 @@ int cuda_seq_truncate(gw_seq *gs, int64_t n_keep, char *err, size_t errlen)
 {
     cuda_seq *s = (cuda_seq *)gs;
     const struct model *m = gs->be->model;
+    if (gw_recurrent_layer(m) >= 0) /* the verify window's checkpoint is the CPU reference's only, so far */
+        return nb_errf(err, errlen, NB_ENOTSUP,
+                       "truncate to %lld of %lld: layer %d keeps recurrent state that the cuda backend cannot roll back "
+                       "yet (keep a gw_seq_copy instead)",
+                       (long long)n_keep, (long long)gs->n_pos, gw_recurrent_layer(m));
     for (int i = 0; i < m->hp.n_layer; i++) s->ls[i].n_blk = gw_blocks_kept(m, i, s->ls[i].n_blk, n_keep);
     gs->n_pos = n_keep;
     return 0;

@@ -306,7 +306,7 @@ static void layer_matches_formulas(int dk, int dv)
     for (int64_t i = 0; i < T * C; i++) x[i] = normal();
     double max_d = 0, max_ref = 0;
     for (int ci = 0, t0 = 0; ci < 4; t0 += calls[ci++]) {
-        cr_assert_eq(cpu_gdn_forward(hp, &l->gdn, &lc, &st, x + t0 * C, calls[ci], y + t0 * C), 0);
+        cr_assert_eq(cpu_gdn_forward(hp, &l->gdn, &lc, &st, x + t0 * C, calls[ci], false, y + t0 * C), 0);
         for (int t = t0; t < t0 + calls[ci]; t++) {
             naive_gdn_token(&nl, x + t * C, want);
             for (int64_t i = 0; i < C; i++) {
