@@ -148,6 +148,26 @@ static void end(gen_session *g, const char *why)
     g->done = true, g->why = why, g->t_end = nb_now_s();
 }
 
+/* One decode step's sampling from row (logits or *argmax), as gen_feed does it; false when the generation ended. */
+static bool sample_row(gen_session *g, const float *logits, const int32_t *argmax, struct gen_event *ev, int *rc,
+                       char *err, size_t errlen)
+{
+    *ev = (struct gen_event){.prefill_done = g->cfg.n_prompt, .prefill_total = g->cfg.n_prompt};
+    if (g->made >= g->cfg.budget) return end(g, "length"), false;
+    const size_t V = (size_t)g->cfg.n_vocab;
+    if (g->dump && fwrite(logits, sizeof *logits, V, g->dump) != V) {
+        *rc = nb_errf(err, errlen, NB_EIO, "writing %s failed", g->logits_tmp);
+        return false;
+    }
+    int32_t id = argmax ? *argmax : sampling_sample(g->smp, logits);
+    g->out[g->made++] = id;
+    sampling_accept(g->smp, id);
+    ev->token = true, ev->id = id, ev->index = g->made - 1;
+    if (!g->cfg.ignore_stop && is_stop(g, id)) ev->stop = true, end(g, "stop token");
+    else if (g->made == g->cfg.budget) end(g, "length");
+    return !g->done;
+}
+
 int gen_feed(gen_session *g, const float *logits, const int32_t *argmax, struct gen_event *ev, char *err, size_t errlen)
 {
     *ev = (struct gen_event){.prefill_total = g->cfg.n_prompt};
@@ -158,17 +178,28 @@ int gen_feed(gen_session *g, const float *logits, const int32_t *argmax, struct 
         if (g->at < g->cfg.n_prompt) return 0;
         g->phase = GEN_DECODE, g->t_prefilled = nb_now_s();
     }
-    ev->prefill_done = g->cfg.n_prompt;
     g->pending = 0;
-    if (g->made >= g->cfg.budget) return end(g, "length"), 0;
+    int rc = 0;
+    sample_row(g, logits, argmax, ev, &rc, err, errlen);
+    return rc;
+}
+
+int gen_feed_verify(gen_session *g, int n_drafts, const int32_t *drafts, const float *logits, const int32_t *argmax,
+                    struct gen_event *ev, int *n_ev, int *accepted, char *err, size_t errlen)
+{
+    *n_ev = 0, *accepted = 0;
+    if (g->done || !g->pending || g->phase != GEN_DECODE)
+        return nb_errf(err, errlen, NB_EINVAL, "gen_feed_verify: no decode step handed out");
+    g->pending = 0;
     const size_t V = (size_t)g->cfg.n_vocab;
-    if (g->dump && fwrite(logits, sizeof *logits, V, g->dump) != V) return nb_errf(err, errlen, NB_EIO, "writing %s failed", g->logits_tmp);
-    int32_t id = argmax ? *argmax : sampling_sample(g->smp, logits);
-    g->out[g->made++] = id;
-    sampling_accept(g->smp, id);
-    ev->token = true, ev->id = id, ev->index = g->made - 1;
-    if (!g->cfg.ignore_stop && is_stop(g, id)) ev->stop = true, end(g, "stop token");
-    else if (g->made == g->cfg.budget) end(g, "length");
+    int rc = 0;
+    for (int i = 0; i <= n_drafts; i++) {
+        const bool more = sample_row(g, logits ? logits + i * V : NULL, argmax ? argmax + i : NULL, &ev[*n_ev], &rc, err, errlen);
+        if (rc) return rc;
+        if (ev[*n_ev].token) (*n_ev)++;
+        if (!more || i == n_drafts || g->out[g->made - 1] != drafts[i]) break;
+        (*accepted)++;
+    }
     return 0;
 }
 

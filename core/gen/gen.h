@@ -21,8 +21,9 @@
  * The stop rule: a generation ends at the budget ("length"), at a stop id
  * unless ignore_stop ("stop token"; the id is kept in the output: it was
  * generated), or when the driver says so (gen_cancel: "hook").  Rows: a
- * step asks for n_rows rows of logits; today always 1 (the last position),
- * the verify step of a draft will ask for several and accept a prefix. */
+ * step asks for n_rows rows of logits (1: the last position); a driver with
+ * drafts evaluates a window and hands its rows to gen_feed_verify, which
+ * accepts a prefix. */
 #ifndef NB_GEN_H
 #define NB_GEN_H
 
@@ -87,6 +88,20 @@ struct gen_event {
 /* The last step's result: logits (n_rows × n_vocab) or, when it allowed it,
  * argmax (one id per row).  0, or NB_EIO when the logits file cannot be written. */
 int gen_feed(gen_session *g, const float *logits, const int32_t *argmax, struct gen_event *ev, char *err, size_t errlen);
+/* A verify window instead of a decode step (speculative decoding, issue 16):
+ * the driver evaluated the decode step's id (st.ids[0]) followed by n_drafts
+ * drafted ids in one eval, and hands its n_drafts + 1 rows (logits, or one
+ * argmax a row when st.argmax_ok).  The rows are sampled in order as that many
+ * decode steps would sample them (the same sampler, the same random draws):
+ * row i's token is kept, and row i + 1 is looked at only when that token
+ * equals draft i and the generation goes on.  So the tokens are exactly the
+ * non-speculative ones whatever the drafts — greedy or sampled — as long as
+ * the rows are the decode steps' logits.  *accepted = the drafts kept (the
+ * driver keeps the window's first *accepted + 1 positions, and the last token
+ * sampled is the next step's id); ev[0 … *n_ev) one event per token sampled
+ * (room for n_drafts + 1).  0 or NB_EIO (the logits file). */
+int gen_feed_verify(gen_session *g, int n_drafts, const int32_t *drafts, const float *logits, const int32_t *argmax,
+                    struct gen_event *ev, int *n_ev, int *accepted, char *err, size_t errlen);
 /* Ends the generation now (the driver's reason: a client left, a stop string). */
 void gen_cancel(gen_session *g);
 

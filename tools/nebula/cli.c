@@ -126,7 +126,7 @@ int cli_encode(const struct cli_model *cm, const char *text, int32_t **ids, size
 }
 
 int cli_prefill(const struct cli_common *o, struct cli_model *cm, const int32_t *ids, size_t n, cli_rows_fn on_rows,
-                void *ctx, float *last_logits)
+                void *ctx, float *last_logits, float *last_wide)
 {
     int64_t V = cm->m->hp.n_vocab, chunk = o->chunk > 0 ? o->chunk : 512;
     float *rows = on_rows ? malloc((size_t)chunk * (size_t)V * sizeof *rows) : NULL;
@@ -138,6 +138,7 @@ int cli_prefill(const struct cli_common *o, struct cli_model *cm, const int32_t 
         struct gw_eval_args a = {.tokens = ids + at, .n_tokens = nb};
         if (on_rows) a.logits_rows = GW_ROWS_ALL, a.logits = rows;
         else if (last && last_logits) a.logits_rows = GW_ROWS_LAST, a.logits = last_logits;
+        if (last && last_wide) a.wide_rows = GW_ROWS_LAST, a.wide = last_wide;
         if (gw_eval(cm->seq, &a, err, sizeof err)) {
             fprintf(stderr, "nebula: evaluation failed at token %zu: %s\n", at, err);
             free(rows);

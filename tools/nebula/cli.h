@@ -44,10 +44,33 @@ int cli_read_tokens(const char *path, int64_t n_vocab, int32_t **ids, size_t *n)
 int cli_encode(const struct cli_model *cm, const char *text, int32_t **ids, size_t *n);
 
 /* Evaluates ids in chunks of o->chunk; the logits of every row go to
- * `on_rows` (may be NULL), the last row's to last_logits (may be NULL). */
+ * `on_rows` (may be NULL), the last row's to last_logits (may be NULL), and
+ * the last row's wide state (n·C floats, the MTP block's input) to last_wide
+ * (may be NULL). */
 typedef int (*cli_rows_fn)(void *ctx, const float *logits, int n_rows, int64_t n_vocab);
 int cli_prefill(const struct cli_common *o, struct cli_model *cm, const int32_t *ids, size_t n, cli_rows_fn on_rows,
-                void *ctx, float *last_logits);
+                void *ctx, float *last_logits, float *last_wide);
+
+struct gen_session;
+/* spec.c: the decode steps of a generation as MTP-drafted verify windows
+ * (`nebula generate --spec mtp`), from the prefill's last wide state, until
+ * the session is done; each token sampled goes to emit.  CLI_OK or CLI_FAIL
+ * (message printed).  Its counts are printed by the caller. */
+struct spec_counts {
+    long long passes, tokens, drafted, accepted;
+};
+/* An oracle instead of the MTP block (benchmarks, tests): the drafts for
+ * generated tokens k, k+1, … are ids[k], ids[k+1], … (the run's known
+ * continuation), each replaced by another id with probability `corrupt`
+ * (seeded): acceptance at a chosen rate, whatever the MTP block is worth. */
+struct spec_oracle {
+    const int32_t *ids;
+    size_t n;
+    double corrupt;
+    uint64_t seed;
+};
+int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, int n_draft, int64_t n_ctx,
+                    const struct spec_oracle *oracle, void (*emit)(void *, int32_t), void *ctx, struct spec_counts *c);
 
 /* Parses a positive integer option; CLI_USAGE on error. */
 int cli_parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out);

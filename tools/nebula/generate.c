@@ -44,6 +44,12 @@ static void usage(FILE *f)
             "  --print-ids            print the generated ids, space-separated, as the last stdout line\n"
             "engine:\n"
             "  -m, --model FILE       qwen4exp GGUF (any shard of a split model)\n"
+            "  --spec off|mtp         speculative decoding (default off): the MTP block drafts --draft N tokens\n"
+            "                         (default 4, at most 16), the model verifies them in one pass; the output\n"
+            "                         is exactly the plain one, greedy or sampled (CPU backend for now);\n"
+            "                         oracle: the drafts from --draft-ids FILE (the known continuation, ids),\n"
+            "                         each changed with probability --draft-corrupt R (default 0): a chosen\n"
+            "                         acceptance, for benchmarks and tests\n"
             "  --mtp FILE             the MTP (draft) block from a separate GGUF (Unsloth's MTP/mtp-*.gguf);\n"
             "                         without it the model file's own, or none (then no speculative decoding)\n"
             "  --ctx N                context limit in tokens (default: the model's)\n"
@@ -75,6 +81,11 @@ struct gen_opts {
     struct cli_common c;
     const char *prompt, *chat, *system, *tokens_file, *server, *dump_logits;
     bool think, greedy, print_ids;
+    bool spec;      /* --spec mtp|oracle: decode as drafted verify windows (spec.c) */
+    int n_draft;    /* --draft N */
+    bool oracle;
+    const char *oracle_path; /* --spec oracle: --draft-ids FILE, --draft-corrupt R */
+    double corrupt;
     long long n_predict;
     struct sampling_params sp;
     bool set_temp, set_top_k, set_top_p;
@@ -95,16 +106,37 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         {"server", required_argument, 0, 'R'},    {"dump-logits", required_argument, 0, 'D'},
         {"backend", required_argument, 0, 'B'},   {"help", no_argument, 0, 'h'},
         {"kernels", required_argument, 0, 'K'},   {"config", required_argument, 0, 'F'},
-        {"mtp", required_argument, 0, 'X'},       {0, 0, 0, 0}};
+        {"mtp", required_argument, 0, 'X'},       {"spec", required_argument, 0, 'Q'},
+        {"draft", required_argument, 0, 'd'},     {"draft-ids", required_argument, 0, 'O'},
+        {"draft-corrupt", required_argument, 0, 'o'}, {0, 0, 0, 0}};
     long long v;
     int c, rc = cli_conf_defaults(argc, argv, &o->c);
     o->think = true;
     o->n_predict = 128;
+    o->n_draft = 4;
     optind = 1;
     while (rc == CLI_OK && (c = getopt_long(argc, argv, "m:p:n:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': o->c.model_path = optarg; break;
         case 'X': o->c.mtp_path = optarg; break;
+        case 'Q':
+            if (strcmp(optarg, "off") && strcmp(optarg, "mtp") && strcmp(optarg, "oracle")) {
+                fprintf(stderr, "nebula generate: --spec %s: want off, mtp or oracle\n", optarg);
+                return CLI_USAGE;
+            }
+            o->spec = strcmp(optarg, "off") != 0, o->oracle = !strcmp(optarg, "oracle");
+            break;
+        case 'O': o->oracle_path = optarg; break;
+        case 'o': {
+            char *end;
+            o->corrupt = strtod(optarg, &end);
+            if (*end || !(o->corrupt >= 0 && o->corrupt <= 1)) {
+                fprintf(stderr, "nebula generate: --draft-corrupt wants a rate in [0, 1], not '%s'\n", optarg);
+                return CLI_USAGE;
+            }
+            break;
+        }
+        case 'd': rc = cli_parse_int("--draft", optarg, 1, 16, &v), o->n_draft = (int)v; break;
         case 'p': o->prompt = optarg; break;
         case 'C': o->chat = optarg; break;
         case 'S': o->system = optarg; break;
@@ -188,6 +220,9 @@ static int prompt_ids(const struct gen_opts *o, const struct cli_model *cm, int3
 }
 
 /* Streams one id's text (or the id itself without a tokenizer). */
+static void emit(tok_decoder *dec, int32_t id);
+static void emit_cb(void *dec, int32_t id) { emit((tok_decoder *)dec, id); }
+
 static void emit(tok_decoder *dec, int32_t id)
 {
     const char *text;
@@ -306,7 +341,9 @@ int cmd_generate(int argc, char **argv)
 
     int32_t *ids = NULL;
     size_t n = 0;
-    float *logits = NULL;
+    float *logits = NULL, *wide = NULL;
+    int32_t *oracle_ids = NULL; /* --spec oracle's drafts */
+    struct spec_oracle orc = {0};
     gen_session *g = NULL;
     tok_decoder *dec = NULL;
     if ((rc = prompt_ids(&o, &cm, &ids, &n))) goto done;
@@ -351,11 +388,41 @@ int cmd_generate(int argc, char **argv)
         rc = rc == NB_ENOMEM ? CLI_FAIL : CLI_USAGE;
         goto done;
     }
+    if (o.spec && ((!o.oracle && !cm.m->hp.n_nextn) || strcmp(gw_backend_kind(cm.be), "cpu"))) {
+        fprintf(stderr, "nebula: --spec needs %s\n",
+                strcmp(gw_backend_kind(cm.be), "cpu") ? "the cpu backend (verify windows on cuda come later)"
+                                                      : "a model with an MTP block (or --mtp FILE)");
+        rc = CLI_USAGE;
+        goto done;
+    }
+    if (o.oracle) {
+        if (!o.oracle_path) {
+            fprintf(stderr, "nebula: --spec oracle needs --draft-ids FILE\n");
+            rc = CLI_USAGE;
+            goto done;
+        }
+        if ((rc = cli_read_tokens(o.oracle_path, V, &oracle_ids, &orc.n))) goto done;
+        if (!orc.n) {
+            fprintf(stderr, "nebula: %s holds no ids\n", o.oracle_path);
+            rc = CLI_USAGE;
+            goto done;
+        }
+        orc.ids = oracle_ids, orc.corrupt = o.corrupt, orc.seed = o.sp.seed;
+    }
+    if (o.spec && !(wide = malloc((size_t)model_wide(&cm.m->hp) * sizeof *wide))) {
+        fprintf(stderr, "nebula: out of memory\n");
+        rc = CLI_FAIL;
+        goto done;
+    }
     struct gen_step st;
     struct gen_event ev;
+    struct spec_counts sc = {0};
     while (gen_next(g, &st) == GEN_EVAL) {
         if (st.phase == GEN_PREFILL) {
-            if ((rc = cli_prefill(&o.c, &cm, st.ids, (size_t)st.n_ids, NULL, NULL, logits))) goto done;
+            if ((rc = cli_prefill(&o.c, &cm, st.ids, (size_t)st.n_ids, NULL, NULL, logits, wide))) goto done;
+        } else if (o.spec) { /* the decode steps as verify windows, from the prefill's last state */
+            if ((rc = cli_spec_decode(&cm, g, wide, o.n_draft, ctx, o.oracle ? &orc : NULL, emit_cb, dec, &sc))) goto done;
+            break;
         } else {
             struct gw_eval_args a = {.tokens = st.ids, .n_tokens = st.n_ids, .logits_rows = GW_ROWS_LAST, .logits = logits};
             char e[1024];
@@ -392,10 +459,18 @@ int cmd_generate(int argc, char **argv)
     fprintf(stderr, "nebula: prompt %zu tokens in %.2f s (%.2f tok/s), generated %lld in %.2f s (%.2f tok/s), stop: %s\n",
             n, res.prompt_s, (double)n / res.prompt_s, res.made, res.decode_s,
             res.made > 1 ? (double)(res.made - 1) / res.decode_s : 0.0, res.why);
+    if (o.spec)
+        fprintf(stderr, "nebula: speculative: %lld passes, %.2f tokens a pass, %lld of %lld drafts accepted (%.1f %%); "
+                        "rows evaluated %llu, replayed %llu\n",
+                sc.passes, sc.passes ? (double)sc.tokens / (double)sc.passes : 0.0, sc.accepted, sc.drafted,
+                sc.drafted ? 100.0 * (double)sc.accepted / (double)sc.drafted : 0.0,
+                (unsigned long long)gw_backend_rows_evaluated(cm.be), (unsigned long long)gw_backend_rows_replayed(cm.be));
 done:
     gen_free(g); /* failed half-way: no partial logits file under the real name */
     tok_decoder_free(dec);
     free(logits);
+    free(wide);
+    free(oracle_ids);
     free(ids);
     cli_close(&cm);
     return rc;

@@ -84,7 +84,7 @@ int cmd_logits(int argc, char **argv)
         goto done;
     }
     double t0 = nb_now_s();
-    rc = cli_prefill(&o, &cm, ids, n, write_rows, &s, NULL);
+    rc = cli_prefill(&o, &cm, ids, n, write_rows, &s, NULL, NULL);
     if (fclose(s.f) || rc) {
         remove(tmp);
         rc = rc ? rc : CLI_FAIL;

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# test_spec.sh — speculative decoding in `nebula generate` (issue 16) on the
+# CPU reference, tiny-b (GDN, QSA, PLE and an MTP block): the output is the
+# plain run's, id for id, for 1,024 greedy tokens and for a sampled run —
+# with the MTP block's drafts (untrained: hardly any accepted) and with an
+# oracle's (the known continuation corrupted at 0 / 15 / 50 %: windows
+# accepted whole, in part, mostly not), so every rollback position is taken.
+# The counters show the loop evaluates every position once: rows evaluated
+# = prompt + the windows' rows (passes + drafts), nothing evaluated again.
+# --spec without an MTP block, or a bad rate, is refused.  Run by
+# tests/run-tests.sh with BUILD set.
+set -u
+bin=${BUILD:-build}/bin
+fails=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fails=$((fails + 1)); }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$bin/nebula-convert" tests/fixtures/tiny-b "$tmp/b.gguf" --type f32 -q 2>"$tmp/e" || { echo "FAIL convert tiny-b: $(cat "$tmp/e")"; exit 1; }
+"$bin/nebula-convert" tests/fixtures/tiny-a "$tmp/a.gguf" --type f32 -q 2>"$tmp/e" || { echo "FAIL convert tiny-a: $(cat "$tmp/e")"; exit 1; }
+prompt=tests/fixtures/tiny-b/tokens.txt
+n_prompt=$(wc -w <"$prompt")
+gen() { "$bin/nebula" generate -m "$tmp/b.gguf" --tokens-file "$prompt" --print-ids --threads 2 "$@"; }
+# $1 = name, $2 = the plain run's ids, $3 = stderr of the speculative run, $4 = its ids file
+check_run() {
+    if cmp -s "$2" "$4"; then ok "$1: the plain run's ids"; else bad "$1: ids differ from the plain run's"; fi
+    python3 - "$3" "$n_prompt" "$1" <<'PY' && ok "$1: each position evaluated once" || bad "$1: $(grep speculative "$3")"
+import re, sys
+t = open(sys.argv[1]).read()
+m = re.search(r"speculative: (\d+) passes, ([\d.]+) tokens a pass, (\d+) of (\d+) drafts accepted .*rows evaluated (\d+), replayed (\d+)", t)
+passes, per, acc, drafted, rows, replayed = int(m[1]), float(m[2]), int(m[3]), int(m[4]), int(m[5]), int(m[6])
+sys.exit(0 if rows == int(sys.argv[2]) + passes + drafted and replayed <= rows else 1)
+PY
+}
+gen --greedy -n 1024 2>/dev/null | tail -1 >"$tmp/plain.ids"
+[ "$(wc -w <"$tmp/plain.ids")" = 1024 ] || bad "plain greedy: $(wc -w <"$tmp/plain.ids") ids"
+gen --greedy -n 1024 --spec mtp 2>"$tmp/mtp.err" | tail -1 >"$tmp/mtp.ids"
+check_run "greedy, MTP drafts" "$tmp/plain.ids" "$tmp/mtp.err" "$tmp/mtp.ids"
+for r in 0 0.15 0.5; do
+    gen --greedy -n 1024 --spec oracle --draft-ids "$tmp/plain.ids" --draft-corrupt $r --draft 6 2>"$tmp/o.err" | tail -1 >"$tmp/o.ids"
+    check_run "greedy, oracle drafts corrupted at $r" "$tmp/plain.ids" "$tmp/o.err" "$tmp/o.ids"
+    acc=$(sed -n 's/.*drafts accepted (\([0-9.]*\) %).*/\1/p' "$tmp/o.err")
+    case $r in
+        0) python3 -c "import sys; sys.exit(0 if $acc > 95 else 1)" && ok "rate 0: $acc % accepted" || bad "rate 0: only $acc % accepted" ;;
+        0.5) python3 -c "import sys; sys.exit(0 if 2 < $acc < 40 else 1)" && ok "rate 0.5: $acc % accepted" || bad "rate 0.5: $acc % accepted" ;;
+    esac
+done
+gen --temp 0.9 --seed 11 -n 300 2>/dev/null | tail -1 >"$tmp/sampled.ids"
+gen --temp 0.9 --seed 11 -n 300 --spec oracle --draft-ids "$tmp/sampled.ids" --draft-corrupt 0.3 2>"$tmp/s.err" | tail -1 >"$tmp/s.ids"
+check_run "sampled (T 0.9), oracle drafts" "$tmp/sampled.ids" "$tmp/s.err" "$tmp/s.ids"
+gen --temp 0.9 --seed 11 -n 300 --spec mtp 2>"$tmp/sm.err" | tail -1 >"$tmp/sm.ids"
+check_run "sampled (T 0.9), MTP drafts" "$tmp/sampled.ids" "$tmp/sm.err" "$tmp/sm.ids"
+"$bin/nebula" generate -m "$tmp/a.gguf" --tokens-file tests/fixtures/tiny-a/tokens.txt -n 4 --spec mtp 2>"$tmp/e" >/dev/null
+[ $? = 2 ] && grep -q "MTP block" "$tmp/e" && ok "--spec mtp without an MTP block: refused" || bad "no-MTP refusal: $(cat "$tmp/e")"
+gen -n 4 --spec oracle 2>"$tmp/e" >/dev/null
+[ $? = 2 ] && grep -q -- "--draft-ids" "$tmp/e" && ok "--spec oracle without ids: refused" || bad "oracle refusal: $(cat "$tmp/e")"
+gen -n 4 --spec oracle --draft-ids "$tmp/plain.ids" --draft-corrupt 2 2>"$tmp/e" >/dev/null
+[ $? = 2 ] && grep -q "rate in" "$tmp/e" && ok "a bad --draft-corrupt: refused" || bad "rate refusal: $(cat "$tmp/e")"
+echo "$fails failed"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,92 @@
+/* spec.c — `nebula generate --spec mtp`: speculative decoding on a local
+ * backend (issue 16; ARCHITECTURE.md §5).
+ *
+ * Each pass: the MTP block drafts n tokens from the last accepted state
+ * (gw_mtp_draft: the trunk's wide state at position p−1 with the pending
+ * token at p, fed back n times); the trunk evaluates the pending token and
+ * the drafts as one verify window (gw_eval_args.verify: every row a decode
+ * step's logits, the state before it kept); core/gen samples the rows in
+ * order and keeps a draft only when the token sampled for its position is
+ * the draft itself (gen_feed_verify), so the output is exactly the
+ * non-speculative one, greedy or sampled, whatever the drafts; the sequence
+ * goes back to the accepted prefix (gw_seq_truncate into the window:
+ * nothing recomputed), and the window's wide row of the last accepted
+ * position is the next pass's MTP input.  The MTP block's own K/V follows:
+ * gw_mtp_draft drops its entries from the position it starts at.  An
+ * oracle (struct spec_oracle) can stand in for the MTP block, to measure
+ * and test the loop at a chosen acceptance. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/gen/gen.h"
+#include "tools/nebula/cli.h"
+
+/* splitmix64: the oracle's corruption draws */
+static uint64_t next_u64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* The oracle's drafts for generated tokens k … k+n-1 (past its ids: their last, corrupted or not). */
+static void oracle_drafts(const struct spec_oracle *o, uint64_t *rng, long long k, int n, int64_t V, int32_t *out)
+{
+    for (int i = 0; i < n; i++) {
+        const size_t at = (size_t)(k + i) < o->n ? (size_t)(k + i) : o->n - 1;
+        int32_t id = o->ids[at];
+        if ((double)(next_u64(rng) >> 11) / 9007199254740992.0 < o->corrupt) id = (int32_t)((id + 1) % V);
+        out[i] = id;
+    }
+}
+
+int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, int n_draft, int64_t n_ctx,
+                    const struct spec_oracle *oracle, void (*emit)(void *, int32_t), void *ctx, struct spec_counts *c)
+{
+    const struct model_hparams *hp = &cm->m->hp;
+    const int64_t V = hp->n_vocab, W = model_wide(hp);
+    int32_t *win = malloc((size_t)(n_draft + 1) * sizeof *win), *arg = malloc((size_t)(n_draft + 1) * sizeof *arg);
+    float *logits = malloc((size_t)((n_draft + 1) * V) * sizeof *logits), *wides = malloc((size_t)((n_draft + 1) * W) * sizeof *wides);
+    struct gen_event *ev = malloc((size_t)(n_draft + 1) * sizeof *ev);
+    char err[1024];
+    int rc = win && arg && logits && wides && ev ? CLI_OK : CLI_FAIL;
+    if (rc) fprintf(stderr, "nebula: out of memory\n");
+    struct gen_step st;
+    uint64_t rng = oracle ? oracle->seed : 0;
+    while (rc == CLI_OK && gen_next(g, &st) == GEN_EVAL) {
+        const int64_t pos = gw_seq_pos(cm->seq);
+        int n = n_draft;
+        if (pos + 1 + n > n_ctx) n = (int)(n_ctx - pos - 1); /* the window must fit the context */
+        if (n < 0) n = 0;
+        win[0] = st.ids[0];
+        if (oracle) {
+            struct gen_result so_far;
+            gen_finish(g, &so_far, err, sizeof err); /* not done: only the count so far */
+            oracle_drafts(oracle, &rng, so_far.made, n, V, win + 1);
+        } else if (n > 0 && gw_mtp_draft(cm->seq, win[0], wide, pos, n, win + 1, NULL, err, sizeof err)) {
+            fprintf(stderr, "\nnebula: drafting failed: %s\n", err);
+            rc = CLI_FAIL;
+            break;
+        }
+        struct gw_eval_args a = {.tokens = win, .n_tokens = n + 1, .logits_rows = GW_ROWS_ALL,
+                                 .logits = st.argmax_ok ? NULL : logits, .argmax = st.argmax_ok ? arg : NULL,
+                                 .wide_rows = GW_ROWS_ALL, .wide = wides, .verify = true};
+        int n_ev = 0, acc = 0;
+        if (gw_eval(cm->seq, &a, err, sizeof err) ||
+            gen_feed_verify(g, n, win + 1, st.argmax_ok ? NULL : logits, st.argmax_ok ? arg : NULL, ev, &n_ev, &acc, err,
+                            sizeof err) ||
+            gw_seq_truncate(cm->seq, pos + acc + 1, err, sizeof err)) {
+            fprintf(stderr, "\nnebula: a verify window failed: %s\n", err);
+            rc = CLI_FAIL;
+            break;
+        }
+        memcpy(wide, wides + (int64_t)acc * W, (size_t)W * sizeof *wide); /* the last accepted position's state */
+        for (int i = 0; i < n_ev; i++)
+            if (!ev[i].stop) emit(ctx, ev[i].id);
+        c->passes++, c->tokens += n_ev, c->drafted += n, c->accepted += acc;
+    }
+    free(win), free(arg), free(logits), free(wides), free(ev);
+    return rc;
+}
