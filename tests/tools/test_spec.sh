@@ -5,6 +5,7 @@
 # with the MTP block's drafts (untrained: hardly any accepted) and with an
 # oracle's (the known continuation corrupted at 0 / 15 / 50 %: windows
 # accepted whole, in part, mostly not), so every rollback position is taken.
+# The adaptive window grows on full acceptances and falls back on rejections.
 # The counters show the loop evaluates every position once: rows evaluated
 # = prompt + the windows' rows (passes + drafts), nothing evaluated again.
 # --spec without an MTP block, or a bad rate, is refused.  Run by
@@ -45,6 +46,14 @@ for r in 0 0.15 0.5; do
         0.5) python3 -c "import sys; sys.exit(0 if 2 < $acc < 40 else 1)" && ok "rate 0.5: $acc % accepted" || bad "rate 0.5: $acc % accepted" ;;
     esac
 done
+# the adaptive window (no --draft): full acceptances grow it to 16 (4 4 5 6 8 11 16), a bad oracle keeps it at 4
+gen --greedy -n 1024 --spec oracle --draft-ids "$tmp/plain.ids" 2>"$tmp/a.err" | tail -1 >"$tmp/a.ids"
+check_run "greedy, adaptive window, oracle drafts" "$tmp/plain.ids" "$tmp/a.err" "$tmp/a.ids"
+grep -q "windows 4 4 5 6 8 11 16 16" "$tmp/a.err" && ok "the window grows 4 4 5 6 8 11 16 on full acceptances" ||
+    bad "adaptive growth: $(grep -o 'windows.*' "$tmp/a.err" | cut -c1-80)"
+gen --greedy -n 200 --spec oracle --draft-ids "$tmp/plain.ids" --draft-corrupt 1 2>"$tmp/a.err" | tail -1 >"$tmp/a.ids"
+grep -q "windows 4 4 4 4 4 4 4 4 4 4 4 4" "$tmp/a.err" && ok "every first draft rejected: the window stays at 4" ||
+    bad "adaptive floor: $(grep -o 'windows.*' "$tmp/a.err" | cut -c1-80)"
 gen --temp 0.9 --seed 11 -n 300 2>/dev/null | tail -1 >"$tmp/sampled.ids"
 gen --temp 0.9 --seed 11 -n 300 --spec oracle --draft-ids "$tmp/sampled.ids" --draft-corrupt 0.3 2>"$tmp/s.err" | tail -1 >"$tmp/s.ids"
 check_run "sampled (T 0.9), oracle drafts" "$tmp/sampled.ids" "$tmp/s.err" "$tmp/s.ids"

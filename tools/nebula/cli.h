@@ -58,6 +58,7 @@ struct gen_session;
  * (message printed).  Its counts are printed by the caller. */
 struct spec_counts {
     long long passes, tokens, drafted, accepted;
+    char trajectory[256]; /* the first windows drafted, "4 5 6 8 …" (the adaptive controller's path) */
 };
 /* An oracle instead of the MTP block (benchmarks, tests): the drafts for
  * generated tokens k, k+1, … are ids[k], ids[k+1], … (the run's known
@@ -69,6 +70,7 @@ struct spec_oracle {
     double corrupt;
     uint64_t seed;
 };
+/* n_draft 0: the adaptive window (core/gen/window.h, 4 … 16); else that many drafts a pass. */
 int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, int n_draft, int64_t n_ctx,
                     const struct spec_oracle *oracle, void (*emit)(void *, int32_t), void *ctx, struct spec_counts *c);
 

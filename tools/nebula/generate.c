@@ -44,8 +44,8 @@ static void usage(FILE *f)
             "  --print-ids            print the generated ids, space-separated, as the last stdout line\n"
             "engine:\n"
             "  -m, --model FILE       qwen4exp GGUF (any shard of a split model)\n"
-            "  --spec off|mtp         speculative decoding (default off): the MTP block drafts --draft N tokens\n"
-            "                         (default 4, at most 16), the model verifies them in one pass; the output\n"
+            "  --spec off|mtp|oracle  speculative decoding (default off): the MTP block drafts --draft N tokens\n"
+            "                         (default: adaptive, 4 to 16), the model verifies them in one pass; the output\n"
             "                         is exactly the plain one, greedy or sampled (CPU backend for now);\n"
             "                         oracle: the drafts from --draft-ids FILE (the known continuation, ids),\n"
             "                         each changed with probability --draft-corrupt R (default 0): a chosen\n"
@@ -113,7 +113,7 @@ static int parse(int argc, char **argv, struct gen_opts *o)
     int c, rc = cli_conf_defaults(argc, argv, &o->c);
     o->think = true;
     o->n_predict = 128;
-    o->n_draft = 4;
+    o->n_draft = 0; /* adaptive */
     optind = 1;
     while (rc == CLI_OK && (c = getopt_long(argc, argv, "m:p:n:h", opts, NULL)) != -1) {
         switch (c) {
@@ -461,10 +461,11 @@ int cmd_generate(int argc, char **argv)
             res.made > 1 ? (double)(res.made - 1) / res.decode_s : 0.0, res.why);
     if (o.spec)
         fprintf(stderr, "nebula: speculative: %lld passes, %.2f tokens a pass, %lld of %lld drafts accepted (%.1f %%); "
-                        "rows evaluated %llu, replayed %llu\n",
+                        "rows evaluated %llu, replayed %llu; windows %s\n",
                 sc.passes, sc.passes ? (double)sc.tokens / (double)sc.passes : 0.0, sc.accepted, sc.drafted,
                 sc.drafted ? 100.0 * (double)sc.accepted / (double)sc.drafted : 0.0,
-                (unsigned long long)gw_backend_rows_evaluated(cm.be), (unsigned long long)gw_backend_rows_replayed(cm.be));
+                (unsigned long long)gw_backend_rows_evaluated(cm.be), (unsigned long long)gw_backend_rows_replayed(cm.be),
+                sc.trajectory);
 done:
     gen_free(g); /* failed half-way: no partial logits file under the real name */
     tok_decoder_free(dec);

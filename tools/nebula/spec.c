@@ -14,12 +14,15 @@
  * position is the next pass's MTP input.  The MTP block's own K/V follows:
  * gw_mtp_draft drops its entries from the position it starts at.  An
  * oracle (struct spec_oracle) can stand in for the MTP block, to measure
- * and test the loop at a chosen acceptance. */
+ * and test the loop at a chosen acceptance.  The window is fixed (--draft N)
+ * or adaptive: core/gen/window.h picks each pass's N from the last ones. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/gen/gen.h"
+#include "core/gen/window.h"
+#include "core/util/clock.h"
 #include "tools/nebula/cli.h"
 
 /* splitmix64: the oracle's corruption draws */
@@ -47,6 +50,12 @@ int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, in
 {
     const struct model_hparams *hp = &cm->m->hp;
     const int64_t V = hp->n_vocab, W = model_wide(hp);
+    struct window_ctl wc;
+    const bool adaptive = n_draft == 0;
+    if (adaptive) {
+        window_init(&wc, 4, WINDOW_MAX);
+        n_draft = WINDOW_MAX; /* the buffers' size */
+    }
     int32_t *win = malloc((size_t)(n_draft + 1) * sizeof *win), *arg = malloc((size_t)(n_draft + 1) * sizeof *arg);
     float *logits = malloc((size_t)((n_draft + 1) * V) * sizeof *logits), *wides = malloc((size_t)((n_draft + 1) * W) * sizeof *wides);
     struct gen_event *ev = malloc((size_t)(n_draft + 1) * sizeof *ev);
@@ -57,7 +66,8 @@ int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, in
     uint64_t rng = oracle ? oracle->seed : 0;
     while (rc == CLI_OK && gen_next(g, &st) == GEN_EVAL) {
         const int64_t pos = gw_seq_pos(cm->seq);
-        int n = n_draft;
+        int n = adaptive ? wc.n : n_draft;
+        const double t0 = nb_now_s();
         if (pos + 1 + n > n_ctx) n = (int)(n_ctx - pos - 1); /* the window must fit the context */
         if (n < 0) n = 0;
         win[0] = st.ids[0];
@@ -86,7 +96,12 @@ int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, in
         for (int i = 0; i < n_ev; i++)
             if (!ev[i].stop) emit(ctx, ev[i].id);
         c->passes++, c->tokens += n_ev, c->drafted += n, c->accepted += acc;
+        if (adaptive) window_update(&wc, n, acc, n_ev, nb_now_s() - t0);
+        size_t at = strlen(c->trajectory);
+        if (at + 8 < sizeof c->trajectory) snprintf(c->trajectory + at, sizeof c->trajectory - at, at ? " %d" : "%d", n);
+        else if (at + 4 < sizeof c->trajectory && !strstr(c->trajectory, "…")) strcat(c->trajectory, " …");
     }
+    if (adaptive) window_free(&wc);
     free(win), free(arg), free(logits), free(wides), free(ev);
     return rc;
 }
