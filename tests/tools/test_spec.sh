@@ -2,7 +2,8 @@
 # test_spec.sh — speculative decoding in `nebula generate` (issue 16) on the
 # CPU reference, tiny-b (GDN, QSA, PLE and an MTP block): the output is the
 # plain run's, id for id, for 1,024 greedy tokens and for a sampled run —
-# with the MTP block's drafts (untrained: hardly any accepted) and with an
+# with the MTP block's drafts (untrained: hardly any accepted), prompt
+# lookup's, and an
 # oracle's (the known continuation corrupted at 0 / 15 / 50 %: windows
 # accepted whole, in part, mostly not), so every rollback position is taken.
 # The adaptive window grows on full acceptances and falls back on rejections.
@@ -54,6 +55,16 @@ grep -q "windows 4 4 5 6 8 11 16 16" "$tmp/a.err" && ok "the window grows 4 4 5 
 gen --greedy -n 200 --spec oracle --draft-ids "$tmp/plain.ids" --draft-corrupt 1 2>"$tmp/a.err" | tail -1 >"$tmp/a.ids"
 grep -q "windows 4 4 4 4 4 4 4 4 4 4 4 4" "$tmp/a.err" && ok "every first draft rejected: the window stays at 4" ||
     bad "adaptive floor: $(grep -o 'windows.*' "$tmp/a.err" | cut -c1-80)"
+# prompt lookup: drafts from the context itself; a prompt that repeats gives it something to find
+gen --greedy -n 1024 --spec lookup 2>"$tmp/l.err" | tail -1 >"$tmp/l.ids"
+check_run "greedy, prompt lookup" "$tmp/plain.ids" "$tmp/l.err" "$tmp/l.ids"
+for i in 1 2 3 4 5 6; do echo "7 19 3 88 41 5 23 61 2 17"; done >"$tmp/rep.txt"
+"$bin/nebula" generate -m "$tmp/b.gguf" --tokens-file "$tmp/rep.txt" --print-ids --threads 2 --greedy -n 64 2>/dev/null | tail -1 >"$tmp/rp.ids"
+"$bin/nebula" generate -m "$tmp/b.gguf" --tokens-file "$tmp/rep.txt" --print-ids --threads 2 --greedy -n 64 --spec lookup \
+    2>"$tmp/rl.err" | tail -1 >"$tmp/rl.ids"
+cmp -s "$tmp/rp.ids" "$tmp/rl.ids" && ok "lookup on a repeating prompt: the plain run's ids" || bad "lookup on a repeating prompt: ids differ"
+drafted=$(sed -n 's/.* of \([0-9]*\) drafts accepted.*/\1/p' "$tmp/rl.err")
+[ "${drafted:-0}" -gt 0 ] && ok "lookup finds drafts in a repeating prompt ($drafted)" || bad "lookup drafted nothing: $(grep speculative "$tmp/rl.err")"
 gen --temp 0.9 --seed 11 -n 300 2>/dev/null | tail -1 >"$tmp/sampled.ids"
 gen --temp 0.9 --seed 11 -n 300 --spec oracle --draft-ids "$tmp/sampled.ids" --draft-corrupt 0.3 2>"$tmp/s.err" | tail -1 >"$tmp/s.ids"
 check_run "sampled (T 0.9), oracle drafts" "$tmp/sampled.ids" "$tmp/s.err" "$tmp/s.ids"

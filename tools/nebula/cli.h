@@ -71,8 +71,18 @@ struct spec_oracle {
     uint64_t seed;
 };
 /* n_draft 0: the adaptive window (core/gen/window.h, 4 … 16); else that many drafts a pass. */
+/* Where the drafts come from: the MTP block, an oracle, or prompt lookup (the
+ * tokens that followed the context's last 3, 2 or 1 tokens where they last
+ * occurred before, in the prompt or in what was generated). */
+enum spec_drafter { SPEC_MTP, SPEC_ORACLE, SPEC_LOOKUP };
+struct spec_source {
+    enum spec_drafter kind;
+    const struct spec_oracle *oracle; /* SPEC_ORACLE */
+    const int32_t *prompt;            /* SPEC_LOOKUP: the prompt's ids */
+    size_t n_prompt;
+};
 int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, int n_draft, int64_t n_ctx,
-                    const struct spec_oracle *oracle, void (*emit)(void *, int32_t), void *ctx, struct spec_counts *c);
+                    const struct spec_source *src, void (*emit)(void *, int32_t), void *ctx, struct spec_counts *c);
 
 /* Parses a positive integer option; CLI_USAGE on error. */
 int cli_parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out);

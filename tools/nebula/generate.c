@@ -44,9 +44,11 @@ static void usage(FILE *f)
             "  --print-ids            print the generated ids, space-separated, as the last stdout line\n"
             "engine:\n"
             "  -m, --model FILE       qwen4exp GGUF (any shard of a split model)\n"
-            "  --spec off|mtp|oracle  speculative decoding (default off): the MTP block drafts --draft N tokens\n"
+            "  --spec off|mtp|lookup|oracle\n"
+            "                         speculative decoding (default off): the MTP block drafts --draft N tokens\n"
             "                         (default: adaptive, 4 to 16), the model verifies them in one pass; the output\n"
             "                         is exactly the plain one, greedy or sampled (CPU backend for now);\n"
+            "                         lookup: the tokens that followed the context's last 3/2/1 tokens before;\n"
             "                         oracle: the drafts from --draft-ids FILE (the known continuation, ids),\n"
             "                         each changed with probability --draft-corrupt R (default 0): a chosen\n"
             "                         acceptance, for benchmarks and tests\n"
@@ -83,7 +85,7 @@ struct gen_opts {
     bool think, greedy, print_ids;
     bool spec;      /* --spec mtp|oracle: decode as drafted verify windows (spec.c) */
     int n_draft;    /* --draft N */
-    bool oracle;
+    bool oracle, lookup;
     const char *oracle_path; /* --spec oracle: --draft-ids FILE, --draft-corrupt R */
     double corrupt;
     long long n_predict;
@@ -120,11 +122,11 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         case 'm': o->c.model_path = optarg; break;
         case 'X': o->c.mtp_path = optarg; break;
         case 'Q':
-            if (strcmp(optarg, "off") && strcmp(optarg, "mtp") && strcmp(optarg, "oracle")) {
-                fprintf(stderr, "nebula generate: --spec %s: want off, mtp or oracle\n", optarg);
+            if (strcmp(optarg, "off") && strcmp(optarg, "mtp") && strcmp(optarg, "oracle") && strcmp(optarg, "lookup")) {
+                fprintf(stderr, "nebula generate: --spec %s: want off, mtp, lookup or oracle\n", optarg);
                 return CLI_USAGE;
             }
-            o->spec = strcmp(optarg, "off") != 0, o->oracle = !strcmp(optarg, "oracle");
+            o->spec = strcmp(optarg, "off") != 0, o->oracle = !strcmp(optarg, "oracle"), o->lookup = !strcmp(optarg, "lookup");
             break;
         case 'O': o->oracle_path = optarg; break;
         case 'o': {
@@ -388,7 +390,7 @@ int cmd_generate(int argc, char **argv)
         rc = rc == NB_ENOMEM ? CLI_FAIL : CLI_USAGE;
         goto done;
     }
-    if (o.spec && ((!o.oracle && !cm.m->hp.n_nextn) || strcmp(gw_backend_kind(cm.be), "cpu"))) {
+    if (o.spec && ((!o.oracle && !o.lookup && !cm.m->hp.n_nextn) || strcmp(gw_backend_kind(cm.be), "cpu"))) {
         fprintf(stderr, "nebula: --spec needs %s\n",
                 strcmp(gw_backend_kind(cm.be), "cpu") ? "the cpu backend (verify windows on cuda come later)"
                                                       : "a model with an MTP block (or --mtp FILE)");
@@ -421,7 +423,8 @@ int cmd_generate(int argc, char **argv)
         if (st.phase == GEN_PREFILL) {
             if ((rc = cli_prefill(&o.c, &cm, st.ids, (size_t)st.n_ids, NULL, NULL, logits, wide))) goto done;
         } else if (o.spec) { /* the decode steps as verify windows, from the prefill's last state */
-            if ((rc = cli_spec_decode(&cm, g, wide, o.n_draft, ctx, o.oracle ? &orc : NULL, emit_cb, dec, &sc))) goto done;
+            struct spec_source src = {o.oracle ? SPEC_ORACLE : o.lookup ? SPEC_LOOKUP : SPEC_MTP, &orc, ids, n};
+            if ((rc = cli_spec_decode(&cm, g, wide, o.n_draft, ctx, &src, emit_cb, dec, &sc))) goto done;
             break;
         } else {
             struct gw_eval_args a = {.tokens = st.ids, .n_tokens = st.n_ids, .logits_rows = GW_ROWS_LAST, .logits = logits};
