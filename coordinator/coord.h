@@ -100,6 +100,7 @@ struct coord {
     uint64_t vram_budget;          /* --vram-budget bytes (0: placement.json's) */
     int64_t ctx;                   /* --ctx: positions for a request and the K/V reserve (0: placement's, model's) */
     bool layer_times;              /* --layer-times: the gpu-worker times each layer on cuda too */
+    int spec;                      /* --spec: COORD_SPEC_OFF, _MTP or _LOOKUP (speculative decoding, requests.c) */
     bool gw_cuda;                  /* backend is cuda */
     /* the instance */
     shm_instance *inst;
@@ -190,6 +191,8 @@ void coord_ctl_on_workers(struct coord *c); /* a waiting restart may be answered
 void coord_ctl_on_idle(struct coord *c);    /* no request runs: a waiting restart may begin */
 void coord_ctl_close(struct coord *c);      /* teardown: the open request gets an error */
 
+enum { COORD_SPEC_OFF = 0, COORD_SPEC_MTP = 1, COORD_SPEC_LOOKUP = 2 };
+
 /* main.c: the step ring's geometry for this model and prefill chunk. */
 struct ring_geometry coord_step_geometry(const struct model *m, int chunk);
 
@@ -211,7 +214,8 @@ struct coord_step_reply {
 int coord_step_open(struct coord *c, char *err, size_t errlen);
 void coord_step_close(struct coord *c);
 int coord_step_fd(const struct coord *c);
-int coord_step_send(struct coord *c, uint32_t op, const int32_t *ids, int n, bool argmax, char *err, size_t errlen);
+/* flags: STEP_FLAG_ARGMAX, STEP_FLAG_WIDE (gpu-worker/step_proto.h) */
+int coord_step_send(struct coord *c, uint32_t op, const int32_t *ids, int n, uint32_t flags, char *err, size_t errlen);
 bool coord_step_take(struct coord *c, struct coord_step_reply *r);
 void coord_step_abandon(struct coord *c); /* the answer in flight is dropped when it comes */
 

@@ -81,6 +81,9 @@ static void usage(FILE *f)
                "                   request.vram_budget, else none); the configuration fails naming each part\n"
                "  --ctx N          positions a request may use, and the K/V the gpu-worker reserves on cuda\n"
                "                   (default: placement.json's request.vram_ctx on cuda, else the model's)\n"
+               "  --spec S         speculative decoding: off (default), mtp (the MTP block drafts, the model\n"
+               "                   verifies a window of them in one step) or lookup (drafts from the prompt);\n"
+               "                   the output is exactly the plain one; the cpu backend only, for now\n"
                "  --layer-times    time each layer on cuda too (nebulactl profile; costs a synchronisation\n"
                "                   per layer and the CUDA graph; always on with the cpu backend)\n"
                "  --http HOST:PORT where the HTTP API listens (default 127.0.0.1:8091; port 0: any free\n"
@@ -166,7 +169,7 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
                                          {"cpu-kernels", required_argument, 0, 'C'},
                                          {"vram-budget", required_argument, 0, 'V'}, {"ctx", required_argument, 0, 'x'},
                                          {"layer-times", no_argument, 0, 'L'},  {"config", required_argument, 0, 'f'},
-                                         {"mtp", required_argument, 0, 'M'},
+                                         {"mtp", required_argument, 0, 'M'},    {"spec", required_argument, 0, 'S'},
                                          {0, 0, 0, 0}};
     int ch;
     char err[256];
@@ -245,6 +248,15 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
             c->ctx = v, end = NULL;
             break;
         case 'L': c->layer_times = true; break;
+        case 'S':
+            if (!strcmp(optarg, "off")) c->spec = COORD_SPEC_OFF;
+            else if (!strcmp(optarg, "mtp")) c->spec = COORD_SPEC_MTP;
+            else if (!strcmp(optarg, "lookup")) c->spec = COORD_SPEC_LOOKUP;
+            else {
+                fprintf(stderr, "nebula-coordinator: --spec %s: want off, mtp or lookup\n", optarg);
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); return -1;
         default: usage(stderr); return 2;
         }
@@ -500,6 +512,9 @@ static int start(struct coord *c, const char *runtime, char *err, size_t errlen)
 {
     int n_stale = 0, rc;
     if ((rc = model_open_mtp(c->model_path, c->mtp_path, &c->m, err, errlen))) return rc;
+    if (c->spec == COORD_SPEC_MTP && c->m->hp.n_nextn == 0)
+        return nb_errf(err, errlen, NB_EINVAL, "--spec mtp: %s has no MTP block (give one with --mtp FILE, or --spec lookup)",
+                       c->model_path);
     if (gguf_find_key(c->m->gguf, "tokenizer.ggml.tokens") >= 0 && (rc = tok_load_gguf(c->m->gguf, &c->tok, err, errlen)))
         return rc;
     if ((rc = read_tiers(c, err, errlen))) return rc;
@@ -546,6 +561,11 @@ int main(int argc, char **argv)
     nb_log("config: %s", c.config_path[0] ? c.config_path : "none found (built-in defaults)");
     resolve_backend(&c);
     c.gw_cuda = !strcmp(c.backend, "cuda");
+    if (c.spec && c.gw_cuda) {
+        fprintf(stderr, "nebula-coordinator: --spec: the cuda backend cannot verify draft windows yet (--backend cpu, "
+                        "or --spec off)\n");
+        return 2;
+    }
     the_coord = &c;
     c.t_start = coord_now();
     struct sigaction sa = {.sa_handler = on_stop}, sc = {.sa_handler = on_child, .sa_flags = SA_NOCLDSTOP};

@@ -27,6 +27,7 @@
 
 #include "core/event/event.h"
 #include "core/gen/gen.h"
+#include "core/gen/window.h"
 #include "core/model/model.h"
 #include "core/util/err.h"
 #include "core/util/log.h"
@@ -53,6 +54,12 @@ struct coord_request {
     uint64_t deaths;       /* c->deaths when the attempt started */
     pid_t gw_pid;          /* the gpu-worker the attempt runs on */
     long long timer;       /* the state's deadline (0: none) */
+    /* speculative decoding (c->spec): the window controller, and what the last window left */
+    struct window_ctl wc;
+    int keep;              /* the previous window's accepted drafts, sent with the next one (-1: none) */
+    int n_draft;           /* drafts in the window in flight */
+    double t_step;         /* when it was sent */
+    long long passes, tokens, drafted, accepted; /* the request's windows */
     char err[1024];
     struct coord_request *next;
 };
@@ -79,7 +86,11 @@ static void finish(struct coord *c, int rc, bool cancelled)
     c->rq_head = r->next;
     if (!c->rq_head) c->rq_tail = NULL;
     r->ops.on_done(r->ctx, &o);
+    if (r->passes)
+        nb_log("speculative: %lld windows, %.2f tokens a window, %lld of %lld drafts accepted, last window %d", r->passes,
+               (double)r->tokens / (double)r->passes, r->accepted, r->drafted, r->wc.n);
     gen_free(r->gen);
+    window_free(&r->wc);
     free(r);
     if (c->on_idle) c->on_idle(c); /* none runs now: a ctl restart that waited begins */
     advance(c);
@@ -105,11 +116,12 @@ static void attempt_failed(struct coord *c)
 
 static double on_step_timeout(event_loop *l, void *ctx);
 
-static void send_step(struct coord *c, uint32_t op, const int32_t *ids, int n, bool argmax)
+static void send_step(struct coord *c, uint32_t op, const int32_t *ids, int n, bool argmax, uint32_t flags)
 {
     struct coord_request *r = c->rq_head;
     r->argmax = argmax;
-    if (coord_step_send(c, op, ids, n, argmax, r->err, sizeof r->err)) {
+    r->t_step = coord_now();
+    if (coord_step_send(c, op, ids, n, flags | (argmax ? STEP_FLAG_ARGMAX : 0), r->err, sizeof r->err)) {
         r->state = RQ_EVAL; /* so that attempt_failed abandons it */
         return attempt_failed(c);
     }
@@ -133,7 +145,18 @@ static void next_step(struct coord *c)
     struct gen_step st;
     if (gen_next(r->gen, &st) == GEN_DONE) return finish(c, 0, false);
     r->state = RQ_EVAL, r->phase = st.phase;
-    send_step(c, STEP_EVAL, st.ids, st.n_ids, st.argmax_ok);
+    if (c->spec && st.phase == GEN_DECODE) { /* a verify window: [t0, n, keep, source, drafts…] */
+        int32_t msg[4 + STEP_MAX_DRAFT];
+        int n = r->wc.n;
+        const int64_t room = c->n_ctx - (int64_t)r->n_prompt - gen_made(r->gen) - 1; /* the window must fit the context */
+        if (n > room) n = room > 0 ? (int)room : 0;
+        const bool given = c->spec == COORD_SPEC_LOOKUP;
+        if (given) n = gen_lookup_drafts(r->gen, n, msg + 4);
+        msg[0] = st.ids[0], msg[1] = n, msg[2] = r->keep, msg[3] = given ? STEP_DRAFT_GIVEN : STEP_DRAFT_MTP;
+        r->n_draft = n;
+        return send_step(c, STEP_SPEC, msg, 4 + (given ? n : 0), st.argmax_ok, 0);
+    }
+    send_step(c, STEP_EVAL, st.ids, st.n_ids, st.argmax_ok, c->spec == COORD_SPEC_MTP ? STEP_FLAG_WIDE : 0);
 }
 
 static void start_attempt(struct coord *c)
@@ -143,7 +166,11 @@ static void start_attempt(struct coord *c)
     r->deaths = c->deaths, r->gw_pid = w->pid;
     if (gen_restart(r->gen, r->err, sizeof r->err)) return finish(c, NB_EIO, false);
     r->state = RQ_RESET;
-    send_step(c, STEP_RESET, NULL, 0, false);
+    r->keep = -1;
+    r->passes = r->tokens = r->drafted = r->accepted = 0;
+    window_free(&r->wc);
+    window_init(&r->wc, 4, STEP_MAX_DRAFT);
+    send_step(c, STEP_RESET, NULL, 0, false, 0);
 }
 
 static double on_wait_timeout(event_loop *l, void *ctx)
@@ -215,13 +242,36 @@ void coord_requests_on_step(struct coord *c)
     set_timer(c, r, 0, NULL);
     coord_worker_by_role(c, "gpu-worker")->last_beat = coord_now(); /* a sign of life: its heartbeat may be queued behind a long eval */
     const uint32_t V = (uint32_t)c->m->hp.n_vocab;
+    const bool window = r->state == RQ_EVAL && c->spec && r->phase == GEN_DECODE;
+    const int32_t *wp = a.payload;
+    const uint64_t want_w = window ? (1 + (uint64_t)r->n_draft + (uint64_t)(r->n_draft + 1) * (r->argmax ? 1 : V)) * 4 : 0;
     if (a.rc) snprintf(r->err, sizeof r->err, "%s", a.err);
     else if (a.flags & RING_FLAG_ERROR) snprintf(r->err, sizeof r->err, "gpu-worker: %.*s", (int)sizeof r->err - 16, (const char *)a.payload);
+    else if (window && (a.payload_bytes != want_w || wp[0] != r->n_draft))
+        snprintf(r->err, sizeof r->err, "gpu-worker: a verify window of %u bytes (%llu expected)", a.payload_bytes, (unsigned long long)want_w);
+    else if (window) r->err[0] = 0;
     else if (r->state == RQ_EVAL && r->argmax && a.payload_bytes != 4) snprintf(r->err, sizeof r->err, "gpu-worker: argmax of %u bytes", a.payload_bytes);
     else if (r->state == RQ_EVAL && !r->argmax && a.payload_bytes != V * 4) snprintf(r->err, sizeof r->err, "gpu-worker: logits of %u bytes", a.payload_bytes);
     else r->err[0] = 0;
     if (r->err[0]) return attempt_failed(c);
     if (r->state == RQ_RESET) return next_step(c);
+    if (window) { /* the tokens a verify window gives, each through the hooks as a decode step's */
+        const int n = r->n_draft;
+        const void *rows = wp + 1 + n;
+        struct gen_event evs[STEP_MAX_DRAFT + 1];
+        int n_ev = 0, acc = 0;
+        if (gen_feed_verify(r->gen, n, wp + 1, r->argmax ? NULL : rows, r->argmax ? rows : NULL, evs, &n_ev, &acc, r->err,
+                            sizeof r->err))
+            return finish(c, NB_EIO, false);
+        bool end = false;
+        for (int i = 0; i < n_ev && !end; i++)
+            if (!evs[i].stop && r->ops.on_token) end = r->ops.on_token(r->ctx, evs[i].index, evs[i].id);
+        if (end) gen_cancel(r->gen);
+        r->keep = acc;
+        r->passes++, r->tokens += n_ev, r->drafted += n, r->accepted += acc;
+        window_update(&r->wc, n, acc, n_ev, coord_now() - r->t_step);
+        return next_step(c);
+    }
     struct gen_event ev;
     if (gen_feed(r->gen, r->argmax ? NULL : a.payload, r->argmax ? a.payload : NULL, &ev, r->err, sizeof r->err))
         return finish(c, NB_EIO, false);

@@ -69,7 +69,7 @@ void coord_step_close(struct coord *c)
 
 int coord_step_fd(const struct coord *c) { return c->stepper ? c->stepper->efd : -1; }
 
-int coord_step_send(struct coord *c, uint32_t op, const int32_t *ids, int n, bool argmax, char *err, size_t errlen)
+int coord_step_send(struct coord *c, uint32_t op, const int32_t *ids, int n, uint32_t flags, char *err, size_t errlen)
 {
     struct coord_step *s = c->stepper;
     struct ring_slot slot;
@@ -81,7 +81,7 @@ int coord_step_send(struct coord *c, uint32_t op, const int32_t *ids, int n, boo
     if (rc) return nb_errf(err, errlen, NB_EIO, "step ring: no free slot (%s)", shm_strerror(rc));
     uint64_t tag = ++c->next_tag;
     *slot.hdr = (struct ring_slot_header){.layer = op, .n_tokens = (uint32_t)n, .payload_bytes = (uint32_t)n * 4, .tag = tag,
-                                          .flags = op == STEP_EVAL && argmax ? STEP_FLAG_ARGMAX : 0};
+                                          .flags = op == STEP_RESET ? 0 : flags};
     if (n) memcpy(slot.payload, ids, (size_t)n * sizeof *ids);
     if ((rc = ring_publish(c->step.req, err, errlen))) return rc;
     s->want = tag;

@@ -21,22 +21,42 @@
  *   hdr.n_tokens   EVAL: 1 (one row of logits); RESET: 0
  *   payload        EVAL: V float32 logits of the batch's last row, or with
  *                  STEP_FLAG_ARGMAX one int32: its argmax (ties: lowest id)
- * So the payload capacity must be ≥ max(V, max_tokens) · 4 bytes and leave
- * room for an error message (STEP_ERR_BYTES). */
+ *
+ * Speculative decoding (issue 16; coordinator --spec):
+ *   STEP_EVAL with STEP_FLAG_WIDE also keeps the batch's last wide state in
+ *   the gpu-worker (the MTP block's input for the first window).
+ *   STEP_SPEC request payload, int32: [t0, n, keep, src, drafts…]:
+ *     keep ≥ 0: first go back to the previous window's first keep + 1
+ *     positions (its drafts accepted: keep) and take that window's wide row
+ *     keep as the MTP input; -1: the first window after a prefill (the kept
+ *     wide state);
+ *     src STEP_DRAFT_MTP: the gpu-worker drafts n tokens with the MTP block
+ *     from (t0, the MTP input) (0 ≤ n ≤ STEP_MAX_DRAFT); STEP_DRAFT_GIVEN:
+ *     the n drafts follow in the payload (prompt lookup, the coordinator's);
+ *     then it evaluates [t0, drafts] as one verify window (gw_eval_args.verify).
+ *   Response: hdr.n_tokens = n + 1; payload int32 [n, drafts…] then the n + 1
+ *   rows: with STEP_FLAG_ARGMAX one int32 argmax each, else V float32 logits
+ *   each.
+ * So the payload capacity must be ≥ max(V · (STEP_MAX_DRAFT + 1) + STEP_MAX_DRAFT + 1, max_tokens + 4 +
+ * STEP_MAX_DRAFT) · 4 bytes and leave room for an error message (STEP_ERR_BYTES). */
 #ifndef NB_STEP_PROTO_H
 #define NB_STEP_PROTO_H
 
 #include <stdint.h>
 
-enum step_op { STEP_EVAL = 1, STEP_RESET = 2 };
+enum step_op { STEP_EVAL = 1, STEP_RESET = 2, STEP_SPEC = 3 };
+enum step_draft { STEP_DRAFT_MTP = 0, STEP_DRAFT_GIVEN = 1 };
 
 #define STEP_FLAG_ARGMAX (1u << 8) /* above the ring's own RING_FLAG_* bits */
+#define STEP_FLAG_WIDE (1u << 9)   /* EVAL: keep the last row's wide state (the first window's MTP input) */
+#define STEP_MAX_DRAFT 16          /* drafts a window holds at most (core/gen/window.h's WINDOW_MAX) */
 
 #define STEP_ERR_BYTES 1024u
 
 static inline uint64_t step_payload_bytes(uint32_t max_tokens, uint64_t n_vocab)
 {
-    uint64_t b = n_vocab > max_tokens ? n_vocab * 4 : (uint64_t)max_tokens * 4;
+    const uint64_t win = n_vocab * (STEP_MAX_DRAFT + 1) + STEP_MAX_DRAFT + 1, req = (uint64_t)max_tokens + 4 + STEP_MAX_DRAFT;
+    const uint64_t b = (win > req ? win : req) * 4;
     return b > STEP_ERR_BYTES ? b : STEP_ERR_BYTES;
 }
 

@@ -203,6 +203,31 @@ int gen_feed_verify(gen_session *g, int n_drafts, const int32_t *drafts, const f
     return 0;
 }
 
+long long gen_made(const gen_session *g) { return g->made; }
+
+/* The context's i-th id: the prompt, then what was generated. */
+static int32_t ctx_id(const gen_session *g, size_t i)
+{
+    return i < g->cfg.n_prompt ? g->prompt[i] : g->out[i - g->cfg.n_prompt];
+}
+
+int gen_lookup_drafts(const gen_session *g, int n, int32_t *out)
+{
+    const size_t len = g->cfg.n_prompt + (size_t)g->made;
+    for (size_t m = 3; m >= 1; m--) {
+        if (len <= m) continue;
+        for (size_t end = len - 1; end-- > m - 1;) { /* a match ending at end, before the context's own end */
+            size_t j = 0;
+            while (j < m && ctx_id(g, end - j) == ctx_id(g, len - 1 - j)) j++;
+            if (j < m) continue;
+            int k = 0;
+            while (k < n && end + 1 + (size_t)k < len) out[k] = ctx_id(g, end + 1 + k), k++;
+            if (k > 0) return k;
+        }
+    }
+    return 0;
+}
+
 int gen_finish(gen_session *g, struct gen_result *r, char *err, size_t errlen)
 {
     double t_end = g->t_end ? g->t_end : nb_now_s(), t_pre = g->t_prefilled ? g->t_prefilled : t_end;

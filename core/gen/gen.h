@@ -102,6 +102,13 @@ int gen_feed(gen_session *g, const float *logits, const int32_t *argmax, struct 
  * (room for n_drafts + 1).  0 or NB_EIO (the logits file). */
 int gen_feed_verify(gen_session *g, int n_drafts, const int32_t *drafts, const float *logits, const int32_t *argmax,
                     struct gen_event *ev, int *n_ev, int *accepted, char *err, size_t errlen);
+/* Tokens generated so far. */
+long long gen_made(const gen_session *g);
+/* Prompt lookup (issue 16 item 7): up to n drafts for the tokens after the
+ * last one generated — the tokens that followed the context's (prompt, then
+ * what was generated) last 3, else 2, else 1 tokens where they last occurred
+ * before.  Returns the count found (0 … n) into out. */
+int gen_lookup_drafts(const gen_session *g, int n, int32_t *out);
 /* Ends the generation now (the driver's reason: a client left, a stop string). */
 void gen_cancel(gen_session *g);
 

@@ -75,6 +75,21 @@ int gwp_arena_open(struct gwp_arena *a, const char *inst, const struct prepared_
 int gwp_arena_ready(struct gwp_arena *a, gw_backend *be, char *err, size_t errlen);
 void gwp_arena_close(struct gwp_arena *a);
 
+/* spec.c: STEP_SPEC (speculative decoding): the MTP input and the last window's wide rows. */
+struct gwp_spec {
+    float *wide;     /* the next window's MTP input (n·C) */
+    float *win_wide; /* the last window's rows' wide states */
+    int64_t win_pos0;
+    int win_n;       /* its rows (0: none) */
+    bool have_wide;  /* wide holds the input (a STEP_FLAG_WIDE eval, or a keep) */
+};
+/* The buffer a STEP_FLAG_WIDE eval writes into (NULL: out of memory). */
+float *gwp_spec_wide(struct gwp_spec *sp, const struct model *m);
+void gwp_spec_reset(struct gwp_spec *sp); /* a reset or a plain eval: no window, no input */
+void gwp_spec_free(struct gwp_spec *sp);
+int gwp_spec_serve(struct gwp_spec *sp, gw_backend *be, gw_seq *seq, const struct ring_slot *req, struct ring_slot *resp,
+                   char *err, size_t errlen);
+
 /* ple_pager.c: the PLE rows hook answered by the ssd-pager over `pager-gw`. */
 struct gwp_ple_config {
     const char *prepared;               /* the directory with ple.bin */

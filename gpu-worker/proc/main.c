@@ -50,6 +50,7 @@ struct gwp {
     int step_fd; /* --step-fd: an eventfd written after each step answer (coordinator/step.c), or -1 */
     struct gwp_moe_client moe;
     struct gwp_arena arena; /* the RAM arena, streamed by prefill chunks (arena.c) */
+    struct gwp_spec spec;   /* speculative decoding's state (spec.c) */
     struct gwp_ple_client ple;
     bool have_moe, have_ple;
     shm_stats *stats;
@@ -246,7 +247,15 @@ static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slo
     resp->hdr->n_tokens = 0, resp->hdr->payload_bytes = 0;
     if (op == STEP_RESET) {
         gw_seq_reset(w->seq);
+        gwp_spec_reset(&w->spec);
         return 0;
+    }
+    if (op == STEP_SPEC) {
+        uint64_t t0 = nb_now_ns();
+        int rc = gwp_spec_serve(&w->spec, w->be, w->seq, req, resp, err, errlen);
+        shm_stats_add(w->stats, w->block, SHM_STAT_BUSY_NS, nb_now_ns() - t0);
+        if (rc == 0) shm_stats_add(w->stats, w->block, SHM_STAT_TOKENS, resp->hdr->n_tokens);
+        return rc;
     }
     if (op != STEP_EVAL || n == 0 || req->hdr->payload_bytes < n * 4)
         return nb_errf(err, errlen, NB_EINVAL, "bad step request (op %u, %u tokens)", op, n);
@@ -262,9 +271,15 @@ static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slo
     struct gw_eval_args a = {.tokens = ids, .n_tokens = (int)n, .logits_rows = GW_ROWS_LAST,
                              .logits = only_argmax ? NULL : resp->payload, .tap = w->layer_times ? layer_tap : NULL,
                              .tap_ctx = w, .argmax = only_argmax ? (int32_t *)resp->payload : NULL};
+    gwp_spec_reset(&w->spec);
+    if (req->hdr->flags & STEP_FLAG_WIDE) { /* the first window's MTP input */
+        if (!(a.wide = gwp_spec_wide(&w->spec, w->m))) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+        a.wide_rows = GW_ROWS_LAST;
+    }
     uint64_t t0 = nb_now_ns(), computed0 = gw_backend_experts_computed(w->be), copied0 = gw_backend_bytes_copied(w->be);
     w->layer_t0 = t0;
     int rc = gw_eval(w->seq, &a, err, errlen);
+    if (rc == 0 && a.wide) w->spec.have_wide = true;
     shm_stats_add(w->stats, w->block, SHM_STAT_BUSY_NS, nb_now_ns() - t0);
     const uint64_t hits = gw_backend_experts_computed(w->be) - computed0;
     const uint64_t pairs = (uint64_t)n * (uint64_t)w->m->hp.n_expert_used * (uint64_t)w->m->hp.n_layer;
@@ -410,6 +425,7 @@ static void teardown(struct gwp *w)
     if (w->seq) gw_seq_free(w->seq);
     if (w->be) gw_backend_free(w->be); /* before the arena goes: it may hold the arena page-locked */
     gwp_arena_close(&w->arena);
+    gwp_spec_free(&w->spec);
     if (w->m) model_close(w->m);
     free(w->local);
     free(w->ssd_blob);

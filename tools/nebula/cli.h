@@ -78,8 +78,6 @@ enum spec_drafter { SPEC_MTP, SPEC_ORACLE, SPEC_LOOKUP };
 struct spec_source {
     enum spec_drafter kind;
     const struct spec_oracle *oracle; /* SPEC_ORACLE */
-    const int32_t *prompt;            /* SPEC_LOOKUP: the prompt's ids */
-    size_t n_prompt;
 };
 int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, int n_draft, int64_t n_ctx,
                     const struct spec_source *src, void (*emit)(void *, int32_t), void *ctx, struct spec_counts *c);

@@ -423,7 +423,7 @@ int cmd_generate(int argc, char **argv)
         if (st.phase == GEN_PREFILL) {
             if ((rc = cli_prefill(&o.c, &cm, st.ids, (size_t)st.n_ids, NULL, NULL, logits, wide))) goto done;
         } else if (o.spec) { /* the decode steps as verify windows, from the prefill's last state */
-            struct spec_source src = {o.oracle ? SPEC_ORACLE : o.lookup ? SPEC_LOOKUP : SPEC_MTP, &orc, ids, n};
+            struct spec_source src = {o.oracle ? SPEC_ORACLE : o.lookup ? SPEC_LOOKUP : SPEC_MTP, &orc};
             if ((rc = cli_spec_decode(&cm, g, wide, o.n_draft, ctx, &src, emit_cb, dec, &sc))) goto done;
             break;
         } else {

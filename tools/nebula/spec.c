@@ -45,22 +45,6 @@ static void oracle_drafts(const struct spec_oracle *o, uint64_t *rng, long long 
     }
 }
 
-/* Prompt lookup: the n tokens that followed the last earlier occurrence of the context's final 3 (else 2, else 1)
- * tokens; the count found (0 … n).  ctx = prompt ++ generated, len ≥ 1. */
-static int lookup_drafts(const int32_t *ctx, size_t len, int n, int32_t *out)
-{
-    for (size_t m = 3; m >= 1; m--) {
-        if (len <= m) continue;
-        for (size_t end = len - 1; end-- > m - 1;) { /* the match ends at end, before the context's own end */
-            if (memcmp(ctx + end + 1 - m, ctx + len - m, m * sizeof *ctx)) continue;
-            int k = 0;
-            while (k < n && end + 1 + (size_t)k < len) out[k] = ctx[end + 1 + k], k++;
-            if (k > 0) return k;
-        }
-    }
-    return 0;
-}
-
 int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, int n_draft, int64_t n_ctx,
                     const struct spec_source *src, void (*emit)(void *, int32_t), void *ctx, struct spec_counts *c)
 {
@@ -81,8 +65,6 @@ int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, in
     struct gen_step st;
     const struct spec_oracle *oracle = src->kind == SPEC_ORACLE ? src->oracle : NULL;
     uint64_t rng = oracle ? oracle->seed : 0;
-    int32_t *hist = NULL; /* prompt lookup's context: the prompt, then what is generated */
-    size_t hist_cap = 0;
     while (rc == CLI_OK && gen_next(g, &st) == GEN_EVAL) {
         const int64_t pos = gw_seq_pos(cm->seq);
         int n = adaptive ? wc.n : n_draft;
@@ -95,19 +77,7 @@ int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, in
         if (oracle) {
             oracle_drafts(oracle, &rng, so_far.made, n, V, win + 1);
         } else if (src->kind == SPEC_LOOKUP) {
-            const size_t len = src->n_prompt + (size_t)so_far.made;
-            if (len > hist_cap) {
-                int32_t *h = realloc(hist, (len * 2) * sizeof *h);
-                if (!h) {
-                    fprintf(stderr, "nebula: out of memory\n");
-                    rc = CLI_FAIL;
-                    break;
-                }
-                hist = h, hist_cap = len * 2;
-            }
-            memcpy(hist, src->prompt, src->n_prompt * sizeof *hist);
-            memcpy(hist + src->n_prompt, so_far.ids, (size_t)so_far.made * sizeof *hist);
-            n = lookup_drafts(hist, len, n, win + 1);
+            n = gen_lookup_drafts(g, n, win + 1);
         } else if (n > 0 && gw_mtp_draft(cm->seq, win[0], wide, pos, n, win + 1, NULL, err, sizeof err)) {
             fprintf(stderr, "\nnebula: drafting failed: %s\n", err);
             rc = CLI_FAIL;
@@ -135,7 +105,6 @@ int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, in
         else if (at + 4 < sizeof c->trajectory && !strstr(c->trajectory, "…")) strcat(c->trajectory, " …");
     }
     if (adaptive) window_free(&wc);
-    free(hist);
     free(win), free(arg), free(logits), free(wides), free(ev);
     return rc;
 }

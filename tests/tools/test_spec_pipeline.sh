@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# test_spec_pipeline.sh — speculative decoding through the pipeline
+# (nebula-coordinator --spec, STEP_SPEC on the step ring, the gpu-worker's
+# verify windows; issue 16) on tiny-b with the CPU backend: the ids
+# `nebula generate --server` gets are the single process's plain ones, greedy
+# and sampled, with MTP drafts and with prompt lookup (a repeating prompt, so
+# drafts are found and windows accepted); the coordinator refuses --spec mtp
+# for a model without an MTP block and a bad --spec.  Run by
+# tests/run-tests.sh with BUILD set.
+set -u
+bin=${BUILD:-build}/bin
+fails=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fails=$((fails + 1)); }
+tmp=$(mktemp -d)
+coord_pid=
+cleanup() {
+    if [ -n "$coord_pid" ]; then kill "$coord_pid" 2>/dev/null; wait "$coord_pid" 2>/dev/null; fi
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+"$bin/nebula-convert" tests/fixtures/tiny-b "$tmp/b.gguf" --type f32 -q 2>"$tmp/e" || { echo "FAIL convert tiny-b: $(cat "$tmp/e")"; exit 1; }
+"$bin/nebula-convert" tests/fixtures/tiny-a "$tmp/a.gguf" --type f32 -q 2>"$tmp/e" || { echo "FAIL convert tiny-a: $(cat "$tmp/e")"; exit 1; }
+for i in 1 2 3 4 5 6; do echo "7 19 3 88 41 5 23 61 2 17"; done >"$tmp/rep.txt"
+start() { # $1 = --spec value
+    local run=$tmp/run-$1
+    "$bin/nebula-coordinator" --backend cpu --model "$tmp/b.gguf" --runtime "$run" --threads 2 --http off --spec "$1" \
+        2>"$tmp/coord-$1.log" &
+    coord_pid=$!
+    for _ in $(seq 300); do
+        "$bin/nebulactl" --runtime "$run" status 2>/dev/null | grep -q "gpu-worker .* ready" && return 0
+        sleep 0.1
+    done
+    return 1
+}
+stop() { kill "$coord_pid" 2>/dev/null; wait "$coord_pid" 2>/dev/null; coord_pid=; }
+local_ids() { "$bin/nebula" generate -m "$tmp/b.gguf" --threads 2 --print-ids "$@" 2>/dev/null | tail -1; }
+server_ids() { "$bin/nebula" generate --server "$run" --print-ids "$@" 2>>"$tmp/gen.err" | tail -1; }
+for spec in mtp lookup; do
+    run=$tmp/run-$spec
+    start "$spec" || { bad "--spec $spec: workers not ready: $(tail -3 "$tmp/coord-$spec.log")"; stop; continue; }
+    for prompt in tests/fixtures/tiny-b/tokens.txt "$tmp/rep.txt"; do
+        p=$(basename "$prompt")
+        [ "$(server_ids --tokens-file "$prompt" --greedy -n 200)" = "$(local_ids --tokens-file "$prompt" --greedy -n 200)" ] &&
+            ok "--spec $spec, $p: greedy ids are the plain single process's" || bad "--spec $spec, $p: greedy ids differ ($(tail -2 "$tmp/gen.err"))"
+        [ "$(server_ids --tokens-file "$prompt" --temp 0.9 --seed 5 -n 120)" = "$(local_ids --tokens-file "$prompt" --temp 0.9 --seed 5 -n 120)" ] &&
+            ok "--spec $spec, $p: sampled ids too" || bad "--spec $spec, $p: sampled ids differ ($(tail -2 "$tmp/gen.err"))"
+    done
+    stop
+    # the windows it ran (logged per request): lookup on the repeating prompt found drafts and kept some
+    if [ "$spec" = lookup ]; then
+        grep -q "speculative: .* [1-9][0-9]* of [0-9]* drafts accepted" "$tmp/coord-$spec.log" &&
+            ok "--spec lookup: drafts accepted ($(grep -o 'speculative: .*' "$tmp/coord-$spec.log" | sort | tail -1))" ||
+            bad "--spec lookup accepted nothing: $(grep speculative "$tmp/coord-$spec.log")"
+    fi
+done
+"$bin/nebula-coordinator" --backend cpu --model "$tmp/a.gguf" --runtime "$tmp/run-x" --http off --spec mtp 2>"$tmp/e" >/dev/null
+[ $? != 0 ] && grep -q "no MTP block" "$tmp/e" && ok "--spec mtp without an MTP block: refused" || bad "no-MTP refusal: $(tail -2 "$tmp/e")"
+"$bin/nebula-coordinator" --backend cpu --model "$tmp/b.gguf" --runtime "$tmp/run-y" --http off --spec fast 2>"$tmp/e" >/dev/null
+[ $? = 2 ] && grep -q "want off, mtp or lookup" "$tmp/e" && ok "a bad --spec: refused" || bad "bad --spec: $(cat "$tmp/e")"
+echo "$fails failed"
+[ "$fails" -eq 0 ]
