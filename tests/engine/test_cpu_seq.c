@@ -11,40 +11,7 @@
 #include "core/model/model.h"
 #include "core/util/err.h"
 #include "engine/backend.h"
-#include "tests/core/model_fixture.h"
-
-struct rig {
-    struct model *m;
-    gw_backend *be;
-    int32_t *tok;
-    int T;
-    int64_t V, wide;
-};
-
-static void rig_open(struct rig *r, const char *name)
-{
-    char err[256];
-    cr_assert_eq(model_open(fixture_gguf(name), &r->m, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(gw_backend_create(r->m, NULL, &r->be, err, sizeof err), 0, "%s", err);
-    r->tok = fixture_ints(name, "tokens.txt", &r->T);
-    r->V = r->m->hp.n_vocab;
-    r->wide = model_wide(&r->m->hp);
-}
-
-static void rig_close(struct rig *r)
-{
-    gw_backend_free(r->be);
-    model_close(r->m);
-    free(r->tok);
-}
-
-static gw_seq *new_seq(const struct rig *r)
-{
-    char err[256];
-    gw_seq *s;
-    cr_assert_eq(gw_seq_create(r->be, &s, err, sizeof err), 0, "%s", err);
-    return s;
-}
+#include "tests/engine/seq_rig.h"
 
 /* Evaluates tokens; logits of the last row and the wide states of all rows (either may be NULL). */
 static void eval(gw_seq *s, const int32_t *tok, int n, float *last_logits, float *wide_all)

@@ -16,43 +16,16 @@
 #include "core/model/model.h"
 #include "core/util/err.h"
 #include "engine/backend.h"
-#include "tests/core/model_fixture.h"
+#include "tests/engine/seq_rig.h"
 
 #define P 20   /* prompt */
 #define W 6    /* verify window */
 #define NEXT 3 /* tokens decoded after the rollback */
 
-struct rig {
-    struct model *m;
-    gw_backend *be;
-    int32_t *tok;
-    int T;
-    int64_t V;
-};
-
-static void rig_open(struct rig *r, const char *name)
+static void open_rig(struct rig *r, const char *name)
 {
-    char err[256];
-    cr_assert_eq(model_open(fixture_gguf(name), &r->m, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(gw_backend_create(r->m, NULL, &r->be, err, sizeof err), 0, "%s", err);
-    r->tok = fixture_ints(name, "tokens.txt", &r->T);
+    rig_open(r, name);
     cr_assert(r->T >= P + W + NEXT, "%s: %d tokens", name, r->T);
-    r->V = r->m->hp.n_vocab;
-}
-
-static void rig_close(struct rig *r)
-{
-    gw_backend_free(r->be);
-    model_close(r->m);
-    free(r->tok);
-}
-
-static gw_seq *new_seq(const struct rig *r)
-{
-    char err[256];
-    gw_seq *s;
-    cr_assert_eq(gw_seq_create(r->be, &s, err, sizeof err), 0, "%s", err);
-    return s;
 }
 
 /* n tokens in one eval (verify or plain), every row's logits into out (may be NULL) */
@@ -73,7 +46,7 @@ static void decode(const struct rig *r, gw_seq *s, const int32_t *tok, int n, fl
 static void window_rows_are_decode_steps(const char *name)
 {
     struct rig r;
-    rig_open(&r, name);
+    open_rig(&r, name);
     gw_seq *a = new_seq(&r), *b = new_seq(&r);
     float *la = malloc((size_t)(W * r.V) * sizeof *la), *lb = malloc((size_t)(W * r.V) * sizeof *lb);
     eval_rows(a, r.tok, P, false, NULL);
@@ -88,16 +61,10 @@ static void window_rows_are_decode_steps(const char *name)
     rig_close(&r);
 }
 
-Test(rollback, window_rows_are_decode_steps)
-{
-    window_rows_are_decode_steps("tiny-a");
-    window_rows_are_decode_steps("tiny-b");
-}
-
 static void rollback_everywhere(const char *name)
 {
     struct rig r;
-    rig_open(&r, name);
+    open_rig(&r, name);
     char err[256];
     float *la = malloc((size_t)(NEXT * r.V) * sizeof *la), *lb = malloc((size_t)(NEXT * r.V) * sizeof *lb);
     const int32_t *next = r.tok + P + W; /* what is decoded after the accepted prefix */
@@ -123,16 +90,20 @@ static void rollback_everywhere(const char *name)
     rig_close(&r);
 }
 
-Test(rollback, at_every_position_of_the_window)
+/* the window's rows, then a rollback to each of its positions, on both fixtures */
+Test(rollback, window_rows_and_every_position)
 {
-    rollback_everywhere("tiny-a");
-    rollback_everywhere("tiny-b");
+    static const char *const names[] = {"tiny-a", "tiny-b"};
+    for (int i = 0; i < 2; i++) {
+        window_rows_are_decode_steps(names[i]);
+        rollback_everywhere(names[i]);
+    }
 }
 
 Test(rollback, twice_then_refusals)
 {
     struct rig r;
-    rig_open(&r, "tiny-a");
+    open_rig(&r, "tiny-a");
     char err[256];
     float *la = malloc((size_t)(NEXT * r.V) * sizeof *la), *lb = malloc((size_t)(NEXT * r.V) * sizeof *lb);
     gw_seq *a = new_seq(&r), *b = new_seq(&r), *c = new_seq(&r);

@@ -12,12 +12,7 @@
 # --spec without an MTP block, or a bad rate, is refused.  Run by
 # tests/run-tests.sh with BUILD set.
 set -u
-bin=${BUILD:-build}/bin
-fails=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fails=$((fails + 1)); }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/lib/counted.sh
 "$bin/nebula-convert" tests/fixtures/tiny-b "$tmp/b.gguf" --type f32 -q 2>"$tmp/e" || { echo "FAIL convert tiny-b: $(cat "$tmp/e")"; exit 1; }
 "$bin/nebula-convert" tests/fixtures/tiny-a "$tmp/a.gguf" --type f32 -q 2>"$tmp/e" || { echo "FAIL convert tiny-a: $(cat "$tmp/e")"; exit 1; }
 prompt=tests/fixtures/tiny-b/tokens.txt
@@ -76,5 +71,4 @@ gen -n 4 --spec oracle 2>"$tmp/e" >/dev/null
 [ $? = 2 ] && grep -q -- "--draft-ids" "$tmp/e" && ok "--spec oracle without ids: refused" || bad "oracle refusal: $(cat "$tmp/e")"
 gen -n 4 --spec oracle --draft-ids "$tmp/plain.ids" --draft-corrupt 2 2>"$tmp/e" >/dev/null
 [ $? = 2 ] && grep -q "rate in" "$tmp/e" && ok "a bad --draft-corrupt: refused" || bad "rate refusal: $(cat "$tmp/e")"
-echo "$fails failed"
-[ "$fails" -eq 0 ]
+verdict test_spec

@@ -8,17 +8,10 @@
 # for a model without an MTP block and a bad --spec.  Run by
 # tests/run-tests.sh with BUILD set.
 set -u
-bin=${BUILD:-build}/bin
-fails=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fails=$((fails + 1)); }
-tmp=$(mktemp -d)
+. tests/lib/counted.sh
 coord_pid=
-cleanup() {
-    if [ -n "$coord_pid" ]; then kill "$coord_pid" 2>/dev/null; wait "$coord_pid" 2>/dev/null; fi
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+stop() { [ -z "$coord_pid" ] || { kill "$coord_pid" 2>/dev/null; wait "$coord_pid" 2>/dev/null; }; coord_pid=; }
+trap 'stop; rm -rf "$tmp"' EXIT
 "$bin/nebula-convert" tests/fixtures/tiny-b "$tmp/b.gguf" --type f32 -q 2>"$tmp/e" || { echo "FAIL convert tiny-b: $(cat "$tmp/e")"; exit 1; }
 "$bin/nebula-convert" tests/fixtures/tiny-a "$tmp/a.gguf" --type f32 -q 2>"$tmp/e" || { echo "FAIL convert tiny-a: $(cat "$tmp/e")"; exit 1; }
 for i in 1 2 3 4 5 6; do echo "7 19 3 88 41 5 23 61 2 17"; done >"$tmp/rep.txt"
@@ -33,7 +26,6 @@ start() { # $1 = --spec value
     done
     return 1
 }
-stop() { kill "$coord_pid" 2>/dev/null; wait "$coord_pid" 2>/dev/null; coord_pid=; }
 local_ids() { "$bin/nebula" generate -m "$tmp/b.gguf" --threads 2 --print-ids "$@" 2>/dev/null | tail -1; }
 server_ids() { "$bin/nebula" generate --server "$run" --print-ids "$@" 2>>"$tmp/gen.err" | tail -1; }
 for spec in mtp lookup; do
@@ -58,5 +50,4 @@ done
 [ $? != 0 ] && grep -q "no MTP block" "$tmp/e" && ok "--spec mtp without an MTP block: refused" || bad "no-MTP refusal: $(tail -2 "$tmp/e")"
 "$bin/nebula-coordinator" --backend cpu --model "$tmp/b.gguf" --runtime "$tmp/run-y" --http off --spec fast 2>"$tmp/e" >/dev/null
 [ $? = 2 ] && grep -q "want off, mtp or lookup" "$tmp/e" && ok "a bad --spec: refused" || bad "bad --spec: $(cat "$tmp/e")"
-echo "$fails failed"
-[ "$fails" -eq 0 ]
+verdict test_spec_pipeline
