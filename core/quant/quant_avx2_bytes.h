@@ -1,5 +1,5 @@
 /* quant_avx2_bytes.h — AVX2 helpers shared by the quantized-activation dots
- * (quant_avx2.c, quant_lowbit_body.h, quant_iq_body.h) and the fp32-activation
+ * (quant_avx2.c, quant_lowbit_body.h, quant_iq_avx2.c) and the fp32-activation
  * dots (quant_f32_body.h): the nibble and fifth-bit unpacking that ggml's
  * block layouts need, fp16 scales, the horizontal sum.  Static inline;
  * include only from files compiled with AVX2 (and F16C) enabled. */

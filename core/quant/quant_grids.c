@@ -424,6 +424,7 @@ const uint16_t quant_iq1s_codes[2048] = {
 };
 
 uint64_t quant_iq2xxs_grid[256], quant_iq2xs_grid[512], quant_iq2s_grid[1024], quant_iq1s_grid[2048];
+uint64_t quant_iq1s_grid8[2048];
 uint32_t quant_iq3xxs_grid[256], quant_iq3s_grid[512];
 uint8_t quant_ksigns[128];
 
@@ -454,6 +455,8 @@ void quant_grids_init(void)
     expand8(quant_iq2s_codes, 1024, quant_iq2_levels, quant_iq2s_grid);
     const uint8_t iq1_bytes[3] = {(uint8_t)quant_iq1_levels[0], (uint8_t)quant_iq1_levels[1], (uint8_t)quant_iq1_levels[2]};
     expand8(quant_iq1s_codes, 2048, iq1_bytes, quant_iq1s_grid);
+    const uint8_t iq1_unsigned[3] = {8 * (quant_iq1_levels[0] + 1), 8 * (quant_iq1_levels[1] + 1), 8 * (quant_iq1_levels[2] + 1)};
+    expand8(quant_iq1s_codes, 2048, iq1_unsigned, quant_iq1s_grid8);
     expand4(quant_iq3xxs_codes, 256, quant_iq3xxs_levels, quant_iq3xxs_grid);
     expand4(quant_iq3s_codes, 512, quant_iq3s_levels, quant_iq3s_grid);
     /* 7 sign bits and an 8th that makes the count of set bits even */

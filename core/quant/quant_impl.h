@@ -66,6 +66,9 @@ static inline float quant_ue4m3_half(uint8_t x)
  * i (bit j set: element j negative) with the 8th set to make their count
  * even (IQ2_XXS, IQ2_XS, IQ3_XXS store 7). */
 extern uint64_t quant_iq2xxs_grid[256], quant_iq2xs_grid[512], quant_iq2s_grid[1024], quant_iq1s_grid[2048];
+/* The IQ1 points as the SIMD kernels' unsigned weights, 8·(e + 1): 0, 8, 16
+ * for e = -1, 0, +1 (they add the shift and take 8·Σy off separately). */
+extern uint64_t quant_iq1s_grid8[2048];
 extern uint32_t quant_iq3xxs_grid[256], quant_iq3s_grid[512];
 extern uint8_t quant_ksigns[128];
 void quant_grids_init(void);
@@ -76,6 +79,15 @@ extern const uint16_t quant_iq3xxs_codes[256], quant_iq3s_codes[512];
 extern const uint8_t quant_iq2_levels[3], quant_iq3xxs_levels[8], quant_iq3s_levels[8];
 extern const int8_t quant_iq1_levels[3];
 #define QUANT_IQ1_DELTA 0.125f /* IQ1_S, IQ1_M: every point moves by ±delta */
+
+/* IQ1_M's fp16 d, kept in the top nibbles of its four 16-bit scale words
+ * (for the SIMD kernels; quant_ref_iq.c reads it word by word). */
+static inline uint16_t quant_iq1m_half(const uint8_t scales[8])
+{
+    uint64_t w;
+    memcpy(&w, scales, 8);
+    return (uint16_t)((w >> 12 & 0x000f) | (w >> 24 & 0x00f0) | (w >> 36 & 0x0f00) | (w >> 48 & 0xf000));
+}
 
 /* fp16 -> fp32, exact.  Inline because scalar decoders call it per block. */
 static inline float quant_half_to_float(uint16_t h)
@@ -159,7 +171,8 @@ extern const quant_from_float_fn quant_lowbit_from_float[QT_COUNT];
 extern const quant_vec_dot_fn quant_lowbit_vec_dot[QT_COUNT];
 extern const quant_vec_dot_fn quant_lowbit_avx2_vec_dot[QT_COUNT];
 extern const quant_vec_dot_fn quant_lowbit_avx512_vec_dot[QT_COUNT];
-/* The grid formats (IQ2_*, IQ3_*, IQ1_*): quant_ref_iq.c, quant_encode_iq.c, quant_iq_body.h. */
+/* The grid formats (IQ2_*, IQ3_*, IQ1_*): quant_ref_iq.c, quant_encode_iq.c, quant_iq_avx2.c,
+ * quant_iq_avx512.c. */
 extern const quant_to_float_fn quant_iq_to_float[QT_COUNT];
 extern const quant_from_float_fn quant_iq_from_float[QT_COUNT];
 extern const quant_vec_dot_fn quant_iq_vec_dot[QT_COUNT];

@@ -15,7 +15,10 @@
  *
  * Codes that are unsigned with a bias (Q2_K's 0..3 and its min, Q3_K's
  * q + 4, the ternary formats' q = value + 1) go in unsigned and their bias
- * comes off through Σy: the Q8_K bsums, or a DOT_U8 with ones for Q8_0. */
+ * comes off through Σy: the Q8_K bsums, or a DOT_U8 with ones for Q8_0.
+ *
+ * quant_lowbit_avx512.c has its own Q3_K and TQ1_0 on 512 bits and defines
+ * LOWBIT_OWN_Q3_K_TQ1_0 to leave these out. */
 #ifndef LOWBIT_TABLE
 #error "define DOT_U8, DOT_S8 and LOWBIT_TABLE before including quant_lowbit_body.h"
 #endif
@@ -75,6 +78,8 @@ static void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy)
     *s = avx2_hsum(acc) - mins;
 }
 
+#ifndef LOWBIT_OWN_Q3_K_TQ1_0
+
 /* ---- Q3_K: value d·(s−32)·(q2 + 4·hbit − 4): q2 + 4·hbit goes in unsigned ---- */
 
 static void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy)
@@ -109,6 +114,8 @@ static void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy)
     *s = avx2_hsum(acc);
 }
 
+#endif
+
 /* ---- TQ2_0, TQ1_0: value (q − 1)·d, q = 0..3 (TQ2_0) or a base-3 digit ---- */
 
 static void dot_tq2_0(int64_t n, float *s, const void *vx, const void *vy)
@@ -129,6 +136,7 @@ static void dot_tq2_0(int64_t n, float *s, const void *vx, const void *vy)
     *s = avx2_hsum(acc);
 }
 
+#ifndef LOWBIT_OWN_Q3_K_TQ1_0
 /* The base-3 digit of each byte of v selected by its multiplier byte
  * 3^n (mod 256): the top of 3·(v·3^n mod 256), as quant_ref_lowbit.c's trit. */
 static inline __m256i lb_trits(__m256i v, __m256i mult)
@@ -172,6 +180,8 @@ static void dot_tq1_0(int64_t n, float *s, const void *vx, const void *vy)
     }
     *s = avx2_hsum(acc);
 }
+
+#endif
 
 /* ---- against Q8_0: Q1_0, Q2_0 (bits LSB first), MXFP4, NVFP4 (E2M1 nibbles) ---- */
 
