@@ -136,6 +136,7 @@ static int apply_conf(int argc, char **argv, struct coord *c, struct api_config 
     c->mtp_path = k.mtp[0] ? k.mtp : NULL;
     c->threads = k.threads, c->chunk = k.chunk, c->ctx = k.ctx, c->vram_budget = k.vram_budget;
     c->backend = k.backend, c->kernels = k.kernels, c->cpu_kernels = strcmp(k.cpu_kernels, "auto") ? k.cpu_kernels : "";
+    c->spec = !strcmp(k.spec, "mtp") ? COORD_SPEC_MTP : !strcmp(k.spec, "lookup") ? COORD_SPEC_LOOKUP : COORD_SPEC_OFF;
     h->port = k.api_port, h->max_queue = k.max_queue, h->max_body = (size_t)k.max_body;
     h->name = k.name[0] ? k.name : NULL, h->accuracy_level = k.accuracy_level;
     return 0;

@@ -66,6 +66,7 @@ Test(conf, good_file_sets_what_it_names_and_keeps_the_rest)
     cr_assert_str_eq(s.kernels, "fast");
     cr_assert_str_eq(s.prepared, "");
     cr_assert_str_eq(s.cpu_kernels, "auto");
+    cr_assert_str_eq(s.spec, "off");
     cr_assert_eq(s.max_queue, 8);
     cr_assert_eq(s.max_body, 4194304);
     cr_assert_eq(s.accuracy_level, 3);
@@ -87,6 +88,7 @@ Test(conf, key_outside_a_section) { refused("threads = 4\n", ":1: threads: a key
 Test(conf, bad_number) { refused("[engine]\nthreads = four\n", ":2: engine.threads: 'four' is not a whole number"); }
 Test(conf, number_out_of_range) { refused("[server]\nport = 70000\n", ":2: server.port: '70000'"); }
 Test(conf, bad_choice) { refused("[engine]\nbackend = tpu\n", ":2: engine.backend: 'tpu' is not one of auto|cpu|cuda"); }
+Test(conf, bad_spec) { refused("[engine]\nspec = eagle\n", ":2: engine.spec: 'eagle' is not one of off|mtp|lookup"); }
 Test(conf, bad_bytes) { refused("[engine]\nvram_budget = 12Q\n", ":2: engine.vram_budget: '12Q' is not a byte count"); }
 Test(conf, accuracy_out_of_range) { refused("[generate]\naccuracy_level = 4\n", ":2: generate.accuracy_level"); }
 Test(conf, not_ini) { refused("[engine]\nthis line has no equals sign\n", ":2: not an INI line"); }

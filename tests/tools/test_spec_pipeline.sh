@@ -5,7 +5,8 @@
 # `nebula generate --server` gets are the single process's plain ones, greedy
 # and sampled, with MTP drafts and with prompt lookup (a repeating prompt, so
 # drafts are found and windows accepted); the coordinator refuses --spec mtp
-# for a model without an MTP block and a bad --spec.  Run by
+# for a model without an MTP block and a bad --spec; nebula.conf's engine.spec
+# turns it on like the flag.  Run by
 # tests/run-tests.sh with BUILD set.
 set -u
 . tests/lib/counted.sh
@@ -15,9 +16,10 @@ trap 'stop; rm -rf "$tmp"' EXIT
 "$bin/nebula-convert" tests/fixtures/tiny-b "$tmp/b.gguf" --type f32 -q 2>"$tmp/e" || { echo "FAIL convert tiny-b: $(cat "$tmp/e")"; exit 1; }
 "$bin/nebula-convert" tests/fixtures/tiny-a "$tmp/a.gguf" --type f32 -q 2>"$tmp/e" || { echo "FAIL convert tiny-a: $(cat "$tmp/e")"; exit 1; }
 for i in 1 2 3 4 5 6; do echo "7 19 3 88 41 5 23 61 2 17"; done >"$tmp/rep.txt"
-start() { # $1 = --spec value
-    local run=$tmp/run-$1
-    "$bin/nebula-coordinator" --backend cpu --model "$tmp/b.gguf" --runtime "$run" --threads 2 --http off --spec "$1" \
+start() { # $1 = --spec value; "conf": nebula.conf's engine.spec = lookup instead of the flag
+    local run=$tmp/run-$1 how=(--spec "$1")
+    [ "$1" = conf ] && printf '[engine]\nspec = lookup\n' >"$tmp/n.conf" && how=(--config "$tmp/n.conf")
+    "$bin/nebula-coordinator" --backend cpu --model "$tmp/b.gguf" --runtime "$run" --threads 2 --http off "${how[@]}" \
         2>"$tmp/coord-$1.log" &
     coord_pid=$!
     for _ in $(seq 300); do
@@ -46,6 +48,16 @@ for spec in mtp lookup; do
             bad "--spec lookup accepted nothing: $(grep speculative "$tmp/coord-$spec.log")"
     fi
 done
+# nebula.conf's engine.spec turns it on too
+run=$tmp/run-conf
+if start conf; then
+    [ "$(server_ids --tokens-file "$tmp/rep.txt" --greedy -n 40)" = "$(local_ids --tokens-file "$tmp/rep.txt" --greedy -n 40)" ] &&
+        grep -q "speculative:" "$tmp/coord-conf.log" && ok "engine.spec = lookup in nebula.conf: windows, the plain ids" ||
+        bad "engine.spec from nebula.conf: $(grep -c speculative "$tmp/coord-conf.log") windows logged"
+else
+    bad "engine.spec: workers not ready: $(tail -3 "$tmp/coord-conf.log")"
+fi
+stop
 "$bin/nebula-coordinator" --backend cpu --model "$tmp/a.gguf" --runtime "$tmp/run-x" --http off --spec mtp 2>"$tmp/e" >/dev/null
 [ $? != 0 ] && grep -q "no MTP block" "$tmp/e" && ok "--spec mtp without an MTP block: refused" || bad "no-MTP refusal: $(tail -2 "$tmp/e")"
 "$bin/nebula-coordinator" --backend cpu --model "$tmp/b.gguf" --runtime "$tmp/run-y" --http off --spec fast 2>"$tmp/e" >/dev/null
