@@ -82,6 +82,26 @@ extern const int8_t quant_iq1_levels[3];
 
 /* IQ1_M's fp16 d, kept in the top nibbles of its four 16-bit scale words
  * (for the SIMD kernels; quant_ref_iq.c reads it word by word). */
+/* Unaligned little-endian loads of the block formats' packed fields (memcpy: no alignment or aliasing assumed). */
+static inline uint16_t quant_u16(const void *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+static inline uint32_t quant_u32(const void *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline uint64_t quant_u64(const void *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
 static inline uint16_t quant_iq1m_half(const uint8_t scales[8])
 {
     uint64_t w;

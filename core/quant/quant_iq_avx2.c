@@ -19,12 +19,6 @@
 
 #include "core/quant/quant_avx2_bytes.h"
 
-static inline uint32_t iq_u32(const void *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
 
 /* +1 or -1 in byte j by bit j of bits: the sign operand of vpsignb. */
 static inline __m256i iq_signs(uint32_t bits)
@@ -97,11 +91,11 @@ static inline float iq_d_first(const uint8_t *b)
 #define XXS(b) ((const block_iq2_xxs *)(const void *)(b))
 static inline __m256i w_iq2_xxs(const uint8_t *b, int ib)
 {
-    uint32_t idx = iq_u32(XXS(b)->qs + 4 * ib);
+    uint32_t idx = quant_u32(XXS(b)->qs + 4 * ib);
     return iq_points8(quant_iq2xxs_grid, idx & 255, (idx >> 8) & 255, (idx >> 16) & 255, idx >> 24);
 }
-static inline uint32_t g_iq2_xxs(const uint8_t *b, int ib) { return iq_ksigns4(iq_u32(XXS(b)->qs + 4 * ib + 2)); }
-static inline __m256i s_iq2_xxs(const uint8_t *b, int ib) { return iq_scale((int)(2 * (iq_u32(XXS(b)->qs + 4 * ib + 2) >> 28) + 1)); }
+static inline uint32_t g_iq2_xxs(const uint8_t *b, int ib) { return iq_ksigns4(quant_u32(XXS(b)->qs + 4 * ib + 2)); }
+static inline __m256i s_iq2_xxs(const uint8_t *b, int ib) { return iq_scale((int)(2 * (quant_u32(XXS(b)->qs + 4 * ib + 2) >> 28) + 1)); }
 #undef XXS
 
 /* ---- IQ2_XS: 9-bit index and 7 sign bits a group ---- */
@@ -128,11 +122,11 @@ static inline __m256i w_iq2_s(const uint8_t *b, int ib)
     return iq_points8(quant_iq2s_grid, q[0] | (h << 8 & 0x300), q[1] | (h << 6 & 0x300), q[2] | (h << 4 & 0x300),
                       q[3] | (h << 2 & 0x300));
 }
-static inline uint32_t g_iq2_s(const uint8_t *b, int ib) { return iq_u32(((const block_iq2_s *)(const void *)b)->qs + 32 + 4 * ib); }
+static inline uint32_t g_iq2_s(const uint8_t *b, int ib) { return quant_u32(((const block_iq2_s *)(const void *)b)->qs + 32 + 4 * ib); }
 static inline __m256i s_iq2_s(const uint8_t *b, int ib) { return iq_split_scales(((const block_iq2_s *)(const void *)b)->scales[ib]); }
 
 /* ---- IQ3_XXS: 8 index bytes, then 4×7 sign bits and s ---- */
-static inline uint32_t iq3xxs_aux(const uint8_t *b, int ib) { return iq_u32(((const block_iq3_xxs *)(const void *)b)->qs + 64 + 4 * ib); }
+static inline uint32_t iq3xxs_aux(const uint8_t *b, int ib) { return quant_u32(((const block_iq3_xxs *)(const void *)b)->qs + 64 + 4 * ib); }
 static inline __m256i w_iq3_xxs(const uint8_t *b, int ib)
 {
     const block_iq3_xxs *x = (const void *)b;
@@ -151,7 +145,7 @@ static inline __m256i w_iq3_s(const uint8_t *b, int ib)
     for (int k = 0; k < 8; k++) idx[k] = x->qs[8 * ib + k] | ((x->qh[ib] >> k) & 1) << 8;
     return iq_points4(quant_iq3s_grid, idx);
 }
-static inline uint32_t g_iq3_s(const uint8_t *b, int ib) { return iq_u32(((const block_iq3_s *)(const void *)b)->signs + 4 * ib); }
+static inline uint32_t g_iq3_s(const uint8_t *b, int ib) { return quant_u32(((const block_iq3_s *)(const void *)b)->signs + 4 * ib); }
 static inline __m256i s_iq3_s(const uint8_t *b, int ib)
 {
     return iq_scale(1 + 2 * ((((const block_iq3_s *)(const void *)b)->scales[ib / 2] >> (4 * (ib % 2))) & 15));

@@ -44,18 +44,6 @@ static inline __m256i iq_join256(const void *a, const void *b)
 {
     return _mm256_set_m128i(_mm_loadu_si128(b), _mm_loadu_si128(a));
 }
-static inline uint64_t iq_u64(const void *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-static inline uint16_t iq_u16(const void *p)
-{
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-}
 
 /* ---- IQ2_XXS: per sub-block 4 index bytes, then 4×7 sign bits and s ---- */
 #define XXS(h) ((const block_iq2_xxs *)(const void *)b[h])
@@ -127,7 +115,7 @@ static inline void p_iq2_s(const uint8_t *const b[2], const block_q8_K *const y[
     *ls16 = iq_ls16_of_nibbles(S2(0)->scales, S2(1)->scales);
     IQ_STEPS {
         __m512i g = _mm512_i32gather_epi64(iq_idxw(idx[h] + 8 * k), (const void *)quant_iq2s_grid, 8);
-        p[h][k] = iq_products(g, _cvtu64_mask64(iq_u64(S2(h)->qs + 32 + 8 * k)), y[h]->qs + 64 * k);
+        p[h][k] = iq_products(g, _cvtu64_mask64(quant_u64(S2(h)->qs + 32 + 8 * k)), y[h]->qs + 64 * k);
     }
 }
 #undef S2
@@ -164,9 +152,9 @@ static inline void p_iq3_s(const uint8_t *const b[2], const block_q8_K *const y[
     IQ_STEPS {
         /* bit m of the step's 16 qh bits: the 9th bit of point m */
         __m512i idx = iq_idx16(S3(h)->qs + 16 * k);
-        idx = _mm512_mask_or_epi32(idx, _cvtu32_mask16(iq_u16(S3(h)->qh + 2 * k)), idx, _mm512_set1_epi32(256));
+        idx = _mm512_mask_or_epi32(idx, _cvtu32_mask16(quant_u16(S3(h)->qh + 2 * k)), idx, _mm512_set1_epi32(256));
         __m512i g = _mm512_i32gather_epi32(idx, (const void *)quant_iq3s_grid, 4);
-        p[h][k] = iq_products(g, _cvtu64_mask64(iq_u64(S3(h)->signs + 8 * k)), y[h]->qs + 64 * k);
+        p[h][k] = iq_products(g, _cvtu64_mask64(quant_u64(S3(h)->signs + 8 * k)), y[h]->qs + 64 * k);
     }
 }
 #undef S3

@@ -28,19 +28,8 @@ static inline uint8_t grid8(uint64_t point, int j) { return (uint8_t)(point >> (
 static inline uint8_t grid4(uint32_t point, int j) { return (uint8_t)(point >> (8 * j)); }
 static inline int signed_by(int v, uint8_t signs, int j) { return (signs >> j) & 1 ? -v : v; }
 
-static inline uint32_t u32_at(const void *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
 
-static inline float half_at(const void *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return quant_half_to_float(h);
-}
+static inline float half_at(const void *p) { return quant_half_to_float(quant_u16(p)); }
 
 typedef float (*iq_d_fn)(const uint8_t *b);
 typedef float (*iq_db_fn)(float d, const uint8_t *b, int ib, int l);
@@ -51,12 +40,12 @@ typedef bool (*iq_down_fn)(const uint8_t *b, int ib, int l);
 /* IQ2_XXS: 32 values are 4 words of qs: two of 4 index bytes, then two of
  * 4×7 sign bits with the 4-bit scale s on top.  db = d·(0.5 + s)·0.25. */
 #define XXS(b) ((const block_iq2_xxs *)(const void *)(b))
-static inline uint32_t iq2xxs_aux(const uint8_t *b, int ib) { return u32_at(XXS(b)->qs + 4 * ib + 2); }
+static inline uint32_t iq2xxs_aux(const uint8_t *b, int ib) { return quant_u32(XXS(b)->qs + 4 * ib + 2); }
 static float db_iq2_xxs(float d, const uint8_t *b, int ib, int l) { return d * (0.5f + (float)(iq2xxs_aux(b, ib) >> 28)) * 0.25f; }
 static int ls_iq2_xxs(const uint8_t *b, int ib, int l) { return (int)(2 * (iq2xxs_aux(b, ib) >> 28) + 1); }
 static int v_iq2_xxs(const uint8_t *b, int ib, int l, int j)
 {
-    uint32_t idx = u32_at(XXS(b)->qs + 4 * ib);
+    uint32_t idx = quant_u32(XXS(b)->qs + 4 * ib);
     uint8_t signs = quant_ksigns[(iq2xxs_aux(b, ib) >> (7 * l)) & 127];
     return signed_by(grid8(quant_iq2xxs_grid[(idx >> (8 * l)) & 255], j), signs, j);
 }
@@ -89,7 +78,7 @@ static int v_iq2_s(const uint8_t *b, int ib, int l, int j)
 
 /* IQ3_XXS: element j (0..7) of group l is of two 4-element points; a word
  * after the 64 index bytes holds 4×7 sign bits and s; db = d·(0.5 + s)·0.5. */
-static inline uint32_t iq3xxs_aux(const uint8_t *b, int ib) { return u32_at(((const block_iq3_xxs *)(const void *)b)->qs + 64 + 4 * ib); }
+static inline uint32_t iq3xxs_aux(const uint8_t *b, int ib) { return quant_u32(((const block_iq3_xxs *)(const void *)b)->qs + 64 + 4 * ib); }
 static float db_iq3_xxs(float d, const uint8_t *b, int ib, int l) { return d * (0.5f + (float)(iq3xxs_aux(b, ib) >> 28)) * 0.5f; }
 static int ls_iq3_xxs(const uint8_t *b, int ib, int l) { return (int)(2 * (iq3xxs_aux(b, ib) >> 28) + 1); }
 static int v_iq3_xxs(const uint8_t *b, int ib, int l, int j)
