@@ -72,10 +72,8 @@ int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, in
         if (pos + 1 + n > n_ctx) n = (int)(n_ctx - pos - 1); /* the window must fit the context */
         if (n < 0) n = 0;
         win[0] = st.ids[0];
-        struct gen_result so_far;
-        gen_finish(g, &so_far, err, sizeof err); /* not done: only what is generated so far */
         if (oracle) {
-            oracle_drafts(oracle, &rng, so_far.made, n, V, win + 1);
+            oracle_drafts(oracle, &rng, gen_made(g), n, V, win + 1);
         } else if (src->kind == SPEC_LOOKUP) {
             n = gen_lookup_drafts(g, n, win + 1);
         } else if (n > 0 && gw_mtp_draft(cm->seq, win[0], wide, pos, n, win + 1, NULL, err, sizeof err)) {
