@@ -1,0 +1,244 @@
+/* test_grammar.c — core/grammar: schemas → grammars (accept / reject byte
+ * strings), the unsupported keywords' errors, and the vocabulary mask equal
+ * to a brute-force check of every token along random walks. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/grammar/grammar.h"
+#include "core/util/err.h"
+
+static gram_grammar *compile(const char *schema)
+{
+    cJSON *s = cJSON_Parse(schema);
+    cr_assert(s, "bad test schema %s", schema);
+    gram_grammar *g = NULL;
+    char err[256] = "";
+    int rc = gram_from_schema(s, &g, err, sizeof err);
+    cJSON_Delete(s);
+    cr_assert_eq(rc, 0, "%s: %s", schema, err);
+    return g;
+}
+
+static void accepts(const gram_grammar *g, const char *text, bool want)
+{
+    cr_expect_eq(gram_accepts(g, text, strlen(text)), want, "%s should be %s", text, want ? "accepted" : "refused");
+}
+
+Test(grammar, scalars)
+{
+    gram_grammar *g = compile("{\"type\":\"integer\"}");
+    accepts(g, "0", true), accepts(g, "-12", true), accepts(g, " 7 ", true), accepts(g, "1234567890123456", true);
+    accepts(g, "12345678901234567", false), accepts(g, "01", false), accepts(g, "1.5", false), accepts(g, "", false);
+    accepts(g, "-", false), accepts(g, "+1", false), accepts(g, "1e3", false);
+    gram_free(g);
+    g = compile("{\"type\":\"number\"}");
+    accepts(g, "1.5", true), accepts(g, "-0.25e-3", true), accepts(g, "3E+10", true), accepts(g, "1.", false);
+    accepts(g, ".5", false), accepts(g, "1e", false), accepts(g, "1e1234", false), accepts(g, "NaN", false);
+    gram_free(g);
+    g = compile("{\"type\":[\"boolean\",\"null\"]}");
+    accepts(g, "true", true), accepts(g, "false", true), accepts(g, "null", true), accepts(g, "nul", false), accepts(g, "0", false);
+    gram_free(g);
+}
+
+Test(grammar, strings)
+{
+    gram_grammar *g = compile("{\"type\":\"string\"}");
+    accepts(g, "\"\"", true), accepts(g, "\"a b\"", true), accepts(g, "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"", true);
+    accepts(g, "\"\\n\\t\\\"\\\\\\/\\u00e9\"", true);
+    accepts(g, "\"\\ud83d\"", false); /* a surrogate escape: two escapes would be one character */
+    accepts(g, "\"a\nb\"", false), accepts(g, "\"\\x\"", false), accepts(g, "\"\xc3\"", false), accepts(g, "\"\xed\xa0\x80\"", false);
+    accepts(g, "\"\xc0\xaf\"", false), accepts(g, "\"abc", false), accepts(g, "abc", false);
+    gram_free(g);
+    g = compile("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}");
+    accepts(g, "\"a\"", false), accepts(g, "\"ab\"", true), accepts(g, "\"\xc3\xa9\\n\xe2\x82\xac\"", true), accepts(g, "\"abcd\"", false);
+    gram_free(g);
+}
+
+Test(grammar, objects)
+{
+    gram_grammar *g = compile("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"},"
+                              "\"c\":{\"type\":\"boolean\"}},\"required\":[\"b\"],\"additionalProperties\":false}");
+    accepts(g, "{\"b\":\"x\"}", true), accepts(g, "{\"a\":1,\"b\":\"x\"}", true), accepts(g, "{\"a\":1,\"b\":\"x\",\"c\":true}", true);
+    accepts(g, "{\n  \"a\": 1,\n  \"b\": \"x\"\n}", true), accepts(g, "{\"b\":\"x\",\"c\":false}", true);
+    accepts(g, "{}", false), accepts(g, "{\"a\":1}", false), accepts(g, "{\"b\":\"x\",\"a\":1}", false); /* schema order */
+    accepts(g, "{\"b\":\"x\",}", false), accepts(g, "{\"b\":\"x\",\"d\":1}", false), accepts(g, "{\"b\":\"x\"} x", false);
+    gram_free(g);
+    g = compile("{\"type\":\"object\",\"additionalProperties\":false}");
+    accepts(g, "{}", true), accepts(g, "{ }", true), accepts(g, "{\"a\":1}", false);
+    gram_free(g);
+    g = compile("{\"type\":\"object\"}");
+    accepts(g, "{\"k\":[1,{\"x\":null}],\"s\":\"t\"}", true), accepts(g, "[]", false), accepts(g, "{\"k\"}", false);
+    gram_free(g);
+}
+
+Test(grammar, arrays_enum_anyof_ref)
+{
+    gram_grammar *g = compile("{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":1,\"maxItems\":3}");
+    accepts(g, "[]", false), accepts(g, "[1]", true), accepts(g, "[1, 2 ,3]", true), accepts(g, "[1,2,3,4]", false), accepts(g, "[1,]", false);
+    gram_free(g);
+    g = compile("{\"enum\":[\"red\",3,null,{\"a\":[true]}]}");
+    accepts(g, "\"red\"", true), accepts(g, "3", true), accepts(g, "null", true), accepts(g, "{\"a\":[true]}", true);
+    accepts(g, "\"blue\"", false), accepts(g, "4", false);
+    gram_free(g);
+    g = compile("{\"type\":\"string\",\"enum\":[\"x\",1]}"); /* only the values of the type */
+    accepts(g, "\"x\"", true), accepts(g, "1", false);
+    gram_free(g);
+    g = compile("{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"array\",\"items\":{\"const\":\"k\"},\"maxItems\":2}]}");
+    accepts(g, "5", true), accepts(g, "[\"k\",\"k\"]", true), accepts(g, "[\"k\",\"j\"]", false), accepts(g, "true", false);
+    gram_free(g);
+    g = compile("{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
+                "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/node\"}}},\"required\":[\"v\"]}},\"$ref\":\"#/$defs/node\"}");
+    accepts(g, "{\"v\":1,\"kids\":[{\"v\":2},{\"v\":3,\"kids\":[{\"v\":4}]}]}", true), accepts(g, "{\"v\":1,\"kids\":[{}]}", false);
+    gram_free(g);
+}
+
+static void refused(const char *schema, int code, const char *needle)
+{
+    cJSON *s = cJSON_Parse(schema);
+    cr_assert(s);
+    gram_grammar *g = NULL;
+    char err[256] = "";
+    int rc = gram_from_schema(s, &g, err, sizeof err);
+    cJSON_Delete(s);
+    cr_expect_eq(rc, code, "%s: rc %d (%s)", schema, rc, err);
+    cr_expect(strstr(err, needle), "%s: the message \"%s\" does not name %s", schema, err, needle);
+    cr_expect_null(g);
+}
+
+Test(grammar, unsupported_keywords_are_named)
+{
+    refused("{\"type\":\"object\",\"patternProperties\":{\"^a\":{}}}", NB_ENOTSUP, "'patternProperties'");
+    refused("{\"type\":\"string\",\"pattern\":\"^a+$\"}", NB_ENOTSUP, "'pattern'");
+    refused("{\"properties\":{\"x\":{\"type\":\"number\",\"minimum\":3}}}", NB_ENOTSUP, "'minimum' is not supported at /properties/x");
+    refused("{\"$ref\":\"https://example.com/s.json\"}", NB_ENOTSUP, "'$ref'");
+    refused("{\"$defs\":{\"a\":{\"anyOf\":[{\"$ref\":\"#/$defs/a\"}]}},\"$ref\":\"#/$defs/a\"}", NB_ENOTSUP, "cycle");
+    refused("{\"type\":\"strin\"}", NB_EINVAL, "'type'");
+    refused("{\"type\":\"object\",\"properties\":{},\"required\":[\"x\"]}", NB_ENOTSUP, "'x'");
+    refused("{\"type\":\"array\",\"maxItems\":100000}", NB_ENOTSUP, "'maxItems' over");
+    refused("{\"type\":\"string\",\"format\":\"date\"}", NB_ENOTSUP, "'format'");
+    refused("{\"oneOf\":[{\"type\":\"string\"}]}", NB_ENOTSUP, "'oneOf'");
+    refused("false", NB_ENOTSUP, "false");
+}
+
+/* ---------- the mask against brute force ---------- */
+
+static uint64_t rng = 0x1234567;
+static uint32_t rnd(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)rng;
+}
+
+/* A vocabulary of every byte, JSON-ish pieces and random strings, with a few
+ * ids that are not text and two stop ids. */
+static gram_vocab *make_vocab(int32_t n, char ***words_out, size_t **lens_out)
+{
+    static const char *const pieces[] = {"{\"", "\":", "\",", "\"}", "true", "false", "null", "},", "],", "[{", " \"",
+                                         "\n  ", "12", "0.", "e+", "-1", "\\n", "\\u00", "\":\"", "\"]}", NULL};
+    char **w = calloc((size_t)n, sizeof *w);
+    size_t *len = calloc((size_t)n, sizeof *len);
+    int32_t i = 0;
+    for (; i < 256; i++) w[i] = malloc(1), w[i][0] = (char)i, len[i] = 1;
+    for (int k = 0; pieces[k] && i < n; k++, i++) w[i] = strdup(pieces[k]), len[i] = strlen(pieces[k]);
+    static const char alpha[] = "{}[]\":, \n0123456789.eE+-abtrufnl\\\xc3\xa9";
+    for (; i < n; i++) {
+        if (i % 97 == 0) continue; /* not text */
+        len[i] = 1 + rnd() % 6;
+        w[i] = malloc(len[i]);
+        for (size_t k = 0; k < len[i]; k++) w[i][k] = alpha[rnd() % (sizeof alpha - 1)];
+    }
+    int32_t stops[2] = {n - 1, n - 2};
+    gram_vocab *v = NULL;
+    char err[128];
+    cr_assert_eq(gram_vocab_new(n, (const char *const *)w, len, stops, 2, &v, err, sizeof err), 0, "%s", err);
+    *words_out = w, *lens_out = len;
+    return v;
+}
+
+static void brute_force_walks(const char *schema, int walks)
+{
+    const int32_t n = 3000;
+    char **w;
+    size_t *len;
+    gram_vocab *v = make_vocab(n, &w, &len);
+    gram_grammar *g = compile(schema);
+    uint32_t *bits = malloc(((size_t)n + 31) / 32 * 4);
+    char *prefix = malloc(1 << 16);
+    for (int walk = 0; walk < walks; walk++) {
+        gram_matcher *m, *b; /* b: the same walk, checked token by token */
+        cr_assert_eq(gram_matcher_new(g, v, &m, NULL, 0), 0);
+        cr_assert_eq(gram_matcher_new(g, NULL, &b, NULL, 0), 0);
+        size_t np = 0;
+        for (int step = 0; step < 60 && !gram_matcher_done(m); step++) {
+            cr_assert_eq(gram_matcher_mask(m, bits), 0);
+            int32_t allowed[3000], n_allowed = 0;
+            for (int32_t id = 0; id < n; id++) {
+                bool want;
+                if (id >= n - 2) want = gram_matcher_complete(m);
+                else if (!w[id]) want = false;
+                else want = gram_matcher_allows_bytes(b, w[id], len[id]);
+                bool got = bits[id >> 5] >> (id & 31) & 1;
+                cr_assert_eq(got, want, "%s: walk %d step %d: token %d (%.*s) mask %d, brute force %d", schema, walk, step, id,
+                             (int)len[id], w[id] ? w[id] : "", got, want);
+                if (got) allowed[n_allowed++] = id;
+            }
+            cr_assert_gt(n_allowed, 0, "no token allowed at step %d", step);
+            int32_t pick = allowed[rnd() % n_allowed];
+            cr_assert_eq(gram_matcher_accept(m, pick), 0);
+            if (pick < n - 2) {
+                cr_assert_eq(gram_matcher_accept_bytes(b, w[pick], len[pick]), 0);
+                memcpy(prefix + np, w[pick], len[pick]), np += len[pick];
+            }
+        }
+        if (gram_matcher_done(m)) cr_expect(gram_accepts(g, prefix, np), "a finished walk is a whole value: %.*s", (int)np, prefix);
+        int32_t bad = -1;
+        for (int32_t id = 0; id < n - 2 && bad < 0; id++)
+            if (w[id] && !(bits[id >> 5] >> (id & 31) & 1)) bad = id;
+        if (bad >= 0 && !gram_matcher_done(m)) cr_expect_eq(gram_matcher_accept(m, bad), NB_EINVAL, "a masked token is refused");
+        gram_matcher_free(m), gram_matcher_free(b);
+    }
+    free(bits), free(prefix);
+    for (int32_t i = 0; i < n; i++) free(w[i]);
+    free(w), free(len);
+    gram_free(g);
+    gram_vocab_free(v);
+}
+
+Test(grammar, mask_equals_brute_force_object)
+{
+    brute_force_walks("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":8},\"n\":{\"type\":\"number\"},"
+                      "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\",true]},\"maxItems\":3}},\"required\":[\"n\"]}",
+                      6);
+}
+
+Test(grammar, mask_equals_brute_force_any)
+{
+    brute_force_walks("{\"type\":\"object\"}", 4);
+    brute_force_walks("{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"},{\"type\":\"array\",\"items\":{\"type\":\"boolean\"}}]}", 4);
+}
+
+Test(grammar, vocab_trie_has_every_text_token)
+{
+    char **w;
+    size_t *len;
+    gram_vocab *v = make_vocab(3000, &w, &len);
+    cr_expect_eq(gram_vocab_size(v), 3000);
+    cr_expect_gt(gram_vocab_trie_nodes(v), 256);
+    /* Any JSON value allows '{' and '[' first: the one-byte tokens of both. */
+    gram_grammar *g = NULL;
+    cr_assert_eq(gram_any_object(&g, NULL, 0), 0);
+    gram_matcher *m;
+    cr_assert_eq(gram_matcher_new(g, v, &m, NULL, 0), 0);
+    uint32_t bits[(3000 + 31) / 32];
+    cr_assert_eq(gram_matcher_mask(m, bits), 0);
+    cr_expect(bits['{' >> 5] >> ('{' & 31) & 1);
+    cr_expect(!(bits['[' >> 5] >> ('[' & 31) & 1), "json_object: an object, not an array");
+    cr_expect(!(bits[2999 >> 5] >> (2999 & 31) & 1), "no stop before the value");
+    gram_matcher_free(m);
+    gram_free(g);
+    gram_vocab_free(v);
+    for (int i = 0; i < 3000; i++) free(w[i]);
+    free(w), free(len);
+}
