@@ -28,6 +28,7 @@
 
 #include "core/chat/chat.h"
 #include "core/conf/conf.h"
+#include "core/grammar/grammar.h"
 #include "core/sampling/sampling.h"
 
 #define API_MAX_STOP 4
@@ -71,6 +72,7 @@ struct api_request {
     bool has_accuracy_level;    /* the body gave it (else the server's default applies) */
     long long context_length;   /* 0: the model's */
     int prefill_chunk;          /* 0: the server's --chunk */
+    gram_grammar *grammar;      /* response_format json_object / json_schema (api_format.c); NULL: free text */
 };
 
 /* Parses body (len bytes, no NUL needed) as a request of this kind.  0, or
@@ -79,6 +81,10 @@ struct api_request {
  * range is an error naming it.  r is always safe to api_request_free. */
 int api_parse_request(enum api_kind kind, const char *body, size_t len, struct api_request *r, struct api_error *e);
 void api_request_free(struct api_request *r);
+/* api_format.c: `response_format` → r->grammar (NULL for none or "text").
+ * 0, or the error's HTTP status (400 naming the schema keyword at fault, 500). */
+int api_parse_format(const cJSON *root, struct api_request *r, struct api_error *e);
+void api_format_free(struct api_request *r);
 
 /* ---------- generated text → reasoning / content (api_text.c) ---------- */
 
@@ -127,6 +133,7 @@ struct api_job {
     int chunk;            /* prefill tokens per step */
     bool think_split;     /* chat with think on: text starts as reasoning */
     bool ignore_eos;
+    gram_grammar *grammar; /* structured output (owned), or NULL */
     char *stop[API_MAX_STOP];
     int n_stop;
     double t_arrival;

@@ -264,7 +264,7 @@ static int parse_generation(const cJSON *root, struct api_request *r, struct api
     if (rc) r->context_length = (long long)x;
     if ((rc = number(root, "prefill_chunk", 1, API_MAX_PREFILL_CHUNK, true, &x, e)) > 1) return rc;
     if (rc) r->prefill_chunk = (int)x;
-    return 0;
+    return api_parse_format(root, r, e);
 }
 
 static int parse_root(enum api_kind kind, const cJSON *root, struct api_request *r, struct api_error *e)
@@ -320,5 +320,6 @@ void api_request_free(struct api_request *r)
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->model);
     free(r->prompt);
+    api_format_free(r);
     memset(r, 0, sizeof *r);
 }

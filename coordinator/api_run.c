@@ -210,7 +210,7 @@ static void on_done(void *ctx, const struct coord_outcome *o)
     j->prompt_ms = res ? res->prompt_s * 1e3 : 0;
     j->ttft_ms = r->t_first > 0 ? (r->t_first - j->t_arrival) * 1e3 : 0;
     j->decode_ms = r->t_first > 0 ? (r->t_last - r->t_first) * 1e3 : 0;
-    bool stopped = r->text_stop || (res && !strcmp(res->why, "stop token"));
+    bool stopped = r->text_stop || (res && (!strcmp(res->why, "stop token") || !strcmp(res->why, "grammar")));
     if (!rc && !r->cancelled && !r->fail)
         nb_log("http job: prompt %zu tokens, %lld generated in %.2f s (queued %.0f ms), finish %s", j->n_ids, made,
                now - r->t_start, j->queue_ms, stopped ? "stop" : "length");
@@ -235,8 +235,10 @@ static void submit(struct coord *c, struct api_job *j)
         return finish(c, j, NULL, &e, false);
     }
     api_text_init(&r->text, j->think_split, j->stop, j->n_stop);
+    /* With thinking on, the grammar applies to the answer: after </think> (docs/API.md, "Structured output"). */
     struct coord_request_spec spec = {.ids = j->ids, .n = j->n_ids, .sp = j->sp, .budget = j->max_tokens, .chunk = j->chunk,
-                                      .ignore_stop = j->ignore_eos};
+                                      .ignore_stop = j->ignore_eos, .grammar = j->grammar,
+                                      .constrain_after = j->grammar && j->think_split ? tok_id_of(c->tok, "</think>") : -1};
     if (coord_request_submit(c, &spec, &job_ops, r, err, sizeof err)) {
         api_errorf(&e, 500, "server_error", NULL, NULL, "%s", err);
         finish(c, j, NULL, &e, false);

@@ -31,6 +31,7 @@
 #include <cJSON.h>
 
 #include "core/ctl/ctl.h"
+#include "core/grammar/grammar.h"
 #include "core/sampling/sampling.h"
 #include "shm/shm.h"
 
@@ -115,6 +116,7 @@ struct coord {
     /* the model as the coordinator sees it: sizes and the tokenizer */
     struct model *m;
     tok_tokenizer *tok;
+    gram_vocab *gram_vocab;        /* the tokenizer's trie for structured output, built at the first such request */
     struct coord_tiers tiers;
     int64_t n_ctx;                 /* positions a request may use (coord_context_limit) */
     /* workers */
@@ -249,6 +251,8 @@ struct coord_request_spec {
     const char *logits_out;
     int chunk;
     bool ignore_stop;
+    const gram_grammar *grammar;   /* structured output (core/grammar), borrowed until on_done; NULL: none */
+    int32_t constrain_after;       /* the grammar applies after this id (</think>); -1: from the first token */
 };
 /* Queues it (0), or fails at once (the session could not be made). */
 int coord_request_submit(struct coord *c, const struct coord_request_spec *s, const struct coord_request_ops *ops, void *ctx,
