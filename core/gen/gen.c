@@ -185,6 +185,7 @@ static bool sample_row(gen_session *g, const float *logits, const int32_t *argma
     }
     int32_t id;
     if (g->cfg.constrain) {
+        if (!logits) return *rc = nb_errf(err, errlen, NB_EINVAL, "a constrained step needs its logits, not an argmax"), false;
         if ((*rc = gen_prepare(g, err, errlen))) return false;
         id = sampling_sample_masked(g->smp, logits, g->allowed);
         g->allowed_ready = false;
