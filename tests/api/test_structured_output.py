@@ -6,8 +6,9 @@ whatever the mask allows — so every answer being valid says the mask is right,
   - 30 random schemas of the supported subset (objects with required and optional properties,
     arrays with minItems/maxItems, strings with minLength/maxLength, numbers, integers, booleans,
     null, enum, const, anyOf, type lists, $defs with $ref), each under 5 seeds at temperature 1
-    with top_k off: every content parses as JSON and validates against its schema (python3's
-    jsonschema, Draft 2020-12), and finishes with "stop";
+    with top_k off: every content parses as JSON and validates against its schema (the jsonschema
+    package's Draft 2020-12 validator when python3 has it, else this file's validator of the same
+    subset), and finishes with "stop";
   - json_object: an object; "text": no constraint (the same text as without response_format);
     streaming gives the same text as not;
   - think on: the reasoning is free, the content after </think> is constrained;
@@ -24,9 +25,66 @@ from test_http_api import alive, check, jcall, run_suite, stream  # noqa: E402
 
 try:
     import jsonschema
-except ImportError:  # deploy/install-deps.sh installs python3-jsonschema
-    print("FAIL: python3-jsonschema is not installed")
-    sys.exit(1)
+except ImportError:
+    jsonschema = None
+
+
+def same(a, b):
+    """JSON equality (1 == 1.0, but True is not 1)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def subset_errors(v, s, root):
+    """The errors of v under schema s, for the keywords this test's schemas use."""
+    if "$ref" in s:
+        return subset_errors(v, root["$defs"][s["$ref"].split("/")[-1]], root)
+    if "anyOf" in s:
+        return [] if any(not subset_errors(v, x, root) for x in s["anyOf"]) else [f"{v!r} matches no anyOf branch"]
+    if "enum" in s:
+        return [] if any(same(v, x) for x in s["enum"]) else [f"{v!r} not in enum"]
+    if "const" in s:
+        return [] if same(v, s["const"]) else [f"{v!r} is not the const"]
+    types = s.get("type")
+    if types is not None:
+        types = [types] if isinstance(types, str) else types
+        is_a = {"object": lambda x: isinstance(x, dict), "array": lambda x: isinstance(x, list),
+                "string": lambda x: isinstance(x, str), "boolean": lambda x: isinstance(x, bool), "null": lambda x: x is None,
+                "number": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool),
+                "integer": lambda x: isinstance(x, int) and not isinstance(x, bool) or isinstance(x, float) and x.is_integer()}
+        if not any(is_a[t](v) for t in types):
+            return [f"{v!r} is not of type {types}"]
+    errs = []
+    if isinstance(v, str):
+        if len(v) < s.get("minLength", 0) or len(v) > s.get("maxLength", 1 << 30):
+            errs.append(f"{v!r}: length {len(v)} outside {s.get('minLength', 0)}..{s.get('maxLength')}")
+    if isinstance(v, list):
+        if len(v) < s.get("minItems", 0) or len(v) > s.get("maxItems", 1 << 30):
+            errs.append(f"{len(v)} items outside {s.get('minItems', 0)}..{s.get('maxItems')}")
+        for x in v:
+            errs += subset_errors(x, s.get("items", {}), root)
+    if isinstance(v, dict):
+        props = s.get("properties", {})
+        errs += [f"required {k!r} missing" for k in s.get("required", []) if k not in v]
+        if s.get("additionalProperties") is False:
+            errs += [f"{k!r} is not a property" for k in v if k not in props]
+        for k, x in v.items():
+            if k in props:
+                errs += subset_errors(x, props[k], root)
+    return errs
+
+
+def validation_errors(value, schema):
+    if jsonschema:
+        return [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(value)]
+    return subset_errors(value, schema, schema)
 
 
 def rand_schema(rng, depth, defs):
@@ -100,7 +158,6 @@ def test_fuzzed_schemas():
     schemas = make_schemas(30)
     bad = 0
     for i, schema in enumerate(schemas):
-        validator = jsonschema.Draft202012Validator(schema)
         for seed in range(5):
             st, d = ask(schema, seed)
             if not check(st == 200, f"schema {i} seed {seed}: status {st}: {d} ({json.dumps(schema)})"):
@@ -114,11 +171,22 @@ def test_fuzzed_schemas():
                 check(False, f"schema {i} seed {seed}: not JSON ({e}): {text!r} ({json.dumps(schema)})")
                 bad += 1
                 continue
-            errs = [e.message for e in validator.iter_errors(value)]
+            errs = validation_errors(value, schema)
             if not check(not errs, f"schema {i} seed {seed}: {errs[:2]}: {text!r} ({json.dumps(schema)})"):
                 bad += 1
             check(ch["finish_reason"] == "stop", f"schema {i} seed {seed}: finish_reason {ch['finish_reason']}")
-    print(f"fuzzed schemas: {len(schemas)} × 5 seeds, {bad} invalid")
+    print(f"fuzzed schemas: {len(schemas)} × 5 seeds, {bad} invalid (validator: {'jsonschema' if jsonschema else 'this file'})")
+
+
+def test_subset_validator():
+    """The fallback validator refuses what jsonschema would (so it is no test that cannot fail)."""
+    s = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"enum": ["x", 1]},
+         "c": {"type": "array", "items": {"type": "string", "maxLength": 2}, "maxItems": 2}}, "required": ["a"],
+         "additionalProperties": False}
+    check(not subset_errors({"a": 1, "b": 1, "c": ["ab"]}, s, s), "subset validator: a valid value passes")
+    for bad in ({"b": "x"}, {"a": 1.5}, {"a": True}, {"a": 1, "b": "y"}, {"a": 1, "c": ["abc"]}, {"a": 1, "c": ["", "", ""]},
+                {"a": 1, "d": 0}, [1]):
+        check(subset_errors(bad, s, s), f"subset validator refuses {bad!r}")
 
 
 def test_json_object_text_stream():
@@ -213,6 +281,7 @@ def test_errors():
 
 
 def main(tmp):
+    test_subset_validator()
     test_errors()
     test_json_object_text_stream()
     test_fuzzed_schemas()
