@@ -88,6 +88,7 @@ int gen_new(const struct gen_config *cfg, gen_session **out, char *err, size_t e
         return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     }
     g->armed = cfg->constrain_after < 0;
+    if (cfg->constrain) gram_matcher_reset(cfg->constrain); /* a session starts at the value's start */
     if (cfg->logits_path) {
         size_t n = strlen(cfg->logits_path);
         g->logits_path = strdup(cfg->logits_path);

@@ -242,3 +242,102 @@ Test(grammar, vocab_trie_has_every_text_token)
     for (int i = 0; i < 3000; i++) free(w[i]);
     free(w), free(len);
 }
+
+/* ---------- core/gen with a matcher ---------- */
+
+#include "core/gen/gen.h"
+
+#define GV 300
+#define THINK_END 297 /* not text */
+#define STOP 299
+
+/* Runs a constrained session on random logits that favour bytes the
+ * grammar refuses ('x', '<'); returns the ids made. */
+static long long run_constrained(gram_matcher *m, int32_t after, float temperature, uint64_t seed, int32_t *out)
+{
+    struct gen_config cfg = {.prompt = (int32_t[]){1, 2, 3}, .n_prompt = 3, .budget = 400, .n_vocab = GV, .n_stop = 1,
+                             .stop_ids = {STOP}, .constrain = m, .constrain_after = after};
+    cfg.sp = (struct sampling_params){.temperature = temperature, .top_p = 1.0f, .seed = seed};
+    gen_session *g;
+    char err[128];
+    cr_assert_eq(gen_new(&cfg, &g, err, sizeof err), 0, "%s", err);
+    float logits[GV];
+    uint64_t x = seed * 7 + 1;
+    struct gen_step st;
+    struct gen_event ev;
+    while (gen_next(g, &st) == GEN_EVAL) {
+        cr_assert(!st.argmax_ok, "a constrained step needs the whole row");
+        for (int i = 0; i < GV; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, logits[i] = (float)(x % 1000) / 250.0f;
+        logits['x'] = logits['<'] = 9.0f;
+        logits[THINK_END] = 9.5f; /* above the refused bytes: greedy ends thinking at once */
+        cr_assert_eq(gen_prepare(g, err, sizeof err), 0);
+        cr_assert_eq(gen_feed(g, logits, NULL, &ev, err, sizeof err), 0, "%s", err);
+    }
+    struct gen_result r;
+    cr_assert_eq(gen_finish(g, &r, err, sizeof err), 0);
+    cr_assert_str_eq(r.why, "stop token", "the value ends, then only the stop id is left: %s after %lld", r.why, r.made);
+    memcpy(out, r.ids, (size_t)r.made * sizeof *out);
+    long long made = r.made;
+    gen_free(g);
+    return made;
+}
+
+Test(grammar, gen_samples_only_what_the_grammar_allows)
+{
+    char *w[GV] = {0};
+    size_t len[GV] = {0};
+    for (int i = 0; i < 256; i++) w[i] = malloc(1), w[i][0] = (char)i, len[i] = 1;
+    static const char *const pieces[] = {"[1", ", 2", "]", "  ", "x]", "-0", NULL};
+    for (int k = 0; pieces[k]; k++) w[256 + k] = strdup(pieces[k]), len[256 + k] = strlen(pieces[k]);
+    int32_t stop = STOP;
+    gram_vocab *v;
+    cr_assert_eq(gram_vocab_new(GV, (const char *const *)w, len, &stop, 1, &v, NULL, 0), 0);
+    gram_grammar *g = compile("{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"maxItems\":4}");
+    gram_matcher *m;
+    cr_assert_eq(gram_matcher_new(g, v, &m, NULL, 0), 0);
+    int32_t ids[401], again[401];
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        for (int think = 0; think < 2; think++) {
+            const int32_t after = think ? THINK_END : -1;
+            long long n = run_constrained(m, after, seed == 1 ? 0.0f : 1.0f, seed, ids), at = 0;
+            if (think) { /* free until THINK_END (never the stop id), the grammar after it */
+                while (at < n && ids[at] != THINK_END) cr_assert_neq(ids[at++], STOP, "the turn ended while thinking");
+                cr_assert_lt(at, n, "seed %llu: thinking never ended", (unsigned long long)seed);
+                at++;
+            }
+            char text[2048];
+            size_t nt = 0;
+            for (long long i = at; i < n - 1; i++) {
+                cr_assert(w[ids[i]], "id %d is not text", ids[i]);
+                memcpy(text + nt, w[ids[i]], len[ids[i]]), nt += len[ids[i]];
+            }
+            cr_expect(gram_accepts(g, text, nt), "seed %llu think %d: %.*s", (unsigned long long)seed, think, (int)nt, text);
+            cr_expect_eq(run_constrained(m, after, seed == 1 ? 0.0f : 1.0f, seed, again), n, "the same ids again (reset)");
+            cr_expect(!memcmp(ids, again, (size_t)n * sizeof *ids));
+        }
+    }
+    gram_matcher_free(m);
+    gram_free(g);
+    gram_vocab_free(v);
+    for (int i = 0; i < GV; i++) free(w[i]);
+}
+
+Test(grammar, masked_sampling_only_draws_allowed_ids)
+{
+    float logits[64];
+    for (int i = 0; i < 64; i++) logits[i] = (float)i;
+    uint32_t allowed[2] = {1u << 3 | 1u << 9, 1u << (40 - 32)};
+    struct sampling_params p = {.temperature = 1.0f, .top_p = 1.0f, .seed = 3};
+    sampler *s = sampling_new(&p, 64);
+    for (int i = 0; i < 2000; i++) {
+        int32_t id = sampling_sample_masked(s, logits, allowed);
+        cr_assert(id == 3 || id == 9 || id == 40, "id %d was not allowed", id);
+    }
+    uint32_t none[2] = {0, 0};
+    cr_expect_eq(sampling_sample_masked(s, logits, none), -1);
+    sampling_free(s);
+    p.temperature = 0;
+    s = sampling_new(&p, 64);
+    cr_expect_eq(sampling_sample_masked(s, logits, allowed), 40, "greedy: the best allowed id");
+    sampling_free(s);
+}
