@@ -93,8 +93,10 @@ bool gram_matcher_complete(const gram_matcher *m);
 bool gram_matcher_allows_bytes(gram_matcher *m, const char *s, size_t n);
 /* A stop id was accepted. */
 bool gram_matcher_done(const gram_matcher *m);
-/* DFA states built so far (the benchmark's table). */
+/* DFA states built so far, and masks made by a walk of the trie (not a
+ * cached copy): the benchmark's table. */
 uint32_t gram_matcher_states(const gram_matcher *m);
+uint64_t gram_matcher_walks(const gram_matcher *m);
 
 /* A grammar accepts s as a whole value (tests and the fuzzer, no vocabulary). */
 bool gram_accepts(const gram_grammar *g, const char *s, size_t n);

@@ -64,6 +64,7 @@ struct gram_matcher {
     uint32_t *walk;        /* a state per trie depth */
     size_t mask_words, cache_bytes;
     int32_t start, cur;
+    uint64_t walks;
     bool done, fail;
 };
 
@@ -306,6 +307,7 @@ void gram_matcher_reset(gram_matcher *m)
 bool gram_matcher_complete(const gram_matcher *m) { return !m->done && accepting(m, m->cur); }
 bool gram_matcher_done(const gram_matcher *m) { return m->done; }
 uint32_t gram_matcher_states(const gram_matcher *m) { return (uint32_t)m->n_st; }
+uint64_t gram_matcher_walks(const gram_matcher *m) { return m->walks; }
 
 /* Between tokens: the DFA rebuilt when it has grown past half its bounds. */
 static int keep_small(gram_matcher *m)
@@ -367,6 +369,7 @@ int gram_matcher_mask(gram_matcher *m, uint32_t *bits)
     }
     uint32_t *walk = m->walk;
     walk[0] = (uint32_t)q;
+    m->walks++;
     for (uint32_t i = 1; i < v->n_nodes;) {
         const uint16_t d = v->depth[i];
         int32_t t = m->trans[(int64_t)walk[d - 1] * 256 + v->byte[i]];
