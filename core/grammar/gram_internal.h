@@ -34,14 +34,16 @@ static inline bool gram_set_has(const uint64_t set[4], unsigned char b) { return
  * empty prefix); node i extends its parent (the last node before it of depth
  * depth[i] - 1) by byte[i]; its subtree is i .. skip[i] - 1, so a walk that
  * finds byte[i] refused jumps to skip[i]; the ids spelled by node i are
- * toks[tok_off[i] .. tok_off[i + 1]). */
+ * toks[tok_off[i] .. tok_off[i + 1]); node_tok[i] is the first of them, or
+ * n_vocab when none (a bit past the vocabulary, so the walk sets a bit at
+ * every node without a branch on whether a token ends there). */
 struct gram_vocab {
     int32_t n_vocab;
     uint32_t n_nodes;
     uint8_t *byte;
     uint16_t *depth;
     uint32_t *skip, *tok_off;
-    int32_t *toks;
+    int32_t *toks, *node_tok;
     uint16_t max_depth;
     int32_t stop[8];
     int n_stop;

@@ -62,6 +62,7 @@ struct gram_matcher {
     uint32_t *scratch;     /* frames of the state being made */
     int64_t n_scratch, cap_scratch;
     uint32_t *walk;        /* a state per trie depth */
+    uint32_t *scratch_bits; /* mask_words + 1: the walk's bits, with the sink bit n_vocab */
     size_t mask_words, cache_bytes;
     int32_t start, cur;
     uint64_t walks;
@@ -274,7 +275,8 @@ int gram_matcher_new(const gram_grammar *g, const gram_vocab *v, gram_matcher **
     if (!m) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     m->g = g, m->v = v;
     m->mask_words = v ? ((size_t)v->n_vocab + 31) / 32 : 0;
-    if (!rehash_frames(m) || !rehash_states(m) || !(m->walk = malloc(((v ? v->max_depth : 0) + 1u) * sizeof *m->walk))) {
+    if (!rehash_frames(m) || !rehash_states(m) || !(m->walk = malloc(((v ? v->max_depth : 0) + 1u) * sizeof *m->walk)) ||
+        !(m->scratch_bits = malloc((m->mask_words + 1) * sizeof *m->scratch_bits))) {
         gram_matcher_free(m);
         return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     }
@@ -295,7 +297,7 @@ void gram_matcher_free(gram_matcher *m)
 {
     if (!m) return;
     for (int64_t i = 0; i < m->n_st; i++) free(m->st[i].mask);
-    free(m->fr), free(m->fr_hash), free(m->pool), free(m->st), free(m->trans), free(m->st_hash), free(m->scratch), free(m->walk);
+    free(m->fr), free(m->fr_hash), free(m->pool), free(m->st), free(m->trans), free(m->st_hash), free(m->scratch), free(m->walk), free(m->scratch_bits);
     free(m);
 }
 
@@ -367,22 +369,36 @@ int gram_matcher_mask(gram_matcher *m, uint32_t *bits)
         memcpy(bits, m->st[q].mask, m->mask_words * sizeof *bits);
         return 0;
     }
-    uint32_t *walk = m->walk;
+    uint32_t *restrict walk = m->walk;
     walk[0] = (uint32_t)q;
     m->walks++;
-    for (uint32_t i = 1; i < v->n_nodes;) {
-        const uint16_t d = v->depth[i];
-        int32_t t = m->trans[(int64_t)walk[d - 1] * 256 + v->byte[i]];
-        if (t == T_UNKNOWN) t = step(m, (int32_t)walk[d - 1], v->byte[i]);
+    /* Locals, so the stores into bits do not make the compiler reload the
+     * vocabulary's arrays every node; trans moves only when step() grows it. */
+    const uint8_t *restrict byte = v->byte;
+    const uint16_t *restrict depth = v->depth;
+    const uint32_t *restrict skip = v->skip, *restrict tok_off = v->tok_off;
+    const int32_t *restrict toks = v->toks, *restrict node_tok = v->node_tok;
+    uint32_t *restrict out = m->scratch_bits;
+    memset(out, 0, (m->mask_words + 1) * sizeof *out);
+    const int32_t *trans = m->trans;
+    const uint32_t n_nodes = v->n_nodes;
+    for (uint32_t i = 1; i < n_nodes;) {
+        const uint16_t d = depth[i];
+        int32_t t = trans[(int64_t)walk[d - 1] * 256 + byte[i]];
+        if (t == T_UNKNOWN) t = step(m, (int32_t)walk[d - 1], byte[i]), trans = m->trans;
         if (t < 0) {
             if (t == T_FAIL) return NB_ENOMEM;
-            i = v->skip[i];
+            i = skip[i];
             continue;
         }
         walk[d] = (uint32_t)t;
-        for (uint32_t k = v->tok_off[i]; k < v->tok_off[i + 1]; k++) bits[v->toks[k] >> 5] |= 1u << (v->toks[k] & 31);
+        out[node_tok[i] >> 5] |= 1u << (node_tok[i] & 31);
+        if (tok_off[i + 1] - tok_off[i] > 1) /* ids with the same bytes: rare */
+            for (uint32_t k = tok_off[i] + 1; k < tok_off[i + 1]; k++) out[toks[k] >> 5] |= 1u << (toks[k] & 31);
         i++;
     }
+    memcpy(bits, out, m->mask_words * sizeof *bits);
+    if (v->n_vocab & 31) bits[m->mask_words - 1] &= (1u << (v->n_vocab & 31)) - 1; /* the sink bit, when it shares the last word */
     if (accepting(m, q))
         for (int i = 0; i < v->n_stop; i++) bits[v->stop[i] >> 5] |= 1u << (v->stop[i] & 31);
     const size_t bytes = m->mask_words * sizeof *bits;

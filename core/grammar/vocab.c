@@ -34,7 +34,7 @@ static int cmp_bytes(const void *a, const void *b)
 void gram_vocab_free(gram_vocab *v)
 {
     if (!v) return;
-    free(v->byte), free(v->depth), free(v->skip), free(v->tok_off), free(v->toks);
+    free(v->byte), free(v->depth), free(v->skip), free(v->tok_off), free(v->toks), free(v->node_tok);
     free(v->blob), free(v->off), free(v->is_text), free(v);
 }
 
@@ -115,6 +115,11 @@ int gram_vocab_new(int32_t n_vocab, const char *const *bytes, const size_t *lens
     free(path);
     v->n_nodes = n;
     for (uint32_t i = 0; i < n; i++) v->tok_off[i + 1] += v->tok_off[i];
+    if (!(v->node_tok = malloc((size_t)n * sizeof *v->node_tok))) {
+        gram_vocab_free(v);
+        return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    }
+    for (uint32_t i = 0; i < n; i++) v->node_tok[i] = v->tok_off[i + 1] > v->tok_off[i] ? v->toks[v->tok_off[i]] : n_vocab;
     /* The ids are already in node order (sorted by spelling, duplicates adjacent). */
     *out = v;
     return 0;
