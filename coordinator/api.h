@@ -73,6 +73,7 @@ struct api_request {
     long long context_length;   /* 0: the model's */
     int prefill_chunk;          /* 0: the server's --chunk */
     gram_grammar *grammar;      /* response_format json_object / json_schema (api_format.c); NULL: free text */
+    char *grammar_key;          /* "json_object" or "json_schema:" + the schema's JSON text: the coordinator's cache key */
 };
 
 /* Parses body (len bytes, no NUL needed) as a request of this kind.  0, or
@@ -134,6 +135,7 @@ struct api_job {
     bool think_split;     /* chat with think on: text starts as reasoning */
     bool ignore_eos;
     gram_grammar *grammar; /* structured output (owned), or NULL */
+    char *grammar_key;     /* its key (owned): api_request's */
     char *stop[API_MAX_STOP];
     int n_stop;
     double t_arrival;

@@ -14,6 +14,7 @@
 #include "core/util/err.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int type_error(struct api_error *e, const char *param, const char *what)
@@ -52,7 +53,10 @@ static int parse_json_schema(const cJSON *js, struct api_request *r, struct api_
         return api_errorf(e, 400, "invalid_request_error", "response_format.json_schema.schema", "missing_required_parameter",
                           "'response_format.json_schema.schema' is required");
     if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema)) return type_error(e, "response_format.json_schema.schema", "a JSON schema (an object)");
-    char err[256];
+    char err[256], *text = cJSON_PrintUnformatted(schema);
+    if (!text || !(r->grammar_key = malloc(strlen(text) + 13))) return free(text), api_errorf(e, 500, "server_error", NULL, NULL, "out of memory");
+    memcpy(r->grammar_key, "json_schema:", 12), memcpy(r->grammar_key + 12, text, strlen(text) + 1);
+    free(text);
     int rc = gram_from_schema(schema, &r->grammar, err, sizeof err);
     if (rc == NB_ENOMEM) return api_errorf(e, 500, "server_error", NULL, NULL, "out of memory");
     if (rc)
@@ -63,8 +67,8 @@ static int parse_json_schema(const cJSON *js, struct api_request *r, struct api_
 
 void api_format_free(struct api_request *r)
 {
-    gram_free(r->grammar);
-    r->grammar = NULL;
+    gram_free(r->grammar), free(r->grammar_key);
+    r->grammar = NULL, r->grammar_key = NULL;
 }
 
 int api_parse_format(const cJSON *root, struct api_request *r, struct api_error *e)
@@ -80,7 +84,10 @@ int api_parse_format(const cJSON *root, struct api_request *r, struct api_error 
     int rc = 0;
     char err[256];
     if (!strcmp(type->valuestring, "text")) return 0;
-    if (!strcmp(type->valuestring, "json_object")) rc = gram_any_object(&r->grammar, err, sizeof err) ? api_errorf(e, 500, "server_error", NULL, NULL, "out of memory") : 0;
+    if (!strcmp(type->valuestring, "json_object")) {
+        if (gram_any_object(&r->grammar, err, sizeof err) || !(r->grammar_key = strdup("json_object")))
+            return api_errorf(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
     else if (!strcmp(type->valuestring, "json_schema")) rc = parse_json_schema(present(f, "json_schema"), r, e);
     else
         return api_errorf(e, 400, "invalid_request_error", "response_format.type", "invalid_value",

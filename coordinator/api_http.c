@@ -98,7 +98,7 @@ void api_job_release(struct api *a, struct api_job *j)
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     api_buf_free(&j->reasoning);
     api_buf_free(&j->content);
-    gram_free(j->grammar);
+    gram_free(j->grammar), free(j->grammar_key);
     free(j);
 }
 
@@ -498,7 +498,7 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     j->ignore_eos = r.ignore_eos;
     for (int i = 0; i < r.n_stop; i++) j->stop[i] = r.stop[i], r.stop[i] = NULL;
     j->n_stop = r.n_stop;
-    j->grammar = r.grammar, r.grammar = NULL;
+    j->grammar = r.grammar, r.grammar = NULL, j->grammar_key = r.grammar_key, r.grammar_key = NULL;
     j->t_arrival = now_s();
     struct gen_info g = {.kind = kind, .created = (double)time(NULL), .accuracy_level = r.accuracy_level,
                          .include_usage = r.include_usage, .think = j->think_split};

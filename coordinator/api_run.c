@@ -237,7 +237,7 @@ static void submit(struct coord *c, struct api_job *j)
     api_text_init(&r->text, j->think_split, j->stop, j->n_stop);
     /* With thinking on, the grammar applies to the answer: after </think> (docs/API.md, "Structured output"). */
     struct coord_request_spec spec = {.ids = j->ids, .n = j->n_ids, .sp = j->sp, .budget = j->max_tokens, .chunk = j->chunk,
-                                      .ignore_stop = j->ignore_eos, .grammar = j->grammar,
+                                      .ignore_stop = j->ignore_eos, .grammar = j->grammar, .grammar_key = j->grammar_key,
                                       .constrain_after = j->grammar && j->think_split ? tok_id_of(c->tok, "</think>") : -1};
     if (coord_request_submit(c, &spec, &job_ops, r, err, sizeof err)) {
         api_errorf(&e, 500, "server_error", NULL, NULL, "%s", err);

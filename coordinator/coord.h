@@ -44,6 +44,7 @@ typedef struct event_loop event_loop;
 typedef struct tok_tokenizer tok_tokenizer;
 
 #define COORD_MAX_WORKERS 3
+#define COORD_GRAMMARS 4          /* structured output's matchers kept between requests (grammars.c) */
 #define COORD_STATS_BLOCKS 4  /* gpu-worker, cpu-moe-worker, ssd-pager, (coordinator, reserved) */
 #define COORD_HEARTBEAT_MISS_S 3.0
 #define COORD_READY_TIMEOUT_S 60.0
@@ -117,6 +118,14 @@ struct coord {
     struct model *m;
     tok_tokenizer *tok;
     gram_vocab *gram_vocab;        /* the tokenizer's trie for structured output, built at the first such request */
+    struct coord_grammar {         /* grammars.c: a matcher kept for the next request with the same response_format */
+        char *key;
+        gram_grammar *g;
+        gram_matcher *m;
+        uint64_t used;
+        bool lent;
+    } grammars[COORD_GRAMMARS];
+    uint64_t grammar_clock;
     struct coord_tiers tiers;
     int64_t n_ctx;                 /* positions a request may use (coord_context_limit) */
     /* workers */
@@ -252,6 +261,7 @@ struct coord_request_spec {
     int chunk;
     bool ignore_stop;
     const gram_grammar *grammar;   /* structured output (core/grammar), borrowed until on_done; NULL: none */
+    const char *grammar_key;       /* its response_format's text (api_format.c): the matcher cache's key; NULL: not cached */
     int32_t constrain_after;       /* the grammar applies after this id (</think>); -1: from the first token */
 };
 /* Queues it (0), or fails at once (the session could not be made). */
@@ -262,5 +272,14 @@ bool coord_requests_busy(const struct coord *c); /* one runs (past waiting for t
 void coord_requests_on_step(struct coord *c);    /* the step fd is readable */
 void coord_requests_on_workers(struct coord *c); /* a worker's state changed */
 void coord_requests_cancel_all(struct coord *c, const char *why);
+
+/* grammars.c: the matcher for a spec's grammar — the cached one of its key
+ * when not lent (*slot its entry), else a new one (*slot -1); the
+ * vocabulary's trie is built at the first call.  Give it back when the
+ * request ends.  0 or an error with the message. */
+int coord_grammar_take(struct coord *c, const struct coord_request_spec *s, int32_t n_vocab, const int32_t *stop_ids, int n_stop,
+                       gram_matcher **m, int *slot, char *err, size_t errlen);
+void coord_grammar_give(struct coord *c, gram_matcher *m, int slot);
+void coord_grammars_free(struct coord *c); /* shutdown: the entries and the trie */
 
 #endif

@@ -504,7 +504,7 @@ static void teardown(struct coord *c)
     ctl_close(c->rep);
     ctl_term(); /* delivers the last reply (shutdown's) */
     if (c->rundir_made) remove_rundir(c);
-    gram_vocab_free(c->gram_vocab);
+    coord_grammars_free(c);
     if (c->tok) tok_free(c->tok);
     if (c->m) model_close(c->m);
     event_loop_free(c->loop);

