@@ -341,3 +341,63 @@ Test(grammar, masked_sampling_only_draws_allowed_ids)
     cr_expect_eq(sampling_sample_masked(s, logits, allowed), 40, "greedy: the best allowed id");
     sampling_free(s);
 }
+
+Test(grammar, dfa_rebuilt_from_the_current_state_when_large)
+{
+    /* 24 strings of exactly 900 characters: every character count is a state, 21,600 in all, over
+     * the DFA's half bound (16,384): the matcher must rebuild itself from the current state between
+     * two tokens and go on as if nothing happened. */
+    char schema[4096] = "{\"type\":\"object\",\"properties\":{", *p = schema + strlen(schema);
+    for (int i = 0; i < 24; i++) p += sprintf(p, "%s\"k%d\":{\"type\":\"string\",\"minLength\":900,\"maxLength\":900}", i ? "," : "", i);
+    p += sprintf(p, "},\"required\":[");
+    for (int i = 0; i < 24; i++) p += sprintf(p, "%s\"k%d\"", i ? "," : "", i);
+    sprintf(p, "]}");
+    gram_grammar *g = compile(schema);
+    char *w[300] = {0};
+    size_t len[300] = {0};
+    for (int i = 0; i < 256; i++) w[i] = malloc(1), w[i][0] = (char)i, len[i] = 1;
+    int32_t stop = 299;
+    gram_vocab *v;
+    cr_assert_eq(gram_vocab_new(300, (const char *const *)w, len, &stop, 1, &v, NULL, 0), 0);
+    gram_matcher *m;
+    cr_assert_eq(gram_matcher_new(g, v, &m, NULL, 0), 0);
+    uint32_t bits[10];
+    char *text = malloc(30000);
+    size_t n = 0;
+    bool shrank = false;
+    uint32_t states = 0;
+    for (int i = 0; i < 24; i++) {
+        n += (size_t)sprintf(text + n, "%s\"k%d\":\"", i ? "," : "{", i);
+        for (int k = 0; k < 900; k++) text[n++] = (char)('a' + (i + k) % 26);
+        text[n++] = '"';
+    }
+    text[n++] = '}';
+    int in_string = -1; /* characters of the open string so far, or -1 */
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(gram_matcher_mask(m, bits), 0);
+        unsigned char b = (unsigned char)text[i];
+        cr_assert(bits[b >> 5] >> (b & 31) & 1, "byte %zu (%c) allowed", i, b);
+        if (in_string >= 0 && in_string < 900) cr_assert(!(bits['"' >> 5] >> ('"' & 31) & 1), "no closing quote at %d characters", in_string);
+        if (in_string == 900) {
+            int allowed = 0;
+            for (int id = 0; id < 300; id++) allowed += bits[id >> 5] >> (id & 31) & 1;
+            cr_assert(allowed == 1 && (bits['"' >> 5] >> ('"' & 31) & 1), "900 characters: only the closing quote (%d allowed)", allowed);
+        }
+        if (in_string >= 0) in_string = b == '"' ? -1 : in_string + 1;
+        else if (b == '"' && text[i - 1] == ':') in_string = 0;
+        cr_assert_eq(gram_matcher_accept(m, b), 0, "byte %zu", i);
+        if (gram_matcher_states(m) < states) shrank = true;
+        states = gram_matcher_states(m);
+    }
+    cr_expect(shrank, "the DFA was rebuilt (its state count went down)");
+    cr_assert_eq(gram_matcher_mask(m, bits), 0);
+    cr_expect(gram_matcher_complete(m) && (bits[299 >> 5] >> (299 & 31) & 1), "the value is complete: the stop id is allowed");
+    cr_expect(gram_accepts(g, text, n));
+    text[n - 2] = 'x'; /* one character short of 900 in the last string, and no closing quote */
+    cr_expect(!gram_accepts(g, text, n));
+    gram_matcher_free(m);
+    gram_free(g);
+    gram_vocab_free(v);
+    for (int i = 0; i < 256; i++) free(w[i]);
+    free(text);
+}
