@@ -30,21 +30,38 @@ struct gram_grammar {
 
 static inline bool gram_set_has(const uint64_t set[4], unsigned char b) { return set[b >> 6] >> (b & 63) & 1; }
 
-/* The vocabulary's trie (vocab.c), in preorder: node 0 is the root (the
- * empty prefix); node i extends its parent (the last node before it of depth
+/* A trie of tokens (vocab.c), in preorder: node 0 is the root (the empty
+ * prefix); node i extends its parent (the last node before it of depth
  * depth[i] - 1) by byte[i]; its subtree is i .. skip[i] - 1, so a walk that
  * finds byte[i] refused jumps to skip[i]; the ids spelled by node i are
  * toks[tok_off[i] .. tok_off[i + 1]); node_tok[i] is the first of them, or
  * n_vocab when none (a bit past the vocabulary, so the walk sets a bit at
  * every node without a branch on whether a token ends there). */
-struct gram_vocab {
-    int32_t n_vocab;
+struct gram_trie {
     uint32_t n_nodes;
     uint8_t *byte;
     uint16_t *depth;
     uint32_t *skip, *tok_off;
     int32_t *toks, *node_tok;
     uint16_t max_depth;
+};
+
+/* The plain bytes: printable ASCII but '"' and '\\' — what a JSON string's
+ * body takes one byte, one character at a time. */
+static inline bool gram_plain(unsigned char b) { return b >= 0x20 && b < 0x7f && b != '"' && b != '\\'; }
+
+/* The vocabulary (vocab.c): every text token in `all`; the tokens with a
+ * byte that is not plain also in `impure`; and for the others, the plain
+ * tokens, plain_upto[L] (words words each) = those of at most L bytes.  In a
+ * state where every plain byte leads to the same next state (a string's
+ * body), a plain token's fate depends only on its length: the mask is
+ * plain_upto[L] and a walk of the smaller impure trie (matcher.c). */
+struct gram_vocab {
+    int32_t n_vocab;
+    struct gram_trie all, impure;
+    uint32_t *plain_upto; /* (max_plain + 1) × words */
+    uint16_t max_plain;
+    size_t words;
     int32_t stop[8];
     int n_stop;
     char *blob;          /* every text token's bytes, for gram_matcher_accept */

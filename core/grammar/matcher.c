@@ -14,7 +14,11 @@
  * byte: the DFA stays small and the per-state mask cache hits.
  *
  * The mask of a state walks the vocabulary's trie in preorder with one DFA
- * state per depth: a refused byte skips the node's whole subtree.  Stop ids
+ * state per depth: a refused byte skips the node's whole subtree.  Where
+ * every plain byte leads to the same next state, as in a string's body, the
+ * plain tokens (all bytes printable ASCII but '"' and '\\') need no walk:
+ * they are allowed up to the length the chain of such states reaches, one
+ * precomputed bitmap, and only the other tokens' trie is walked.  Stop ids
  * are allowed in an accepting state only.  The arena and the DFA are bounded;
  * between two tokens, when they have grown past half their bound, they are
  * rebuilt from the current state alone. */
@@ -31,6 +35,7 @@
 #define T_UNKNOWN (-1)
 #define T_DEAD (-2)
 #define T_FAIL (-3)
+#define T_MIXED (-4)              /* plain_next: the plain bytes do not all lead to one state */
 #define MAX_STATES (1 << 15)      /* 32 MB of transition rows */
 #define MAX_FRAMES (1 << 22)
 #define MAX_EXPAND_DEPTH 8192
@@ -43,6 +48,7 @@ struct frame {
 struct dstate {
     uint32_t off, n;  /* its frames: pool[off .. off + n), sorted */
     uint32_t *mask;   /* cached, or NULL */
+    int32_t plain_next; /* plain_next's answer, T_UNKNOWN until asked */
 };
 
 struct gram_matcher {
@@ -189,7 +195,7 @@ static int32_t intern(gram_matcher *m)
     while (m->n_pool + n > m->cap_pool)
         if (nb_grow((void **)&m->pool, &m->cap_pool, m->cap_pool, sizeof *m->pool, 1024)) return T_FAIL;
     memcpy(m->pool + m->n_pool, m->scratch, (size_t)n * sizeof *m->pool);
-    m->st[m->n_st] = (struct dstate){(uint32_t)m->n_pool, (uint32_t)n, NULL};
+    m->st[m->n_st] = (struct dstate){(uint32_t)m->n_pool, (uint32_t)n, NULL, T_UNKNOWN};
     m->n_pool += n;
     for (int i = 0; i < 256; i++) m->trans[m->n_st * 256 + i] = T_UNKNOWN;
     m->st_hash[k] = (uint32_t)m->n_st + 1;
@@ -275,7 +281,7 @@ int gram_matcher_new(const gram_grammar *g, const gram_vocab *v, gram_matcher **
     if (!m) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     m->g = g, m->v = v;
     m->mask_words = v ? ((size_t)v->n_vocab + 31) / 32 : 0;
-    if (!rehash_frames(m) || !rehash_states(m) || !(m->walk = malloc(((v ? v->max_depth : 0) + 1u) * sizeof *m->walk)) ||
+    if (!rehash_frames(m) || !rehash_states(m) || !(m->walk = malloc(((v ? v->all.max_depth : 0) + 1u) * sizeof *m->walk)) ||
         !(m->scratch_bits = malloc((m->mask_words + 1) * sizeof *m->scratch_bits))) {
         gram_matcher_free(m);
         return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
@@ -358,30 +364,20 @@ int gram_matcher_accept(gram_matcher *m, int32_t id)
     return gram_matcher_accept_bytes(m, v->blob + v->off[id], (size_t)(v->off[id + 1] - v->off[id]));
 }
 
-int gram_matcher_mask(gram_matcher *m, uint32_t *bits)
+/* The walk of trie tr from state q, ORing its tokens' bits into out
+ * (mask_words + 1 words: the sink last).  0 or NB_ENOMEM. */
+static int walk_trie(gram_matcher *m, const struct gram_trie *tr, int32_t q, uint32_t *restrict out)
 {
-    const gram_vocab *v = m->v;
-    memset(bits, 0, m->mask_words * sizeof *bits);
-    if (m->done) return 0;
-    if (keep_small(m)) return NB_ENOMEM;
-    const int32_t q = m->cur;
-    if (m->st[q].mask) {
-        memcpy(bits, m->st[q].mask, m->mask_words * sizeof *bits);
-        return 0;
-    }
     uint32_t *restrict walk = m->walk;
     walk[0] = (uint32_t)q;
-    m->walks++;
-    /* Locals, so the stores into bits do not make the compiler reload the
-     * vocabulary's arrays every node; trans moves only when step() grows it. */
-    const uint8_t *restrict byte = v->byte;
-    const uint16_t *restrict depth = v->depth;
-    const uint32_t *restrict skip = v->skip, *restrict tok_off = v->tok_off;
-    const int32_t *restrict toks = v->toks, *restrict node_tok = v->node_tok;
-    uint32_t *restrict out = m->scratch_bits;
-    memset(out, 0, (m->mask_words + 1) * sizeof *out);
+    /* Locals, so the stores into out do not make the compiler reload the
+     * trie's arrays every node; trans moves only when step() grows it. */
+    const uint8_t *restrict byte = tr->byte;
+    const uint16_t *restrict depth = tr->depth;
+    const uint32_t *restrict skip = tr->skip, *restrict tok_off = tr->tok_off;
+    const int32_t *restrict toks = tr->toks, *restrict node_tok = tr->node_tok;
     const int32_t *trans = m->trans;
-    const uint32_t n_nodes = v->n_nodes;
+    const uint32_t n_nodes = tr->n_nodes;
     for (uint32_t i = 1; i < n_nodes;) {
         const uint16_t d = depth[i];
         int32_t t = trans[(int64_t)walk[d - 1] * 256 + byte[i]];
@@ -397,6 +393,60 @@ int gram_matcher_mask(gram_matcher *m, uint32_t *bits)
             for (uint32_t k = tok_off[i] + 1; k < tok_off[i + 1]; k++) out[toks[k] >> 5] |= 1u << (toks[k] & 31);
         i++;
     }
+    return 0;
+}
+
+/* The state every plain byte leads to from s (T_DEAD: they all die), or
+ * T_MIXED when they do not all lead to the same one; computed once a state. */
+static int32_t plain_next(gram_matcher *m, int32_t s)
+{
+    if (m->st[s].plain_next != T_UNKNOWN) return m->st[s].plain_next;
+    int32_t u = T_UNKNOWN;
+    for (unsigned b = 0x20; b < 0x7f && u != T_MIXED; b++) {
+        if (!gram_plain((unsigned char)b)) continue;
+        int32_t t = step(m, s, (unsigned char)b);
+        if (t == T_FAIL) return T_FAIL;
+        u = u == T_UNKNOWN || u == t ? t : T_MIXED;
+    }
+    m->st[s].plain_next = u;
+    return u;
+}
+
+/* Inside a string every plain byte leads on alike: then a plain token's fate
+ * is its length, and the plain tokens allowed are those of at most L bytes,
+ * L the plain bytes the state can take.  -1: not such a state (some plain
+ * bytes lead elsewhere within max_plain of q); T_FAIL. */
+static int32_t plain_reach(gram_matcher *m, int32_t q)
+{
+    int32_t s = q;
+    for (int32_t d = 0; d < m->v->max_plain; d++) {
+        int32_t u = plain_next(m, s);
+        if (u == T_FAIL) return T_FAIL;
+        if (u == T_MIXED) return -1;
+        if (u == T_DEAD) return d;
+        s = u;
+    }
+    return m->v->max_plain;
+}
+
+int gram_matcher_mask(gram_matcher *m, uint32_t *bits)
+{
+    const gram_vocab *v = m->v;
+    memset(bits, 0, m->mask_words * sizeof *bits);
+    if (m->done) return 0;
+    if (keep_small(m)) return NB_ENOMEM;
+    const int32_t q = m->cur;
+    if (m->st[q].mask) {
+        memcpy(bits, m->st[q].mask, m->mask_words * sizeof *bits);
+        return 0;
+    }
+    m->walks++;
+    uint32_t *out = m->scratch_bits;
+    const int32_t L = plain_reach(m, q);
+    if (L == T_FAIL) return NB_ENOMEM;
+    if (L >= 0) memcpy(out, v->plain_upto + (size_t)L * v->words, v->words * sizeof *out), out[v->words] = 0;
+    else memset(out, 0, (m->mask_words + 1) * sizeof *out);
+    if (walk_trie(m, L >= 0 ? &v->impure : &v->all, q, out)) return NB_ENOMEM;
     memcpy(bits, out, m->mask_words * sizeof *bits);
     if (v->n_vocab & 31) bits[m->mask_words - 1] &= (1u << (v->n_vocab & 31)) - 1; /* the sink bit, when it shares the last word */
     if (accepting(m, q))

@@ -5,7 +5,9 @@
  * longest common prefix with the one before), so a subtree is a contiguous
  * range and skip[i] is where it ends.  The mask walk (matcher.c) visits the
  * nodes in that order and skips a subtree at the first byte the grammar
- * refuses. */
+ * refuses.  Two tries: every token, and those with a byte that is not plain
+ * (gram_internal.h); the plain ones (59% of Qwen3's) also by length, for the
+ * states inside a string, where their fate is their length alone. */
 #include "core/grammar/gram_internal.h"
 
 #include "core/tokenizer/tokenizer.h"
@@ -31,15 +33,70 @@ static int cmp_bytes(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static void trie_free(struct gram_trie *t)
+{
+    free(t->byte), free(t->depth), free(t->skip), free(t->tok_off), free(t->toks), free(t->node_tok);
+}
+
 void gram_vocab_free(gram_vocab *v)
 {
     if (!v) return;
-    free(v->byte), free(v->depth), free(v->skip), free(v->tok_off), free(v->toks), free(v->node_tok);
-    free(v->blob), free(v->off), free(v->is_text), free(v);
+    trie_free(&v->all), trie_free(&v->impure);
+    free(v->plain_upto), free(v->blob), free(v->off), free(v->is_text), free(v);
 }
 
 int32_t gram_vocab_size(const gram_vocab *v) { return v->n_vocab; }
-uint32_t gram_vocab_trie_nodes(const gram_vocab *v) { return v->n_nodes; }
+uint32_t gram_vocab_trie_nodes(const gram_vocab *v) { return v->all.n_nodes; }
+
+/* The trie of ids[0..n) (sorted by spelling here), total_bytes their bytes. */
+static int build_trie(const gram_vocab *v, int32_t *ids, int32_t n, uint64_t total_bytes, struct gram_trie *t)
+{
+    struct sort_ctx sc = {v->blob, v->off};
+    sort_by = &sc;
+    qsort(ids, (size_t)n, sizeof *ids, cmp_bytes);
+    sort_by = NULL;
+    t->toks = ids;
+    /* At most one node a byte (plus the root). */
+    t->byte = malloc(total_bytes + 1), t->depth = malloc((total_bytes + 1) * sizeof *t->depth);
+    t->skip = malloc((total_bytes + 1) * sizeof *t->skip), t->tok_off = calloc(total_bytes + 2, sizeof *t->tok_off);
+    uint32_t *path = malloc(65536 * sizeof *path);
+    if (!t->byte || !t->depth || !t->skip || !t->tok_off || !path) return free(path), NB_ENOMEM;
+    /* Preorder from the sorted list; path[d] is the node at depth d of the
+     * previous token's spelling.  tok_off counts ids per node first. */
+    uint32_t nn = 1, depth = 0; /* path[0..depth] is live */
+    t->byte[0] = 0, t->depth[0] = 0, path[0] = 0;
+    const char *prev = NULL;
+    size_t nprev = 0;
+    for (int32_t k = 0; k < n; k++) {
+        const char *s = v->blob + v->off[ids[k]];
+        size_t len = v->off[ids[k] + 1] - v->off[ids[k]], lcp = 0;
+        while (prev && lcp < len && lcp < nprev && s[lcp] == prev[lcp]) lcp++;
+        while (depth > lcp) t->skip[path[depth--]] = nn; /* the previous spelling's nodes past the common prefix end here */
+        for (size_t d = lcp; d < len; d++) {
+            t->byte[nn] = (uint8_t)s[d], t->depth[nn] = (uint16_t)(d + 1);
+            path[++depth] = nn++;
+        }
+        if (len > t->max_depth) t->max_depth = (uint16_t)len;
+        t->tok_off[path[depth] + 1]++;
+        prev = s, nprev = len;
+    }
+    while (depth > 0) t->skip[path[depth--]] = nn;
+    t->skip[0] = nn;
+    free(path);
+    t->n_nodes = nn;
+    for (uint32_t i = 0; i < nn; i++) t->tok_off[i + 1] += t->tok_off[i];
+    /* The ids are in node order (sorted by spelling, duplicates adjacent). */
+    if (!(t->node_tok = malloc((size_t)nn * sizeof *t->node_tok))) return NB_ENOMEM;
+    for (uint32_t i = 0; i < nn; i++) t->node_tok[i] = t->tok_off[i + 1] > t->tok_off[i] ? ids[t->tok_off[i]] : v->n_vocab;
+    return 0;
+}
+
+static bool all_plain(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!gram_plain((unsigned char)s[i])) return false;
+    return true;
+}
 
 int gram_vocab_new(int32_t n_vocab, const char *const *bytes, const size_t *lens, const int32_t *stop_ids, int n_stop,
                    gram_vocab **out, char *err, size_t errlen)
@@ -50,7 +107,7 @@ int gram_vocab_new(int32_t n_vocab, const char *const *bytes, const size_t *lens
         if (stop_ids[i] < 0 || stop_ids[i] >= n_vocab) return nb_errf(err, errlen, NB_EINVAL, "stop id %d is outside the vocabulary", stop_ids[i]);
     gram_vocab *v = calloc(1, sizeof *v);
     if (!v) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
-    v->n_vocab = n_vocab, v->n_stop = n_stop;
+    v->n_vocab = n_vocab, v->n_stop = n_stop, v->words = ((size_t)n_vocab + 31) / 32;
     memcpy(v->stop, stop_ids, (size_t)n_stop * sizeof *stop_ids);
     uint64_t total = 0;
     int32_t n_text = 0;
@@ -62,16 +119,13 @@ int gram_vocab_new(int32_t n_vocab, const char *const *bytes, const size_t *lens
     v->off = malloc(((size_t)n_vocab + 1) * sizeof *v->off);
     v->is_text = calloc((size_t)n_vocab, 1);
     v->blob = malloc(total ? total : 1);
-    v->toks = malloc(((size_t)n_text + 1) * sizeof *v->toks);
-    /* At most one node a byte (plus the root). */
-    v->byte = malloc(total + 1), v->depth = malloc((total + 1) * sizeof *v->depth);
-    v->skip = malloc((total + 1) * sizeof *v->skip), v->tok_off = calloc(total + 2, sizeof *v->tok_off);
-    if (!v->off || !v->is_text || !v->blob || !v->toks || !v->byte || !v->depth || !v->skip || !v->tok_off) {
-        gram_vocab_free(v);
+    int32_t *all = malloc(((size_t)n_text + 1) * sizeof *all), *impure = malloc(((size_t)n_text + 1) * sizeof *impure);
+    if (!v->off || !v->is_text || !v->blob || !all || !impure) {
+        free(all), free(impure), gram_vocab_free(v);
         return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     }
-    uint64_t at = 0;
-    int32_t k = 0;
+    uint64_t at = 0, impure_bytes = 0;
+    int32_t k = 0, n_impure = 0;
     for (int32_t i = 0; i < n_vocab; i++) {
         v->off[i] = at;
         bool stop = false;
@@ -79,48 +133,27 @@ int gram_vocab_new(int32_t n_vocab, const char *const *bytes, const size_t *lens
         if (!bytes[i] || !lens[i] || lens[i] >= 65535 || stop) continue;
         memcpy(v->blob + at, bytes[i], lens[i]);
         at += lens[i];
-        v->is_text[i] = 1, v->toks[k++] = i;
+        v->is_text[i] = 1, all[k++] = i;
+        if (all_plain(bytes[i], lens[i])) {
+            if (lens[i] > v->max_plain) v->max_plain = (uint16_t)lens[i];
+        } else {
+            impure[n_impure++] = i, impure_bytes += lens[i];
+        }
     }
     v->off[n_vocab] = at;
-    struct sort_ctx sc = {v->blob, v->off};
-    sort_by = &sc;
-    qsort(v->toks, (size_t)n_text, sizeof *v->toks, cmp_bytes);
-    sort_by = NULL;
-    /* Preorder from the sorted list; path[d] is the node at depth d of the
-     * previous token's spelling.  tok_off counts ids per node first. */
-    uint32_t *path = malloc(65536 * sizeof *path);
-    if (!path) {
+    int rc = build_trie(v, all, n_text, total, &v->all);
+    if (rc) free(impure);
+    else rc = build_trie(v, impure, n_impure, impure_bytes, &v->impure);
+    if (!rc && !(v->plain_upto = calloc(((size_t)v->max_plain + 1) * v->words, sizeof *v->plain_upto))) rc = NB_ENOMEM;
+    if (rc) {
         gram_vocab_free(v);
         return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     }
-    uint32_t n = 1, depth = 0; /* path[0..depth] is live */
-    v->byte[0] = 0, v->depth[0] = 0, path[0] = 0;
-    const char *prev = NULL;
-    size_t nprev = 0;
-    for (int32_t t = 0; t < n_text; t++) {
-        const char *s = v->blob + v->off[v->toks[t]];
-        size_t len = v->off[v->toks[t] + 1] - v->off[v->toks[t]], lcp = 0;
-        while (prev && lcp < len && lcp < nprev && s[lcp] == prev[lcp]) lcp++;
-        while (depth > lcp) v->skip[path[depth--]] = n; /* the previous spelling's nodes past the common prefix end here */
-        for (size_t d = lcp; d < len; d++) {
-            v->byte[n] = (uint8_t)s[d], v->depth[n] = (uint16_t)(d + 1);
-            path[++depth] = n++;
-        }
-        if (len > v->max_depth) v->max_depth = (uint16_t)len;
-        v->tok_off[path[depth] + 1]++;
-        prev = s, nprev = len;
-    }
-    while (depth > 0) v->skip[path[depth--]] = n;
-    v->skip[0] = n;
-    free(path);
-    v->n_nodes = n;
-    for (uint32_t i = 0; i < n; i++) v->tok_off[i + 1] += v->tok_off[i];
-    if (!(v->node_tok = malloc((size_t)n * sizeof *v->node_tok))) {
-        gram_vocab_free(v);
-        return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
-    }
-    for (uint32_t i = 0; i < n; i++) v->node_tok[i] = v->tok_off[i + 1] > v->tok_off[i] ? v->toks[v->tok_off[i]] : n_vocab;
-    /* The ids are already in node order (sorted by spelling, duplicates adjacent). */
+    for (int32_t i = 0; i < n_vocab; i++) /* each plain token in the row of its length, then rows made cumulative */
+        if (v->is_text[i] && all_plain(v->blob + v->off[i], v->off[i + 1] - v->off[i]))
+            v->plain_upto[(v->off[i + 1] - v->off[i]) * v->words + (size_t)(i >> 5)] |= 1u << (i & 31);
+    for (size_t L = 1; L <= v->max_plain; L++)
+        for (size_t w = 0; w < v->words; w++) v->plain_upto[L * v->words + w] |= v->plain_upto[(L - 1) * v->words + w];
     *out = v;
     return 0;
 }
