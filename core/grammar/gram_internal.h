@@ -46,21 +46,23 @@ struct gram_trie {
     uint16_t max_depth;
 };
 
-/* The plain bytes: printable ASCII but '"' and '\\' — what a JSON string's
- * body takes one byte, one character at a time. */
+/* The plain bytes: printable ASCII but '"' and '\\' — one character each
+ * of a JSON string's body. */
 static inline bool gram_plain(unsigned char b) { return b >= 0x20 && b < 0x7f && b != '"' && b != '\\'; }
 
-/* The vocabulary (vocab.c): every text token in `all`; the tokens with a
- * byte that is not plain also in `impure`; and for the others, the plain
- * tokens, plain_upto[L] (words words each) = those of at most L bytes.  In a
- * state where every plain byte leads to the same next state (a string's
- * body), a plain token's fate depends only on its length: the mask is
- * plain_upto[L] and a walk of the smaller impure trie (matcher.c). */
+/* The vocabulary (vocab.c): every text token in `all`; a token is "text"
+ * when its bytes are whole characters, each a plain byte or a valid UTF-8
+ * sequence of 2-4 bytes; the other tokens are also in `impure`, and the text
+ * ones by their count of characters: text_upto[L] (words words each) = those
+ * of at most L characters.  In a state where every character leads to the
+ * same next state (a string's body), a text token's fate is its count of
+ * characters: the mask is text_upto[L] and a walk of the smaller impure
+ * trie (matcher.c). */
 struct gram_vocab {
     int32_t n_vocab;
     struct gram_trie all, impure;
-    uint32_t *plain_upto; /* (max_plain + 1) × words */
-    uint16_t max_plain;
+    uint32_t *text_upto; /* (max_text + 1) × words */
+    uint16_t max_text;
     size_t words;
     int32_t stop[8];
     int n_stop;
@@ -68,6 +70,10 @@ struct gram_vocab {
     uint64_t *off;       /* n_vocab + 1 offsets into blob */
     uint8_t *is_text;    /* n_vocab: 1 when the token is in the trie */
 };
+
+/* The length of the valid UTF-8 character of 2-4 bytes at s (n bytes
+ * left), or 0 (vocab.c). */
+size_t gram_utf8_multi(const unsigned char *s, size_t n);
 
 /* ---------- the builder (build.c) ---------- */
 

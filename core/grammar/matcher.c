@@ -15,10 +15,13 @@
  *
  * The mask of a state walks the vocabulary's trie in preorder with one DFA
  * state per depth: a refused byte skips the node's whole subtree.  Where
- * every plain byte leads to the same next state, as in a string's body, the
- * plain tokens (all bytes printable ASCII but '"' and '\\') need no walk:
- * they are allowed up to the length the chain of such states reaches, one
- * precomputed bitmap, and only the other tokens' trie is walked.  Stop ids
+ * every character leads to the same next state, as in a string's body, the
+ * tokens made of whole characters (printable ASCII but '"' and '\\', valid
+ * UTF-8 of 2-4 bytes) need no walk: they are allowed up to the count of
+ * characters the chain of such states reaches, one precomputed bitmap, and
+ * only the other tokens' trie is walked.  "Every character" is checked on
+ * one byte of each byte class of the grammar (bytes no byte set tells apart
+ * have the same transitions), so the check is exact and small.  Stop ids
  * are allowed in an accepting state only.  The arena and the DFA are bounded;
  * between two tokens, when they have grown past half their bound, they are
  * rebuilt from the current state alone. */
@@ -35,7 +38,8 @@
 #define T_UNKNOWN (-1)
 #define T_DEAD (-2)
 #define T_FAIL (-3)
-#define T_MIXED (-4)              /* plain_next: the plain bytes do not all lead to one state */
+#define T_MIXED (-4)              /* text_next: the characters do not all lead to one state */
+#define MAX_PATTERNS 4096
 #define MAX_STATES (1 << 15)      /* 32 MB of transition rows */
 #define MAX_FRAMES (1 << 22)
 #define MAX_EXPAND_DEPTH 8192
@@ -48,7 +52,7 @@ struct frame {
 struct dstate {
     uint32_t off, n;  /* its frames: pool[off .. off + n), sorted */
     uint32_t *mask;   /* cached, or NULL */
-    int32_t plain_next; /* plain_next's answer, T_UNKNOWN until asked */
+    int32_t text_next; /* text_next's answer, T_UNKNOWN until asked */
 };
 
 struct gram_matcher {
@@ -69,6 +73,10 @@ struct gram_matcher {
     int64_t n_scratch, cap_scratch;
     uint32_t *walk;        /* a state per trie depth */
     uint32_t *scratch_bits; /* mask_words + 1: the walk's bits, with the sink bit n_vocab */
+    struct char_pattern {   /* a text character as the grammar sees it: one byte of each byte class in turn */
+        uint8_t b[4], len;
+    } *pat;
+    uint32_t n_pat;         /* 0: too many patterns, the shortcut is off */
     size_t mask_words, cache_bytes;
     int32_t start, cur;
     uint64_t walks;
@@ -274,6 +282,83 @@ static int rebuild(gram_matcher *m)
     return 0;
 }
 
+/* Bytes in the same class are in the same byte sets of the grammar, so every
+ * transition treats them alike: one byte of a class stands for all of it. */
+static void byte_classes(const gram_grammar *g, uint8_t cls[256], uint8_t rep[256], int *n_cls)
+{
+    uint16_t id[256] = {0}, next[256];
+    int n = 1;
+    for (uint32_t s = 0; s < g->n_sets && n < 256; s++) { /* split every class by membership in set s */
+        int16_t in_map[256], out_map[256];
+        memset(in_map, -1, sizeof in_map), memset(out_map, -1, sizeof out_map);
+        int m = 0;
+        for (int b = 0; b < 256; b++) {
+            int16_t *map = gram_set_has(g->sets[s], (unsigned char)b) ? in_map : out_map;
+            if (map[id[b]] < 0) map[id[b]] = (int16_t)m++;
+            next[b] = (uint16_t)map[id[b]];
+        }
+        memcpy(id, next, sizeof id), n = m;
+    }
+    for (int c = 0; c < 256; c++) rep[c] = 0;
+    for (int b = 255; b >= 0; b--) cls[b] = (uint8_t)id[b], rep[id[b]] = (uint8_t)b; /* the lowest byte of each */
+    *n_cls = n;
+}
+
+/* The distinct classes' representatives among bytes lo..hi. */
+static int reps_in(const uint8_t cls[256], const uint8_t rep[256], unsigned lo, unsigned hi, uint8_t out[256])
+{
+    bool seen[256] = {0};
+    int n = 0;
+    for (unsigned b = lo; b <= hi; b++)
+        if (!seen[cls[b]]) seen[cls[b]] = true, out[n++] = rep[cls[b]];
+    return n;
+}
+
+/* Every text character (a plain byte, or a valid UTF-8 sequence of 2-4
+ * bytes) as a sequence of class representatives: checking these checks all
+ * characters.  Off (n_pat 0) when there would be more than MAX_PATTERNS. */
+static int char_patterns(gram_matcher *m)
+{
+    uint8_t cls[256], rep[256];
+    int n_cls;
+    byte_classes(m->g, cls, rep, &n_cls);
+    static const unsigned char ranges[][4][2] = {
+        {{0xC2, 0xDF}, {0x80, 0xBF}}, {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}}, {{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}},
+        {{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}}, {{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}},
+        {{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}}, {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+        {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}}};
+    static const int lens[] = {2, 3, 3, 3, 3, 4, 4, 4};
+    uint8_t r[4][256];
+    int nr[4];
+    uint64_t total = 0;
+    bool seen[256] = {0};
+    for (unsigned b = 0; b < 256; b++) total += gram_plain((unsigned char)b) && !seen[cls[b]] ? (seen[cls[b]] = true) : 0;
+    for (int c = 0; c < 8; c++) {
+        uint64_t k = 1;
+        for (int i = 0; i < lens[c]; i++) k *= (uint64_t)reps_in(cls, rep, ranges[c][i][0], ranges[c][i][1], r[i]);
+        total += k;
+    }
+    m->n_pat = 0;
+    if (total > MAX_PATTERNS) return 0;
+    if (!(m->pat = malloc((size_t)total * sizeof *m->pat))) return NB_ENOMEM;
+    memset(seen, 0, sizeof seen);
+    for (unsigned b = 0; b < 256; b++)
+        if (gram_plain((unsigned char)b) && !seen[cls[b]]) seen[cls[b]] = true, m->pat[m->n_pat++] = (struct char_pattern){{rep[cls[b]]}, 1};
+    for (int c = 0; c < 8; c++) {
+        for (int i = 0; i < lens[c]; i++) nr[i] = reps_in(cls, rep, ranges[c][i][0], ranges[c][i][1], r[i]);
+        int idx[4] = {0};
+        for (;;) { /* the product of the positions' representatives, as an odometer */
+            struct char_pattern p = {.len = (uint8_t)lens[c]};
+            for (int i = 0; i < lens[c]; i++) p.b[i] = r[i][idx[i]];
+            m->pat[m->n_pat++] = p;
+            int i = lens[c] - 1;
+            while (i >= 0 && ++idx[i] == nr[i]) idx[i--] = 0;
+            if (i < 0) break;
+        }
+    }
+    return 0;
+}
+
 int gram_matcher_new(const gram_grammar *g, const gram_vocab *v, gram_matcher **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -283,6 +368,10 @@ int gram_matcher_new(const gram_grammar *g, const gram_vocab *v, gram_matcher **
     m->mask_words = v ? ((size_t)v->n_vocab + 31) / 32 : 0;
     if (!rehash_frames(m) || !rehash_states(m) || !(m->walk = malloc(((v ? v->all.max_depth : 0) + 1u) * sizeof *m->walk)) ||
         !(m->scratch_bits = malloc((m->mask_words + 1) * sizeof *m->scratch_bits))) {
+        gram_matcher_free(m);
+        return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    }
+    if (v && char_patterns(m)) {
         gram_matcher_free(m);
         return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     }
@@ -303,7 +392,7 @@ void gram_matcher_free(gram_matcher *m)
 {
     if (!m) return;
     for (int64_t i = 0; i < m->n_st; i++) free(m->st[i].mask);
-    free(m->fr), free(m->fr_hash), free(m->pool), free(m->st), free(m->trans), free(m->st_hash), free(m->scratch), free(m->walk), free(m->scratch_bits);
+    free(m->fr), free(m->fr_hash), free(m->pool), free(m->st), free(m->trans), free(m->st_hash), free(m->scratch), free(m->walk), free(m->scratch_bits), free(m->pat);
     free(m);
 }
 
@@ -396,37 +485,38 @@ static int walk_trie(gram_matcher *m, const struct gram_trie *tr, int32_t q, uin
     return 0;
 }
 
-/* The state every plain byte leads to from s (T_DEAD: they all die), or
- * T_MIXED when they do not all lead to the same one; computed once a state. */
-static int32_t plain_next(gram_matcher *m, int32_t s)
+/* The state every text character leads to from s (T_DEAD: they all die),
+ * or T_MIXED when they do not all lead to the same one; computed once a
+ * state, over the characters' patterns (char_patterns). */
+static int32_t text_next(gram_matcher *m, int32_t s)
 {
-    if (m->st[s].plain_next != T_UNKNOWN) return m->st[s].plain_next;
-    int32_t u = T_UNKNOWN;
-    for (unsigned b = 0x20; b < 0x7f && u != T_MIXED; b++) {
-        if (!gram_plain((unsigned char)b)) continue;
-        int32_t t = step(m, s, (unsigned char)b);
+    if (m->st[s].text_next != T_UNKNOWN) return m->st[s].text_next;
+    int32_t u = m->n_pat ? T_UNKNOWN : T_MIXED;
+    for (uint32_t p = 0; p < m->n_pat && u != T_MIXED; p++) {
+        int32_t t = s;
+        for (int k = 0; k < m->pat[p].len && t >= 0; k++) t = step(m, t, m->pat[p].b[k]);
         if (t == T_FAIL) return T_FAIL;
         u = u == T_UNKNOWN || u == t ? t : T_MIXED;
     }
-    m->st[s].plain_next = u;
+    m->st[s].text_next = u;
     return u;
 }
 
-/* Inside a string every plain byte leads on alike: then a plain token's fate
- * is its length, and the plain tokens allowed are those of at most L bytes,
- * L the plain bytes the state can take.  -1: not such a state (some plain
- * bytes lead elsewhere within max_plain of q); T_FAIL. */
-static int32_t plain_reach(gram_matcher *m, int32_t q)
+/* Inside a string every character leads on alike: then a text token's fate
+ * is its count of characters, and the text tokens allowed are those of at
+ * most L, L the characters the state can take.  -1: not such a state (some
+ * character leads elsewhere within max_text of q); T_FAIL. */
+static int32_t text_reach(gram_matcher *m, int32_t q)
 {
     int32_t s = q;
-    for (int32_t d = 0; d < m->v->max_plain; d++) {
-        int32_t u = plain_next(m, s);
+    for (int32_t d = 0; d < m->v->max_text; d++) {
+        int32_t u = text_next(m, s);
         if (u == T_FAIL) return T_FAIL;
         if (u == T_MIXED) return -1;
         if (u == T_DEAD) return d;
         s = u;
     }
-    return m->v->max_plain;
+    return m->v->max_text;
 }
 
 int gram_matcher_mask(gram_matcher *m, uint32_t *bits)
@@ -442,9 +532,9 @@ int gram_matcher_mask(gram_matcher *m, uint32_t *bits)
     }
     m->walks++;
     uint32_t *out = m->scratch_bits;
-    const int32_t L = plain_reach(m, q);
+    const int32_t L = text_reach(m, q);
     if (L == T_FAIL) return NB_ENOMEM;
-    if (L >= 0) memcpy(out, v->plain_upto + (size_t)L * v->words, v->words * sizeof *out), out[v->words] = 0;
+    if (L >= 0) memcpy(out, v->text_upto + (size_t)L * v->words, v->words * sizeof *out), out[v->words] = 0;
     else memset(out, 0, (m->mask_words + 1) * sizeof *out);
     if (walk_trie(m, L >= 0 ? &v->impure : &v->all, q, out)) return NB_ENOMEM;
     memcpy(bits, out, m->mask_words * sizeof *bits);

@@ -5,9 +5,10 @@
  * longest common prefix with the one before), so a subtree is a contiguous
  * range and skip[i] is where it ends.  The mask walk (matcher.c) visits the
  * nodes in that order and skips a subtree at the first byte the grammar
- * refuses.  Two tries: every token, and those with a byte that is not plain
- * (gram_internal.h); the plain ones (59% of Qwen3's) also by length, for the
- * states inside a string, where their fate is their length alone. */
+ * refuses.  Two tries: every token, and those that are not whole characters
+ * of a string's body (gram_internal.h); the others also by their count of
+ * characters, for the states inside a string, where their fate is their
+ * count alone. */
 #include "core/grammar/gram_internal.h"
 
 #include "core/tokenizer/tokenizer.h"
@@ -42,7 +43,7 @@ void gram_vocab_free(gram_vocab *v)
 {
     if (!v) return;
     trie_free(&v->all), trie_free(&v->impure);
-    free(v->plain_upto), free(v->blob), free(v->off), free(v->is_text), free(v);
+    free(v->text_upto), free(v->blob), free(v->off), free(v->is_text), free(v);
 }
 
 int32_t gram_vocab_size(const gram_vocab *v) { return v->n_vocab; }
@@ -91,11 +92,28 @@ static int build_trie(const gram_vocab *v, int32_t *ids, int32_t n, uint64_t tot
     return 0;
 }
 
-static bool all_plain(const char *s, size_t n)
+size_t gram_utf8_multi(const unsigned char *s, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        if (!gram_plain((unsigned char)s[i])) return false;
-    return true;
+    size_t len = (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3 : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
+    if (!len || len > n || (len == 2 && s[0] < 0xC2) || (len == 4 && s[0] > 0xF4)) return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80) return 0;
+    if (len == 3 && ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] >= 0xA0))) return 0; /* overlong, surrogate */
+    if (len == 4 && ((s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] >= 0x90))) return 0;
+    return len;
+}
+
+/* The characters of a text token (gram_internal.h), or -1 when it is not one. */
+static long text_chars(const char *s, size_t n)
+{
+    long chars = 0;
+    for (size_t i = 0; i < n; chars++) {
+        const unsigned char *p = (const unsigned char *)s + i;
+        size_t k = gram_plain(*p) ? 1 : gram_utf8_multi(p, n - i);
+        if (!k) return -1;
+        i += k;
+    }
+    return chars;
 }
 
 int gram_vocab_new(int32_t n_vocab, const char *const *bytes, const size_t *lens, const int32_t *stop_ids, int n_stop,
@@ -134,8 +152,9 @@ int gram_vocab_new(int32_t n_vocab, const char *const *bytes, const size_t *lens
         memcpy(v->blob + at, bytes[i], lens[i]);
         at += lens[i];
         v->is_text[i] = 1, all[k++] = i;
-        if (all_plain(bytes[i], lens[i])) {
-            if (lens[i] > v->max_plain) v->max_plain = (uint16_t)lens[i];
+        long chars = text_chars(bytes[i], lens[i]);
+        if (chars >= 0) {
+            if (chars > v->max_text) v->max_text = (uint16_t)chars;
         } else {
             impure[n_impure++] = i, impure_bytes += lens[i];
         }
@@ -144,16 +163,17 @@ int gram_vocab_new(int32_t n_vocab, const char *const *bytes, const size_t *lens
     int rc = build_trie(v, all, n_text, total, &v->all);
     if (rc) free(impure);
     else rc = build_trie(v, impure, n_impure, impure_bytes, &v->impure);
-    if (!rc && !(v->plain_upto = calloc(((size_t)v->max_plain + 1) * v->words, sizeof *v->plain_upto))) rc = NB_ENOMEM;
+    if (!rc && !(v->text_upto = calloc(((size_t)v->max_text + 1) * v->words, sizeof *v->text_upto))) rc = NB_ENOMEM;
     if (rc) {
         gram_vocab_free(v);
         return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     }
-    for (int32_t i = 0; i < n_vocab; i++) /* each plain token in the row of its length, then rows made cumulative */
-        if (v->is_text[i] && all_plain(v->blob + v->off[i], v->off[i + 1] - v->off[i]))
-            v->plain_upto[(v->off[i + 1] - v->off[i]) * v->words + (size_t)(i >> 5)] |= 1u << (i & 31);
-    for (size_t L = 1; L <= v->max_plain; L++)
-        for (size_t w = 0; w < v->words; w++) v->plain_upto[L * v->words + w] |= v->plain_upto[(L - 1) * v->words + w];
+    for (int32_t i = 0; i < n_vocab; i++) { /* each text token in the row of its count, then rows made cumulative */
+        long chars = v->is_text[i] ? text_chars(v->blob + v->off[i], v->off[i + 1] - v->off[i]) : -1;
+        if (chars >= 0) v->text_upto[(size_t)chars * v->words + (size_t)(i >> 5)] |= 1u << (i & 31);
+    }
+    for (size_t L = 1; L <= v->max_text; L++)
+        for (size_t w = 0; w < v->words; w++) v->text_upto[L * v->words + w] |= v->text_upto[(L - 1) * v->words + w];
     *out = v;
     return 0;
 }

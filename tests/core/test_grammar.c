@@ -136,7 +136,9 @@ static uint32_t rnd(void)
 static gram_vocab *make_vocab(int32_t n, char ***words_out, size_t **lens_out)
 {
     static const char *const pieces[] = {"{\"", "\":", "\",", "\"}", "true", "false", "null", "},", "],", "[{", " \"",
-                                         "\n  ", "12", "0.", "e+", "-1", "\\n", "\\u00", "\":\"", "\"]}", NULL};
+                                         "\n  ", "12", "0.", "e+", "-1", "\\n", "\\u00", "\":\"", "\"]}",
+                                         "caf\xc3\xa9", "\xe6\x97\xa5\xe6\x9c\xac", "\xf0\x9f\x98\x80\"", "\xe6\x97", "\xa5x", "\xed\xa0\x80",
+                                         "\xf4\x8f\xbf\xbf", "\xc0\xaf", "a\x7f", NULL};
     char **w = calloc((size_t)n, sizeof *w);
     size_t *len = calloc((size_t)n, sizeof *len);
     int32_t i = 0;

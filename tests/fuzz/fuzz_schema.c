@@ -30,7 +30,8 @@ static size_t lens[N_VOCAB];
 static void make_vocab(void)
 {
     static const char *const pieces[] = {"{\"", "\":", "\",", "\"}", "true", "false", "null", "},", "],", "[{", " \"", "\n  ",
-                                         "12", "0.", "e+", "-1", "\\n", "\\u00e9", "\":\"", "\"]}", "[]", "{}", "\"\"", NULL};
+                                         "12", "0.", "e+", "-1", "\\n", "\\u00e9", "\":\"", "\"]}", "[]", "{}", "\"\"",
+                                         "caf\xc3\xa9", "\xe6\x97\xa5", "\xf0\x9f\x98\x80", "\xe6\x97", "\xa5", "\xed\xa0\x80", NULL};
     int i = 0;
     for (; i < 256; i++) words[i] = malloc(1), words[i][0] = (char)i, lens[i] = 1;
     for (int k = 0; pieces[k] && i < N_VOCAB - 2; k++, i++) words[i] = strdup(pieces[k]), lens[i] = strlen(pieces[k]);
