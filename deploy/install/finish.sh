@@ -41,7 +41,7 @@ open(tmp, "w").write("\n".join(out) + "\n")
 os.replace(tmp, path)
 PY
     local got
-    got=$("$BIN/nebula" config --config "$file" get model.prepared 2>&1) || die "$file: nebula config refuses it: $got"
+    got=$("$BIN/nebula" config get model.prepared --config "$file" 2>&1) || die "$file: nebula config refuses it: $got"
     [ "$got" = "$4" ] || die "$file: model.prepared reads back as '$got', not '$4'"
 }
 
