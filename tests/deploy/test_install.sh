@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# test_install.sh — deploy/install.sh end to end on a small model, and the
+# profile selection of nebula-prepare on faked hardware:
+#   - a split model with its MTP file (tiny-b's weights, tiny-a's tokenizer:
+#     the round trip is checked for real) served by tests/deploy/range_server.py
+#     on 127.0.0.1, whose first GET of shard 1 drops the connection half-way:
+#     the install resumes it with a Range request, verifies every file against
+#     the manifest, prepares, self-checks (the CUDA half must SKIP here, never
+#     PASS, without a GPU) and starts; the page answers; nebula.conf names the
+#     prepared directory;
+#   - a second run says "nothing to do", fetches nothing, and a second
+#     `nebula start` finds the engine running; `nebula stop` stops it;
+#   - a corrupted shard (same size) is found by its checksum and fetched again;
+#   - too little disk, too little RAM (faked by --hw-file) name the GiB missing,
+#     exit 1 and create no file or directory;
+#   - nebula-prepare --profile auto picks each of the 16 rows of
+#     conf/profiles.tsv from a faked machine of that class (at the nominal size
+#     and at 96% of it), 20 GB VRAM + 80 GB RAM gives v16-r64, 6 GiB of VRAM
+#     none (with the GiB missing);
+#   - docs/INSTALL.md's profile table is what deploy/install/profile-table.sh
+#     computes now.
+set -u
+BUILD=${BUILD:-build}
+bin=$BUILD/bin
+case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
+tmp=$(mktemp -d /tmp/nbinst.XXXXXX)
+[ -n "${KEEP:-}" ] && echo "keeping $tmp"
+srv_pid=
+cleanup() {
+    [ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null
+    NEBULA_BIN=$bin bash deploy/stop.sh --state "$tmp/s" >/dev/null 2>&1
+    [ -n "${KEEP:-}" ] || rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail=0 n=0
+ok() { n=$((n + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); n=$((n + 1)); }
+expect() { if grep -q -- "$2" "$3"; then ok; else bad "$1: no '$2' in the output"; sed 's/^/    /' "$3" | tail -n 15; fi; }
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# ---- the model: a split set (the n-gram table in shard 2) and an MTP file ----
+mkdir -p "$tmp/hf" "$tmp/srv"
+for f in tests/fixtures/tiny-b/*; do ln -s "$PWD/$f" "$tmp/hf/"; done
+ln -s "$PWD/tests/fixtures/tiny-a/tokenizer.json" "$PWD/tests/fixtures/tiny-a/tokenizer_config.json" "$tmp/hf/"
+"$bin/nebula-convert" "$tmp/hf" "$tmp/srv/tb.gguf" --split --mtp-out "$tmp/srv/tb-mtp.gguf" -q || { echo "FAIL: convert"; exit 1; }
+S1=tb-00001-of-00002.gguf S2=tb-00002-of-00002.gguf
+for f in "$tmp"/srv/*.gguf; do
+    printf '%s\t%s\t%s\n' "$(basename "$f")" "$(stat -c %s "$f")" "$(sha256sum "$f" | cut -d' ' -f1)"
+done >"$tmp/manifest.tsv"
+half=$(($(stat -c %s "$tmp/srv/$S1") / 2))
+python3 tests/deploy/range_server.py "$tmp/srv" "$tmp/port" "$tmp/srv.log" --cut "$S1:$half" &
+srv_pid=$!
+for _ in $(seq 50); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+url=http://127.0.0.1:$(cat "$tmp/port")
+port=$(free_port) api=$(free_port)
+hw() { printf 'gpu_name=Fake GPU\ngpu_count=1\ngpu_vram_mib=%s\ngpu_driver=550.0\ngpu_cc=8.9\nram_mib=%s\ncores=8\nthreads=16\navx2=yes\ndisk_free_mib=%s\n' "$1" "$2" "$3"; }
+hw 16384 65536 100000 >"$tmp/hw.env"
+inst() { # LOGNAME ARGS...
+    local out=$1
+    shift
+    NEBULA_BIN=$bin bash deploy/install.sh --model "$url/$S1" --mtp "$url/tb-mtp.gguf" --manifest "$tmp/manifest.tsv" \
+        --port "$port" --api-port "$api" "$@" >"$tmp/$out" 2>&1
+}
+
+# ---- first run: interrupted download resumed, verified, prepared, checked, started ----
+if inst run1 --dest "$tmp/dest" --state "$tmp/s" --config "$tmp/conf/nebula.conf" --hw-file "$tmp/hw.env"; then ok; else bad "first install exited $?"; tail -n 20 "$tmp/run1"; fi
+grep -q "^GET $S1 - 200 $half\$" "$tmp/srv.log" && ok || bad "the first GET of shard 1 was not cut at $half bytes"
+grep -q "^GET $S1 bytes=$half- 206 " "$tmp/srv.log" && ok || bad "shard 1 was not resumed with Range: bytes=$half-"
+expect "resume" "the download stopped (curl exit 18)" "$tmp/run1"
+for f in "$S1" "$S2" tb-mtp.gguf; do
+    cmp -s "$tmp/dest/$f" "$tmp/srv/$f" && ok || bad "$f: the downloaded file differs"
+    [ ! -e "$tmp/dest/$f.part" ] && ok || bad "$f.part left behind"
+done
+expect "profile" "profile v16-r64" "$tmp/run1"
+expect "campaign" "hotlist: running the campaign" "$tmp/run1"
+expect "prepared check" "PASS: prepared files" "$tmp/run1"
+expect "placement check" "PASS: placement" "$tmp/run1"
+expect "tokenizer check" "PASS: tokenizer round trip" "$tmp/run1"
+expect "CPU check" "PASS: CPU reference logits" "$tmp/run1"
+expect "memory check" "PASS: memory" "$tmp/run1"
+if "$bin/nebula-gpu-worker" --probe cuda >/dev/null 2>&1; then
+    expect "CUDA check" "PASS: CUDA vs CPU logits" "$tmp/run1"
+else
+    expect "CUDA check skips" "SKIP: CUDA vs CPU logits: no usable GPU" "$tmp/run1"
+    grep -q "PASS: CUDA" "$tmp/run1" && bad "a CUDA check claims a pass without a GPU" || ok
+fi
+[ "$("$bin/nebula" config get model.prepared --config "$tmp/conf/nebula.conf")" = "$tmp/dest/prepared" ] && ok ||
+    bad "nebula.conf's model.prepared is not the prepared directory"
+[ -s "$tmp/s/install.log" ] && ok || bad "no install.log in the state directory"
+curl -fsS -m 10 "http://127.0.0.1:$port/api/status" >"$tmp/status.json" && ok || bad "the page's /api/status does not answer after the install"
+grep -q "\"path\":\"$tmp/dest/$S1\"" "$tmp/status.json" && ok || bad "/api/status does not serve the installed model"
+grep -q '"has_mtp":true' "$tmp/status.json" && ok || bad "/api/status: the MTP file was not loaded"
+grep -q '"max_prefill_chunk":1024' "$tmp/status.json" && ok || bad "/api/status: the profile's prefill chunk (nebula.conf) is not used"
+
+# ---- second run: nothing to do; a second start reuses the engine ----
+gets=$(grep -c '^GET' "$tmp/srv.log")
+if inst run2 --dest "$tmp/dest" --state "$tmp/s" --config "$tmp/conf/nebula.conf" --hw-file "$tmp/hw.env"; then ok; else bad "second install exited $?"; fi
+expect "second run" "already installed and verified" "$tmp/run2"
+[ "$(grep -c '^GET' "$tmp/srv.log")" = "$gets" ] && ok || bad "the second run fetched again"
+cpid=$(cat "$tmp/s/coordinator.pid")
+"$bin/nebula" start --no-browser --state "$tmp/s" --config "$tmp/conf/nebula.conf" --port "$port" --api-port "$api" >"$tmp/start2" 2>&1 && ok || bad "nebula start (second) failed"
+expect "second start" "already running" "$tmp/start2"
+[ "$(cat "$tmp/s/coordinator.pid")" = "$cpid" ] && ok || bad "the second start replaced the coordinator"
+"$bin/nebula" stop --state "$tmp/s" >"$tmp/stop" 2>&1 && ok || bad "nebula stop failed: $(cat "$tmp/stop")"
+alive() { local st; st=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; st=${st##*) }; [ "${st%% *}" != Z ]; }
+alive "$cpid" && bad "the coordinator still runs after nebula stop" || ok
+
+# ---- a corrupted shard: found by its checksum, fetched again ----
+printf 'X' | dd of="$tmp/dest/$S2" bs=1 seek=100 conv=notrunc status=none
+if inst run3 --dest "$tmp/dest" --state "$tmp/s" --config "$tmp/conf/nebula.conf" --hw-file "$tmp/hw.env" --no-start; then ok; else bad "install after corruption exited $?"; tail -n 20 "$tmp/run3"; fi
+expect "corruption found" "$S2: SHA-256 .* the manifest says" "$tmp/run3"
+[ "$(grep -c "^GET $S2 " "$tmp/srv.log")" = 2 ] && ok || bad "shard 2 was not fetched again"
+cmp -s "$tmp/dest/$S2" "$tmp/srv/$S2" && ok || bad "shard 2 is still corrupt"
+
+# ---- requirements not met: the GiB missing, nothing changed ----
+hw 16384 65536 0 >"$tmp/hw-disk.env"
+hw 16384 16000 100000 >"$tmp/hw-ram.env"
+for what in disk ram; do
+    d=$tmp/no-$what
+    if inst "run-$what" --dest "$d/dest" --state "$d/state" --config "$d/conf/nebula.conf" --hw-file "$tmp/hw-$what.env"; then
+        bad "$what: the install went ahead"
+    else ok; fi
+    [ ! -e "$d" ] && ok || bad "$what: the failed check created $(find "$d" | head -n 3 | tr '\n' ' ')"
+done
+expect "disk missing" "missing: disk: 0.0 GiB free .* GiB missing" "$tmp/run-disk"
+expect "RAM missing" "missing: RAM: 15.6 GiB, the smallest profile needs 30.4 GiB (32 GB): 14.8 GiB missing" "$tmp/run-ram"
+
+# ---- profile selection on faked hardware ----
+pick() { # VRAM_MIB RAM_MIB
+    hw "$1" "$2" 100000 >"$tmp/hw-pick.env"
+    "$bin/nebula-prepare" "$tmp/dest/$S1" --mtp "$tmp/dest/tb-mtp.gguf" --profile auto --hw-file "$tmp/hw-pick.env" \
+        --profile-info 2>&1 | sed -n 's/^profile=//p;s/^nebula-prepare: //p'
+}
+for v in 8 12 16 24; do
+    for r in 32 64 96 128; do
+        got=$(pick $((v * 1024)) $((r * 1024)))
+        [ "$got" = "v$v-r$r" ] && ok || bad "$v GiB VRAM, $r GiB RAM: profile '$got', want v$v-r$r"
+        got=$(pick $((v * 1024 * 96 / 100)) $((r * 1024 * 96 / 100)))
+        [ "$got" = "v$v-r$r" ] && ok || bad "96% of $v GiB VRAM, $r GiB RAM: profile '$got', want v$v-r$r"
+    done
+done
+got=$(pick $((20 * 1000 * 1000 * 1000 / 1048576)) $((80 * 1000 * 1000 * 1000 / 1048576)))
+[ "$got" = v16-r64 ] && ok || bad "20 GB VRAM + 80 GB RAM: profile '$got', want v16-r64"
+got=$(pick 6144 65536)
+[[ $got == *"no profile for this machine: 6.0 GiB of GPU memory is 1.6 GiB short"* ]] && ok || bad "6 GiB VRAM: '$got'"
+
+# ---- docs/INSTALL.md's table is the computed one ----
+if bash deploy/install/profile-table.sh "$BUILD" >"$tmp/table.md" 2>"$tmp/table.err"; then ok; else bad "profile-table.sh failed: $(cat "$tmp/table.err")"; fi
+sed -n '/<!-- profile table: deploy\/install\/profile-table.sh -->/,/<!-- end of profile table -->/p' docs/INSTALL.md | sed '1d;$d' >"$tmp/doc.md"
+if diff -u "$tmp/doc.md" "$tmp/table.md" >"$tmp/table.diff"; then ok; else bad "docs/INSTALL.md's profile table differs from profile-table.sh's output:"; head -n 20 "$tmp/table.diff"; fi
+
+echo "test_install: $((n - fail)) of $n checks passed"
+[ "$fail" = 0 ]
