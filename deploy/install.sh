@@ -108,11 +108,20 @@ list_source() { # SOURCE ROLE(model|mtp)
             printf '%s\t%s\n' "$base" "$src"
         fi
     elif [ -d "$src" ]; then
+        # A directory: its split set (shard 1 names the rest), else its one
+        # model file; an MTP file (MTP/*.gguf, *mtp*.gguf) is not the model.
         [ "$2" = model ] || die "--mtp $src: give the MTP file, not a directory"
-        local shards=() one
-        for one in "$src"/*.gguf; do [ -e "$one" ] && [[ $(basename "$one") != mtp* ]] && shards+=("$one"); done
-        [ ${#shards[@]} -gt 0 ] || die "$src: no .gguf file in it"
-        for one in "${shards[@]}"; do printf '%s\t%s\n' "$(basename "$one")" "$(cd "$(dirname "$one")" && pwd)/$(basename "$one")"; done
+        local models=() one first=
+        for one in "$src"/*.gguf; do
+            [ -f "$one" ] || continue
+            base=$(basename "$one")
+            [[ ${base,,} == *mtp* ]] && continue
+            models+=("$one")
+            [[ $base =~ $shard_re ]] && [ "$((10#${BASH_REMATCH[2]}))" = 1 ] && first=$one
+        done
+        [ -n "$first" ] || { [ ${#models[@]} = 1 ] && first=${models[0]}; }
+        [ -n "$first" ] || die "$src: ${#models[@]} model files and no split set in it: give the file (--model FILE)"
+        list_source "$first" model
     elif [ -f "$src" ]; then
         base=$(basename "$src") dir=$(cd "$(dirname "$src")" && pwd)
         if [[ $base =~ $shard_re ]]; then
@@ -131,7 +140,8 @@ list_source() { # SOURCE ROLE(model|mtp)
 }
 FILES=$(list_source "$MODEL_SRC" model)
 if [ -z "$MTP_SRC" ] && [ -d "$MODEL_SRC" ]; then
-    for f in "$MODEL_SRC"/MTP/*.gguf "$MODEL_SRC"/mtp*.gguf; do [ -f "$f" ] && MTP_SRC=$f && break; done
+    for f in "$MODEL_SRC"/MTP/*.gguf "$MODEL_SRC"/*[mM][tT][pP]*.gguf; do [ -f "$f" ] && MTP_SRC=$f && break; done
+    [ -n "$MTP_SRC" ] && say "MTP file: $MTP_SRC"
 fi
 MTP_LINE=
 [ -n "$MTP_SRC" ] && MTP_LINE=$(list_source "$MTP_SRC" mtp)

@@ -112,6 +112,43 @@ expect "corruption found" "$S2: SHA-256 .* the manifest says" "$tmp/run3"
 [ "$(grep -c "^GET $S2 " "$tmp/srv.log")" = 2 ] && ok || bad "shard 2 was not fetched again"
 cmp -s "$tmp/dest/$S2" "$tmp/srv/$S2" && ok || bad "shard 2 is still corrupt"
 
+# ---- a .part left by a killed run is resumed from its length ----
+third=$(($(stat -c %s "$tmp/srv/$S1") / 3))
+mkdir -p "$tmp/dest4"
+head -c "$third" "$tmp/srv/$S1" >"$tmp/dest4/$S1.part"
+if inst run4 --dest "$tmp/dest4" --state "$tmp/s4" --config "$tmp/conf4/nebula.conf" --hw-file "$tmp/hw.env" --no-start --hotlist neutral; then ok
+else bad "install over a .part exited $?"; tail -n 20 "$tmp/run4"; fi
+expect "part resumed" "$S1: resuming at $third bytes" "$tmp/run4"
+grep -q "^GET $S1 bytes=$third- 206 " "$tmp/srv.log" && ok || bad "the .part was not continued with Range: bytes=$third-"
+cmp -s "$tmp/dest4/$S1" "$tmp/srv/$S1" && ok || bad "the resumed shard 1 differs"
+
+# ---- a local directory: verified in place, checksums recorded on first use ----
+mkdir -p "$tmp/local"
+cp "$tmp"/srv/*.gguf "$tmp/local/"
+local_inst() { NEBULA_BIN=$bin bash deploy/install.sh --model "$tmp/local" --dest "$tmp/dest5" --state "$tmp/s5" \
+    --config "$tmp/conf5/nebula.conf" --hw-file "$tmp/hw.env" --no-start --hotlist neutral >"$tmp/$1" 2>&1; }
+if local_inst run5; then ok; else bad "install from a directory exited $?"; tail -n 20 "$tmp/run5"; fi
+expect "local MTP found" "MTP file: $tmp/local/tb-mtp.gguf" "$tmp/run5"
+expect "first use" "$S1: no published checksum; recorded" "$tmp/run5"
+for f in "$S1" "$S2" tb-mtp.gguf; do
+    [ "$(awk -F'\t' -v n="$f" '$1 == n { print $3 }' "$tmp/dest5/manifest.tsv")" = "$(sha256sum <"$tmp/local/$f" | cut -d' ' -f1)" ] && ok ||
+        bad "$f: DEST/manifest.tsv does not record its SHA-256"
+    [ ! -e "$tmp/dest5/$f" ] && ok || bad "$f: a local file was copied"
+done
+[ "$("$bin/nebula" config get model.path --config "$tmp/conf5/nebula.conf")" = "$tmp/local/$S1" ] && ok ||
+    bad "model.path is not the local file"
+printf 'X' | dd of="$tmp/local/$S2" bs=1 seek=100 conv=notrunc status=none
+if local_inst run6; then bad "a corrupted local shard was accepted"; else ok; fi
+expect "local corruption" "$S2: SHA-256 .* the manifest says .*a local file is not fetched again" "$tmp/run6"
+
+# ---- a malformed profiles file is refused with its line ----
+printf 'profile\tvram_gib\tram_gib\tctx\tprefill_chunk\tvram_keep_gib\tram_keep_gib\nv8-r32\t8\t32\t100\t512\t1\t6\n' >"$tmp/bad.tsv"
+"$bin/nebula-prepare" "$tmp/dest/$S1" --profile-table --profiles "$tmp/bad.tsv" >"$tmp/bad.out" 2>&1
+[ $? = 2 ] && grep -q "bad.tsv:2: " "$tmp/bad.out" && ok || bad "a profile with ctx 100 was not refused with its line: $(cat "$tmp/bad.out")"
+"$bin/nebula-prepare" "$tmp/dest/$S1" --profile-table >"$tmp/tiny-table.md" 2>&1
+[ "$(grep -c '^| v' "$tmp/tiny-table.md")" = 16 ] && ! grep -q 'does not fit' "$tmp/tiny-table.md" && ok ||
+    bad "--profile-table on the small model: not 16 fitting rows: $(head -n 5 "$tmp/tiny-table.md")"
+
 # ---- requirements not met: the GiB missing, nothing changed ----
 hw 16384 65536 0 >"$tmp/hw-disk.env"
 hw 16384 16000 100000 >"$tmp/hw-ram.env"
