@@ -229,7 +229,8 @@ cp "$HW" "$STATE/hardware.env"
 # A run that finds it unchanged beside a complete prepared directory has nothing to do.
 stamp() {
     printf 'sources %s %s\nprofile %s\nhotlist %s\nconfig %s\nprep %s\n' "$MODEL_SRC" "${MTP_SRC:-}" "$PROFILE" "$HOTLIST" "$CONFIG" "$PREP"
-    [ -n "$HW_FILE" ] && printf 'hw %s\n' "$(sha256sum <"$HW_FILE" | cut -c1-16)"
+    # the hardware the profile is picked from: another GPU or more RAM re-places the experts
+    printf 'hw %s\n' "$(grep -E '^(gpu_vram_mib|ram_mib)=' "$HW" | tr '\n' ' ')"
     while IFS=$'\t' read -r fname src; do
         [ -n "$fname" ] || continue
         p=$src
