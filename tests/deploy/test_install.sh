@@ -141,6 +141,11 @@ printf 'X' | dd of="$tmp/local/$S2" bs=1 seek=100 conv=notrunc status=none
 if local_inst run6; then bad "a corrupted local shard was accepted"; else ok; fi
 expect "local corruption" "$S2: SHA-256 .* the manifest says .*a local file is not fetched again" "$tmp/run6"
 
+# ---- the CLI pieces the installer leans on ----
+"$bin/nebula" logits -m "$tmp/dest/$S1" --tokens-file /dev/null --out "$tmp/x.f32" --backend gpu >"$tmp/lb" 2>&1
+[ $? = 2 ] && grep -q "backend takes cpu or cuda, got 'gpu'" "$tmp/lb" && ok || bad "nebula logits --backend gpu: $(cat "$tmp/lb")"
+"$bin/nebula" start --help | grep -q "^usage: nebula start" && ok || bad "nebula start --help"
+
 # ---- a malformed profiles file is refused with its line ----
 printf 'profile\tvram_gib\tram_gib\tctx\tprefill_chunk\tvram_keep_gib\tram_keep_gib\nv8-r32\t8\t32\t100\t512\t1\t6\n' >"$tmp/bad.tsv"
 "$bin/nebula-prepare" "$tmp/dest/$S1" --profile-table --profiles "$tmp/bad.tsv" >"$tmp/bad.out" 2>&1
