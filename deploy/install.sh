@@ -40,7 +40,8 @@ file, or a directory holding a split set (and its MTP file as MTP/*.gguf).
   --port N, --api-port N, --backend B   passed to deploy/start.sh
   --no-start         install only
   --check-only       check the hardware and the requirements, change nothing
-  --desktop          also write a desktop entry and a systemd user unit (nebula start/stop)
+  --desktop          also write a desktop entry, a systemd user unit (nebula start/stop) and
+                     ~/.local/bin/nebula, a link to this build's nebula
 Exit status: 0 installed (or nothing to do), 1 a requirement or a step failed (the
 message says what and by how many GiB), 2 a usage error.
 EOF

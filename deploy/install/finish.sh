@@ -151,10 +151,18 @@ PY
     [ "$fails" = 0 ]
 }
 
-# A desktop entry and a systemd user unit running nebula start / stop.
+# A desktop entry and a systemd user unit running nebula start / stop, and
+# ~/.local/bin/nebula (on the PATH of most desktops) linked to this build's.
 write_desktop() {
     local apps=${XDG_DATA_HOME:-$HOME/.local/share}/applications units=${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user
-    mkdir -p "$apps" "$units"
+    local link=$HOME/.local/bin/nebula
+    mkdir -p "$apps" "$units" "$(dirname "$link")"
+    if [ -e "$link" ] && [ ! -L "$link" ]; then
+        say "note: $link exists and is not a link: left alone (run $BIN/nebula start)"
+    else
+        ln -sfn "$BIN/nebula" "$link"
+        log "linked $link -> $BIN/nebula"
+    fi
     cat >"$apps/nebula.desktop" <<EOF
 [Desktop Entry]
 Type=Application
@@ -178,5 +186,5 @@ TimeoutStartSec=1800
 [Install]
 WantedBy=default.target
 EOF
-    say "desktop entry $apps/nebula.desktop and user unit $units/nebula.service written (systemctl --user enable nebula)"
+    say "desktop entry $apps/nebula.desktop, user unit $units/nebula.service (systemctl --user enable nebula) and $link written"
 }

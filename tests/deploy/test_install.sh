@@ -125,8 +125,8 @@ cmp -s "$tmp/dest4/$S1" "$tmp/srv/$S1" && ok || bad "the resumed shard 1 differs
 # ---- a local directory: verified in place, checksums recorded on first use ----
 mkdir -p "$tmp/local"
 cp "$tmp"/srv/*.gguf "$tmp/local/"
-local_inst() { NEBULA_BIN=$bin bash deploy/install.sh --model "$tmp/local" --dest "$tmp/dest5" --state "$tmp/s5" \
-    --config "$tmp/conf5/nebula.conf" --hw-file "$tmp/hw.env" --no-start --hotlist neutral >"$tmp/$1" 2>&1; }
+local_inst() { HOME=$tmp/home XDG_DATA_HOME= XDG_CONFIG_HOME= NEBULA_BIN=$bin bash deploy/install.sh --model "$tmp/local" --dest "$tmp/dest5" \
+    --state "$tmp/s5" --config "$tmp/conf5/nebula.conf" --hw-file "$tmp/hw.env" --no-start --hotlist neutral --desktop >"$tmp/$1" 2>&1; }
 if local_inst run5; then ok; else bad "install from a directory exited $?"; tail -n 20 "$tmp/run5"; fi
 expect "local MTP found" "MTP file: $tmp/local/tb-mtp.gguf" "$tmp/run5"
 expect "first use" "$S1: no published checksum; recorded" "$tmp/run5"
@@ -137,6 +137,11 @@ for f in "$S1" "$S2" tb-mtp.gguf; do
 done
 [ "$("$bin/nebula" config get model.path --config "$tmp/conf5/nebula.conf")" = "$tmp/local/$S1" ] && ok ||
     bad "model.path is not the local file"
+grep -qx "Exec=$bin/nebula start --config $tmp/conf5/nebula.conf" "$tmp/home/.local/share/applications/nebula.desktop" && ok ||
+    bad "--desktop: no desktop entry running nebula start"
+grep -qx "ExecStop=$bin/nebula stop" "$tmp/home/.config/systemd/user/nebula.service" 2>/dev/null && ok ||
+    bad "--desktop: no systemd user unit running nebula stop"
+[ "$(readlink "$tmp/home/.local/bin/nebula")" = "$bin/nebula" ] && ok || bad "--desktop: ~/.local/bin/nebula is not a link to $bin/nebula"
 printf 'X' | dd of="$tmp/local/$S2" bs=1 seek=100 conv=notrunc status=none
 if local_inst run6; then bad "a corrupted local shard was accepted"; else ok; fi
 expect "local corruption" "$S2: SHA-256 .* the manifest says .*a local file is not fetched again" "$tmp/run6"
