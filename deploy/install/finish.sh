@@ -70,6 +70,7 @@ self_check() {
     work=$(mktemp -d "$STATE/selfcheck.XXXXXX")
     check() { say "self-check: $*"; case $1 in FAIL:*) fails=$((fails + 1)) ;; esac; }
     mem0=$(mem_available_mib)
+    { ls -d /dev/shm/nebula-* 2>/dev/null || true; } >"$work/shm0"
 
     # Prepared files: nebula-prepare again verifies every part against
     # checksums.sha256 and must write nothing.
@@ -142,10 +143,18 @@ PY
         check "FAIL: CUDA logits: nebula logits --backend cuda failed (see $LOG)"
     fi
 
-    # Memory given back once the checks' processes are gone.
-    sleep 1
-    mem1=$(mem_available_mib)
-    if [ "$mem1" -ge $((mem0 - 1024 - mem0 / 20)) ]; then check "PASS: memory: ${mem1} MiB available again (${mem0} before)"
+    # Memory given back once the checks' processes are gone: no shared-memory
+    # region of theirs left, and MemAvailable back near where it was (others
+    # on the machine move it too: a few seconds for it to settle).
+    local left=() r k
+    for r in /dev/shm/nebula-*; do [ -e "$r" ] && ! grep -qxF "$r" "$work/shm0" && left+=("$r"); done
+    for ((k = 0; k < 10; k++)); do
+        mem1=$(mem_available_mib)
+        [ "$mem1" -ge $((mem0 - 1024 - mem0 / 20)) ] && break
+        sleep 0.5
+    done
+    if [ ${#left[@]} -gt 0 ]; then check "FAIL: memory: shared memory left behind: ${left[*]}"
+    elif [ "$mem1" -ge $((mem0 - 1024 - mem0 / 20)) ]; then check "PASS: memory: ${mem1} MiB available again (${mem0} before), no shared memory left"
     else check "FAIL: memory: ${mem1} MiB available, ${mem0} before the checks"; fi
     rm -rf "$work"
     [ "$fails" = 0 ]
