@@ -159,9 +159,9 @@ trap 'cleanup_log; rm -f "$HW" "$HW.d"' EXIT
 hw_detect "$DEST" >"$HW.d"
 if [ -n "$HW_FILE" ]; then hw_merge "$HW_FILE" "$HW.d" >"$HW"; else cp "$HW.d" "$HW"; fi
 hw() { hw_get "$HW" "$1"; }
-say "hardware: GPU $(hw gpu_name) ($(hw gpu_vram_mib) MiB, driver $(hw gpu_driver), compute $(hw gpu_cc); $(hw gpu_count) found),"\
-" RAM $(hw ram_mib) MiB, $(hw cores) cores / $(hw threads) threads, AVX-512 $(hw avx512), AVX2 $(hw avx2),"\
-" disk $(hw disk_path): $(hw disk_free_mib) MiB free ($(hw disk_kind))${HW_FILE:+ [from $HW_FILE]}"
+msg="hardware: GPU $(hw gpu_name) ($(hw gpu_vram_mib) MiB, driver $(hw gpu_driver), compute $(hw gpu_cc); $(hw gpu_count) found),"
+msg+=" RAM $(hw ram_mib) MiB, $(hw cores) cores / $(hw threads) threads, AVX-512 $(hw avx512), AVX2 $(hw avx2),"
+say "$msg disk $(hw disk_path): $(hw disk_free_mib) MiB free ($(hw disk_kind))${HW_FILE:+ [from $HW_FILE]}"
 while IFS= read -r l; do log "hw: $l"; done <"$HW"
 
 # ---- requirements: every one checked, each shortfall in GiB; nothing written before ----
@@ -205,8 +205,8 @@ prep_bytes=$model_bytes
 need_bytes=$((dl_bytes + prep_bytes + (1 << 30)))
 free_mib=$(hw disk_free_mib)
 if [ "$((free_mib << 20))" -lt "$need_bytes" ]; then
-    short+=("disk: $(have_gib "$free_mib") GiB free on $(hw disk_path), needs $(gib_of "$need_bytes") GiB"\
-" ($(gib_of "$dl_bytes") to download, $(gib_of "$prep_bytes") prepared, 1 spare): $(gib_of $((need_bytes - (free_mib << 20)))) GiB missing")
+    msg="disk: $(have_gib "$free_mib") GiB free on $(hw disk_path), needs $(gib_of "$need_bytes") GiB"
+    short+=("$msg ($(gib_of "$dl_bytes") to download, $(gib_of "$prep_bytes") prepared, 1 spare): $(gib_of $((need_bytes - (free_mib << 20)))) GiB missing")
 fi
 [ "$(hw disk_kind)" = hdd ] || [ "$(hw disk_kind)" = removable ] &&
     say "note: $(hw disk_path) is on a $(hw disk_kind) disk; the SSD tier is read at random: an internal SSD (--dest) is much faster"
@@ -274,8 +274,8 @@ prof_args=(--profile "$PROFILE" --profiles "$profiles" --hw-file "$STATE/hardwar
     die "the profile: $(tail -n 1 "$LOG")"
 pget() { sed -n "s/^$1=//p" "$DEST/profile.env"; }
 [ "$(pget fits)" = yes ] || die "profile $(pget profile) does not fit this model: $(pget why)"
-say "profile $(pget profile): experts per layer $(pget vram_layer) in VRAM, $(pget ram_layer) in RAM, $(pget ssd_layer) on SSD;"\
-" n-gram table $(pget ple_tier); context $(pget ctx), prefill chunk $(pget prefill_chunk)"
+msg="profile $(pget profile): experts per layer $(pget vram_layer) in VRAM, $(pget ram_layer) in RAM, $(pget ssd_layer) on SSD;"
+say "$msg n-gram table $(pget ple_tier); context $(pget ctx), prefill chunk $(pget prefill_chunk)"
 
 # ---- hotlist ----
 hot_args=()
