@@ -73,6 +73,8 @@ static void usage(FILE *f)
             "  --hw-file FILE      the hardware for --profile auto: key=value lines gpu_vram_mib, ram_mib\n"
             "  --profile-info      with --profile: print what it means for MODEL (key=value) and write nothing\n"
             "  --profile-table     print every profile's meaning for MODEL as a Markdown table; write nothing\n"
+            "  --assume-table-off-device  with --profile-table: a what-if, the n-gram table not on the GPU\n"
+            "                      (the CUDA backend uploads it today; the plan once it does not)\n"
             "                      (both take MODEL only, no OUTDIR)\n"
             "  -q, --quiet         errors only\n"
             "  -h, --help          this text\n"
@@ -96,7 +98,7 @@ struct run {
     bool given_vram, given_ram, given_victim, given_early, given_mtp, given_ple;
     int verified, written;
     const char *profile, *profiles_path, *hw_file;
-    bool profile_info, profile_table;
+    bool profile_info, profile_table, table_off_device;
     char err[1024];
 };
 
@@ -405,7 +407,8 @@ static int apply_profile(struct run *r)
     if (!rc && r->profile_table) {
         profile_print_header(stdout);
         for (int i = 0; i < t->n && !rc; i++)
-            if (!(rc = profile_compute(&t->row[i], r->m, &x, &ple, &res, r->err, sizeof r->err))) profile_print_row(stdout, &res);
+            if (!(rc = profile_compute(&t->row[i], r->m, &x, &ple, r->table_off_device, &res, r->err, sizeof r->err)))
+                profile_print_row(stdout, &res);
     }
     const struct profile_row *row = NULL;
     if (!rc && r->profile && strcmp(r->profile, "auto") == 0) {
@@ -416,7 +419,7 @@ static int apply_profile(struct run *r)
     } else if (!rc && r->profile && !(row = profile_find(t, r->profile))) {
         rc = nb_errf(r->err, sizeof r->err, NB_EINVAL, "--profile %s: not in %s (or auto)", r->profile, path);
     }
-    if (!rc && row) rc = profile_compute(row, r->m, &x, &ple, &res, r->err, sizeof r->err);
+    if (!rc && row) rc = profile_compute(row, r->m, &x, &ple, false, &res, r->err, sizeof r->err);
     if (!rc && row && r->profile_info) profile_print_info(stdout, &res);
     else if (!rc && row && !res.fits)
         rc = nb_errf(r->err, sizeof r->err, NB_EINVAL, "profile %s does not fit this model: %s", row->name, res.why);
@@ -456,7 +459,7 @@ int main(int argc, char **argv)
     struct run r = {0};
     bool quiet = false;
     enum { O_VRAM = 1000, O_SLOTS, O_CTX, O_RAM, O_VICTIM, O_EARLY, O_MTP, O_PLE, O_HOT, O_KILL, O_INT, O_MTP_FILE,
-           O_PROFILE, O_PROFILES, O_HW, O_PINFO, O_PTABLE };
+           O_PROFILE, O_PROFILES, O_HW, O_PINFO, O_PTABLE, O_TOFF };
     static const struct option opts[] = {
         {"vram-budget", required_argument, 0, O_VRAM}, {"ram-budget", required_argument, 0, O_RAM},
         {"vram-slots", required_argument, 0, O_SLOTS},   {"ctx", required_argument, 0, O_CTX},
@@ -465,7 +468,7 @@ int main(int argc, char **argv)
         {"ple-tier", required_argument, 0, O_PLE},       {"mtp", required_argument, 0, O_MTP_FILE},
         {"profile", required_argument, 0, O_PROFILE},    {"profiles", required_argument, 0, O_PROFILES},
         {"hw-file", required_argument, 0, O_HW},         {"profile-info", no_argument, 0, O_PINFO},
-        {"profile-table", no_argument, 0, O_PTABLE},
+        {"profile-table", no_argument, 0, O_PTABLE},     {"assume-table-off-device", no_argument, 0, O_TOFF},
         /* tests only: a crash (SIGKILL) or a Ctrl-C (SIGINT) in the middle of the unit after N */
         {"test-kill-after-units", required_argument, 0, O_KILL}, {"test-interrupt-after-units", required_argument, 0, O_INT},
         {"quiet", no_argument, 0, 'q'},                   {"help", no_argument, 0, 'h'},
@@ -510,6 +513,7 @@ int main(int argc, char **argv)
         case O_HW: r.hw_file = optarg; break;
         case O_PINFO: r.profile_info = true; break;
         case O_PTABLE: r.profile_table = true; break;
+        case O_TOFF: r.table_off_device = true; break;
         case O_KILL: ckpt_set_test_kill(atoi(optarg), SIGKILL); break;
         case O_INT: ckpt_set_test_kill(atoi(optarg), SIGINT); break;
         case 'q': quiet = true; break;
@@ -526,6 +530,11 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     bool report_only = r.profile_info || r.profile_table;
+    if (r.table_off_device && (!r.profile_table || r.profile)) {
+        fprintf(stderr, "nebula-prepare: --assume-table-off-device is a what-if of --profile-table alone: the CUDA "
+                        "backend holds the n-gram table today, so no placement may assume it away\n");
+        return EXIT_USAGE;
+    }
     if (r.profile_info && !r.profile) {
         fprintf(stderr, "nebula-prepare: --profile-info: which profile? (--profile NAME or auto)\n");
         return EXIT_USAGE;

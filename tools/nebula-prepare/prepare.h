@@ -286,8 +286,11 @@ const struct profile_row *profile_find(const struct profile_table *t, const char
  * separately); NB_EINVAL with the GiB missing when it reaches none. */
 int profile_pick(const struct profile_table *t, uint64_t vram_bytes, uint64_t ram_bytes, const struct profile_row **out,
                  char *err, size_t errlen);
+/* table_off_device: a what-if for planning, the n-gram table not counted on
+ * the device (the CUDA backend uploads it today, so no placement may use it). */
 int profile_compute(const struct profile_row *row, const struct model *m, const struct expert_layout *x,
-                    const struct ple_layout *ple, struct profile_result *out, char *err, size_t errlen);
+                    const struct ple_layout *ple, bool table_off_device, struct profile_result *out, char *err,
+                    size_t errlen);
 void profile_print_header(FILE *f);
 void profile_print_row(FILE *f, const struct profile_result *p);
 /* key=value lines, for the installer. */
