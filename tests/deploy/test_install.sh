@@ -9,8 +9,16 @@
 #     PASS, without a GPU) and starts; the page answers; nebula.conf names the
 #     prepared directory;
 #   - a second run says "nothing to do", fetches nothing, and a second
-#     `nebula start` finds the engine running; `nebula stop` stops it;
+#     `nebula start` finds the engine running (and, with a DISPLAY, hands the
+#     URL to xdg-open, a stand-in here); `nebula stop` stops it;
 #   - a corrupted shard (same size) is found by its checksum and fetched again;
+#   - a .part left by a killed run is continued from its length (Range);
+#   - a local directory is verified in place (checksums recorded on first
+#     use, nothing copied), with --desktop's entry, unit and ~/.local/bin link
+#     (a private HOME); a corrupted local shard is refused;
+#   - a malformed profiles file is refused with its line; --profile-table on
+#     the small model gives 16 fitting rows; the what-if flag cannot reach a
+#     placement; nebula-gen --sparse writes a full-size layout taking no disk;
 #   - too little disk, too little RAM (faked by --hw-file) name the GiB missing,
 #     exit 1 and create no file or directory;
 #   - nebula-prepare --profile auto picks each of the 16 rows of
@@ -101,6 +109,13 @@ cpid=$(cat "$tmp/s/coordinator.pid")
 "$bin/nebula" start --no-browser --state "$tmp/s" --config "$tmp/conf/nebula.conf" --port "$port" --api-port "$api" >"$tmp/start2" 2>&1 && ok || bad "nebula start (second) failed"
 expect "second start" "already running" "$tmp/start2"
 [ "$(cat "$tmp/s/coordinator.pid")" = "$cpid" ] && ok || bad "the second start replaced the coordinator"
+# On a desktop the page is opened: a stand-in xdg-open records the URL.
+mkdir -p "$tmp/fakebin"
+printf '#!/bin/sh\necho "$1" >"%s/opened"\n' "$tmp" >"$tmp/fakebin/xdg-open"
+chmod +x "$tmp/fakebin/xdg-open"
+DISPLAY=:77 PATH=$tmp/fakebin:$PATH "$bin/nebula" start --state "$tmp/s" --config "$tmp/conf/nebula.conf" --port "$port" \
+    --api-port "$api" >"$tmp/start3" 2>&1 && ok || bad "nebula start (desktop) failed"
+[ "$(cat "$tmp/opened" 2>/dev/null)" = "http://127.0.0.1:$port/" ] && ok || bad "nebula start did not open http://127.0.0.1:$port/ (got '$(cat "$tmp/opened" 2>/dev/null)')"
 "$bin/nebula" stop --state "$tmp/s" >"$tmp/stop" 2>&1 && ok || bad "nebula stop failed: $(cat "$tmp/stop")"
 alive() { local st; st=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; st=${st##*) }; [ "${st%% *}" != Z ]; }
 alive "$cpid" && bad "the coordinator still runs after nebula stop" || ok
@@ -194,6 +209,13 @@ got=$(pick $((20 * 1000 * 1000 * 1000 / 1048576)) $((80 * 1000 * 1000 * 1000 / 1
 [ "$got" = v16-r64 ] && ok || bad "20 GB VRAM + 80 GB RAM: profile '$got', want v16-r64"
 got=$(pick 6144 65536)
 [[ $got == *"no profile for this machine: 6.0 GiB of GPU memory is 1.6 GiB short"* ]] && ok || bad "6 GiB VRAM: '$got'"
+
+# ---- nebula-gen --sparse: a full-size layout that takes no disk ----
+"$bin/nebula-gen" "$tmp/sparse.gguf" --layers 2 --sparse -q && ok || bad "nebula-gen --sparse failed"
+apparent=$(stat -c %s "$tmp/sparse.gguf" 2>/dev/null || echo 0) used=$(du -k "$tmp/sparse.gguf" 2>/dev/null | cut -f1)
+[ "$apparent" -gt $((1 << 30)) ] && [ "${used:-0}" -lt 16384 ] && ok || bad "--sparse: $apparent bytes long, ${used} KiB on disk"
+"$bin/nebula-gguf" info --no-tensors "$tmp/sparse.gguf" >/dev/null && ok || bad "--sparse: nebula-gguf cannot open it"
+rm -f "$tmp/sparse.gguf"
 
 # ---- docs/INSTALL.md's table is the computed one ----
 if bash deploy/install/profile-table.sh "$BUILD" >"$tmp/table.md" 2>"$tmp/table.err"; then ok; else bad "profile-table.sh failed: $(cat "$tmp/table.err")"; fi
