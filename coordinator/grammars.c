@@ -75,12 +75,16 @@ int coord_grammar_take(struct coord *c, const struct coord_request_spec *s, int3
         if (!(free_e->key = strdup(s->grammar_key))) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
         rc = compile_key(s->grammar_key, &free_e->g, err, errlen);
         if (!rc) rc = gram_matcher_new(free_e->g, c->gram_vocab, &free_e->m, err, errlen);
-        if (rc) return drop(free_e), rc;
-        free_e->lent = true, free_e->used = ++c->grammar_clock;
-        *m = free_e->m, *slot = (int)(free_e - c->grammars);
-        return 0;
+        if (!rc) {
+            free_e->lent = true, free_e->used = ++c->grammar_clock;
+            *m = free_e->m, *slot = (int)(free_e - c->grammars);
+            return 0;
+        }
+        nb_log("structured output: the key's grammar cannot be kept (%s): a matcher of the request's own", err);
+        drop(free_e);
+    } else if (s->grammar_key) {
+        nb_log("structured output: a matcher of the request's own (the cache's entries are lent)");
     }
-    nb_log("structured output: a matcher of the request's own (the cache's entries are lent)");
     return gram_matcher_new(s->grammar, c->gram_vocab, m, err, errlen);
 }
 
