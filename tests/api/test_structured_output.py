@@ -10,7 +10,8 @@ whatever the mask allows — so every answer being valid says the mask is right,
     package's Draft 2020-12 validator when python3 has it, else this file's validator of the same
     subset), and finishes with "stop";
   - json_object: an object; "text": no constraint (the same text as without response_format);
-    streaming gives the same text as not;
+    /v1/completions constrained too; streaming gives the same text as not; the same schema again
+    (the coordinator's kept matcher) and twice at once give the same answer;
   - think on: the reasoning is free, the content after </think> is constrained;
   - bad response_format values are 400s naming the field, and every unsupported schema keyword a
     400 (code unsupported_schema) naming the keyword; the server answers after each.
@@ -200,6 +201,15 @@ def test_json_object_text_stream():
         except ValueError:
             ok = False
         check(st == 200 and ok, f"json_object seed {seed}: an object: {st} {text[:200]!r}")
+    st, d = jcall("POST", "/v1/completions", {"prompt": "JSON:", "seed": 4, "temperature": 1.0, "max_tokens": 3000,
+                                             "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema":
+                                                                 {"type": "array", "items": {"type": "boolean"}, "maxItems": 4}}}})
+    try:
+        v = json.loads(d["choices"][0]["text"]) if st == 200 else None
+        ok = isinstance(v, list) and len(v) <= 4 and all(isinstance(x, bool) for x in v)
+    except ValueError:
+        ok = False
+    check(ok, f"/v1/completions with a schema: {st} {str(d)[:200]}")
     body = {"messages": [{"role": "user", "content": "Hi"}], "think": False, "seed": 5, "max_tokens": 40}
     _, plain = jcall("POST", "/v1/chat/completions", body)
     _, text = jcall("POST", "/v1/chat/completions", dict(body, response_format={"type": "text"}))
