@@ -6,7 +6,7 @@
 # with apiKey "none": models.list(), a streamed and a non-streamed chat
 # completion, a long prompt streamed with its `: prefill` progress comments
 # (sent, and skipped by the client), typed errors for an unknown model and a
-# bad field.
+# bad field, and a response_format json_schema answer that fits its schema.
 #
 # Needs node and npm (make test installs them): without them, or without the
 # registry for the first npm ci, this fails loudly rather than passing without
