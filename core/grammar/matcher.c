@@ -379,9 +379,10 @@ int gram_matcher_new(const gram_grammar *g, const gram_vocab *v, gram_matcher **
     if (m->fr) m->fr[0] = (struct frame){NONE, NONE}, m->n_fr = 1; /* ACCEPT, never looked up */
     m->start = m->fr ? start_state(m) : T_FAIL;
     if (m->start < 0) {
+        const int32_t start = m->start;
         gram_matcher_free(m);
-        return m->start == T_DEAD ? nb_errf(err, errlen, NB_EINVAL, "the grammar matches nothing")
-                                  : nb_errf(err, errlen, NB_ENOMEM, "the grammar cannot be started (too deep or out of memory)");
+        return start == T_DEAD ? nb_errf(err, errlen, NB_EINVAL, "the grammar matches nothing")
+                               : nb_errf(err, errlen, NB_ENOMEM, "the grammar cannot be started (too deep or out of memory)");
     }
     m->cur = m->start;
     *out = m;
