@@ -293,6 +293,7 @@ static int read_tiers(struct coord *c, char *err, size_t errlen)
     c->tiers.arena_bytes = p.arena_bytes;     /* the `experts` region */
     c->tiers.max_blob_bytes = x.max_blob_bytes; /* a staging slot */
     c->tiers.ple_ssd = p.ple_ssd && c->m->ple_table.data;
+    c->tiers.ple_vram = p.ple_vram && c->m->ple_table.data;
     c->tiers.vram_ctx = p.vram_ctx;
     prepared_placement_free(&p);
     prepared_idx_free(&x);
