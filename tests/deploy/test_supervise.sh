@@ -2,10 +2,13 @@
 # test_supervise.sh — what deploy/supervise.sh promises, on the real stack
 # (deploy/start.sh with the demo model on free ports, a temporary state
 # directory):
+#   - while it runs, the coordinator's regions have no name in /dev/shm
+#     (shm_instance_unlink) and its workers map them all the same;
 #   - the coordinator killed with -9: within 5 s nothing of its instance is
-#     left in /dev/shm (no /dev/shm/nebula-PID-* of the dead pid) and its
-#     workers are gone; a new coordinator runs, /api/status through nginx
-#     says ready and a streamed completion works (twice in a row);
+#     left in /dev/shm (no /dev/shm/nebula-PID-* of the dead pid) and no
+#     process maps its regions any more (their memory is free); a new
+#     coordinator runs, /api/status through nginx says ready and a streamed
+#     completion works (twice in a row);
 #   - a coordinator stopped on purpose (SIGTERM) is not restarted;
 #   - a coordinator that keeps dying is given up after 5 restarts, and
 #     webui-error.log says so;
@@ -50,6 +53,8 @@ PY
 kids() { cpid_arg=$1; for f in /proc/[0-9]*/stat; do s=$(cat "$f" 2>/dev/null) || continue; r=${s##*) }; set -- $r; [ "$2" = "$cpid_arg" ] && echo "${s%% *}"; done; return 0; }
 alive() { local s; s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; [ "${s%% *}" != Z ]; }
 shm_of() { ls /dev/shm | grep "^nebula-$1-" || true; }
+# Processes that map a region of the instance of coordinator pid $1 (named or not).
+mapping() { grep -l "/dev/shm/nebula-$1-" /proc/[0-9]*/maps 2>/dev/null | cut -d/ -f3 | sort -u | tr '\n' ' '; }
 free_ports() { python3 -c 'import socket
 ss = [socket.socket() for _ in range(2)]
 for s in ss: s.bind(("127.0.0.1", 0))
@@ -110,11 +115,15 @@ fi
 # ---- kill -9: nothing in /dev/shm within 5 s, a new coordinator, the API works ----
 for round in 1 2; do
     workers=$(kids "$cpid")
-    [ -n "$(shm_of "$cpid")" ] && [ -n "$workers" ] && ok || bad "round $round: coordinator $cpid has no regions or workers"
+    [ -n "$workers" ] && ok || bad "round $round: coordinator $cpid has no workers"
+    [ -z "$(shm_of "$cpid")" ] && ok || bad "round $round: the running instance's regions have names: $(shm_of "$cpid")"
+    users=$(mapping "$cpid")
+    for w in $workers; do [[ " $users" == *" $w "* ]] || bad "round $round: worker $w maps no region of $cpid (mapped by: $users)"; done
     kill -9 "$cpid"
     t0=$(date +%s%N)
-    while [ -n "$(shm_of "$cpid")" ] && [ $(($(date +%s%N) - t0)) -lt 5000000000 ]; do sleep 0.05; done
+    while { [ -n "$(shm_of "$cpid")" ] || [ -n "$(mapping "$cpid")" ]; } && [ $(($(date +%s%N) - t0)) -lt 5000000000 ]; do sleep 0.05; done
     [ -z "$(shm_of "$cpid")" ] && ok || bad "round $round: /dev/shm objects of the killed coordinator after 5 s: $(shm_of "$cpid")"
+    [ -z "$(mapping "$cpid")" ] && ok || bad "round $round: processes still map the killed coordinator's regions after 5 s: $(mapping "$cpid")"
     echo "round $round: /dev/shm clean $((($(date +%s%N) - t0) / 1000000)) ms after kill -9 of $cpid"
     left=
     for w in $workers; do alive "$w" && left="$left $w"; done
