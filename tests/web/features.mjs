@@ -196,7 +196,8 @@ export function addFeatureScenarios(scenario) {
     await page.click("#stop");
     await waitIdle(page, 10000);
     await pace(page, 0);
-    await page.waitForFunction(() => /\d+ tokens?/.test(document.querySelector(".msg.assistant .stats").textContent), null, { timeout: 10000 });
+    // The pieces' count (≈) first, the server's once it has it.
+    await page.waitForFunction(() => /(^|· )\d+ tokens?$/.test(document.querySelector(".msg.assistant .stats").textContent), null, { timeout: 10000 });
     const after = (await status(page)).stats;
     const n = after.tokens_generated - before.tokens_generated;
     // (The demo model may have ended its answer before the paced page saw it

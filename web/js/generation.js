@@ -81,14 +81,9 @@ export async function generate(chat) {
     if (e && e.name === "AbortError") {
       msg.stopped = true;
       if (clock.tFirst !== null) {
-        msg.stats = statsFrom(null, null, clock.t0, clock.tFirst, tEnd, clock.pieces);
-        const n = chat.deleted ? null : await serverTokensAfterStop(gen.before);
-        if (n !== null) {
-          msg.stats.completion_tokens = n;
-          msg.stats.tokens_per_s = n > 1 && tEnd > clock.tFirst ? (n - 1) / ((tEnd - clock.tFirst) / 1000) : undefined;
-        } else {
-          msg.stats.tokens_approx = true;
-        }
+        // The pieces counted until the server's own count is in (countStopped).
+        clock.tEnd = tEnd;
+        msg.stats = { ...statsFrom(null, null, clock.t0, clock.tFirst, tEnd, clock.pieces), tokens_approx: true };
       }
     } else {
       msg.error = e && e.message ? e.message : String(e);
@@ -109,6 +104,19 @@ export async function generate(chat) {
     }
     pollStatus();
   }
+  if (msg.stopped && msg.stats && !chat.deleted) await countStopped(chat, msg, gen.before, clock);
+}
+
+// A stopped answer's token count replaced by the server's, once it has it.
+async function countStopped(chat, msg, before, clock) {
+  const n = await serverTokensAfterStop(before);
+  if (n === null || chat.deleted) return;
+  const secs = (clock.tEnd - clock.tFirst) / 1000;
+  msg.stats.completion_tokens = n;
+  msg.stats.tokens_per_s = n > 1 && secs > 0 ? (n - 1) / secs : undefined;
+  delete msg.stats.tokens_approx;
+  await saveChat(chat);
+  if (state.current === chat) updateMessageEl(msg);
 }
 
 // The tokens the server generated for a request this page stopped.  The
