@@ -292,13 +292,7 @@ int shm_instance_unlink(shm_instance *inst, char *err, size_t errlen)
 int shm_instance_destroy(shm_instance *inst, char *err, size_t errlen)
 {
     if (!inst) return 0;
-    struct entry *v;
-    int n, removed = 0;
-    int rc = list_entries(&v, &n, inst->id, err, errlen);
-    if (rc == 0) {
-        rc = unlink_instance(v, n, inst->id, &removed, err, errlen);
-        free(v);
-    }
+    int rc = shm_instance_unlink(inst, err, errlen); /* what is still named */
     close(inst->owner_fd); /* drops the lock, after the unlinks */
     free(inst);
     return rc;

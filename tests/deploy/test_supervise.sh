@@ -39,26 +39,10 @@ trap cleanup EXIT
 fail=0 n=0 skipped=0
 ok() { n=$((n + 1)); }
 bad() { echo "FAIL: $*"; fail=$((fail + 1)); n=$((n + 1)); }
-procs_of() { python3 - "$1" "$$" <<'PY'
-import os, sys
-for p in filter(str.isdigit, os.listdir("/proc")):
-    try:
-        cmd = open("/proc/%s/cmdline" % p, "rb").read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        continue
-    if sys.argv[1] in cmd and p != sys.argv[2] and "python3 - " not in cmd and "test_supervise" not in cmd:
-        print(p)
-PY
-}
-kids() { cpid_arg=$1; for f in /proc/[0-9]*/stat; do s=$(cat "$f" 2>/dev/null) || continue; r=${s##*) }; set -- $r; [ "$2" = "$cpid_arg" ] && echo "${s%% *}"; done; return 0; }
-alive() { local s; s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; [ "${s%% *}" != Z ]; }
+. tests/deploy/lib.sh # procs_of, children, alive, free_ports
 shm_of() { ls /dev/shm | grep "^nebula-$1-" || true; }
 # Processes that map a region of the instance of coordinator pid $1 (named or not).
 mapping() { grep -l "/dev/shm/nebula-$1-" /proc/[0-9]*/maps 2>/dev/null | cut -d/ -f3 | sort -u | tr '\n' ' '; }
-free_ports() { python3 -c 'import socket
-ss = [socket.socket() for _ in range(2)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))'; }
 check() { python3 tests/deploy/http_checks.py "$@" >/dev/null; }
 # Waits up to $1 s for coordinator.pid to name a live coordinator other than $2; prints it.
 new_coordinator() {
@@ -81,7 +65,7 @@ command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || { echo "FAIL: nginx is 
 [ -x "$bin/nebula-coordinator" ] || { echo "FAIL: $bin/nebula-coordinator is missing: run make"; exit 1; }
 [ -n "${NEBULA_WEB:-}" ] || make --no-print-directory web >/dev/null || { echo "FAIL: make web"; exit 1; }
 "$bin/nebula-convert" tests/fixtures/tiny-a "$tmp/demo.gguf" --type f32 --name nebula-demo -q || { echo "FAIL: convert"; exit 1; }
-read -r port api_port <<<"$(free_ports)"
+read -r port api_port <<<"$(free_ports 2)"
 base=http://127.0.0.1:$port
 NEBULA_BIN=$bin NEBULA_WEB=$WEB deploy/start.sh --model "$tmp/demo.gguf" --demo --threads 1 --wait 60 \
     --port "$port" --api-port "$api_port" --state "$S" >"$tmp/out" 2>&1 || { cat "$tmp/out"; echo "FAIL: start.sh"; exit 1; }
@@ -93,7 +77,7 @@ alive "$spid" && alive "$cpid" && ok || bad "supervisor $spid / coordinator $cpi
 if [ "$(id -u)" = 0 ]; then
     want=www-data; id -u www-data >/dev/null 2>&1 || want=nobody
     master=$(ps -o user= -p "$npid" | tr -d ' ')
-    workers=$(for w in $(kids "$npid"); do ps -o user= -p "$w"; done | tr -d ' ' | sort -u)
+    workers=$(for w in $(children "$npid"); do ps -o user= -p "$w"; done | tr -d ' ' | sort -u)
     [ "$master" = root ] && [ "$workers" = "$want" ] && ok || bad "nginx master runs as '$master', workers as '$workers' (want root, $want)"
     www=$(readlink "$S/www")
     [ "$(stat -c '%a %U %G' "$www" 2>/dev/null)" = "750 root $(id -gn "$want")" ] && ok ||
@@ -114,7 +98,7 @@ fi
 
 # ---- kill -9: nothing in /dev/shm within 5 s, a new coordinator, the API works ----
 for round in 1 2; do
-    workers=$(kids "$cpid")
+    workers=$(children "$cpid")
     [ -n "$workers" ] && ok || bad "round $round: coordinator $cpid has no workers"
     [ -z "$(shm_of "$cpid")" ] && ok || bad "round $round: the running instance's regions have names: $(shm_of "$cpid")"
     users=$(mapping "$cpid")

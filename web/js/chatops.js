@@ -23,6 +23,16 @@ function located(id) {
   return i < 0 || state.generation ? null : { chat, i, m: chat.messages[i] };
 }
 
+function button(kind, action, text, title) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.className = `btn ${kind} small`;
+  b.dataset.edit = action;
+  b.textContent = text;
+  b.title = title;
+  return b;
+}
+
 function startEdit(id) {
   const at = located(id);
   const a = messageElement(id);
@@ -37,17 +47,8 @@ function startEdit(id) {
   text.setAttribute("aria-label", "Edit the message");
   const actions = document.createElement("div");
   actions.className = "msg-edit-actions";
-  const send = document.createElement("button");
-  send.type = "button";
-  send.className = "btn primary small";
-  send.dataset.edit = "send";
-  send.textContent = "Send";
-  send.title = "Send the edited message (Enter); the answers after it are replaced";
-  const cancel = document.createElement("button");
-  cancel.type = "button";
-  cancel.className = "btn ghost small";
-  cancel.dataset.edit = "cancel";
-  cancel.textContent = "Cancel";
+  const send = button("primary", "send", "Send", "Send the edited message (Enter); the answers after it are replaced");
+  const cancel = button("ghost", "cancel", "Cancel", "Leave the message as it was (Esc)");
   actions.append(send, cancel);
   box.append(text, actions);
   body.hidden = true;
