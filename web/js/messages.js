@@ -56,6 +56,7 @@ export function renderTitle() {
 export function renderChat() {
   renderTitle();
   view.els.clear();
+  view.toolOpen.clear();
   for (const a of el.messages.querySelectorAll(".msg")) a.remove();
   const msgs = state.current ? state.current.messages : [];
   el.empty.hidden = msgs.length > 0;
