@@ -35,6 +35,8 @@
 # port held by another program is named and nothing is started.  Every
 # failure is also written to STATE/webui-error.log, and whatever this run
 # started is stopped again: a failed start leaves nothing running.
+# The coordinator runs under deploy/supervise.sh, which restarts it when it
+# dies (kill -9, a crash); started by root, nginx's workers run as www-data.
 # deploy/stop.sh stops the instance.
 set -euo pipefail
 umask 077
