@@ -79,6 +79,7 @@ struct coord_tiers {
     uint64_t arena_bytes;    /* the `experts` region: a header page + Σ RAM-tier blobs */
     uint64_t max_blob_bytes; /* a staging slot holds the largest blob */
     bool ple_ssd;            /* request.ple_tier "ssd": the gpu-worker pages the n-gram table */
+    bool ple_vram;           /* request.ple_tier "vram": a cuda gpu-worker holds it on the device */
     int64_t vram_ctx;        /* request.vram_ctx: positions the VRAM plan reserved K/V for (0: none) */
 };
 

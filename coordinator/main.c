@@ -3,8 +3,10 @@
  * Start-up, in order: the instance (shm_instance_create removes regions of
  * dead instances first), the runtime directory (0700) with control.sock
  * (ROUTER, workers) and ctl.sock (REP, nebulactl and `nebula generate
- * --server`), the regions (`step` and `moe` ring pairs, `stats`), the model's
- * tokenizer and sizes, then the workers, each configured on its hello.  The
+ * --server`), the regions (`step` and `moe` ring pairs, `stats`), whose
+ * names are unlinked at once (shm_instance_unlink: workers get them through
+ * fds inherited at spawn), the model's tokenizer and sizes, then the
+ * workers, each configured on its hello.  The
  * loop serves both sockets and supervises.  shutdown (or SIGINT/SIGTERM)
  * stops the workers, destroys every region and removes the runtime
  * directory: nothing stays in /dev/shm. */
@@ -293,6 +295,7 @@ static int read_tiers(struct coord *c, char *err, size_t errlen)
     c->tiers.arena_bytes = p.arena_bytes;     /* the `experts` region */
     c->tiers.max_blob_bytes = x.max_blob_bytes; /* a staging slot */
     c->tiers.ple_ssd = p.ple_ssd && c->m->ple_table.data;
+    c->tiers.ple_vram = p.ple_vram && c->m->ple_table.data;
     c->tiers.vram_ctx = p.vram_ctx;
     prepared_placement_free(&p);
     prepared_idx_free(&x);
@@ -533,6 +536,11 @@ static int start(struct coord *c, const char *runtime, char *err, size_t errlen)
     if (n_stale) nb_log("removed %d stale shared-memory objects of dead instances", n_stale);
     if ((rc = make_rundir(c, runtime, err, errlen))) return rc;
     if ((rc = make_regions(c, err, errlen))) return rc;
+    /* The names go now: the regions live as long as their users, and a
+     * coordinator killed with -9 (its workers die with it) leaves nothing in
+     * /dev/shm.  Workers get the regions through fds handed down at spawn
+     * (coord_spawn), restarted ones too. */
+    if ((rc = shm_instance_unlink(c->inst, err, errlen))) return rc;
     if ((rc = coord_step_open(c, err, errlen))) return rc; /* its eventfd goes to the gpu-worker at spawn */
     if ((rc = coord_workers_init(c, err, errlen))) return rc;
     for (int i = 0; i < c->n_workers; i++)

@@ -112,8 +112,9 @@ struct gwp_ple_client {
     uint32_t stats_block;
 };
 
-int gwp_ple_client_open(struct gwp_ple_client *c, const struct gwp_ple_config *cfg, const struct model *m, char *err,
-                        size_t errlen);
+/* host: the table gw_ple_host_detach took out of m (a CUDA gpu-worker), else NULL: m's own. */
+int gwp_ple_client_open(struct gwp_ple_client *c, const struct gwp_ple_config *cfg, const struct model *m,
+                        const struct gw_ple_host *host, char *err, size_t errlen);
 void gwp_ple_client_close(struct gwp_ple_client *c);
 /* The gw_ple_rows_fn; ctx is a gwp_ple_client. */
 int gwp_ple_rows(void *ctx, int n_rows, const int64_t *rows, float *out, char *err, size_t errlen);
