@@ -27,14 +27,7 @@
 
 static inline float f32_half(uint16_t h) { return _cvtsh_ss(h); }
 
-/* The 8 bytes of group g (0..3) of 32 codes as 8 floats, unsigned or signed. */
-static inline __m256 f32_u8x8(__m256i q, int g)
-{
-    __m128i h = g < 2 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
-    if (g & 1) h = _mm_srli_si128(h, 8);
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(h));
-}
-
+/* The 8 bytes of group g (0..3) of 32 signed codes as 8 floats. */
 static inline __m256 f32_s8x8(__m256i q, int g)
 {
     __m128i h = g < 2 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
@@ -75,25 +68,25 @@ static const float *dec_bf16(const uint8_t *w, int64_t i, int64_t len, float *bu
     return buf;
 }
 
-/* d · w for 32 signed codes (Q8_0, IQ4_NL): the reference's (float)w * d. */
-static inline void put32_signed(__m256i q, float d, float *y)
+/* d · w for 16 signed codes (Q3_K, Q4_0, MXFP4, ...): the reference's
+ * (float)w * d (or d * (float)w: one rounding either way). */
+static inline void put16_signed(__m128i q, float d, float *y)
 {
-#if VW == 16 /* 16 codes per conversion */
-    __m512 D = _mm512_set1_ps(d);
-    _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), D));
-    _mm512_storeu_ps(y + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), D));
+#if VW == 16
+    _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(d)));
 #else
     __m256 D = _mm256_set1_ps(d);
-    for (int g = 0; g < 4; g++) _mm256_storeu_ps(y + 8 * g, _mm256_mul_ps(f32_s8x8(q, g), D));
+    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), D));
+    _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))), D));
 #endif
 }
 
-#if VW == 16
-static inline __m512 f32_u8x16(__m256i q, int half)
+/* The same for 32 codes (Q8_0, IQ4_NL). */
+static inline void put32_signed(__m256i q, float d, float *y)
 {
-    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(half ? _mm256_extracti128_si256(q, 1) : _mm256_castsi256_si128(q)));
+    put16_signed(_mm256_castsi256_si128(q), d, y);
+    put16_signed(_mm256_extracti128_si256(q, 1), d, y + 16);
 }
-#endif
 
 static const float *dec_q8_0(const uint8_t *w, int64_t i, int64_t len, float *buf)
 {
@@ -102,46 +95,113 @@ static const float *dec_q8_0(const uint8_t *w, int64_t i, int64_t len, float *bu
     return buf;
 }
 
-static const float *dec_iq4_nl(const uint8_t *w, int64_t i, int64_t len, float *buf)
+/* IQ4_NL and MXFP4: a 16-entry table of signed levels indexed by the
+ * nibbles (low nibbles values 0..15), times the block's scale: the
+ * reference's (float)T[nib] * d.  qs_off is where the nibbles start. */
+QUANT_INLINE const float *dec_table4(const uint8_t *w, int64_t i, int64_t len, float *buf, const int8_t levels[16],
+                                     size_t bsize, size_t qs_off, float (*scale)(const uint8_t *blk))
 {
-    const block_iq4_nl *b = (const block_iq4_nl *)(const void *)w + i / QK_SMALL;
-    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4nl_values));
-    for (int64_t k = 0; k < len / QK_SMALL; k++)
-        put32_signed(_mm256_shuffle_epi8(table, nibbles32(b[k].qs)), f32_half(b[k].d), buf + 32 * k);
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)levels));
+    const uint8_t *b = w + (size_t)(i / QK_SMALL) * bsize;
+    for (int64_t k = 0; k < len / QK_SMALL; k++, b += bsize)
+        put32_signed(_mm256_shuffle_epi8(table, nibbles32(b + qs_off)), scale(b), buf + 32 * k);
     return buf;
 }
 
-/* Q5_1: (float)q * d + m, as two roundings like the reference. */
-static const float *dec_q5_1(const uint8_t *w, int64_t i, int64_t len, float *buf)
+static inline float f32_half_at(const uint8_t *p) { return f32_half(quant_u16(p)); }
+static inline float f32_e8m0(const uint8_t *p) { return quant_e8m0_half(*p); }
+
+static const float *dec_iq4_nl(const uint8_t *w, int64_t i, int64_t len, float *buf)
 {
-    const block_q5_1 *b = (const block_q5_1 *)(const void *)w + i / QK_SMALL;
-    for (int64_t k = 0; k < len / QK_SMALL; k++) {
-        uint32_t qh;
-        memcpy(&qh, b[k].qh, 4);
-        __m256i q = _mm256_or_si256(nibbles32(b[k].qs), bit4_from_bits(qh));
-#if VW == 16
-        __m512 D = _mm512_set1_ps(f32_half(b[k].d)), M = _mm512_set1_ps(f32_half(b[k].m));
-        for (int g = 0; g < 2; g++)
-            _mm512_storeu_ps(buf + 32 * k + 16 * g, _mm512_add_ps(_mm512_mul_ps(f32_u8x16(q, g), D), M));
-#else
-        __m256 D = _mm256_set1_ps(f32_half(b[k].d)), M = _mm256_set1_ps(f32_half(b[k].m));
-        for (int g = 0; g < 4; g++)
-            _mm256_storeu_ps(buf + 32 * k + 8 * g, _mm256_add_ps(_mm256_mul_ps(f32_u8x8(q, g), D), M));
-#endif
+    return dec_table4(w, i, len, buf, quant_iq4nl_values, sizeof(block_iq4_nl), offsetof(block_iq4_nl, qs), f32_half_at);
+}
+
+static const float *dec_mxfp4(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    return dec_table4(w, i, len, buf, quant_mxfp4_values, sizeof(block_mxfp4), offsetof(block_mxfp4, qs), f32_e8m0);
+}
+
+/* Q4_0 (qh_off 0: no fifth bits) and Q5_0: (float)(q - bias) * d, q the
+ * nibble with the fifth bit of the little-endian qh word on top. */
+QUANT_INLINE const float *dec_biased32(const uint8_t *w, int64_t i, int64_t len, float *buf, size_t bsize, size_t qh_off,
+                                       size_t qs_off, int bias)
+{
+    const uint8_t *b = w + (size_t)(i / QK_SMALL) * bsize;
+    for (int64_t k = 0; k < len / QK_SMALL; k++, b += bsize) {
+        __m256i q = nibbles32(b + qs_off);
+        if (qh_off) q = _mm256_or_si256(q, bit4_from_bits(quant_u32(b + qh_off)));
+        put32_signed(_mm256_sub_epi8(q, _mm256_set1_epi8((char)bias)), f32_half_at(b), buf + 32 * k);
     }
     return buf;
 }
 
-/* 32 unsigned codes of one K-quant sub-block: dl * q - ml, as the reference. */
-static inline void put32_kq(__m256i q, float dl, float ml, float *y)
+static const float *dec_q4_0(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    return dec_biased32(w, i, len, buf, sizeof(block_q4_0), 0, offsetof(block_q4_0, qs), 8);
+}
+
+static const float *dec_q5_0(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    return dec_biased32(w, i, len, buf, sizeof(block_q5_0), offsetof(block_q5_0, qh), offsetof(block_q5_0, qs), 16);
+}
+
+/* 16 unsigned codes as (float)q * d + m, two roundings like the reference. */
+static inline void put16_affine(__m128i q, float d, float m, float *y)
 {
 #if VW == 16
-    __m512 DL = _mm512_set1_ps(dl), ML = _mm512_set1_ps(ml);
-    for (int g = 0; g < 2; g++) _mm512_storeu_ps(y + 16 * g, _mm512_sub_ps(_mm512_mul_ps(DL, f32_u8x16(q, g)), ML));
+    _mm512_storeu_ps(y, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q)), _mm512_set1_ps(d)),
+                                      _mm512_set1_ps(m)));
+#else
+    __m256 D = _mm256_set1_ps(d), M = _mm256_set1_ps(m);
+    _mm256_storeu_ps(y, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), D), M));
+    _mm256_storeu_ps(y + 8, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8))), D), M));
+#endif
+}
+
+/* Q4_1 (qh_off 0) and Q5_1: d, m first, then (Q5_1) the fifth bits. */
+QUANT_INLINE const float *dec_affine32(const uint8_t *w, int64_t i, int64_t len, float *buf, size_t bsize, size_t qh_off,
+                                       size_t qs_off)
+{
+    const uint8_t *b = w + (size_t)(i / QK_SMALL) * bsize;
+    for (int64_t k = 0; k < len / QK_SMALL; k++, b += bsize) {
+        __m256i q = nibbles32(b + qs_off);
+        if (qh_off) q = _mm256_or_si256(q, bit4_from_bits(quant_u32(b + qh_off)));
+        const float d = f32_half_at(b), m = f32_half_at(b + 2);
+        put16_affine(_mm256_castsi256_si128(q), d, m, buf + 32 * k);
+        put16_affine(_mm256_extracti128_si256(q, 1), d, m, buf + 32 * k + 16);
+    }
+    return buf;
+}
+
+static const float *dec_q4_1(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    return dec_affine32(w, i, len, buf, sizeof(block_q4_1), 0, offsetof(block_q4_1, qs));
+}
+
+static const float *dec_q5_1(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    return dec_affine32(w, i, len, buf, sizeof(block_q5_1), offsetof(block_q5_1, qh), offsetof(block_q5_1, qs));
+}
+
+/* 16 unsigned codes of a K-quant sub-block: dl * q - ml, as the reference
+ * (two roundings, no fused multiply-add). */
+static inline void put16_kq(__m128i q, float dl, float ml, float *y)
+{
+#if VW == 16
+    _mm512_storeu_ps(y, _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dl), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q))),
+                                      _mm512_set1_ps(ml)));
 #else
     __m256 DL = _mm256_set1_ps(dl), ML = _mm256_set1_ps(ml);
-    for (int g = 0; g < 4; g++) _mm256_storeu_ps(y + 8 * g, _mm256_sub_ps(_mm256_mul_ps(DL, f32_u8x8(q, g)), ML));
+    _mm256_storeu_ps(y, _mm256_sub_ps(_mm256_mul_ps(DL, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q))), ML));
+    _mm256_storeu_ps(y + 8, _mm256_sub_ps(_mm256_mul_ps(DL, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8)))), ML));
 #endif
+}
+
+/* The same for 32 codes with one scale (Q4_K, Q5_K). */
+static inline void put32_kq(__m256i q, float dl, float ml, float *y)
+{
+    put16_kq(_mm256_castsi256_si128(q), dl, ml, y);
+    put16_kq(_mm256_extracti128_si256(q, 1), dl, ml, y + 16);
 }
 
 /* Q4_K (qh == NULL) and Q5_K: chunk c's low nibbles are sub-block 2c, its
@@ -223,6 +283,9 @@ static const float *dec_q6_K(const uint8_t *w, int64_t i, int64_t len, float *bu
     return buf;
 }
 
+#include "core/quant/quant_f32_grid.h"
+#include "core/quant/quant_f32_lowbit.h"
+
 /* ---- the driver: decoded pieces against R activation rows ---- */
 
 QUANT_INLINE void f32_rows(int64_t n, const uint8_t *w, const float *x, int64_t xs, float *out, const int R,
@@ -268,14 +331,40 @@ F32_KERNEL(f32)
 F32_KERNEL(f16)
 F32_KERNEL(bf16)
 F32_KERNEL(q8_0)
-F32_KERNEL(iq4_nl)
+F32_KERNEL(q4_0)
+F32_KERNEL(q5_0)
+F32_KERNEL(q4_1)
 F32_KERNEL(q5_1)
+F32_KERNEL(iq4_nl)
+F32_KERNEL(mxfp4)
+F32_KERNEL(q2_K)
+F32_KERNEL(q3_K)
 F32_KERNEL(q4_K)
 F32_KERNEL(q5_K)
 F32_KERNEL(q6_K)
+F32_KERNEL(iq4_xs)
+F32_KERNEL(tq2_0)
+F32_KERNEL(nvfp4)
+F32_KERNEL(iq2_xxs)
+F32_KERNEL(iq2_xs)
+F32_KERNEL(iq2_s)
+F32_KERNEL(iq3_xxs)
+F32_KERNEL(iq3_s)
+F32_KERNEL(iq1_s)
+F32_KERNEL(iq1_m)
+F32_KERNEL(tq1_0) /* the floor: reference decoders (quant_f32_lowbit.h) */
+F32_KERNEL(q1_0)
+F32_KERNEL(q2_0)
 
 const quant_dot_f32_fn F32_TABLE[QT_COUNT] = {
-    [QT_F32] = dot_f32_f32,   [QT_F16] = dot_f32_f16,   [QT_BF16] = dot_f32_bf16,
-    [QT_Q8_0] = dot_f32_q8_0, [QT_IQ4_NL] = dot_f32_iq4_nl, [QT_Q5_1] = dot_f32_q5_1,
-    [QT_Q4_K] = dot_f32_q4_K, [QT_Q5_K] = dot_f32_q5_K, [QT_Q6_K] = dot_f32_q6_K,
+    [QT_F32] = dot_f32_f32,         [QT_F16] = dot_f32_f16,       [QT_BF16] = dot_f32_bf16,
+    [QT_Q8_0] = dot_f32_q8_0,       [QT_Q4_0] = dot_f32_q4_0,     [QT_Q5_0] = dot_f32_q5_0,
+    [QT_Q4_1] = dot_f32_q4_1,       [QT_Q5_1] = dot_f32_q5_1,     [QT_IQ4_NL] = dot_f32_iq4_nl,
+    [QT_MXFP4] = dot_f32_mxfp4,     [QT_Q2_K] = dot_f32_q2_K,     [QT_Q3_K] = dot_f32_q3_K,
+    [QT_Q4_K] = dot_f32_q4_K,       [QT_Q5_K] = dot_f32_q5_K,     [QT_Q6_K] = dot_f32_q6_K,
+    [QT_IQ4_XS] = dot_f32_iq4_xs,   [QT_TQ2_0] = dot_f32_tq2_0,   [QT_NVFP4] = dot_f32_nvfp4,
+    [QT_IQ2_XXS] = dot_f32_iq2_xxs, [QT_IQ2_XS] = dot_f32_iq2_xs, [QT_IQ2_S] = dot_f32_iq2_s,
+    [QT_IQ3_XXS] = dot_f32_iq3_xxs, [QT_IQ3_S] = dot_f32_iq3_s,   [QT_IQ1_S] = dot_f32_iq1_s,
+    [QT_IQ1_M] = dot_f32_iq1_m,     [QT_TQ1_0] = dot_f32_tq1_0,   [QT_Q1_0] = dot_f32_q1_0,
+    [QT_Q2_0] = dot_f32_q2_0,
 };

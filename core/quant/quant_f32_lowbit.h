@@ -1,0 +1,124 @@
+/* quant_f32_lowbit.h — the fp32 decoders of the low-bit formats that have
+ * a SIMD decoder (Q2_K, Q3_K, TQ2_0, IQ4_XS, NVFP4) and the floor for
+ * those that have none (TQ1_0, Q1_0, Q2_0), for quant_f32_body.h, which
+ * includes it (compiled twice, VW 8 and 16, like the body).
+ *
+ * Q2_K, Q3_K and TQ2_0 share quant_ref_lowbit.c's 2-bit layout: the 32
+ * bytes of half h of qs, shifted right by 2j, hold values 128h + 32j ..
+ * + 31, two 16-value sub-blocks.  So one load gives 128 codes and each
+ * 16-value piece takes its sub-block's scale, formed as the reference forms
+ * it (Q2_K: d·(sc & 15) and dmin·(sc >> 4), then dl·q − ml; Q3_K and TQ2_0:
+ * dl = d·scale, then dl·code), so the values are the reference's bits.
+ *
+ * The floor: a format without a SIMD decoder still gets an fp32 kernel, its
+ * reference to_float into the L1 buffer, so it keeps the FMA dot over up to
+ * F32_ROWS activation rows instead of cpu_matmul_rows' decode plus double
+ * dot per row. */
+#ifndef NB_QUANT_F32_LOWBIT_H
+#define NB_QUANT_F32_LOWBIT_H
+
+/* The codes 0..3 of values 16p .. 16p + 15 of a 256-block in the 2-bit
+ * layout (h = p/8, j = (p%8)/2); p is also the 16-value sub-block. */
+static inline __m128i f32_crumbs16(const uint8_t qs[64], int p)
+{
+    const int h = p / 8, j = (p % 8) / 2;
+    __m128i bytes = _mm_loadu_si128((const __m128i *)(qs + 32 * h + 16 * (p % 2)));
+    return _mm_and_si128(_mm_srli_epi16(bytes, 2 * j), _mm_set1_epi8(3));
+}
+
+static const float *dec_q2_K(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    const block_q2_K *b = (const block_q2_K *)(const void *)w + i / QK_K;
+    for (int64_t k = 0; k < len / QK_K; k++) {
+        const float d = f32_half(b[k].d), dmin = f32_half(b[k].dmin);
+        for (int p = 0; p < 16; p++) {
+            const uint8_t sc = b[k].scales[p];
+            put16_kq(f32_crumbs16(b[k].qs, p), d * (float)(sc & 15), dmin * (float)(sc >> 4), buf + QK_K * k + 16 * p);
+        }
+    }
+    return buf;
+}
+
+/* Q3_K's 6-bit scale of sub-block j, less 32 (quant_ref_lowbit.c's q3k_scale). */
+static inline int f32_q3k_scale(const uint8_t s[12], int j)
+{
+    int lo = j < 8 ? s[j] & 15 : s[j - 8] >> 4;
+    return (lo | ((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
+}
+
+/* Q3_K's code: the 2 low bits, less 4 unless hmask[l] has bit 4h + j
+ * (value 128h + 32j + l), i.e. crumb + 4·hbit − 4. */
+static const float *dec_q3_K(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    const block_q3_K *b = (const block_q3_K *)(const void *)w + i / QK_K;
+    const __m128i four = _mm_set1_epi8(4);
+    for (int64_t k = 0; k < len / QK_K; k++) {
+        const float d = f32_half(b[k].d);
+        for (int p = 0; p < 16; p++) {
+            const int h = p / 8, j = (p % 8) / 2;
+            const __m128i hm = _mm_loadu_si128((const __m128i *)(b[k].hmask + 16 * (p % 2)));
+            const __m128i bit = _mm_set1_epi8((char)(1 << (4 * h + j)));
+            const __m128i hi = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(hm, bit), bit), four);
+            const __m128i q = _mm_sub_epi8(_mm_or_si128(f32_crumbs16(b[k].qs, p), hi), four);
+            put16_signed(q, d * (float)f32_q3k_scale(b[k].scales, p), buf + QK_K * k + 16 * p);
+        }
+    }
+    return buf;
+}
+
+/* TQ2_0: (code − 1) times d·1 (the reference's one scale of 1). */
+static const float *dec_tq2_0(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    const block_tq2_0 *b = (const block_tq2_0 *)(const void *)w + i / QK_K;
+    const __m128i one = _mm_set1_epi8(1);
+    for (int64_t k = 0; k < len / QK_K; k++) {
+        const float dl = f32_half(b[k].d) * 1.0f;
+        for (int p = 0; p < 16; p++) put16_signed(_mm_sub_epi8(f32_crumbs16(b[k].qs, p), one), dl, buf + QK_K * k + 16 * p);
+    }
+    return buf;
+}
+
+/* IQ4_XS: sub-block j's dl = d·(ls − 32), then dl · T[nib] (IQ4_NL's nibbles). */
+static const float *dec_iq4_xs(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    const block_iq4_xs *b = (const block_iq4_xs *)(const void *)w + i / QK_K;
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4nl_values));
+    for (int64_t k = 0; k < len / QK_K; k++) {
+        const float d = f32_half(b[k].d);
+        for (int j = 0; j < 8; j++) {
+            const int ls = (((b[k].scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((b[k].scales_h >> (2 * j)) & 3) << 4) - 32;
+            put32_signed(_mm256_shuffle_epi8(table, nibbles32(b[k].qs + 16 * j)), d * (float)ls, buf + QK_K * k + 32 * j);
+        }
+    }
+    return buf;
+}
+
+/* NVFP4: four 16-value sub-blocks, each a UE4M3 scale and 8 bytes of
+ * nibbles (low nibbles values 0..7): (float)E[nib] · scale. */
+static const float *dec_nvfp4(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    const block_nvfp4 *b = (const block_nvfp4 *)(const void *)w + i / QK_NVFP4;
+    const __m128i table = _mm_loadu_si128((const __m128i *)quant_mxfp4_values), m15 = _mm_set1_epi8(15);
+    for (int64_t k = 0; k < len / QK_NVFP4; k++)
+        for (int s = 0; s < 4; s++) {
+            const __m128i bytes = _mm_loadl_epi64((const __m128i *)(b[k].qs + 8 * s));
+            const __m128i nib = _mm_unpacklo_epi64(_mm_and_si128(bytes, m15), _mm_and_si128(_mm_srli_epi16(bytes, 4), m15));
+            put16_signed(_mm_shuffle_epi8(table, nib), quant_ue4m3_half(b[k].d[s]), buf + QK_NVFP4 * k + 16 * s);
+        }
+    return buf;
+}
+
+/* The floor: the reference decoder of type qt into the buffer. */
+#define F32_REF_DECODER(name, qt)                                                                                \
+    static const float *dec_##name(const uint8_t *w, int64_t i, int64_t len, float *buf)                        \
+    {                                                                                                            \
+        const struct quant_traits *q = quant_traits_of(qt);                                                      \
+        q->to_float(w + (size_t)(i / q->blck_size) * q->type_size, buf, len);                                    \
+        return buf;                                                                                              \
+    }
+F32_REF_DECODER(tq1_0, QT_TQ1_0)
+F32_REF_DECODER(q1_0, QT_Q1_0)
+F32_REF_DECODER(q2_0, QT_Q2_0)
+#undef F32_REF_DECODER
+
+#endif
