@@ -1,6 +1,6 @@
 /* nebula-bench-quant — speed of every dot kernel, per weight format and ISA.
  *
- *   nebula-bench-quant [--seconds S] [--mib M] [--type NAME]
+ *   nebula-bench-quant [--seconds S] [--mib M] [--type NAME] [--f32 [--rows R]]
  *
  * For each weight format, fills M MiB (default 64, well past the caches) with
  * rows of 2560 values, quantizes one row of activations to the format's
@@ -10,6 +10,13 @@
  * GB/s of weight bytes first, then values per second, then the speed-up over
  * the scalar reference.  Prints a Markdown table (tools/bench/run-bench.sh
  * appends it to docs/BENCHMARKS.md).
+ *
+ * --f32 times the fp32-activation dots instead (quant_dot_f32, the CPU
+ * experts' fast path): R rows of fp32 activations (default 1) against each
+ * weight row, per ISA; its "scalar" row is cpu_matmul_rows, what the engine
+ * runs where a type has no such kernel (to_float a piece of 256, then a
+ * double-precision dot per activation row), so "vs scalar" is the speed-up
+ * over that path.
  * Exit status: 0 ok, 1 out of memory or a NaN result, 2 bad usage. */
 #include <stdbool.h>
 #include <stdio.h>
@@ -19,9 +26,11 @@
 
 #include "core/quant/quant.h"
 #include "core/util/clock.h"
+#include "engine/cpu/cpu.h"
 
 #define ROW_VALUES 2560
 #define DISTINCT_ROWS 16 /* quantized once, then tiled over the whole buffer */
+#define MAX_F32_ROWS 64  /* --rows */
 
 static const char usage[] =
     "usage: nebula-bench-quant [--seconds S] [--mib M] [--type NAME]\n"
@@ -29,6 +38,8 @@ static const char usage[] =
     "  --seconds S   time spent per (format, ISA) cell, default 0.5\n"
     "  --mib M       MiB of weights per format, default 64\n"
     "  --type NAME   only this format (ggml name: q4_K, iq4_nl, f16, ...)\n"
+    "  --f32         time the fp32-activation dots (quant_dot_f32) instead of vec_dot\n"
+    "  --rows R      with --f32: activation rows per weight row, 1..64, default 1\n"
     "  --help        this text\n"
     "\n"
     "exit status: 0 ok, 1 out of memory or a NaN result, 2 bad usage\n";
@@ -56,6 +67,8 @@ struct options {
     double seconds;
     double mib;
     int only_type; /* -1: all */
+    bool f32;      /* the fp32-activation dots */
+    int rows;      /* their activation rows */
 };
 
 static int bad_usage(const char *why)
@@ -67,13 +80,19 @@ static int bad_usage(const char *why)
 /* Fills opt from argv; returns 0, 1 for --help, or 2 for bad usage. */
 static int parse_args(int argc, char **argv, struct options *opt)
 {
-    *opt = (struct options){0.5, 64, -1};
-    for (int i = 1; i < argc; i += 2) { /* every option but --help takes a value */
+    *opt = (struct options){0.5, 64, -1, false, 1};
+    for (int i = 1; i < argc; i += 2) { /* every option but --help and --f32 takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end;
         if (strcmp(a, "--help") == 0) {
             fputs(usage, stdout);
             return 1;
+        } else if (strcmp(a, "--f32") == 0) {
+            opt->f32 = true;
+            i--; /* no value */
+        } else if (strcmp(a, "--rows") == 0 && v) {
+            opt->rows = (int)strtol(v, &end, 10);
+            if (*end || opt->rows < 1 || opt->rows > MAX_F32_ROWS) return bad_usage("--rows wants 1..64");
         } else if (strcmp(a, "--seconds") == 0 && v) {
             opt->seconds = strtod(v, &end);
             if (*end || !(opt->seconds > 0)) return bad_usage("--seconds wants a positive number");
@@ -84,7 +103,7 @@ static int parse_args(int argc, char **argv, struct options *opt)
             opt->only_type = quant_type_from_name(v);
             if (opt->only_type < 0) return bad_usage("unknown --type");
         } else {
-            bool known = !strcmp(a, "--seconds") || !strcmp(a, "--mib") || !strcmp(a, "--type");
+            bool known = !strcmp(a, "--seconds") || !strcmp(a, "--mib") || !strcmp(a, "--type") || !strcmp(a, "--rows");
             return bad_usage(known ? "missing value" : "unknown argument");
         }
     }
@@ -111,6 +130,7 @@ struct weights {
     size_t row_bytes;
     int64_t rows;
     void *act; /* one activation row in vec_dot_type */
+    float *x;  /* --f32: MAX_F32_ROWS rows of fp32 activations */
 };
 
 static int make_weights(const struct quant_traits *q, double mib, struct weights *w)
@@ -122,10 +142,12 @@ static int make_weights(const struct quant_traits *q, double mib, struct weights
     w->data = aligned_alloc(64, ((size_t)w->rows * w->row_bytes + 63) / 64 * 64);
     w->act = aligned_alloc(64, (quant_row_size(q->vec_dot_type, ROW_VALUES) + 63) / 64 * 64);
     float *x = malloc(sizeof(float) * ROW_VALUES);
-    if (!w->data || !w->act || !x) {
-        free(w->data), free(w->act), free(x);
+    w->x = malloc(sizeof(float) * ROW_VALUES * MAX_F32_ROWS);
+    if (!w->data || !w->act || !x || !w->x) {
+        free(w->data), free(w->act), free(x), free(w->x);
         return -1;
     }
+    fill_values(w->x, ROW_VALUES * MAX_F32_ROWS, 54321);
     for (int64_t r = 0; r < w->rows; r++) {
         if (r < DISTINCT_ROWS) {
             fill_values(x, ROW_VALUES, (uint64_t)r + 1);
@@ -141,19 +163,44 @@ static int make_weights(const struct quant_traits *q, double mib, struct weights
     return 0;
 }
 
+/* What is timed on one weight row: a vec_dot, an fp32 dot of `rows`
+ * activation rows, or the reference path in its place. */
+struct kernel {
+    quant_vec_dot_fn dot;
+    quant_dot_f32_fn dot_f32;
+    const struct quant_traits *ref; /* --f32's scalar: cpu_matmul_rows (to_float + double dot) */
+    int rows;
+    float *ref_out; /* its output: row r's dots at ref_out[r + t] (y_stride 1) */
+};
+
+static float run_kernel(const struct kernel *k, const struct weights *w, int64_t r)
+{
+    const uint8_t *row = w->data + (size_t)r * w->row_bytes;
+    float s[MAX_F32_ROWS], sum = 0;
+    if (k->dot) {
+        k->dot(ROW_VALUES, s, row, w->act);
+        return s[0];
+    }
+    if (k->dot_f32) {
+        k->dot_f32(ROW_VALUES, row, w->x, ROW_VALUES, k->rows, s);
+        for (int t = 0; t < k->rows; t++) sum += s[t];
+    } else { /* the engine's path where a type has no fp32 dot (engine/cpu/linalg.c) */
+        const struct cpu_mat m = {w->data, k->ref, ROW_VALUES, w->rows, w->row_bytes};
+        cpu_matmul_rows(&m, w->x, ROW_VALUES, k->rows, k->ref_out, 1, r, r + 1);
+        for (int t = 0; t < k->rows; t++) sum += k->ref_out[r + t];
+    }
+    return sum;
+}
+
 /* Passes over all rows until `seconds` have gone by (at least one after a
  * warm-up pass); returns weight bytes per second. */
-static double time_kernel(quant_vec_dot_fn dot, const struct weights *w, double seconds, float *sink)
+static double time_kernel(const struct kernel *k, const struct weights *w, double seconds, float *sink)
 {
     int64_t passes = 0;
     double t0 = 0, elapsed = 0;
     for (int pass = -1; elapsed < seconds; pass++) {
         if (pass == 0) t0 = nb_now_s();
-        for (int64_t r = 0; r < w->rows; r++) {
-            float s;
-            dot(ROW_VALUES, &s, w->data + (size_t)r * w->row_bytes, w->act);
-            *sink += s;
-        }
+        for (int64_t r = 0; r < w->rows; r++) *sink += run_kernel(k, w, r);
         if (pass >= 0) {
             passes++;
             elapsed = nb_now_s() - t0;
@@ -176,9 +223,14 @@ int main(int argc, char **argv)
     if (rc) return rc == 1 ? 0 : rc;
     quant_init();
     float sink = 0;
-    printf("vec_dot of %d-value rows, %.0f MiB of weights per format, 1 thread, %.2f s per cell; "
-           "best ISA here: %s\n\n",
-           ROW_VALUES, opt.mib, opt.seconds, quant_isa_name(quant_isa_active()));
+    if (opt.f32)
+        printf("fp32-activation dots (quant_dot_f32) of %d-value rows against %d fp32 row%s (scalar: to_float + "
+               "double dot), ",
+               ROW_VALUES, opt.rows, opt.rows > 1 ? "s" : "");
+    else
+        printf("vec_dot of %d-value rows, ", ROW_VALUES);
+    printf("%.0f MiB of weights per format, 1 thread, %.2f s per cell; best ISA here: %s\n\n", opt.mib, opt.seconds,
+           quant_isa_name(quant_isa_active()));
     printf("| type    | isa         |     GB/s |  Gvals/s | vs scalar |\n");
     printf("|---------|-------------|---------:|---------:|----------:|\n");
     enum quant_type types[QT_COUNT];
@@ -192,15 +244,23 @@ int main(int argc, char **argv)
             return 1;
         }
         double scalar = 0;
+        float *ref_out = opt.f32 ? malloc(sizeof(float) * (size_t)(w.rows + MAX_F32_ROWS)) : NULL;
+        if (opt.f32 && !ref_out) {
+            fprintf(stderr, "nebula-bench-quant: out of memory\n");
+            return 1;
+        }
         for (int isa = 0; isa < QUANT_ISA_COUNT; isa++) {
-            quant_vec_dot_fn dot = quant_vec_dot_isa(q->type, (enum quant_isa)isa);
-            if (!dot) continue; /* the CPU lacks the ISA */
-            double bps = time_kernel(dot, &w, opt.seconds, &sink);
+            struct kernel k = {NULL, NULL, NULL, opt.rows, ref_out};
+            if (!opt.f32) k.dot = quant_vec_dot_isa(q->type, (enum quant_isa)isa);
+            else if (isa == QUANT_ISA_SCALAR) k.ref = q;
+            else k.dot_f32 = quant_dot_f32_isa(q->type, (enum quant_isa)isa);
+            if (!k.dot && !k.dot_f32 && !k.ref) continue; /* the CPU lacks the ISA, or the type a kernel of it */
+            double bps = time_kernel(&k, &w, opt.seconds, &sink);
             if (isa == QUANT_ISA_SCALAR) scalar = bps;
             print_row(q, (enum quant_isa)isa, bps, scalar);
             fflush(stdout);
         }
-        free(w.data), free(w.act);
+        free(w.data), free(w.act), free(w.x), free(ref_out);
     }
     if (sink != sink) { /* a NaN from any kernel: the numbers above mean nothing */
         fprintf(stderr, "nebula-bench-quant: a kernel returned NaN\n");
