@@ -2,7 +2,7 @@
  * cpu-moe-worker's whole job, per schedule and kernel set.
  *
  *   nebula-bench-expert [--embd C] [--ff I] [--experts N,N,...] [--tokens T] [--pool P] [--seconds S]
- *                       [--threads N] [--latency [--gap-us G,G,...] [--busy B] [--kernels ref|fast]]
+ *                       [--threads N] [--mix G,U,D] [--latency [--gap-us G,G,...] [--busy B] [--kernels ref|fast]]
  *
  * Two tables.  The first is one expert per call, for each weight format
  * (gate, up and down all of that format; down q8_0 where its rows of I values
@@ -10,7 +10,8 @@
  * rows stream.  The second is the question of issue 5: one decode
  * request of N routed experts in the q4_k_m mix (gate/up Q4_K, down Q5_1
  * and Q8_0, as nebula-gen writes them), one token each, under three
- * schedules —
+ * schedules (--mix G,U,D: that mix of gate, up and down formats instead,
+ * e.g. iq2_xxs,iq2_xxs,iq2_xs for the published IQ2 files' experts) —
  *   experts   one expert per OpenMP thread, each a reference gw_expert_ffn
  *             (the cpu-moe-worker before issue 5: its nested row loops
  *             ran serially inside the per-expert loop);
@@ -26,7 +27,11 @@
  * GB/s of weight bytes read at the fastest; and the largest difference of
  * fast from ref relative to the largest |output| (the check that the bench
  * computes the same thing).  The rows schedules keep one gw_expert_scratch
- * across calls, as the cpu-moe-worker does.
+ * across calls, as the cpu-moe-worker does.  Only DISTINCT_ROWS rows of a
+ * matrix and DISTINCT_EXPERTS experts of a pool are quantized, the rest are
+ * copies (own memory, so still streamed from RAM): the grid formats'
+ * quantizers take seconds per matrix, and no kernel's speed depends on the
+ * values.
  *
  * --latency replaces both tables with the question the pipeline asks: how
  * long one request takes when requests come with a gap between them — a
@@ -58,7 +63,7 @@
 
 static const char usage[] =
     "usage: nebula-bench-expert [--embd C] [--ff I] [--experts N,N,...] [--tokens T] [--pool P] [--seconds S]\n"
-    "                           [--threads N] [--latency [--gap-us G,G,...] [--busy B] [--kernels ref|fast]]\n"
+    "                           [--threads N] [--mix G,U,D] [--latency [--gap-us G,G,...] [--busy B] [--kernels ref|fast]]\n"
     "\n"
     "  --embd C      hidden width (default 2560)\n"
     "  --ff I        expert FFN width (default 640)\n"
@@ -67,7 +72,9 @@ static const char usage[] =
     "  --pool P      distinct experts the calls cycle through (default 64)\n"
     "  --seconds S   time per schedule and row of the table (default 1)\n"
     "  --threads N   OpenMP threads (default: OMP_NUM_THREADS, else every core)\n"
-    "  --latency     instead of the two tables: ms per request of the q4_k_m (down q5_1) mix when\n"
+    "  --mix G,U,D   the gate, up and down formats of the mix table and --latency (ggml names, e.g.\n"
+    "                iq2_xxs,iq2_xxs,iq2_xs; default: q4_K,q4_K,q5_1 and q4_K,q4_K,q8_0)\n"
+    "  --latency     instead of the two tables: ms per request of the mix (default q4_K,q4_K,q5_1) when\n"
     "                requests come with a gap between them; the OpenMP team waits in the gaps as\n"
     "                OMP_WAIT_POLICY / GOMP_SPINCOUNT say (compare passive with active or unset)\n"
     "  --gap-us L    --latency: gaps between requests, comma-separated µs (default 0,200,1000)\n"
@@ -87,6 +94,8 @@ struct options {
     int gaps_us[8], n_gaps;
     int busy;
     enum gw_kernels kernels;
+    enum quant_type mix[3]; /* gate, up, down */
+    bool have_mix;          /* --mix given */
 };
 
 /* "N,N,..." → at most 8 integers ≥ lo; -1 on anything else. */
@@ -103,6 +112,21 @@ static int parse_list(const char *v, int lo, int *out)
     return n ? n : -1;
 }
 
+/* "G,U,D" → three formats that have a quantizer; -1 on anything else. */
+static int parse_mix(const char *v, enum quant_type mix[3])
+{
+    char buf[64];
+    if (strlen(v) >= sizeof buf) return -1;
+    strcpy(buf, v);
+    char *save = NULL, *tok = strtok_r(buf, ",", &save);
+    for (int k = 0; k < 3; k++, tok = strtok_r(NULL, ",", &save)) {
+        int t = tok ? quant_type_from_name(tok) : -1;
+        if (t < 0 || !quant_traits_of((enum quant_type)t)->from_float) return -1;
+        mix[k] = (enum quant_type)t;
+    }
+    return tok ? -1 : 0;
+}
+
 static int bad_usage(const char *why)
 {
     fprintf(stderr, "nebula-bench-expert: %s\n%s", why, usage);
@@ -111,7 +135,8 @@ static int bad_usage(const char *why)
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    *o = (struct options){2560, 640, {1, 10, 20}, 3, 1, 64, 1.0, 0, false, {0, 200, 1000}, 3, 0, GW_KERNELS_FAST};
+    *o = (struct options){2560, 640, {1, 10, 20}, 3, 1, 64, 1.0, 0, false, {0, 200, 1000}, 3, 0, GW_KERNELS_FAST,
+                          {QT_Q4_K, QT_Q4_K, QT_Q5_1}, false};
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
@@ -134,6 +159,10 @@ static int parse_args(int argc, char **argv, struct options *o)
         } else if (strcmp(a, "--experts") == 0) {
             if ((o->n_experts = parse_list(v, 1, o->experts)) < 0) return bad_usage("--experts: up to 8 positive integers");
             continue;
+        } else if (strcmp(a, "--mix") == 0) {
+            if (parse_mix(v, o->mix)) return bad_usage("--mix: three quantized formats gate,up,down (ggml names)");
+            o->have_mix = true;
+            continue;
         } else if (strcmp(a, "--gap-us") == 0) {
             if ((o->n_gaps = parse_list(v, 0, o->gaps_us)) < 0) return bad_usage("--gap-us: up to 8 integers ≥ 0");
             continue;
@@ -144,6 +173,8 @@ static int parse_args(int argc, char **argv, struct options *o)
     if (o->C < 256 || o->C % 256 || o->I < 32 || o->I % 32)
         return bad_usage("--embd must be a positive multiple of 256, --ff of 32");
     if (o->tokens < 1 || o->tokens > 4096 || o->pool < 1 || o->seconds <= 0) return bad_usage("a value out of range");
+    if (!quant_row_size(o->mix[0], o->C) || !quant_row_size(o->mix[1], o->C) || !quant_row_size(o->mix[2], o->I))
+        return bad_usage("--mix: a format's blocks do not fit the rows (down's rows are --ff long)");
     return 0;
 }
 
@@ -154,6 +185,9 @@ static float uniform(void) /* [-1, 1) */
     return (float)(rng >> 40) / 8388608.0f - 1.0f;
 }
 
+#define DISTINCT_ROWS 16   /* rows quantized per matrix, the rest copies */
+#define DISTINCT_EXPERTS 4 /* experts quantized per pool, the rest copies */
+
 /* rows × n random weights (scaled like a trained layer's, 1/sqrt(n)) in type t. */
 static void *random_matrix(enum quant_type t, int64_t rows, int64_t n)
 {
@@ -163,10 +197,21 @@ static void *random_matrix(enum quant_type t, int64_t rows, int64_t n)
     float *row = malloc((size_t)n * sizeof *row);
     if (m && row)
         for (int64_t r = 0; r < rows; r++) {
+            if (r >= DISTINCT_ROWS) {
+                memcpy(m + rb * (size_t)r, m + rb * (size_t)(r % DISTINCT_ROWS), rb);
+                continue;
+            }
             for (int64_t i = 0; i < n; i++) row[i] = uniform() / sqrtf((float)n);
             q->from_float(row, m + rb * (size_t)r, n);
         }
     free(row);
+    return m;
+}
+
+static void *copy_of(const void *src, size_t bytes)
+{
+    void *m = malloc(bytes);
+    if (m) memcpy(m, src, bytes);
     return m;
 }
 
@@ -182,8 +227,14 @@ static int pool_make(struct pool *p, int n, int64_t C, int64_t I, enum quant_typ
     p->e = calloc((size_t)n, sizeof *p->e), p->n = n;
     p->expert_bytes = quant_row_size(tg, C) * I + quant_row_size(tu, C) * I + quant_row_size(td, I) * C;
     for (int i = 0; p->e && i < n; i++) {
-        p->e[i] = (struct gw_expert){random_matrix(tg, I, C), random_matrix(tu, I, C), random_matrix(td, C, I),
-                                     tg, tu, td, C, I};
+        if (i < DISTINCT_EXPERTS)
+            p->e[i] = (struct gw_expert){random_matrix(tg, I, C), random_matrix(tu, I, C), random_matrix(td, C, I),
+                                         tg, tu, td, C, I};
+        else
+            p->e[i] = (struct gw_expert){copy_of(p->e[i % DISTINCT_EXPERTS].gate, quant_row_size(tg, C) * I),
+                                         copy_of(p->e[i % DISTINCT_EXPERTS].up, quant_row_size(tu, C) * I),
+                                         copy_of(p->e[i % DISTINCT_EXPERTS].down, quant_row_size(td, I) * C),
+                                         tg, tu, td, C, I};
         if (!p->e[i].gate || !p->e[i].up || !p->e[i].down) return 1;
     }
     return p->e ? 0 : 1;
@@ -330,12 +381,12 @@ static int latency_table(const struct options *o, const float *x, const float *s
     double *samples = malloc(MAX_SAMPLES * sizeof *samples);
     pthread_t busy[64];
     struct pool p;
-    if (!samples || pool_make(&p, o->pool, o->C, o->I, QT_Q4_K, QT_Q4_K, QT_Q5_1))
+    if (!samples || pool_make(&p, o->pool, o->C, o->I, o->mix[0], o->mix[1], o->mix[2]))
         return fputs("nebula-bench-expert: out of memory\n", stderr), 1;
     const char *policy = getenv("OMP_WAIT_POLICY"), *spins = getenv("GOMP_SPINCOUNT");
-    printf("CPU expert FFN latency, q4_k_m (down q5_1), C %ld, I %ld, %d token(s) per expert, %s kernels, %d threads, "
+    printf("CPU expert FFN latency, gate %s up %s down %s, C %ld, I %ld, %d token(s) per expert, %s kernels, %d threads, "
            "%d busy thread(s), OMP_WAIT_POLICY=%s, GOMP_SPINCOUNT=%s, %d cores, ISA %s\n\n",
-           (long)o->C, (long)o->I, o->tokens, gw_kernels_name(o->kernels), omp_get_max_threads(), o->busy,
+           quant_type_name(o->mix[0]), quant_type_name(o->mix[1]), quant_type_name(o->mix[2]), (long)o->C, (long)o->I, o->tokens, gw_kernels_name(o->kernels), omp_get_max_threads(), o->busy,
            policy ? policy : "(unset)", spins ? spins : "(unset)", omp_get_num_procs(),
            quant_isa_name(quant_isa_active()));
     printf("| experts/request | gap µs | requests | p50 ms | p90 ms | p99 ms | max ms | GB/s of weights (p50) |\n"
@@ -392,7 +443,8 @@ int main(int argc, char **argv)
            o.tokens, omp_get_max_threads(), quant_isa_name(quant_isa_active()));
     printf("| weights | experts/request | schedule | ms/request (fastest) | ms/request (median) | GB/s of weights (fastest) |\n"
            "|---|---:|---|---:|---:|---:|\n");
-    static const enum quant_type types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_Q5_1, QT_Q8_0, QT_IQ4_NL, QT_BF16, QT_F32};
+    static const enum quant_type types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_Q5_1,  QT_Q8_0,    QT_IQ4_NL, QT_BF16,
+                                            QT_F32,  QT_Q3_K, QT_Q2_K, QT_IQ2_XS, QT_IQ2_XXS};
     int pool_one = o.pool < 8 ? o.pool : 8; /* 8 × an f32 expert is already 150 MiB */
     double worst = 0;
     for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
@@ -412,11 +464,18 @@ int main(int argc, char **argv)
         worst = d > worst ? d : worst;
         pool_free(&p);
     }
-    struct { const char *name; enum quant_type down; } mixes[] = {{"q4_k_m (down q5_1)", QT_Q5_1},
-                                                                  {"q4_k_m (down q8_0)", QT_Q8_0}};
-    for (size_t k = 0; k < 2; k++) {
+    struct { char name[64]; enum quant_type t[3]; } mixes[2] = {{"q4_k_m (down q5_1)", {QT_Q4_K, QT_Q4_K, QT_Q5_1}},
+                                                                {"q4_k_m (down q8_0)", {QT_Q4_K, QT_Q4_K, QT_Q8_0}}};
+    size_t n_mixes = 2;
+    if (o.have_mix) {
+        n_mixes = 1;
+        memcpy(mixes[0].t, o.mix, sizeof o.mix);
+        snprintf(mixes[0].name, sizeof mixes[0].name, "%s/%s/%s", quant_type_name(o.mix[0]), quant_type_name(o.mix[1]),
+                 quant_type_name(o.mix[2]));
+    }
+    for (size_t k = 0; k < n_mixes; k++) {
         struct pool p;
-        if (pool_make(&p, o.pool, C, o.I, QT_Q4_K, QT_Q4_K, mixes[k].down))
+        if (pool_make(&p, o.pool, C, o.I, mixes[k].t[0], mixes[k].t[1], mixes[k].t[2]))
             return fputs("nebula-bench-expert: out of memory\n", stderr), 1;
         for (int i = 0; i < o.n_experts; i++) {
             double sec[3], med[3];

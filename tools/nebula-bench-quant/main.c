@@ -33,7 +33,7 @@
 #define MAX_F32_ROWS 64  /* --rows */
 
 static const char usage[] =
-    "usage: nebula-bench-quant [--seconds S] [--mib M] [--type NAME]\n"
+    "usage: nebula-bench-quant [--seconds S] [--mib M] [--type NAME] [--f32 [--rows R]]\n"
     "\n"
     "  --seconds S   time spent per (format, ISA) cell, default 0.5\n"
     "  --mib M       MiB of weights per format, default 64\n"
