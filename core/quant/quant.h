@@ -116,7 +116,8 @@ quant_vec_dot_fn quant_vec_dot_isa(enum quant_type t, enum quant_isa isa);
  * double-precision sum.  n a multiple of the block size. */
 typedef void (*quant_dot_f32_fn)(int64_t n, const void *w, const float *x, int64_t x_stride, int nt, float *out);
 /* The best such kernel for this CPU (AVX-512, else AVX2), or NULL where the
- * type has none or the CPU has neither (callers then use to_float). */
+ * type has none or the CPU has neither (callers then use to_float).  Every
+ * weight format has one of each ISA (tests/core/test_quant_f32.c). */
 quant_dot_f32_fn quant_dot_f32(enum quant_type t);
 /* That of one ISA (tests, benchmarks); NULL if none or not runnable here. */
 quant_dot_f32_fn quant_dot_f32_isa(enum quant_type t, enum quant_isa isa);

@@ -8,6 +8,7 @@
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
@@ -44,6 +45,39 @@ static inline __m256i bit4_where(__m256i v, int mask)
 {
     __m256i m = _mm256_set1_epi8((char)mask);
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, m), m), _mm256_set1_epi8(16));
+}
+
+/* The base-3 digit of each byte of v selected by its multiplier byte
+ * 3^n (mod 256): the top of 3·(v·3^n mod 256), as quant_ref_lowbit.c's trit
+ * (TQ1_0: quant_lowbit_body.h's dot, quant_f32_lowbit.h's decoder). */
+static inline __m256i lb_trits(__m256i v, __m256i mult)
+{
+    const __m256i lo8 = _mm256_set1_epi16(0x00ff);
+    __m256i even = _mm256_and_si256(_mm256_mullo_epi16(_mm256_and_si256(v, lo8), _mm256_and_si256(mult, lo8)), lo8);
+    __m256i odd = _mm256_and_si256(_mm256_mullo_epi16(_mm256_srli_epi16(v, 8), _mm256_srli_epi16(mult, 8)), lo8);
+    even = _mm256_srli_epi16(_mm256_mullo_epi16(even, _mm256_set1_epi16(3)), 8);
+    odd = _mm256_srli_epi16(_mm256_mullo_epi16(odd, _mm256_set1_epi16(3)), 8);
+    return _mm256_or_si256(even, _mm256_slli_epi16(odd, 8));
+}
+
+static inline __m256i lb_two128(__m128i lo, __m128i hi) { return _mm256_set_m128i(hi, lo); }
+
+/* TQ1_0's values 160..255 as three (bytes, multipliers) pairs for lb_trits,
+ * value 160 + 32k + j from byte j of v[k]: digit d of the 16 bytes qs16 for
+ * values 160 + 16d, and qh[j % 4]'s digit j / 4 for value 240 + j. */
+static inline void tq1_tail(const uint8_t *qs16, const uint8_t qh[4], __m256i v[3], __m256i m[3])
+{
+    const __m128i qh_spread = _mm_setr_epi8(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+    const __m128i qh_mult = _mm_setr_epi8(1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27);
+    const __m128i q16 = _mm_loadu_si128((const __m128i *)qs16);
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    const __m128i h16 = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)h), qh_spread);
+    v[0] = v[1] = lb_two128(q16, q16);
+    v[2] = lb_two128(q16, h16);
+    m[0] = lb_two128(_mm_set1_epi8(1), _mm_set1_epi8(3));
+    m[1] = lb_two128(_mm_set1_epi8(9), _mm_set1_epi8(27));
+    m[2] = lb_two128(_mm_set1_epi8(81), qh_mult);
 }
 
 #endif

@@ -9,9 +9,11 @@
  * fp32 with 256-bit integer ops (converted 16 codes at a time where VW is
  * 16), at most 256 values at a time, into an L1
  * buffer — each value with the same float operations, in the same order, as
- * the scalar decoder of quant_ref.c, so the weights are bit-identical to the
+ * the scalar decoder of quant_ref*.c, so the weights are bit-identical to the
  * reference's — and that buffer is dotted against up to F32_ROWS activation
- * rows with FMA in float, two accumulators per row.  Only the summation
+ * rows with FMA in float, two accumulators per row.  The float and 32-value
+ * formats and Q4_K..Q6_K are here; the grid formats in quant_f32_grid.h, the
+ * other low-bit ones in quant_f32_lowbit.h.  Only the summation
  * differs from the reference (float lanes and FMA instead of a double sum),
  * which is why the results agree within float tolerance, not bit for bit. */
 #ifndef VW
@@ -352,7 +354,7 @@ F32_KERNEL(iq3_xxs)
 F32_KERNEL(iq3_s)
 F32_KERNEL(iq1_s)
 F32_KERNEL(iq1_m)
-F32_KERNEL(tq1_0) /* the floor: reference decoders (quant_f32_lowbit.h) */
+F32_KERNEL(tq1_0)
 F32_KERNEL(q1_0)
 F32_KERNEL(q2_0)
 

@@ -1,19 +1,14 @@
-/* quant_f32_lowbit.h — the fp32 decoders of the low-bit formats that have
- * a SIMD decoder (Q2_K, Q3_K, TQ2_0, IQ4_XS, NVFP4) and the floor for
- * those that have none (TQ1_0, Q1_0, Q2_0), for quant_f32_body.h, which
- * includes it (compiled twice, VW 8 and 16, like the body).
+/* quant_f32_lowbit.h — the fp32 decoders of the low-bit formats (Q2_K,
+ * Q3_K, TQ1_0, TQ2_0, IQ4_XS, NVFP4, Q1_0, Q2_0) for quant_f32_body.h,
+ * which includes it (compiled twice, VW 8 and 16, like the body).
  *
  * Q2_K, Q3_K and TQ2_0 share quant_ref_lowbit.c's 2-bit layout: the 32
  * bytes of half h of qs, shifted right by 2j, hold values 128h + 32j ..
  * + 31, two 16-value sub-blocks.  So one load gives 128 codes and each
  * 16-value piece takes its sub-block's scale, formed as the reference forms
  * it (Q2_K: d·(sc & 15) and dmin·(sc >> 4), then dl·q − ml; Q3_K and TQ2_0:
- * dl = d·scale, then dl·code), so the values are the reference's bits.
- *
- * The floor: a format without a SIMD decoder still gets an fp32 kernel, its
- * reference to_float into the L1 buffer, so it keeps the FMA dot over up to
- * F32_ROWS activation rows instead of cpu_matmul_rows' decode plus double
- * dot per row. */
+ * dl = d·scale, then dl·code), so the values are the reference's bits;
+ * the others likewise follow their reference decoder's float operations. */
 #ifndef NB_QUANT_F32_LOWBIT_H
 #define NB_QUANT_F32_LOWBIT_H
 
@@ -108,17 +103,72 @@ static const float *dec_nvfp4(const uint8_t *w, int64_t i, int64_t len, float *b
     return buf;
 }
 
-/* The floor: the reference decoder of type qt into the buffer. */
-#define F32_REF_DECODER(name, qt)                                                                                \
-    static const float *dec_##name(const uint8_t *w, int64_t i, int64_t len, float *buf)                        \
-    {                                                                                                            \
-        const struct quant_traits *q = quant_traits_of(qt);                                                      \
-        q->to_float(w + (size_t)(i / q->blck_size) * q->type_size, buf, len);                                    \
-        return buf;                                                                                              \
+/* TQ1_0: base-3 digits, five a byte (quant_avx2_bytes.h's lb_trits), as
+ * (digit − 1) times d·1. */
+static const float *dec_tq1_0(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    const block_tq1_0 *b = (const block_tq1_0 *)(const void *)w + i / QK_K;
+    const __m256i one = _mm256_set1_epi8(1);
+    for (int64_t k = 0; k < len / QK_K; k++) {
+        const float dl = f32_half(b[k].d) * 1.0f;
+        float *y = buf + QK_K * k;
+        const __m256i q32 = load256(b[k].qs);
+        for (int d = 0; d < 5; d++) /* values 32d .. 32d + 31 */
+            put32_signed(_mm256_sub_epi8(lb_trits(q32, _mm256_set1_epi8((char)pow3[d])), one), dl, y + 32 * d);
+        __m256i v[3], m[3];
+        tq1_tail(b[k].qs + 32, b[k].qh, v, m);
+        for (int j = 0; j < 3; j++) put32_signed(_mm256_sub_epi8(lb_trits(v[j], m[j]), one), dl, y + 160 + 32 * j);
     }
-F32_REF_DECODER(tq1_0, QT_TQ1_0)
-F32_REF_DECODER(q1_0, QT_Q1_0)
-F32_REF_DECODER(q2_0, QT_Q2_0)
-#undef F32_REF_DECODER
+    return buf;
+}
+
+/* Q1_0: bit j of the 16 bytes set: d, clear: −d (a select, as the reference). */
+static const float *dec_q1_0(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    const block_q1_0 *b = (const block_q1_0 *)(const void *)w + i / QK1_0;
+    for (int64_t k = 0; k < len / QK1_0; k++) {
+        const float d = f32_half(b[k].d);
+        float *y = buf + QK1_0 * k;
+#if VW == 16
+        const __m512 pos = _mm512_set1_ps(d), neg = _mm512_set1_ps(-d);
+        for (int g = 0; g < QK1_0 / 16; g++)
+            _mm512_storeu_ps(y + 16 * g, _mm512_mask_blend_ps((__mmask16)quant_u16(b[k].qs + 2 * g), neg, pos));
+#else
+        const __m256 pos = _mm256_set1_ps(d), neg = _mm256_set1_ps(-d);
+        for (int g = 0; g < QK1_0 / 8; g++)
+            _mm256_storeu_ps(y + 8 * g, _mm256_blendv_ps(neg, pos, _mm256_castsi256_ps(f32_lanes_of_bits(b[k].qs[g]))));
+#endif
+    }
+    return buf;
+}
+
+/* Q2_0: value j is bits 2(j%4).. of qs[j/4], (float)(code − 1) · d; a
+ * vector's values are one 32-bit (VW 16) or 16-bit word, each lane shifting
+ * it by its own 2j. */
+static const float *dec_q2_0(const uint8_t *w, int64_t i, int64_t len, float *buf)
+{
+    const block_q2_0 *b = (const block_q2_0 *)(const void *)w + i / QK2_0;
+    for (int64_t k = 0; k < len / QK2_0; k++) {
+        const float d = f32_half(b[k].d);
+        float *y = buf + QK2_0 * k;
+#if VW == 16
+        const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        for (int g = 0; g < QK2_0 / 16; g++) {
+            __m512i c = _mm512_srlv_epi32(_mm512_set1_epi32((int)quant_u32(b[k].qs + 4 * g)), shifts);
+            c = _mm512_sub_epi32(_mm512_and_si512(c, _mm512_set1_epi32(3)), _mm512_set1_epi32(1));
+            _mm512_storeu_ps(y + 16 * g, _mm512_mul_ps(_mm512_cvtepi32_ps(c), _mm512_set1_ps(d)));
+        }
+#else
+        const __m256i shifts = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+        for (int g = 0; g < QK2_0 / 8; g++) {
+            __m256i c = _mm256_srlv_epi32(_mm256_set1_epi32((int)quant_u16(b[k].qs + 2 * g)), shifts);
+            c = _mm256_sub_epi32(_mm256_and_si256(c, _mm256_set1_epi32(3)), _mm256_set1_epi32(1));
+            _mm256_storeu_ps(y + 8 * g, _mm256_mul_ps(_mm256_cvtepi32_ps(c), _mm256_set1_ps(d)));
+        }
+#endif
+    }
+    return buf;
+}
 
 #endif

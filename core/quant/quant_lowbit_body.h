@@ -137,42 +137,19 @@ static void dot_tq2_0(int64_t n, float *s, const void *vx, const void *vy)
 }
 
 #ifndef LOWBIT_OWN_Q3_K_TQ1_0
-/* The base-3 digit of each byte of v selected by its multiplier byte
- * 3^n (mod 256): the top of 3·(v·3^n mod 256), as quant_ref_lowbit.c's trit. */
-static inline __m256i lb_trits(__m256i v, __m256i mult)
-{
-    const __m256i lo8 = _mm256_set1_epi16(0x00ff);
-    __m256i even = _mm256_and_si256(_mm256_mullo_epi16(_mm256_and_si256(v, lo8), _mm256_and_si256(mult, lo8)), lo8);
-    __m256i odd = _mm256_and_si256(_mm256_mullo_epi16(_mm256_srli_epi16(v, 8), _mm256_srli_epi16(mult, 8)), lo8);
-    even = _mm256_srli_epi16(_mm256_mullo_epi16(even, _mm256_set1_epi16(3)), 8);
-    odd = _mm256_srli_epi16(_mm256_mullo_epi16(odd, _mm256_set1_epi16(3)), 8);
-    return _mm256_or_si256(even, _mm256_slli_epi16(odd, 8));
-}
-
-static inline __m256i lb_two128(__m128i lo, __m128i hi) { return _mm256_set_m128i(hi, lo); }
-
 static void dot_tq1_0(int64_t n, float *s, const void *vx, const void *vy)
 {
     static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
     const block_tq1_0 *x = vx;
     const block_q8_K *y = vy;
-    /* qh[k % 4], digit k / 4, for value 240 + k */
-    const __m128i qh_spread = _mm_setr_epi8(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
-    const __m128i qh_mult = _mm_setr_epi8(1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         __m256i sumi = _mm256_setzero_si256();
         const __m256i q32 = load256(x[i].qs);
         for (int d = 0; d < 5; d++) /* values 32d .. 32d + 31 */
             sumi = _mm256_add_epi32(sumi, DOT_U8(lb_trits(q32, _mm256_set1_epi8((char)pow3[d])), load256(y[i].qs + 32 * d)));
-        const __m128i q16 = _mm_loadu_si128((const __m128i *)(x[i].qs + 32));
-        uint32_t qh;
-        memcpy(&qh, x[i].qh, 4);
-        const __m128i h16 = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)qh), qh_spread);
-        /* values 160 + 16d: digit d of the 16 bytes, two digits a vector; the last with qh's 16 */
-        const __m256i v[3] = {lb_two128(q16, q16), lb_two128(q16, q16), lb_two128(q16, h16)};
-        const __m256i m[3] = {lb_two128(_mm_set1_epi8(1), _mm_set1_epi8(3)), lb_two128(_mm_set1_epi8(9), _mm_set1_epi8(27)),
-                              lb_two128(_mm_set1_epi8(81), qh_mult)};
+        __m256i v[3], m[3];
+        tq1_tail(x[i].qs + 32, x[i].qh, v, m);
         for (int k = 0; k < 3; k++)
             sumi = _mm256_add_epi32(sumi, DOT_U8(lb_trits(v[k], m[k]), load256(y[i].qs + 160 + 32 * k)));
         sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(lb_bsums_total(y[i].bsums), 0, 0, 0, 0, 0, 0, 0));

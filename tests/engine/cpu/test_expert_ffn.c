@@ -38,8 +38,10 @@ static float rnd(void) /* [-1, 1) */
     return (float)(z >> 40) / 8388608.0f - 1.0f;
 }
 
-static const enum quant_type fast_types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_Q5_1, QT_Q8_0,
-                                             QT_IQ4_NL, QT_BF16, QT_F32, QT_F16};
+/* The formats of the released mixes' experts; every other one is in
+ * tests/core/test_quant_f32.c. */
+static const enum quant_type fast_types[] = {QT_Q4_K,   QT_Q5_K, QT_Q6_K,    QT_Q5_1,   QT_Q8_0, QT_IQ4_NL, QT_BF16,
+                                             QT_F32,    QT_F16,  QT_IQ2_XXS, QT_IQ2_XS, QT_Q2_K, QT_Q3_K};
 #define N_FAST (sizeof fast_types / sizeof *fast_types)
 
 /* rows × n random weights of type t, and their decoded values (if dec). */
