@@ -75,19 +75,43 @@ struct run_ctx {
     struct api_job *j;
     tok_decoder *dec;
     struct api_text text;
+    struct api_toolscan scan; /* the content channel's tool calls (job->tools) */
     long long seen;     /* tokens handled (a retried run replays the same ones) */
     double t_start, t_first, t_last;
     bool started;
     bool text_stop;     /* a stop string matched */
+    bool script_end;    /* nebula_test_script's last token was emitted */
     bool cancelled;
     int fail;           /* out of memory while appending */
 };
 
 /* With a->mu held. */
-static int emit(void *ctx, bool reasoning, const char *s, size_t n)
+static int emit_text(void *ctx, bool reasoning, const char *s, size_t n)
 {
     struct run_ctx *r = ctx;
     return api_buf_add(reasoning ? &r->j->reasoning : &r->j->content, s, n);
+}
+
+/* A parsed tool call joins the job (with a->mu held). */
+static int add_call(void *ctx, struct api_call *c)
+{
+    struct api_job *j = ((struct run_ctx *)ctx)->j;
+    if (j->n_calls == j->cap_calls) {
+        int cap = j->cap_calls ? 2 * j->cap_calls : 4;
+        struct api_call *p = realloc(j->calls, (size_t)cap * sizeof *p);
+        if (!p) return NB_ENOMEM;
+        j->calls = p, j->cap_calls = cap;
+    }
+    j->calls[j->n_calls++] = *c;
+    return 0;
+}
+
+/* The filter's output: reasoning as it is, content through the tool-call scanner when the job has tools. */
+static int emit(void *ctx, bool reasoning, const char *s, size_t n)
+{
+    struct run_ctx *r = ctx;
+    if (reasoning || !r->j->tools) return emit_text(ctx, reasoning, s, n);
+    return api_toolscan_push(&r->scan, s, n, emit_text, add_call, r);
 }
 
 static bool cancelled_locked(struct run_ctx *r) { return r->j->cancelled || r->a->stopping || r->c->stop; }
@@ -127,6 +151,10 @@ static int on_token(void *ctx, long long i, int32_t id)
     struct run_ctx *r = ctx;
     if (i < r->seen) return 0;
     r->seen = i + 1;
+    if (r->j->script) { /* --test-hooks: the scripted text instead of the model's */
+        id = i < (long long)r->j->n_script ? r->j->script[i] : 0;
+        r->script_end = i + 1 >= (long long)r->j->n_script;
+    }
     r->t_last = coord_now();
     if (i == 0) r->t_first = r->t_last;
     const char *t = "";
@@ -141,7 +169,7 @@ static int on_token(void *ctx, long long i, int32_t id)
     r->cancelled = cancelled_locked(r);
     pthread_cond_broadcast(&r->a->cv);
     pthread_mutex_unlock(&r->a->mu);
-    return r->text_stop || r->cancelled || r->fail;
+    return r->text_stop || r->script_end || r->cancelled || r->fail;
 }
 
 static void finish(struct coord *c, struct api_job *j, const char *finish_reason, const struct api_error *e, bool cancelled)
@@ -171,6 +199,7 @@ static void free_ctx(struct run_ctx *r)
 {
     tok_decoder_free(r->dec);
     api_text_free(&r->text);
+    api_toolscan_free(&r->scan);
     free(r);
 }
 
@@ -201,7 +230,9 @@ static void on_done(void *ctx, const struct coord_outcome *o)
         int trc = r->text_stop ? 1 : tl ? api_text_push(&r->text, t, tl, emit, r) : 0;
         if (trc == 1) r->text_stop = true;
         else if (!trc) trc = api_text_finish(&r->text, emit, r);
+        if (trc >= 0 && j->tools) trc = api_toolscan_finish(&r->scan, emit_text, r);
         if (trc < 0) r->fail = trc;
+        snprintf(j->tool_error, sizeof j->tool_error, "%s", r->scan.error);
         j->completion_tokens = made; /* the stop token counts: it was generated */
         pthread_mutex_unlock(&a->mu);
     }
@@ -210,12 +241,14 @@ static void on_done(void *ctx, const struct coord_outcome *o)
     j->prompt_ms = res ? res->prompt_s * 1e3 : 0;
     j->ttft_ms = r->t_first > 0 ? (r->t_first - j->t_arrival) * 1e3 : 0;
     j->decode_ms = r->t_first > 0 ? (r->t_last - r->t_first) * 1e3 : 0;
-    bool stopped = r->text_stop || (res && !strcmp(res->why, "stop token"));
+    bool stopped = r->text_stop || r->script_end || (res && !strcmp(res->why, "stop token"));
     if (!rc && !r->cancelled && !r->fail)
         nb_log("http job: prompt %zu tokens, %lld generated in %.2f s (queued %.0f ms), finish %s", j->n_ids, made,
                now - r->t_start, j->queue_ms, stopped ? "stop" : "length");
     if (r->cancelled) nb_log("http job cancelled after %lld tokens (the client went away or shutdown)", r->seen);
-    finish(c, j, rc || r->cancelled || r->fail ? NULL : stopped ? "stop" : "length", rc || r->fail ? &e : NULL, r->cancelled);
+    const char *why = stopped ? "stop" : "length";
+    if (j->n_calls && !j->tool_error[0]) why = "tool_calls";
+    finish(c, j, rc || r->cancelled || r->fail ? NULL : why, rc || r->fail ? &e : NULL, r->cancelled);
     free_ctx(r);
 }
 
@@ -235,6 +268,13 @@ static void submit(struct coord *c, struct api_job *j)
         return finish(c, j, NULL, &e, false);
     }
     api_text_init(&r->text, j->think_split, j->stop, j->n_stop);
+    api_toolscan_init(&r->scan, j->tools, j->n_tools, j->parallel_calls);
+    /* A forced call's opening is in the prompt: the scanner starts inside it. */
+    if (j->tools && j->forced && api_toolscan_push(&r->scan, j->forced, strlen(j->forced), emit_text, add_call, r)) {
+        free_ctx(r);
+        api_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
+        return finish(c, j, NULL, &e, false);
+    }
     struct coord_request_spec spec = {.ids = j->ids, .n = j->n_ids, .sp = j->sp, .budget = j->max_tokens, .chunk = j->chunk,
                                       .ignore_stop = j->ignore_eos};
     if (coord_request_submit(c, &spec, &job_ops, r, err, sizeof err)) {

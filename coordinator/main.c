@@ -93,7 +93,8 @@ static void usage(FILE *f)
                "  --sse-keepalive S  seconds without output after which a stream gets a ': keep-alive'\n"
                "                   comment (default 2)\n"
                "  --demo           the model is the bundled random-weight demo: /api/status and /v1/models say so\n"
-               "  --name NAME      the model's id in the API (default: GGUF general.name, else the file name)\n");
+               "  --name NAME      the model's id in the API (default: GGUF general.name, else the file name)\n"
+               "  --test-hooks     tests only: requests may carry nebula_test_script (docs/API.md)\n");
 }
 
 /* --http HOST:PORT or off. */
@@ -171,7 +172,7 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
                                          {"vram-budget", required_argument, 0, 'V'}, {"ctx", required_argument, 0, 'x'},
                                          {"layer-times", no_argument, 0, 'L'},  {"config", required_argument, 0, 'f'},
                                          {"mtp", required_argument, 0, 'M'},    {"spec", required_argument, 0, 'S'},
-                                         {0, 0, 0, 0}};
+                                         {"test-hooks", no_argument, 0, 'T'},   {0, 0, 0, 0}};
     int ch;
     char err[256];
     enum gw_kernels kern;
@@ -216,6 +217,7 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
             h->keepalive_s = d, end = NULL;
             break;
         case 'd': h->demo = true; break;
+        case 'T': h->test_hooks = true; break;
         case 'n': h->name = optarg; break;
         case 'f': break; /* read first, by apply_conf */
         case 'B':
