@@ -501,7 +501,14 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     j->ignore_eos = r.ignore_eos;
     for (int i = 0; i < r.n_stop; i++) j->stop[i] = r.stop[i], r.stop[i] = NULL;
     j->n_stop = r.n_stop;
-    if (r.script && encode(a, r.script, &j->script, &j->n_script, &e)) goto fail;
+    /* The script as plain text (control tokens not parsed): its ids decode to exactly its text; only
+     * its end (or max_tokens) ends the generation, not an end-of-turn token the model samples. */
+    if (r.script) j->ignore_eos = true;
+    char terr[256];
+    if (r.script && tok_encode_alloc(a->tok, r.script, strlen(r.script), false, &j->script, &j->n_script, terr, sizeof terr)) {
+        api_errorf(&e, 500, "server_error", NULL, NULL, "tokenizer: %s", terr);
+        goto fail;
+    }
     if (r.n_tools && r.tool_choice != API_TOOLS_NONE) {
         char forced[96];
         const char *pre = api_forced_call(&r, forced, sizeof forced);
