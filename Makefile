@@ -306,6 +306,10 @@ $(BUILD)/fuzz/fuzz_api_request: tests/fuzz/fuzz_api_request.c $(API_PURE_SRCS:%.
 	@mkdir -p $(dir $@)
 	$(CLANG) $(FUZZ_CFLAGS) -MMD -MP -MF $(BUILD)/fuzz-obj/$(notdir $@).d $< $(API_PURE_SRCS:%.c=$(BUILD)/fuzz-obj/%.o) $(FUZZ_CORE_OBJS) $(LDLIBS_BASE:-fopenmp=) -o $@
 
+$(BUILD)/fuzz/fuzz_tool_call: tests/fuzz/fuzz_tool_call.c $(API_PURE_SRCS:%.c=$(BUILD)/fuzz-obj/%.o) $(FUZZ_CORE_OBJS)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(FUZZ_CFLAGS) -MMD -MP -MF $(BUILD)/fuzz-obj/$(notdir $@).d $< $(API_PURE_SRCS:%.c=$(BUILD)/fuzz-obj/%.o) $(FUZZ_CORE_OBJS) $(LDLIBS_BASE:-fopenmp=) -o $@
+
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_CORE_OBJS)
 	@mkdir -p $(dir $@)
 	$(CLANG) $(FUZZ_CFLAGS) -MMD -MP -MF $(BUILD)/fuzz-obj/$(notdir $@).d $< $(FUZZ_CORE_OBJS) $(LDLIBS_BASE:-fopenmp=) -o $@

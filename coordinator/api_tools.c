@@ -75,7 +75,10 @@ int api_pyjson(const cJSON *v, struct api_buf *b)
     if (cJSON_IsNull(v)) return add(b, "null");
     if (cJSON_IsTrue(v)) return add(b, "true");
     if (cJSON_IsFalse(v)) return add(b, "false");
-    if (cJSON_IsNumber(v)) return py_number(v->valuedouble, num, sizeof num), add(b, num);
+    if (cJSON_IsNumber(v)) { /* JSON has no infinities (Python would print Infinity): refused */
+        if (!isfinite(v->valuedouble)) return NB_EINVAL;
+        return py_number(v->valuedouble, num, sizeof num), add(b, num);
+    }
     if (cJSON_IsString(v)) return py_string(v->valuestring, b);
     if (cJSON_IsArray(v)) {
         rc = add(b, "[");
@@ -157,7 +160,13 @@ static int parse_tool(const cJSON *t, int i, struct api_tool *out, struct api_er
     snprintf(param, sizeof param, "tools[%d].function.parameters", i);
     if (ps && !cJSON_IsNull(ps) && !cJSON_IsObject(ps)) return bad_type(e, param, "an object (a JSON schema)");
     struct api_buf b = {0};
-    if (!(out->name = strdup(name->valuestring)) || api_pyjson(t, &b)) return api_buf_free(&b), oom(e);
+    if (!(out->name = strdup(name->valuestring))) return oom(e);
+    int rc = api_pyjson(t, &b);
+    if (rc == NB_EINVAL) {
+        snprintf(param, sizeof param, "tools[%d]", i);
+        return api_buf_free(&b), api_errorf(e, 400, "invalid_request_error", param, "invalid_value", "'%s' holds a number too large for JSON", param);
+    }
+    if (rc) return api_buf_free(&b), oom(e);
     out->json = b.p;
     const cJSON *props = cJSON_IsObject(ps) ? cJSON_GetObjectItemCaseSensitive(ps, "properties") : NULL;
     if (cJSON_IsObject(props) && !(out->props = cJSON_Duplicate(props, true))) return oom(e);
@@ -268,8 +277,11 @@ static int parse_call(const cJSON *tc, int i, int k, struct chat_call *c, struct
         struct api_buf b = {0};
         c->n_params = q + 1;
         ps[q].name = strdup(a->string);
+        int rc = cJSON_IsString(a) ? 0 : api_pyjson(a, &b);
+        if (rc == NB_EINVAL)
+            return api_buf_free(&b), cJSON_Delete(parsed), api_errorf(e, 400, "invalid_request_error", param, "invalid_value", "'%s' holds a number too large for JSON", param);
         if (cJSON_IsString(a)) ps[q].value = strdup(a->valuestring);
-        else if (!api_pyjson(a, &b)) ps[q].value = b.p, b.p = NULL;
+        else if (!rc) ps[q].value = b.p, b.p = NULL;
         api_buf_free(&b);
         if (!ps[q].name || !ps[q].value) return cJSON_Delete(parsed), oom(e);
     }
