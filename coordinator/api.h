@@ -95,6 +95,8 @@ struct api_request {
     char *tool_name;            /* API_TOOLS_NAMED: the function */
     bool parallel_tool_calls;   /* default true; false: the generation ends after the first call */
     char *script;               /* `nebula_test_script`: the text to emit instead of the model's (coordinator --test-hooks) */
+    bool logprobs;              /* chat `logprobs: true`, completions `logprobs: k` */
+    int top_logprobs;           /* 0-20 alternatives a token */
 };
 
 /* Parses body (len bytes, no NUL needed) as a request of this kind.  0, or
@@ -139,6 +141,28 @@ struct api_buf {
 /* api_text.c */
 int api_buf_add(struct api_buf *b, const char *s, size_t n); /* 0 or NB_ENOMEM; keeps p NUL-terminated */
 void api_buf_free(struct api_buf *b);
+
+/* ---------- logprobs (api_logprobs.c) ---------- */
+
+#define API_MAX_TOP_LOGPROBS 20
+
+/* One generated token's log-probability and its k most likely alternatives,
+ * under the model's distribution: the log-softmax of the raw logits (before
+ * temperature, top-k, top-p, min-p and penalties). */
+struct api_logprob {
+    int32_t id;
+    float logprob;
+    int n_top;
+    int32_t top_id[API_MAX_TOP_LOGPROBS];
+    float top_logprob[API_MAX_TOP_LOGPROBS]; /* descending (ties: the lower id first) */
+};
+void api_logprob_row(const float *row, int32_t n_vocab, int32_t id, int k, struct api_logprob *out);
+struct tok_tokenizer;
+/* OpenAI's chat shape of entries [from, to): {"content":[{token, logprob, bytes, top_logprobs}], "refusal":null}. */
+cJSON *api_logprobs_chat_json(const struct tok_tokenizer *tok, const struct api_logprob *lp, size_t from, size_t to);
+/* The legacy completions shape: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset};
+ * *offset: characters of the text before entry from (advanced past to). */
+cJSON *api_logprobs_completion_json(const struct tok_tokenizer *tok, const struct api_logprob *lp, size_t from, size_t to, size_t *offset);
 
 /* ---------- tools (api_tools.c) ---------- */
 
@@ -199,6 +223,8 @@ struct api_job {
     int n_tools;
     bool parallel_calls;
     char *forced;         /* the forced opening of a call, already in the prompt: the text starts with it */
+    bool logprobs;        /* the rows come back (no argmax shortcut): an api_logprob per token */
+    int top_logprobs;
     long long max_tokens;
     struct sampling_params sp;
     int chunk;            /* prefill tokens per step */
@@ -214,6 +240,8 @@ struct api_job {
     struct api_call *calls;  /* tool calls parsed so far */
     int n_calls, cap_calls;
     char tool_error[200];    /* a malformed call ("" when none) */
+    struct api_logprob *lp;  /* one per token handed to on_token (the end-of-turn token has none) */
+    size_t n_lp, cap_lp;
     long long completion_tokens;
     size_t prefill_done;  /* prompt ids evaluated so far (after each prefill step; a retry starts again from 0) */
     int prefill_chunk_tok; /* prefill tokens per step as run: chunk capped at --chunk (coord_request_chunk) */

@@ -101,6 +101,7 @@ void api_job_release(struct api *a, struct api_job *j)
     free(j->forced);
     for (int k = 0; k < j->n_calls; k++) api_call_free(&j->calls[k]);
     free(j->calls);
+    free(j->lp);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     api_buf_free(&j->reasoning);
     api_buf_free(&j->content);
@@ -245,6 +246,8 @@ struct stream {
     struct gen_info g;
     size_t r_off, c_off;  /* job text already sent */
     int calls_sent;       /* the job's tool calls already sent */
+    size_t lp_sent;       /* the job's logprobs entries already sent */
+    size_t lp_offset;     /* completions: characters before the next entry (text_offset) */
     size_t prefill_sent;  /* the job's prefill_done last reported */
     bool started, finished;
     struct api_buf out;
@@ -286,6 +289,24 @@ static int add_chunk(struct stream *s, const char *field, const char *text, size
     free(copy);
     if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
     else cJSON_AddNullToObject(ch, "finish_reason");
+    return add_event(s, o);
+}
+
+/* The logprobs entries since the last chunk, in a chunk of their own (an empty delta / text). */
+static int add_logprobs_chunk(struct stream *s)
+{
+    cJSON *o = api_envelope(s->a, &s->g, true), *cs = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
+    cJSON_AddItemToArray(cs, ch);
+    cJSON_AddNumberToObject(ch, "index", 0);
+    if (s->g.kind == API_CHAT) {
+        cJSON_AddObjectToObject(ch, "delta");
+        cJSON_AddItemToObject(ch, "logprobs", api_logprobs_chat_json(s->a->tok, s->j->lp, s->lp_sent, s->j->n_lp));
+    } else {
+        cJSON_AddStringToObject(ch, "text", "");
+        cJSON_AddItemToObject(ch, "logprobs", api_logprobs_completion_json(s->a->tok, s->j->lp, s->lp_sent, s->j->n_lp, &s->lp_offset));
+    }
+    cJSON_AddNullToObject(ch, "finish_reason");
+    s->lp_sent = s->j->n_lp;
     return add_event(s, o);
 }
 
@@ -338,6 +359,7 @@ static int stream_news(struct stream *s)
         rc = add_chunk(s, s->g.kind == API_CHAT ? "content" : "text", j->content.p + s->c_off, j->content.n - s->c_off, NULL);
         s->c_off = j->content.n;
     }
+    if (!rc && j->n_lp > s->lp_sent) rc = add_logprobs_chunk(s);
     for (; !rc && s->calls_sent < j->n_calls; s->calls_sent++) rc = add_call_deltas(s, s->calls_sent);
     if (rc || j->state != JOB_DONE) return rc;
     if (j->err.status || !j->finish_reason) {
@@ -390,7 +412,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         pthread_mutex_lock(&a->mu);
         struct api_job *j = s->j;
         for (;;) {
-            if (j->reasoning.n > s->r_off || j->content.n > s->c_off || j->n_calls > s->calls_sent || j->prefill_done != s->prefill_sent ||
+            if (j->reasoning.n > s->r_off || j->content.n > s->c_off || j->n_calls > s->calls_sent || j->n_lp > s->lp_sent ||
+                j->prefill_done != s->prefill_sent ||
                 j->state == JOB_DONE)
                 break;
             double t = now_s(), ka = s->last_write + a->cfg.keepalive_s;
@@ -520,6 +543,7 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
         j->tools = r.tools, j->n_tools = r.n_tools, r.tools = NULL, r.n_tools = 0;
         j->parallel_calls = r.parallel_tool_calls;
     }
+    j->logprobs = r.logprobs, j->top_logprobs = r.top_logprobs;
     j->t_arrival = now_s();
     struct gen_info g = {.kind = kind, .created = (double)time(NULL), .accuracy_level = r.accuracy_level,
                          .include_usage = r.include_usage, .think = j->think_split};

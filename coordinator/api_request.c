@@ -193,9 +193,25 @@ static int refuse_unserved(const cJSON *root, struct api_error *e)
     if ((v = field(root, "best_of")) && !(cJSON_IsNumber(v) && v->valuedouble == 1)) return unsupported(e, "best_of", "only 1");
     if ((v = field(root, "user")) && !cJSON_IsString(v))
         return api_errorf(e, 400, "invalid_request_error", "user", "invalid_type", "'user' must be a string");
-    if ((v = field(root, "logprobs")) && !cJSON_IsFalse(v) && !(cJSON_IsNumber(v) && v->valuedouble == 0))
-        return unsupported(e, "logprobs", "not yet");
-    if ((v = field(root, "top_logprobs")) && !(cJSON_IsNumber(v) && v->valuedouble == 0)) return unsupported(e, "top_logprobs", "not yet");
+    return 0;
+}
+
+/* Chat: logprobs true/false and top_logprobs 0-20 (only with logprobs);
+ * completions: logprobs k (0-20), the alternatives a token. */
+static int parse_logprobs(const cJSON *root, struct api_request *r, struct api_error *e)
+{
+    double x;
+    int rc;
+    if (r->kind == API_COMPLETION) {
+        if ((rc = number(root, "logprobs", 0, API_MAX_TOP_LOGPROBS, true, &x, e)) > 1) return rc;
+        if (rc) r->logprobs = true, r->top_logprobs = (int)x;
+        return 0;
+    }
+    if ((rc = boolean(root, "logprobs", &r->logprobs, e)) > 1) return rc;
+    if ((rc = number(root, "top_logprobs", 0, API_MAX_TOP_LOGPROBS, true, &x, e)) > 1) return rc;
+    if (rc && !r->logprobs)
+        return api_errorf(e, 400, "invalid_request_error", "top_logprobs", "invalid_value", "'top_logprobs' needs 'logprobs': true");
+    if (rc) r->top_logprobs = (int)x;
     return 0;
 }
 
@@ -418,6 +434,7 @@ static int parse_generation(const cJSON *root, struct api_request *r, struct api
     if (script && (!cJSON_IsString(script) || !script->valuestring[0]))
         return api_errorf(e, 400, "invalid_request_error", "nebula_test_script", "invalid_type", "'nebula_test_script' must be a non-empty string");
     if (script && !(r->script = strdup(script->valuestring))) return oom(e);
+    if ((rc = parse_logprobs(root, r, e))) return rc;
     return refuse_unserved(root, e);
 }
 

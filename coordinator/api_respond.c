@@ -80,9 +80,12 @@ cJSON *api_completion_json(const struct api *a, const struct gen_info *g, const 
             cJSON *calls = cJSON_AddArrayToObject(m, "tool_calls");
             for (int k = 0; k < j->n_calls; k++) cJSON_AddItemToArray(calls, api_call_json(g, j, k, true));
         }
+        if (j->logprobs) cJSON_AddItemToObject(ch, "logprobs", api_logprobs_chat_json(a->tok, j->lp, 0, j->n_lp));
     } else {
+        size_t offset = 0;
         cJSON_AddStringToObject(ch, "text", j->content.p ? j->content.p : "");
-        cJSON_AddNullToObject(ch, "logprobs");
+        if (j->logprobs) cJSON_AddItemToObject(ch, "logprobs", api_logprobs_completion_json(a->tok, j->lp, 0, j->n_lp, &offset));
+        else cJSON_AddNullToObject(ch, "logprobs");
     }
     cJSON_AddStringToObject(ch, "finish_reason", j->finish_reason);
     api_add_usage(o, j);

@@ -252,7 +252,28 @@ static void on_done(void *ctx, const struct coord_outcome *o)
     free_ctx(r);
 }
 
-static const struct coord_request_ops job_ops = {.on_start = on_start, .on_prefill = on_prefill, .on_token = on_token, .on_done = on_done};
+/* The row a token was sampled from (logprobs requests): its log-probabilities join the job. */
+static void on_logits(void *ctx, long long i, int32_t id, const float *row)
+{
+    struct run_ctx *r = ctx;
+    struct api_job *j = r->j;
+    if (i < (long long)j->n_lp) return; /* a retried run replays the same tokens */
+    if (j->script) id = i < (long long)j->n_script ? j->script[i] : 0; /* the scripted token's probability */
+    struct api_logprob lp;
+    api_logprob_row(row, (int32_t)r->a->vocab, id, j->top_logprobs, &lp);
+    pthread_mutex_lock(&r->a->mu);
+    if (j->n_lp == j->cap_lp) {
+        size_t cap = j->cap_lp ? 2 * j->cap_lp : 64;
+        struct api_logprob *p = realloc(j->lp, cap * sizeof *p);
+        if (p) j->lp = p, j->cap_lp = cap;
+        else r->fail = NB_ENOMEM;
+    }
+    if (j->n_lp < j->cap_lp) j->lp[j->n_lp++] = lp;
+    pthread_mutex_unlock(&r->a->mu);
+}
+
+static const struct coord_request_ops job_ops = {.on_start = on_start, .on_prefill = on_prefill, .on_token = on_token, .on_done = on_done,
+                                                 .on_logits = on_logits};
 
 /* A job leaves the HTTP side's list for the request queue (it stays
  * JOB_QUEUED, and counted as waiting, until it starts). */
@@ -276,7 +297,7 @@ static void submit(struct coord *c, struct api_job *j)
         return finish(c, j, NULL, &e, false);
     }
     struct coord_request_spec spec = {.ids = j->ids, .n = j->n_ids, .sp = j->sp, .budget = j->max_tokens, .chunk = j->chunk,
-                                      .ignore_stop = j->ignore_eos};
+                                      .ignore_stop = j->ignore_eos, .want_logits = j->logprobs};
     if (coord_request_submit(c, &spec, &job_ops, r, err, sizeof err)) {
         api_errorf(&e, 500, "server_error", NULL, NULL, "%s", err);
         finish(c, j, NULL, &e, false);

@@ -237,6 +237,8 @@ struct coord_request_ops {
     int (*on_prefill)(void *ctx, size_t done, size_t total);
     int (*on_token)(void *ctx, long long i, int32_t id);
     void (*on_done)(void *ctx, const struct coord_outcome *o);
+    /* With spec.want_logits: just before on_token, the row token i was sampled from (n_vocab raw logits). */
+    void (*on_logits)(void *ctx, long long i, int32_t id, const float *row);
 };
 /* chunk: prefill tokens per step (≤ 0 or more than --chunk: --chunk);
  * ignore_stop: stop ids do not end it; logits_out: NULL or an absolute path
@@ -249,6 +251,7 @@ struct coord_request_spec {
     const char *logits_out;
     int chunk;
     bool ignore_stop;
+    bool want_logits;  /* every token's full row of logits (ops.on_logits): no argmax shortcut */
 };
 /* Queues it (0), or fails at once (the session could not be made). */
 int coord_request_submit(struct coord *c, const struct coord_request_spec *s, const struct coord_request_ops *ops, void *ctx,

@@ -4,6 +4,7 @@
  * the streaming scanner at every piece size, and the 400s for fields the
  * server does not serve, NUL and invalid UTF-8, integer numbers in messages. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,7 +276,8 @@ Test(api_request, unserved_and_unknown_fields_are_400)
         {"\"function_call\":\"auto\"", "function_call"}, {"\"reasoning_effort\":\"low\"", "reasoning_effort"},
         {"\"verbosity\":\"low\"", "verbosity"},         {"\"metadata\":{\"a\":\"b\"}", "metadata"},
         {"\"store\":true", "store"},                    {"\"service_tier\":\"flex\"", "service_tier"},
-        {"\"logprobs\":true", "logprobs"},              {"\"top_logprobs\":3", "top_logprobs"},
+        {"\"top_logprobs\":3", "top_logprobs"},        {"\"logprobs\":true,\"top_logprobs\":21", "top_logprobs"},
+        {"\"logprobs\":1", "logprobs"},
         {"\"safety_identifier\":\"x\"", "safety_identifier"}, {"\"prompt_cache_key\":\"k\"", "prompt_cache_key"},
         {"\"frobnicate\":1", "frobnicate"},             {"\"stream_options\":{\"include_usage\":true,\"x\":1}", "stream_options.x"},
         {"\"chat_template_kwargs\":{\"foo\":1}", "chat_template_kwargs.foo"},
@@ -291,7 +293,8 @@ Test(api_request, unserved_and_unknown_fields_are_400)
     expect_error(API_COMPLETION, "{\"prompt\":\"a\",\"echo\":true}", "echo", "unsupported_parameter");
     expect_error(API_COMPLETION, "{\"prompt\":\"a\",\"suffix\":\"b\"}", "suffix", "unsupported_parameter");
     expect_error(API_COMPLETION, "{\"prompt\":\"a\",\"best_of\":2}", "best_of", "unsupported_parameter");
-    expect_error(API_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":2}", "logprobs", "unsupported_parameter");
+    expect_error(API_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":21}", "logprobs", "invalid_value");
+    expect_error(API_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":true}", "logprobs", "invalid_type");
     expect_error(API_COMPLETION, "{\"prompt\":\"a\",\"messages\":[]}", "messages", "unknown_parameter");
     expect_error(API_TOKENIZE, "{\"text\":\"a\",\"max_tokens\":3}", "max_tokens", "unknown_parameter");
     /* Their harmless values are served. */
@@ -301,7 +304,11 @@ Test(api_request, unserved_and_unknown_fields_are_400)
                                  "\"frequency_penalty\":0,\"logprobs\":false,\"user\":\"me\",\"metadata\":null,\"response_format\":{\"type\":\"text\"}}",
                        &r, &e), 0, "%s", e.message);
     api_request_free(&r);
-    cr_expect_eq(parse(API_COMPLETION, "{\"prompt\":\"a\",\"echo\":false,\"best_of\":1,\"suffix\":\"\",\"logprobs\":0}", &r, &e), 0, "%s", e.message);
+    cr_expect_eq(parse(API_COMPLETION, "{\"prompt\":\"a\",\"echo\":false,\"best_of\":1,\"suffix\":\"\",\"logprobs\":3}", &r, &e), 0, "%s", e.message);
+    cr_expect(r.logprobs && r.top_logprobs == 3);
+    api_request_free(&r);
+    cr_expect_eq(parse(API_CHAT, "{" HI ",\"logprobs\":true,\"top_logprobs\":20}", &r, &e), 0, "%s", e.message);
+    cr_expect(r.logprobs && r.top_logprobs == 20);
     api_request_free(&r);
 }
 
@@ -331,4 +338,36 @@ Test(api_request, numbers_in_messages_are_integers)
     cr_expect(strstr(e.message, "99999999") && strstr(e.message, "16777216") && !strstr(e.message, "e+"), "%s", e.message);
     cr_assert_eq(parse(API_CHAT, "{" HI ",\"temperature\":2.25}", &r, &e), 400);
     cr_expect(strstr(e.message, "2.25") && strstr(e.message, "[0, 2]"), "%s", e.message);
+}
+
+/* ---------- logprobs ---------- */
+
+Test(api_logprobs, log_softmax_and_the_best_k)
+{
+    const float row[] = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f, 2.0f};
+    struct api_logprob lp;
+    api_logprob_row(row, 6, 4, 3, &lp);
+    double lse = 0;
+    for (int i = 0; i < 6; i++) lse += exp(row[i]);
+    lse = log(lse);
+    cr_expect_float_eq(lp.logprob, 0.5 - lse, 1e-5);
+    cr_assert_eq(lp.n_top, 3);
+    cr_expect(lp.top_id[0] == 1 && lp.top_id[1] == 3 && lp.top_id[2] == 5, "descending, ties by id: %d %d %d", lp.top_id[0], lp.top_id[1], lp.top_id[2]);
+    cr_expect_float_eq(lp.top_logprob[0], 3.0 - lse, 1e-5);
+    cr_expect_float_eq(lp.top_logprob[2], 2.0 - lse, 1e-5);
+    api_logprob_row(row, 6, 0, 20, &lp);
+    cr_assert_eq(lp.n_top, 6, "k over the vocabulary: all of it");
+    double sum = 0;
+    for (int j = 0; j < lp.n_top; j++) {
+        sum += exp(lp.top_logprob[j]);
+        if (j) cr_expect_geq(lp.top_logprob[j - 1], lp.top_logprob[j]);
+    }
+    cr_expect_float_eq(sum, 1.0, 1e-5, "the whole distribution sums to 1");
+    api_logprob_row(row, 6, 2, 0, &lp);
+    cr_expect_eq(lp.n_top, 0);
+    /* A large row: no overflow. */
+    static float big[1000];
+    for (int i = 0; i < 1000; i++) big[i] = 1000.0f + (float)(i % 7);
+    api_logprob_row(big, 1000, 6, 1, &lp);
+    cr_expect(isfinite(lp.logprob) && lp.logprob < 0 && lp.top_id[0] == 6, "%f %d", lp.logprob, lp.top_id[0]);
 }
