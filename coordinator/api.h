@@ -331,6 +331,25 @@ cJSON *api_envelope(const struct api *a, const struct gen_info *g, bool chunk);
 cJSON *api_completion_json(const struct api *a, const struct gen_info *g, const struct api_job *j);
 cJSON *api_call_json(const struct gen_info *g, const struct api_job *j, int k, bool whole);
 
+/* A streamed response's state: what of the job was sent (api_stream.c). */
+struct api_stream {
+    struct api *a;
+    struct api_job *j;    /* one reference (the HTTP side's) */
+    struct gen_info g;
+    size_t r_off, c_off;  /* job text already sent */
+    int calls_sent;       /* the job's tool calls already sent */
+    size_t lp_sent;       /* the job's logprobs entries already sent */
+    size_t lp_offset;     /* completions: characters before the next entry (text_offset) */
+    size_t prefill_sent;  /* the job's prefill_done last reported */
+    bool started, finished;
+    struct api_buf out;   /* events not handed out yet */
+};
+/* api_stream.c, with a.mu held */
+int api_stream_start(struct api_stream *s);              /* the first events */
+bool api_stream_has_news(const struct api_stream *s);    /* the job has something not sent */
+int api_stream_news(struct api_stream *s);               /* events for it (the last ones when the job is done) */
+int api_stream_prefill_comment(struct api_stream *s);    /* `: prefill DONE/TOTAL` */
+
 struct coord;
 
 /* api_http.c */

@@ -238,195 +238,51 @@ static void wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double t)
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
-/* A streamed response: SSE events built here, handed to MHD piece by piece. */
+/* A streamed response: the events (api_stream.c), handed to MHD piece by piece. */
 struct stream {
-    struct api *a;
-    struct api_job *j; /* one reference */
+    struct api_stream s;
     struct MHD_Connection *conn;
-    struct gen_info g;
-    size_t r_off, c_off;  /* job text already sent */
-    int calls_sent;       /* the job's tool calls already sent */
-    size_t lp_sent;       /* the job's logprobs entries already sent */
-    size_t lp_offset;     /* completions: characters before the next entry (text_offset) */
-    size_t prefill_sent;  /* the job's prefill_done last reported */
-    bool started, finished;
-    struct api_buf out;
     size_t out_off;
     double last_write;
 };
 
-static int add_event(struct stream *s, cJSON *o)
-{
-    char *t = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!t) return NB_ENOMEM;
-    int rc = api_buf_add(&s->out, "data: ", 6);
-    if (!rc) rc = api_buf_add(&s->out, t, strlen(t));
-    if (!rc) rc = api_buf_add(&s->out, "\n\n", 2);
-    free(t);
-    return rc;
-}
-
-/* A chunk with one choice: delta (chat) or text (completions). */
-static int add_chunk(struct stream *s, const char *field, const char *text, size_t n, const char *finish)
-{
-    cJSON *o = api_envelope(s->a, &s->g, true), *cs = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
-    cJSON_AddItemToArray(cs, ch);
-    cJSON_AddNumberToObject(ch, "index", 0);
-    char *copy = NULL;
-    if (field) {
-        if (!(copy = malloc(n + 1))) return cJSON_Delete(o), NB_ENOMEM;
-        memcpy(copy, text, n), copy[n] = 0;
-    }
-    if (s->g.kind == API_CHAT) {
-        cJSON *d = cJSON_AddObjectToObject(ch, "delta");
-        if (!s->started) cJSON_AddStringToObject(d, "role", "assistant");
-        if (field) cJSON_AddStringToObject(d, field, copy);
-    } else {
-        cJSON_AddStringToObject(ch, "text", copy ? copy : "");
-        cJSON_AddNullToObject(ch, "logprobs");
-    }
-    free(copy);
-    if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
-    else cJSON_AddNullToObject(ch, "finish_reason");
-    return add_event(s, o);
-}
-
-/* The logprobs entries since the last chunk, in a chunk of their own (an empty delta / text). */
-static int add_logprobs_chunk(struct stream *s)
-{
-    cJSON *o = api_envelope(s->a, &s->g, true), *cs = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
-    cJSON_AddItemToArray(cs, ch);
-    cJSON_AddNumberToObject(ch, "index", 0);
-    if (s->g.kind == API_CHAT) {
-        cJSON_AddObjectToObject(ch, "delta");
-        cJSON_AddItemToObject(ch, "logprobs", api_logprobs_chat_json(s->a->tok, s->j->lp, s->lp_sent, s->j->n_lp));
-    } else {
-        cJSON_AddStringToObject(ch, "text", "");
-        cJSON_AddItemToObject(ch, "logprobs", api_logprobs_completion_json(s->a->tok, s->j->lp, s->lp_sent, s->j->n_lp, &s->lp_offset));
-    }
-    cJSON_AddNullToObject(ch, "finish_reason");
-    s->lp_sent = s->j->n_lp;
-    return add_event(s, o);
-}
-
-/* Tool call k as OpenAI streams one: a delta that opens it (id, name, empty
- * arguments), then one with its arguments. */
-static int add_call_deltas(struct stream *s, int k)
-{
-    for (int part = 0; part < 2; part++) {
-        cJSON *o = api_envelope(s->a, &s->g, true), *cs = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
-        cJSON_AddItemToArray(cs, ch);
-        cJSON_AddNumberToObject(ch, "index", 0);
-        cJSON *d = cJSON_AddObjectToObject(ch, "delta"), *tc = cJSON_AddArrayToObject(d, "tool_calls"), *c;
-        if (!part) {
-            c = api_call_json(&s->g, s->j, k, false);
-        } else {
-            c = cJSON_CreateObject();
-            cJSON_AddNumberToObject(c, "index", k);
-            cJSON_AddStringToObject(cJSON_AddObjectToObject(c, "function"), "arguments", s->j->calls[k].arguments);
-        }
-        cJSON_AddItemToArray(tc, c);
-        cJSON_AddNullToObject(ch, "finish_reason");
-        int rc = add_event(s, o);
-        if (rc) return rc;
-    }
-    return 0;
-}
-
-/* `: prefill DONE/TOTAL`, a comment: SSE clients (the openai package's among
- * them) skip comment lines, where a data event of a shape they do not know
- * would break them. */
-static int add_prefill_comment(struct stream *s)
-{
-    char line[64];
-    int n = snprintf(line, sizeof line, ": prefill %zu/%zu\n\n", s->j->prefill_done, s->j->n_ids);
-    s->prefill_sent = s->j->prefill_done;
-    return api_buf_add(&s->out, line, (size_t)n);
-}
-
-/* What the job produced since the last call, as events; with a.mu held. */
-static int stream_news(struct stream *s)
-{
-    struct api_job *j = s->j;
-    int rc = 0;
-    if (j->prefill_done != s->prefill_sent) rc = add_prefill_comment(s);
-    if (!rc && j->reasoning.n > s->r_off) {
-        rc = add_chunk(s, "reasoning_content", j->reasoning.p + s->r_off, j->reasoning.n - s->r_off, NULL);
-        s->r_off = j->reasoning.n;
-    }
-    if (!rc && j->content.n > s->c_off) {
-        rc = add_chunk(s, s->g.kind == API_CHAT ? "content" : "text", j->content.p + s->c_off, j->content.n - s->c_off, NULL);
-        s->c_off = j->content.n;
-    }
-    if (!rc && j->n_lp > s->lp_sent) rc = add_logprobs_chunk(s);
-    for (; !rc && s->calls_sent < j->n_calls; s->calls_sent++) rc = add_call_deltas(s, s->calls_sent);
-    if (rc || j->state != JOB_DONE) return rc;
-    if (j->err.status || !j->finish_reason) {
-        struct api_error e = j->err;
-        if (!e.status) api_errorf(&e, 503, "server_error", NULL, "cancelled", "the generation was cancelled (the server is stopping)");
-        rc = add_event(s, api_error_json(&e));
-    } else {
-        cJSON *o = api_envelope(s->a, &s->g, true), *cs = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
-        cJSON_AddItemToArray(cs, ch);
-        cJSON_AddNumberToObject(ch, "index", 0);
-        if (s->g.kind == API_CHAT) cJSON_AddObjectToObject(ch, "delta");
-        else cJSON_AddStringToObject(ch, "text", ""), cJSON_AddNullToObject(ch, "logprobs");
-        cJSON_AddStringToObject(ch, "finish_reason", j->finish_reason);
-        api_add_timings(o, j);
-        api_add_nebula(o, &s->g);
-        if (j->tool_error[0]) cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(o, "nebula"), "tool_call_error", j->tool_error);
-        rc = add_event(s, o);
-        if (!rc && s->g.include_usage) {
-            o = api_envelope(s->a, &s->g, true);
-            cJSON_AddArrayToObject(o, "choices");
-            api_add_usage(o, j);
-            rc = add_event(s, o);
-        }
-    }
-    if (!rc) rc = api_buf_add(&s->out, "data: [DONE]\n\n", 14);
-    s->finished = true;
-    return rc;
-}
-
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
-    struct stream *s = cls;
+    struct stream *st = cls;
+    struct api_stream *s = &st->s;
     struct api *a = s->a;
     (void)pos;
     for (;;) {
-        if (s->out_off < s->out.n) {
-            size_t n = s->out.n - s->out_off < max ? s->out.n - s->out_off : max;
-            memcpy(buf, s->out.p + s->out_off, n);
-            s->out_off += n;
-            if (s->out_off == s->out.n) s->out.n = s->out_off = 0;
-            s->last_write = now_s();
+        if (st->out_off < s->out.n) {
+            size_t n = s->out.n - st->out_off < max ? s->out.n - st->out_off : max;
+            memcpy(buf, s->out.p + st->out_off, n);
+            st->out_off += n;
+            if (st->out_off == s->out.n) s->out.n = st->out_off = 0;
+            st->last_write = now_s();
             return (ssize_t)n;
         }
         if (s->finished) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (!s->started) {
-            if (add_chunk(s, s->g.kind == API_CHAT ? "content" : NULL, "", 0, NULL)) return MHD_CONTENT_READER_END_WITH_ERROR;
-            s->started = true;
-            continue;
-        }
         pthread_mutex_lock(&a->mu);
         struct api_job *j = s->j;
+        if (!s->started) {
+            int rc = api_stream_start(s);
+            pthread_mutex_unlock(&a->mu);
+            if (rc) return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
+        }
         for (;;) {
-            if (j->reasoning.n > s->r_off || j->content.n > s->c_off || j->n_calls > s->calls_sent || j->n_lp > s->lp_sent ||
-                j->prefill_done != s->prefill_sent ||
-                j->state == JOB_DONE)
-                break;
-            double t = now_s(), ka = s->last_write + a->cfg.keepalive_s;
+            if (api_stream_has_news(s)) break;
+            double t = now_s(), ka = st->last_write + a->cfg.keepalive_s;
             if (t >= ka) break;
             wait_until(&a->cv, &a->mu, ka < t + API_POLL_MS / 1e3 ? ka : t + API_POLL_MS / 1e3);
-            if (peer_gone(s->conn)) {
+            if (peer_gone(st->conn)) {
                 j->cancelled = true;
                 pthread_mutex_unlock(&a->mu);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
         }
-        int rc = stream_news(s);
-        if (!rc && s->out.n == 0) rc = api_job_prefilling(j) ? add_prefill_comment(s) : api_buf_add(&s->out, ": keep-alive\n\n", 14);
+        int rc = api_stream_news(s);
+        if (!rc && s->out.n == 0) rc = api_job_prefilling(j) ? api_stream_prefill_comment(s) : api_buf_add(&s->out, ": keep-alive\n\n", 14);
         pthread_mutex_unlock(&a->mu);
         if (rc) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
@@ -434,13 +290,14 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 
 static void stream_free(void *cls)
 {
-    struct stream *s = cls;
+    struct stream *st = cls;
+    struct api_stream *s = &st->s;
     pthread_mutex_lock(&s->a->mu);
     if (s->j->state != JOB_DONE) s->j->cancelled = true;
     api_job_release(s->a, s->j);
     pthread_mutex_unlock(&s->a->mu);
     api_buf_free(&s->out);
-    free(s);
+    free(st);
 }
 
 /* A model id that is not ours is served by ours (as llama.cpp's server
@@ -579,7 +436,7 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     if (stream) {
         struct stream *s = calloc(1, sizeof *s);
         if (!s) return MHD_NO;
-        *s = (struct stream){.a = a, .j = j, .conn = conn, .g = g, .last_write = now_s()};
+        *s = (struct stream){.s = {.a = a, .j = j, .g = g}, .conn = conn, .last_write = now_s()};
         pthread_mutex_lock(&a->mu);
         j->refs++;
         pthread_mutex_unlock(&a->mu);
