@@ -155,6 +155,7 @@ bool api_stream_has_news(const struct api_stream *s)
 
 int api_stream_start(struct api_stream *s)
 {
+    int rc = add_chunk(s, s->g.kind == API_CHAT ? "content" : NULL, "", 0, NULL); /* carries the role: before started */
     s->started = true;
-    return add_chunk(s, s->g.kind == API_CHAT ? "content" : NULL, "", 0, NULL);
+    return rc;
 }
