@@ -37,7 +37,11 @@
 
 /* ---------- requests (api_request.c) ---------- */
 
-enum api_kind { API_CHAT, API_COMPLETION, API_TOKENIZE, API_TEMPLATE };
+enum api_kind { API_CHAT, API_COMPLETION, API_TOKENIZE, API_TEMPLATE, API_MESSAGES, API_RESPONSES };
+
+/* The API a generation request speaks: its body, its response and its stream
+ * (API_MESSAGES and API_RESPONSES parse into a chat request, kind API_CHAT). */
+enum api_dialect { API_OPENAI, API_ANTHROPIC, API_OPENAI_RESPONSES };
 
 struct api_error {
     int status;        /* HTTP status */
@@ -95,6 +99,8 @@ struct api_request {
     char *tool_name;            /* API_TOOLS_NAMED: the function */
     bool parallel_tool_calls;   /* default true; false: the generation ends after the first call */
     char *script;               /* `nebula_test_script`: the text to emit instead of the model's (coordinator --test-hooks) */
+    enum api_dialect dialect;
+    bool thinking_set;          /* Anthropic `thinking` given (else: off, Anthropic's default) */
     bool logprobs;              /* chat `logprobs: true`, completions `logprobs: k` */
     int top_logprobs;           /* 0-20 alternatives a token */
 };
@@ -105,6 +111,8 @@ struct api_request {
  * range is an error naming it.  r is always safe to api_request_free. */
 int api_parse_request(enum api_kind kind, const char *body, size_t len, struct api_request *r, struct api_error *e);
 void api_request_free(struct api_request *r);
+/* An OpenAI chat body already parsed (the dialects translate into one). */
+int api_parse_chat_root(const cJSON *root, struct api_request *r, struct api_error *e);
 
 /* ---------- generated text → reasoning / content (api_text.c) ---------- */
 
@@ -115,6 +123,7 @@ struct api_text {
     bool reasoning;     /* inside the think block */
     bool strip_lead;    /* content just began after </think>: leading newlines are dropped */
     bool stopped;       /* a stop string matched: nothing more is emitted */
+    int stop_hit;       /* which one (-1: none) */
     char *const *stops;
     int n_stops;
     char *held;         /* text not emitted yet */
@@ -240,6 +249,7 @@ struct api_job {
     struct api_call *calls;  /* tool calls parsed so far */
     int n_calls, cap_calls;
     char tool_error[200];    /* a malformed call ("" when none) */
+    int stop_hit;            /* the stop string that ended it (-1: none) */
     struct api_logprob *lp;  /* one per token handed to on_token (the end-of-turn token has none) */
     size_t n_lp, cap_lp;
     long long completion_tokens;
@@ -316,12 +326,25 @@ struct api {
 /* What a response needs besides the job. */
 struct gen_info {
     enum api_kind kind;
+    enum api_dialect dialect;
+    char *stop[API_MAX_STOP]; /* the job's (Anthropic's stop_sequence names the one that matched) */
     char id[48];
     char model[128];   /* the id the request named ("" : ours), echoed back */
     double created;
     int accuracy_level;
     bool include_usage, think;
 };
+
+/* api_dialects.c: the Anthropic Messages and OpenAI Responses bodies (pure) */
+int api_parse_messages_root(const cJSON *root, struct api_request *r, struct api_error *e);
+int api_parse_responses_root(const cJSON *root, struct api_request *r, struct api_error *e);
+/* api_dialect_out.c (with a.mu held): their responses and stream events */
+cJSON *api_messages_json(const struct api *a, const struct gen_info *g, const struct api_job *j);
+cJSON *api_responses_json(const struct api *a, const struct gen_info *g, const struct api_job *j, const char *status);
+cJSON *api_error_json_dialect(const struct api_error *e, enum api_dialect d);
+struct api_stream;
+int api_dialect_stream_start(struct api_stream *s);
+int api_dialect_stream_news(struct api_stream *s);
 
 /* api_respond.c (with a.mu held) */
 void api_add_timings(cJSON *o, const struct api_job *j);
@@ -343,6 +366,11 @@ struct api_stream {
     size_t prefill_sent;  /* the job's prefill_done last reported */
     bool started, finished;
     struct api_buf out;   /* events not handed out yet */
+    /* Anthropic and Responses streams: content blocks / output items */
+    int open_kind;        /* the open block: 0 none, 1 thinking, 2 text */
+    int n_blocks;         /* blocks (items) opened so far: the next one's index */
+    size_t open_from;     /* where the open block's text starts in the job's buffer */
+    long long seq;        /* Responses: sequence_number */
 };
 /* api_stream.c, with a.mu held */
 int api_stream_start(struct api_stream *s);              /* the first events */

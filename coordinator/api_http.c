@@ -50,7 +50,7 @@
 
 #define API_POLL_MS 200
 
-enum route { R_NONE, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_STATUS, R_TOKENIZE, R_TEMPLATE, R_METRICS };
+enum route { R_NONE, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_STATUS, R_TOKENIZE, R_TEMPLATE, R_METRICS, R_MESSAGES, R_RESPONSES };
 
 static const struct {
     const char *path;
@@ -60,7 +60,8 @@ static const struct {
     {"/v1/models", "GET", R_MODELS},          {"/v1/chat/completions", "POST", R_CHAT},
     {"/v1/completions", "POST", R_COMPLETIONS}, {"/api/status", "GET", R_STATUS},
     {"/api/tokenize", "POST", R_TOKENIZE},    {"/metrics", "GET", R_METRICS},
-    {"/apply-template", "POST", R_TEMPLATE},
+    {"/apply-template", "POST", R_TEMPLATE},  {"/v1/messages", "POST", R_MESSAGES},
+    {"/v1/responses", "POST", R_RESPONSES},
 };
 
 /* Per request (MHD's con_cls). */
@@ -139,19 +140,32 @@ static void count_error(struct api *a, int status)
     pthread_mutex_unlock(&a->mu);
 }
 
-static enum MHD_Result send_error(struct api *a, struct MHD_Connection *conn, const struct api_error *e)
+static enum MHD_Result send_error_as(struct api *a, struct MHD_Connection *conn, const struct api_error *e, enum api_dialect d)
 {
     count_error(a, e->status);
-    return send_json(conn, (unsigned)e->status, api_error_json(e));
+    return send_json(conn, (unsigned)e->status, api_error_json_dialect(e, d));
+}
+
+static enum MHD_Result send_error(struct api *a, struct MHD_Connection *conn, const struct api_error *e)
+{
+    return send_error_as(a, conn, e, API_OPENAI);
+}
+
+static enum MHD_Result fail_as(struct api *a, struct MHD_Connection *conn, enum api_dialect d, int status, const char *type, const char *param,
+                               const char *code, const char *message)
+{
+    struct api_error e;
+    api_errorf(&e, status, type, param, code, "%s", message);
+    return send_error_as(a, conn, &e, d);
 }
 
 static enum MHD_Result fail(struct api *a, struct MHD_Connection *conn, int status, const char *type, const char *param,
                             const char *code, const char *message)
 {
-    struct api_error e;
-    api_errorf(&e, status, type, param, code, "%s", message);
-    return send_error(a, conn, &e);
+    return fail_as(a, conn, API_OPENAI, status, type, param, code, message);
 }
+
+static enum api_dialect route_dialect(enum route r) { return r == R_MESSAGES ? API_ANTHROPIC : r == R_RESPONSES ? API_OPENAI_RESPONSES : API_OPENAI; }
 
 /* ---------- tokenizing ---------- */
 
@@ -327,6 +341,8 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     char ready[16];
     double progress;
     int st = api_parse_request(kind, rc->body.p ? rc->body.p : "", rc->body.n, &r, &e);
+    const enum api_dialect dialect = route_dialect(rc->route);
+    if (kind != API_COMPLETION) kind = API_CHAT; /* the dialects parse into a chat request */
     pthread_mutex_lock(&a->mu);
     snprintf(ready, sizeof ready, "%s", a->phase);
     progress = a->progress;
@@ -357,6 +373,7 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
         goto fail;
     }
     j->refs = 1;
+    j->stop_hit = -1;
     if (prompt_ids(a, &r, &j->ids, &j->n_ids, &e)) goto fail;
     if (j->n_ids == 0) {
         api_errorf(&e, 400, "invalid_request_error", pname, "invalid_value", "the prompt is empty");
@@ -405,7 +422,9 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     struct gen_info g = {.kind = kind, .created = (double)time(NULL), .accuracy_level = r.accuracy_level,
                          .include_usage = r.include_usage, .think = j->think_split};
     snprintf(g.model, sizeof g.model, "%s", r.model ? r.model : "");
-    strcpy(g.id, kind == API_CHAT ? "chatcmpl-" : "cmpl-");
+    g.dialect = dialect;
+    for (int i = 0; i < j->n_stop; i++) g.stop[i] = j->stop[i];
+    strcpy(g.id, dialect == API_ANTHROPIC ? "msg_" : dialect == API_OPENAI_RESPONSES ? "resp_" : kind == API_CHAT ? "chatcmpl-" : "cmpl-");
     random_hex(g.id + strlen(g.id), 24);
     bool stream = r.stream;
     api_request_free(&r);
@@ -421,7 +440,7 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     if (st) {
         pthread_mutex_unlock(&a->mu);
         api_job_release(a, j);
-        return send_error(a, conn, &e);
+        return send_error_as(a, conn, &e, dialect);
     }
     j->refs = 2; /* the queue's (the main thread releases it when done) and this request's */
     if (a->tail) a->tail->next = j;
@@ -462,13 +481,15 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     cJSON *o = NULL;
     if (j->err.status) e = j->err;
     else if (!j->finish_reason) api_errorf(&e, 503, "server_error", NULL, "cancelled", "the generation was cancelled (the server is stopping)");
+    else if (dialect == API_ANTHROPIC) o = api_messages_json(a, &g, j);
+    else if (dialect == API_OPENAI_RESPONSES) o = api_responses_json(a, &g, j, !strcmp(j->finish_reason, "length") ? "incomplete" : "completed");
     else o = api_completion_json(a, &g, j);
     pthread_mutex_unlock(&a->mu);
-    return o ? send_json(conn, 200, o) : send_json(conn, (unsigned)e.status, api_error_json(&e));
+    return o ? send_json(conn, 200, o) : send_json(conn, (unsigned)e.status, api_error_json_dialect(&e, dialect));
 fail:
     api_request_free(&r);
     if (j) api_job_release(a, j);
-    return send_error(a, conn, &e);
+    return send_error_as(a, conn, &e, dialect);
 }
 
 /* ---------- dispatch ---------- */
@@ -537,7 +558,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     if (rc->too_large) {
         char msg[160];
         snprintf(msg, sizeof msg, "the body is over the limit of %zu bytes", a->cfg.max_body);
-        return fail(a, conn, 413, "invalid_request_error", NULL, "request_too_large", msg);
+        return fail_as(a, conn, route_dialect(rc->route), 413, "invalid_request_error", NULL, "request_too_large", msg);
     }
     switch (rc->route) {
     case R_MODELS: {
@@ -559,6 +580,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     case R_TEMPLATE: return apply_template(a, conn, rc);
     case R_CHAT: return generate(a, conn, rc, API_CHAT);
     case R_COMPLETIONS: return generate(a, conn, rc, API_COMPLETION);
+    case R_MESSAGES: return generate(a, conn, rc, API_MESSAGES);
+    case R_RESPONSES: return generate(a, conn, rc, API_RESPONSES);
     case R_NONE: break;
     }
     return MHD_NO;

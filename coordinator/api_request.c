@@ -444,6 +444,8 @@ static int parse_root(enum api_kind kind, const cJSON *root, struct api_request 
     if (!cJSON_IsObject(root)) return api_errorf(e, 400, "invalid_request_error", NULL, "invalid_json", "the body must be a JSON object");
     char path[200] = "";
     if ((rc = check_strings(root, path, 0, e))) return rc;
+    if (kind == API_MESSAGES) return api_parse_messages_root(root, r, e);
+    if (kind == API_RESPONSES) return api_parse_responses_root(root, r, e);
     if ((rc = only_known(root, "", kind == API_CHAT ? chat_fields : kind == API_COMPLETION ? completion_fields : tokenize_fields, e)))
         return rc;
     const cJSON *model = field(root, "model");
@@ -469,6 +471,8 @@ static int parse_root(enum api_kind kind, const cJSON *root, struct api_request 
     if (kind != API_COMPLETION && r->msgs && (rc = api_parse_tools(root, r, e))) return rc;
     return kind == API_TOKENIZE || kind == API_TEMPLATE ? 0 : parse_generation(root, r, e);
 }
+
+int api_parse_chat_root(const cJSON *root, struct api_request *r, struct api_error *e) { return parse_root(API_CHAT, root, r, e); }
 
 int api_parse_request(enum api_kind kind, const char *body, size_t len, struct api_request *r, struct api_error *e)
 {

@@ -233,6 +233,7 @@ static void on_done(void *ctx, const struct coord_outcome *o)
         if (trc >= 0 && j->tools) trc = api_toolscan_finish(&r->scan, emit_text, r);
         if (trc < 0) r->fail = trc;
         snprintf(j->tool_error, sizeof j->tool_error, "%s", r->scan.error);
+        j->stop_hit = r->text.stop_hit;
         j->completion_tokens = made; /* the stop token counts: it was generated */
         pthread_mutex_unlock(&a->mu);
     }
