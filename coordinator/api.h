@@ -56,6 +56,8 @@ int api_errorf(struct api_error *e, int status, const char *type, const char *pa
                ...) __attribute__((format(printf, 6, 7)));
 /* {"error":{"message","type","param","code"}} */
 cJSON *api_error_json(const struct api_error *e);
+/* Length of the valid UTF-8 character at s (n bytes left), or 0 (overlong forms and surrogates are not valid). */
+size_t api_utf8_len(const unsigned char *s, size_t n);
 
 /* One function of a request's `tools` (api_tools.c). */
 struct api_tool {
@@ -111,8 +113,11 @@ struct api_request {
  * range is an error naming it.  r is always safe to api_request_free. */
 int api_parse_request(enum api_kind kind, const char *body, size_t len, struct api_request *r, struct api_error *e);
 void api_request_free(struct api_request *r);
-/* An OpenAI chat body already parsed (the dialects translate into one). */
-int api_parse_chat_root(const cJSON *root, struct api_request *r, struct api_error *e);
+/* Another API's body → the OpenAI chat body it means (NULL with e filled). */
+typedef cJSON *(*api_translate_fn)(const cJSON *root, struct api_error *e);
+/* api_parse_request for a body that translate turns into a chat body (r->kind is then API_CHAT). */
+int api_parse_translated(enum api_kind kind, const char *body, size_t len, api_translate_fn translate, struct api_request *r,
+                         struct api_error *e);
 
 /* ---------- generated text → reasoning / content (api_text.c) ---------- */
 
@@ -335,9 +340,9 @@ struct gen_info {
     bool include_usage, think;
 };
 
-/* api_dialects.c: the Anthropic Messages and OpenAI Responses bodies (pure) */
-int api_parse_messages_root(const cJSON *root, struct api_request *r, struct api_error *e);
-int api_parse_responses_root(const cJSON *root, struct api_request *r, struct api_error *e);
+/* api_dialects.c: any request body, the Anthropic Messages and OpenAI Responses ones
+ * (API_MESSAGES, API_RESPONSES: translated into chat requests) included (pure) */
+int api_parse_any(enum api_kind kind, const char *body, size_t len, struct api_request *r, struct api_error *e);
 /* api_dialect_out.c (with a.mu held): their responses and stream events */
 cJSON *api_messages_json(const struct api *a, const struct gen_info *g, const struct api_job *j);
 cJSON *api_responses_json(const struct api *a, const struct gen_info *g, const struct api_job *j, const char *status);

@@ -485,22 +485,10 @@ static cJSON *responses_to_chat(const cJSON *root, struct api_error *e)
     return chat;
 }
 
-int api_parse_messages_root(const cJSON *root, struct api_request *r, struct api_error *e)
+int api_parse_any(enum api_kind kind, const char *body, size_t len, struct api_request *r, struct api_error *e)
 {
-    cJSON *chat = messages_to_chat(root, e);
-    if (!chat) return e->status ? e->status : oom(e);
-    int rc = api_parse_chat_root(chat, r, e);
-    cJSON_Delete(chat);
-    r->dialect = API_ANTHROPIC, r->kind = API_CHAT;
-    return rc;
-}
-
-int api_parse_responses_root(const cJSON *root, struct api_request *r, struct api_error *e)
-{
-    cJSON *chat = responses_to_chat(root, e);
-    if (!chat) return e->status ? e->status : oom(e);
-    int rc = api_parse_chat_root(chat, r, e);
-    cJSON_Delete(chat);
-    r->dialect = API_OPENAI_RESPONSES, r->kind = API_CHAT;
+    if (kind != API_MESSAGES && kind != API_RESPONSES) return api_parse_request(kind, body, len, r, e);
+    int rc = api_parse_translated(kind, body, len, kind == API_MESSAGES ? messages_to_chat : responses_to_chat, r, e);
+    r->dialect = kind == API_MESSAGES ? API_ANTHROPIC : API_OPENAI_RESPONSES;
     return rc;
 }

@@ -279,7 +279,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         pthread_mutex_lock(&a->mu);
         struct api_job *j = s->j;
         if (!s->started) {
-            int rc = api_stream_start(s);
+            int rc = s->g.dialect == API_OPENAI ? api_stream_start(s) : api_dialect_stream_start(s);
             pthread_mutex_unlock(&a->mu);
             if (rc) return MHD_CONTENT_READER_END_WITH_ERROR;
             continue;
@@ -295,7 +295,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
         }
-        int rc = api_stream_news(s);
+        int rc = s->g.dialect == API_OPENAI ? api_stream_news(s) : api_dialect_stream_news(s);
         if (!rc && s->out.n == 0) rc = api_job_prefilling(j) ? api_stream_prefill_comment(s) : api_buf_add(&s->out, ": keep-alive\n\n", 14);
         pthread_mutex_unlock(&a->mu);
         if (rc) return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -340,7 +340,7 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     struct api_job *j = NULL;
     char ready[16];
     double progress;
-    int st = api_parse_request(kind, rc->body.p ? rc->body.p : "", rc->body.n, &r, &e);
+    int st = api_parse_any(kind, rc->body.p ? rc->body.p : "", rc->body.n, &r, &e);
     const enum api_dialect dialect = route_dialect(rc->route);
     if (kind != API_COMPLETION) kind = API_CHAT; /* the dialects parse into a chat request */
     pthread_mutex_lock(&a->mu);

@@ -43,18 +43,6 @@ void api_logprob_row(const float *row, int32_t n_vocab, int32_t id, int k, struc
     for (int j = 0; j < out->n_top; j++) out->top_logprob[j] = (float)(row[out->top_id[j]] - lse);
 }
 
-/* Length of the valid UTF-8 character at s (n left), or 0. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-    size_t len = s[0] < 0x80 ? 1 : (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3 : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
-    if (!len || len > n || (len == 2 && s[0] < 0xC2) || (len == 4 && s[0] > 0xF4)) return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80) return 0;
-    if (len == 3 && ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] >= 0xA0))) return 0;
-    if (len == 4 && ((s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] >= 0x90))) return 0;
-    return len;
-}
-
 /* The token's text (valid UTF-8; "\xNN" for stray bytes) into buf; its bytes and their count via b, *nb. */
 static const char *token_text(const struct tok_tokenizer *tok, int32_t id, char *buf, size_t cap, const unsigned char **b, size_t *nb)
 {
@@ -66,7 +54,7 @@ static const char *token_text(const struct tok_tokenizer *tok, int32_t id, char 
     *b = (const unsigned char *)p, *nb = n;
     size_t o = 0;
     for (size_t i = 0; i < n && o + 5 < cap;) {
-        size_t k = utf8_len((const unsigned char *)p + i, n - i);
+        size_t k = api_utf8_len((const unsigned char *)p + i, n - i);
         if (k && o + k < cap) memcpy(buf + o, p + i, k), o += k, i += k;
         else o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", (unsigned char)p[i]), i++;
     }

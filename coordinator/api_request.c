@@ -18,58 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Length of the valid UTF-8 character at s (n bytes left), or 0. */
-static size_t utf8_char(const unsigned char *s, size_t n)
-{
-    size_t len = s[0] < 0x80 ? 1 : (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3 : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
-    if (!len || len > n || (len == 2 && s[0] < 0xC2) || (len == 4 && s[0] > 0xF4)) return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80) return 0;
-    if (len == 3 && ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] >= 0xA0))) return 0; /* overlong, surrogate */
-    if (len == 4 && ((s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] >= 0x90))) return 0;
-    return len;
-}
-
-/* Messages quote the client's text (a role, a model name, a path), cut to a
- * byte length: every byte that is not part of a valid character becomes '?',
- * so the error is always valid JSON text. */
-static void utf8_sanitize(char *s)
-{
-    size_t n = strlen(s);
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_char((const unsigned char *)s + i, n - i);
-        if (k) i += k;
-        else s[i++] = '?';
-    }
-}
-
-int api_errorf(struct api_error *e, int status, const char *type, const char *param, const char *code, const char *fmt, ...)
-{
-    va_list ap;
-    e->status = status;
-    snprintf(e->type, sizeof e->type, "%s", type);
-    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
-    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-    utf8_sanitize(e->message);
-    utf8_sanitize(e->param);
-    return status;
-}
-
-cJSON *api_error_json(const struct api_error *e)
-{
-    cJSON *r = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(r, "error");
-    cJSON_AddStringToObject(o, "message", e->message);
-    cJSON_AddStringToObject(o, "type", e->type[0] ? e->type : "server_error");
-    if (e->param[0]) cJSON_AddStringToObject(o, "param", e->param);
-    else cJSON_AddNullToObject(o, "param");
-    if (e->code[0]) cJSON_AddStringToObject(o, "code", e->code);
-    else cJSON_AddNullToObject(o, "code");
-    return r;
-}
-
 static int bad(struct api_error *e, const char *param, const char *fmt, const char *detail)
 {
     return api_errorf(e, 400, "invalid_request_error", param, "invalid_value", fmt, detail ? detail : "");
@@ -224,7 +172,7 @@ static int check_strings(const cJSON *v, char *path, size_t at, struct api_error
         const unsigned char *s = (const unsigned char *)v->valuestring;
         size_t n = strlen(v->valuestring);
         for (size_t i = 0; i < n;) {
-            size_t k = utf8_char(s + i, n - i);
+            size_t k = api_utf8_len(s + i, n - i);
             if (k) {
                 i += k;
                 continue;
@@ -444,8 +392,6 @@ static int parse_root(enum api_kind kind, const cJSON *root, struct api_request 
     if (!cJSON_IsObject(root)) return api_errorf(e, 400, "invalid_request_error", NULL, "invalid_json", "the body must be a JSON object");
     char path[200] = "";
     if ((rc = check_strings(root, path, 0, e))) return rc;
-    if (kind == API_MESSAGES) return api_parse_messages_root(root, r, e);
-    if (kind == API_RESPONSES) return api_parse_responses_root(root, r, e);
     if ((rc = only_known(root, "", kind == API_CHAT ? chat_fields : kind == API_COMPLETION ? completion_fields : tokenize_fields, e)))
         return rc;
     const cJSON *model = field(root, "model");
@@ -472,9 +418,27 @@ static int parse_root(enum api_kind kind, const cJSON *root, struct api_request 
     return kind == API_TOKENIZE || kind == API_TEMPLATE ? 0 : parse_generation(root, r, e);
 }
 
-int api_parse_chat_root(const cJSON *root, struct api_request *r, struct api_error *e) { return parse_root(API_CHAT, root, r, e); }
+/* The translated body (a dialect's: api_dialects.c) as a chat request, after the original's strings are checked. */
+static int parse_translated(const cJSON *root, api_translate_fn translate, struct api_request *r, struct api_error *e)
+{
+    char path[200] = "";
+    int rc;
+    if (!cJSON_IsObject(root)) return api_errorf(e, 400, "invalid_request_error", NULL, "invalid_json", "the body must be a JSON object");
+    if ((rc = check_strings(root, path, 0, e))) return rc;
+    cJSON *chat = translate(root, e);
+    if (!chat) return e->status ? e->status : oom(e);
+    rc = parse_root(API_CHAT, chat, r, e);
+    cJSON_Delete(chat);
+    return rc;
+}
 
 int api_parse_request(enum api_kind kind, const char *body, size_t len, struct api_request *r, struct api_error *e)
+{
+    return api_parse_translated(kind, body, len, NULL, r, e);
+}
+
+int api_parse_translated(enum api_kind kind, const char *body, size_t len, api_translate_fn translate, struct api_request *r,
+                         struct api_error *e)
 {
     memset(r, 0, sizeof *r);
     memset(e, 0, sizeof *e);
@@ -509,9 +473,10 @@ int api_parse_request(enum api_kind kind, const char *body, size_t len, struct a
     while (end && end < body + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
     int rc = end && end < body + len
                  ? api_errorf(e, 400, "invalid_request_error", NULL, "invalid_json", "the body has bytes after its JSON value (at byte %zu)", (size_t)(end - body))
-                 : parse_root(kind, root, r, e);
+                 : translate ? parse_translated(root, translate, r, e) : parse_root(kind, root, r, e);
     cJSON_Delete(root);
     free(copy);
+    if (translate) r->kind = API_CHAT;
     return rc;
 }
 

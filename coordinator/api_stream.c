@@ -2,7 +2,7 @@
  * built from what the job produced since the last call, with a.mu held:
  * OpenAI chunks (chat and completions: text deltas, logprobs, tool-call
  * deltas, the last chunk with finish_reason, usage), `: prefill` comments, an
- * error event; the other dialects' events come from api_dialects.c. */
+ * error event (the other dialects' events: api_dialect_out.c). */
 #include "coordinator/api.h"
 
 #include "core/util/err.h"
@@ -104,7 +104,6 @@ int api_stream_prefill_comment(struct api_stream *s)
 /* What the job produced since the last call, as events; with a.mu held. */
 int api_stream_news(struct api_stream *s)
 {
-    if (s->g.dialect != API_OPENAI) return api_dialect_stream_news(s);
     struct api_job *j = s->j;
     int rc = 0;
     if (j->prefill_done != s->prefill_sent) rc = api_stream_prefill_comment(s);
@@ -156,7 +155,6 @@ bool api_stream_has_news(const struct api_stream *s)
 
 int api_stream_start(struct api_stream *s)
 {
-    if (s->g.dialect != API_OPENAI) return api_dialect_stream_start(s);
     int rc = add_chunk(s, s->g.kind == API_CHAT ? "content" : NULL, "", 0, NULL); /* carries the role: before started */
     s->started = true;
     return rc;
