@@ -293,6 +293,14 @@ static cJSON *messages_to_chat(const cJSON *root, struct api_error *e)
     int i = 0;
     for (const cJSON *m = ms->child; m; m = m->next, i++)
         if (anthropic_message(m, i, msgs, e)) return cJSON_Delete(chat), NULL;
+    const cJSON *last = cJSON_GetArrayItem(ms, i - 1), *lr = last ? get(last, "role") : NULL;
+    if (cJSON_IsString(lr) && !strcmp(lr->valuestring, "assistant")) { /* Anthropic's "prefill": the answer would continue it */
+        char p[48];
+        snprintf(p, sizeof p, "messages[%d]", i - 1);
+        cJSON_Delete(chat);
+        return api_errorf(e, 400, "invalid_request_error", p, "unsupported_parameter",
+                          "a last assistant message (a prefilled answer to continue) is not supported: end with a user message"), NULL;
+    }
     if (anthropic_tools(root, chat, e)) return cJSON_Delete(chat), NULL;
     int rc = copy(chat, "max_tokens", root, "max_tokens") | copy(chat, "temperature", root, "temperature") |
              copy(chat, "top_p", root, "top_p") | copy(chat, "top_k", root, "top_k") | copy(chat, "stream", root, "stream") |

@@ -65,6 +65,12 @@ const rt = await anthropic.messages.create({ model: "m", max_tokens: 4, tools: [
   { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "sunny" }, { type: "text", text: "Thanks" }] }] });
 check(rt.type === "message", "a tool_result round trip is served");
 try {
+  await anthropic.messages.create({ model: "m", max_tokens: 4, messages: [...user, { role: "assistant", content: "Sure" }] });
+  fail("a prefilled answer: no error");
+} catch (e) {
+  check(e instanceof Anthropic.BadRequestError && /prefilled/.test(e.message), `a prefilled answer: typed 400`);
+}
+try {
   await anthropic.messages.create({ model: "m", messages: user });
   fail("no max_tokens: no error");
 } catch (e) {
