@@ -193,9 +193,6 @@ cJSON *api_responses_json(const struct api *a, const struct gen_info *g, const s
         if (j->content.n || !j->n_calls) cJSON_AddItemToArray(out, message_item(g, 0, j->content.p, j->content.n, true));
         for (int k = 0; k < j->n_calls; k++) cJSON_AddItemToArray(out, call_item(g, j, k, true));
     }
-    cJSON_AddBoolToObject(o, "parallel_tool_calls", true);
-    cJSON_AddArrayToObject(o, "tools");
-    cJSON_AddStringToObject(o, "tool_choice", "auto");
     if (done) {
         u = cJSON_AddObjectToObject(o, "usage");
         cJSON_AddNumberToObject(u, "input_tokens", (double)j->n_ids);
