@@ -126,7 +126,7 @@ endif
 CU_REF_OBJS := $(filter-out $(BUILD)/obj/gpu-worker/cuda/matvec.o,$(CU_OBJS))
 $(CU_REF_OBJS): NVCC_FLAGS += --fmad=false
 
-.PHONY: all test test-build test-gpu test-asan deps run stop bench fuzz clean cuda cuda-check unit
+.PHONY: all test test-build test-gpu test-asan deps run stop install bench fuzz clean cuda cuda-check unit
 all: $(CORE_LIB) $(ENGINE_LIB) $(SHM_LIB) $(TOOL_BINS) $(PROC_BINS) cuda
 
 # Installs missing Debian packages (a no-op when all are present).
@@ -280,6 +280,13 @@ run: deps
 
 stop:
 	@NEBULA_BIN=$(abspath $(BUILD))/bin bash deploy/stop.sh
+
+# make install MODEL=URL|FILE|DIR [MTP=URL|FILE] [INSTALL_ARGS="--dest DIR ..."]: builds,
+# then deploy/install.sh fetches, verifies, prepares and starts the model (docs/INSTALL.md).
+install: deps
+	@$(MAKE) --no-print-directory all web
+	@test -n "$(MODEL)" || { echo "make install: give MODEL=URL, a file or a directory (docs/INSTALL.md)"; exit 2; }
+	@NEBULA_BIN=$(abspath $(BUILD))/bin bash deploy/install.sh --model "$(MODEL)" $(if $(MTP),--mtp "$(MTP)") $(INSTALL_ARGS)
 
 unit: $(TEST_BINS)
 	@for t in $(TEST_BINS); do echo "== $$t"; $$t || exit 1; done

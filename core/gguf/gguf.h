@@ -142,6 +142,10 @@ int gguf_w_write_header(gguf_writer *w);
  * bytes are complete the writer pads and moves to the next. Writing more than
  * a tensor's size is an error. */
 int gguf_w_write_data(gguf_writer *w, const void *data, size_t nbytes);
+/* Like gguf_w_write_data, but leaves the bytes a hole of the file (they read
+ * as zeros, take no disk): a full-size model's header and layout whose data
+ * nobody reads (nebula-gen --sparse, for planning without the download). */
+int gguf_w_skip_data(gguf_writer *w, size_t nbytes);
 /* Checks all tensors were written in full, flushes, closes. */
 int gguf_writer_finish(gguf_writer *w);
 /* Last error message of the writer. */

@@ -334,6 +334,26 @@ int gguf_w_write_data(gguf_writer *w, const void *data, size_t nbytes)
     return out_padding(w);
 }
 
+int gguf_w_skip_data(gguf_writer *w, size_t nbytes)
+{
+    int rc = w_state_is(w, W_DATA, "skip data");
+    if (rc) return rc;
+    if (w->cur == w->n_tensors)
+        return w_fail(w, NB_EINVAL, "%zu bytes of data skipped after the last tensor", nbytes);
+    const struct w_tensor *t = &w->tensors[w->cur];
+    if (nbytes > t->nbytes - w->cur_written)
+        return w_fail(w, NB_EINVAL, "tensor \"%s\": %zu bytes skipped but only %" PRIu64 " of its %" PRIu64 " bytes remain",
+                      t->name, nbytes, t->nbytes - w->cur_written, t->nbytes);
+    if (nbytes && fseeko(w->f, (off_t)nbytes, SEEK_CUR) != 0)
+        return w_fail(w, NB_EIO, "%s: seek failed at offset %" PRIu64 ": %s", w->tmp_path, w->pos, strerror(errno));
+    w->pos += nbytes;
+    w->cur_written += nbytes;
+    if (w->cur_written < t->nbytes) return 0;
+    w->cur++;
+    w->cur_written = 0;
+    return out_padding(w);
+}
+
 int gguf_writer_finish(gguf_writer *w)
 {
     int rc = w_state_is(w, W_DATA, "finish");
@@ -346,7 +366,8 @@ int gguf_writer_finish(gguf_writer *w)
         return w_fail(w, NB_EIO, "%s: %" PRIu64 " bytes written, layout says %" PRIu64, w->tmp_path, w->pos, w->total);
     /* Synced before the rename, so the final name never points at data
      * that a crash could still lose. */
-    int bad = fflush(w->f) != 0 || fsync(fileno(w->f)) != 0;
+    /* A file ending in a hole (gguf_w_skip_data) gets its length here. */
+    int bad = fflush(w->f) != 0 || ftruncate(fileno(w->f), (off_t)w->total) != 0 || fsync(fileno(w->f)) != 0;
     bad |= fclose(w->f) != 0;
     w->f = NULL;
     if (bad) return w_fail(w, NB_EIO, "%s: %s", w->tmp_path, strerror(errno));

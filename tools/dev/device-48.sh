@@ -4,7 +4,8 @@
 # is warm (the 64 MiB carry cannot hold the tree, .devrun and llama.cpp's
 # CUDA build at once; build outputs and /dev/shm stay between warm calls):
 #
-#   nebula  (carry .devrun and .devrun-peer/a): nebula-gen writes the model
+#   nebula  (carry .devrun-peer/a, with .devrun copied to build/dr by an
+#           earlier warm call: `cp -a .devrun build/dr/`): nebula-gen writes the model
 #           (48 layers, MIX, the GGUF in /dev/shm: the 64 GiB disk cannot
 #           hold it and its prepared copy; linked into a models dir on the
 #           disk, where the prepared files go), timed; then bench-cuda.sh at
@@ -20,8 +21,13 @@ set -u
 mode=${1:-}
 OUT=${OUT:-/tmp/nebula-device-out}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH=$PWD/.devrun/lib:$PWD/build/peer/lc/build-cuda/bin$(for d in /usr/local/lib/python3*/dist-packages/nvidia/*/lib /usr/lib/python3/dist-packages/nvidia/*/lib; do [ -d "$d" ] && printf ':%s' "$d"; done)
-B=.devrun/build
+# The binaries: .devrun when carried, else a copy an earlier warm call left in
+# build/dr (a call's own outputs stay on a warm machine; carried paths do not,
+# and the carry cannot hold .devrun beside a part of llama.cpp's build).
+DR=.devrun
+[ -x "$DR/build/bin/nebula-gen" ] || DR=build/dr/.devrun
+export LD_LIBRARY_PATH=$PWD/$DR/lib:$PWD/build/peer/lc/build-cuda/bin$(for d in /usr/local/lib/python3*/dist-packages/nvidia/*/lib /usr/lib/python3/dist-packages/nvidia/*/lib; do [ -d "$d" ] && printf ':%s' "$d"; done)
+B=$DR/build
 MIX=${MIX:-iq2_xs} NGRAM=${NGRAM:-200000}
 models=/root/nebula-48 shm=/dev/shm/nebula-48
 name=synthetic-qwen3.8-flash-next-48l-$MIX-skew0.38.gguf
@@ -29,7 +35,7 @@ t0=$(date +%s)
 el() { echo "[$(($(date +%s) - t0)) s]"; }
 case $mode in
 nebula)
-    [ -x "$B/bin/nebula-gen" ] || { echo "device-48: $B missing (carry .devrun)" >&2; exit 1; }
+    [ -x "$B/bin/nebula-gen" ] || { echo "device-48: $B missing (carry .devrun, or copy it to build/dr in an earlier warm call)" >&2; exit 1; }
     mkdir -p "$models" "$shm" build/peer/lc/build-cuda/bin
     cp .devrun-peer/a/lc-cuda.sha256 build/peer/ 2>/dev/null
     cp .devrun-peer/a/lc-cuda.tar.xz.part00 build/peer/ 2>/dev/null || echo "device-48: no .devrun-peer/a: the peer call will lack part a"

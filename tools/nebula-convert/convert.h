@@ -143,6 +143,9 @@ struct conv_write_opts {
      * them (as published main files do). */
     bool split_ple;
     const char *mtp_out;
+    /* Header and layout only: every tensor's bytes a hole of the file
+     * (gguf_w_skip_data), the file full-size but taking no disk. */
+    bool sparse;
 };
 int conv_write_gguf(const struct conv_plan *p, const char *out, const struct conv_write_opts *o, char *err, size_t errlen);
 /* The path of shard s (0-based) of n that --split makes of OUT (NAME.gguf → NAME-0000s-of-0000n.gguf). */

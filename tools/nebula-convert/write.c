@@ -271,10 +271,17 @@ static int write_part(const struct conv_plan *p, const struct conv_write_opts *o
         fmt_bytes(bytes, size, sizeof size);
         double dt = nb_now_s() - wp->t0;
         if (wp->done > 0 && dt > 2) snprintf(eta, sizeof eta, ", %.0f s left", dt * (wp->total - wp->done) / wp->done);
-        if (!o->quiet)
+        if (!o->quiet && !o->sparse)
             fprintf(stderr, "[%4d/%4d] %-40s %-7s %-22s %-10s (%3.0f%% done%s)\n", ++wp->i, wp->n, t->name,
                     quant_type_name(t->type), shape, size, 100.0 * wp->done / wp->total, eta);
-        if ((rc = write_tensor(w, p, pools, t, progress, err, errlen))) goto done;
+        if (o->sparse) {
+            if (gguf_w_skip_data(w, (size_t)bytes) < 0) {
+                rc = nb_errf(err, errlen, NB_EIO, "%s", gguf_writer_error(w));
+                goto done;
+            }
+        } else if ((rc = write_tensor(w, p, pools, t, progress, err, errlen))) {
+            goto done;
+        }
         wp->done += bytes;
     }
     rc = gguf_writer_finish(w); /* the writer is still ours: freed below (a failed finish's .tmp removed) */
@@ -300,7 +307,7 @@ int conv_write_gguf(const struct conv_plan *p, const char *out, const struct con
         snprintf(paths[PART_MAIN], sizeof paths[0], "%s", out);
     }
     if (opts.mtp_out) snprintf(paths[PART_MTP], sizeof paths[0], "%s", opts.mtp_out);
-    if (p->synth.on && !p->synth.exact_rows && !(pools = conv_pools_new())) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    if (p->synth.on && !p->synth.exact_rows && !o->sparse && !(pools = conv_pools_new())) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     struct write_progress wp = {.t0 = nb_now_s(), .total = conv_plan_bytes(p), .n = p->n};

@@ -58,6 +58,9 @@ static void usage(FILE *f)
             "  --exact-rows     draw and quantize every row (slow, ~5 MB/s per core) instead of building the\n"
             "                   large tensors from pools of quantized rows (same statistics, GB/s)\n"
             "  --force          write even if the free disk space looks too small\n"
+            "  --sparse         write the header and layout only: the tensors' bytes are a hole of the file,\n"
+            "                   which has the full size but takes no disk (for nebula-prepare --profile-table\n"
+            "                   on the published shapes; the weights read as zeros)\n"
             "  --dry-run        write nothing: print the model's bytes by role as one JSON object\n"
             "                   (what the benchmarks scale VRAM budgets and rooflines with)\n"
             "  -q, --quiet      no progress output\n"
@@ -158,7 +161,7 @@ int main(int argc, char **argv)
     const char *config = DEFAULT_CONFIG, *name = NULL, *mtp_out = NULL;
     bool split = false;
     const struct conv_mix *mix = conv_mix_find(DEFAULT_MIX);
-    bool want_mtp = true, quiet = false, force = false, dry_run = false;
+    bool want_mtp = true, quiet = false, force = false, dry_run = false, sparse = false;
     struct conv_synth synth = {.on = true, .seed = 1, .router_skew = CONV_SKEW_DEFAULT};
     double layers = 0, ngram_base = 0, v;
     static const struct option opts[] = {
@@ -167,7 +170,7 @@ int main(int argc, char **argv)
         {"no-mtp", no_argument, 0, 'M'},       {"name", required_argument, 0, 'n'},   {"threads", required_argument, 0, 'j'},
         {"force", no_argument, 0, 'F'},        {"quiet", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
         {"dry-run", no_argument, 0, 'D'},      {"exact-rows", no_argument, 0, 'E'},
-        {"mtp-out", required_argument, 0, 'O'}, {"split", no_argument, 0, 'S'},
+        {"mtp-out", required_argument, 0, 'O'}, {"split", no_argument, 0, 'S'}, {"sparse", no_argument, 0, 'H'},
         {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
@@ -206,6 +209,7 @@ int main(int argc, char **argv)
         case 'E': synth.exact_rows = true; break;
         case 'O': mtp_out = optarg; break;
         case 'S': split = true; break;
+        case 'H': sparse = true; break;
         case 'q': quiet = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -243,7 +247,7 @@ int main(int argc, char **argv)
     }
     if (!quiet) summary(&plan, mix, synth.router_skew);
     double need = conv_plan_bytes(&plan), avail = free_bytes_for(out);
-    if (avail >= 0 && need * 1.01 > avail && !force) {
+    if (avail >= 0 && need * 1.01 > avail && !force && !sparse) {
         char a[32], b[32];
         fmt_gib(need, b, sizeof b);
         fmt_gib(avail, a, sizeof a);
@@ -259,7 +263,7 @@ int main(int argc, char **argv)
         return 2;
     }
     struct conv_write_opts wo = {.prog = "nebula-gen", .name = name, .tok_dir = NULL, .mix = mix, .quiet = quiet,
-                                 .split_ple = split, .mtp_out = mtp_out};
+                                 .split_ple = split, .mtp_out = mtp_out, .sparse = sparse};
     rc = conv_write_gguf(&plan, out, &wo, err, sizeof err);
     conv_plan_free(&plan);
     if (rc) {

@@ -66,6 +66,16 @@ static void usage(FILE *f)
             "  --mtp FILE          the MTP block from a separate GGUF (Unsloth's MTP/mtp-*.gguf): its experts\n"
             "                      and dense tensors join the trunk's (dense.gguf then holds the whole model)\n"
             "  --hotlist F         a measured hotlist, TSV: layer expert count mean_weight\n"
+            "  --profile P         budgets, context and n-gram table tier from a hardware profile: a name of\n"
+            "                      --profiles (v16-r64), or auto: the classes this machine reaches (--hw-file,\n"
+            "                      else /proc/meminfo and nvidia-smi); options given beside it win\n"
+            "  --profiles FILE     the profiles (default: conf/profiles.tsv beside the binary's checkout)\n"
+            "  --hw-file FILE      the hardware for --profile auto: key=value lines gpu_vram_mib, ram_mib\n"
+            "  --profile-info      with --profile: print what it means for MODEL (key=value) and write nothing\n"
+            "  --profile-table     print every profile's meaning for MODEL as a Markdown table; write nothing\n"
+            "  --assume-table-off-device  with --profile-table: a what-if, the n-gram table not on the GPU\n"
+            "                      (the CUDA backend uploads it today; the plan once it does not)\n"
+            "                      (both take MODEL only, no OUTDIR)\n"
             "  -q, --quiet         errors only\n"
             "  -h, --help          this text\n"
             "Sizes are bytes or take K, M, G, T (binary: 12G = 12 GiB). Placement options left out on a\n"
@@ -87,6 +97,8 @@ struct run {
     bool given_slots, given_ctx;
     bool given_vram, given_ram, given_victim, given_early, given_mtp, given_ple;
     int verified, written;
+    const char *profile, *profiles_path, *hw_file;
+    bool profile_info, profile_table, table_off_device;
     char err[1024];
 };
 
@@ -364,6 +376,68 @@ static int run_parts(struct run *r)
     return rc;
 }
 
+/* conf/profiles.tsv of this checkout: BIN/../../conf/, as nebula.conf is found. */
+static void default_profiles(char *buf, size_t len)
+{
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    snprintf(buf, len, "conf/profiles.tsv");
+    if (n <= 0) return;
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    snprintf(buf, len, "%.4000s/../../conf/profiles.tsv", exe);
+}
+
+/* --profile, --profile-info, --profile-table: the profile's budgets become
+ * the placement options not given on the command line. */
+static int apply_profile(struct run *r)
+{
+    char path[4200];
+    if (r->profiles_path) snprintf(path, sizeof path, "%s", r->profiles_path);
+    else default_profiles(path, sizeof path);
+    struct profile_table *t = calloc(1, sizeof *t);
+    struct expert_layout x = {0};
+    struct ple_layout ple = {0};
+    struct profile_result res;
+    if (!t) return nb_errf(r->err, sizeof r->err, NB_ENOMEM, "out of memory");
+    int rc = profile_load(t, path, r->err, sizeof r->err);
+    if (!rc) rc = expert_layout_build(&x, r->m, r->err, sizeof r->err);
+    if (!rc) rc = ple_layout_build(&ple, r->m, r->err, sizeof r->err);
+    if (!rc && r->profile_table) {
+        profile_print_header(stdout);
+        for (int i = 0; i < t->n && !rc; i++)
+            if (!(rc = profile_compute(&t->row[i], r->m, &x, &ple, r->table_off_device, &res, r->err, sizeof r->err)))
+                profile_print_row(stdout, &res);
+    }
+    const struct profile_row *row = NULL;
+    if (!rc && r->profile && strcmp(r->profile, "auto") == 0) {
+        uint64_t vram = 0, ram = 0;
+        rc = r->hw_file ? profile_hw_read(r->hw_file, &vram, &ram, r->err, sizeof r->err)
+                        : profile_hw_detect(&vram, &ram, r->err, sizeof r->err);
+        if (!rc) rc = profile_pick(t, vram, ram, &row, r->err, sizeof r->err);
+    } else if (!rc && r->profile && !(row = profile_find(t, r->profile))) {
+        rc = nb_errf(r->err, sizeof r->err, NB_EINVAL, "--profile %s: not in %s (or auto)", r->profile, path);
+    }
+    if (!rc && row) rc = profile_compute(row, r->m, &x, &ple, false, &res, r->err, sizeof r->err);
+    if (!rc && row && r->profile_info) profile_print_info(stdout, &res);
+    else if (!rc && row && !res.fits)
+        rc = nb_errf(r->err, sizeof r->err, NB_EINVAL, "profile %s does not fit this model: %s", row->name, res.why);
+    if (!rc && row && !r->profile_info) {
+        say("profile %s (%g GiB VRAM, %g GiB RAM): VRAM budget %.1f GiB, RAM budget %.1f GiB, ctx %lld, n-gram table on %s",
+            row->name, row->vram_gib, row->ram_gib, res.vram_budget / 1073741824.0, res.ram_budget / 1073741824.0,
+            (long long)res.ctx, res.ple_ssd ? "ssd" : "ram");
+        uint64_t table_ram = res.ple_bytes && !res.ple_ssd ? res.ple_bytes : 0;
+        if (!r->given_vram && !r->given_slots) r->given_vram = true, r->popts.vram_bytes = res.vram_budget;
+        if (!r->given_ram) r->given_ram = true, r->popts.ram_bytes = res.ram_budget - table_ram;
+        if (!r->given_ctx) r->given_ctx = true, r->popts.vram_ctx = res.ctx;
+        if (!r->given_ple) r->given_ple = true, r->popts.ple_ssd = res.ple_ssd;
+    }
+    expert_layout_free(&x);
+    free(t);
+    return rc;
+}
+
 /* "W" or "W:N" of --early-quota. */
 static int parse_early(const char *s, struct placement_opts *o)
 {
@@ -384,13 +458,17 @@ int main(int argc, char **argv)
 {
     struct run r = {0};
     bool quiet = false;
-    enum { O_VRAM = 1000, O_SLOTS, O_CTX, O_RAM, O_VICTIM, O_EARLY, O_MTP, O_PLE, O_HOT, O_KILL, O_INT, O_MTP_FILE };
+    enum { O_VRAM = 1000, O_SLOTS, O_CTX, O_RAM, O_VICTIM, O_EARLY, O_MTP, O_PLE, O_HOT, O_KILL, O_INT, O_MTP_FILE,
+           O_PROFILE, O_PROFILES, O_HW, O_PINFO, O_PTABLE, O_TOFF };
     static const struct option opts[] = {
         {"vram-budget", required_argument, 0, O_VRAM}, {"ram-budget", required_argument, 0, O_RAM},
         {"vram-slots", required_argument, 0, O_SLOTS},   {"ctx", required_argument, 0, O_CTX},
         {"victim-cache", required_argument, 0, O_VICTIM}, {"early-quota", required_argument, 0, O_EARLY},
         {"mtp-experts", required_argument, 0, O_MTP},    {"hotlist", required_argument, 0, O_HOT},
         {"ple-tier", required_argument, 0, O_PLE},       {"mtp", required_argument, 0, O_MTP_FILE},
+        {"profile", required_argument, 0, O_PROFILE},    {"profiles", required_argument, 0, O_PROFILES},
+        {"hw-file", required_argument, 0, O_HW},         {"profile-info", no_argument, 0, O_PINFO},
+        {"profile-table", no_argument, 0, O_PTABLE},     {"assume-table-off-device", no_argument, 0, O_TOFF},
         /* tests only: a crash (SIGKILL) or a Ctrl-C (SIGINT) in the middle of the unit after N */
         {"test-kill-after-units", required_argument, 0, O_KILL}, {"test-interrupt-after-units", required_argument, 0, O_INT},
         {"quiet", no_argument, 0, 'q'},                   {"help", no_argument, 0, 'h'},
@@ -430,6 +508,12 @@ int main(int argc, char **argv)
             break;
         case O_HOT: r.hotlist_path = optarg; break;
         case O_MTP_FILE: r.mtp_path = optarg; break;
+        case O_PROFILE: r.profile = optarg; break;
+        case O_PROFILES: r.profiles_path = optarg; break;
+        case O_HW: r.hw_file = optarg; break;
+        case O_PINFO: r.profile_info = true; break;
+        case O_PTABLE: r.profile_table = true; break;
+        case O_TOFF: r.table_off_device = true; break;
         case O_KILL: ckpt_set_test_kill(atoi(optarg), SIGKILL); break;
         case O_INT: ckpt_set_test_kill(atoi(optarg), SIGINT); break;
         case 'q': quiet = true; break;
@@ -445,13 +529,23 @@ int main(int argc, char **argv)
         fprintf(stderr, "nebula-prepare: --vram-budget and --vram-slots are two ways to say one thing: give one\n");
         return EXIT_USAGE;
     }
-    if (argc - optind != 2) {
-        fprintf(stderr, "nebula-prepare: expected MODEL.gguf and OUTDIR\n");
+    bool report_only = r.profile_info || r.profile_table;
+    if (r.table_off_device && (!r.profile_table || r.profile)) {
+        fprintf(stderr, "nebula-prepare: --assume-table-off-device is a what-if of --profile-table alone: the CUDA "
+                        "backend holds the n-gram table today, so no placement may assume it away\n");
+        return EXIT_USAGE;
+    }
+    if (r.profile_info && !r.profile) {
+        fprintf(stderr, "nebula-prepare: --profile-info: which profile? (--profile NAME or auto)\n");
+        return EXIT_USAGE;
+    }
+    if (argc - optind != (report_only ? 1 : 2)) {
+        fprintf(stderr, "nebula-prepare: expected MODEL.gguf%s\n", report_only ? " only (--profile-info/-table write nothing)" : " and OUTDIR");
         usage(stderr);
         return EXIT_USAGE;
     }
     r.in_path = argv[optind];
-    r.dir = argv[optind + 1];
+    r.dir = report_only ? NULL : argv[optind + 1];
     progress_setup(quiet);
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
@@ -462,6 +556,14 @@ int main(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "nebula-prepare: %s: %s\n", r.in_path, r.err);
         return EXIT_IO;
+    }
+    if (r.profile || r.profile_table) {
+        rc = apply_profile(&r);
+        if (rc || report_only) {
+            model_close(r.m);
+            if (rc) fprintf(stderr, "nebula-prepare: %s\n", r.err[0] ? r.err : nb_strerror(rc));
+            return rc == 0 ? 0 : rc == NB_EINVAL ? EXIT_USAGE : EXIT_IO;
+        }
     }
     rc = run_parts(&r);
     expert_layout_free(&r.x);

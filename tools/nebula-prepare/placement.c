@@ -162,23 +162,19 @@ static int check_budgets(const struct placement_opts *o, const struct placement_
     return 0;
 }
 
-int placement_build(const struct expert_layout *x, const struct hotlist *h, const struct placement_opts *o,
-                    const struct placement_ids *ids, char **json, char *summary, size_t summary_len, char *err,
-                    size_t errlen)
+int placement_tiers(const struct expert_layout *x, const struct placement_opts *o, const struct placement_ids *ids,
+                    uint32_t *vram, uint32_t *ram, char *err, size_t errlen)
 {
-    *json = NULL;
     int n = x->n_layers;
-    uint32_t E = h->n_expert;
-    for (int l = 0; l < n; l++)
-        if (x->layers[l].n_expert != E || h->n_layers != n || !h->count)
-            return nb_errf(err, errlen, NB_EFORMAT, "placement: the hotlist does not match the expert layout");
+    uint32_t E = n ? x->layers[0].n_expert : 0;
     uint64_t expert_vram;
     int rc = check_budgets(o, ids, &expert_vram, err, errlen);
     if (rc) return rc;
-    uint32_t *vram = calloc((size_t)n, sizeof *vram), *ram = calloc((size_t)n, sizeof *ram);
-    uint32_t *cap = calloc((size_t)n, sizeof *cap), *order = malloc((size_t)E * sizeof *order);
-    double *w = calloc((size_t)n, sizeof *w);
-    if (!vram || !ram || !cap || !order || !w) {
+    memset(vram, 0, (size_t)n * sizeof *vram);
+    memset(ram, 0, (size_t)n * sizeof *ram);
+    uint32_t *cap = calloc((size_t)n + 1, sizeof *cap);
+    double *w = calloc((size_t)n + 1, sizeof *w);
+    if (!cap || !w) {
         rc = nb_errf(err, errlen, NB_ENOMEM, "out of memory");
         goto done;
     }
@@ -211,6 +207,30 @@ int placement_build(const struct expert_layout *x, const struct hotlist *h, cons
     }
     if (o->ram_bytes == BUDGET_ALL) memcpy(ram, cap, (size_t)n * sizeof *ram);
     else share_out(x, cap, w, o->ram_bytes - o->victim_bytes, ram);
+done:
+    free(cap);
+    free(w);
+    return rc;
+}
+
+int placement_build(const struct expert_layout *x, const struct hotlist *h, const struct placement_opts *o,
+                    const struct placement_ids *ids, char **json, char *summary, size_t summary_len, char *err,
+                    size_t errlen)
+{
+    *json = NULL;
+    int n = x->n_layers;
+    uint32_t E = h->n_expert;
+    for (int l = 0; l < n; l++)
+        if (x->layers[l].n_expert != E || h->n_layers != n || !h->count)
+            return nb_errf(err, errlen, NB_EFORMAT, "placement: the hotlist does not match the expert layout");
+    int rc = 0;
+    uint32_t *vram = calloc((size_t)n + 1, sizeof *vram), *ram = calloc((size_t)n + 1, sizeof *ram);
+    uint32_t *order = malloc((size_t)E * sizeof *order + 1);
+    if (!vram || !ram || !order) {
+        rc = nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+        goto done;
+    }
+    if ((rc = placement_tiers(x, o, ids, vram, ram, err, errlen))) goto done;
 
     cJSON *root = cJSON_CreateObject(), *model = cJSON_CreateObject(), *hot = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "format", "nebula.placement/1");
@@ -278,9 +298,7 @@ int placement_build(const struct expert_layout *x, const struct hotlist *h, cons
 done:
     free(vram);
     free(ram);
-    free(cap);
     free(order);
-    free(w);
     return rc;
 }
 

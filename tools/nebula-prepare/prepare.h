@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/model/model.h"
 
@@ -238,9 +239,66 @@ struct placement_ids {      /* what the placement must name */
 int placement_build(const struct expert_layout *x, const struct hotlist *h, const struct placement_opts *o,
                     const struct placement_ids *ids, char **json, char *summary, size_t summary_len, char *err,
                     size_t errlen);
+/* The slots alone: vram[l] and ram[l] experts of each layer (arrays of
+ * x->n_layers), from the budgets as placement_build shares them. */
+int placement_tiers(const struct expert_layout *x, const struct placement_opts *o, const struct placement_ids *ids,
+                    uint32_t *vram, uint32_t *ram, char *err, size_t errlen);
 /* Options recorded in an existing placement.json (fields not found keep
  * their value). Returns 0 if the text parsed. */
 int placement_read_opts(const char *json, struct placement_opts *o);
+
+/* ---------- profile.c: hardware profiles (conf/profiles.tsv) ---------- */
+
+#define PROFILE_MAX 64
+#define PROFILE_COLS 7
+#define PROFILE_CLASS_SHARE 0.95 /* of a class's nominal GiB that counts as reaching it */
+
+struct profile_row {          /* one line of conf/profiles.tsv: a class and its policy */
+    char name[32];
+    double vram_gib, ram_gib; /* the class */
+    int64_t ctx;              /* context wanted (the model's when smaller) */
+    int chunk;                /* prefill chunk wanted */
+    double vram_keep_gib, ram_keep_gib; /* left to the driver and desktop, to the OS and the processes */
+};
+struct profile_table {
+    int n;
+    struct profile_row row[PROFILE_MAX];
+};
+/* What a row means for one model. */
+struct profile_result {
+    const struct profile_row *row;
+    bool fits;                /* false: why says what does not fit */
+    char why[320];
+    uint64_t vram_budget, ram_budget; /* nebula-prepare's --vram-budget, --ram-budget */
+    int64_t ctx;
+    int chunk;
+    bool ple_ssd, has_mtp;
+    uint64_t ple_bytes;       /* the n-gram table (0: none) */
+    uint32_t mtp_vram;        /* the MTP layer's experts in VRAM */
+    char vram_layer[24], ram_layer[24], ssd_layer[24]; /* trunk layers' experts per tier: "N" or "MIN-MAX" */
+    uint64_t vram_fixed;      /* dense weights + reserve */
+    uint64_t vram_used, ram_used; /* + slots; the arena + the table when in RAM */
+    double vram_free, ram_free;   /* the class's size less the use */
+};
+int profile_load(struct profile_table *t, const char *path, char *err, size_t errlen);
+const struct profile_row *profile_find(const struct profile_table *t, const char *name);
+/* The row of the classes the machine reaches (VRAM and RAM rounded down
+ * separately); NB_EINVAL with the GiB missing when it reaches none. */
+int profile_pick(const struct profile_table *t, uint64_t vram_bytes, uint64_t ram_bytes, const struct profile_row **out,
+                 char *err, size_t errlen);
+/* table_off_device: a what-if for planning, the n-gram table not counted on
+ * the device (the CUDA backend uploads it today, so no placement may use it). */
+int profile_compute(const struct profile_row *row, const struct model *m, const struct expert_layout *x,
+                    const struct ple_layout *ple, bool table_off_device, struct profile_result *out, char *err,
+                    size_t errlen);
+void profile_print_header(FILE *f);
+void profile_print_row(FILE *f, const struct profile_result *p);
+/* key=value lines, for the installer. */
+void profile_print_info(FILE *f, const struct profile_result *p);
+/* The hardware of a file of key=value lines (gpu_vram_mib, ram_mib), or of
+ * this machine (/proc/meminfo, nvidia-smi: the GPU with the most memory). */
+int profile_hw_read(const char *path, uint64_t *vram_bytes, uint64_t *ram_bytes, char *err, size_t errlen);
+int profile_hw_detect(uint64_t *vram_bytes, uint64_t *ram_bytes, char *err, size_t errlen);
 
 /* ---------- manifest.c: identity of the input ---------- */
 

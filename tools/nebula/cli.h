@@ -90,6 +90,9 @@ int cmd_logits(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_hotlist(int argc, char **argv);
 int cmd_config(int argc, char **argv); /* config.c: nebula config get KEY */
+/* start.c: deploy/start.sh and deploy/stop.sh of this checkout, and the browser. */
+int cmd_start(int argc, char **argv);
+int cmd_stop(int argc, char **argv);
 /* config.c: nebula.conf's model.path, engine.threads, prefill_chunk, ctx,
  * kernels and backend (auto: cpu here) as o's defaults, before the flags;
  * argv's --config FILE names the file.  CLI_USAGE with a message on a bad file. */

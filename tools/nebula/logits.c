@@ -47,7 +47,8 @@ static int write_rows(void *ctx, const float *logits, int n_rows, int64_t n_voca
 int cmd_logits(int argc, char **argv)
 {
     static const struct option opts[] = {COMMON_OPTS, {"tokens-file", required_argument, 0, 'f'},
-                                         {"out", required_argument, 0, 'o'}, {0, 0, 0, 0}};
+                                         {"out", required_argument, 0, 'o'}, {"backend", required_argument, 0, 'B'},
+                                         {0, 0, 0, 0}};
     struct cli_common o = {0};
     const char *tokens = NULL, *out = NULL;
     bool help = false;
@@ -56,12 +57,20 @@ int cmd_logits(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "m:o:h", opts, NULL)) != -1) {
         if (c == 'f') tokens = optarg;
         else if (c == 'o') out = optarg;
-        else if (parse_common(c, &o, &help)) return CLI_USAGE;
+        else if (c == 'B') {
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+                fprintf(stderr, "nebula: --backend takes cpu or cuda, got '%s'\n", optarg);
+                return CLI_USAGE;
+            }
+            o.backend = optarg;
+        } else if (parse_common(c, &o, &help)) return CLI_USAGE;
     }
     if (help || !tokens || !out || optind < argc) {
         fprintf(help ? stdout : stderr,
                 "usage: nebula logits -m MODEL --tokens-file F --out OUT.f32 [--chunk N] [--threads N] [--ctx N] [--mtp FILE]\n"
-                "Writes the logits of every position, float32 little-endian, row-major [tokens x vocab].\n");
+                "                     [--backend cpu|cuda]\n"
+                "Writes the logits of every position, float32 little-endian, row-major [tokens x vocab],\n"
+                "computed by the CPU reference (default) or the CUDA backend (the whole model on the GPU).\n");
         return help ? CLI_OK : CLI_USAGE;
     }
     struct cli_model cm;
