@@ -160,14 +160,17 @@ int api_tool_parse_block(const char *s, size_t n, const struct api_tool *tools, 
         p = ve + LEN(par_close);
         if (v < ve && *v == '\n') v++;
         if (ve > v && ve[-1] == '\n') ve--;
-        char key[129], *val = strndup(v, (size_t)(ve - v));
+        /* The text is a piece of a larger buffer, not NUL-terminated: copied by length. */
+        const size_t vn = (size_t)(ve - v);
+        char key[129], *val = malloc(vn + 1);
         snprintf(key, sizeof key, "%.*s", (int)(pg - pn), pn);
         if (!val) {
             rc = NB_ENOMEM;
             break;
         }
-        if (strlen(val) != (size_t)(ve - v) || cJSON_GetObjectItemCaseSensitive(args, key)) {
-            rc = nb_errf(err, errlen, NB_EFORMAT, strlen(val) != (size_t)(ve - v) ? "a NUL byte in <parameter=%s>" : "<parameter=%s> is given twice", key);
+        memcpy(val, v, vn), val[vn] = 0;
+        if (memchr(v, 0, vn) || cJSON_GetObjectItemCaseSensitive(args, key)) {
+            rc = nb_errf(err, errlen, NB_EFORMAT, memchr(v, 0, vn) ? "a NUL byte in <parameter=%s>" : "<parameter=%s> is given twice", key);
             free(val);
             break;
         }

@@ -328,6 +328,7 @@ Test(api_request, nul_and_invalid_utf8_name_the_param)
     api_request_free(&r);
     cr_assert_eq(parse(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000\"}]}", &r, &e), 400);
     cr_expect(strstr(e.message, "NUL"), "%s", e.message);
+    api_request_free(&r);
 }
 
 Test(api_request, numbers_in_messages_are_integers)
@@ -336,8 +337,10 @@ Test(api_request, numbers_in_messages_are_integers)
     struct api_error e;
     cr_assert_eq(parse(API_CHAT, "{" HI ",\"max_tokens\":99999999}", &r, &e), 400);
     cr_expect(strstr(e.message, "99999999") && strstr(e.message, "16777216") && !strstr(e.message, "e+"), "%s", e.message);
+    api_request_free(&r);
     cr_assert_eq(parse(API_CHAT, "{" HI ",\"temperature\":2.25}", &r, &e), 400);
     cr_expect(strstr(e.message, "2.25") && strstr(e.message, "[0, 2]"), "%s", e.message);
+    api_request_free(&r);
 }
 
 /* ---------- logprobs ---------- */
