@@ -216,8 +216,7 @@ struct api_toolscan {
     bool in_call, failed, strip_lead;
     int n_calls;
     char error[200];
-    char *held;
-    size_t n_held, cap;
+    struct api_buf buf;  /* text not emitted yet */
 };
 void api_toolscan_init(struct api_toolscan *t, const struct api_tool *tools, int n_tools, bool parallel);
 /* 0, 1 (the one call parallel_tool_calls:false allows is complete: stop), or an error. */

@@ -200,6 +200,14 @@ static int anthropic_message(const cJSON *m, int i, cJSON *msgs, struct api_erro
     return rc;
 }
 
+/* tools[i] is an object with only the keys kk (its path into p). */
+static int tool_at(const cJSON *t, int i, const char *const *kk, char *p, size_t pn, struct api_error *e)
+{
+    snprintf(p, pn, "tools[%d]", i);
+    if (!cJSON_IsObject(t)) return bad(e, p, "invalid_type", "must be an object");
+    return unknown_key(t, p, kk, e);
+}
+
 static int anthropic_tools(const cJSON *root, cJSON *chat, struct api_error *e)
 {
     const cJSON *ts = get(root, "tools"), *tc = get(root, "tool_choice");
@@ -209,10 +217,8 @@ static int anthropic_tools(const cJSON *root, cJSON *chat, struct api_error *e)
         int i = 0;
         for (const cJSON *t = ts->child; t; t = t->next, i++) {
             char p[64];
-            snprintf(p, sizeof p, "tools[%d]", i);
             static const char *const kk[] = {"name", "description", "input_schema", "type", "cache_control", NULL};
-            if (!cJSON_IsObject(t)) return bad(e, p, "invalid_type", "must be an object");
-            int rc = unknown_key(t, p, kk, e);
+            int rc = tool_at(t, i, kk, p, sizeof p, e);
             if (rc) return rc;
             const cJSON *type = get(t, "type"), *name = get(t, "name"), *schema = get(t, "input_schema");
             if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "custom")))
@@ -418,13 +424,12 @@ static int responses_tools(const cJSON *root, cJSON *chat, struct api_error *e)
         int i = 0;
         for (const cJSON *t = ts->child; t; t = t->next, i++) {
             char p[64];
-            snprintf(p, sizeof p, "tools[%d]", i);
             static const char *const kk[] = {"type", "name", "description", "parameters", "strict", NULL};
-            if (!cJSON_IsObject(t)) return bad(e, p, "invalid_type", "must be an object");
             const cJSON *type = get(t, "type"), *name = get(t, "name");
-            if (!cJSON_IsString(type) || strcmp(type->valuestring, "function"))
-                return api_errorf(e, 400, "invalid_request_error", p, "unsupported_parameter", "'%s': only function tools are served", p);
-            int rc = unknown_key(t, p, kk, e);
+            if (cJSON_IsObject(t) && (!cJSON_IsString(type) || strcmp(type->valuestring, "function")))
+                return snprintf(p, sizeof p, "tools[%d]", i),
+                       api_errorf(e, 400, "invalid_request_error", p, "unsupported_parameter", "'%s': only function tools are served", p);
+            int rc = tool_at(t, i, kk, p, sizeof p, e);
             if (rc) return rc;
             if (!cJSON_IsString(name)) return bad(e, p, "invalid_type", "needs a string \"name\"");
             if (cJSON_IsTrue(get(t, "strict")))

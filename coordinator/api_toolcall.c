@@ -203,22 +203,18 @@ void api_toolscan_init(struct api_toolscan *t, const struct api_tool *tools, int
     t->tools = tools, t->n_tools = n_tools, t->parallel = parallel;
 }
 
-void api_toolscan_free(struct api_toolscan *t)
-{
-    free(t->held);
-    t->held = NULL, t->n_held = t->cap = 0;
-}
+void api_toolscan_free(struct api_toolscan *t) { api_buf_free(&t->buf); }
 
 static void consume(struct api_toolscan *t, size_t n)
 {
-    memmove(t->held, t->held + n, t->n_held - n);
-    t->n_held -= n;
+    memmove(t->buf.p, t->buf.p + n, t->buf.n - n);
+    t->buf.n -= n;
 }
 
 /* The end of the block that held starts with (just past its </tool_call>), or 0. */
 static size_t block_end(const struct api_toolscan *t)
 {
-    const char *s = t->held, *end = s + t->n_held;
+    const char *s = t->buf.p, *end = s + t->buf.n;
     for (const char *q = s; (q = memmem(q, (size_t)(end - q), call_close, LEN(call_close))); q++) {
         const char *b = q;
         while (b > s && isspace((unsigned char)b[-1])) b--;
@@ -230,39 +226,32 @@ static size_t block_end(const struct api_toolscan *t)
 /* Length of the longest proper suffix of held that is a prefix of "<tool_call>". */
 static size_t partial_open(const struct api_toolscan *t)
 {
-    for (size_t k = LEN(call_open) - 1 < t->n_held ? LEN(call_open) - 1 : t->n_held; k > 0; k--)
-        if (!memcmp(t->held + t->n_held - k, call_open, k)) return k;
+    for (size_t k = LEN(call_open) - 1 < t->buf.n ? LEN(call_open) - 1 : t->buf.n; k > 0; k--)
+        if (!memcmp(t->buf.p + t->buf.n - k, call_open, k)) return k;
     return 0;
 }
 
 int api_toolscan_push(struct api_toolscan *t, const char *s, size_t n, api_emit_fn content, api_call_fn call, void *ctx)
 {
-    if (t->n_held + n + 1 > t->cap) {
-        size_t cap = (t->n_held + n + 1) * 2;
-        char *p = realloc(t->held, cap);
-        if (!p) return NB_ENOMEM;
-        t->held = p, t->cap = cap;
-    }
-    memcpy(t->held + t->n_held, s, n);
-    t->n_held += n;
+    if (api_buf_add(&t->buf, s, n)) return NB_ENOMEM;
     for (;;) {
         if (t->failed) { /* malformed: the rest is content */
-            int rc = t->n_held ? content(ctx, false, t->held, t->n_held) : 0;
-            t->n_held = 0;
+            int rc = t->buf.n ? content(ctx, false, t->buf.p, t->buf.n) : 0;
+            t->buf.n = 0;
             return rc;
         }
         if (t->strip_lead) {
             size_t k = 0;
-            while (k < t->n_held && isspace((unsigned char)t->held[k])) k++;
+            while (k < t->buf.n && isspace((unsigned char)t->buf.p[k])) k++;
             consume(t, k);
-            if (!t->n_held) return 0;
+            if (!t->buf.n) return 0;
             t->strip_lead = false;
         }
         if (!t->in_call) {
-            const char *open = t->n_held >= LEN(call_open) ? memmem(t->held, t->n_held, call_open, LEN(call_open)) : NULL;
-            size_t out = open ? (size_t)(open - t->held) : t->n_held - partial_open(t), e = out;
-            while (e > 0 && isspace((unsigned char)t->held[e - 1])) e--; /* blanks before a call are dropped; held until known */
-            int rc = e ? content(ctx, false, t->held, e) : 0;
+            const char *open = t->buf.n >= LEN(call_open) ? memmem(t->buf.p, t->buf.n, call_open, LEN(call_open)) : NULL;
+            size_t out = open ? (size_t)(open - t->buf.p) : t->buf.n - partial_open(t), e = out;
+            while (e > 0 && isspace((unsigned char)t->buf.p[e - 1])) e--; /* blanks before a call are dropped; held until known */
+            int rc = e ? content(ctx, false, t->buf.p, e) : 0;
             if (rc) return rc;
             consume(t, open ? out : e);
             if (!open) return 0;
@@ -273,7 +262,7 @@ int api_toolscan_push(struct api_toolscan *t, const char *s, size_t n, api_emit_
         if (!be) return 0;
         struct api_call c;
         char err[160];
-        int rc = api_tool_parse_block(t->held, be, t->tools, t->n_tools, &c, err, sizeof err);
+        int rc = api_tool_parse_block(t->buf.p, be, t->tools, t->n_tools, &c, err, sizeof err);
         if (rc == NB_ENOMEM) return rc;
         if (rc) {
             t->failed = true;
@@ -284,7 +273,7 @@ int api_toolscan_push(struct api_toolscan *t, const char *s, size_t n, api_emit_
         t->in_call = false, t->strip_lead = true;
         t->n_calls++;
         if ((rc = call(ctx, &c))) return api_call_free(&c), rc;
-        if (!t->parallel) return t->n_held = 0, 1; /* what follows the one call is dropped */
+        if (!t->parallel) return t->buf.n = 0, 1; /* what follows the one call is dropped */
     }
 }
 
@@ -294,7 +283,7 @@ int api_toolscan_finish(struct api_toolscan *t, api_emit_fn content, void *ctx)
         t->failed = true;
         snprintf(t->error, sizeof t->error, "tool call %d is malformed: the generation ended inside its <tool_call> block", t->n_calls + 1);
     }
-    int rc = t->n_held ? content(ctx, false, t->held, t->n_held) : 0;
-    t->n_held = 0;
+    int rc = t->buf.n ? content(ctx, false, t->buf.p, t->buf.n) : 0;
+    t->buf.n = 0;
     return rc;
 }
