@@ -102,7 +102,7 @@ struct api_request {
     bool parallel_tool_calls;   /* default true; false: the generation ends after the first call */
     char *script;               /* `nebula_test_script`: the text to emit instead of the model's (coordinator --test-hooks) */
     enum api_dialect dialect;
-    bool thinking_set;          /* Anthropic `thinking` given (else: off, Anthropic's default) */
+    long long think_budget;     /* reasoning tokens at most, then the server closes the think block (0: none) */
     bool logprobs;              /* chat `logprobs: true`, completions `logprobs: k` */
     int top_logprobs;           /* 0-20 alternatives a token */
 };
@@ -237,6 +237,7 @@ struct api_job {
     bool parallel_calls;
     char *forced;         /* the forced opening of a call, already in the prompt: the text starts with it */
     bool logprobs;        /* the rows come back (no argmax shortcut): an api_logprob per token */
+    long long think_budget; /* reasoning tokens at most (0: none): then the think block is closed (api_run.c) */
     int top_logprobs;
     long long max_tokens;
     struct sampling_params sp;

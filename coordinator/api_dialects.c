@@ -313,6 +313,7 @@ static cJSON *messages_to_chat(const cJSON *root, struct api_error *e)
              copy(chat, "stop", root, "stop_sequences") | copy(chat, "model", root, "model") |
              copy(chat, "nebula_test_script", root, "nebula_test_script");
     cJSON_AddBoolToObject(chat, "think", think);
+    if (think) cJSON_AddNumberToObject(chat, "think_budget", get(th, "budget_tokens")->valuedouble);
     if (rc) return cJSON_Delete(chat), oom(e), NULL;
     return chat;
 }

@@ -418,6 +418,7 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
         j->parallel_calls = r.parallel_tool_calls;
     }
     j->logprobs = r.logprobs, j->top_logprobs = r.top_logprobs;
+    j->think_budget = j->think_split ? r.think_budget : 0;
     j->t_arrival = now_s();
     struct gen_info g = {.kind = kind, .created = (double)time(NULL), .accuracy_level = r.accuracy_level,
                          .include_usage = r.include_usage, .think = j->think_split};

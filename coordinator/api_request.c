@@ -80,7 +80,7 @@ static const char *const chat_fields[] = {
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
     "presence_penalty", "frequency_penalty", "seed", "stop", "stream", "stream_options", "n", "think",
     "chat_template_kwargs", "accuracy_level", "context_length", "prefill_chunk", "ignore_eos", "response_format",
-    "tools", "tool_choice", "parallel_tool_calls", "logprobs", "top_logprobs", "user", "logit_bias", "nebula_test_script", NULL};
+    "tools", "tool_choice", "parallel_tool_calls", "logprobs", "top_logprobs", "user", "logit_bias", "nebula_test_script", "think_budget", NULL};
 static const char *const completion_fields[] = {
     "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
     "seed", "stop", "stream", "stream_options", "n", "think", "chat_template_kwargs", "accuracy_level", "context_length",
@@ -383,6 +383,12 @@ static int parse_generation(const cJSON *root, struct api_request *r, struct api
         return api_errorf(e, 400, "invalid_request_error", "nebula_test_script", "invalid_type", "'nebula_test_script' must be a non-empty string");
     if (script && !(r->script = strdup(script->valuestring))) return oom(e);
     if ((rc = parse_logprobs(root, r, e))) return rc;
+    if (r->kind != API_COMPLETION) {
+        if ((rc = number(root, "think_budget", 1, API_MAX_TOKENS_LIMIT, true, &x, e)) > 1) return rc;
+        if (rc && !r->think)
+            return api_errorf(e, 400, "invalid_request_error", "think_budget", "invalid_value", "'think_budget' needs thinking on");
+        if (rc) r->think_budget = (long long)x;
+    }
     return refuse_unserved(root, e);
 }
 

@@ -81,6 +81,15 @@ struct run_ctx {
     bool started;
     bool text_stop;     /* a stop string matched */
     bool script_end;    /* nebula_test_script's last token was emitted */
+    /* think_budget: after that many reasoning tokens the think block is closed by the server
+     * ("\n</think>\n\n") and the answer continues in a second request (a leg) from there. */
+    long long think_tokens;  /* reasoning tokens so far */
+    bool budget_hit;         /* this leg ended at the budget */
+    bool chained;            /* this is the leg after the close */
+    long long base;          /* the model's tokens of earlier legs: a leg's token i is the job's base + i */
+    long long forced;        /* tokens the server wrote (the close): counted in completion_tokens */
+    double prompt_s;         /* the first leg's prefill */
+    int32_t *leg_ids;        /* the second leg's prompt (owned) */
     bool cancelled;
     int fail;           /* out of memory while appending */
 };
@@ -121,6 +130,7 @@ static int on_start(void *ctx)
 {
     struct run_ctx *r = ctx;
     struct api *a = r->a;
+    if (r->chained) return 0; /* the second leg: the job is running already */
     pthread_mutex_lock(&a->mu);
     a->waiting--;
     a->running = r->j;
@@ -138,6 +148,7 @@ static int on_prefill(void *ctx, size_t done, size_t total)
 {
     struct run_ctx *r = ctx;
     (void)total; /* the job's n_ids */
+    if (r->chained) return 0; /* the second leg's prefill is not the prompt's progress */
     pthread_mutex_lock(&r->a->mu);
     r->j->prefill_done = done;
     r->cancelled = cancelled_locked(r);
@@ -149,6 +160,7 @@ static int on_prefill(void *ctx, size_t done, size_t total)
 static int on_token(void *ctx, long long i, int32_t id)
 {
     struct run_ctx *r = ctx;
+    i += r->base; /* the job's index */
     if (i < r->seen) return 0;
     r->seen = i + 1;
     if (r->j->script) { /* --test-hooks: the scripted text instead of the model's */
@@ -162,14 +174,17 @@ static int on_token(void *ctx, long long i, int32_t id)
     char err[128];
     if (tok_decoder_push(r->dec, id, &t, &tl, err, sizeof err)) tl = 0; /* an id outside the vocabulary: no text */
     pthread_mutex_lock(&r->a->mu);
-    r->j->completion_tokens = r->seen;
+    r->j->completion_tokens = r->seen + r->forced;
+    bool thinking = r->text.reasoning;
     int rc = tl ? api_text_push(&r->text, t, tl, emit, r) : 0;
+    if (thinking && r->j->think_budget && !r->chained && ++r->think_tokens >= r->j->think_budget && r->text.reasoning && !rc)
+        r->budget_hit = true;
     if (rc == 1) r->text_stop = true;
     else if (rc) r->fail = rc;
     r->cancelled = cancelled_locked(r);
     pthread_cond_broadcast(&r->a->cv);
     pthread_mutex_unlock(&r->a->mu);
-    return r->text_stop || r->script_end || r->cancelled || r->fail;
+    return r->text_stop || r->script_end || r->budget_hit || r->cancelled || r->fail;
 }
 
 static void finish(struct coord *c, struct api_job *j, const char *finish_reason, const struct api_error *e, bool cancelled)
@@ -198,9 +213,47 @@ static void finish(struct coord *c, struct api_job *j, const char *finish_reason
 static void free_ctx(struct run_ctx *r)
 {
     tok_decoder_free(r->dec);
+    free(r->leg_ids);
     api_text_free(&r->text);
     api_toolscan_free(&r->scan);
     free(r);
+}
+
+static const struct coord_request_ops job_ops;
+
+/* The reasoning reached think_budget: the server closes the think block (the
+ * text goes through the filter as if the model wrote it) and the answer
+ * continues in a second request whose prompt is the first one's, what was
+ * generated, and the close.  0: the leg is queued (its on_done ends the
+ * job); else the job ends here with what it has. */
+static int next_leg(struct run_ctx *r, const struct gen_result *res)
+{
+    static const char close_think[] = "\n</think>\n\n";
+    struct api_job *j = r->j;
+    int32_t *close = NULL;
+    size_t n_close = 0;
+    char err[256];
+    if (!res) return -1;
+    long long made = res->made, left = j->max_tokens - made;
+    if (tok_encode_alloc(r->c->tok, close_think, sizeof close_think - 1, true, &close, &n_close, err, sizeof err)) return NB_ENOMEM;
+    left -= (long long)n_close;
+    size_t n = j->n_ids + (size_t)made + n_close;
+    if (left < 1 || !(r->leg_ids = malloc(n * sizeof *r->leg_ids))) return free(close), -1; /* no room for an answer: it ends as length */
+    memcpy(r->leg_ids, j->ids, j->n_ids * sizeof *j->ids);
+    memcpy(r->leg_ids + j->n_ids, res->ids, (size_t)made * sizeof *res->ids);
+    memcpy(r->leg_ids + j->n_ids + made, close, n_close * sizeof *close);
+    free(close);
+    pthread_mutex_lock(&r->a->mu);
+    int trc = api_text_push(&r->text, close_think, sizeof close_think - 1, emit, r);
+    r->forced = (long long)n_close;
+    j->completion_tokens = made + r->forced;
+    pthread_mutex_unlock(&r->a->mu);
+    if (trc) return trc;
+    nb_log("http job: thinking reached its budget of %lld tokens: closed, the answer continues (%zu tokens of prompt)", j->think_budget, n);
+    r->base = made, r->budget_hit = false, r->chained = true;
+    struct coord_request_spec spec = {.ids = r->leg_ids, .n = n, .sp = j->sp, .budget = left, .chunk = j->chunk,
+                                      .ignore_stop = j->ignore_eos, .want_logits = j->logprobs};
+    return coord_request_submit(r->c, &spec, &job_ops, r, err, sizeof err);
 }
 
 static void on_done(void *ctx, const struct coord_outcome *o)
@@ -218,6 +271,9 @@ static void on_done(void *ctx, const struct coord_outcome *o)
     const struct gen_result *res = o->res;
     long long made = res ? res->made : 0;
     int rc = o->rc && !o->cancelled;
+    if (!r->chained) r->prompt_s = res ? res->prompt_s : 0;
+    if (!rc && !r->cancelled && !r->fail && r->budget_hit && next_leg(r, res) == 0) return;
+    made += r->base + r->forced;
     if (rc) {
         nb_log("http job failed: %s", o->err);
         api_errorf(&e, 503, "server_error", NULL, "worker_failure", "the generation failed: %s", o->err);
@@ -239,7 +295,7 @@ static void on_done(void *ctx, const struct coord_outcome *o)
     }
     if (r->fail) api_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
     double now = coord_now();
-    j->prompt_ms = res ? res->prompt_s * 1e3 : 0;
+    j->prompt_ms = r->prompt_s * 1e3;
     j->ttft_ms = r->t_first > 0 ? (r->t_first - j->t_arrival) * 1e3 : 0;
     j->decode_ms = r->t_first > 0 ? (r->t_last - r->t_first) * 1e3 : 0;
     bool stopped = r->text_stop || r->script_end || (res && !strcmp(res->why, "stop token"));
@@ -258,6 +314,7 @@ static void on_logits(void *ctx, long long i, int32_t id, const float *row)
 {
     struct run_ctx *r = ctx;
     struct api_job *j = r->j;
+    i += r->base;
     if (i < (long long)j->n_lp) return; /* a retried run replays the same tokens */
     if (j->script) id = i < (long long)j->n_script ? j->script[i] : 0; /* the scripted token's probability */
     struct api_logprob lp;

@@ -343,6 +343,29 @@ Test(api_request, numbers_in_messages_are_integers)
     api_request_free(&r);
 }
 
+Test(api_request, think_budget_and_anthropic_thinking)
+{
+    struct api_request r;
+    struct api_error e;
+    cr_assert_eq(parse(API_CHAT, "{" HI ",\"think_budget\":64}", &r, &e), 0, "%s", e.message);
+    cr_expect_eq(r.think_budget, 64);
+    api_request_free(&r);
+    expect_error(API_CHAT, "{" HI ",\"think\":false,\"think_budget\":64}", "think_budget", "invalid_value");
+    expect_error(API_CHAT, "{" HI ",\"think_budget\":0}", "think_budget", "invalid_value");
+    const char *m = "{\"max_tokens\":4096,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":2048},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    cr_assert_eq(api_parse_any(API_MESSAGES, m, strlen(m), &r, &e), 0, "%s", e.message);
+    cr_expect(r.think && r.think_budget == 2048 && r.kind == API_CHAT && r.dialect == API_ANTHROPIC);
+    api_request_free(&r);
+    const char *off = "{\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    cr_assert_eq(api_parse_any(API_MESSAGES, off, strlen(off), &r, &e), 0, "%s", e.message);
+    cr_expect(!r.think && !r.think_budget, "Anthropic: no thinking unless enabled");
+    api_request_free(&r);
+    const char *small = "{\"max_tokens\":4096,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":100},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    cr_assert_eq(api_parse_any(API_MESSAGES, small, strlen(small), &r, &e), 400);
+    cr_expect_str_eq(e.param, "thinking.budget_tokens");
+    api_request_free(&r);
+}
+
 /* ---------- logprobs ---------- */
 
 Test(api_logprobs, log_softmax_and_the_best_k)

@@ -147,10 +147,32 @@ def test_malformed():
     alive("malformed tool calls")
 
 
+def test_think_budget():
+    """think_budget: after N reasoning tokens the server closes the think block and the answer goes on
+    from there (a second leg); the closing tokens count in usage."""
+    script = "alpha beta gamma delta epsilon zeta eta theta"
+    body = {"messages": ASK, "max_tokens": 80, "temperature": 0, "nebula_test_script": script}
+    st, free = jcall("POST", "/v1/chat/completions", body)
+    st, d = jcall("POST", "/v1/chat/completions", dict(body, think_budget=3))
+    m, fm = d["choices"][0]["message"], free["choices"][0]["message"]
+    check(st == 200 and fm["reasoning_content"] == script and fm["content"] == "", f"without a budget the script is all thinking: {fm}")
+    check(m["reasoning_content"] and m["reasoning_content"] + m["content"] == script and len(m["reasoning_content"]) < 6,
+          f"think_budget 3: the thinking is cut after 3 tokens, the rest is the answer: {m}")
+    check(d["usage"]["completion_tokens"] > free["usage"]["completion_tokens"], f"the server's close counts: {d['usage']} vs {free['usage']}")
+    status, ctype, ev = stream("/v1/chat/completions", dict(body, think_budget=3, stream=True))
+    content, reasoning, calls, finish, last = rebuild(ev)
+    check(reasoning == m["reasoning_content"] and content == m["content"] and finish == "stop", f"streamed the same: {reasoning!r} {content!r}")
+    check(sum(1 for k, e in ev if k == "comment" and e.startswith(": prefill")) >= 1 and
+          all(e != ": prefill 0/0" for k, e in ev if k == "comment"), "the second leg's prefill is not reported as the prompt's")
+    st, d = jcall("POST", "/v1/chat/completions", dict(body, think_budget=3, think=False))
+    check(st == 400 and d["error"]["param"] == "think_budget", f"think_budget without thinking: 400 {st}")
+
+
 def main(tmp):
     test_calls()
     test_choices()
     test_malformed()
+    test_think_budget()
 
 
 if __name__ == "__main__":

@@ -57,6 +57,12 @@ check(tf.stop_reason === "tool_use" && tf.content[0].type === "tool_use" && tf.c
 const th = await anthropic.messages.create({ model: "m", max_tokens: 2000, thinking: { type: "enabled", budget_tokens: 1024 }, messages: user, nebula_test_script: "let me think\n</think>\n\nHi there" });
 check(th.content[0].type === "thinking" && th.content[0].thinking === "let me think" && th.content[1].type === "text" && th.content[1].text === "Hi there",
   `thinking block then text: ${JSON.stringify(th.content)}`);
+// budget_tokens is enforced: after 1024 thinking tokens the block is closed and the answer follows.
+const long = "a".repeat(1500);
+const tb = await anthropic.messages.create({ model: "m", max_tokens: 3000, thinking: { type: "enabled", budget_tokens: 1024 }, messages: user, nebula_test_script: long });
+const tbThink = tb.content.find((b) => b.type === "thinking"), tbText = tb.content.find((b) => b.type === "text");
+check(tbThink && tbText && tbThink.thinking.length > 0 && tbThink.thinking.length < 1500 && tbThink.thinking + tbText.text === long,
+  `budget_tokens 1024: thinking ${tbThink?.thinking.length} characters, then the answer ${tbText?.text.length}`);
 const sq = await anthropic.messages.create({ model: "m", max_tokens: 50, stop_sequences: ["STOP"], messages: user, nebula_test_script: "hello STOP world" });
 check(sq.stop_reason === "stop_sequence" && sq.stop_sequence === "STOP" && sq.content[0].text === "hello ", `stop_sequence: ${JSON.stringify(sq)}`);
 const rt = await anthropic.messages.create({ model: "m", max_tokens: 4, tools: [weather], messages: [
