@@ -95,6 +95,7 @@ struct coord {
     char placement_path[PATH_MAX]; /* "" without --prepared: every expert local */
     int threads;
     int chunk;                     /* prefill tokens per step message */
+    int stream_rows;               /* configure's stream_rows (engine.prefill_stream_rows) */
     /* the gpu-worker's and cpu-moe-worker's compute settings, sent in their
      * configure (core/ctl/worker.h; docs/RUNNING.md has the flags) */
     const char *backend;           /* --backend: "cpu" or "cuda" ("auto", the default, resolved at start) */
