@@ -181,7 +181,7 @@ $(BUILD)/bin/nebula-ssd-pager: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard ssd-pa
 # The HTTP API links libmicrohttpd; its pure parts (coordinator/api_request.c,
 # api_text.c) are also linked into the tests/api/ suites and fuzz_api_request.
 MHD_LIBS := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
-API_PURE_SRCS := coordinator/api_request.c coordinator/api_text.c coordinator/api_tools.c coordinator/api_toolcall.c coordinator/api_logprobs.c coordinator/api_dialects.c coordinator/api_error.c
+API_PURE_SRCS := coordinator/api_request.c coordinator/api_text.c coordinator/api_format.c coordinator/api_tools.c coordinator/api_toolcall.c coordinator/api_logprobs.c coordinator/api_dialects.c coordinator/api_error.c
 $(BUILD)/bin/nebula-coordinator: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard coordinator/*.c)) $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(filter %.o,$^) $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BIN) $(MHD_LIBS) -o $@

@@ -28,6 +28,7 @@
 
 #include "core/chat/chat.h"
 #include "core/conf/conf.h"
+#include "core/grammar/grammar.h"
 #include "core/sampling/sampling.h"
 
 #define API_MAX_STOP 4
@@ -105,6 +106,8 @@ struct api_request {
     long long think_budget;     /* reasoning tokens at most, then the server closes the think block (0: none) */
     bool logprobs;              /* chat `logprobs: true`, completions `logprobs: k` */
     int top_logprobs;           /* 0-20 alternatives a token */
+    gram_grammar *grammar;      /* response_format json_object / json_schema (api_format.c); NULL: free text */
+    char *grammar_key;          /* "json_object" or "json_schema:" + the schema's JSON text: the coordinator's cache key */
 };
 
 /* Parses body (len bytes, no NUL needed) as a request of this kind.  0, or
@@ -118,6 +121,10 @@ typedef cJSON *(*api_translate_fn)(const cJSON *root, struct api_error *e);
 /* api_parse_request for a body that translate turns into a chat body (r->kind is then API_CHAT). */
 int api_parse_translated(enum api_kind kind, const char *body, size_t len, api_translate_fn translate, struct api_request *r,
                          struct api_error *e);
+/* api_format.c: `response_format` → r->grammar (NULL for none or "text").
+ * 0, or the error's HTTP status (400 naming the schema keyword at fault, 500). */
+int api_parse_format(const cJSON *root, struct api_request *r, struct api_error *e);
+void api_format_free(struct api_request *r);
 
 /* ---------- generated text → reasoning / content (api_text.c) ---------- */
 
@@ -244,6 +251,8 @@ struct api_job {
     int chunk;            /* prefill tokens per step */
     bool think_split;     /* chat with think on: text starts as reasoning */
     bool ignore_eos;
+    gram_grammar *grammar; /* structured output (owned), or NULL */
+    char *grammar_key;     /* its key (owned): api_request's */
     char *stop[API_MAX_STOP];
     int n_stop;
     double t_arrival;

@@ -106,6 +106,7 @@ void api_job_release(struct api *a, struct api_job *j)
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     api_buf_free(&j->reasoning);
     api_buf_free(&j->content);
+    gram_free(j->grammar), free(j->grammar_key);
     free(j);
 }
 
@@ -419,6 +420,7 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     }
     j->logprobs = r.logprobs, j->top_logprobs = r.top_logprobs;
     j->think_budget = j->think_split ? r.think_budget : 0;
+    j->grammar = r.grammar, r.grammar = NULL, j->grammar_key = r.grammar_key, r.grammar_key = NULL;
     j->t_arrival = now_s();
     struct gen_info g = {.kind = kind, .created = (double)time(NULL), .accuracy_level = r.accuracy_level,
                          .include_usage = r.include_usage, .think = j->think_split};

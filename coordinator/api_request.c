@@ -84,7 +84,8 @@ static const char *const chat_fields[] = {
 static const char *const completion_fields[] = {
     "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
     "seed", "stop", "stream", "stream_options", "n", "think", "chat_template_kwargs", "accuracy_level", "context_length",
-    "prefill_chunk", "ignore_eos", "logprobs", "echo", "best_of", "suffix", "user", "logit_bias", "nebula_test_script", NULL};
+    "prefill_chunk", "ignore_eos", "logprobs", "echo", "best_of", "suffix", "user", "logit_bias", "nebula_test_script",
+    "response_format", NULL};
 static const char *const tokenize_fields[] = {"model", "text", "messages", "think", "chat_template_kwargs", "tools", "tool_choice",
                                               "parallel_tool_calls", NULL};
 /* OpenAI fields this server does not implement: any value but the harmless
@@ -389,6 +390,7 @@ static int parse_generation(const cJSON *root, struct api_request *r, struct api
             return api_errorf(e, 400, "invalid_request_error", "think_budget", "invalid_value", "'think_budget' needs thinking on");
         if (rc) r->think_budget = (long long)x;
     }
+    if ((rc = api_parse_format(root, r, e))) return rc;
     return refuse_unserved(root, e);
 }
 
@@ -499,5 +501,6 @@ void api_request_free(struct api_request *r)
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->model);
     free(r->prompt);
+    api_format_free(r);
     memset(r, 0, sizeof *r);
 }

@@ -251,8 +251,10 @@ static int next_leg(struct run_ctx *r, const struct gen_result *res)
     if (trc) return trc;
     nb_log("http job: thinking reached its budget of %lld tokens: closed, the answer continues (%zu tokens of prompt)", j->think_budget, n);
     r->base = made, r->budget_hit = false, r->chained = true;
+    /* The think block is closed in the leg's prompt: a grammar applies from its first token. */
     struct coord_request_spec spec = {.ids = r->leg_ids, .n = n, .sp = j->sp, .budget = left, .chunk = j->chunk,
-                                      .ignore_stop = j->ignore_eos, .want_logits = j->logprobs};
+                                      .ignore_stop = j->ignore_eos, .want_logits = j->logprobs, .grammar = j->grammar,
+                                      .grammar_key = j->grammar_key, .constrain_after = -1};
     return coord_request_submit(r->c, &spec, &job_ops, r, err, sizeof err);
 }
 
@@ -298,7 +300,7 @@ static void on_done(void *ctx, const struct coord_outcome *o)
     j->prompt_ms = r->prompt_s * 1e3;
     j->ttft_ms = r->t_first > 0 ? (r->t_first - j->t_arrival) * 1e3 : 0;
     j->decode_ms = r->t_first > 0 ? (r->t_last - r->t_first) * 1e3 : 0;
-    bool stopped = r->text_stop || r->script_end || (res && !strcmp(res->why, "stop token"));
+    bool stopped = r->text_stop || r->script_end || (res && (!strcmp(res->why, "stop token") || !strcmp(res->why, "grammar")));
     if (!rc && !r->cancelled && !r->fail)
         nb_log("http job: prompt %zu tokens, %lld generated in %.2f s (queued %.0f ms), finish %s", j->n_ids, made,
                now - r->t_start, j->queue_ms, stopped ? "stop" : "length");
@@ -354,8 +356,11 @@ static void submit(struct coord *c, struct api_job *j)
         api_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
         return finish(c, j, NULL, &e, false);
     }
+    /* With thinking on, the grammar applies to the answer: after </think> (docs/API.md, "Structured output"). */
     struct coord_request_spec spec = {.ids = j->ids, .n = j->n_ids, .sp = j->sp, .budget = j->max_tokens, .chunk = j->chunk,
-                                      .ignore_stop = j->ignore_eos, .want_logits = j->logprobs};
+                                      .ignore_stop = j->ignore_eos, .want_logits = j->logprobs, .grammar = j->grammar,
+                                      .grammar_key = j->grammar_key,
+                                      .constrain_after = j->grammar && j->think_split ? tok_id_of(c->tok, "</think>") : -1};
     if (coord_request_submit(c, &spec, &job_ops, r, err, sizeof err)) {
         api_errorf(&e, 500, "server_error", NULL, NULL, "%s", err);
         finish(c, j, NULL, &e, false);

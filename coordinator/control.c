@@ -75,7 +75,7 @@ static cJSON *status(struct coord *c)
     /* SSD bytes per token evaluated by the gpu-worker (experts and PLE rows; counters since each worker started). */
     uint64_t tokens = shm_stats_get(c->stats, 0, SHM_STAT_TOKENS), ssd = shm_stats_get(c->stats, 2, SHM_STAT_BYTES_READ);
     uint64_t ple = shm_stats_get(c->stats, 2, SHM_STAT_PLE_BYTES_READ);
-    cJSON_AddStringToObject(r, "ple_tier", c->tiers.ple_ssd ? "ssd" : "ram");
+    cJSON_AddStringToObject(r, "ple_tier", c->tiers.ple_ssd ? "ssd" : c->tiers.ple_vram ? "vram" : "ram");
     cJSON_AddNumberToObject(r, "ssd_bytes_per_token", tokens ? (double)ssd / (double)tokens : 0);
     cJSON_AddNumberToObject(r, "ssd_ple_bytes_per_token", tokens ? (double)ple / (double)tokens : 0);
     /* Routed experts run on the gpu-worker and the cpu-moe-worker: k × MoE layers per token in exact mode. */

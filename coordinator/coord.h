@@ -31,6 +31,7 @@
 #include <cJSON.h>
 
 #include "core/ctl/ctl.h"
+#include "core/grammar/grammar.h"
 #include "core/sampling/sampling.h"
 #include "shm/shm.h"
 
@@ -43,6 +44,7 @@ typedef struct event_loop event_loop;
 typedef struct tok_tokenizer tok_tokenizer;
 
 #define COORD_MAX_WORKERS 3
+#define COORD_GRAMMARS 4          /* structured output's matchers kept between requests (grammars.c) */
 #define COORD_STATS_BLOCKS 4  /* gpu-worker, cpu-moe-worker, ssd-pager, (coordinator, reserved) */
 #define COORD_HEARTBEAT_MISS_S 3.0
 #define COORD_READY_TIMEOUT_S 60.0
@@ -77,6 +79,7 @@ struct coord_tiers {
     uint64_t arena_bytes;    /* the `experts` region: a header page + Σ RAM-tier blobs */
     uint64_t max_blob_bytes; /* a staging slot holds the largest blob */
     bool ple_ssd;            /* request.ple_tier "ssd": the gpu-worker pages the n-gram table */
+    bool ple_vram;           /* request.ple_tier "vram": a cuda gpu-worker holds it on the device */
     int64_t vram_ctx;        /* request.vram_ctx: positions the VRAM plan reserved K/V for (0: none) */
 };
 
@@ -92,6 +95,7 @@ struct coord {
     char placement_path[PATH_MAX]; /* "" without --prepared: every expert local */
     int threads;
     int chunk;                     /* prefill tokens per step message */
+    int stream_rows;               /* configure's stream_rows (engine.prefill_stream_rows) */
     /* the gpu-worker's and cpu-moe-worker's compute settings, sent in their
      * configure (core/ctl/worker.h; docs/RUNNING.md has the flags) */
     const char *backend;           /* --backend: "cpu" or "cuda" ("auto", the default, resolved at start) */
@@ -115,6 +119,15 @@ struct coord {
     /* the model as the coordinator sees it: sizes and the tokenizer */
     struct model *m;
     tok_tokenizer *tok;
+    gram_vocab *gram_vocab;        /* the tokenizer's trie for structured output, built at the first such request */
+    struct coord_grammar {         /* grammars.c: a matcher kept for the next request with the same response_format */
+        char *key;
+        gram_grammar *g;
+        gram_matcher *m;
+        uint64_t used;
+        bool lent;
+    } grammars[COORD_GRAMMARS];
+    uint64_t grammar_clock;
     struct coord_tiers tiers;
     int64_t n_ctx;                 /* positions a request may use (coord_context_limit) */
     /* workers */
@@ -252,6 +265,9 @@ struct coord_request_spec {
     int chunk;
     bool ignore_stop;
     bool want_logits;  /* every token's full row of logits (ops.on_logits): no argmax shortcut */
+    const gram_grammar *grammar;   /* structured output (core/grammar), borrowed until on_done; NULL: none */
+    const char *grammar_key;       /* its response_format's text (api_format.c): the matcher cache's key; NULL: not cached */
+    int32_t constrain_after;       /* the grammar applies after this id (</think>); -1: from the first token */
 };
 /* Queues it (0), or fails at once (the session could not be made). */
 int coord_request_submit(struct coord *c, const struct coord_request_spec *s, const struct coord_request_ops *ops, void *ctx,
@@ -261,5 +277,14 @@ bool coord_requests_busy(const struct coord *c); /* one runs (past waiting for t
 void coord_requests_on_step(struct coord *c);    /* the step fd is readable */
 void coord_requests_on_workers(struct coord *c); /* a worker's state changed */
 void coord_requests_cancel_all(struct coord *c, const char *why);
+
+/* grammars.c: the matcher for a spec's grammar — the cached one of its key
+ * when not lent (*slot its entry), else a new one (*slot -1); the
+ * vocabulary's trie is built at the first call.  Give it back when the
+ * request ends.  0 or an error with the message. */
+int coord_grammar_take(struct coord *c, const struct coord_request_spec *s, int32_t n_vocab, const int32_t *stop_ids, int n_stop,
+                       gram_matcher **m, int *slot, char *err, size_t errlen);
+void coord_grammar_give(struct coord *c, gram_matcher *m, int slot);
+void coord_grammars_free(struct coord *c); /* shutdown: the entries and the trie */
 
 #endif

@@ -3,8 +3,10 @@
  * Start-up, in order: the instance (shm_instance_create removes regions of
  * dead instances first), the runtime directory (0700) with control.sock
  * (ROUTER, workers) and ctl.sock (REP, nebulactl and `nebula generate
- * --server`), the regions (`step` and `moe` ring pairs, `stats`), the model's
- * tokenizer and sizes, then the workers, each configured on its hello.  The
+ * --server`), the regions (`step` and `moe` ring pairs, `stats`), whose
+ * names are unlinked at once (shm_instance_unlink: workers get them through
+ * fds inherited at spawn), the model's tokenizer and sizes, then the
+ * workers, each configured on its hello.  The
  * loop serves both sockets and supervises.  shutdown (or SIGINT/SIGTERM)
  * stops the workers, destroys every region and removes the runtime
  * directory: nothing stays in /dev/shm. */
@@ -71,6 +73,8 @@ static void usage(FILE *f)
                "                   threads theirs: 2 with the cuda backend, 1 with cpu; coordinator/cpu_plan.c)\n"
                "  --chunk N        prefill tokens per step message (default 512; a request's prefill_chunk\n"
                "                   may ask for fewer)\n"
+               "  --stream-rows N  cuda: a prefill piece of more than N rows (17 … 8192, default 17) streams its\n"
+               "                   RAM-tier experts to the GPU; up to N the cpu-moe-worker computes them\n"
                "  --backend B      the gpu-worker's compute backend: auto (default: cuda where\n"
                "                   nebula-gpu-worker --probe cuda finds a usable GPU, else cpu), cpu or cuda\n"
                "  --kernels K      its CUDA matrix kernels: fast (default; fp32, within 1e-6 of the CPU) or\n"
@@ -137,6 +141,7 @@ static int apply_conf(int argc, char **argv, struct coord *c, struct api_config 
     c->model_path = k.model[0] ? k.model : NULL, c->prepared = k.prepared[0] ? k.prepared : NULL;
     c->mtp_path = k.mtp[0] ? k.mtp : NULL;
     c->threads = k.threads, c->chunk = k.chunk, c->ctx = k.ctx, c->vram_budget = k.vram_budget;
+    c->stream_rows = k.stream_rows;
     c->backend = k.backend, c->kernels = k.kernels, c->cpu_kernels = strcmp(k.cpu_kernels, "auto") ? k.cpu_kernels : "";
     c->spec = !strcmp(k.spec, "mtp") ? COORD_SPEC_MTP : !strcmp(k.spec, "lookup") ? COORD_SPEC_LOOKUP : COORD_SPEC_OFF;
     h->port = k.api_port, h->max_queue = k.max_queue, h->max_body = (size_t)k.max_body;
@@ -173,7 +178,8 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
                                          {"vram-budget", required_argument, 0, 'V'}, {"ctx", required_argument, 0, 'x'},
                                          {"layer-times", no_argument, 0, 'L'},  {"config", required_argument, 0, 'f'},
                                          {"mtp", required_argument, 0, 'M'},    {"spec", required_argument, 0, 'S'},
-                                         {"test-hooks", no_argument, 0, 'T'},   {0, 0, 0, 0}};
+                                         {"test-hooks", no_argument, 0, 'T'},   {"stream-rows", required_argument, 0, 'R'},
+                                         {0, 0, 0, 0}};
     int ch;
     char err[256];
     enum gw_kernels kern;
@@ -252,6 +258,14 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
             c->ctx = v, end = NULL;
             break;
         case 'L': c->layer_times = true; break;
+        case 'R':
+            v = strtoll(optarg, &end, 10);
+            if (*end || v < 17 || v > NB_MAX_PREFILL_CHUNK) {
+                fprintf(stderr, "nebula-coordinator: --stream-rows wants 17 to %d rows, not '%s'\n", NB_MAX_PREFILL_CHUNK, optarg);
+                return 2;
+            }
+            c->stream_rows = (int)v, end = NULL;
+            break;
         case 'S':
             if (!strcmp(optarg, "off")) c->spec = COORD_SPEC_OFF;
             else if (!strcmp(optarg, "mtp")) c->spec = COORD_SPEC_MTP;
@@ -296,6 +310,7 @@ static int read_tiers(struct coord *c, char *err, size_t errlen)
     c->tiers.arena_bytes = p.arena_bytes;     /* the `experts` region */
     c->tiers.max_blob_bytes = x.max_blob_bytes; /* a staging slot */
     c->tiers.ple_ssd = p.ple_ssd && c->m->ple_table.data;
+    c->tiers.ple_vram = p.ple_vram && c->m->ple_table.data;
     c->tiers.vram_ctx = p.vram_ctx;
     prepared_placement_free(&p);
     prepared_idx_free(&x);
@@ -507,6 +522,7 @@ static void teardown(struct coord *c)
     ctl_close(c->rep);
     ctl_term(); /* delivers the last reply (shutdown's) */
     if (c->rundir_made) remove_rundir(c);
+    coord_grammars_free(c);
     if (c->tok) tok_free(c->tok);
     if (c->m) model_close(c->m);
     event_loop_free(c->loop);
@@ -535,6 +551,11 @@ static int start(struct coord *c, const char *runtime, char *err, size_t errlen)
     if (n_stale) nb_log("removed %d stale shared-memory objects of dead instances", n_stale);
     if ((rc = make_rundir(c, runtime, err, errlen))) return rc;
     if ((rc = make_regions(c, err, errlen))) return rc;
+    /* The names go now: the regions live as long as their users, and a
+     * coordinator killed with -9 (its workers die with it) leaves nothing in
+     * /dev/shm.  Workers get the regions through fds handed down at spawn
+     * (coord_spawn), restarted ones too. */
+    if ((rc = shm_instance_unlink(c->inst, err, errlen))) return rc;
     if ((rc = coord_step_open(c, err, errlen))) return rc; /* its eventfd goes to the gpu-worker at spawn */
     if ((rc = coord_workers_init(c, err, errlen))) return rc;
     for (int i = 0; i < c->n_workers; i++)

@@ -46,6 +46,8 @@ struct coord_request {
     struct coord_request_ops ops;
     void *ctx;
     gen_session *gen;
+    gram_matcher *constrain; /* structured output: the session's matcher (NULL: none), from grammars.c */
+    int constrain_slot;      /* its cache entry, or -1 */
     size_t n_prompt;
     enum rq_state state;
     enum gen_phase phase;  /* of the step in flight */
@@ -91,6 +93,7 @@ static void finish(struct coord *c, int rc, bool cancelled)
         nb_log("speculative: %lld windows, %.2f tokens a window, %lld of %lld drafts accepted, last window %d", r->passes,
                (double)r->tokens / (double)r->passes, r->accepted, r->drafted, r->wc.n);
     gen_free(r->gen);
+    if (r->constrain) coord_grammar_give(c, r->constrain, r->constrain_slot);
     window_free(&r->wc);
     free(r);
     if (c->on_idle) c->on_idle(c); /* none runs now: a ctl restart that waited begins */
@@ -127,6 +130,8 @@ static void send_step(struct coord *c, uint32_t op, const int32_t *ids, int n, b
         return attempt_failed(c);
     }
     set_timer(c, r, STEP_TIMEOUT_S, on_step_timeout);
+    /* While the gpu-worker evaluates, the structured output's mask for its answer. */
+    if (gen_prepare(r->gen, r->err, sizeof r->err)) return attempt_failed(c);
 }
 
 static double on_step_timeout(event_loop *l, void *ctx)
@@ -295,8 +300,16 @@ int coord_request_submit(struct coord *c, const struct coord_request_spec *s, co
     struct gen_config g = {.prompt = s->ids, .n_prompt = s->n, .budget = s->budget, .sp = s->sp, .n_vocab = (int32_t)c->m->hp.n_vocab,
                            .ignore_stop = s->ignore_stop, .chunk = (size_t)chunk, .logits_path = s->logits_out};
     g.n_stop = gen_stop_ids(c->tok, g.stop_ids);
-    int rc = gen_new(&g, &r->gen, err, errlen);
-    if (rc) return free(r), rc;
+    int rc = 0;
+    if (s->grammar) {
+        rc = coord_grammar_take(c, s, g.n_vocab, g.stop_ids, g.n_stop, &r->constrain, &r->constrain_slot, err, errlen);
+        g.constrain = r->constrain, g.constrain_after = s->constrain_after;
+    }
+    if (!rc) rc = gen_new(&g, &r->gen, err, errlen);
+    if (rc) {
+        if (r->constrain) coord_grammar_give(c, r->constrain, r->constrain_slot);
+        return free(r), rc;
+    }
     r->ops = *ops, r->ctx = ctx, r->n_prompt = s->n, r->state = RQ_QUEUED, r->want_logits = s->want_logits;
     if (c->rq_tail) c->rq_tail->next = r;
     else c->rq_head = r;

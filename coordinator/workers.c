@@ -2,7 +2,9 @@
  *
  * Each worker is a binary next to the coordinator's own executable, started
  * with fork+exec (stdout/stderr appended to RUNDIR/<role>.log, and
- * PR_SET_PDEATHSIG so it never outlives a crashed coordinator).  Its life:
+ * PR_SET_PDEATHSIG so it never outlives a crashed coordinator).  It inherits
+ * one fd of each shared-memory region, whose names main.c has unlinked:
+ * shm_region_open finds them in /proc/self/fd (shm/region.c).  Its life:
  * STARTING (spawned, waiting for hello) → CONFIGURING (configure sent) →
  * READY (ready received, heartbeats expected every second).  A worker whose
  * pid is reaped, or that misses heartbeats for COORD_HEARTBEAT_MISS_S while
@@ -134,6 +136,17 @@ int coord_spawn(struct coord *c, struct coord_worker *w)
          * 371 vs 1332 tok/s all-RAM).  Passive waiting, unless the user chose
          * or the cores suffice for the cpu-moe-worker to spin (cpu_plan.c). */
         if (!w->omp_spin) setenv("OMP_WAIT_POLICY", "passive", 0);
+        /* The regions, for shm_region_open: a description of their own
+         * (opened through /proc, no close-on-exec), so that no lock the
+         * coordinator holds on its descriptions travels with them. */
+        const struct shm_region *regs[] = {&c->step_reg,    &c->moe_reg,   &c->stats_reg,   &c->experts_reg,
+                                           &c->staging_reg, &c->pager_reg, &c->pager_gw_reg};
+        for (size_t i = 0; i < sizeof regs / sizeof regs[0]; i++) {
+            char fdpath[64];
+            if (!regs[i]->base || regs[i]->fd < 0) continue;
+            snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", regs[i]->fd);
+            if (open(fdpath, O_RDWR) < 0) fprintf(stderr, "cannot hand %s down: %s\n", regs[i]->name, strerror(errno));
+        }
         /* The gpu-worker writes this eventfd after each step answer (step.c):
          * a dup, without the coordinator's close-on-exec. */
         char step_fd[16] = "";
@@ -173,6 +186,7 @@ static void send_configure(struct coord *c, struct coord_worker *w)
     snprintf(k.backend, sizeof k.backend, "%s", c->backend);
     snprintf(k.kernels, sizeof k.kernels, "%s", w->kernels ? w->kernels : "");
     k.vram_budget = c->vram_budget, k.n_ctx = c->ctx, k.layer_times = c->layer_times || !c->gw_cuda;
+    k.stream_rows = (uint32_t)c->stream_rows;
     cJSON *m = ctl_configure_to_json(&k);
     if (!m) nb_log("cannot configure %s: out of memory", w->role);
     else if (ctl_send(c->router, w->role, m, err, sizeof err)) nb_log("cannot configure %s: %s", w->role, err);

@@ -4,10 +4,13 @@
 # One Nebula instance lives in a state directory (0700):
 #   nginx.conf            made from conf/nginx.conf.in by start.sh
 #   nginx.pid             nginx's master (nginx writes it)
+#   supervisor.pid        deploy/supervise.sh (restarts a coordinator that dies)
 #   coordinator.pid       nebula-coordinator (it starts and supervises the workers)
 #   instance.env          ports, model and URL of the running instance
 #   engine/               the coordinator's runtime directory (control sockets)
 #   tmp/                  nginx's temporary files
+#   www                   started by root: a link to /tmp/nebula-www.XXXXXX, what
+#                         nginx's workers (www-data) may read (the page's copy, tmp/)
 #   webui-error.log       nginx's error log and every start/stop failure
 #   webui-access.log      nginx's access log
 #   coordinator.log       the coordinator's and the workers' output
@@ -89,8 +92,18 @@ shm_objects() { ls -1 /dev/shm 2>/dev/null | grep -E "^nebula-$1-[0-9a-f]{8}-" |
 # object), after saying what.
 stop_instance() {
     local timeout=${1:-30} quiet=${2:-0}
-    local npid cpid pids kids left=0 stopped=
+    local npid cpid spid pids kids left=0 stopped=
     npid=$(read_pid "$STATE/nginx.pid")
+    # The supervisor first, so that it does not restart what is stopped
+    # below; it leaves the coordinator running and coordinator.pid true.
+    spid=$(read_pid "$STATE/supervisor.pid")
+    if pid_alive "$spid" supervise.sh; then
+        kill -TERM "$spid" 2>/dev/null || true
+        if ! wait_gone "$spid" 10; then
+            kill -KILL "$spid" 2>/dev/null || true
+            wait_gone "$spid" 5 || true
+        fi
+    fi
     cpid=$(read_pid "$STATE/coordinator.pid")
 
     if pid_alive "$npid" nginx; then
@@ -134,7 +147,7 @@ stop_instance() {
         [ -d "$STATE/engine" ] && rm -rf -- "$STATE/engine"
     fi
 
-    for p in $npid ${pids:-}; do
+    for p in $npid $spid ${pids:-}; do
         if pid_running "$p"; then log_error "process $p is still running"; left=1; fi
     done
     if [ -n "$cpid" ] && [ -n "$(shm_objects "$cpid")" ]; then
@@ -142,12 +155,22 @@ stop_instance() {
         left=1
     fi
     if [ "$left" = 0 ]; then
-        rm -f "$STATE/nginx.pid" "$STATE/coordinator.pid" "$STATE/instance.env"
+        rm -f "$STATE/nginx.pid" "$STATE/coordinator.pid" "$STATE/supervisor.pid" "$STATE/instance.env"
+        remove_www
     fi
     if [ "$quiet" = 0 ]; then
         if [ -n "$stopped" ]; then say "stopped $stopped"; else say "not running (state directory $STATE)"; fi
     fi
     return "$left"
+}
+
+# Removes the directory of nginx's workers (STATE/www, made by start.sh when
+# run by root) and the link to it.
+remove_www() {
+    local www
+    www=$(readlink "$STATE/www" 2>/dev/null) || return 0
+    [[ $www =~ ^/tmp/nebula-www\.[A-Za-z0-9]+$ ]] && rm -rf -- "$www"
+    rm -f "$STATE/www"
 }
 
 # Takes the state directory's lock (fd 9), waiting up to $1 seconds.

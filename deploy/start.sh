@@ -35,6 +35,8 @@
 # port held by another program is named and nothing is started.  Every
 # failure is also written to STATE/webui-error.log, and whatever this run
 # started is stopped again: a failed start leaves nothing running.
+# The coordinator runs under deploy/supervise.sh, which restarts it when it
+# dies (kill -9, a crash); started by root, nginx's workers run as www-data.
 # deploy/stop.sh stops the instance.
 set -euo pipefail
 umask 077
@@ -116,7 +118,8 @@ URL="http://127.0.0.1:$port/"
 # ---- already running? ----
 npid=$(read_pid "$STATE/nginx.pid")
 cpid=$(read_pid "$STATE/coordinator.pid")
-if pid_alive "$npid" nginx && pid_alive "$cpid" nebula-coordinator; then
+spid=$(read_pid "$STATE/supervisor.pid")
+if pid_alive "$npid" nginx && pid_alive "$cpid" nebula-coordinator && pid_alive "$spid" supervise.sh; then
     RUN_PORT= RUN_URL= RUN_MODEL=
     [ -r "$STATE/instance.env" ] && . "$STATE/instance.env"
     if [ -n "$RUN_PORT" ] && curl -fsS -m 5 -o /dev/null "http://127.0.0.1:$RUN_PORT/api/status" 2>/dev/null; then
@@ -126,7 +129,7 @@ if pid_alive "$npid" nginx && pid_alive "$cpid" nebula-coordinator; then
         exit 0
     fi
 fi
-if pid_alive "$npid" nginx || pid_alive "$cpid" nebula-coordinator; then
+if pid_alive "$npid" nginx || pid_alive "$cpid" nebula-coordinator || pid_alive "$spid" supervise.sh; then
     say "a previous instance in $STATE is only partly up: stopping it first"
     stop_instance 30 1 || { log_error "could not stop the previous instance (see above)"; exit 1; }
 else
@@ -134,7 +137,8 @@ else
     # engine's runtime directory, its /dev/shm regions.
     if [ -n "$cpid" ]; then for o in $(shm_objects "$cpid"); do rm -f "/dev/shm/$o"; done; fi
     rm -rf -- "$STATE/engine"
-    rm -f "$STATE/nginx.pid" "$STATE/coordinator.pid" "$STATE/instance.env"
+    remove_www
+    rm -f "$STATE/nginx.pid" "$STATE/coordinator.pid" "$STATE/supervisor.pid" "$STATE/instance.env"
 fi
 
 # ---- what is needed ----
@@ -260,8 +264,11 @@ printf '==== %s start.sh: %s %s\n' "$(date -u '+%Y-%m-%d %H:%M:%S')" "$COORD" "$
 chmod 600 "$STATE/coordinator.log"
 started=1
 # Its own session: a Ctrl-C in this terminal, or closing it, does not reach
-# the engine.  The inner shell writes its pid, then becomes the coordinator.
-setsid bash -c 'echo $$ >"$0"; exec "$@"' "$STATE/coordinator.pid" "$COORD" "${args[@]}" \
+# the engine.  deploy/supervise.sh runs the coordinator as its child, writes
+# both pid files, and restarts a coordinator that dies (after removing its
+# /dev/shm regions and runtime directory).
+rm -f "$STATE/coordinator.pid" "$STATE/supervisor.pid"
+setsid "$NEBULA_REPO/deploy/supervise.sh" "$STATE" "$COORD" "${args[@]}" \
     </dev/null >>"$STATE/coordinator.log" 2>&1 9>&- &
 for _ in $(seq 50); do [ -s "$STATE/coordinator.pid" ] && break; sleep 0.1; done
 cpid=$(read_pid "$STATE/coordinator.pid")
@@ -280,10 +287,37 @@ for _ in $(seq 600); do
 done
 [ -n "$status_json" ] || { log_error "the coordinator's API (127.0.0.1:$api_port) did not answer within 60 s"; exit 1; }
 
+# nginx's workers as root would serve the network with every privilege: when
+# started by root, its master (which binds the port and opens the logs) stays
+# root and its workers drop to www-data (nobody where there is no www-data).
+# They get only what serving needs, in a directory of their own, since the
+# state directory and the checkout may lie where they cannot pass (/root):
+# WWW=/tmp/nebula-www.XXXXXX (root, group www-data, 0750) holds a copy of the
+# page (web/, made at each start) and nginx's temporary files (tmp/).  The
+# state directory stays 0700: they cannot read its logs, pid files or
+# coordinator.log.  STATE/www points to WWW, which stop.sh removes.
+nginx_user=
+page_root=$WEB
+nginx_tmp=$STATE/tmp
+if [ "$(id -u)" = 0 ]; then
+    nginx_user=www-data
+    id -u "$nginx_user" >/dev/null 2>&1 || nginx_user=nobody
+    nginx_group=$(id -gn "$nginx_user")
+    www=$(mktemp -d /tmp/nebula-www.XXXXXX) || { log_error "cannot make a directory in /tmp for nginx's workers"; exit 1; }
+    ln -sfn "$www" "$STATE/www"
+    mkdir "$www/web" "$www/tmp"
+    (cd "$WEB" && tar -ch --exclude=./node_modules -f - .) | tar -x -C "$www/web" -f - ||
+        { log_error "cannot copy the page $WEB to $www/web"; exit 1; }
+    chgrp -R "$nginx_group" "$www"
+    chmod -R u=rwX,g=rX,o= "$www"
+    chmod 710 "$www/tmp"
+    page_root=$www/web nginx_tmp=$www/tmp
+fi
+
 # nginx, from the template.
-sed -e "s|@STATE@|$STATE|g" -e "s|@WEB@|$WEB|g" -e "s|@PORT@|$port|g" \
+sed -e "s|@STATE@|$STATE|g" -e "s|@WEB@|$page_root|g" -e "s|@TMP@|$nginx_tmp|g" -e "s|@PORT@|$port|g" \
     -e "s|@API_PORT@|$api_port|g" -e "s|@MAX_BODY@|$max_body|g" \
-    -e "s|@USER@|$([ "$(id -u)" = 0 ] && echo "user $(id -un) $(id -gn);")|" \
+    -e "s|@USER@|${nginx_user:+user $nginx_user $nginx_group;}|" \
     "$NEBULA_REPO/conf/nginx.conf.in" >"$STATE/nginx.conf"
 nginx_args=(-p "$STATE/" -c "$STATE/nginx.conf")
 # -e (nginx >= 1.19.5) keeps nginx from opening /var/log/nginx/error.log first.

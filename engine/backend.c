@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/model/model.h"
+#include "core/quant/quant.h"
 #include "core/util/err.h"
 #include "engine/backend_impl.h"
 
@@ -66,6 +67,25 @@ int gw_backend_set_ple_rows(gw_backend *be, const struct gw_ple_rows *r, char *e
     if (r && !r->fn) return nb_errf(err, errlen, NB_EINVAL, "a PLE row hook needs a function");
     if (r) be->ple_rows = *r;
     else memset(&be->ple_rows, 0, sizeof be->ple_rows);
+    return 0;
+}
+
+void gw_ple_host_detach(struct model *m, struct gw_ple_host *h)
+{
+    const struct model_tensor *t = &m->ple_table;
+    *h = (struct gw_ple_host){t->data, t->qt, t->ne[0], t->ne[1], t->row_bytes};
+    m->ple_table.data = NULL;
+}
+
+int gw_ple_host_rows(void *ctx, int n_rows, const int64_t *rows, float *out, char *err, size_t errlen)
+{
+    const struct gw_ple_host *h = ctx;
+    if (!h->data) return nb_errf(err, errlen, NB_EINVAL, "the model has no n-gram table");
+    for (int i = 0; i < n_rows; i++) {
+        if (rows[i] < 0 || rows[i] >= h->rows)
+            return nb_errf(err, errlen, NB_EINVAL, "n-gram table row %lld of %lld", (long long)rows[i], (long long)h->rows);
+        h->qt->to_float(h->data + (size_t)rows[i] * h->row_bytes, out + (int64_t)i * h->width, h->width);
+    }
     return 0;
 }
 

@@ -43,6 +43,7 @@
 #include <stdint.h>
 
 struct model;
+struct quant_traits;
 struct gw_vram_parts;
 typedef struct gw_backend gw_backend;
 typedef struct gw_seq gw_seq;
@@ -172,7 +173,7 @@ struct gw_ple_rows {
  * the tensors' own types, one expert's slice each), at part_off[3·l + 0, 1,
  * 2] inside it, blob_bytes[l] long (prepared experts.bin's blobs, as the RAM
  * arena holds them: docs/FILES.md) — or NULL: that expert stays with the
- * remote hook.  Evals of more than GW_STREAM_MIN_ROWS rows copy the blobs of
+ * remote hook.  Evals of more than min_rows rows copy the blobs of
  * their missed experts into a device ring and compute those pairs with the
  * resident experts' kernels, so the logits are the bits an all-resident
  * layout gives; decode steps keep the hook (the mailbox).  pin: a range the
@@ -187,6 +188,11 @@ struct gw_expert_host {
     const uint64_t *blob_bytes; /* per layer */
     const void *pin;
     uint64_t pin_bytes;
+    /* Evals of more rows than this stream (0: GW_STREAM_MIN_ROWS, else at least
+     * that): up to it a prefill piece hands its missed experts to the hook like
+     * a decode step (nebula.conf engine.prefill_stream_rows; issue 14's
+     * short-prompt threshold, to be measured per machine). */
+    int min_rows;
 };
 
 int gw_backend_create(const struct model *m, const struct gw_backend_params *p, gw_backend **out, char *err,
@@ -247,6 +253,24 @@ int gw_backend_set_moe_remote(gw_backend *be, const struct gw_moe_remote *r, cha
 /* Installs (or with r == NULL removes) the PLE row hook; r is copied.
  * Without it the backend reads rows from the model's own table. */
 int gw_backend_set_ple_rows(gw_backend *be, const struct gw_ple_rows *r, char *err, size_t errlen);
+
+/* The n-gram table kept in host memory.  The table of the released model is
+ * 26.8 GiB (ds4's Q4_1 one 29.8): on an 8–24 GB card it cannot share the
+ * device with anything, while a token reads only ple_n_heads of its rows.
+ * gw_ple_host_detach moves the table out of the model before a backend is
+ * made from it — a backend then neither uploads it nor counts it (engine/
+ * vram.c skips absent tensors) — and gw_ple_host_rows, a gw_ple_rows_fn with
+ * the gw_ple_host as ctx, serves its rows from the mapping, dequantized by
+ * the type's to_float as the CPU reference reads them.  Where the placement
+ * says ple_tier "vram" the table stays in the model and goes to the device. */
+struct gw_ple_host {
+    const uint8_t *data;            /* the model's ple_table as it was: rows in the mapped GGUF */
+    const struct quant_traits *qt;  /* its type */
+    int64_t width, rows;            /* values a row (ple_row_width), rows */
+    size_t row_bytes;
+};
+void gw_ple_host_detach(struct model *m, struct gw_ple_host *h);
+int gw_ple_host_rows(void *ctx, int n_rows, const int64_t *rows, float *out, char *err, size_t errlen);
 
 /* Installs (or with h == NULL removes) the host copies of experts (above). */
 int gw_backend_set_expert_host(gw_backend *be, const struct gw_expert_host *h, char *err, size_t errlen);

@@ -148,6 +148,13 @@ int gw_vram_dense_bytes(const struct model *m, uint64_t *dense, uint64_t *mtp, c
     return d.oom ? nb_errf(err, errlen, NB_ENOMEM, "out of memory sizing the dense weights") : 0;
 }
 
+uint64_t gw_vram_ple_table_bytes(const struct model *m)
+{
+    const struct model_tensor *t = &m->ple_table;
+    if (!t->data) return 0;
+    return gw_vram_align((uint64_t)t->ne[2] * (uint64_t)t->ne[3] * (uint64_t)t->ne[1] * device_row_bytes(t)); /* as walk_mat */
+}
+
 /* One expert matrix of t (rows ne[1] of ne[0] values) on the device. */
 static uint64_t mat_bytes(const struct model_tensor *t)
 {

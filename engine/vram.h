@@ -65,6 +65,9 @@ int gw_vram_device_type(int type);
 /* The dense weights (trunk: *dense; the MTP block's own: *mtp) as the CUDA
  * backend uploads them, shared tensors once; NB_ENOMEM only when out of host memory. */
 int gw_vram_dense_bytes(const struct model *m, uint64_t *dense, uint64_t *mtp, char *err, size_t errlen);
+/* The n-gram table's share of *dense (0 without one, or once gw_ple_host_detach
+ * took it): what a placement whose ple_tier is not "vram" leaves off the device. */
+uint64_t gw_vram_ple_table_bytes(const struct model *m);
 /* What a budget holds besides weights: K/V and state for n_ctx positions (≤ 0:
  * the default) plus scratch — the kv + scratch of gw_vram_plan. */
 uint64_t gw_vram_reserve(const struct model *m, int64_t n_ctx);

@@ -277,9 +277,8 @@ int shm_instance_create(shm_instance **out, int *n_stale, char *err, size_t errl
     return 0;
 }
 
-int shm_instance_destroy(shm_instance *inst, char *err, size_t errlen)
+int shm_instance_unlink(shm_instance *inst, char *err, size_t errlen)
 {
-    if (!inst) return 0;
     struct entry *v;
     int n, removed = 0;
     int rc = list_entries(&v, &n, inst->id, err, errlen);
@@ -287,6 +286,13 @@ int shm_instance_destroy(shm_instance *inst, char *err, size_t errlen)
         rc = unlink_instance(v, n, inst->id, &removed, err, errlen);
         free(v);
     }
+    return rc; /* owner_fd stays open: destroy closes it */
+}
+
+int shm_instance_destroy(shm_instance *inst, char *err, size_t errlen)
+{
+    if (!inst) return 0;
+    int rc = shm_instance_unlink(inst, err, errlen); /* what is still named */
     close(inst->owner_fd); /* drops the lock, after the unlinks */
     free(inst);
     return rc;
@@ -332,6 +338,32 @@ int shm_region_create(shm_instance *inst, const char *what, size_t bytes, struct
     return rc;
 }
 
+/* The region `name` ("/nebula-…") through an fd this process inherited
+ * after the name was unlinked (shm_instance_unlink): /proc/self/fd shows it
+ * as "/dev/shm/nebula-… (deleted)".  Opened again through /proc, which gives
+ * this process an open file description of its own: the rings' role locks
+ * are OFD locks, and must not be shared with whoever else holds the
+ * inherited one.  Returns the new fd, or -1 when no inherited fd is there. */
+static int open_inherited(const char *name)
+{
+    char want[SHM_NAME_MAX + 32], link[64], target[SHM_NAME_MAX + 32];
+    snprintf(want, sizeof want, SHM_DIR "%s (deleted)", name);
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int fd = -1;
+    struct dirent *de;
+    while (fd < 0 && (de = readdir(d))) {
+        if (!isdigit((unsigned char)de->d_name[0]) || atoi(de->d_name) == dirfd(d)) continue;
+        snprintf(link, sizeof link, "/proc/self/fd/%.20s", de->d_name);
+        ssize_t len = readlink(link, target, sizeof target - 1);
+        if (len <= 0) continue;
+        target[len] = '\0';
+        if (strcmp(target, want) == 0) fd = open(link, O_RDWR | O_CLOEXEC);
+    }
+    closedir(d);
+    return fd;
+}
+
 int shm_region_open(const char *instance_id, const char *what, struct shm_region *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
@@ -340,6 +372,7 @@ int shm_region_open(const char *instance_id, const char *what, struct shm_region
     if (!what_valid(what)) return nb_errf(err, errlen, NB_EINVAL, "bad region name '%s'", what);
     make_name(out->name, instance_id, what);
     int fd = shm_open(out->name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0 && errno == ENOENT) fd = open_inherited(out->name); /* unlinked: handed down at spawn? */
     if (fd < 0) {
         int e = errno;
         return nb_errf(err, errlen, e == ENOENT ? NB_ENOENT : NB_EIO, "shm_open %s: %s", out->name, strerror(e));

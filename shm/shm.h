@@ -61,6 +61,15 @@ int shm_instance_create(shm_instance **out, int *n_stale, char *err, size_t errl
 /* "<pid>-<tag>": what workers are given to find the regions. */
 const char *shm_instance_id(const shm_instance *inst);
 
+/* Coordinator: unlinks the names of every region of the instance and of its
+ * owner object, keeping everything else: the mappings, the fds, the lock.
+ * From then on the regions live exactly as long as their users (the
+ * processes that map them or hold an fd), and a kill -9 of everyone leaves
+ * nothing in /dev/shm.  A process can still open such a region with
+ * shm_region_open if it inherited an fd of it (the coordinator hands one
+ * down to each worker it spawns).  Returns 0 or the first unlink error. */
+int shm_instance_unlink(shm_instance *inst, char *err, size_t errlen);
+
 /* Unlinks every region of the instance, then its owner object, and frees it.
  * Mappings stay valid until unmapped (POSIX), so workers may still be
  * finishing.  Returns 0 or the first unlink error (it tries them all). */
@@ -86,8 +95,11 @@ struct shm_region {
 int shm_region_create(shm_instance *inst, const char *what, size_t bytes, struct shm_region *out, char *err,
                       size_t errlen);
 
-/* Workers: maps an existing region by instance id and what.  Refuses a region
- * of another user or one that group/others may open. */
+/* Workers: maps an existing region by instance id and what: by its name, or,
+ * once the name is unlinked (shm_instance_unlink), through an fd of it this
+ * process inherited (found in /proc/self/fd, opened again for a description
+ * of its own).  Refuses a region of another user or one that group/others
+ * may open. */
 int shm_region_open(const char *instance_id, const char *what, struct shm_region *out, char *err, size_t errlen);
 
 /* Unmaps and closes (never unlinks: that is the instance's job). */

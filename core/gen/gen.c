@@ -10,6 +10,7 @@
  * is what makes the ids bit-identical to the loops this replaced. */
 #include "core/gen/gen.h"
 
+#include "core/grammar/grammar.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/err.h"
 #include "core/util/clock.h"
@@ -35,6 +36,8 @@ struct gen_session {
     enum gen_phase phase;
     bool done;
     const char *why;
+    uint32_t *allowed;     /* a constrained session's mask for the next sample */
+    bool allowed_ready, armed; /* armed: the matcher applies (constrain_after was generated, or is -1) */
     double t_start, t_prefilled, t_end;
 };
 
@@ -80,6 +83,12 @@ int gen_new(const struct gen_config *cfg, gen_session **out, char *err, size_t e
     g->prompt = malloc(cfg->n_prompt * sizeof *g->prompt);
     g->out = malloc((size_t)(cfg->budget + 1) * sizeof *g->out);
     g->smp = sampling_new(&cfg->sp, cfg->n_vocab);
+    if (cfg->constrain && !(g->allowed = malloc(((size_t)cfg->n_vocab + 31) / 32 * sizeof *g->allowed))) {
+        gen_free(g);
+        return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    }
+    g->armed = cfg->constrain_after < 0;
+    if (cfg->constrain) gram_matcher_reset(cfg->constrain); /* a session starts at the value's start */
     if (cfg->logits_path) {
         size_t n = strlen(cfg->logits_path);
         g->logits_path = strdup(cfg->logits_path);
@@ -106,13 +115,15 @@ void gen_free(gen_session *g)
         remove(g->logits_tmp);
     }
     sampling_free(g->smp);
-    free(g->prompt), free(g->out), free(g->logits_path), free(g->logits_tmp);
+    free(g->prompt), free(g->out), free(g->logits_path), free(g->logits_tmp), free(g->allowed);
     free(g);
 }
 
 int gen_restart(gen_session *g, char *err, size_t errlen)
 {
     sampling_reset(g->smp);
+    if (g->cfg.constrain) gram_matcher_reset(g->cfg.constrain);
+    g->allowed_ready = false, g->armed = g->cfg.constrain_after < 0;
     g->made = 0, g->at = 0, g->pending = 0, g->phase = GEN_PREFILL, g->done = false, g->why = "length";
     g->t_start = g->t_prefilled = g->t_end = 0;
     return open_dump(g, err, errlen);
@@ -122,7 +133,7 @@ enum gen_next gen_next(gen_session *g, struct gen_step *st)
 {
     if (g->done) return GEN_DONE;
     if (g->t_start == 0) g->t_start = nb_now_s();
-    const bool argmax_ok = g->cfg.sp.temperature <= 0.0f && g->cfg.sp.presence_penalty == 0.0f && !g->dump;
+    const bool argmax_ok = g->cfg.sp.temperature <= 0.0f && g->cfg.sp.presence_penalty == 0.0f && !g->dump && !g->cfg.constrain;
     if (g->phase == GEN_PREFILL) {
         size_t left = g->cfg.n_prompt - g->at, chunk = g->cfg.chunk ? g->cfg.chunk : left;
         g->pending = left < chunk ? left : chunk;
@@ -148,6 +159,20 @@ static void end(gen_session *g, const char *why)
     g->done = true, g->why = why, g->t_end = nb_now_s();
 }
 
+int gen_prepare(gen_session *g, char *err, size_t errlen)
+{
+    if (!g->cfg.constrain || g->allowed_ready || g->done) return 0;
+    const size_t words = ((size_t)g->cfg.n_vocab + 31) / 32;
+    if (g->armed) {
+        if (gram_matcher_mask(g->cfg.constrain, g->allowed)) return nb_errf(err, errlen, NB_ENOMEM, "out of memory (the grammar's mask)");
+    } else { /* thinking: anything but the end of the turn */
+        memset(g->allowed, 0xff, words * sizeof *g->allowed);
+        for (int i = 0; i < g->cfg.n_stop; i++) g->allowed[g->cfg.stop_ids[i] >> 5] &= ~(1u << (g->cfg.stop_ids[i] & 31));
+    }
+    g->allowed_ready = true;
+    return 0;
+}
+
 /* One decode step's sampling from row (logits or *argmax), as gen_feed does it; false when the generation ended. */
 static bool sample_row(gen_session *g, const float *logits, const int32_t *argmax, struct gen_event *ev, int *rc,
                        char *err, size_t errlen)
@@ -159,7 +184,21 @@ static bool sample_row(gen_session *g, const float *logits, const int32_t *argma
         *rc = nb_errf(err, errlen, NB_EIO, "writing %s failed", g->logits_tmp);
         return false;
     }
-    int32_t id = argmax ? *argmax : sampling_sample(g->smp, logits);
+    int32_t id;
+    if (g->cfg.constrain) {
+        if (!logits) return *rc = nb_errf(err, errlen, NB_EINVAL, "a constrained step needs its logits, not an argmax"), false;
+        if ((*rc = gen_prepare(g, err, errlen))) return false;
+        id = sampling_sample_masked(g->smp, logits, g->allowed);
+        g->allowed_ready = false;
+        if (id < 0) return end(g, "grammar"), false;
+        if (g->armed && gram_matcher_accept(g->cfg.constrain, id)) { /* the mask allowed it: cannot happen */
+            *rc = nb_errf(err, errlen, NB_EINVAL, "the grammar refused token %d that its mask allowed", id);
+            return false;
+        }
+        if (!g->armed && id == g->cfg.constrain_after) g->armed = true;
+    } else {
+        id = argmax ? *argmax : sampling_sample(g->smp, logits);
+    }
     g->out[g->made++] = id;
     sampling_accept(g->smp, id);
     ev->token = true, ev->id = id, ev->index = g->made - 1;

@@ -34,6 +34,7 @@
 #include "core/sampling/sampling.h"
 
 typedef struct tok_tokenizer tok_tokenizer;
+typedef struct gram_matcher gram_matcher;
 
 #define GEN_MAX_STOP 8
 
@@ -49,6 +50,10 @@ struct gen_config {
     size_t chunk;               /* prefill ids per step (0: the whole prompt in one) */
     const char *logits_path;    /* NULL, or a file for the rows each token is sampled from (float32,
                                  * n_vocab per token): written to PATH.tmp (0600), renamed when complete */
+    gram_matcher *constrain;    /* NULL, or structured output (core/grammar; borrowed, over n_vocab ids): each
+                                 * token is sampled among those the matcher allows, then accepted by it */
+    int32_t constrain_after;    /* -1: constrained from the first token; else an id (</think>) before which
+                                 * only the stop ids are refused, and after which the matcher applies */
 };
 
 /* The stop ids of a tokenizer: eos, <|im_end|>, <|endoftext|> (the chat
@@ -73,7 +78,8 @@ struct gen_step {
     const int32_t *ids;  /* the ids to evaluate at the sequence's next positions (the session's memory) */
     int n_ids;
     int n_rows;          /* rows of logits wanted, the last ones (1 today) */
-    bool argmax_ok;      /* the argmax of the last row is all the sampler needs (greedy, no penalty, no dump) */
+    bool argmax_ok;      /* the argmax of the last row is all the sampler needs (greedy, no penalty, no dump,
+                          * no constraint) */
 };
 /* What to evaluate next, or GEN_DONE. */
 enum gen_next gen_next(gen_session *g, struct gen_step *st);
@@ -85,6 +91,11 @@ struct gen_event {
     long long index;     /* of that token, from 0 */
     bool stop;           /* it is a stop id (not ignored): the generation is over */
 };
+/* Computes the next sample's mask of a constrained session now (a no-op
+ * otherwise, or when it is ready): a driver calls it after sending a step,
+ * so the mask is made while the step is evaluated.  gen_feed makes it when
+ * it was not.  0, or NB_ENOMEM. */
+int gen_prepare(gen_session *g, char *err, size_t errlen);
 /* The last step's result: logits (n_rows × n_vocab) or, when it allowed it,
  * argmax (one id per row).  0, or NB_EIO when the logits file cannot be written. */
 int gen_feed(gen_session *g, const float *logits, const int32_t *argmax, struct gen_event *ev, char *err, size_t errlen);
@@ -115,7 +126,7 @@ void gen_cancel(gen_session *g);
 struct gen_result {
     const int32_t *ids;  /* made ids (the session's memory) */
     long long made;
-    const char *why;     /* "length", "stop token" or "hook" */
+    const char *why;     /* "length", "stop token", "hook", or "grammar" (constrained: no token was allowed) */
     double prompt_s;     /* first gen_next to the prefill's last feed */
     double decode_s;     /* from there to the last feed */
 };

@@ -167,9 +167,11 @@ static int read_request(const cJSON *r, const char *path, struct prepared_placem
     const cJSON *pt = cJSON_GetObjectItemCaseSensitive(r, "ple_tier");
     const cJSON *vb = cJSON_GetObjectItemCaseSensitive(r, "vram_budget");
     const cJSON *vc = cJSON_GetObjectItemCaseSensitive(r, "vram_ctx");
-    if (pt && !(cJSON_IsString(pt) && (!strcmp(pt->valuestring, "ram") || !strcmp(pt->valuestring, "ssd"))))
-        return nb_errf(err, errlen, NB_EFORMAT, "%s: request.ple_tier is neither \"ram\" nor \"ssd\"", path);
+    if (pt && !(cJSON_IsString(pt) && (!strcmp(pt->valuestring, "ram") || !strcmp(pt->valuestring, "ssd") ||
+                                       !strcmp(pt->valuestring, "vram"))))
+        return nb_errf(err, errlen, NB_EFORMAT, "%s: request.ple_tier is none of \"vram\", \"ram\", \"ssd\"", path);
     p->ple_ssd = pt && !strcmp(pt->valuestring, "ssd");
+    p->ple_vram = pt && !strcmp(pt->valuestring, "vram");
     if (cJSON_IsNumber(vb) && vb->valuedouble >= 0 && vb->valuedouble < 9e18) p->vram_budget = (uint64_t)vb->valuedouble;
     else if (vb && !(cJSON_IsString(vb) && !strcmp(vb->valuestring, "all")))
         return nb_errf(err, errlen, NB_EFORMAT, "%s: request.vram_budget is neither a byte count nor \"all\"", path);

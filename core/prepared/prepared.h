@@ -70,6 +70,8 @@ struct prepared_placement {
     char idx_sha[72];     /* model.experts_index_sha256 of the plan */
     /* What nebula-prepare was asked for ("request"; absent keys: 0/false). */
     bool ple_ssd;         /* request.ple_tier "ssd": the n-gram table is paged from SSD */
+    bool ple_vram;        /* request.ple_tier "vram": a CUDA gpu-worker holds the table on the device
+                           * ("ram", the default: in host memory, its rows read there: gw_ple_host) */
     uint64_t vram_budget; /* request.vram_budget in bytes (0: "all" or not recorded) */
     int64_t vram_ctx;     /* request.vram_ctx: positions the VRAM plan reserved K/V for (0: not recorded) */
 };

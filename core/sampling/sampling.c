@@ -152,17 +152,32 @@ static int32_t select_top_k(struct cand *c, int32_t n, int32_t k)
     return k;
 }
 
-int32_t sampling_sample(sampler *s, const float *logits)
+int32_t sampling_sample(sampler *s, const float *logits) { return sampling_sample_masked(s, logits, NULL); }
+
+int32_t sampling_sample_masked(sampler *s, const float *logits, const uint32_t *allowed)
 {
     const struct sampling_params *p = &s->p;
     int32_t n = s->n_vocab;
     struct cand *c = s->cands;
 
-    for (int32_t i = 0; i < n; i++) {
-        float l = logits[i];
-        if (p->presence_penalty != 0.0f && s->seen[i]) l -= p->presence_penalty;
-        c[i].logit = l;
-        c[i].id = i;
+    if (allowed) { /* the allowed ones only, in id order (so ties still go to the lowest id) */
+        int32_t k = 0;
+        for (int32_t w = 0; w < (n + 31) / 32; w++)
+            for (uint32_t bits = allowed[w]; bits; bits &= bits - 1) { /* word by word: a mask is mostly zeros */
+                const int32_t i = w * 32 + __builtin_ctz(bits);
+                if (i >= n) break;
+                float l = logits[i];
+                if (p->presence_penalty != 0.0f && s->seen[i]) l -= p->presence_penalty;
+                c[k].logit = l, c[k++].id = i;
+            }
+        if (!(n = k)) return -1;
+    } else {
+        for (int32_t i = 0; i < n; i++) {
+            float l = logits[i];
+            if (p->presence_penalty != 0.0f && s->seen[i]) l -= p->presence_penalty;
+            c[i].logit = l;
+            c[i].id = i;
+        }
     }
     if (p->temperature <= 0.0f) {
         int32_t best = 0;

@@ -35,6 +35,10 @@ void sampling_accept(sampler *s, int32_t token);
 void sampling_reset(sampler *s);
 /* Next token for this row of n_vocab logits (not modified). */
 int32_t sampling_sample(sampler *s, const float *logits);
+/* The same over the tokens whose bit is set in allowed ((n_vocab + 31) / 32
+ * words; NULL: all): the others are out before any filter, as if their logit
+ * were -inf (structured output, core/grammar).  -1 when none is allowed. */
+int32_t sampling_sample_masked(sampler *s, const float *logits, const uint32_t *allowed);
 /* Index of the largest logit; ties go to the lowest id. */
 int32_t sampling_argmax(const float *logits, int32_t n);
 

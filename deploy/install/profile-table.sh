@@ -6,9 +6,9 @@
 # block in its own file) is written --sparse: its header and layout at the
 # released shapes, every tensor's bytes a hole (no disk used, nothing
 # downloaded).  nebula-prepare --profile-table then computes every row of
-# conf/profiles.tsv from those real tensor sizes.  Prints Markdown: per mix
-# the table as the engine is today (the CUDA backend holds the n-gram table
-# on the device) and the what-if without it.  tests/deploy/test_install.sh runs this and compares the output with
+# conf/profiles.tsv from those real tensor sizes (the n-gram table in host
+# memory or on the SSD, never on the GPU: engine/backend.h gw_ple_host).
+# Prints Markdown, a table per mix.  tests/deploy/test_install.sh runs this and compares the output with
 # docs/INSTALL.md, so the page cannot drift from the arithmetic.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -23,14 +23,7 @@ for mix in $MIXES; do
     bytes=$(stat -c %s "$tmp"/m-0000[12]-of-00002.gguf "$tmp/mtp.gguf" | awk '{ s += $1 } END { printf "%.1f", s / 1073741824 }')
     echo "### $mix ($bytes GiB: split set + MTP file)"
     echo
-    echo "As the engine is today:"
-    echo
     "$bin/nebula-prepare" "$tmp/m-00001-of-00002.gguf" --mtp "$tmp/mtp.gguf" --profile-table --profiles "$repo/conf/profiles.tsv" -q
-    echo
-    echo "Once the CUDA backend leaves the n-gram table off the device (\`--assume-table-off-device\`, a what-if):"
-    echo
-    "$bin/nebula-prepare" "$tmp/m-00001-of-00002.gguf" --mtp "$tmp/mtp.gguf" --profile-table --assume-table-off-device \
-        --profiles "$repo/conf/profiles.tsv" -q
     echo
     rm -f "$tmp"/*.gguf
 done

@@ -71,6 +71,9 @@ int cu_ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lstate *
             if (ce == cudaSuccess) ce = cudaStreamSynchronize(st); /* he is freed below */
             if (ce != cudaSuccess) rc = cu_fail(ce, "PLE rows upload", __LINE__);
         }
+    } else if (rc == 0 && !be->ple_table.d) { /* gw_ple_host_detach took it, and the rows hook was removed */
+        snprintf(g_msg, sizeof g_msg, "the n-gram table is not on the device and no PLE rows hook is set");
+        rc = NB_EINVAL;
     } else if (rc == 0) {
         rc = cu_talloc(&t, &drows, (int64_t)T * NH * 2); /* int64 */
         cudaError_t ce = cudaSuccess;

@@ -66,6 +66,7 @@ struct gwp_arena {
     uint64_t arena_bytes, n_blobs;
     char idx_sha[72];       /* the experts the placement names (the arena header must say the same) */
     bool open, installed, refused;
+    int stream_rows;        /* configure's stream_rows: evals of more rows stream (gw_expert_host.min_rows) */
 };
 /* Maps the region and lays the tables out when the placement has RAM-tier experts (else leaves a closed one). */
 int gwp_arena_open(struct gwp_arena *a, const char *inst, const struct prepared_idx *x, const struct prepared_placement *p,
@@ -112,8 +113,9 @@ struct gwp_ple_client {
     uint32_t stats_block;
 };
 
-int gwp_ple_client_open(struct gwp_ple_client *c, const struct gwp_ple_config *cfg, const struct model *m, char *err,
-                        size_t errlen);
+/* host: the table gw_ple_host_detach took out of m (a CUDA gpu-worker), else NULL: m's own. */
+int gwp_ple_client_open(struct gwp_ple_client *c, const struct gwp_ple_config *cfg, const struct model *m,
+                        const struct gw_ple_host *host, char *err, size_t errlen);
 void gwp_ple_client_close(struct gwp_ple_client *c);
 /* The gw_ple_rows_fn; ctx is a gwp_ple_client. */
 int gwp_ple_rows(void *ctx, int n_rows, const int64_t *rows, float *out, char *err, size_t errlen);

@@ -52,7 +52,8 @@ struct gwp {
     struct gwp_arena arena; /* the RAM arena, streamed by prefill chunks (arena.c) */
     struct gwp_spec spec;   /* speculative decoding's state (spec.c) */
     struct gwp_ple_client ple;
-    bool have_moe, have_ple;
+    struct gw_ple_host ple_host; /* the n-gram table kept in host memory (cuda, ple_tier ram or ssd) */
+    bool have_moe, have_ple, ple_detached;
     shm_stats *stats;
     uint32_t block;
     uint64_t layer_t0; /* per-layer timing through the layer tap */
@@ -168,7 +169,7 @@ static int open_ple_pager(struct gwp *w, const struct ctl_configure *c, char *er
     if (!rc) rc = shm_region_open(c->instance, "pager-gw", &w->pager_gw_reg, err, errlen);
     struct gwp_ple_config cfg = {c->prepared, &w->pager_gw_reg, &w->staging_reg, c->staging_slot_bytes,
                                  c->staging_first, c->staging_count};
-    if (!rc) rc = gwp_ple_client_open(&w->ple, &cfg, w->m, err, errlen);
+    if (!rc) rc = gwp_ple_client_open(&w->ple, &cfg, w->m, w->ple_detached ? &w->ple_host : NULL, err, errlen);
     if (rc) return rc;
     w->have_ple = true;
     w->ple.stats = w->stats, w->ple.stats_block = w->block;
@@ -202,12 +203,20 @@ static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
     if (placed && (rc = prepared_plan_load(c.prepared, c.placement, &x, &pl, err, errlen))) return rc;
     rc = gwp_placement_maps(placed ? &x : NULL, &pl, w->m, &w->local, &w->ssd_blob, &n_remote, err, errlen);
     if (!rc) rc = gwp_arena_open(&w->arena, c.instance, placed ? &x : NULL, &pl, w->m, err, errlen);
-    const bool ple_ssd = pl.ple_ssd;
+    w->arena.stream_rows = (int)c.stream_rows;
+    const bool ple_ssd = pl.ple_ssd, ple_vram = pl.ple_vram;
     const uint64_t placement_budget = pl.vram_budget;
     const int64_t placement_ctx = pl.vram_ctx;
     prepared_placement_free(&pl);
     prepared_idx_free(&x);
     if (rc) return rc;
+    /* The n-gram table on a CUDA backend: in host memory unless the placement
+     * says "vram" (engine/backend.h gw_ple_host: its rows are read there, a
+     * token's few rows copied up), so neither uploaded nor counted. */
+    if (!strcmp(backend, "cuda") && w->m->ple_table.data && !ple_vram) {
+        gw_ple_host_detach(w->m, &w->ple_host);
+        w->ple_detached = true;
+    }
     /* The experts it computes are known before the backend exists: only those
      * are uploaded.  K/V for --ctx, else the context the placement reserved. */
     struct gw_vram_parts plan;
@@ -227,11 +236,15 @@ static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
     if (w->have_moe && c.ring_spin_us >= 1) ring_set_spin_ns(w->moe.rp.resp, (uint64_t)c.ring_spin_us * 1000ull);
     publish_vram(w);
     if (ple_ssd && (rc = open_ple_pager(w, &c, err, errlen))) return rc;
+    if (!ple_ssd && w->ple_detached) {
+        struct gw_ple_rows r = {gw_ple_host_rows, &w->ple_host};
+        if ((rc = gw_backend_set_ple_rows(w->be, &r, err, errlen))) return rc;
+    }
     /* the arena's page-locking takes seconds for tens of GiB: now if it is loaded already, else at the first prefill */
     if ((rc = gwp_arena_ready(&w->arena, w->be, err, errlen))) return rc;
     nb_log("configured: model %s, %s backend (kernels %s), %lld experts remote%s, PLE table %s, %d threads%s", c.model,
            bp.kind, kernels ? kernels : "default", (long long)n_remote, placed ? "" : " (no placement: all local)",
-           ple_ssd ? "on SSD" : "in RAM", bp.n_threads, w->layer_times ? ", time per layer" : "");
+           ple_ssd ? "on SSD" : w->ple_detached || strcmp(bp.kind, "cuda") ? "in RAM" : "in VRAM", bp.n_threads, w->layer_times ? ", time per layer" : "");
     if (bp.vram_budget || gw_backend_vram_bytes(w->be))
         nb_log("VRAM: budget %.1f MiB (0: none) for %lld positions, %.1f MiB in use after loading",
                (double)bp.vram_budget / 1048576.0, (long long)plan.n_ctx, (double)gw_backend_vram_bytes(w->be) / 1048576.0);
@@ -263,7 +276,7 @@ static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slo
     for (uint32_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= w->m->hp.n_vocab) return nb_errf(err, errlen, NB_EINVAL, "token %d out of vocabulary", ids[i]);
     /* a prefill chunk streams the RAM-tier experts itself once the cpu-moe-worker has loaded them */
-    if (n > GW_STREAM_MIN_ROWS) {
+    if (n > (uint32_t)(w->arena.stream_rows > GW_STREAM_MIN_ROWS ? w->arena.stream_rows : GW_STREAM_MIN_ROWS)) {
         int rc = gwp_arena_ready(&w->arena, w->be, err, errlen);
         if (rc) return rc;
     }

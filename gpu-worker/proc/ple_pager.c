@@ -24,14 +24,16 @@
 #include <string.h>
 #include <unistd.h>
 
-int gwp_ple_client_open(struct gwp_ple_client *c, const struct gwp_ple_config *cfg, const struct model *m, char *err,
-                        size_t errlen)
+int gwp_ple_client_open(struct gwp_ple_client *c, const struct gwp_ple_config *cfg, const struct model *m,
+                        const struct gw_ple_host *host, char *err, size_t errlen)
 {
     memset(c, 0, sizeof *c);
     const struct model_tensor *t = &m->ple_table;
-    if (!t->data) return nb_errf(err, errlen, NB_EINVAL, "the placement puts the PLE table on SSD but the model has none");
+    const bool have = host ? host->data != NULL : t->data != NULL;
+    if (!have) return nb_errf(err, errlen, NB_EINVAL, "the placement puts the PLE table on SSD but the model has none");
     int rc = prepared_ple_load(cfg->prepared, &c->ple, err, errlen);
     if (rc) return rc;
+    /* the tensor's shape and type stay in m when the data went to host (gw_ple_host_detach) */
     if (c->ple.type != (uint32_t)t->type || c->ple.row_len != (uint32_t)t->ne[0] || c->ple.row_bytes != t->row_bytes ||
         c->ple.rows != (uint64_t)t->ne[1])
         return nb_errf(err, errlen, NB_EFORMAT, "%s/ple.bin does not hold this model's table (type %u, %u × %llu)",

@@ -174,9 +174,6 @@ printf 'profile\tvram_gib\tram_gib\tctx\tprefill_chunk\tvram_keep_gib\tram_keep_
 [ "$(grep -c '^| v' "$tmp/tiny-table.md")" = 16 ] && ! grep -q 'does not fit' "$tmp/tiny-table.md" && ok ||
     bad "--profile-table on the small model: not 16 fitting rows: $(head -n 5 "$tmp/tiny-table.md")"
 
-"$bin/nebula-prepare" "$tmp/dest/$S1" "$tmp/x" --profile v16-r64 --assume-table-off-device >"$tmp/toff" 2>&1
-[ $? = 2 ] && grep -q "what-if of --profile-table alone" "$tmp/toff" && [ ! -e "$tmp/x" ] && ok ||
-    bad "--assume-table-off-device with a placement was not refused: $(cat "$tmp/toff")"
 
 # ---- requirements not met: the GiB missing, nothing changed ----
 hw 16384 65536 0 >"$tmp/hw-disk.env"

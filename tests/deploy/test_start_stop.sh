@@ -39,36 +39,7 @@ trap cleanup EXIT
 fail=0 n=0
 ok() { n=$((n + 1)); }
 bad() { echo "FAIL: $*"; fail=$((fail + 1)); n=$((n + 1)); }
-# Processes whose command line mentions $1 (the state directory is in nginx's
-# master's and the coordinator's), and the children of pid $1.
-procs_of() { python3 - "$1" "$$" <<'PY'
-import os, sys
-for p in filter(str.isdigit, os.listdir("/proc")):
-    try:
-        cmd = open("/proc/%s/cmdline" % p, "rb").read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        continue
-    if sys.argv[1] in cmd and p != sys.argv[2] and "python3 - " not in cmd and "test_start_stop" not in cmd:
-        print(p)
-PY
-}
-children() { python3 - "$1" <<'PY'
-import os, sys
-for p in filter(str.isdigit, os.listdir("/proc")):
-    try:
-        stat = open("/proc/%s/stat" % p).read()
-    except OSError:
-        continue
-    if stat[stat.rindex(")") + 2:].split()[1] == sys.argv[1]:
-        print(p)
-PY
-}
-# A live process (a zombie waiting for init to reap it is gone).
-alive() { local s; s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; [ "${s%% *}" != Z ]; }
-free_ports() { python3 -c 'import socket
-ss = [socket.socket() for _ in range(int(__import__("sys").argv[1]))]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))' "$1"; }
+. tests/deploy/lib.sh # procs_of, children, alive, free_ports
 check() { python3 tests/deploy/http_checks.py "$@"; }
 
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || { echo "FAIL: nginx is not installed (make test runs deploy/install-deps.sh)"; exit 1; }

@@ -17,13 +17,14 @@
 #include "tests/core/model_fixture.h"
 #include "tests/engine/backend_fixture.h"
 
-enum hook_mode { HOOK_NONE, HOOK_EXACT, HOOK_SHIFTED, HOOK_FAIL };
+enum hook_mode { HOOK_NONE, HOOK_EXACT, HOOK_SHIFTED, HOOK_FAIL, HOOK_HOST };
 
 struct ple_ctx {
     const struct model *m;
     enum hook_mode mode;
     int64_t *seen; /* every row asked for, in call order */
     int n_seen, cap_seen, calls;
+    struct gw_ple_host host; /* HOOK_HOST: the table detached from the model, served by gw_ple_host_rows */
 };
 
 static int ple_fn(void *ctx, int n_rows, const int64_t *rows, float *out, char *err, size_t errlen)
@@ -55,7 +56,12 @@ static float *run(const char *gguf, const char *name, struct ple_ctx *pc, int *T
     pc->m = m;
     pc->cap_seen = T * m->hp.ple_n_heads;
     pc->seen = calloc((size_t)pc->cap_seen, sizeof *pc->seen);
-    if (pc->mode != HOOK_NONE) {
+    if (pc->mode == HOOK_HOST) { /* as a cuda gpu-worker does before its backend exists: the model keeps no table */
+        gw_ple_host_detach(m, &pc->host);
+        cr_assert_null(m->ple_table.data);
+        struct gw_ple_rows r = {gw_ple_host_rows, &pc->host};
+        cr_assert_eq(gw_backend_set_ple_rows(be, &r, err, sizeof err), 0, "%s", err);
+    } else if (pc->mode != HOOK_NONE) {
         struct gw_ple_rows r = {ple_fn, pc};
         cr_assert_eq(gw_backend_set_ple_rows(be, &r, err, sizeof err), 0, "%s", err);
     }
@@ -103,6 +109,32 @@ static void check_exact(const char *name, const char *type)
 }
 
 Test(ple_rows, tiny_a_q8_0_bit_identical_and_rows_of_the_fixture) { check_exact("tiny-a", "q8_0"); }
+
+/* The table in host memory (gw_ple_host, ple_tier "ram" on cuda): the logits
+ * of a model without its table, its rows from gw_ple_host_rows, are the
+ * model's own bit for bit; a row past the table is refused. */
+static void check_host(const char *name, const char *type)
+{
+    const char *gguf = fixture_gguf_typed(name, type);
+    struct ple_ctx ref_ctx = {.mode = HOOK_NONE}, host = {.mode = HOOK_HOST};
+    int T, T1, frc;
+    int64_t V;
+    float *ref = run(gguf, name, &ref_ctx, &T, &V, &frc);
+    cr_assert_eq(frc, 0);
+    float *got = run(gguf, name, &host, &T1, &V, &frc);
+    cr_assert_eq(frc, 0);
+    cr_assert_eq(T1, T);
+    cr_assert(memcmp(ref, got, (size_t)T * V * sizeof *ref) == 0, "%s %s: logits with the host table differ", name, type);
+    float row[4096];
+    char err[256];
+    const int64_t past = host.host.rows;
+    cr_assert(host.host.width <= 4096);
+    cr_assert_eq(gw_ple_host_rows(&host.host, 1, &past, row, err, sizeof err), NB_EINVAL, "row %lld accepted", (long long)past);
+    free(ref), free(got), free(ref_ctx.seen), free(host.seen);
+}
+
+Test(ple_rows, host_table_tiny_a_q8_0) { check_host("tiny-a", "q8_0"); }
+Test(ple_rows, host_table_tiny_b_mix) { check_host("tiny-b", "mix"); }
 Test(ple_rows, tiny_b_mix_bit_identical_and_rows_of_the_fixture) { check_exact("tiny-b", "mix"); }
 
 Test(ple_rows, hook_rows_are_used)

@@ -11,6 +11,7 @@
 #include "core/gguf/gguf.h"
 #include "core/model/model.h"
 #include "core/util/err.h"
+#include "engine/backend.h"
 #include "engine/vram.h"
 #include "tests/core/model_fixture.h"
 
@@ -402,4 +403,24 @@ Test(vram, separate_mtp_file_counts_the_same)
     cr_assert_gt(p2.n_widened, 0);
     cr_assert_eq(p1.n_widened, p2.n_widened, "the MTP file's widened matrices are counted");
     model_close(in), model_close(sep);
+}
+
+/* gw_ple_host_detach (ple_tier ram or ssd on cuda): the dense weights the
+ * device holds lose exactly the table's bytes, and nothing else changes. */
+Test(vram, host_table_leaves_the_dense_weights)
+{
+    struct model *m = open_fixture("tiny-b", "mix");
+    char err[256];
+    uint64_t d0, m0, d1, m1;
+    cr_assert_eq(gw_vram_dense_bytes(m, &d0, &m0, err, sizeof err), 0, "%s", err);
+    const uint64_t table = gw_vram_ple_table_bytes(m);
+    cr_assert_gt(table, 0, "tiny-b has an n-gram table");
+    struct gw_ple_host h;
+    gw_ple_host_detach(m, &h);
+    cr_assert_eq(gw_vram_ple_table_bytes(m), 0);
+    cr_assert_eq(gw_vram_dense_bytes(m, &d1, &m1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(d1, d0 - table, "dense %" PRIu64 " -> %" PRIu64 ", table %" PRIu64, d0, d1, table);
+    cr_assert_eq(m1, m0);
+    cr_assert_eq(h.rows, m->ple_table.ne[1]);
+    model_close(m);
 }

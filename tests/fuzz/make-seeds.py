@@ -5,7 +5,8 @@
 
 GGUF seeds go to OUT_DIR/gguf/, safetensors seeds to OUT_DIR/safetensors/,
 tokenizer texts to OUT_DIR/tokenizer/ (first byte: fuzz_tokenizer.c's
-configuration) and tokenizer.json files to OUT_DIR/hf_tokenizer_json/.
+configuration), tokenizer.json files to OUT_DIR/hf_tokenizer_json/ and JSON
+schemas to OUT_DIR/schema/.
 The layouts are written here from the format descriptions, independently of
 core/gguf's writer, so the seeds also check that the reader accepts files it
 did not write.  Standard library only; the output is deterministic, so the
@@ -195,10 +196,28 @@ def hf_json_seeds():
     }
 
 
+def schema_seeds():
+    """JSON schemas for fuzz_schema.c: every keyword the compiler implements, and a few it refuses."""
+    seeds = {
+        "object.json": {"type": "object", "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 8},
+                                                          "age": {"type": "integer"}, "ok": {"type": "boolean"}},
+                        "required": ["name"], "additionalProperties": False},
+        "array.json": {"type": "array", "items": {"type": "number"}, "minItems": 1, "maxItems": 4},
+        "enum-anyof.json": {"anyOf": [{"enum": ["a", 1, None, [True]]}, {"const": {"k": "v"}}, {"type": ["string", "null"]}]},
+        "defs.json": {"$defs": {"n": {"type": "object", "properties": {"v": {"type": "integer"},
+                                                                      "kids": {"type": "array", "items": {"$ref": "#/$defs/n"}}}}},
+                      "$ref": "#/$defs/n"},
+        "any.json": {"type": "object"},
+        "unsupported.json": {"type": "string", "pattern": "^a+$"},
+        "cycle.json": {"definitions": {"a": {"anyOf": [{"$ref": "#/definitions/a"}]}}, "$ref": "#/definitions/a"},
+    }
+    return {name: json.dumps(s).encode() for name, s in seeds.items()}
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "corpus")
     for sub, files in (("gguf", gguf_seeds()), ("safetensors", st_seeds()), ("tokenizer", tokenizer_seeds()),
-                       ("hf_tokenizer_json", hf_json_seeds())):
+                       ("hf_tokenizer_json", hf_json_seeds()), ("schema", schema_seeds())):
         os.makedirs(os.path.join(out, sub), exist_ok=True)
         for name, blob in files.items():
             with open(os.path.join(out, sub, name), "wb") as f:

@@ -3,7 +3,8 @@
 // streams a chat completion, asks for a non-streamed one, streams a long
 // prompt whose prefill progress comments the client must skip, and checks
 // that API errors reach the client as the package's typed errors (an unknown field, a
-// field of the wrong type, an unknown model id looked up), and that another model id is served.  Prints
+// field of the wrong type, an unknown model id looked up), that another model id is served,
+// and asks for structured output (response_format json_schema).  Prints
 // what it saw; exits 1 with the reason at the first thing that is wrong.
 import OpenAI from "openai";
 
@@ -124,4 +125,21 @@ try {
 }
 await expectError("an unknown field", 400, OpenAI.BadRequestError, { model, messages, max_tokens: 2, frobnicate: 1 });
 await expectError("max_tokens of the wrong type", 400, OpenAI.BadRequestError, { model, messages, max_tokens: "many" });
+
+// Structured output (docs/API.md): response_format json_schema as the client
+// sends it; the random-weight model's answer is whatever the grammar allows,
+// so it parses and has the schema's shape.  An unsupported keyword is a typed 400.
+const schema = { type: "object", properties: { name: { type: "string", maxLength: 12 }, n: { type: "integer" } },
+                 required: ["name", "n"], additionalProperties: false };
+const so = await client.chat.completions.create({
+  model, messages, max_tokens: 2000, seed: 2, think: false,
+  response_format: { type: "json_schema", json_schema: { name: "answer", schema, strict: true } },
+});
+let parsed;
+try { parsed = JSON.parse(so.choices[0].message.content); } catch (e) { fail(`json_schema: not JSON: ${so.choices[0].message.content}`); }
+if (typeof parsed.name !== "string" || parsed.name.length > 12 || !Number.isInteger(parsed.n) || Object.keys(parsed).length !== 2)
+  fail(`json_schema: ${JSON.stringify(parsed)} does not fit the schema`);
+console.log(`json_schema: ${JSON.stringify(parsed)} (${so.choices[0].finish_reason})`);
+await expectError("an unsupported schema keyword", 400, OpenAI.BadRequestError, { model, messages, max_tokens: 4,
+  response_format: { type: "json_schema", json_schema: { name: "a", schema: { type: "string", pattern: "^a" } } } });
 console.log("openai client: ok");

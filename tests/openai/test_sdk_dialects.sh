@@ -25,12 +25,13 @@ cleanup() {
 }
 trap cleanup EXIT
 "$bin/nebula-convert" tests/fixtures/tiny-a "$tmp/demo.gguf" --type f32 --name nebula-demo -q || fail "convert"
+: >"$tmp/coord.log" # there before the background job opens it: the loop reads it at once
 "$bin/nebula-coordinator" --model "$tmp/demo.gguf" --runtime "$tmp/run" --threads 1 --http 127.0.0.1:0 --demo --test-hooks \
     2>"$tmp/coord.log" &
 pid=$!
 port=
 for _ in $(seq 1 300); do
-    port=$(sed -n 's/^nebula-coordinator: http on http:\/\/127\.0\.0\.1:\([0-9]*\)$/\1/p' "$tmp/coord.log")
+    port=$(sed -n 's/^nebula-coordinator: http on http:\/\/127\.0\.0\.1:\([0-9]*\)$/\1/p' "$tmp/coord.log" || true)
     [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/api/status" | grep -q '"phase":"ready"' && break
     kill -0 "$pid" 2>/dev/null || { cat "$tmp/coord.log"; fail "the coordinator exited"; }
     sleep 0.1

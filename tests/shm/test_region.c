@@ -1,6 +1,7 @@
 /* test_region.c — instances and regions (shm/region.c): names, mode 0600,
- * collisions, mapping from another process, and the cleanup of instances
- * whose process died without cleaning up. */
+ * collisions, mapping from another process, names unlinked while the
+ * regions live on (and opened through an inherited fd), and the cleanup of
+ * instances whose process died without cleaning up. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -134,6 +135,47 @@ Test(region, a_mapping_outlives_destroy)
     r.base[200] = 43;      /* still mapped: no fault */
     cr_assert_eq(r.base[100] + r.base[200], 85);
     shm_region_close(&r);
+}
+
+/* Child (forked: it holds the parent's fds, as a spawned worker holds the
+ * ones the coordinator hands down): opens the unlinked region by id, writes
+ * to it, and checks its handle is a description of its own: an OFD lock on
+ * it must conflict with one on the inherited fd (inherited_fd). */
+static int inherited_fd;
+
+static int child_opens_unlinked(void *arg)
+{
+    (void)arg;
+    struct shm_region r;
+    if (shm_region_open(child_id, "arena", &r, fx_err, sizeof fx_err) != 0) return 10;
+    if (r.fd == inherited_fd) return 11;
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    if (fcntl(r.fd, F_OFD_SETLK, &fl) != 0) return 12;
+    struct flock other = fl;
+    if (fcntl(inherited_fd, F_OFD_SETLK, &other) == 0) return 13; /* same description: the locks would not conflict */
+    for (size_t i = 1; i < r.bytes; i += 4096) r.base[i] = 0x5a;
+    struct shm_region none;
+    if (shm_region_open(child_id, "never-made", &none, fx_err, sizeof fx_err) != NB_ENOENT) return 14;
+    shm_region_close(&r);
+    return 0;
+}
+
+Test(region, unlinked_names_nothing_in_dev_shm_an_inherited_fd_still_opens_it)
+{
+    shm_instance *inst = fx_instance();
+    struct shm_region r = fx_region(inst, "arena", 1 << 20);
+    r.base[0] = 7;
+    const char *id = shm_instance_id(inst);
+    cr_assert_eq(fx_count_entries(id), 2);
+    cr_assert_eq(shm_instance_unlink(inst, fx_err, sizeof fx_err), 0, "%s", fx_err);
+    cr_assert_eq(fx_count_entries(id), 0, "names left in %s after shm_instance_unlink", SHM_DIR);
+    cr_assert_eq(r.base[0], 7, "the mapping stays");
+    child_id = id;
+    inherited_fd = r.fd;
+    cr_assert_eq(fx_reap(fx_spawn(child_opens_unlinked, NULL)), 0, "the child's checks (exit code names the one that failed)");
+    for (size_t i = 1; i < r.bytes; i += 4096) cr_assert_eq(r.base[i], 0x5a, "child's write at %zu", i);
+    shm_region_close(&r);
+    fx_instance_end(inst); /* nothing to unlink any more: still 0 */
 }
 
 /* Child: creates an instance with two regions, reports its id, dies without

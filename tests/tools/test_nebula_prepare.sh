@@ -153,6 +153,18 @@ status 0 "$in" "$out"
 has "$out/placement.json" '"ple_tier":[[:space:]]*"ssd"' "a re-run without --ple-tier"
 status 0 "$in" "$out" --ple-tier ram
 has "$out/placement.json" '"ple_tier":[[:space:]]*"ram"' "--ple-tier ram"
+cp "$out/placement.json" "$tmp/placement-ram.json"
+# vram: the table on the GPU counts in the plan's dense weights; ram and ssd
+# leave it in host memory (the gpu-worker's gw_ple_host), so they do not.
+status 0 "$in" "$out" --ple-tier vram
+has "$out/placement.json" '"ple_tier":[[:space:]]*"vram"' "--ple-tier vram"
+python3 -c "
+import json, sys
+r, v = (json.load(open(f))['model']['vram_dense_bytes'] for f in sys.argv[1:])
+sys.exit(0 if v > r else 1)" "$tmp/placement-ram.json" "$out/placement.json" && ok \
+    || bad "--ple-tier vram: the dense weights on the device do not include the n-gram table"
+status 2 "$in" "$out" --ple-tier gpu
+status 0 "$in" "$out" --ple-tier ram
 
 # Usage and input errors.
 status 0 --help; has "$tmp/out" "usage: nebula-prepare MODEL.gguf OUTDIR" "--help"

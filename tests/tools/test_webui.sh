@@ -12,7 +12,11 @@
 #    nginx serving web/ and proxying to nebula-coordinator with the demo
 #    model.  New chat, streamed answer, rename, reload, delete; thinking
 #    on/off; documents; Markdown export; stop; errors (4xx, coordinator gone);
-#    the loading progress bar; the prefill progress bar.
+#    the loading progress bar; the prefill progress bar; and the scenarios of
+#    tests/web/features.mjs (system prompt, sampling, edit, fork, search,
+#    context meter, thinking-only answers, titles, a stopped answer's count,
+#    tool calls against tests/web/mock-server.mjs, the coordinator killed
+#    with -9 and restarted).
 #
 # Needs node, npm (npm ci here and in web/), chromium and nginx; CI gets them
 # from deploy/install-deps.sh (make test runs it).  Any of them missing is a

@@ -9,7 +9,9 @@
 //   node tests/web/mock-server.mjs [--port N] [--loading SECONDS] [--demo]
 //
 // A user message containing "#stream-error" gets an error event after a few
-// pieces; "#http-500" gets an HTTP 500.
+// pieces; "#http-500" gets an HTTP 500; "#tool-call" gets an answer that
+// calls two tools, streamed as OpenAI's tool_calls deltas (the arguments cut
+// into pieces), finish_reason "tool_calls".
 import http from "node:http";
 import { readFile, stat } from "node:fs/promises";
 import { extname, join, normalize, dirname } from "node:path";
@@ -28,6 +30,8 @@ const started = Date.now();
 const CONTEXT = 4096;
 const MAX_BODY = 4 * 1024 * 1024;
 let requests = 0;
+let cancelled = 0;
+let tokensGenerated = 0;
 
 const TYPES = { ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".mjs": "text/javascript; charset=utf-8",
   ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".json": "application/json" };
@@ -60,7 +64,7 @@ function status() {
     queue: { running: 0, waiting: 0, capacity: 9 },
     prefill: null,
     limits: { max_body_bytes: MAX_BODY, context_length: CONTEXT },
-    stats: { requests, tokens_generated: 0, last_tokens_per_s: 0, last_ttft_ms: 0, vram_hit_rate: 0 },
+    stats: { requests, requests_cancelled: cancelled, tokens_generated: tokensGenerated, last_tokens_per_s: 0, last_ttft_ms: 0, vram_hit_rate: 0 },
   };
 }
 
@@ -122,6 +126,7 @@ async function chat(req, res, body) {
     await sleep(150);
   }
   res.write(chunk({ role: "assistant", content: "" }));
+  if (text.includes("#tool-call")) return toolCalls(res, chunk);
   const pieces = [];
   const think = j.think !== false && j.think !== "off";
   if (think) for (const p of "Let me think about this… the user wants a *demo*.".match(/.{1,5}/gs)) pieces.push({ reasoning_content: p });
@@ -130,7 +135,11 @@ async function chat(req, res, body) {
   let n = 0;
   let ttft = null;
   for (const d of pieces) {
-    if (closed) return;
+    if (closed) {
+      cancelled++;
+      tokensGenerated += n;
+      return;
+    }
     if (n >= max) break;
     if (text.includes("#stream-error") && n === 5) {
       res.write(`data: ${JSON.stringify({ error: { message: "mock worker failure", type: "server_error", param: null, code: null } })}\n\n`);
@@ -142,6 +151,7 @@ async function chat(req, res, body) {
     n++;
     await sleep(25);
   }
+  tokensGenerated += n;
   const decodeMs = Date.now() - t0 - ttft;
   res.write(chunk({}, n >= max ? "length" : "stop", {
     timings: { prompt_tokens: promptTokens, prompt_ms: 12, ttft_ms: ttft, completion_tokens: n, decode_ms: decodeMs,
@@ -151,6 +161,23 @@ async function chat(req, res, body) {
     res.write(`data: ${JSON.stringify({ id, object: "chat.completion.chunk", created, model, choices: [],
       usage: { prompt_tokens: promptTokens, completion_tokens: n, total_tokens: promptTokens + n } })}\n\n`);
   }
+  res.end("data: [DONE]\n\n");
+}
+
+// Two tool calls, as the API streams them: each call's first piece has its
+// index, id, type and name, the arguments follow in pieces.
+function toolCalls(res, chunk) {
+  const calls = [
+    { id: "call_mock1", name: "get_weather", args: ['{"city": "Par', 'is", "unit"', ': "celsius", "days": [1, 2]}'] },
+    { id: "call_mock2", name: "search_docs", args: ['{"query":', ' "nebula <b>shm</b>"}'] },
+  ];
+  res.write(chunk({ content: "Let me check." }));
+  calls.forEach((c, index) => {
+    res.write(chunk({ tool_calls: [{ index, id: c.id, type: "function", function: { name: c.name, arguments: "" } }] }));
+    for (const a of c.args) res.write(chunk({ tool_calls: [{ index, function: { arguments: a } }] }));
+  });
+  res.write(chunk({}, "tool_calls"));
+  tokensGenerated += 12;
   res.end("data: [DONE]\n\n");
 }
 

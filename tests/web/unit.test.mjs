@@ -3,10 +3,12 @@
 // builds (documents in the prompt, the Markdown export, titles, stats).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { SseParser, parsePrefill } from "../../web/js/api.js";
+import { SseParser, parsePrefill, mergeToolCalls } from "../../web/js/api.js";
 import {
   composeUserContent, fenceFor, langForFile, chatToMarkdown, titleFromText, formatStats, formatSize, exportFileName, countOf,
+  requestMessages, chatMatches, contextUsed,
 } from "../../web/js/chatformat.js";
+import { prettyJson } from "../../web/js/toolview.js";
 
 test("counts: the noun agrees with the number (\"its 1 messages\" was a bug)", () => {
   assert.equal(countOf(0, "message"), "0 messages");
@@ -93,7 +95,9 @@ test("titles, stats, sizes and export file names", () => {
   assert.equal(formatStats({ tokens_per_s: 12.345, ttft_ms: 87.6, completion_tokens: 40 }), "12.3 tok/s · TTFT 88 ms · 40 tokens");
   assert.equal(formatStats({ tokens_per_s: 5, ttft_ms: 12500, measured: true }), "≈5.0 tok/s · TTFT ≈12.5 s");
   assert.equal(formatStats(null), "");
-  assert.equal(formatStats({ tokens_per_s: 0, ttft_ms: 7, completion_tokens: 1 }), "TTFT 7 ms · 1 tokens");
+  assert.equal(formatStats({ tokens_per_s: 0, ttft_ms: 7, completion_tokens: 1 }), "TTFT 7 ms · 1 token");
+  assert.equal(formatStats({ ttft_ms: 7, completion_tokens: 9, measured: true, tokens_approx: true }), "TTFT ≈7 ms · ≈9 tokens");
+  assert.equal(formatStats({ ttft_ms: 7, completion_tokens: 9, measured: true }), "TTFT ≈7 ms · 9 tokens");
   assert.equal(exportFileName({ title: "Ünïcode: a/b?" }, new Date("2026-11-30T07:00:00Z")), "Unicode-ab-2026-11-30.md");
   assert.equal(formatSize(1023), "1023 B");
   assert.equal(formatSize(1536), "1.5 KiB");
@@ -163,4 +167,90 @@ test("Markdown export: title, roles, documents, thinking, notes", () => {
     "*error: HTTP 400: too long*",
     "",
   ].join("\n"));
+});
+
+test("titles: the first line with text, without its Markdown", () => {
+  const cases = [
+    ["# **Hello** world", "Hello world"],
+    ["## Use `make run` ##", "Use make run"],
+    ["[Docs](http://x) and **bold** _em_ ~~gone~~", "Docs and bold em gone"],
+    ["![a chart](c.png) of *speed*", "a chart of speed"],
+    ["> quoted *text*", "quoted text"],
+    ["- [ ] task __b__", "task b"],
+    ["1. first `a`", "first a"],
+    ["```c\nint x;\n```", "int x;"],
+    ["---\n\n  **Real** line", "Real line"],
+    ["snake_case_name and 2*3*4", "snake_case_name and 2*3*4"],
+    ["**unclosed bold", "unclosed bold"],
+    ["<b>tag</b> <https://example.com>", "tag https://example.com"],
+    ["**", "New chat"],
+    ["", "New chat"],
+  ];
+  for (const [text, want] of cases) assert.equal(titleFromText(text), want, JSON.stringify(text));
+  assert.equal(titleFromText("**" + "x".repeat(60) + "**"), "x".repeat(47) + "…");
+});
+
+test("search: every word, in the title, the messages or the documents' names, case and accents folded", () => {
+  const chat = { title: "About rivers", system: "Be brief.", messages: [
+    { role: "user", content: "Tell me of the Rhône", attachments: [{ name: "notes.md", text: "secret words" }] },
+    { role: "assistant", content: "The **Danube** flows east." },
+  ] };
+  for (const q of ["", "  ", "rivers", "RHONE", "rhône danube", "notes.md", "brief", "flows east"]) assert.ok(chatMatches(chat, q), q);
+  for (const q of ["nile", "rivers nile", "secret"]) assert.ok(!chatMatches(chat, q), q);
+});
+
+test("context used: the server's prompt + completion of the last counted answer", () => {
+  assert.equal(contextUsed({ messages: [] }), null);
+  assert.equal(contextUsed({ messages: [{ role: "user", content: "a" }, { role: "assistant", content: "b", stats: null }] }), null);
+  const chat = { messages: [
+    { role: "user" }, { role: "assistant", stats: { prompt_tokens: 10, completion_tokens: 5 } },
+    { role: "user" }, { role: "assistant", stats: { prompt_tokens: 30, completion_tokens: 7 } },
+    { role: "user" }, { role: "assistant", error: "HTTP 502", stats: null },
+  ] };
+  assert.equal(contextUsed(chat), 37);
+});
+
+test("request messages: system first, thinking-only and empty answers kept as assistant turns, failed ones dropped, tools", () => {
+  const chat = { system: "Be brief.", messages: [
+    { role: "user", content: "one" },
+    { role: "assistant", content: "", reasoning: "thinking only" },
+    { role: "user", content: "two" },
+    { role: "assistant", content: "", stopped: true },
+    { role: "user", content: "three", attachments: [{ name: "a.txt", text: "x\n" }] },
+    { role: "assistant", content: "", error: "HTTP 400: too long" },
+    { role: "user", content: "four" },
+    { role: "assistant", content: "Let me check.", reasoning: "dropped",
+      tool_calls: [{ index: 0, id: "c1", type: "function", function: { name: "f", arguments: "{}" } }] },
+    { role: "tool", tool_call_id: "c1", content: "42" },
+    { role: "user", content: "five" },
+    { role: "assistant", pending: true, content: "" },
+  ] };
+  assert.deepEqual(requestMessages(chat, chat.messages.length - 1), [
+    { role: "system", content: "Be brief." },
+    { role: "user", content: "one" },
+    { role: "assistant", content: "", reasoning_content: "thinking only" },
+    { role: "user", content: "two" },
+    { role: "assistant", content: "" },
+    { role: "user", content: "four" },
+    { role: "assistant", content: "Let me check.", tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: "{}" } }] },
+    { role: "tool", content: "42", tool_call_id: "c1" },
+    { role: "user", content: "five" },
+  ]);
+  assert.deepEqual(requestMessages({ system: "  ", messages: [{ role: "user", content: "hi" }] }, 1), [{ role: "user", content: "hi" }]);
+});
+
+test("tool calls: pieces merged by index, arguments appended, pretty-printed once they are JSON", () => {
+  const calls = [];
+  mergeToolCalls(calls, [{ index: 0, id: "call_1", type: "function", function: { name: "get_weather", arguments: "" } }]);
+  mergeToolCalls(calls, [{ index: 0, function: { arguments: '{"city": "Pa' } }]);
+  mergeToolCalls(calls, [{ index: 1, id: "call_2", type: "function", function: { name: "search", arguments: '{"q"' } },
+    { index: 0, function: { arguments: 'ris"}' } }]);
+  mergeToolCalls(calls, [{ index: 1, function: { arguments: ': 1}' } }, null]);
+  assert.deepEqual(calls, [
+    { index: 0, id: "call_1", type: "function", function: { name: "get_weather", arguments: '{"city": "Paris"}' } },
+    { index: 1, id: "call_2", type: "function", function: { name: "search", arguments: '{"q": 1}' } },
+  ]);
+  assert.equal(prettyJson(calls[0].function.arguments), '{\n  "city": "Paris"\n}');
+  assert.equal(prettyJson('{"city": "Pa'), '{"city": "Pa');
+  assert.equal(prettyJson(""), "");
 });

@@ -61,8 +61,10 @@ static void usage(FILE *f)
             "                      layer N (default N = layers / 4); W = 1 (default) gives equal quotas\n"
             "  --mtp-experts M     vram-first (default: the MTP block's experts take VRAM before the trunk's\n"
             "                      quotas) or shared (the MTP block is one more layer with a quota)\n"
-            "  --ple-tier T        ram (default: the gpu-worker reads the n-gram table from the model's\n"
-            "                      mapping) or ssd (its rows are paged from ple.bin by the ssd-pager)\n"
+            "  --ple-tier T        ram (default: the gpu-worker reads the n-gram table's rows from the\n"
+            "                      model's mapping in host memory), ssd (they are paged from ple.bin by the\n"
+            "                      ssd-pager) or vram (a CUDA gpu-worker holds the whole table on the GPU:\n"
+            "                      it counts in the VRAM budget; 26.8 GiB in the released model)\n"
             "  --mtp FILE          the MTP block from a separate GGUF (Unsloth's MTP/mtp-*.gguf): its experts\n"
             "                      and dense tensors join the trunk's (dense.gguf then holds the whole model)\n"
             "  --hotlist F         a measured hotlist, TSV: layer expert count mean_weight\n"
@@ -73,8 +75,6 @@ static void usage(FILE *f)
             "  --hw-file FILE      the hardware for --profile auto: key=value lines gpu_vram_mib, ram_mib\n"
             "  --profile-info      with --profile: print what it means for MODEL (key=value) and write nothing\n"
             "  --profile-table     print every profile's meaning for MODEL as a Markdown table; write nothing\n"
-            "  --assume-table-off-device  with --profile-table: a what-if, the n-gram table not on the GPU\n"
-            "                      (the CUDA backend uploads it today; the plan once it does not)\n"
             "                      (both take MODEL only, no OUTDIR)\n"
             "  -q, --quiet         errors only\n"
             "  -h, --help          this text\n"
@@ -98,7 +98,7 @@ struct run {
     bool given_vram, given_ram, given_victim, given_early, given_mtp, given_ple;
     int verified, written;
     const char *profile, *profiles_path, *hw_file;
-    bool profile_info, profile_table, table_off_device;
+    bool profile_info, profile_table;
     char err[1024];
 };
 
@@ -310,7 +310,7 @@ static int part_placement(struct run *r, const struct hotlist *h, const char *de
     if (r->given_victim) o.victim_bytes = r->popts.victim_bytes;
     if (r->given_early) o.early_weight = r->popts.early_weight, o.early_layers = r->popts.early_layers;
     if (r->given_mtp) o.mtp_first = r->popts.mtp_first;
-    if (r->given_ple) o.ple_ssd = r->popts.ple_ssd;
+    if (r->given_ple) o.ple_ssd = r->popts.ple_ssd, o.ple_vram = r->popts.ple_vram;
     sha_buf_hex(r->x.idx, r->x.idx_bytes, idx_sha);
     struct placement_ids ids = {.dense_sha = dense_sha, .experts_sha = experts_sha, .idx_sha = idx_sha,
                                 .hotlist_sha = hot_sha, .dense_tensor_bytes = dense_bytes_of(r->m),
@@ -318,6 +318,8 @@ static int part_placement(struct run *r, const struct hotlist *h, const char *de
     uint64_t dense = 0, mtp = 0;
     int rc = gw_vram_dense_bytes(r->m, &dense, &mtp, r->err, sizeof r->err);
     if (rc) return rc;
+    /* the n-gram table is on the device only where the placement says vram (the gpu-worker's rule) */
+    if (!o.ple_vram) dense -= gw_vram_ple_table_bytes(r->m);
     ids.vram_dense_bytes = dense + mtp;
     if (r->given_slots) o.vram_bytes = ids.vram_dense_bytes + ids.vram_reserve_bytes + r->vram_slots;
     char *json = NULL;
@@ -407,7 +409,7 @@ static int apply_profile(struct run *r)
     if (!rc && r->profile_table) {
         profile_print_header(stdout);
         for (int i = 0; i < t->n && !rc; i++)
-            if (!(rc = profile_compute(&t->row[i], r->m, &x, &ple, r->table_off_device, &res, r->err, sizeof r->err)))
+            if (!(rc = profile_compute(&t->row[i], r->m, &x, &ple, &res, r->err, sizeof r->err)))
                 profile_print_row(stdout, &res);
     }
     const struct profile_row *row = NULL;
@@ -419,7 +421,7 @@ static int apply_profile(struct run *r)
     } else if (!rc && r->profile && !(row = profile_find(t, r->profile))) {
         rc = nb_errf(r->err, sizeof r->err, NB_EINVAL, "--profile %s: not in %s (or auto)", r->profile, path);
     }
-    if (!rc && row) rc = profile_compute(row, r->m, &x, &ple, false, &res, r->err, sizeof r->err);
+    if (!rc && row) rc = profile_compute(row, r->m, &x, &ple, &res, r->err, sizeof r->err);
     if (!rc && row && r->profile_info) profile_print_info(stdout, &res);
     else if (!rc && row && !res.fits)
         rc = nb_errf(r->err, sizeof r->err, NB_EINVAL, "profile %s does not fit this model: %s", row->name, res.why);
@@ -459,7 +461,7 @@ int main(int argc, char **argv)
     struct run r = {0};
     bool quiet = false;
     enum { O_VRAM = 1000, O_SLOTS, O_CTX, O_RAM, O_VICTIM, O_EARLY, O_MTP, O_PLE, O_HOT, O_KILL, O_INT, O_MTP_FILE,
-           O_PROFILE, O_PROFILES, O_HW, O_PINFO, O_PTABLE, O_TOFF };
+           O_PROFILE, O_PROFILES, O_HW, O_PINFO, O_PTABLE };
     static const struct option opts[] = {
         {"vram-budget", required_argument, 0, O_VRAM}, {"ram-budget", required_argument, 0, O_RAM},
         {"vram-slots", required_argument, 0, O_SLOTS},   {"ctx", required_argument, 0, O_CTX},
@@ -468,7 +470,7 @@ int main(int argc, char **argv)
         {"ple-tier", required_argument, 0, O_PLE},       {"mtp", required_argument, 0, O_MTP_FILE},
         {"profile", required_argument, 0, O_PROFILE},    {"profiles", required_argument, 0, O_PROFILES},
         {"hw-file", required_argument, 0, O_HW},         {"profile-info", no_argument, 0, O_PINFO},
-        {"profile-table", no_argument, 0, O_PTABLE},     {"assume-table-off-device", no_argument, 0, O_TOFF},
+        {"profile-table", no_argument, 0, O_PTABLE},
         /* tests only: a crash (SIGKILL) or a Ctrl-C (SIGINT) in the middle of the unit after N */
         {"test-kill-after-units", required_argument, 0, O_KILL}, {"test-interrupt-after-units", required_argument, 0, O_INT},
         {"quiet", no_argument, 0, 'q'},                   {"help", no_argument, 0, 'h'},
@@ -504,7 +506,8 @@ int main(int argc, char **argv)
         case O_PLE:
             r.given_ple = true;
             r.popts.ple_ssd = strcmp(optarg, "ssd") == 0;
-            bad = !r.popts.ple_ssd && strcmp(optarg, "ram") != 0 ? "--ple-tier" : NULL;
+            r.popts.ple_vram = strcmp(optarg, "vram") == 0;
+            bad = !r.popts.ple_ssd && !r.popts.ple_vram && strcmp(optarg, "ram") != 0 ? "--ple-tier" : NULL;
             break;
         case O_HOT: r.hotlist_path = optarg; break;
         case O_MTP_FILE: r.mtp_path = optarg; break;
@@ -513,7 +516,6 @@ int main(int argc, char **argv)
         case O_HW: r.hw_file = optarg; break;
         case O_PINFO: r.profile_info = true; break;
         case O_PTABLE: r.profile_table = true; break;
-        case O_TOFF: r.table_off_device = true; break;
         case O_KILL: ckpt_set_test_kill(atoi(optarg), SIGKILL); break;
         case O_INT: ckpt_set_test_kill(atoi(optarg), SIGINT); break;
         case 'q': quiet = true; break;
@@ -530,11 +532,6 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     bool report_only = r.profile_info || r.profile_table;
-    if (r.table_off_device && (!r.profile_table || r.profile)) {
-        fprintf(stderr, "nebula-prepare: --assume-table-off-device is a what-if of --profile-table alone: the CUDA "
-                        "backend holds the n-gram table today, so no placement may assume it away\n");
-        return EXIT_USAGE;
-    }
     if (r.profile_info && !r.profile) {
         fprintf(stderr, "nebula-prepare: --profile-info: which profile? (--profile NAME or auto)\n");
         return EXIT_USAGE;

@@ -131,7 +131,7 @@ static void add_request(cJSON *root, const struct placement_opts *o)
     cJSON_AddNumberToObject(e, "layers", o->early_layers);
     cJSON_AddItemToObject(r, "early_quota", e);
     cJSON_AddStringToObject(r, "mtp_experts", o->mtp_first ? "vram-first" : "shared");
-    cJSON_AddStringToObject(r, "ple_tier", o->ple_ssd ? "ssd" : "ram");
+    cJSON_AddStringToObject(r, "ple_tier", o->ple_ssd ? "ssd" : o->ple_vram ? "vram" : "ram");
     cJSON_AddItemToObject(root, "request", r);
 }
 
@@ -329,7 +329,7 @@ int placement_read_opts(const char *json, struct placement_opts *o)
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "mtp_experts");
     if (cJSON_IsString(m)) o->mtp_first = strcmp(m->valuestring, "shared") != 0;
     const cJSON *pt = cJSON_GetObjectItemCaseSensitive(r, "ple_tier");
-    if (cJSON_IsString(pt)) o->ple_ssd = strcmp(pt->valuestring, "ssd") == 0;
+    if (cJSON_IsString(pt)) o->ple_ssd = strcmp(pt->valuestring, "ssd") == 0, o->ple_vram = strcmp(pt->valuestring, "vram") == 0;
     cJSON_Delete(root);
     return 0;
 }

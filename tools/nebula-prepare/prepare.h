@@ -225,6 +225,7 @@ struct placement_opts {
     int early_layers;       /* layers over which the weight ramps up to 1 (0: n_trunk/4) */
     bool mtp_first;         /* MTP experts take VRAM before the trunk's quotas */
     bool ple_ssd;           /* the PLE table's rows are paged from ple.bin (else read from RAM) */
+    bool ple_vram;          /* the table on the GPU (ple_tier "vram"; it counts in the VRAM plan) */
 };
 
 struct placement_ids {      /* what the placement must name */
@@ -286,11 +287,10 @@ const struct profile_row *profile_find(const struct profile_table *t, const char
  * separately); NB_EINVAL with the GiB missing when it reaches none. */
 int profile_pick(const struct profile_table *t, uint64_t vram_bytes, uint64_t ram_bytes, const struct profile_row **out,
                  char *err, size_t errlen);
-/* table_off_device: a what-if for planning, the n-gram table not counted on
- * the device (the CUDA backend uploads it today, so no placement may use it). */
+/* A profile keeps the n-gram table off the device (ple_tier ram or ssd:
+ * gw_ple_host), so the VRAM plan does not count it. */
 int profile_compute(const struct profile_row *row, const struct model *m, const struct expert_layout *x,
-                    const struct ple_layout *ple, bool table_off_device, struct profile_result *out, char *err,
-                    size_t errlen);
+                    const struct ple_layout *ple, struct profile_result *out, char *err, size_t errlen);
 void profile_print_header(FILE *f);
 void profile_print_row(FILE *f, const struct profile_result *p);
 /* key=value lines, for the installer. */

@@ -155,28 +155,15 @@ static void per_layer(const struct expert_layout *x, const uint32_t *n, char *bu
     else snprintf(buf, len, "%u-%u", lo, hi);
 }
 
-/* The n-gram table as the CUDA backend uploads it (engine/vram.c's rule: a
- * type the device decodes keeps its bytes, another is widened to F32). */
-static uint64_t table_device_bytes(const struct model *m)
-{
-    const struct model_tensor *t = &m->ple_table;
-    if (!t->data) return 0;
-    uint64_t rows = (uint64_t)t->ne[1] * (uint64_t)(t->ne[2] ? t->ne[2] : 1) * (uint64_t)(t->ne[3] ? t->ne[3] : 1);
-    return gw_vram_align(rows * quant_row_size((enum quant_type)gw_vram_device_type(t->type), t->ne[0]));
-}
-
 int profile_compute(const struct profile_row *row, const struct model *m, const struct expert_layout *x,
-                    const struct ple_layout *ple, bool table_off_device, struct profile_result *out, char *err,
-                    size_t errlen)
+                    const struct ple_layout *ple, struct profile_result *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     out->row = row;
     uint64_t dense = 0, mtp = 0;
     int rc = gw_vram_dense_bytes(m, &dense, &mtp, err, errlen);
     if (rc) return rc;
-    /* A what-if (--assume-table-off-device): the backend uploads the table
-     * today whatever the placement's ple_tier; this is the plan once it does not. */
-    if (table_off_device) dense -= table_device_bytes(m);
+    dense -= gw_vram_ple_table_bytes(m); /* the table stays in host memory (ram) or on the SSD */
     out->vram_budget = (uint64_t)((row->vram_gib - row->vram_keep_gib) * GIB);
     out->ram_budget = (uint64_t)((row->ram_gib - row->ram_keep_gib) * GIB);
     out->vram_fixed = dense + mtp;

@@ -136,8 +136,32 @@ export function parsePrefill(comment) {
   return m && Number(m[2]) > 0 ? { done: Number(m[1]), total: Number(m[2]) } : null;
 }
 
+// Folds the tool_calls of one stream delta into calls (the message's list,
+// changed in place), OpenAI's way: the first piece of a call brings its
+// index, id, type and function name, later pieces of the same index append
+// to function.arguments (a JSON text cut anywhere).  Returns calls.
+export function mergeToolCalls(calls, deltas) {
+  for (const d of deltas) {
+    if (!d || typeof d !== "object") continue;
+    const index = Number.isInteger(d.index) ? d.index : calls.length;
+    let c = calls.find((x) => x.index === index);
+    if (!c) {
+      c = { index, id: "", type: "function", function: { name: "", arguments: "" } };
+      calls.push(c);
+      calls.sort((a, b) => a.index - b.index);
+    }
+    if (typeof d.id === "string" && d.id) c.id = d.id;
+    if (typeof d.type === "string" && d.type) c.type = d.type;
+    const f = d.function || {};
+    if (typeof f.name === "string") c.function.name += f.name;
+    if (typeof f.arguments === "string") c.function.arguments += f.arguments;
+  }
+  return calls;
+}
+
 // POST /v1/chat/completions with stream:true.  Callbacks:
-//   onDelta({content, reasoning})  text pieces as they arrive
+//   onDelta({content, reasoning, toolCalls})  text pieces as they arrive, and
+//                                  the raw tool_calls pieces (mergeToolCalls)
 //   onPrefill({done, total})       prompt tokens evaluated so far, of all
 //   onKeepAlive()                  any other comment (queued)
 //   onFirstByte()                  the response headers arrived
@@ -203,7 +227,8 @@ export async function streamChat(body, { signal, onDelta, onPrefill, onKeepAlive
         const d = choice.delta || {};
         const content = typeof d.content === "string" ? d.content : "";
         const reasoning = typeof d.reasoning_content === "string" ? d.reasoning_content : "";
-        if ((content || reasoning) && onDelta) onDelta({ content, reasoning });
+        const toolCalls = Array.isArray(d.tool_calls) ? d.tool_calls : [];
+        if ((content || reasoning || toolCalls.length) && onDelta) onDelta({ content, reasoning, toolCalls });
         if (choice.finish_reason) result.finish_reason = choice.finish_reason;
       }
     },

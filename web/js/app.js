@@ -15,10 +15,13 @@ import { loadSettings, renderOptions, wireSettings } from "./settings.js";
 import { renderAttachments, wireAttachments } from "./attachments.js";
 import { loadMarkdown, renderChat } from "./messages.js";
 import { loadChats, newChat, renderChatList, wireChatList } from "./chatlist.js";
-import { pollStatus } from "./status.js";
+import { pollStatus, wireStatus } from "./status.js";
 import { stop, wireGeneration } from "./generation.js";
 import { wireComposer } from "./composer.js";
 import { wireExport } from "./export.js";
+import { wireSearch } from "./search.js";
+import { renderSystemPanel, wireSystemPanel } from "./sysprompt.js";
+import { wireChatOps } from "./chatops.js";
 
 // Esc stops the answer, Alt+N starts a new chat, / goes to the message box.
 function wireKeys() {
@@ -50,11 +53,16 @@ async function main() {
   wireAttachments();
   wireSettings();
   wireKeys();
+  wireStatus();
+  wireSearch();
+  wireSystemPanel();
+  wireChatOps();
   renderOptions();
   renderAttachments();
   await Promise.all([loadMarkdown(), loadChats()]);
   renderChatList();
   renderChat();
+  renderSystemPanel();
   pollStatus();
   el.prompt.focus();
   document.documentElement.dataset.ready = "1";

@@ -1,6 +1,7 @@
 // chatformat.js — the text the page builds from a chat: the user message with
-// its attached documents (what the model sees), the Markdown export (what the
-// user downloads), chat titles, and the speed and size figures it shows.
+// its attached documents and the request's messages (what the model sees),
+// the Markdown export (what the user downloads), chat titles, the search,
+// the context used, and the speed and size figures it shows.
 // Pure functions, no DOM, so that they read the same in the browser and in a
 // test under node.
 
@@ -53,10 +54,90 @@ export function composeUserContent(text, attachments = []) {
   return parts.join("\n\n");
 }
 
+// A line of Markdown as plain text, for a title: links and images keep their
+// text, code spans their code; headings' #, quotes' >, list bullets,
+// emphasis (** __ * _ ~~) and stray backticks go.
+export function plainInline(line) {
+  return line
+    .replace(/!\[([^\]]*)\]\([^)]*\)/g, "$1")      // ![alt](src)
+    .replace(/\[([^\]]*)\]\([^)]*\)/g, "$1")       // [text](href)
+    .replace(/<(https?:[^>]+)>/g, "$1")               // <https://…>
+    .replace(/<\/?[a-z][^>]*>/gi, "")                // inline HTML tags
+    .replace(/^\s{0,3}(?:#{1,6}\s+|>\s*|[-*+]\s+(?:\[[ xX]\]\s+)?|\d+[.)]\s+)/, "") // heading, quote, bullet
+    .replace(/\s+#+\s*$/, "")                       // a closing ### of a heading
+    .replace(/`+([^`]*)`+/g, "$1")                   // `code`
+    .replace(/(\*\*|__|~~)(?=\S)([^]*?\S)\1/g, "$2")  // **bold**, __bold__, ~~struck~~
+    .replace(/(^|[^\w*])[*_](?=\S)([^*_]*?\S)[*_](?=[^\w*]|$)/g, "$1$2") // *em*, _em_
+    .replace(/\*\*|`+|~~/g, "")                       // what is left unpaired
+    .replace(/\s+/g, " ")
+    .trim();
+}
+
+// The messages as the API gets them: the chat's system prompt first (when
+// it has one), user turns with their documents, assistant turns without
+// their thinking (the template drops it anyway) but with their tool calls,
+// tool results as role:"tool".  An answer that is only thinking (or was
+// stopped before its first word) is still an assistant turn — content "",
+// its reasoning_content beside it — so that two user turns never follow each
+// other.  A failed answer with nothing written is left out, and so is its
+// user turn (e.g. a 400 for a prompt over the context), or every later
+// request would fail the same way; the turn being answered is always sent.
+export function requestMessages(chat, upTo) {
+  const msgs = chat.messages.slice(0, upTo);
+  const out = [];
+  if (chat.system && chat.system.trim() !== "") out.push({ role: "system", content: chat.system });
+  msgs.forEach((m, i) => {
+    const next = msgs[i + 1];
+    const failedEmpty = (a) => a.error && !a.content && !a.reasoning && !(a.tool_calls && a.tool_calls.length);
+    if (m.role === "user") {
+      if (next && next.role === "assistant" && failedEmpty(next)) return;
+      out.push({ role: "user", content: composeUserContent(m.content, m.attachments) });
+    } else if (m.role === "tool") {
+      out.push({ role: "tool", content: m.content || "", ...(m.tool_call_id ? { tool_call_id: m.tool_call_id } : {}) });
+    } else if (!failedEmpty(m)) {
+      const turn = { role: "assistant", content: m.content || "" };
+      if (!m.content && m.reasoning) turn.reasoning_content = m.reasoning;
+      if (m.tool_calls && m.tool_calls.length) {
+        turn.tool_calls = m.tool_calls.map((c) => ({ id: c.id, type: c.type || "function", function: { ...c.function } }));
+      }
+      out.push(turn);
+    }
+  });
+  return out;
+}
+
+// A chat's title from its first message: the first line with text, as plain
+// text (no Markdown), at most 48 characters.
 export function titleFromText(text) {
-  const line = (text || "").split("\n").map((l) => l.trim()).find((l) => l !== "") || "";
+  const lines = (text || "").split("\n").filter((l) => !/^\s*(```|~~~|[-*_=]{3,}\s*$)/.test(l));
+  const line = lines.map(plainInline).find((l) => l !== "") || "";
   if (line === "") return "New chat";
   return line.length > 48 ? line.slice(0, 47).trimEnd() + "…" : line;
+}
+
+// Does the chat match the search?  Every word of the query (case- and
+// accent-insensitive) must appear in its title or in one of its messages
+// (typed text, documents' names, answers).  An empty query matches all.
+export function chatMatches(chat, query) {
+  const fold = (t) => (t || "").normalize("NFKD").replace(/[\u0300-\u036f]/g, "").toLowerCase();
+  const words = fold(query).split(/\s+/).filter(Boolean);
+  if (words.length === 0) return true;
+  const hay = [chat.title, chat.system, ...chat.messages.flatMap((m) => [m.content, ...(m.attachments || []).map((a) => a.name)])]
+    .map(fold).join("\n");
+  return words.every((w) => hay.includes(w));
+}
+
+// The context a chat uses, from the server's count for its last answer:
+// the prompt it read plus the tokens it wrote (what the next request starts
+// from, before the new message).  null when no answer has a count yet.
+export function contextUsed(chat) {
+  for (let i = chat.messages.length - 1; i >= 0; i--) {
+    const st = chat.messages[i].stats;
+    if (chat.messages[i].role === "assistant" && st && typeof st.prompt_tokens === "number") {
+      return st.prompt_tokens + (typeof st.completion_tokens === "number" ? st.completion_tokens : 0);
+    }
+  }
+  return null;
 }
 
 export function formatStats(stats) {
@@ -69,7 +150,8 @@ export function formatStats(stats) {
   if (typeof stats.ttft_ms === "number" && isFinite(stats.ttft_ms)) {
     parts.push(`TTFT ${approx}${stats.ttft_ms < 10000 ? Math.round(stats.ttft_ms) + " ms" : (stats.ttft_ms / 1000).toFixed(1) + " s"}`);
   }
-  if (typeof stats.completion_tokens === "number") parts.push(`${stats.completion_tokens} tokens`);
+  // tokens_approx: counted from the stream's pieces, not by the server (generation.js).
+  if (typeof stats.completion_tokens === "number") parts.push(`${stats.tokens_approx ? "≈" : ""}${countOf(stats.completion_tokens, "token")}`);
   return parts.join(" · ");
 }
 

@@ -12,21 +12,23 @@ import * as store from "./store.js";
 import { showError } from "./banners.js";
 import { setIcon } from "./icons.js";
 import { renderChat, renderTitle } from "./messages.js";
-import { countOf } from "./chatformat.js";
+import { countOf, chatMatches } from "./chatformat.js";
 
 const CURRENT_KEY = "nebula.current";
 const narrow = () => matchMedia("(max-width: 800px)").matches;
 
+// The chats that match the search (state.search, search.js), or all.
 export function renderChatList() {
   el.chatList.replaceChildren();
-  if (state.chats.length === 0) {
+  const shown = state.chats.filter((c) => chatMatches(c, state.search));
+  if (shown.length === 0) {
     const p = document.createElement("p");
     p.className = "muted small chat-list-empty";
-    p.textContent = "No chats yet.";
+    p.textContent = state.chats.length === 0 ? "No chats yet." : `No chat matches “${state.search.trim()}”.`;
     el.chatList.append(p);
     return;
   }
-  for (const chat of state.chats) el.chatList.append(chatItem(chat));
+  for (const chat of shown) el.chatList.append(chatItem(chat));
 }
 
 function chatItem(chat) {
@@ -165,7 +167,7 @@ export function rememberCurrent(chat) {
   } catch (_) { /* not needed to work */ }
 }
 
-function selectChat(id) {
+export function selectChat(id) {
   const chat = state.chats.find((c) => c.id === id) || null;
   state.current = chat;
   rememberCurrent(chat);
@@ -177,6 +179,7 @@ function selectChat(id) {
 
 export function newChat() {
   state.current = null;
+  state.draftSystem = null;
   rememberCurrent(null);
   renderChatList();
   renderChat();

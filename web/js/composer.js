@@ -14,6 +14,7 @@ import { renderAttachments, showComposerError } from "./attachments.js";
 import { appendMessage, renderTitle } from "./messages.js";
 import { rememberCurrent } from "./chatlist.js";
 import { generate } from "./generation.js";
+import { settingsError } from "./settings.js";
 
 async function send() {
   if (state.generation) return;
@@ -22,10 +23,19 @@ async function send() {
     el.prompt.focus();
     return;
   }
+  const bad = settingsError();
+  if (bad) {
+    showComposerError(bad);
+    return;
+  }
   showComposerError("");
   let chat = state.current;
   if (!chat) {
-    chat = { id: store.newId(), title: titleFromText(text || state.attachments[0].name), created: Date.now(), updated: Date.now(), messages: [] };
+    chat = {
+      id: store.newId(), title: titleFromText(text || state.attachments[0].name), created: Date.now(), updated: Date.now(),
+      messages: [], system: state.draftSystem ?? state.settings.system,
+    };
+    state.draftSystem = null;
     state.current = chat;
     state.chats.unshift(chat);
     rememberCurrent(chat);

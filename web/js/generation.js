@@ -12,38 +12,19 @@
 import { el } from "./dom.js";
 import { state } from "./state.js";
 import * as store from "./store.js";
-import { ApiError, streamChat } from "./api.js";
-import { composeUserContent, formatSize } from "./chatformat.js";
+import { ApiError, streamChat, fetchStatus, mergeToolCalls } from "./api.js";
+import { requestMessages, formatSize } from "./chatformat.js";
 import { appendMessage, removeMessage, updateMessageEl, updateRegenerate, scheduleRender, nearBottom, scrollToEnd } from "./messages.js";
 import { renderChatList, saveChat } from "./chatlist.js";
 import { pollStatus, waitUntilReady } from "./status.js";
+import { samplingFields } from "./settings.js";
+import { renderMeter } from "./meter.js";
 
 function setGenerating(on) {
   el.send.hidden = on;
   el.stop.hidden = !on;
   renderChatList();
   updateRegenerate();
-}
-
-// The messages as the API gets them: user turns with their documents,
-// assistant turns without their thinking (the template drops it anyway),
-// failed or empty answers left out.
-// A user turn whose answer failed with nothing written (e.g. a 400 for a
-// prompt over the context) is left out too, or every later request would
-// fail the same way; the turn being answered is always sent.
-function requestMessages(chat, upTo) {
-  const msgs = chat.messages.slice(0, upTo);
-  const out = [];
-  msgs.forEach((m, i) => {
-    const next = msgs[i + 1];
-    if (m.role === "user") {
-      if (next && next.role === "assistant" && next.error && !next.content) return;
-      out.push({ role: "user", content: composeUserContent(m.content, m.attachments) });
-    } else if (m.content) {
-      out.push({ role: "assistant", content: m.content });
-    }
-  });
-  return out;
 }
 
 function requestBody(chat, upTo) {
@@ -58,7 +39,7 @@ function requestBody(chat, upTo) {
   if (s.context_length) body.context_length = Number(s.context_length);
   if (s.prefill_chunk) body.prefill_chunk = Number(s.prefill_chunk);
   if (s.max_tokens) body.max_tokens = Number(s.max_tokens);
-  return body;
+  return { ...body, ...samplingFields() };
 }
 
 // Answers the last turn of chat: a new assistant message, streamed.
@@ -99,7 +80,11 @@ export async function generate(chat) {
     const tEnd = performance.now();
     if (e && e.name === "AbortError") {
       msg.stopped = true;
-      if (clock.tFirst !== null) msg.stats = statsFrom(null, null, clock.t0, clock.tFirst, tEnd, clock.pieces);
+      if (clock.tFirst !== null) {
+        // The pieces counted until the server's own count is in (countStopped).
+        clock.tEnd = tEnd;
+        msg.stats = { ...statsFrom(null, null, clock.t0, clock.tFirst, tEnd, clock.pieces), tokens_approx: true };
+      }
     } else {
       msg.error = e && e.message ? e.message : String(e);
       if (!(e instanceof ApiError)) console.error(e);
@@ -114,10 +99,53 @@ export async function generate(chat) {
     setGenerating(false);
     if (state.current === chat) {
       updateMessageEl(msg);
+      renderMeter();
       if (nearBottom()) scrollToEnd();
     }
     pollStatus();
   }
+  if (msg.stopped && msg.stats && !chat.deleted) await countStopped(chat, msg, gen.before, clock);
+}
+
+// A stopped answer's token count replaced by the server's, once it has it.
+async function countStopped(chat, msg, before, clock) {
+  const n = await serverTokensAfterStop(before);
+  if (n === null || chat.deleted) return;
+  const secs = (clock.tEnd - clock.tFirst) / 1000;
+  msg.stats.completion_tokens = n;
+  msg.stats.tokens_per_s = n > 1 && secs > 0 ? (n - 1) / secs : undefined;
+  delete msg.stats.tokens_approx;
+  await saveChat(chat);
+  if (state.current === chat) updateMessageEl(msg);
+}
+
+// The tokens the server generated for a request this page stopped.  The
+// stream's pieces are not tokens: the server sends what accumulated since
+// its last write as one delta (several tokens, or none for </think> and for
+// bytes held back for a stop string or an unfinished UTF-8 character), and
+// it notices the closed connection a moment later, having sampled a few
+// more (or, fast, had finished before the page read it all).  Its own count
+// is in /api/status: stats.tokens_generated grows by each ended request's
+// tokens, cancelled ones included.  Compared with the figures read just
+// before the request (before), once the server counts one more ended
+// request: the difference is this request's, provided it is the only one
+// that ended meanwhile.  null when that cannot be told (another client's
+// request ended too, or the server did not answer within 3 s).
+async function serverTokensAfterStop(before) {
+  if (!before) return null;
+  for (let i = 0; i < 30; i++) {
+    let st;
+    try {
+      st = (await fetchStatus()).stats;
+    } catch (_) {
+      return null;
+    }
+    if (st && typeof st.requests === "number" && st.requests > before.requests) {
+      return st.requests === before.requests + 1 ? st.tokens_generated - before.tokens_generated : null;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return null;
 }
 
 // Sends the request once the model is ready and streams the answer into
@@ -133,7 +161,11 @@ async function streamWhenReady(gen, body, clock) {
     });
     msg.waiting = "sending…";
     scheduleRender(msg);
-    pollStatus(); // a first request may make the engine load: show it
+    // A fresh status: a first request may make the engine load (show it), and
+    // its counters are what a Stop compares the server's count with.
+    await pollStatus();
+    const st = state.status && !state.statusError ? state.status.stats : null;
+    gen.before = st && typeof st.tokens_generated === "number" && typeof st.requests === "number" ? { ...st } : null;
     try {
       return await streamChat(body, {
         signal: controller.signal,
@@ -157,7 +189,7 @@ async function streamWhenReady(gen, body, clock) {
           msg.waiting = "reading the prompt…";
           scheduleRender(msg);
         },
-        onDelta: ({ content, reasoning }) => {
+        onDelta: ({ content, reasoning, toolCalls }) => {
           if (clock.tFirst === null) {
             clock.tFirst = performance.now();
             gen.firstToken = true;
@@ -167,6 +199,7 @@ async function streamWhenReady(gen, body, clock) {
           clock.pieces++;
           msg.content += content;
           msg.reasoning += reasoning;
+          if (toolCalls.length) msg.tool_calls = mergeToolCalls(msg.tool_calls || [], toolCalls);
           scheduleRender(msg);
           if (Date.now() - clock.lastSave > 2000) {
             clock.lastSave = Date.now();

@@ -1,16 +1,17 @@
 // messages.js — the conversation on screen: its title, its messages (the
-// prompt's prefill progress, the answer streaming in, thinking, speed,
-// errors) and their copy and regenerate buttons; markdown.js is loaded from
-// here.
+// prompt's prefill progress, the answer streaming in, thinking, tool calls
+// and tool results, speed, errors) and their copy, edit, fork and
+// regenerate buttons; markdown.js is loaded from here.
 //
 // Each message object is drawn into one <article> (cloned from
 // #msg-template) and redrawn from the object whenever it changes: the
 // object is the truth, the element only shows it.  While an answer streams,
 // its redraws are batched to one per animation frame (scheduleRender), and
 // the view follows the end only if the user was already there.  The
-// regenerate button belongs to generation.js, which this module does not
-// import: a click on it is sent up as a "nebula:regenerate" event on the
-// message, which bubbles to #messages.
+// regenerate, edit and fork buttons belong to generation.js and chatops.js,
+// which this module does not import: a click on one is sent up as a
+// "nebula:regenerate", "nebula:edit" or "nebula:fork" event on the message
+// (detail: {id}), which bubbles to #messages.
 import { $, el } from "./dom.js";
 import { state } from "./state.js";
 import { showError } from "./banners.js";
@@ -18,13 +19,21 @@ import { composeUserContent, formatStats } from "./chatformat.js";
 import { applyIcons, setIcon } from "./icons.js";
 import { copyText } from "./copy.js";
 import { fileChip } from "./attachments.js";
+import { renderMeter } from "./meter.js";
+import { renderToolCalls, toolResultBlock } from "./toolview.js";
 
 // What this module keeps for itself.
 const view = {
   els: new Map(),     // message id → its <article>, for the chat on screen
   queued: new Set(),  // messages to redraw at the next animation frame
   md: null,           // markdown.js once loaded (null: answers as plain text)
+  toolOpen: new Map(), // message id → the ids of its tool-call blocks the user opened
 };
+
+// The <article> of message id on screen (undefined when not shown).
+export function messageElement(id) {
+  return view.els.get(id);
+}
 
 export async function loadMarkdown() {
   try {
@@ -41,11 +50,13 @@ export function renderTitle() {
   el.title.textContent = t;
   document.title = state.current ? `${t} · Nebula` : "Nebula";
   el.exportChat.disabled = !state.current || state.current.messages.length === 0;
+  renderMeter();
 }
 
 export function renderChat() {
   renderTitle();
   view.els.clear();
+  view.toolOpen.clear();
   for (const a of el.messages.querySelectorAll(".msg")) a.remove();
   const msgs = state.current ? state.current.messages : [];
   el.empty.hidden = msgs.length > 0;
@@ -56,6 +67,8 @@ export function renderChat() {
   }
   updateRegenerate();
   scrollToEnd();
+  // The system prompt panel (sysprompt.js) shows the chat on screen.
+  el.messages.dispatchEvent(new CustomEvent("nebula:chat-shown"));
 }
 
 // A new message at the end of the conversation on screen.
@@ -73,16 +86,18 @@ export function removeMessage(id) {
 
 function createMessageEl(m) {
   const a = el.msgTemplate.content.firstElementChild.cloneNode(true);
-  a.classList.add(m.role === "user" ? "user" : "assistant");
+  a.classList.add(m.role === "user" ? "user" : m.role === "tool" ? "tool" : "assistant");
   a.dataset.id = m.id;
   a.dataset.role = m.role;
-  $(".role", a).textContent = m.role === "user" ? "You" : "Nebula";
+  $(".role", a).textContent = m.role === "user" ? "You" : m.role === "tool" ? "Tool" : "Nebula";
   $(".avatar", a).textContent = m.role === "user" ? "You" : "";
   applyIcons(a);
   $('[data-action="copy"]', a).addEventListener("click", (e) => copyMessage(m, e.currentTarget));
-  $('[data-action="regenerate"]', a).addEventListener("click", () => {
-    a.dispatchEvent(new CustomEvent("nebula:regenerate", { bubbles: true }));
-  });
+  for (const action of ["regenerate", "edit", "fork"]) {
+    $(`[data-action="${action}"]`, a).addEventListener("click", () => {
+      a.dispatchEvent(new CustomEvent(`nebula:${action}`, { bubbles: true, detail: { id: m.id } }));
+    });
+  }
   // Only the user's clicks decide whether a finished thinking section stays open.
   const details = $(".thinking", a);
   $("summary", details).addEventListener("click", () => { m.thinkingOpen = !details.open; });
@@ -126,7 +141,12 @@ function decorateCodeBlocks(root) {
 export function updateMessageEl(m) {
   const a = view.els.get(m.id);
   if (!a) return;
-  if (m.role === "user") {
+  if (m.role === "tool") {
+    $(".msg-body", a).hidden = true;
+    const box = $(".msg-tools", a);
+    box.replaceChildren(toolResultBlock(m));
+    box.hidden = false;
+  } else if (m.role === "user") {
     const body = $(".msg-body", a);
     body.className = "msg-body plain";
     body.textContent = m.content;
@@ -162,11 +182,15 @@ function updateAnswerEl(m, a) {
     body.textContent = "";
   }
   body.hidden = body.childNodes.length === 0;
+  if (!view.toolOpen.has(m.id)) view.toolOpen.set(m.id, new Set());
+  renderToolCalls($(".msg-tools", a), m.tool_calls, view.toolOpen.get(m.id));
+  const calls = m.tool_calls && m.tool_calls.length;
   let st = "";
   if (live) st = m.waiting || "";
   else if (m.stopped) st = m.interrupted ? "interrupted" : "stopped";
   else if (m.finish_reason === "length") st = "cut at the token limit";
-  else if (!m.error && !m.content && m.reasoning) st = "no answer after the thinking";
+  else if (m.finish_reason === "tool_calls") st = "asks to call a tool";
+  else if (!m.error && !m.content && !calls && m.reasoning) st = "no answer after the thinking";
   $(".msg-state", a).textContent = st;
   const err = $(".msg-error", a);
   err.hidden = !m.error;
@@ -206,13 +230,17 @@ function renderStats(m, stats) {
     : "";
 }
 
-// The regenerate button shows on the last answer only, and not while one streams.
+// The regenerate button shows on the last answer only, edit on user
+// messages, fork on every message; none while an answer streams.
 export function updateRegenerate() {
   const msgs = state.current ? state.current.messages : [];
   const last = msgs[msgs.length - 1];
+  const busy = !!state.generation;
   for (const [id, a] of view.els) {
     const b = $('[data-action="regenerate"]', a);
-    b.hidden = !(last && last.role === "assistant" && last.id === id && !state.generation);
+    b.hidden = !(last && last.role === "assistant" && last.id === id && !busy);
+    $('[data-action="edit"]', a).hidden = busy || a.dataset.role !== "user";
+    $('[data-action="fork"]', a).hidden = busy;
   }
 }
 

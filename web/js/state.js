@@ -17,4 +17,6 @@ export const state = {
   generation: null,   // {chat, msg, controller, firstToken} while an answer streams (generation.js)
   attachments: [],    // documents attached to the message being written: {name, size, text}
   settings: null,     // the composer's options (settings.js loads them at start)
+  search: "",         // the chat list's search words (search.js; chatlist.js shows the chats that match)
+  draftSystem: null,  // the system prompt typed for a new, unsaved chat (null: the default; sysprompt.js)
 };

@@ -5,13 +5,17 @@
 // One poll at a time: pollStatus called while one is in flight returns that
 // one, so the callers that need a fresh answer (a request about to go out)
 // can simply await it.  It polls every second while the model is not ready
-// or an answer waits for its first token, every 10 s otherwise.  A status
-// failure it put in the banner is taken down again once the server answers.
+// or an answer waits for its first token, every 2 s otherwise, so that an
+// engine that died shows within 2 s (a failed request polls at once:
+// generation.js); every 10 s while the page is hidden, and at once when it
+// shows again.  A status failure it put in the banner is taken down again
+// once the server answers.
 import { $, el } from "./dom.js";
 import { state } from "./state.js";
 import { ApiError, fetchStatus } from "./api.js";
 import { showError, clearError, shownError, renderDemoNotice, renderLoading, hideLoading } from "./banners.js";
 import { renderOptionsIfLimitsChanged } from "./settings.js";
+import { renderMeter } from "./meter.js";
 
 // What this module keeps for itself.
 const poll = {
@@ -41,7 +45,7 @@ export async function pollStatus() {
     renderStatus();
     const phase = state.status && !state.statusError ? state.status.phase : null;
     const fast = phase !== "ready" || (state.generation && !state.generation.firstToken);
-    poll.timer = setTimeout(pollStatus, fast ? 1000 : 10000);
+    poll.timer = setTimeout(pollStatus, fast ? 1000 : document.hidden ? 10000 : 2000);
   })();
   return poll.inFlight;
 }
@@ -82,6 +86,11 @@ function renderStatus() {
     showStatusError(`The engine reports an error: ${s.message || "no details"} (see coordinator.log in the state directory)`);
   }
   renderOptionsIfLimitsChanged();
+  renderMeter();
+}
+
+export function wireStatus() {
+  document.addEventListener("visibilitychange", () => { if (!document.hidden) pollStatus(); });
 }
 
 // Status problems have their own line in the banner so that they clear
