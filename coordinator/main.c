@@ -97,9 +97,8 @@ static void usage(FILE *f)
                "  --sse-keepalive S  seconds without output after which a stream gets a ': keep-alive'\n"
                "                   comment (default 2)\n"
                "  --demo           the model is the bundled random-weight demo: /api/status and /v1/models say so\n"
-               "  --name NAME      the model's id in the API (default: GGUF general.name, else the file name)\n");
-    /* --test-hooks (tests only, docs/API.md "Test hooks") is not listed: deploy/start.sh greps this
-     * text through a pipe under pipefail, which fails once it is over 4 KiB. */
+               "  --name NAME      the model's id in the API (default: GGUF general.name, else the file name)\n"
+               "  --test-hooks     tests only: requests may carry nebula_test_script (docs/API.md)\n");
 }
 
 /* --http HOST:PORT or off. */
