@@ -57,8 +57,6 @@ int api_errorf(struct api_error *e, int status, const char *type, const char *pa
                ...) __attribute__((format(printf, 6, 7)));
 /* {"error":{"message","type","param","code"}} */
 cJSON *api_error_json(const struct api_error *e);
-/* Length of the valid UTF-8 character at s (n bytes left), or 0 (overlong forms and surrogates are not valid). */
-size_t api_utf8_len(const unsigned char *s, size_t n);
 
 /* One function of a request's `tools` (api_tools.c). */
 struct api_tool {

@@ -8,17 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Length of the valid UTF-8 character at s (n bytes left), or 0. */
-size_t api_utf8_len(const unsigned char *s, size_t n)
-{
-    size_t len = s[0] < 0x80 ? 1 : (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3 : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
-    if (!len || len > n || (len == 2 && s[0] < 0xC2) || (len == 4 && s[0] > 0xF4)) return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80) return 0;
-    if (len == 3 && ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] >= 0xA0))) return 0; /* overlong, surrogate */
-    if (len == 4 && ((s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] >= 0x90))) return 0;
-    return len;
-}
+#include "core/util/utf8.h"
 
 /* Messages quote the client's text (a role, a model name, a path), cut to a
  * byte length: every byte that is not part of a valid character becomes '?',
@@ -27,7 +17,7 @@ static void utf8_sanitize(char *s)
 {
     size_t n = strlen(s);
     for (size_t i = 0; i < n;) {
-        size_t k = api_utf8_len((const unsigned char *)s + i, n - i);
+        size_t k = nb_utf8_len((const unsigned char *)s + i, n - i);
         if (k) i += k;
         else s[i++] = '?';
     }

@@ -13,6 +13,7 @@
 #include "coordinator/api.h"
 
 #include "core/tokenizer/tokenizer.h"
+#include "core/util/utf8.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -54,7 +55,7 @@ static const char *token_text(const struct tok_tokenizer *tok, int32_t id, char 
     *b = (const unsigned char *)p, *nb = n;
     size_t o = 0;
     for (size_t i = 0; i < n && o + 5 < cap;) {
-        size_t k = api_utf8_len((const unsigned char *)p + i, n - i);
+        size_t k = nb_utf8_len((const unsigned char *)p + i, n - i);
         if (k && o + k < cap) memcpy(buf + o, p + i, k), o += k, i += k;
         else o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", (unsigned char)p[i]), i++;
     }

@@ -11,6 +11,7 @@
 #include "coordinator/api.h"
 
 #include "core/util/err.h"
+#include "core/util/utf8.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -173,7 +174,7 @@ static int check_strings(const cJSON *v, char *path, size_t at, struct api_error
         const unsigned char *s = (const unsigned char *)v->valuestring;
         size_t n = strlen(v->valuestring);
         for (size_t i = 0; i < n;) {
-            size_t k = api_utf8_len(s + i, n - i);
+            size_t k = nb_utf8_len(s + i, n - i);
             if (k) {
                 i += k;
                 continue;
