@@ -181,7 +181,7 @@ $(BUILD)/bin/nebula-ssd-pager: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard ssd-pa
 # The HTTP API links libmicrohttpd; its pure parts (coordinator/api_request.c,
 # api_text.c) are also linked into the tests/api/ suites and fuzz_api_request.
 MHD_LIBS := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
-API_PURE_SRCS := coordinator/api_request.c coordinator/api_text.c coordinator/api_format.c
+API_PURE_SRCS := coordinator/api_request.c coordinator/api_text.c coordinator/api_format.c coordinator/api_tools.c coordinator/api_toolcall.c coordinator/api_logprobs.c coordinator/api_dialects.c coordinator/api_error.c
 $(BUILD)/bin/nebula-coordinator: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard coordinator/*.c)) $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(filter %.o,$^) $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BIN) $(MHD_LIBS) -o $@
@@ -310,6 +310,10 @@ $(BUILD)/fuzz-obj/%.o: %.c
 	$(CLANG) $(FUZZ_OBJ_CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/fuzz/fuzz_api_request: tests/fuzz/fuzz_api_request.c $(API_PURE_SRCS:%.c=$(BUILD)/fuzz-obj/%.o) $(FUZZ_CORE_OBJS)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(FUZZ_CFLAGS) -MMD -MP -MF $(BUILD)/fuzz-obj/$(notdir $@).d $< $(API_PURE_SRCS:%.c=$(BUILD)/fuzz-obj/%.o) $(FUZZ_CORE_OBJS) $(LDLIBS_BASE:-fopenmp=) -o $@
+
+$(BUILD)/fuzz/fuzz_tool_call: tests/fuzz/fuzz_tool_call.c $(API_PURE_SRCS:%.c=$(BUILD)/fuzz-obj/%.o) $(FUZZ_CORE_OBJS)
 	@mkdir -p $(dir $@)
 	$(CLANG) $(FUZZ_CFLAGS) -MMD -MP -MF $(BUILD)/fuzz-obj/$(notdir $@).d $< $(API_PURE_SRCS:%.c=$(BUILD)/fuzz-obj/%.o) $(FUZZ_CORE_OBJS) $(LDLIBS_BASE:-fopenmp=) -o $@
 

@@ -50,7 +50,7 @@
 
 #define API_POLL_MS 200
 
-enum route { R_NONE, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_STATUS, R_TOKENIZE, R_METRICS };
+enum route { R_NONE, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_STATUS, R_TOKENIZE, R_TEMPLATE, R_METRICS, R_MESSAGES, R_RESPONSES };
 
 static const struct {
     const char *path;
@@ -60,6 +60,8 @@ static const struct {
     {"/v1/models", "GET", R_MODELS},          {"/v1/chat/completions", "POST", R_CHAT},
     {"/v1/completions", "POST", R_COMPLETIONS}, {"/api/status", "GET", R_STATUS},
     {"/api/tokenize", "POST", R_TOKENIZE},    {"/metrics", "GET", R_METRICS},
+    {"/apply-template", "POST", R_TEMPLATE},  {"/v1/messages", "POST", R_MESSAGES},
+    {"/v1/responses", "POST", R_RESPONSES},
 };
 
 /* Per request (MHD's con_cls). */
@@ -95,6 +97,12 @@ void api_job_release(struct api *a, struct api_job *j)
     (void)a;
     if (--j->refs > 0) return;
     free(j->ids);
+    free(j->script);
+    api_tools_free(j->tools, j->n_tools);
+    free(j->forced);
+    for (int k = 0; k < j->n_calls; k++) api_call_free(&j->calls[k]);
+    free(j->calls);
+    free(j->lp);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     api_buf_free(&j->reasoning);
     api_buf_free(&j->content);
@@ -111,6 +119,7 @@ static enum MHD_Result send_text(struct MHD_Connection *conn, unsigned status, c
     if (!resp) return free(text), MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (status == 429) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1"); /* the queue moves at the next job's end */
     enum MHD_Result r = MHD_queue_response(conn, status, resp);
     MHD_destroy_response(resp);
     return r;
@@ -132,19 +141,32 @@ static void count_error(struct api *a, int status)
     pthread_mutex_unlock(&a->mu);
 }
 
-static enum MHD_Result send_error(struct api *a, struct MHD_Connection *conn, const struct api_error *e)
+static enum MHD_Result send_error_as(struct api *a, struct MHD_Connection *conn, const struct api_error *e, enum api_dialect d)
 {
     count_error(a, e->status);
-    return send_json(conn, (unsigned)e->status, api_error_json(e));
+    return send_json(conn, (unsigned)e->status, api_error_json_dialect(e, d));
+}
+
+static enum MHD_Result send_error(struct api *a, struct MHD_Connection *conn, const struct api_error *e)
+{
+    return send_error_as(a, conn, e, API_OPENAI);
+}
+
+static enum MHD_Result fail_as(struct api *a, struct MHD_Connection *conn, enum api_dialect d, int status, const char *type, const char *param,
+                               const char *code, const char *message)
+{
+    struct api_error e;
+    api_errorf(&e, status, type, param, code, "%s", message);
+    return send_error_as(a, conn, &e, d);
 }
 
 static enum MHD_Result fail(struct api *a, struct MHD_Connection *conn, int status, const char *type, const char *param,
                             const char *code, const char *message)
 {
-    struct api_error e;
-    api_errorf(&e, status, type, param, code, "%s", message);
-    return send_error(a, conn, &e);
+    return fail_as(a, conn, API_OPENAI, status, type, param, code, message);
 }
+
+static enum api_dialect route_dialect(enum route r) { return r == R_MESSAGES ? API_ANTHROPIC : r == R_RESPONSES ? API_OPENAI_RESPONSES : API_OPENAI; }
 
 /* ---------- tokenizing ---------- */
 
@@ -162,14 +184,31 @@ static int prompt_ids(const struct api *a, const struct api_request *r, int32_t 
     *ids = NULL, *n = 0;
     if (!a->tok) return api_errorf(e, 400, "invalid_request_error", NULL, "no_tokenizer", "this model has no tokenizer");
     if (!r->msgs) return encode(a, r->prompt, ids, n, e);
-    char *text, err[256];
+    char *text;
     size_t len;
-    int rc = chat_render(r->msgs, r->n_msgs, r->think, &text, &len, err, sizeof err);
-    if (rc == NB_ENOMEM) return api_errorf(e, 500, "server_error", NULL, NULL, "out of memory");
-    if (rc) return api_errorf(e, 400, "invalid_request_error", "messages", "invalid_value", "%s", err);
+    int rc = api_render_prompt(r, &text, &len, e);
+    if (rc) return rc;
     rc = encode(a, text, ids, n, e);
     free(text);
     return rc;
+}
+
+/* POST /apply-template (as llama.cpp's server has it): the prompt text a chat request renders. */
+static enum MHD_Result apply_template(struct api *a, struct MHD_Connection *conn, struct req_ctx *rc)
+{
+    struct api_request r;
+    struct api_error e;
+    char *text = NULL;
+    size_t len;
+    if (api_parse_request(API_TEMPLATE, rc->body.p ? rc->body.p : "", rc->body.n, &r, &e) || api_render_prompt(&r, &text, &len, &e)) {
+        api_request_free(&r);
+        return send_error(a, conn, &e);
+    }
+    api_request_free(&r);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "prompt", text);
+    free(text);
+    return send_json(conn, 200, o);
 }
 
 static enum MHD_Result tokenize(struct api *a, struct MHD_Connection *conn, struct req_ctx *rc)
@@ -214,213 +253,51 @@ static void wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double t)
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
-struct gen_info { /* what a response needs besides the job */
-    enum api_kind kind;
-    char id[48];
-    double created;
-    int accuracy_level;
-    bool include_usage, think;
-};
-
-static void add_timings(cJSON *o, const struct api_job *j)
-{
-    cJSON *t = cJSON_AddObjectToObject(o, "timings");
-    cJSON_AddNumberToObject(t, "prompt_tokens", (double)j->n_ids);
-    cJSON_AddNumberToObject(t, "prompt_ms", j->prompt_ms);
-    cJSON_AddNumberToObject(t, "ttft_ms", j->ttft_ms);
-    cJSON_AddNumberToObject(t, "completion_tokens", (double)j->completion_tokens);
-    cJSON_AddNumberToObject(t, "decode_ms", j->decode_ms);
-    cJSON_AddNumberToObject(t, "tokens_per_s",
-                            j->completion_tokens > 1 && j->decode_ms > 0 ? (double)(j->completion_tokens - 1) / (j->decode_ms / 1e3) : 0);
-    cJSON_AddNumberToObject(t, "queue_ms", j->queue_ms);
-}
-
-static void add_usage(cJSON *o, const struct api_job *j)
-{
-    cJSON *u = cJSON_AddObjectToObject(o, "usage");
-    cJSON_AddNumberToObject(u, "prompt_tokens", (double)j->n_ids);
-    cJSON_AddNumberToObject(u, "completion_tokens", (double)j->completion_tokens);
-    cJSON_AddNumberToObject(u, "total_tokens", (double)(j->n_ids + (size_t)j->completion_tokens));
-}
-
-static void add_nebula(cJSON *o, const struct gen_info *g)
-{
-    cJSON *n = cJSON_AddObjectToObject(o, "nebula");
-    cJSON_AddNumberToObject(n, "accuracy_level", g->accuracy_level);
-    cJSON_AddNumberToObject(n, "accuracy_level_effective", 3); /* no MTP speculation yet: every level runs exact */
-    cJSON_AddBoolToObject(n, "think", g->think);
-}
-
-static cJSON *envelope(const struct api *a, const struct gen_info *g, bool chunk)
-{
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "id", g->id);
-    cJSON_AddStringToObject(o, "object", g->kind == API_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
-    cJSON_AddNumberToObject(o, "created", floor(g->created));
-    cJSON_AddStringToObject(o, "model", a->name);
-    return o;
-}
-
-/* The finished job as one response (non-streaming); with a.mu held. */
-static cJSON *completion_json(const struct api *a, const struct gen_info *g, const struct api_job *j)
-{
-    cJSON *o = envelope(a, g, false), *cs = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
-    cJSON_AddItemToArray(cs, ch);
-    cJSON_AddNumberToObject(ch, "index", 0);
-    if (g->kind == API_CHAT) {
-        cJSON *m = cJSON_AddObjectToObject(ch, "message");
-        cJSON_AddStringToObject(m, "role", "assistant");
-        cJSON_AddStringToObject(m, "content", j->content.p ? j->content.p : "");
-        if (g->think) cJSON_AddStringToObject(m, "reasoning_content", j->reasoning.p ? j->reasoning.p : "");
-    } else {
-        cJSON_AddStringToObject(ch, "text", j->content.p ? j->content.p : "");
-        cJSON_AddNullToObject(ch, "logprobs");
-    }
-    cJSON_AddStringToObject(ch, "finish_reason", j->finish_reason);
-    add_usage(o, j);
-    add_timings(o, j);
-    add_nebula(o, g);
-    return o;
-}
-
-/* A streamed response: SSE events built here, handed to MHD piece by piece. */
+/* A streamed response: the events (api_stream.c), handed to MHD piece by piece. */
 struct stream {
-    struct api *a;
-    struct api_job *j; /* one reference */
+    struct api_stream s;
     struct MHD_Connection *conn;
-    struct gen_info g;
-    size_t r_off, c_off;  /* job text already sent */
-    size_t prefill_sent;  /* the job's prefill_done last reported */
-    bool started, finished;
-    struct api_buf out;
     size_t out_off;
     double last_write;
 };
 
-static int add_event(struct stream *s, cJSON *o)
-{
-    char *t = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!t) return NB_ENOMEM;
-    int rc = api_buf_add(&s->out, "data: ", 6);
-    if (!rc) rc = api_buf_add(&s->out, t, strlen(t));
-    if (!rc) rc = api_buf_add(&s->out, "\n\n", 2);
-    free(t);
-    return rc;
-}
-
-/* A chunk with one choice: delta (chat) or text (completions). */
-static int add_chunk(struct stream *s, const char *field, const char *text, size_t n, const char *finish)
-{
-    cJSON *o = envelope(s->a, &s->g, true), *cs = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
-    cJSON_AddItemToArray(cs, ch);
-    cJSON_AddNumberToObject(ch, "index", 0);
-    char *copy = NULL;
-    if (field) {
-        if (!(copy = malloc(n + 1))) return cJSON_Delete(o), NB_ENOMEM;
-        memcpy(copy, text, n), copy[n] = 0;
-    }
-    if (s->g.kind == API_CHAT) {
-        cJSON *d = cJSON_AddObjectToObject(ch, "delta");
-        if (!s->started) cJSON_AddStringToObject(d, "role", "assistant");
-        if (field) cJSON_AddStringToObject(d, field, copy);
-    } else {
-        cJSON_AddStringToObject(ch, "text", copy ? copy : "");
-        cJSON_AddNullToObject(ch, "logprobs");
-    }
-    free(copy);
-    if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
-    else cJSON_AddNullToObject(ch, "finish_reason");
-    return add_event(s, o);
-}
-
-/* `: prefill DONE/TOTAL`, a comment: SSE clients (the openai package's among
- * them) skip comment lines, where a data event of a shape they do not know
- * would break them. */
-static int add_prefill_comment(struct stream *s)
-{
-    char line[64];
-    int n = snprintf(line, sizeof line, ": prefill %zu/%zu\n\n", s->j->prefill_done, s->j->n_ids);
-    s->prefill_sent = s->j->prefill_done;
-    return api_buf_add(&s->out, line, (size_t)n);
-}
-
-/* What the job produced since the last call, as events; with a.mu held. */
-static int stream_news(struct stream *s)
-{
-    struct api_job *j = s->j;
-    int rc = 0;
-    if (j->prefill_done != s->prefill_sent) rc = add_prefill_comment(s);
-    if (!rc && j->reasoning.n > s->r_off) {
-        rc = add_chunk(s, "reasoning_content", j->reasoning.p + s->r_off, j->reasoning.n - s->r_off, NULL);
-        s->r_off = j->reasoning.n;
-    }
-    if (!rc && j->content.n > s->c_off) {
-        rc = add_chunk(s, s->g.kind == API_CHAT ? "content" : "text", j->content.p + s->c_off, j->content.n - s->c_off, NULL);
-        s->c_off = j->content.n;
-    }
-    if (rc || j->state != JOB_DONE) return rc;
-    if (j->err.status || !j->finish_reason) {
-        struct api_error e = j->err;
-        if (!e.status) api_errorf(&e, 503, "server_error", NULL, "cancelled", "the generation was cancelled (the server is stopping)");
-        rc = add_event(s, api_error_json(&e));
-    } else {
-        cJSON *o = envelope(s->a, &s->g, true), *cs = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
-        cJSON_AddItemToArray(cs, ch);
-        cJSON_AddNumberToObject(ch, "index", 0);
-        if (s->g.kind == API_CHAT) cJSON_AddObjectToObject(ch, "delta");
-        else cJSON_AddStringToObject(ch, "text", ""), cJSON_AddNullToObject(ch, "logprobs");
-        cJSON_AddStringToObject(ch, "finish_reason", j->finish_reason);
-        add_timings(o, j);
-        add_nebula(o, &s->g);
-        rc = add_event(s, o);
-        if (!rc && s->g.include_usage) {
-            o = envelope(s->a, &s->g, true);
-            cJSON_AddArrayToObject(o, "choices");
-            add_usage(o, j);
-            rc = add_event(s, o);
-        }
-    }
-    if (!rc) rc = api_buf_add(&s->out, "data: [DONE]\n\n", 14);
-    s->finished = true;
-    return rc;
-}
-
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
-    struct stream *s = cls;
+    struct stream *st = cls;
+    struct api_stream *s = &st->s;
     struct api *a = s->a;
     (void)pos;
     for (;;) {
-        if (s->out_off < s->out.n) {
-            size_t n = s->out.n - s->out_off < max ? s->out.n - s->out_off : max;
-            memcpy(buf, s->out.p + s->out_off, n);
-            s->out_off += n;
-            if (s->out_off == s->out.n) s->out.n = s->out_off = 0;
-            s->last_write = now_s();
+        if (st->out_off < s->out.n) {
+            size_t n = s->out.n - st->out_off < max ? s->out.n - st->out_off : max;
+            memcpy(buf, s->out.p + st->out_off, n);
+            st->out_off += n;
+            if (st->out_off == s->out.n) s->out.n = st->out_off = 0;
+            st->last_write = now_s();
             return (ssize_t)n;
         }
         if (s->finished) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (!s->started) {
-            if (add_chunk(s, s->g.kind == API_CHAT ? "content" : NULL, "", 0, NULL)) return MHD_CONTENT_READER_END_WITH_ERROR;
-            s->started = true;
-            continue;
-        }
         pthread_mutex_lock(&a->mu);
         struct api_job *j = s->j;
+        if (!s->started) {
+            int rc = s->g.dialect == API_OPENAI ? api_stream_start(s) : api_dialect_stream_start(s);
+            pthread_mutex_unlock(&a->mu);
+            if (rc) return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
+        }
         for (;;) {
-            if (j->reasoning.n > s->r_off || j->content.n > s->c_off || j->prefill_done != s->prefill_sent || j->state == JOB_DONE) break;
-            double t = now_s(), ka = s->last_write + a->cfg.keepalive_s;
+            if (api_stream_has_news(s)) break;
+            double t = now_s(), ka = st->last_write + a->cfg.keepalive_s;
             if (t >= ka) break;
             wait_until(&a->cv, &a->mu, ka < t + API_POLL_MS / 1e3 ? ka : t + API_POLL_MS / 1e3);
-            if (peer_gone(s->conn)) {
+            if (peer_gone(st->conn)) {
                 j->cancelled = true;
                 pthread_mutex_unlock(&a->mu);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
         }
-        int rc = stream_news(s);
-        if (!rc && s->out.n == 0) rc = api_job_prefilling(j) ? add_prefill_comment(s) : api_buf_add(&s->out, ": keep-alive\n\n", 14);
+        int rc = s->g.dialect == API_OPENAI ? api_stream_news(s) : api_dialect_stream_news(s);
+        if (!rc && s->out.n == 0) rc = api_job_prefilling(j) ? api_stream_prefill_comment(s) : api_buf_add(&s->out, ": keep-alive\n\n", 14);
         pthread_mutex_unlock(&a->mu);
         if (rc) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
@@ -428,13 +305,33 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 
 static void stream_free(void *cls)
 {
-    struct stream *s = cls;
+    struct stream *st = cls;
+    struct api_stream *s = &st->s;
     pthread_mutex_lock(&s->a->mu);
     if (s->j->state != JOB_DONE) s->j->cancelled = true;
     api_job_release(s->a, s->j);
     pthread_mutex_unlock(&s->a->mu);
     api_buf_free(&s->out);
-    free(s);
+    free(st);
+}
+
+/* A model id that is not ours is served by ours (as llama.cpp's server
+ * does); each such id is logged once, the first API_MAX_UNKNOWN_IDS of them. */
+static void note_unknown_model(struct api *a, const char *id)
+{
+    pthread_mutex_lock(&a->mu);
+    bool seen = false;
+    for (int i = 0; i < a->n_unknown_ids && !seen; i++) seen = !strcmp(a->unknown_ids[i], id);
+    if (!seen && a->n_unknown_ids < API_MAX_UNKNOWN_IDS && (a->unknown_ids[a->n_unknown_ids] = strdup(id))) {
+        a->n_unknown_ids++;
+        char shown[100];
+        snprintf(shown, sizeof shown, "%.80s", id);
+        for (char *p = shown; *p; p++)
+            if ((unsigned char)*p < 0x20) *p = '?';
+        nb_log("http: a request names the model '%s'; serving '%s'%s", shown, a->name,
+               a->n_unknown_ids == API_MAX_UNKNOWN_IDS ? " (further unknown ids are not logged)" : "");
+    }
+    pthread_mutex_unlock(&a->mu);
 }
 
 static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, struct req_ctx *rc, enum api_kind kind)
@@ -444,7 +341,9 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     struct api_job *j = NULL;
     char ready[16];
     double progress;
-    int st = api_parse_request(kind, rc->body.p ? rc->body.p : "", rc->body.n, &r, &e);
+    int st = api_parse_any(kind, rc->body.p ? rc->body.p : "", rc->body.n, &r, &e);
+    const enum api_dialect dialect = route_dialect(rc->route);
+    if (kind != API_COMPLETION) kind = API_CHAT; /* the dialects parse into a chat request */
     pthread_mutex_lock(&a->mu);
     snprintf(ready, sizeof ready, "%s", a->phase);
     progress = a->progress;
@@ -452,9 +351,10 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     const char *pname = kind == API_CHAT ? "messages" : "prompt";
     if (st) goto fail;
     if (!r.has_accuracy_level && a->cfg.accuracy_level) r.accuracy_level = a->cfg.accuracy_level;
-    if (r.model && strcmp(r.model, a->name)) {
-        api_errorf(&e, 404, "invalid_request_error", "model", "model_not_found", "the model '%.80s' does not exist; this server has '%s'",
-                   r.model, a->name);
+    if (r.model && strcmp(r.model, a->name)) note_unknown_model(a, r.model);
+    if (r.script && !a->cfg.test_hooks) {
+        api_errorf(&e, 400, "invalid_request_error", "nebula_test_script", "unknown_parameter",
+                   "Unrecognized request argument supplied: nebula_test_script (served with --test-hooks only)");
         goto fail;
     }
     if (strcmp(ready, "ready")) {
@@ -474,6 +374,7 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
         goto fail;
     }
     j->refs = 1;
+    j->stop_hit = -1;
     if (prompt_ids(a, &r, &j->ids, &j->n_ids, &e)) goto fail;
     if (j->n_ids == 0) {
         api_errorf(&e, 400, "invalid_request_error", pname, "invalid_value", "the prompt is empty");
@@ -498,11 +399,35 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     j->ignore_eos = r.ignore_eos;
     for (int i = 0; i < r.n_stop; i++) j->stop[i] = r.stop[i], r.stop[i] = NULL;
     j->n_stop = r.n_stop;
+    /* The script as plain text (control tokens not parsed): its ids decode to exactly its text; only
+     * its end (or max_tokens) ends the generation, not an end-of-turn token the model samples. */
+    if (r.script) j->ignore_eos = true;
+    char terr[256];
+    if (r.script && tok_encode_alloc(a->tok, r.script, strlen(r.script), false, &j->script, &j->n_script, terr, sizeof terr)) {
+        api_errorf(&e, 500, "server_error", NULL, NULL, "tokenizer: %s", terr);
+        goto fail;
+    }
+    if (r.n_tools && r.tool_choice != API_TOOLS_NONE) {
+        char forced[96];
+        const char *pre = api_forced_call(&r, forced, sizeof forced);
+        if (*pre && !(j->forced = strdup(pre))) {
+            api_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
+            goto fail;
+        }
+        if (*pre) j->think_split = false; /* the think block was closed for the forced call */
+        j->tools = r.tools, j->n_tools = r.n_tools, r.tools = NULL, r.n_tools = 0;
+        j->parallel_calls = r.parallel_tool_calls;
+    }
+    j->logprobs = r.logprobs, j->top_logprobs = r.top_logprobs;
+    j->think_budget = j->think_split ? r.think_budget : 0;
     j->grammar = r.grammar, r.grammar = NULL, j->grammar_key = r.grammar_key, r.grammar_key = NULL;
     j->t_arrival = now_s();
     struct gen_info g = {.kind = kind, .created = (double)time(NULL), .accuracy_level = r.accuracy_level,
                          .include_usage = r.include_usage, .think = j->think_split};
-    strcpy(g.id, kind == API_CHAT ? "chatcmpl-" : "cmpl-");
+    snprintf(g.model, sizeof g.model, "%s", r.model ? r.model : "");
+    g.dialect = dialect;
+    for (int i = 0; i < j->n_stop; i++) g.stop[i] = j->stop[i];
+    strcpy(g.id, dialect == API_ANTHROPIC ? "msg_" : dialect == API_OPENAI_RESPONSES ? "resp_" : kind == API_CHAT ? "chatcmpl-" : "cmpl-");
     random_hex(g.id + strlen(g.id), 24);
     bool stream = r.stream;
     api_request_free(&r);
@@ -518,7 +443,7 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     if (st) {
         pthread_mutex_unlock(&a->mu);
         api_job_release(a, j);
-        return send_error(a, conn, &e);
+        return send_error_as(a, conn, &e, dialect);
     }
     j->refs = 2; /* the queue's (the main thread releases it when done) and this request's */
     if (a->tail) a->tail->next = j;
@@ -533,7 +458,7 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     if (stream) {
         struct stream *s = calloc(1, sizeof *s);
         if (!s) return MHD_NO;
-        *s = (struct stream){.a = a, .j = j, .conn = conn, .g = g, .last_write = now_s()};
+        *s = (struct stream){.s = {.a = a, .j = j, .g = g}, .conn = conn, .last_write = now_s()};
         pthread_mutex_lock(&a->mu);
         j->refs++;
         pthread_mutex_unlock(&a->mu);
@@ -559,13 +484,15 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     cJSON *o = NULL;
     if (j->err.status) e = j->err;
     else if (!j->finish_reason) api_errorf(&e, 503, "server_error", NULL, "cancelled", "the generation was cancelled (the server is stopping)");
-    else o = completion_json(a, &g, j);
+    else if (dialect == API_ANTHROPIC) o = api_messages_json(a, &g, j);
+    else if (dialect == API_OPENAI_RESPONSES) o = api_responses_json(a, &g, j, !strcmp(j->finish_reason, "length") ? "incomplete" : "completed");
+    else o = api_completion_json(a, &g, j);
     pthread_mutex_unlock(&a->mu);
-    return o ? send_json(conn, 200, o) : send_json(conn, (unsigned)e.status, api_error_json(&e));
+    return o ? send_json(conn, 200, o) : send_json(conn, (unsigned)e.status, api_error_json_dialect(&e, dialect));
 fail:
     api_request_free(&r);
     if (j) api_job_release(a, j);
-    return send_error(a, conn, &e);
+    return send_error_as(a, conn, &e, dialect);
 }
 
 /* ---------- dispatch ---------- */
@@ -634,7 +561,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     if (rc->too_large) {
         char msg[160];
         snprintf(msg, sizeof msg, "the body is over the limit of %zu bytes", a->cfg.max_body);
-        return fail(a, conn, 413, "invalid_request_error", NULL, "request_too_large", msg);
+        return fail_as(a, conn, route_dialect(rc->route), 413, "invalid_request_error", NULL, "request_too_large", msg);
     }
     switch (rc->route) {
     case R_MODELS: {
@@ -653,8 +580,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     case R_STATUS: return send_json(conn, 200, api_status_json(a));
     case R_METRICS: return send_text(conn, 200, "text/plain; version=0.0.4; charset=utf-8", api_metrics_text(a));
     case R_TOKENIZE: return tokenize(a, conn, rc);
+    case R_TEMPLATE: return apply_template(a, conn, rc);
     case R_CHAT: return generate(a, conn, rc, API_CHAT);
     case R_COMPLETIONS: return generate(a, conn, rc, API_COMPLETION);
+    case R_MESSAGES: return generate(a, conn, rc, API_MESSAGES);
+    case R_RESPONSES: return generate(a, conn, rc, API_RESPONSES);
     case R_NONE: break;
     }
     return MHD_NO;
@@ -750,6 +680,8 @@ void api_stop(struct api *a)
         api_job_release(a, j);
     }
     a->tail = NULL, a->waiting = 0;
+    for (int i = 0; i < a->n_unknown_ids; i++) free(a->unknown_ids[i]);
+    a->n_unknown_ids = 0;
     pthread_cond_broadcast(&a->cv);
     double until = now_s() + 3.0;
     while (a->in_flight > 0 && now_s() < until) wait_until(&a->cv, &a->mu, until);

@@ -28,6 +28,7 @@ void api_text_init(struct api_text *t, bool reasoning, char *const *stops, int n
     t->reasoning = reasoning;
     t->stops = stops;
     t->n_stops = n_stops;
+    t->stop_hit = -1;
 }
 
 void api_text_free(struct api_text *t)
@@ -86,14 +87,15 @@ int api_text_push(struct api_text *t, const char *s, size_t n, api_emit_fn emit,
         }
         /* The earliest stop string, and </think> in the think block. */
         const char *stop = NULL;
+        int hit = -1;
         for (int i = 0; i < t->n_stops; i++) {
             const char *p = find(t->held, t->n_held, t->stops[i], strlen(t->stops[i]));
-            if (p && (!stop || p < stop)) stop = p;
+            if (p && (!stop || p < stop)) stop = p, hit = i;
         }
         const char *te = t->reasoning ? find(t->held, t->n_held, think_end, THINK_END_LEN) : NULL;
         if (stop && (!te || stop <= te)) {
             int rc = emit_some(t, (size_t)(stop - t->held), false, emit, ctx);
-            t->stopped = true, t->n_held = 0;
+            t->stopped = true, t->n_held = 0, t->stop_hit = hit;
             return rc ? rc : 1;
         }
         if (te) {

@@ -95,6 +95,7 @@ struct coord {
     char placement_path[PATH_MAX]; /* "" without --prepared: every expert local */
     int threads;
     int chunk;                     /* prefill tokens per step message */
+    int stream_rows;               /* configure's stream_rows (engine.prefill_stream_rows) */
     /* the gpu-worker's and cpu-moe-worker's compute settings, sent in their
      * configure (core/ctl/worker.h; docs/RUNNING.md has the flags) */
     const char *backend;           /* --backend: "cpu" or "cuda" ("auto", the default, resolved at start) */
@@ -249,6 +250,8 @@ struct coord_request_ops {
     int (*on_prefill)(void *ctx, size_t done, size_t total);
     int (*on_token)(void *ctx, long long i, int32_t id);
     void (*on_done)(void *ctx, const struct coord_outcome *o);
+    /* With spec.want_logits: just before on_token, the row token i was sampled from (n_vocab raw logits). */
+    void (*on_logits)(void *ctx, long long i, int32_t id, const float *row);
 };
 /* chunk: prefill tokens per step (≤ 0 or more than --chunk: --chunk);
  * ignore_stop: stop ids do not end it; logits_out: NULL or an absolute path
@@ -261,6 +264,7 @@ struct coord_request_spec {
     const char *logits_out;
     int chunk;
     bool ignore_stop;
+    bool want_logits;  /* every token's full row of logits (ops.on_logits): no argmax shortcut */
     const gram_grammar *grammar;   /* structured output (core/grammar), borrowed until on_done; NULL: none */
     const char *grammar_key;       /* its response_format's text (api_format.c): the matcher cache's key; NULL: not cached */
     int32_t constrain_after;       /* the grammar applies after this id (</think>); -1: from the first token */

@@ -57,8 +57,8 @@ static int prompt_ids(const struct coord *c, const cJSON *req, bool think, struc
     if (cJSON_IsString(chat)) {
         struct chat_msg msgs[2];
         int k = 0;
-        if (cJSON_IsString(system)) msgs[k++] = (struct chat_msg){CHAT_SYSTEM, system->valuestring, NULL};
-        msgs[k++] = (struct chat_msg){CHAT_USER, chat->valuestring, NULL};
+        if (cJSON_IsString(system)) msgs[k++] = (struct chat_msg){.role = CHAT_SYSTEM, .content = system->valuestring};
+        msgs[k++] = (struct chat_msg){.role = CHAT_USER, .content = chat->valuestring};
         char *text;
         size_t len;
         int rc = chat_render(msgs, k, think, &text, &len, err, errlen);

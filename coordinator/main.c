@@ -73,6 +73,8 @@ static void usage(FILE *f)
                "                   threads theirs: 2 with the cuda backend, 1 with cpu; coordinator/cpu_plan.c)\n"
                "  --chunk N        prefill tokens per step message (default 512; a request's prefill_chunk\n"
                "                   may ask for fewer)\n"
+               "  --stream-rows N  cuda: a prefill piece of more than N rows (17 … 8192, default 17) streams its\n"
+               "                   RAM-tier experts to the GPU; up to N the cpu-moe-worker computes them\n"
                "  --backend B      the gpu-worker's compute backend: auto (default: cuda where\n"
                "                   nebula-gpu-worker --probe cuda finds a usable GPU, else cpu), cpu or cuda\n"
                "  --kernels K      its CUDA matrix kernels: fast (default; fp32, within 1e-6 of the CPU) or\n"
@@ -95,7 +97,8 @@ static void usage(FILE *f)
                "  --sse-keepalive S  seconds without output after which a stream gets a ': keep-alive'\n"
                "                   comment (default 2)\n"
                "  --demo           the model is the bundled random-weight demo: /api/status and /v1/models say so\n"
-               "  --name NAME      the model's id in the API (default: GGUF general.name, else the file name)\n");
+               "  --name NAME      the model's id in the API (default: GGUF general.name, else the file name)\n"
+               "  --test-hooks     tests only: requests may carry nebula_test_script (docs/API.md)\n");
 }
 
 /* --http HOST:PORT or off. */
@@ -137,6 +140,7 @@ static int apply_conf(int argc, char **argv, struct coord *c, struct api_config 
     c->model_path = k.model[0] ? k.model : NULL, c->prepared = k.prepared[0] ? k.prepared : NULL;
     c->mtp_path = k.mtp[0] ? k.mtp : NULL;
     c->threads = k.threads, c->chunk = k.chunk, c->ctx = k.ctx, c->vram_budget = k.vram_budget;
+    c->stream_rows = k.stream_rows;
     c->backend = k.backend, c->kernels = k.kernels, c->cpu_kernels = strcmp(k.cpu_kernels, "auto") ? k.cpu_kernels : "";
     c->spec = !strcmp(k.spec, "mtp") ? COORD_SPEC_MTP : !strcmp(k.spec, "lookup") ? COORD_SPEC_LOOKUP : COORD_SPEC_OFF;
     h->port = k.api_port, h->max_queue = k.max_queue, h->max_body = (size_t)k.max_body;
@@ -173,6 +177,7 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
                                          {"vram-budget", required_argument, 0, 'V'}, {"ctx", required_argument, 0, 'x'},
                                          {"layer-times", no_argument, 0, 'L'},  {"config", required_argument, 0, 'f'},
                                          {"mtp", required_argument, 0, 'M'},    {"spec", required_argument, 0, 'S'},
+                                         {"test-hooks", no_argument, 0, 'T'},   {"stream-rows", required_argument, 0, 'R'},
                                          {0, 0, 0, 0}};
     int ch;
     char err[256];
@@ -218,6 +223,7 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
             h->keepalive_s = d, end = NULL;
             break;
         case 'd': h->demo = true; break;
+        case 'T': h->test_hooks = true; break;
         case 'n': h->name = optarg; break;
         case 'f': break; /* read first, by apply_conf */
         case 'B':
@@ -251,6 +257,14 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
             c->ctx = v, end = NULL;
             break;
         case 'L': c->layer_times = true; break;
+        case 'R':
+            v = strtoll(optarg, &end, 10);
+            if (*end || v < 17 || v > NB_MAX_PREFILL_CHUNK) {
+                fprintf(stderr, "nebula-coordinator: --stream-rows wants 17 to %d rows, not '%s'\n", NB_MAX_PREFILL_CHUNK, optarg);
+                return 2;
+            }
+            c->stream_rows = (int)v, end = NULL;
+            break;
         case 'S':
             if (!strcmp(optarg, "off")) c->spec = COORD_SPEC_OFF;
             else if (!strcmp(optarg, "mtp")) c->spec = COORD_SPEC_MTP;

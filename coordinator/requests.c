@@ -52,6 +52,7 @@ struct coord_request {
     enum rq_state state;
     enum gen_phase phase;  /* of the step in flight */
     bool argmax;           /* the step in flight asked for the argmax only */
+    bool want_logits;      /* the request wants every row (logprobs): never the argmax only */
     int attempt;
     uint64_t deaths;       /* c->deaths when the attempt started */
     pid_t gw_pid;          /* the gpu-worker the attempt runs on */
@@ -159,9 +160,9 @@ static void next_step(struct coord *c)
         if (given) n = gen_lookup_drafts(r->gen, n, msg + 4);
         msg[0] = st.ids[0], msg[1] = n, msg[2] = r->keep, msg[3] = given ? STEP_DRAFT_GIVEN : STEP_DRAFT_MTP;
         r->n_draft = n;
-        return send_step(c, STEP_SPEC, msg, 4 + (given ? n : 0), st.argmax_ok, 0);
+        return send_step(c, STEP_SPEC, msg, 4 + (given ? n : 0), st.argmax_ok && !r->want_logits, 0);
     }
-    send_step(c, STEP_EVAL, st.ids, st.n_ids, st.argmax_ok, c->spec == COORD_SPEC_MTP ? STEP_FLAG_WIDE : 0);
+    send_step(c, STEP_EVAL, st.ids, st.n_ids, st.argmax_ok && !r->want_logits, c->spec == COORD_SPEC_MTP ? STEP_FLAG_WIDE : 0);
 }
 
 static void start_attempt(struct coord *c)
@@ -269,8 +270,10 @@ void coord_requests_on_step(struct coord *c)
                             sizeof r->err))
             return finish(c, NB_EIO, false);
         bool end = false;
-        for (int i = 0; i < n_ev && !end; i++)
+        for (int i = 0; i < n_ev && !end; i++) {
+            if (!evs[i].stop && r->ops.on_logits && !r->argmax) r->ops.on_logits(r->ctx, evs[i].index, evs[i].id, (const float *)rows + (size_t)i * V);
             if (!evs[i].stop && r->ops.on_token) end = r->ops.on_token(r->ctx, evs[i].index, evs[i].id);
+        }
         if (end) gen_cancel(r->gen);
         r->keep = acc;
         r->passes++, r->tokens += n_ev, r->drafted += n, r->accepted += acc;
@@ -282,6 +285,7 @@ void coord_requests_on_step(struct coord *c)
         return finish(c, NB_EIO, false);
     /* The hooks: after each prefill step, then for each token that is not a stop id. */
     bool end = r->phase == GEN_PREFILL && r->ops.on_prefill && r->ops.on_prefill(r->ctx, ev.prefill_done, ev.prefill_total);
+    if (!end && ev.token && !ev.stop && r->ops.on_logits && !r->argmax) r->ops.on_logits(r->ctx, ev.index, ev.id, a.payload);
     if (!end && ev.token && !ev.stop && r->ops.on_token) end = r->ops.on_token(r->ctx, ev.index, ev.id);
     if (end) gen_cancel(r->gen);
     next_step(c);
@@ -306,7 +310,7 @@ int coord_request_submit(struct coord *c, const struct coord_request_spec *s, co
         if (r->constrain) coord_grammar_give(c, r->constrain, r->constrain_slot);
         return free(r), rc;
     }
-    r->ops = *ops, r->ctx = ctx, r->n_prompt = s->n, r->state = RQ_QUEUED;
+    r->ops = *ops, r->ctx = ctx, r->n_prompt = s->n, r->state = RQ_QUEUED, r->want_logits = s->want_logits;
     if (c->rq_tail) c->rq_tail->next = r;
     else c->rq_head = r;
     c->rq_tail = r;

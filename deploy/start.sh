@@ -147,7 +147,9 @@ NGINX=$(command -v nginx || true)
 [ -n "$NGINX" ] || { log_error "nginx is not installed: run deploy/install-deps.sh (make run does)"; exit 1; }
 COORD=$NEBULA_BIN/nebula-coordinator
 [ -x "$COORD" ] || { log_error "$COORD is missing: run make"; exit 1; }
-"$COORD" --help 2>/dev/null | grep -q -- '--http' ||
+# (the help read whole first: grep -q would close the pipe early, and under pipefail the writer's SIGPIPE fails it)
+coord_help=$("$COORD" --help 2>/dev/null || true)
+grep -q -- '--http' <<<"$coord_help" ||
     { log_error "$COORD has no HTTP API (--http): rebuild with make"; exit 1; }
 # The gpu-worker's backend (the coordinator's --backend): the GPU
 # where this build can run on it, else the CPU reference; asked for

@@ -173,7 +173,7 @@ struct gw_ple_rows {
  * the tensors' own types, one expert's slice each), at part_off[3·l + 0, 1,
  * 2] inside it, blob_bytes[l] long (prepared experts.bin's blobs, as the RAM
  * arena holds them: docs/FILES.md) — or NULL: that expert stays with the
- * remote hook.  Evals of more than GW_STREAM_MIN_ROWS rows copy the blobs of
+ * remote hook.  Evals of more than min_rows rows copy the blobs of
  * their missed experts into a device ring and compute those pairs with the
  * resident experts' kernels, so the logits are the bits an all-resident
  * layout gives; decode steps keep the hook (the mailbox).  pin: a range the
@@ -188,6 +188,11 @@ struct gw_expert_host {
     const uint64_t *blob_bytes; /* per layer */
     const void *pin;
     uint64_t pin_bytes;
+    /* Evals of more rows than this stream (0: GW_STREAM_MIN_ROWS, else at least
+     * that): up to it a prefill piece hands its missed experts to the hook like
+     * a decode step (nebula.conf engine.prefill_stream_rows; issue 14's
+     * short-prompt threshold, to be measured per machine). */
+    int min_rows;
 };
 
 int gw_backend_create(const struct model *m, const struct gw_backend_params *p, gw_backend **out, char *err,

@@ -46,6 +46,7 @@ static const struct key KEYS[] = {
     {"engine", "threads", K_INT, F(threads), 0, 4096, NULL, "0"},
     {"engine", "ctx", K_INT, F(ctx), 0, 1ll << 40, NULL, "0"},
     {"engine", "prefill_chunk", K_INT, F(chunk), 1, NB_MAX_PREFILL_CHUNK, NULL, "512"},
+    {"engine", "prefill_stream_rows", K_INT, F(stream_rows), 17, NB_MAX_PREFILL_CHUNK, NULL, "17"},
     {"engine", "backend", K_CHOICE, F(backend), 0, 0, "auto|cpu|cuda", "auto"},
     {"engine", "kernels", K_CHOICE, F(kernels), 0, 0, "ref|fast", "fast"},
     {"engine", "cpu_kernels", K_CHOICE, F(cpu_kernels), 0, 0, "auto|ref|fast", "auto"},

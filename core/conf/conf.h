@@ -33,6 +33,8 @@ struct conf_settings {
     int threads;                  /* engine.threads: 0 = all cores */
     int64_t ctx;                  /* engine.ctx: positions a request may use (0: the model's / placement's) */
     int chunk;                    /* engine.prefill_chunk: prefill tokens per step (1 … NB_MAX_PREFILL_CHUNK) */
+    int stream_rows;              /* engine.prefill_stream_rows: a prefill piece of more rows streams its
+                                   * RAM-tier experts to the GPU (17 … NB_MAX_PREFILL_CHUNK) */
     char backend[8];              /* engine.backend: auto, cpu or cuda */
     char kernels[8];              /* engine.kernels: the CUDA matrix kernels, ref or fast */
     char cpu_kernels[8];          /* engine.cpu_kernels: ref, fast or auto (fast beside cuda, ref beside cpu) */

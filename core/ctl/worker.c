@@ -53,6 +53,7 @@ cJSON *ctl_configure_to_json(const struct ctl_configure *c)
     cJSON_AddNumberToObject(m, "vram_budget", (double)c->vram_budget);
     cJSON_AddNumberToObject(m, "ctx", (double)c->n_ctx);
     cJSON_AddBoolToObject(m, "layer_times", c->layer_times);
+    cJSON_AddNumberToObject(m, "stream_rows", c->stream_rows);
     return m;
 }
 
@@ -79,7 +80,7 @@ int ctl_configure_parse(const cJSON *m, struct ctl_configure *c, char *err, size
     memset(c, 0, sizeof *c);
     const cJSON *rings = cJSON_GetObjectItemCaseSensitive(m, "rings");
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(m, "staging");
-    uint64_t threads, spin_us, worker, slots, first, count, n_ctx;
+    uint64_t threads, spin_us, worker, slots, first, count, n_ctx, stream_rows;
     int rc = get_str(m, "instance", c->instance, sizeof c->instance, err, errlen);
     if (!rc) rc = get_str(m, "model", c->model, sizeof c->model, err, errlen);
     if (!rc) rc = get_str(m, "mtp", c->mtp, sizeof c->mtp, err, errlen);
@@ -98,10 +99,12 @@ int ctl_configure_parse(const cJSON *m, struct ctl_configure *c, char *err, size
     if (!rc) rc = get_str(m, "kernels", c->kernels, sizeof c->kernels, err, errlen);
     if (!rc) rc = get_num(m, "vram_budget", &c->vram_budget, err, errlen);
     if (!rc) rc = get_num(m, "ctx", &n_ctx, err, errlen);
+    if (!rc) rc = get_num(m, "stream_rows", &stream_rows, err, errlen);
+    if (!rc && stream_rows > 1u << 20) rc = nb_errf(err, errlen, NB_EFORMAT, "configure: \"stream_rows\" %llu is absurd", (unsigned long long)stream_rows);
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(m, "layer_times");
     if (!rc && !cJSON_IsBool(lt)) rc = nb_errf(err, errlen, NB_EFORMAT, "configure: \"layer_times\" missing or not a boolean");
     if (rc) return rc;
-    c->n_ctx = (int64_t)n_ctx, c->layer_times = cJSON_IsTrue(lt);
+    c->n_ctx = (int64_t)n_ctx, c->layer_times = cJSON_IsTrue(lt), c->stream_rows = (uint32_t)stream_rows;
     if (first + count > slots || slots > UINT32_MAX || threads > 4096 || spin_us > 1000000 || worker > UINT32_MAX)
         return nb_errf(err, errlen, NB_EFORMAT, "configure: staging share %lu+%lu exceeds %lu slots (or a bad count)",
                        (unsigned long)first, (unsigned long)count, (unsigned long)slots);

@@ -46,6 +46,8 @@ struct ctl_configure {
     uint64_t vram_budget;          /* device-memory cap in bytes (0: placement.json's request.vram_budget, else none) */
     int64_t n_ctx;                 /* positions to reserve K/V for (0: placement.json's request.vram_ctx, else the model's) */
     bool layer_times;              /* time each layer (nebulactl profile): a synchronisation per layer on cuda */
+    uint32_t stream_rows;          /* a prefill piece of more rows streams its RAM-tier experts (cuda; 0: the
+                                    * backend's GW_STREAM_MIN_ROWS): engine.prefill_stream_rows */
 };
 
 /* configure → JSON ({"type": "configure", ...}); NULL when out of memory. */

@@ -13,6 +13,7 @@
 
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/err.h"
+#include "core/util/utf8.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -92,16 +93,7 @@ static int build_trie(const gram_vocab *v, int32_t *ids, int32_t n, uint64_t tot
     return 0;
 }
 
-size_t gram_utf8_multi(const unsigned char *s, size_t n)
-{
-    size_t len = (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3 : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
-    if (!len || len > n || (len == 2 && s[0] < 0xC2) || (len == 4 && s[0] > 0xF4)) return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80) return 0;
-    if (len == 3 && ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] >= 0xA0))) return 0; /* overlong, surrogate */
-    if (len == 4 && ((s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] >= 0x90))) return 0;
-    return len;
-}
+size_t gram_utf8_multi(const unsigned char *s, size_t n) { return s[0] < 0x80 ? 0 : nb_utf8_len(s, n); }
 
 /* The characters of a text token (gram_internal.h), or -1 when it is not one. */
 static long text_chars(const char *s, size_t n)

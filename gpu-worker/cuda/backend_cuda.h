@@ -191,6 +191,7 @@ struct cuda_backend {
     uint64_t mailbox_remote;          /* trunk pairs the thread had computed remotely during this eval */
     /* streamed experts (stream.cu, gw_backend_set_expert_host): the host blobs, the copy stream */
     const uint8_t **xh_blob;          /* (n_layer + n_nextn) × E, NULL: not installed */
+    int xh_min_rows;                  /* evals of more rows stream (gw_expert_host.min_rows) */
     uint64_t *xh_part, *xh_bytes;     /* 3 part offsets, and the blob bytes, per layer */
     void *xh_pinned;                  /* the range cudaHostRegister locked, or NULL */
     cudaStream_t st_copy;

@@ -223,7 +223,7 @@ int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, 
                    const struct gw_eval_args *a)
 {
     /* a prefill chunk beside host copies of experts: expert by expert, streaming the missed ones (stream.cu) */
-    if (be->xh_blob && T > GW_STREAM_MIN_ROWS) return cu_moe_expert_major(be, c, il, x, T, y, a);
+    if (be->xh_blob && T > be->xh_min_rows) return cu_moe_expert_major(be, c, il, x, T, y, a);
     const struct model_hparams *hp = &be->base.model->hp;
     const int E = hp->n_expert, k = hp->n_expert_used, I = hp->n_ff_exp, P = T * k;
     const int64_t C = hp->n_embd, Is = hp->n_ff_shexp;

@@ -2,7 +2,7 @@
  * experts copied from host memory into a device ring (issue 14 items 1-2;
  * engine/backend.h gw_expert_host, engine/moe_plan.h).
  *
- * An eval of more than GW_STREAM_MIN_ROWS rows on a backend with host copies
+ * An eval of more than gw_expert_host.min_rows rows on a backend with host copies
  * of experts (the RAM arena, mapped and page-locked by the gpu-worker) routes
  * on the device and brings the routes to the host, which plans the layer
  * (moe_plan_build): the T·k pairs sorted by expert, cut into batches of at
@@ -116,6 +116,7 @@ int cuda_set_expert_host(gw_backend *gb, const struct gw_expert_host *h, char *e
     memcpy(be->xh_blob, h->blob, (size_t)n * E * sizeof *be->xh_blob);
     memcpy(be->xh_part, h->part_off, (size_t)n * 3 * sizeof *be->xh_part);
     memcpy(be->xh_bytes, h->blob_bytes, (size_t)n * sizeof *be->xh_bytes);
+    be->xh_min_rows = h->min_rows > GW_STREAM_MIN_ROWS ? h->min_rows : GW_STREAM_MIN_ROWS;
     if (!be->st_copy) {
         ce = cudaStreamCreateWithFlags(&be->st_copy, cudaStreamNonBlocking);
         for (int i = 0; i < 2 && ce == cudaSuccess; i++) {

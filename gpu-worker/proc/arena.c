@@ -67,7 +67,7 @@ int gwp_arena_ready(struct gwp_arena *a, gw_backend *be, char *err, size_t errle
         return 0;
     }
     const double t0 = nb_now_s();
-    struct gw_expert_host xh = {a->blob, a->part, a->bytes, a->reg.base, a->arena_bytes};
+    struct gw_expert_host xh = {a->blob, a->part, a->bytes, a->reg.base, a->arena_bytes, a->stream_rows};
     int rc = gw_backend_set_expert_host(be, &xh, err, errlen);
     if (rc == NB_ENOTSUP) { /* the CPU backend computes remote experts through the hook */
         a->refused = true;

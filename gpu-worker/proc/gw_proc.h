@@ -66,6 +66,7 @@ struct gwp_arena {
     uint64_t arena_bytes, n_blobs;
     char idx_sha[72];       /* the experts the placement names (the arena header must say the same) */
     bool open, installed, refused;
+    int stream_rows;        /* configure's stream_rows: evals of more rows stream (gw_expert_host.min_rows) */
 };
 /* Maps the region and lays the tables out when the placement has RAM-tier experts (else leaves a closed one). */
 int gwp_arena_open(struct gwp_arena *a, const char *inst, const struct prepared_idx *x, const struct prepared_placement *p,

@@ -203,6 +203,7 @@ static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
     if (placed && (rc = prepared_plan_load(c.prepared, c.placement, &x, &pl, err, errlen))) return rc;
     rc = gwp_placement_maps(placed ? &x : NULL, &pl, w->m, &w->local, &w->ssd_blob, &n_remote, err, errlen);
     if (!rc) rc = gwp_arena_open(&w->arena, c.instance, placed ? &x : NULL, &pl, w->m, err, errlen);
+    w->arena.stream_rows = (int)c.stream_rows;
     const bool ple_ssd = pl.ple_ssd, ple_vram = pl.ple_vram;
     const uint64_t placement_budget = pl.vram_budget;
     const int64_t placement_ctx = pl.vram_ctx;
@@ -275,7 +276,7 @@ static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slo
     for (uint32_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= w->m->hp.n_vocab) return nb_errf(err, errlen, NB_EINVAL, "token %d out of vocabulary", ids[i]);
     /* a prefill chunk streams the RAM-tier experts itself once the cpu-moe-worker has loaded them */
-    if (n > GW_STREAM_MIN_ROWS) {
+    if (n > (uint32_t)(w->arena.stream_rows > GW_STREAM_MIN_ROWS ? w->arena.stream_rows : GW_STREAM_MIN_ROWS)) {
         int rc = gwp_arena_ready(&w->arena, w->be, err, errlen);
         if (rc) return rc;
     }

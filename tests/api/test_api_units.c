@@ -38,7 +38,7 @@ Test(api_request, chat_fields)
                        "\"max_tokens\":5,\"max_completion_tokens\":7,\"temperature\":0.5,\"top_p\":0.9,\"top_k\":-1,"
                        "\"seed\":42,\"stop\":[\"x\",\"yz\"],\"presence_penalty\":1.5,\"stream\":true,"
                        "\"stream_options\":{\"include_usage\":true},\"think\":\"off\",\"accuracy_level\":2,"
-                       "\"context_length\":100,\"prefill_chunk\":16,\"unknown\":{\"deep\":[1,2]},\"n\":1,"
+                       "\"context_length\":100,\"prefill_chunk\":16,\"n\":1,\"user\":\"u1\",\"frequency_penalty\":0,"
                        "\"ignore_eos\":true}";
     cr_assert_eq(parse(API_CHAT, body, &r, &e), 0, "%s", e.message);
     cr_expect_str_eq(r.model, "m");

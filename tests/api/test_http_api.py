@@ -47,7 +47,7 @@ def check(cond, what):
 
 
 class Server:
-    def __init__(self, tmp, model=None, bindir=BIN, name=""):
+    def __init__(self, tmp, model=None, bindir=BIN, name="", args=()):
         self.tmp = tmp
         self.model = model or os.path.join(tmp, "demo.gguf")
         if not model:
@@ -57,7 +57,7 @@ class Server:
         self.log = os.path.join(tmp, "coord" + name + ".log")
         self.proc = subprocess.Popen([os.path.join(bindir, "nebula-coordinator"), "--model", self.model, "--runtime", self.run,
                                       "--threads", "2", "--http", "127.0.0.1:0", "--max-queue", "1",
-                                      "--sse-keepalive", "0.25", "--demo"],
+                                      "--sse-keepalive", "0.25", "--demo", *args],
                                      stderr=open(self.log, "wb"), start_new_session=True)
         self.port = None
         for _ in range(200):
@@ -250,10 +250,15 @@ def test_chat_nonstream():
     # top_k 1 is greedy whatever the temperature.
     g = chat(temperature=1.5, top_k=1, max_tokens=24, seed=99, think=False)[1]["choices"][0]["message"]["content"]
     check(g == msg["content"], f"top_k 1 = greedy: {g!r}")
-    # The model field: our name or absent; another name is 404.
-    check(chat(model="nebula-demo", max_tokens=2)[0] == 200, "model = our name")
-    st, d = chat(model="gpt-4", max_tokens=2)
-    check(st == 404 and d["error"]["code"] == "model_not_found" and d["error"]["param"] == "model", f"other model: {st} {d}")
+    # The model field: any id is served by our model and echoed back (as llama.cpp's server does),
+    # an id that is not ours logged once.
+    st, d = chat(model="nebula-demo", max_tokens=2)
+    check(st == 200 and d["model"] == "nebula-demo", "model = our name")
+    for _ in range(2):
+        st, d = chat(model="gpt-4o-mini", max_tokens=2)
+        check(st == 200 and d["model"] == "gpt-4o-mini", f"another model id is served and echoed: {st} {d.get('model')}")
+    log = open(srv.log, errors="replace").read()
+    check(log.count("names the model 'gpt-4o-mini'") == 1, "an unknown model id is logged once")
     return msg["content"]
 
 
@@ -351,8 +356,10 @@ def test_tokenize_and_metrics():
     st, d = jcall("POST", "/api/tokenize", {"text": "Hello world"})
     check(st == 200 and d["count"] == len(d["tokens"]) > 0 and all(isinstance(t, int) and 0 <= t < 512 for t in d["tokens"]),
           f"tokenize: {d}")
-    st, d = jcall("POST", "/api/tokenize", {"nothing": 1})
+    st, d = jcall("POST", "/api/tokenize", {"think": True})
     check(st == 400 and d["error"]["param"] == "text", f"tokenize without text: {st} {d}")
+    st, d = jcall("POST", "/api/tokenize", {"text": "a", "nothing": 1})
+    check(st == 400 and d["error"]["param"] == "nothing" and d["error"]["code"] == "unknown_parameter", f"tokenize, unknown field: {st} {d}")
     st, h, raw = call("GET", "/metrics")
     check(st == 200 and h["content-type"].startswith("text/plain"), f"/metrics: {st} {h.get('content-type')}")
     names = set()
@@ -431,6 +438,10 @@ def test_invalid():
         ({"messages": [{"role": "user", "content": "word " * 5000}]}, "messages", "context_length_exceeded"),
         ({"messages": HELLO, "context_length": 16}, "messages", "context_length_exceeded"),
         ({"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": "late"}]}, "messages", "invalid_value"),
+        ({"messages": [{"role": "user", "content": "a\u0000b"}]}, "messages[0].content", "invalid_value"),
+        (b'{"messages": [{"role": "user", "content": "caf\xe9"}]}', "messages[0].content", "invalid_value"),
+        ({"messages": HELLO, "nebula_test_script": "x"}, "nebula_test_script", "unknown_parameter"),
+        ({"messages": HELLO, "logit_bias": {"1": 5}}, "logit_bias", "unsupported_parameter"),
     ]
     for body, param, code in cases:
         st, h, raw = call("POST", "/v1/chat/completions", body)
@@ -442,8 +453,9 @@ def test_invalid():
               and e.get("type") == "invalid_request_error", f"{str(body)[:60]} → 400 {param} {code}: {st} {raw[:200]!r}")
         check(h.get("content-type") == "application/json", "errors are JSON")
         alive(f"{str(body)[:40]}")
-    # Unknown fields are ignored.
-    check(chat(max_tokens=2, frobnicate={"x": [1]}, temperature=0)[0] == 200, "unknown fields are ignored")
+    # Unknown fields are a 400 (OpenAI's "Unrecognized request argument"), never ignored.
+    st, d = chat(max_tokens=2, frobnicate={"x": [1]}, temperature=0)
+    check(st == 400 and d["error"]["code"] == "unknown_parameter" and d["error"]["param"] == "frobnicate", f"unknown field → 400: {st} {d}")
     st, h, raw = call("GET", "/v1/nothing")
     check(st == 404 and json.loads(raw)["error"]["code"] == "not_found", f"unknown path → 404: {st}")
     st, h, raw = call("POST", "/nope", {"x": 1})
@@ -453,7 +465,7 @@ def test_invalid():
     st, h, raw = call("DELETE", "/api/status")
     check(st == 405 and "GET" in h.get("allow", ""), f"DELETE status → 405: {st}")
     alive("404 and 405")
-    check(metric("nebula_requests_total", 'status="invalid"') >= len(cases) + 4, "invalid requests are counted")
+    check(metric("nebula_requests_total", 'status="invalid"') >= len(cases) + 5, "invalid requests are counted")
 
 
 def long_prompt(target):
@@ -495,8 +507,10 @@ def test_queue_cancel_keepalive():
     check(wait_for(lambda: status()["queue"]["running"] == 1), "the first slow request runs")
     cb, rb = open_stream("/v1/completions", slow)
     check(wait_for(lambda: status()["queue"]["waiting"] == 1), "the second waits")
-    st, d = chat(max_tokens=2)
+    st, h, raw = call("POST", "/v1/chat/completions", {"messages": HELLO, "max_tokens": 2})
+    d = json.loads(raw)
     check(st == 429 and d["error"]["code"] == "queue_full" and d["error"]["type"] == "rate_limit_exceeded", f"queue full → 429: {st} {d}")
+    check(h.get("retry-after") == "1", f"a 429 says Retry-After: {h}")
     check(metric("nebula_queue_waiting") == 1 and metric("nebula_queue_running") == 1, "metrics show the queue")
     eb = read_events(rb)
     ea = read_events(ra)
@@ -689,14 +703,14 @@ def test_shutdown_in_flight():
     check(srv.proc.poll() is not None and time.time() - t0 < 5, f"the coordinator stopped in {time.time() - t0:.2f} s")
 
 
-def run_suite(tests):
+def run_suite(tests, args=()):
     """Starts the coordinator in a temporary directory, runs tests(tmp) against it, stops it unless
     they did, and checks that it exited cleanly; prints "N checks, N failed" and returns the exit
     status (test_http_progress.py runs its own tests with it)."""
     global srv
     tmp = tempfile.mkdtemp(prefix="nebula-api-")
     try:
-        srv = Server(tmp)
+        srv = Server(tmp, args=args)
         if not wait_for(lambda: status()["phase"] == "ready", timeout=30):
             print("FAIL: never ready:", open(srv.log).read())
             return 1

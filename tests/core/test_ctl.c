@@ -213,7 +213,7 @@ Test(ctl, configure_round_trip_and_ring_spin)
     struct ctl_configure a = {.instance = "nebula-1-2", .mtp = "/m/mtp.gguf", .prepared = "/p", .threads = 15, .ring_spin_us = 5000,
                               .stats_worker = 1, .moe_offset = 4096, .staging_slot_bytes = 8192, .staging_slots = 4,
                               .staging_first = 1, .staging_count = 3, .backend = "cuda", .kernels = "ref",
-                              .vram_budget = 80ull << 30, .n_ctx = 4096, .layer_times = true},
+                              .vram_budget = 80ull << 30, .n_ctx = 4096, .layer_times = true, .stream_rows = 1024},
                          b;
     char err[256];
     cJSON *m = ctl_configure_to_json(&a);
@@ -229,8 +229,9 @@ Test(ctl, configure_round_trip_and_ring_spin)
     cr_assert_eq(b.vram_budget, 80ull << 30);
     cr_assert_eq(b.n_ctx, 4096);
     cr_assert(b.layer_times);
+    cr_assert_eq(b.stream_rows, 1024);
     /* Every field is required: one encoder, so a message without one is not ours. */
-    static const char *required[] = {"backend", "kernels", "vram_budget", "ctx", "layer_times", "threads", "mtp"};
+    static const char *required[] = {"backend", "kernels", "vram_budget", "ctx", "layer_times", "threads", "mtp", "stream_rows"};
     for (size_t i = 0; i < sizeof required / sizeof *required; i++) {
         cJSON *cut = cJSON_Duplicate(m, 1);
         cJSON_DeleteItemFromObject(cut, required[i]);

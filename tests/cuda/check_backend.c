@@ -318,11 +318,13 @@ static void check_stream(const struct model *m, gw_backend *gpu, const int32_t *
     uint8_t *local = malloc((size_t)L * E);
     const uint8_t **blob = calloc((size_t)L * E, sizeof *blob);
     uint64_t *part = malloc((size_t)L * 3 * sizeof *part), *bytes = malloc((size_t)L * sizeof *bytes), total = 0;
+    bool native = true; /* every expert tensor of a type the device decodes: every odd expert streamed */
     for (int l = 0; l < L; l++) {
         const struct model_moe *w = &m->layers[l].moe;
         const struct model_tensor *ts[3] = {&w->gate_exps, &w->up_exps, &w->down_exps};
         uint64_t at = 0;
-        for (int j = 0; j < 3; j++) part[3 * l + j] = at, at += (uint64_t)ts[j]->ne[1] * ts[j]->row_bytes;
+        for (int j = 0; j < 3; j++)
+            part[3 * l + j] = at, at += (uint64_t)ts[j]->ne[1] * ts[j]->row_bytes, native = native && gw_vram_native_type(ts[j]->type);
         bytes[l] = (at + 4095) / 4096 * 4096;
         for (int e = 0; e < E; e++) local[l * E + e] = e % 2 == 0, total += e % 2 ? bytes[l] : 0;
     }
@@ -339,15 +341,9 @@ static void check_stream(const struct model *m, gw_backend *gpu, const int32_t *
     gw_backend *sb = make_pl(m, "cuda", false, local);
     struct remote_ctx rctx = {m, 0, 0, 0, {0}};
     struct gw_moe_remote r = {local, remote_fn, &rctx};
-    struct gw_expert_host xh = {blob, part, bytes, buf, total};
+    struct gw_expert_host xh = {blob, part, bytes, buf, total, 0};
     if (gw_backend_set_moe_remote(sb, &r, err, sizeof err)) die("remote hook", err);
     if (gw_backend_set_expert_host(sb, &xh, err, sizeof err)) die("host experts", err);
-    bool native = true; /* every expert tensor of a type the device decodes: every odd expert streamed */
-    for (int l = 0; l < L; l++) {
-        const struct model_moe *w = &m->layers[l].moe;
-        native = native && gw_vram_native_type(w->gate_exps.type) && gw_vram_native_type(w->up_exps.type) &&
-                 gw_vram_native_type(w->down_exps.type);
-    }
     float *ls = malloc((size_t)T * V * sizeof *ls), *lref = malloc((size_t)T * V * sizeof *lref);
     gw_seq *sr = seq(gpu);
     eval(sr, tok, T, GW_ROWS_ALL, lref, GW_ROWS_NONE, NULL, NULL);
@@ -358,13 +354,9 @@ static void check_stream(const struct model *m, gw_backend *gpu, const int32_t *
     const uint64_t want = (uint64_t)hp->n_expert_used * hp->n_layer * (uint64_t)T, copied = gw_backend_bytes_copied(sb);
     const uint64_t on_device = gw_backend_experts_computed(sb), by_hook = rctx.pairs;
     const double es = rel_err(ls, lref, (int64_t)T * V);
-    if (native)
-        report("stream", !memcmp(ls, lref, (size_t)T * V * sizeof *ls) && rctx.calls == 0,
-               "logits bit-identical to the all-local backend's, odd experts streamed from host memory "
-               "(max|d|/max|ref| = %.3g)", es);
-    else
-        report("stream", es <= tol && rctx.calls > 0,
-               "odd experts of a type the device does not decode computed by the hook: max|d|/max|ref| = %.3g", es);
+    report("stream", native ? !memcmp(ls, lref, (size_t)T * V * sizeof *ls) && rctx.calls == 0 : es <= tol && rctx.calls > 0,
+           native ? "logits bit-identical to the all-local backend's, odd experts streamed (max|d|/max|ref| = %.3g)"
+                  : "odd experts of a type the device does not decode computed by the hook: max|d|/max|ref| = %.3g", es);
     report("stream-pairs", on_device + by_hook == want && (native ? by_hook == 0 : by_hook > 0),
            "%.0f routed pairs computed on the device", (double)on_device);
     printf("     (stream: %llu bytes copied to the device for %d rows; the hook called %u times for %llu pairs)\n",

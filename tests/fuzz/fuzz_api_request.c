@@ -2,7 +2,8 @@
  * (coordinator/api_request.c) and its reasoning / stop-string filter
  * (coordinator/api_text.c).
  *
- * The first input byte picks the request kind (chat, completion, tokenize);
+ * The first input byte picks the request kind (chat, completion, tokenize,
+ * apply-template, Anthropic messages, OpenAI responses);
  * the rest is the body, any bytes at all.  For every input:
  *   - the parser returns 0, 400 or 500 (out of memory), never anything else;
  *     an error has a message (valid UTF-8, whatever bytes it quotes), a type
@@ -35,12 +36,12 @@ static int count(void *ctx, bool reasoning, const char *s, size_t n)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
-    enum api_kind kind = (enum api_kind)(data[0] % 3);
+    enum api_kind kind = (enum api_kind)(data[0] % 6);
     const char *body = (const char *)data + 1;
     size_t len = size - 1;
     struct api_request r;
     struct api_error e;
-    int st = api_parse_request(kind, body, len, &r, &e);
+    int st = api_parse_any(kind, body, len, &r, &e);
     if (st != 0 && st != 400 && st != 500) abort();
     if (st) {
         if (!e.message[0] || !e.type[0] || e.status != st) abort();
@@ -68,6 +69,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (!r.msgs[i].content) abort();
         if (kind == API_COMPLETION && !r.prompt) abort();
         if (kind == API_TOKENIZE && !r.prompt && !r.msgs) abort();
+        /* The dialects parse into a chat request; tools are named and printed. */
+        if ((kind == API_MESSAGES || kind == API_RESPONSES || kind == API_TEMPLATE) && (r.kind != API_CHAT && r.kind != API_TEMPLATE)) abort();
+        if ((kind == API_MESSAGES || kind == API_RESPONSES) && (r.n_msgs < 1 || !r.msgs)) abort();
+        for (int i = 0; i < r.n_tools; i++)
+            if (!r.tools[i].name || !r.tools[i].json) abort();
+        if (r.tool_choice == API_TOOLS_NAMED && !r.tool_name) abort();
+        if (r.logprobs && (r.top_logprobs < 0 || r.top_logprobs > API_MAX_TOP_LOGPROBS)) abort();
     }
     /* The filter over the raw body, in pieces of 1-8 bytes. */
     struct api_text t;

@@ -2,8 +2,9 @@
 // package.json, locked), unmodified, against Nebula's API.  Lists the models,
 // streams a chat completion, asks for a non-streamed one, streams a long
 // prompt whose prefill progress comments the client must skip, and checks
-// that API errors reach the client as the package's typed errors, and asks
-// for structured output (response_format json_schema).  Prints
+// that API errors reach the client as the package's typed errors (an unknown field, a
+// field of the wrong type, an unknown model id looked up), that another model id is served,
+// and asks for structured output (response_format json_schema).  Prints
 // what it saw; exits 1 with the reason at the first thing that is wrong.
 import OpenAI from "openai";
 
@@ -110,7 +111,19 @@ async function expectError(what, status, cls, body) {
   }
   fail(`${what}: no error`);
 }
-await expectError("unknown model", 404, OpenAI.NotFoundError, { model: model + "-nope", messages, max_tokens: 4 });
+// Any model id is served by this server's model and echoed back (as llama.cpp's server does);
+// looking up another id is a typed 404.
+const other = await client.chat.completions.create({ model: "gpt-4o-mini", messages, max_tokens: 2 });
+if (other.model !== "gpt-4o-mini") fail(`another model id: the response names ${other.model}`);
+console.log(`another model id: served, echoed as ${other.model}`);
+try {
+  await client.models.retrieve(model + "-nope");
+  fail("models.retrieve of an unknown id: no error");
+} catch (e) {
+  if (!(e instanceof OpenAI.NotFoundError) || e.status !== 404) fail(`models.retrieve of an unknown id: ${e?.constructor?.name} ${e?.status}`);
+  console.log(`models.retrieve of an unknown id: ${e.constructor.name} ${e.status}`);
+}
+await expectError("an unknown field", 400, OpenAI.BadRequestError, { model, messages, max_tokens: 2, frobnicate: 1 });
 await expectError("max_tokens of the wrong type", 400, OpenAI.BadRequestError, { model, messages, max_tokens: "many" });
 
 // Structured output (docs/API.md): response_format json_schema as the client

@@ -5,8 +5,9 @@
 # directory, and client.mjs talks to http://127.0.0.1:PORT/v1 (through nginx)
 # with apiKey "none": models.list(), a streamed and a non-streamed chat
 # completion, a long prompt streamed with its `: prefill` progress comments
-# (sent, and skipped by the client), typed errors for an unknown model and a
-# bad field, and a response_format json_schema answer that fits its schema.
+# (sent, and skipped by the client), another model id served and echoed, typed
+# errors for an unknown field, a bad field and an unknown model looked up, and a
+# response_format json_schema answer that fits its schema.
 #
 # Needs node and npm (make test installs them): without them, or without the
 # registry for the first npm ci, this fails loudly rather than passing without

@@ -190,6 +190,8 @@ print(f"| llama.cpp {cfg} | {p} | {statistics.median(pt):.1f} | {p / statistics.
       f"| {d:.2f} ({min(dt):.2f}–{max(dt):.2f}) | {1e3 / d:.2f} | — | — | — | — | — | — | — | — |")
 print(f"#info {pp.get('build_commit', '?')} {pp.get('cpu_info', '?')} | {pp.get('gpu_info', '')}", file=sys.stderr)
 PY
+            # each row on stderr as it is measured: a run cut by a time limit keeps what it measured
+            echo "peer-llamacpp: row: $(tail -n 1 "$rows")" >&2
         done
     done
 done

@@ -208,8 +208,8 @@ static int prompt_ids(const struct gen_opts *o, const struct cli_model *cm, int3
     if (o->prompt) return cli_encode(cm, o->prompt, ids, n);
     struct chat_msg msgs[2];
     int k = 0;
-    if (o->system) msgs[k++] = (struct chat_msg){CHAT_SYSTEM, o->system, NULL};
-    msgs[k++] = (struct chat_msg){CHAT_USER, o->chat, NULL};
+    if (o->system) msgs[k++] = (struct chat_msg){.role = CHAT_SYSTEM, .content = o->system};
+    msgs[k++] = (struct chat_msg){.role = CHAT_USER, .content = o->chat};
     char *text, err[256];
     size_t len;
     if (chat_render(msgs, k, o->think, &text, &len, err, sizeof err)) {

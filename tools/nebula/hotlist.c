@@ -77,7 +77,7 @@ static int line_ids(struct cli_model *cm, const char *line, int mode, int32_t **
         return CLI_OK;
     }
     if (mode == 1) return cli_encode(cm, line, ids, n);
-    struct chat_msg msg = {CHAT_USER, line, NULL};
+    struct chat_msg msg = {.role = CHAT_USER, .content = line};
     char *text, err[256];
     size_t len;
     if (chat_render(&msg, 1, true, &text, &len, err, sizeof err)) return CLI_FAIL;
