@@ -208,16 +208,7 @@ static int ev(struct api_stream *s, const char *name, cJSON *o)
 {
     cJSON_AddStringToObject(o, "type", name);
     if (s->g.dialect == API_OPENAI_RESPONSES) cJSON_AddNumberToObject(o, "sequence_number", (double)s->seq++);
-    char *text = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!text) return NB_ENOMEM;
-    int rc = api_buf_add(&s->out, "event: ", 7);
-    if (!rc) rc = api_buf_add(&s->out, name, strlen(name));
-    if (!rc) rc = api_buf_add(&s->out, "\ndata: ", 7);
-    if (!rc) rc = api_buf_add(&s->out, text, strlen(text));
-    if (!rc) rc = api_buf_add(&s->out, "\n\n", 2);
-    free(text);
-    return rc;
+    return api_sse_event(&s->out, name, o);
 }
 
 static cJSON *obj_with(const char *k, cJSON *v)

@@ -11,17 +11,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int add_event(struct api_stream *s, cJSON *o)
+int api_sse_event(struct api_buf *out, const char *name, cJSON *o)
 {
     char *t = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!t) return NB_ENOMEM;
-    int rc = api_buf_add(&s->out, "data: ", 6);
-    if (!rc) rc = api_buf_add(&s->out, t, strlen(t));
-    if (!rc) rc = api_buf_add(&s->out, "\n\n", 2);
+    int rc = 0;
+    if (name) {
+        rc = api_buf_add(out, "event: ", 7);
+        if (!rc) rc = api_buf_add(out, name, strlen(name));
+        if (!rc) rc = api_buf_add(out, "\n", 1);
+    }
+    if (!rc) rc = api_buf_add(out, "data: ", 6);
+    if (!rc) rc = api_buf_add(out, t, strlen(t));
+    if (!rc) rc = api_buf_add(out, "\n\n", 2);
     free(t);
     return rc;
 }
+
+static int add_event(struct api_stream *s, cJSON *o) { return api_sse_event(&s->out, NULL, o); }
 
 /* A chunk with one choice: delta (chat) or text (completions). */
 static int add_chunk(struct api_stream *s, const char *field, const char *text, size_t n, const char *finish)
