@@ -159,6 +159,12 @@ struct api_buf {
 };
 /* api_text.c */
 int api_buf_add(struct api_buf *b, const char *s, size_t n); /* 0 or NB_ENOMEM; keeps p NUL-terminated */
+/* obj[key] = the n bytes at s as a JSON string, a NUL the model generated as
+ * \u0000 (cJSON's strings end at a NUL, which cut answers there) and a byte
+ * that is not valid UTF-8 as U+FFFD; 0 or NB_ENOMEM. */
+int api_add_text(cJSON *obj, const char *key, const char *s, size_t n);
+/* api_stream.c: o (freed) as one SSE event into out: `event: NAME` (name not NULL) and `data: {…}`. */
+int api_sse_event(struct api_buf *out, const char *name, cJSON *o);
 void api_buf_free(struct api_buf *b);
 
 /* ---------- logprobs (api_logprobs.c) ---------- */

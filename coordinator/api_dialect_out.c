@@ -89,13 +89,13 @@ cJSON *api_messages_json(const struct api *a, const struct gen_info *g, const st
     if (j->reasoning.n) {
         cJSON_AddItemToArray(content, b = cJSON_CreateObject());
         cJSON_AddStringToObject(b, "type", "thinking");
-        cJSON_AddStringToObject(b, "thinking", j->reasoning.p);
+        api_add_text(b, "thinking", j->reasoning.p, j->reasoning.n);
         cJSON_AddStringToObject(b, "signature", "");
     }
     if (j->content.n || (!j->n_calls && !j->reasoning.n)) {
         cJSON_AddItemToArray(content, b = cJSON_CreateObject());
         cJSON_AddStringToObject(b, "type", "text");
-        cJSON_AddStringToObject(b, "text", j->content.p ? j->content.p : "");
+        api_add_text(b, "text", j->content.p, j->content.n);
     }
     for (int k = 0; k < j->n_calls; k++) cJSON_AddItemToArray(content, tool_use_block(g, j, k, true));
     const char *seq, *why = stop_reason(g, j, &seq);
@@ -125,23 +125,19 @@ static cJSON *reasoning_item(const struct gen_info *g, const char *text, size_t 
     cJSON_AddArrayToObject(it, "summary");
     c = cJSON_AddArrayToObject(it, "content");
     if (done) {
-        char *t = strndup(text, n);
         cJSON_AddItemToArray(c, part = cJSON_CreateObject());
         cJSON_AddStringToObject(part, "type", "reasoning_text");
-        cJSON_AddStringToObject(part, "text", t ? t : "");
-        free(t);
+        api_add_text(part, "text", text, n);
     }
     return it;
 }
 
 static cJSON *text_part(const char *text, size_t n)
 {
-    char *t = strndup(text ? text : "", text ? n : 0);
     cJSON *p = cJSON_CreateObject();
     cJSON_AddStringToObject(p, "type", "output_text");
-    cJSON_AddStringToObject(p, "text", t ? t : "");
+    api_add_text(p, "text", text ? text : "", text ? n : 0);
     cJSON_AddArrayToObject(p, "annotations");
-    free(t);
     return p;
 }
 
@@ -212,16 +208,7 @@ static int ev(struct api_stream *s, const char *name, cJSON *o)
 {
     cJSON_AddStringToObject(o, "type", name);
     if (s->g.dialect == API_OPENAI_RESPONSES) cJSON_AddNumberToObject(o, "sequence_number", (double)s->seq++);
-    char *text = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!text) return NB_ENOMEM;
-    int rc = api_buf_add(&s->out, "event: ", 7);
-    if (!rc) rc = api_buf_add(&s->out, name, strlen(name));
-    if (!rc) rc = api_buf_add(&s->out, "\ndata: ", 7);
-    if (!rc) rc = api_buf_add(&s->out, text, strlen(text));
-    if (!rc) rc = api_buf_add(&s->out, "\n\n", 2);
-    free(text);
-    return rc;
+    return api_sse_event(&s->out, name, o);
 }
 
 static cJSON *obj_with(const char *k, cJSON *v)
@@ -232,6 +219,14 @@ static cJSON *obj_with(const char *k, cJSON *v)
 }
 
 static cJSON *at_index(cJSON *o, const char *k, int i) { return cJSON_AddNumberToObject(o, k, i), o; }
+
+/* {k: the n bytes at t} (api_add_text), or NULL when out of memory. */
+static cJSON *with_text(const char *k, const char *t, size_t n)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o && api_add_text(o, k, t, n)) cJSON_Delete(o), o = NULL;
+    return o;
+}
 
 static const struct api_buf *run_buf(const struct api_stream *s, int kind) { return kind == RUN_THINKING ? &s->j->reasoning : &s->j->content; }
 
@@ -260,22 +255,21 @@ static int open_run(struct api_stream *s, int kind)
 
 static int run_delta(struct api_stream *s, const char *p, size_t n)
 {
-    char *t = strndup(p, n);
-    if (!t) return NB_ENOMEM;
     int i = s->n_blocks, rc;
     if (s->g.dialect == API_ANTHROPIC) {
         cJSON *d = cJSON_CreateObject();
         cJSON_AddStringToObject(d, "type", s->open_kind == RUN_THINKING ? "thinking_delta" : "text_delta");
-        cJSON_AddStringToObject(d, s->open_kind == RUN_THINKING ? "thinking" : "text", t);
+        if ((rc = api_add_text(d, s->open_kind == RUN_THINKING ? "thinking" : "text", p, n))) return cJSON_Delete(d), rc;
         rc = ev(s, "content_block_delta", at_index(obj_with("delta", d), "index", i));
     } else {
         char id[64];
         item_id(&s->g, s->open_kind == RUN_THINKING ? "rs" : "msg", s->open_kind == RUN_THINKING ? 0 : i, id, sizeof id);
-        cJSON *o = at_index(at_index(obj_with("delta", cJSON_CreateString(t)), "output_index", i), "content_index", 0);
+        cJSON *o = with_text("delta", p, n);
+        if (!o) return NB_ENOMEM;
+        o = at_index(at_index(o, "output_index", i), "content_index", 0);
         cJSON_AddStringToObject(o, "item_id", id);
         rc = ev(s, s->open_kind == RUN_THINKING ? "response.reasoning_text.delta" : "response.output_text.delta", o);
     }
-    free(t);
     return rc;
 }
 
@@ -288,17 +282,19 @@ static int close_run(struct api_stream *s)
     const struct api_buf *b = run_buf(s, kind);
     const char *text = b->p ? b->p + s->open_from : "";
     size_t n = b->n - s->open_from;
-    char *t = strndup(text, n);
-    if (!t) return NB_ENOMEM;
     char id[64];
     item_id(&s->g, kind == RUN_THINKING ? "rs" : "msg", kind == RUN_THINKING ? 0 : i, id, sizeof id);
     if (kind == RUN_THINKING) {
-        cJSON *o = at_index(at_index(obj_with("text", cJSON_CreateString(t)), "output_index", i), "content_index", 0);
+        cJSON *o = with_text("text", text, n);
+        if (!o) return NB_ENOMEM;
+        o = at_index(at_index(o, "output_index", i), "content_index", 0);
         cJSON_AddStringToObject(o, "item_id", id);
         rc = ev(s, "response.reasoning_text.done", o);
         if (!rc) rc = ev(s, "response.output_item.done", at_index(obj_with("item", reasoning_item(&s->g, text, n, true)), "output_index", i));
     } else {
-        cJSON *o = at_index(at_index(obj_with("text", cJSON_CreateString(t)), "output_index", i), "content_index", 0);
+        cJSON *o = with_text("text", text, n);
+        if (!o) return NB_ENOMEM;
+        o = at_index(at_index(o, "output_index", i), "content_index", 0);
         cJSON_AddStringToObject(o, "item_id", id);
         rc = ev(s, "response.output_text.done", o);
         if (!rc) {
@@ -308,7 +304,6 @@ static int close_run(struct api_stream *s)
         }
         if (!rc) rc = ev(s, "response.output_item.done", at_index(obj_with("item", message_item(&s->g, i, text, n, true)), "output_index", i));
     }
-    free(t);
     return rc;
 }
 

@@ -208,39 +208,59 @@ static int tool_at(const cJSON *t, int i, const char *const *kk, char *p, size_t
     return unknown_key(t, p, kk, e);
 }
 
+/* root's `tools` array into chat's, each tool through the dialect's `one`
+ * (which checks it, its path in p, and appends its chat form to out). */
+typedef int (*tool_fn)(const cJSON *t, int i, char *p, size_t pn, cJSON *out, struct api_error *e);
+static int each_tool(const cJSON *root, cJSON *chat, tool_fn one, struct api_error *e)
+{
+    const cJSON *ts = get(root, "tools");
+    if (!ts) return 0;
+    if (!cJSON_IsArray(ts)) return bad(e, "tools", "invalid_type", "must be an array");
+    cJSON *out = cJSON_AddArrayToObject(chat, "tools");
+    int i = 0, rc = 0;
+    for (const cJSON *t = ts->child; t && rc == 0; t = t->next, i++) {
+        char p[64];
+        rc = one(t, i, p, sizeof p, out, e);
+    }
+    return rc;
+}
+
+/* chat's tool_choice naming one function */
+static void named_choice(cJSON *chat, const char *name)
+{
+    cJSON *o = cJSON_AddObjectToObject(chat, "tool_choice");
+    cJSON_AddStringToObject(o, "type", "function");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "function"), "name", name);
+}
+
+static int anthropic_tool(const cJSON *t, int i, char *p, size_t pn, cJSON *out, struct api_error *e)
+{
+    static const char *const kk[] = {"name", "description", "input_schema", "type", "cache_control", NULL};
+    int rc = tool_at(t, i, kk, p, pn, e);
+    if (rc) return rc;
+    const cJSON *type = get(t, "type"), *name = get(t, "name"), *schema = get(t, "input_schema");
+    if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "custom")))
+        return api_errorf(e, 400, "invalid_request_error", p, "unsupported_parameter", "'%s': only client tools (type custom) are served", p);
+    if (!cJSON_IsString(name)) return bad(e, p, "invalid_type", "needs a string \"name\"");
+    if (!cJSON_IsObject(schema)) return bad(e, p, "invalid_type", "needs an object \"input_schema\"");
+    cJSON_AddItemToArray(out, function_tool(name, get(t, "description"), schema));
+    return 0;
+}
+
 static int anthropic_tools(const cJSON *root, cJSON *chat, struct api_error *e)
 {
-    const cJSON *ts = get(root, "tools"), *tc = get(root, "tool_choice");
-    if (ts) {
-        if (!cJSON_IsArray(ts)) return bad(e, "tools", "invalid_type", "must be an array");
-        cJSON *out = cJSON_AddArrayToObject(chat, "tools");
-        int i = 0;
-        for (const cJSON *t = ts->child; t; t = t->next, i++) {
-            char p[64];
-            static const char *const kk[] = {"name", "description", "input_schema", "type", "cache_control", NULL};
-            int rc = tool_at(t, i, kk, p, sizeof p, e);
-            if (rc) return rc;
-            const cJSON *type = get(t, "type"), *name = get(t, "name"), *schema = get(t, "input_schema");
-            if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "custom")))
-                return api_errorf(e, 400, "invalid_request_error", p, "unsupported_parameter", "'%s': only client tools (type custom) are served", p);
-            if (!cJSON_IsString(name)) return bad(e, p, "invalid_type", "needs a string \"name\"");
-            if (!cJSON_IsObject(schema)) return bad(e, p, "invalid_type", "needs an object \"input_schema\"");
-            cJSON_AddItemToArray(out, function_tool(name, get(t, "description"), schema));
-        }
-    }
-    if (!tc) return 0;
+    const cJSON *tc = get(root, "tool_choice");
+    int rc = each_tool(root, chat, anthropic_tool, e);
+    if (rc || !tc) return rc;
     static const char *const kk[] = {"type", "name", "disable_parallel_tool_use", NULL};
     if (!cJSON_IsObject(tc)) return bad(e, "tool_choice", "invalid_type", "must be an object");
-    int rc = unknown_key(tc, "tool_choice", kk, e);
-    if (rc) return rc;
+    if ((rc = unknown_key(tc, "tool_choice", kk, e))) return rc;
     const cJSON *type = get(tc, "type"), *name = get(tc, "name"), *dp = get(tc, "disable_parallel_tool_use");
     const char *t = cJSON_IsString(type) ? type->valuestring : "";
     if (!strcmp(t, "auto") || !strcmp(t, "any") || !strcmp(t, "none")) {
         cJSON_AddStringToObject(chat, "tool_choice", !strcmp(t, "any") ? "required" : t);
     } else if (!strcmp(t, "tool") && cJSON_IsString(name)) {
-        cJSON *o = cJSON_AddObjectToObject(chat, "tool_choice");
-        cJSON_AddStringToObject(o, "type", "function");
-        cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "function"), "name", name->valuestring);
+        named_choice(chat, name->valuestring);
     } else {
         return bad(e, "tool_choice", "invalid_value", "must be {type: auto|any|none} or {type: tool, name}");
     }
@@ -416,37 +436,33 @@ static int responses_item(const cJSON *it, int i, cJSON *msgs, char **reasoning,
                       "input items of type '%.40s' are not supported (message, function_call, function_call_output, reasoning)", t);
 }
 
+static int responses_tool(const cJSON *t, int i, char *p, size_t pn, cJSON *out, struct api_error *e)
+{
+    static const char *const kk[] = {"type", "name", "description", "parameters", "strict", NULL};
+    const cJSON *type = get(t, "type"), *name = get(t, "name");
+    if (cJSON_IsObject(t) && (!cJSON_IsString(type) || strcmp(type->valuestring, "function")))
+        return snprintf(p, pn, "tools[%d]", i),
+               api_errorf(e, 400, "invalid_request_error", p, "unsupported_parameter", "'%s': only function tools are served", p);
+    int rc = tool_at(t, i, kk, p, pn, e);
+    if (rc) return rc;
+    if (!cJSON_IsString(name)) return bad(e, p, "invalid_type", "needs a string \"name\"");
+    if (cJSON_IsTrue(get(t, "strict")))
+        return api_errorf(e, 400, "invalid_request_error", p, "unsupported_parameter",
+                          "'%s': strict schema adherence is not supported (give \"strict\": false)", p);
+    cJSON_AddItemToArray(out, function_tool(name, get(t, "description"), get(t, "parameters")));
+    return 0;
+}
+
 static int responses_tools(const cJSON *root, cJSON *chat, struct api_error *e)
 {
-    const cJSON *ts = get(root, "tools"), *tc = get(root, "tool_choice");
-    if (ts) {
-        if (!cJSON_IsArray(ts)) return bad(e, "tools", "invalid_type", "must be an array");
-        cJSON *out = cJSON_AddArrayToObject(chat, "tools");
-        int i = 0;
-        for (const cJSON *t = ts->child; t; t = t->next, i++) {
-            char p[64];
-            static const char *const kk[] = {"type", "name", "description", "parameters", "strict", NULL};
-            const cJSON *type = get(t, "type"), *name = get(t, "name");
-            if (cJSON_IsObject(t) && (!cJSON_IsString(type) || strcmp(type->valuestring, "function")))
-                return snprintf(p, sizeof p, "tools[%d]", i),
-                       api_errorf(e, 400, "invalid_request_error", p, "unsupported_parameter", "'%s': only function tools are served", p);
-            int rc = tool_at(t, i, kk, p, sizeof p, e);
-            if (rc) return rc;
-            if (!cJSON_IsString(name)) return bad(e, p, "invalid_type", "needs a string \"name\"");
-            if (cJSON_IsTrue(get(t, "strict")))
-                return api_errorf(e, 400, "invalid_request_error", p, "unsupported_parameter",
-                                  "'%s': strict schema adherence is not supported (give \"strict\": false)", p);
-            cJSON_AddItemToArray(out, function_tool(name, get(t, "description"), get(t, "parameters")));
-        }
-    }
-    if (!tc) return 0;
+    const cJSON *tc = get(root, "tool_choice");
+    int rc = each_tool(root, chat, responses_tool, e);
+    if (rc || !tc) return rc;
     if (cJSON_IsString(tc)) return copy(chat, "tool_choice", root, "tool_choice");
     const cJSON *type = get(tc, "type"), *name = get(tc, "name");
     if (!cJSON_IsObject(tc) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsString(name))
         return bad(e, "tool_choice", "invalid_value", "must be none, auto, required or {type: function, name}");
-    cJSON *o = cJSON_AddObjectToObject(chat, "tool_choice");
-    cJSON_AddStringToObject(o, "type", "function");
-    cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "function"), "name", name->valuestring);
+    named_choice(chat, name->valuestring);
     return 0;
 }
 

@@ -74,8 +74,8 @@ cJSON *api_completion_json(const struct api *a, const struct gen_info *g, const 
         cJSON *m = cJSON_AddObjectToObject(ch, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
         if (j->n_calls && !j->content.n) cJSON_AddNullToObject(m, "content"); /* OpenAI's shape for calls only */
-        else cJSON_AddStringToObject(m, "content", j->content.p ? j->content.p : "");
-        if (g->think) cJSON_AddStringToObject(m, "reasoning_content", j->reasoning.p ? j->reasoning.p : "");
+        else api_add_text(m, "content", j->content.p, j->content.n);
+        if (g->think) api_add_text(m, "reasoning_content", j->reasoning.p, j->reasoning.n);
         if (j->n_calls) {
             cJSON *calls = cJSON_AddArrayToObject(m, "tool_calls");
             for (int k = 0; k < j->n_calls; k++) cJSON_AddItemToArray(calls, api_call_json(g, j, k, true));
@@ -83,7 +83,7 @@ cJSON *api_completion_json(const struct api *a, const struct gen_info *g, const 
         if (j->logprobs) cJSON_AddItemToObject(ch, "logprobs", api_logprobs_chat_json(a->tok, j->lp, 0, j->n_lp));
     } else {
         size_t offset = 0;
-        cJSON_AddStringToObject(ch, "text", j->content.p ? j->content.p : "");
+        api_add_text(ch, "text", j->content.p, j->content.n);
         if (j->logprobs) cJSON_AddItemToObject(ch, "logprobs", api_logprobs_completion_json(a->tok, j->lp, 0, j->n_lp, &offset));
         else cJSON_AddNullToObject(ch, "logprobs");
     }

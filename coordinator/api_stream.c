@@ -11,17 +11,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int add_event(struct api_stream *s, cJSON *o)
+int api_sse_event(struct api_buf *out, const char *name, cJSON *o)
 {
     char *t = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!t) return NB_ENOMEM;
-    int rc = api_buf_add(&s->out, "data: ", 6);
-    if (!rc) rc = api_buf_add(&s->out, t, strlen(t));
-    if (!rc) rc = api_buf_add(&s->out, "\n\n", 2);
+    int rc = 0;
+    if (name) {
+        rc = api_buf_add(out, "event: ", 7);
+        if (!rc) rc = api_buf_add(out, name, strlen(name));
+        if (!rc) rc = api_buf_add(out, "\n", 1);
+    }
+    if (!rc) rc = api_buf_add(out, "data: ", 6);
+    if (!rc) rc = api_buf_add(out, t, strlen(t));
+    if (!rc) rc = api_buf_add(out, "\n\n", 2);
     free(t);
     return rc;
 }
+
+static int add_event(struct api_stream *s, cJSON *o) { return api_sse_event(&s->out, NULL, o); }
 
 /* A chunk with one choice: delta (chat) or text (completions). */
 static int add_chunk(struct api_stream *s, const char *field, const char *text, size_t n, const char *finish)
@@ -29,20 +37,16 @@ static int add_chunk(struct api_stream *s, const char *field, const char *text, 
     cJSON *o = api_envelope(s->a, &s->g, true), *cs = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
     cJSON_AddItemToArray(cs, ch);
     cJSON_AddNumberToObject(ch, "index", 0);
-    char *copy = NULL;
-    if (field) {
-        if (!(copy = malloc(n + 1))) return cJSON_Delete(o), NB_ENOMEM;
-        memcpy(copy, text, n), copy[n] = 0;
-    }
+    int rc = 0;
     if (s->g.kind == API_CHAT) {
         cJSON *d = cJSON_AddObjectToObject(ch, "delta");
         if (!s->started) cJSON_AddStringToObject(d, "role", "assistant");
-        if (field) cJSON_AddStringToObject(d, field, copy);
+        if (field) rc = api_add_text(d, field, text, n);
     } else {
-        cJSON_AddStringToObject(ch, "text", copy ? copy : "");
+        rc = api_add_text(ch, "text", field ? text : "", field ? n : 0);
         cJSON_AddNullToObject(ch, "logprobs");
     }
-    free(copy);
+    if (rc) return cJSON_Delete(o), rc;
     if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
     else cJSON_AddNullToObject(ch, "finish_reason");
     return add_event(s, o);

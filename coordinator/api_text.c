@@ -15,7 +15,9 @@
 #include "coordinator/api.h"
 
 #include "core/util/err.h"
+#include "core/util/utf8.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -153,4 +155,24 @@ void api_buf_free(struct api_buf *b)
 {
     free(b->p);
     *b = (struct api_buf){0};
+}
+
+int api_add_text(cJSON *obj, const char *key, const char *s, size_t n)
+{
+    struct api_buf b = {0};
+    int rc = api_buf_add(&b, "\"", 1);
+    for (size_t i = 0; i < n && rc == 0;) {
+        const unsigned char c = (unsigned char)s[i];
+        size_t k = nb_utf8_len((const unsigned char *)s + i, n - i);
+        char esc[8];
+        if (c == '"' || c == '\\') esc[0] = '\\', esc[1] = (char)c, rc = api_buf_add(&b, esc, 2), k = 1;
+        else if (c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", c), rc = api_buf_add(&b, esc, 6), k = 1;
+        else if (k == 0) rc = api_buf_add(&b, "\xEF\xBF\xBD", 3), k = 1; /* U+FFFD */
+        else rc = api_buf_add(&b, s + i, k);
+        i += k;
+    }
+    if (rc == 0) rc = api_buf_add(&b, "\"", 1);
+    if (rc == 0 && !cJSON_AddRawToObject(obj, key, b.p)) rc = NB_ENOMEM;
+    free(b.p);
+    return rc;
 }
