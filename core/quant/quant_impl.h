@@ -198,7 +198,8 @@ extern const quant_from_float_fn quant_iq_from_float[QT_COUNT];
 extern const quant_vec_dot_fn quant_iq_vec_dot[QT_COUNT];
 extern const quant_vec_dot_fn quant_iq_avx2_vec_dot[QT_COUNT];
 extern const quant_vec_dot_fn quant_iq_avx512_vec_dot[QT_COUNT];
-/* fp32-activation dots (quant_f32_body.h); no scalar table: see quant_dot_f32. */
+/* fp32-activation dots (quant_f32_body.h with quant_f32_grid.h and quant_f32_lowbit.h); no scalar table: see
+ * quant_dot_f32. */
 extern const quant_dot_f32_fn quant_avx2_dot_f32[QT_COUNT];
 extern const quant_dot_f32_fn quant_avx512_dot_f32[QT_COUNT];
 
