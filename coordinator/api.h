@@ -159,9 +159,11 @@ struct api_buf {
 };
 /* api_text.c */
 int api_buf_add(struct api_buf *b, const char *s, size_t n); /* 0 or NB_ENOMEM; keeps p NUL-terminated */
-/* obj[key] = the n bytes at s as a JSON string, a NUL the model generated as
- * \u0000 (cJSON's strings end at a NUL, which cut answers there) and a byte
- * that is not valid UTF-8 as U+FFFD; 0 or NB_ENOMEM. */
+/* obj[key] = the n bytes at s as a JSON string (by length: cJSON's strings
+ * end at a NUL, which cut answers there), a NUL the model generated and a
+ * byte that is not valid UTF-8 each as U+FFFD — a NUL never crosses the API,
+ * so a client can send any answer back in its history (a NUL in a request is
+ * a 400); 0 or NB_ENOMEM. */
 int api_add_text(cJSON *obj, const char *key, const char *s, size_t n);
 /* api_stream.c: o (freed) as one SSE event into out: `event: NAME` (name not NULL) and `data: {…}`. */
 int api_sse_event(struct api_buf *out, const char *name, cJSON *o);

@@ -166,8 +166,8 @@ int api_add_text(cJSON *obj, const char *key, const char *s, size_t n)
         size_t k = nb_utf8_len((const unsigned char *)s + i, n - i);
         char esc[8];
         if (c == '"' || c == '\\') esc[0] = '\\', esc[1] = (char)c, rc = api_buf_add(&b, esc, 2), k = 1;
+        else if (c == 0 || k == 0) rc = api_buf_add(&b, "\xEF\xBF\xBD", 3), k = 1; /* U+FFFD */
         else if (c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", c), rc = api_buf_add(&b, esc, 6), k = 1;
-        else if (k == 0) rc = api_buf_add(&b, "\xEF\xBF\xBD", 3), k = 1; /* U+FFFD */
         else rc = api_buf_add(&b, s + i, k);
         i += k;
     }
