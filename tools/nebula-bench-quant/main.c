@@ -13,10 +13,10 @@
  *
  * --f32 times the fp32-activation dots instead (quant_dot_f32, the CPU
  * experts' fast path): R rows of fp32 activations (default 1) against each
- * weight row, per ISA; its "scalar" row is cpu_matmul_rows, what the engine
- * runs where a type has no such kernel (to_float a piece of 256, then a
- * double-precision dot per activation row), so "vs scalar" is the speed-up
- * over that path.
+ * weight row, per ISA; its "scalar" row is the reference's arithmetic
+ * (engine/cpu/linalg.c cpu_matmul_rows, what the engine ran where a type had
+ * no such kernel: the row decoded with to_float, then a double-precision dot
+ * per activation row), so "vs scalar" is the speed-up over that path.
  * Exit status: 0 ok, 1 out of memory or a NaN result, 2 bad usage. */
 #include <stdbool.h>
 #include <stdio.h>
@@ -26,7 +26,6 @@
 
 #include "core/quant/quant.h"
 #include "core/util/clock.h"
-#include "engine/cpu/cpu.h"
 
 #define ROW_VALUES 2560
 #define DISTINCT_ROWS 16 /* quantized once, then tiled over the whole buffer */
@@ -168,9 +167,8 @@ static int make_weights(const struct quant_traits *q, double mib, struct weights
 struct kernel {
     quant_vec_dot_fn dot;
     quant_dot_f32_fn dot_f32;
-    const struct quant_traits *ref; /* --f32's scalar: cpu_matmul_rows (to_float + double dot) */
+    const struct quant_traits *ref; /* --f32's scalar: to_float + double dot, the reference's arithmetic */
     int rows;
-    float *ref_out; /* its output: row r's dots at ref_out[r + t] (y_stride 1) */
 };
 
 static float run_kernel(const struct kernel *k, const struct weights *w, int64_t r)
@@ -184,10 +182,14 @@ static float run_kernel(const struct kernel *k, const struct weights *w, int64_t
     if (k->dot_f32) {
         k->dot_f32(ROW_VALUES, row, w->x, ROW_VALUES, k->rows, s);
         for (int t = 0; t < k->rows; t++) sum += s[t];
-    } else { /* the engine's path where a type has no fp32 dot (engine/cpu/linalg.c) */
-        const struct cpu_mat m = {w->data, k->ref, ROW_VALUES, w->rows, w->row_bytes};
-        cpu_matmul_rows(&m, w->x, ROW_VALUES, k->rows, k->ref_out, 1, r, r + 1);
-        for (int t = 0; t < k->rows; t++) sum += k->ref_out[r + t];
+    } else { /* the reference's arithmetic (engine/cpu/linalg.c cpu_matmul_rows) */
+        float dec[ROW_VALUES];
+        k->ref->to_float(row, dec, ROW_VALUES);
+        for (int t = 0; t < k->rows; t++) {
+            double d = 0;
+            for (int i = 0; i < ROW_VALUES; i++) d += (double)dec[i] * w->x[(size_t)t * ROW_VALUES + i];
+            sum += (float)d;
+        }
     }
     return sum;
 }
@@ -244,13 +246,8 @@ int main(int argc, char **argv)
             return 1;
         }
         double scalar = 0;
-        float *ref_out = opt.f32 ? malloc(sizeof(float) * (size_t)(w.rows + MAX_F32_ROWS)) : NULL;
-        if (opt.f32 && !ref_out) {
-            fprintf(stderr, "nebula-bench-quant: out of memory\n");
-            return 1;
-        }
         for (int isa = 0; isa < QUANT_ISA_COUNT; isa++) {
-            struct kernel k = {NULL, NULL, NULL, opt.rows, ref_out};
+            struct kernel k = {NULL, NULL, NULL, opt.rows};
             if (!opt.f32) k.dot = quant_vec_dot_isa(q->type, (enum quant_isa)isa);
             else if (isa == QUANT_ISA_SCALAR) k.ref = q;
             else k.dot_f32 = quant_dot_f32_isa(q->type, (enum quant_isa)isa);
@@ -260,7 +257,7 @@ int main(int argc, char **argv)
             print_row(q, (enum quant_isa)isa, bps, scalar);
             fflush(stdout);
         }
-        free(w.data), free(w.act), free(w.x), free(ref_out);
+        free(w.data), free(w.act), free(w.x);
     }
     if (sink != sink) { /* a NaN from any kernel: the numbers above mean nothing */
         fprintf(stderr, "nebula-bench-quant: a kernel returned NaN\n");
