@@ -226,7 +226,9 @@ rm -f "$LOG"
 LOG=$STATE/install.log
 cp "$HW" "$STATE/hardware.env"
 
-# The install's identity: the sources, their sizes and mtimes, the options.
+# The install's identity: the sources, their sizes, mtimes and ctimes to the
+# nanosecond (a file changed in place within the second of the last run keeps
+# its size and its whole-second mtime), the options.
 # A run that finds it unchanged beside a complete prepared directory has nothing to do.
 stamp() {
     printf 'sources %s %s\nprofile %s\nhotlist %s\nconfig %s\nprep %s\n' "$MODEL_SRC" "${MTP_SRC:-}" "$PROFILE" "$HOTLIST" "$CONFIG" "$PREP"
@@ -236,7 +238,7 @@ stamp() {
         [ -n "$fname" ] || continue
         p=$src
         [[ $src == *://* ]] && p=$DEST/$fname
-        printf 'file %s %s %s\n' "$fname" "$(file_bytes "$p")" "$(stat -L -c %Y "$p" 2>/dev/null || echo -)"
+        printf 'file %s %s %s\n' "$fname" "$(file_bytes "$p")" "$(stat -L -c '%.9Y %.9Z' "$p" 2>/dev/null || echo -)"
     done <<<"$FILES${MTP_LINE:+
 $MTP_LINE}"
     [ -f "$PREP/placement.json" ] && printf 'placement %s\n' "$(sha256sum <"$PREP/placement.json" | cut -c1-16)"

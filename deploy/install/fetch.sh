@@ -31,7 +31,7 @@ file_bytes() { stat -L -c %s "$1" 2>/dev/null || echo 0; }
 verify_file() {
     local path=$1 name=$2 entry bytes sha have mtime got
     have=$(file_bytes "$path")
-    mtime=$(stat -L -c %Y "$path")
+    mtime=$(stat -L -c '%.9Y:%.9Z' "$path") # to the nanosecond, ctime too: an in-place change within a second shows
     entry=$(manifest_entry "$name")
     bytes=${entry%% *} sha=${entry##* }
     if [ -n "$entry" ] && [ "$have" != "$bytes" ]; then
