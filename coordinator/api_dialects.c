@@ -359,7 +359,7 @@ static char *parts_text(const cJSON *c, const char *param, struct api_error *e)
         static const char *const kk[] = {"type", "text", "annotations", "logprobs", NULL};
         if (unknown_key(x, p, kk, e)) return api_buf_free(&b), NULL;
         if (!cJSON_IsString(tx)) return api_buf_free(&b), bad(e, p, "invalid_type", "needs a string \"text\""), NULL;
-        api_buf_add(&b, tx->valuestring, strlen(tx->valuestring));
+        if (api_buf_add(&b, tx->valuestring, strlen(tx->valuestring))) return api_buf_free(&b), oom(e), NULL;
     }
     return b.p;
 }

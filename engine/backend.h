@@ -194,6 +194,8 @@ struct gw_expert_host {
      * short-prompt threshold, to be measured per machine). */
     int min_rows;
 };
+/* The row count above which an eval streams, for a gw_expert_host.min_rows. */
+static inline int gw_stream_min_rows(int min_rows) { return min_rows > GW_STREAM_MIN_ROWS ? min_rows : GW_STREAM_MIN_ROWS; }
 
 int gw_backend_create(const struct model *m, const struct gw_backend_params *p, gw_backend **out, char *err,
                       size_t errlen);

@@ -116,7 +116,7 @@ int cuda_set_expert_host(gw_backend *gb, const struct gw_expert_host *h, char *e
     memcpy(be->xh_blob, h->blob, (size_t)n * E * sizeof *be->xh_blob);
     memcpy(be->xh_part, h->part_off, (size_t)n * 3 * sizeof *be->xh_part);
     memcpy(be->xh_bytes, h->blob_bytes, (size_t)n * sizeof *be->xh_bytes);
-    be->xh_min_rows = h->min_rows > GW_STREAM_MIN_ROWS ? h->min_rows : GW_STREAM_MIN_ROWS;
+    be->xh_min_rows = gw_stream_min_rows(h->min_rows);
     if (!be->st_copy) {
         ce = cudaStreamCreateWithFlags(&be->st_copy, cudaStreamNonBlocking);
         for (int i = 0; i < 2 && ce == cudaSuccess; i++) {

@@ -276,7 +276,7 @@ static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slo
     for (uint32_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= w->m->hp.n_vocab) return nb_errf(err, errlen, NB_EINVAL, "token %d out of vocabulary", ids[i]);
     /* a prefill chunk streams the RAM-tier experts itself once the cpu-moe-worker has loaded them */
-    if (n > (uint32_t)(w->arena.stream_rows > GW_STREAM_MIN_ROWS ? w->arena.stream_rows : GW_STREAM_MIN_ROWS)) {
+    if (n > (uint32_t)gw_stream_min_rows(w->arena.stream_rows)) {
         int rc = gwp_arena_ready(&w->arena, w->be, err, errlen);
         if (rc) return rc;
     }
