@@ -340,16 +340,6 @@ campaign)
             say "hotlist: running the campaign (conf/hotlist-prompts.txt, 12 domains) on the CPU reference; this reads the model"
             "$BIN/nebula" hotlist -m "$MODEL" "${mtp_args[@]}" --prompts "$NEBULA_REPO/conf/hotlist-prompts.txt" --out "$hl.tmp" >>"$LOG" 2>&1 ||
                 die "the hotlist campaign failed (see $LOG)"
-            # nebula hotlist counts the trunk's layers (the MTP block routes
-            # only while drafting); nebula-prepare wants every layer's rows:
-            # the MTP layer's are added as zero counts (its experts take VRAM
-            # first whatever their order).
-            blocks=$("$BIN/nebula-gguf" info --key qwen4exp.block_count "$MODEL")
-            experts=$("$BIN/nebula-gguf" info --key qwen4exp.expert_count "$MODEL")
-            if [ -n "$MTP" ] && ! awk -v l=$((blocks - 1)) '$1 == l { f = 1 } END { exit !f }' "$hl.tmp"; then
-                for ((e = 0; e < experts; e++)); do printf '%d\t%d\t0\t0.000000\n' $((blocks - 1)) "$e"; done >>"$hl.tmp"
-                log "hotlist: layer $((blocks - 1)) (MTP) added with zero counts"
-            fi
             mv "$hl.tmp" "$hl"
             printf '%s\n' "$id" >"$hl.id"
         fi
