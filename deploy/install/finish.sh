@@ -89,14 +89,17 @@ logits_parity() {
 # a quarter larger, 1 GiB for the context and scratch).  Fails when not
 # even the first layer fits.
 first_layers_fit() {
-    "$BIN/nebula-gguf" info "$1" 2>/dev/null | awk -v budget="$2" '
+    local blocks nextn
+    blocks=$("$BIN/nebula-gguf" info --key qwen4exp.block_count "$1" 2>/dev/null) || return 1
+    nextn=$("$BIN/nebula-gguf" info --key qwen4exp.nextn_predict_layers "$1" 2>/dev/null) || nextn=0
+    "$BIN/nebula-gguf" info "$1" 2>/dev/null | awk -v budget="$2" -v trunk=$((blocks - nextn)) '
         $2 ~ /\.weight$|\.bias$|^blk\./ && $(NF - 1) ~ /^[0-9]+$/ {
             if ($2 ~ /^blk\./) { split($2, p, "."); layer[p[2]] += $(NF - 1); if (p[2] + 1 > n) n = p[2] + 1 }
             else if ($2 !~ /^per_layer_token_embd/) dense += $(NF - 1)
         }
         END {
             best = 0; sum = dense
-            for (l = 0; l < n && l < 4; l++) { sum += layer[l]; if (sum * 1.25 + 2^30 <= budget) best = l + 1 }
+            for (l = 0; l < n && l < trunk && l < 4; l++) { sum += layer[l]; if (sum * 1.25 + 2^30 <= budget) best = l + 1 }
             if (best) print best; exit !best
         }'
 }
