@@ -263,6 +263,18 @@ got=$(pick $((20 * 1000 * 1000 * 1000 / 1048576)) $((80 * 1000 * 1000 * 1000 / 1
 [ "$got" = v16-r64 ] && ok || bad "20 GB VRAM + 80 GB RAM: profile '$got', want v16-r64"
 got=$(pick 6144 65536)
 [[ $got == *"no profile for this machine: 6.0 GiB of GPU memory is 1.6 GiB short"* ]] && ok || bad "6 GiB VRAM: '$got'"
+# --cpu-only: the RAM class alone; no VRAM budget; the RAM pays the dense weights and K/V first
+hw 0 $((96 * 1024)) 100000 >"$tmp/hw-cpu.env"
+hw 8192 $((96 * 1024)) 100000 >"$tmp/hw-gpu.env"
+"$bin/nebula-prepare" "$tmp/dest/$S1" --mtp "$tmp/dest/tb-mtp.gguf" --profile auto --cpu-only --hw-file "$tmp/hw-cpu.env" --profile-info >"$tmp/pc.env" 2>&1
+"$bin/nebula-prepare" "$tmp/dest/$S1" --mtp "$tmp/dest/tb-mtp.gguf" --profile auto --hw-file "$tmp/hw-gpu.env" --profile-info >"$tmp/pg.env" 2>&1
+pv() { sed -n "s/^$2=//p" "$1"; }
+[ "$(pv "$tmp/pc.env" profile)" = cpu-r96 ] && [ "$(pv "$tmp/pc.env" vram_budget)" = 0 ] && [ "$(pv "$tmp/pc.env" vram_layer)" = 0 ] && ok ||
+    bad "--cpu-only on 96 GiB: $(tr '\n' ' ' <"$tmp/pc.env")"
+[ "$(pv "$tmp/pc.env" ram_budget)" -lt "$(pv "$tmp/pg.env" ram_budget)" ] && [ "$(pv "$tmp/pc.env" ram_used)" -gt "$(pv "$tmp/pg.env" ram_used)" ] && ok ||
+    bad "--cpu-only: the RAM does not pay the dense weights and K/V (cpu: $(pv "$tmp/pc.env" ram_budget) budget $(pv "$tmp/pc.env" ram_used) used; gpu: $(pv "$tmp/pg.env" ram_budget) $(pv "$tmp/pg.env" ram_used))"
+"$bin/nebula-prepare" "$tmp/dest/$S1" --cpu-only --profile-table >"$tmp/pt" 2>&1
+[ $? = 2 ] && grep -q -- "--cpu-only goes with --profile" "$tmp/pt" && ok || bad "--cpu-only without --profile: $(cat "$tmp/pt")"
 
 # ---- nebula-gen --sparse: a full-size layout that takes no disk ----
 "$bin/nebula-gen" "$tmp/sparse.gguf" --layers 2 --sparse -q && ok || bad "nebula-gen --sparse failed"
