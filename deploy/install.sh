@@ -244,7 +244,9 @@ if [ "$((free_mib << 20))" -lt "$need_bytes" ]; then
 fi
 if [ "$(hw disk_kind)" != ssd ]; then
     if [ "$REQUIRE_SSD" = 1 ]; then
-        short+=("disk: $(hw disk_path) is on a $(hw disk_kind) disk, not an internal SSD (--require-ssd)${ssd_short:+; $ssd_short}")
+        kind_said="a $(hw disk_kind) disk"
+        [ "$(hw disk_kind)" = unknown ] && kind_said="a disk of unknown kind (no lsblk answer)"
+        short+=("disk: $(hw disk_path) is on $kind_said, not an internal SSD (--require-ssd)${ssd_short:+; $ssd_short}")
     elif [ "$(hw disk_kind)" != unknown ]; then
         say "note: $(hw disk_path) is on a $(hw disk_kind) disk; the SSD tier is read at random: an internal SSD (--dest) is much faster"
     fi
