@@ -7,7 +7,9 @@
 # verified, so a re-run resumes an interrupted install and a run after a
 # complete one does nothing (and says so).
 #
-# Steps: hardware → requirements (nothing is written before they pass) →
+# Steps: the files' sizes → where they go (--dest, else the first place on an
+# internal SSD with room: deploy/install/hw.sh, places) → hardware →
+# requirements (nothing is written before they pass) →
 # fetch + verify → profile → hotlist → nebula-prepare → nebula.conf →
 # self-check → start.  A log of every step: STATE/install.log.
 set -euo pipefail
