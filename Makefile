@@ -257,6 +257,7 @@ test-gpu: deps
 	@bash tests/cuda/run-on-gpu.sh --no-timing
 	@$(MAKE) --no-print-directory all cuda-check
 	@bash tests/cuda/run-backend-on-gpu.sh
+	@python3 tests/train/test_forward.py
 
 # The sanitized engine (SANITIZE=1 above) in its own build directory, then
 # under it the Criterion suites, the pipeline test and the HTTP API's tests

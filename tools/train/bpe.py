@@ -21,9 +21,17 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "fixtures"))
-from make_tiny_tokenizer import QWEN_SPLIT, SPECIALS, byte_alphabet, words  # noqa: E402
+from make_tiny_tokenizer import QWEN_SPLIT, SPECIALS, byte_alphabet  # noqa: E402
 
 EOT = "<|endoftext|>"
+# QWEN_SPLIT in Python's re (no \p classes): letters [^\W\d_], numbers \d, "not letter/number"
+# as (?:[^\w]|_).  Nebula's own split (core/tokenizer) is the authority; bpe.py --check compares.
+SPLIT = re.compile(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|(?:[^\r\n\w]|_)?[^\W\d_]+|\d| ?(?:[^\s\w]|_)+[\r\n]*"
+                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def words(text):
+    return SPLIT.findall(text)
 
 
 def count_words(text):

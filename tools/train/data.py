@@ -12,7 +12,7 @@ Deterministic: files are read in sorted order, each document goes to held-out wh
 byte of sha1(its source path) is < HELD (about 2 %), and the output is byte-identical between runs.
 Output in OUT/: train.txt, heldout.txt (documents separated by "<|endoftext|>" lines),
 sources.tsv (path, family, licence, bytes, split).
-usage: data.py OUT [--max-mb 40] [--man-pages 1500]
+usage: data.py OUT [--max-mb 30] [--man-pages 1500]
 """
 import argparse
 import glob
@@ -86,7 +86,7 @@ def man_pages(limit):
         if os.path.islink(p):
             continue
         try:
-            r = subprocess.run(["man", "-Tutf8", "-l", p], capture_output=True, timeout=20,
+            r = subprocess.run(["man", "--nh", "--nj", "-Tutf8", "-l", p], capture_output=True, timeout=20,
                                env={**os.environ, "MANWIDTH": "80", "MAN_KEEP_FORMATTING": "0"})
         except (OSError, subprocess.TimeoutExpired):
             continue
@@ -102,24 +102,33 @@ def section(text, name):
     return re.sub(r"\s+", " ", m.group(1)).strip() if m else ""
 
 
+def chat(q, a):
+    return f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n{a}<|im_end|>"
+
+
 def man_chat(text):
-    """A ChatML question/answer pair from a rendered man page, or None."""
+    """ChatML question/answer pairs from a rendered man page (NAME, DESCRIPTION, SYNOPSIS), or []."""
     name = section(text, "NAME")
     m = re.match(r"([\w.+-]+(?:, [\w.+-]+)*) [-\u2010\u2013\u2014]+ (.+)", name)
     if not m:
-        return None
+        return []
     cmd, what = m.group(1).split(",")[0], m.group(2).rstrip(".")
     desc = section(text, "DESCRIPTION")
     desc = " ".join(re.split(r"(?<=[.!?]) ", desc)[:3])[:600]
-    ans = f"`{cmd}` is a command that does this: {what}." + (f" {desc}" if desc else "")
-    return (f"<|im_start|>user\nWhat does the {cmd} command do?<|im_end|>\n"
-            f"<|im_start|>assistant\n<think>\n\n</think>\n\n{ans}<|im_end|>")
+    out = [chat(f"What does the {cmd} command do?",
+                f"`{cmd}` is a command that does this: {what}." + (f" {desc}" if desc else ""))]
+    out.append(chat(f"Which command can I use to {what[0].lower() + what[1:]}?" if what else f"What is {cmd}?",
+                    f"You can use `{cmd}`: {what}."))
+    syn = section(text, "SYNOPSIS")[:300]
+    if syn:
+        out.append(chat(f"How do I run {cmd}?", f"The synopsis of `{cmd}` is: {syn}"))
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--max-mb", type=float, default=40)
+    ap.add_argument("--max-mb", type=float, default=30)
     ap.add_argument("--man-pages", type=int, default=1500)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -140,9 +149,8 @@ def main():
         t = clean(text)
         if len(t) > 200:
             emit(path, "man", "per package (/usr/share/doc/PKG/copyright)", t)
-            qa = man_chat(t)
-            if qa:
-                emit(path + "#qa", "man-qa", "derived from the man page", qa)
+            for i, qa in enumerate(man_chat(t)):
+                emit(f"{path}#qa{i}", "man-qa", "derived from the man page", qa)
     for path, fam, lic in list(doc_files()) + list(python_files()):
         if total >= budget:
             break

@@ -34,6 +34,12 @@ def hi(x):
     return torch.float64 if x.dtype == torch.float64 and not ISLANDS_F32 else torch.float32
 
 
+def exact(t):
+    """A region where autocast is off: the island math (GDN core, attention scores) stays in
+    float32 under bf16 autocast instead of running its matmuls in bf16."""
+    return torch.autocast(device_type=t.device.type, enabled=False)
+
+
 def rms(x, eps):
     d = hi(x)
     xf = x.to(d)
@@ -224,7 +230,8 @@ class GatedDeltaNet(nn.Module):
         v = v.reshape(B, T, Hv, dv).transpose(1, 2)
         beta = torch.sigmoid(self.in_proj_b(x).to(d)).transpose(1, 2)
         g = (-torch.exp(self.A_log.to(d)) * F.softplus(self.in_proj_a(x).to(d) + self.dt_bias.to(d))).transpose(1, 2)
-        o = gdn_chunked(q, k, v, g, beta).transpose(1, 2)  # [B, T, Hv, dv]
+        with exact(x):
+            o = gdn_chunked(q, k, v, g, beta).transpose(1, 2)  # [B, T, Hv, dv]
         z = self.in_proj_z(x).reshape(B, T, Hv, dv).to(d)
         o = rms(o, self.eps) * self.norm.weight.to(d)
         o = o * (F.silu(z) if self.silu_gate else torch.sigmoid(z))
@@ -255,7 +262,8 @@ class Indexer(nn.Module):
         kb = self.k_layernorm(kb).unsqueeze(-2)  # [B, nb, 1, Di]
         kb = rope(kb, torch.arange(nb, device=x.device) * cr).squeeze(-2)
         d = hi(q)
-        s = torch.einsum("bthd,bnd->bthn", q.to(d), kb.to(d))
+        with exact(x):
+            s = torch.einsum("bthd,bnd->bthn", q.to(d), kb.to(d))
         return F.relu(s).sum(2) / math.sqrt(self.Di)
 
     def select(self, scores, T):
@@ -325,9 +333,10 @@ class QSA(nn.Module):
             att = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask.unsqueeze(1))
         else:
             d = hi(qh)
-            s = (qh.to(d) @ kh.to(d).transpose(-1, -2)) / math.sqrt(D)
-            pr = torch.softmax(s.masked_fill(~mask.unsqueeze(1), -float("inf")), -1)
-            att = (pr @ vh.to(d)).to(x.dtype)
+            with exact(x):
+                s = (qh.to(d) @ kh.to(d).transpose(-1, -2)) / math.sqrt(D)
+                pr = torch.softmax(s.masked_fill(~mask.unsqueeze(1), -float("inf")), -1)
+                att = (pr @ vh.to(d)).to(qh.dtype)
             if want_index_loss and scores is not None:
                 self.index_loss = self._index_loss(s.detach(), causal, scores, valid)
         att = att.transpose(1, 2) * torch.sigmoid(gate)

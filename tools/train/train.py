@@ -42,8 +42,8 @@ def make_config(size, vocab, eos):
     if size == "demo":
         c = dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=2, head_dim=64,
                  linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64, linear_value_head_dim=64,
-                 num_experts=32, num_experts_per_tok=4, moe_intermediate_size=128,
-                 shared_expert_intermediate_size=256, hc_lowrank=64, heads_per_ngram=4, ngram_vocab_size_base=8192,
+                 num_experts=32, num_experts_per_tok=4, moe_intermediate_size=96,
+                 shared_expert_intermediate_size=192, hc_lowrank=32, heads_per_ngram=4, ngram_vocab_size_base=4096,
                  split_ngram_parts=4, indexer_n_heads=4, indexer_head_dim=32, indexer_budget=128)
     else:
         c = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -171,6 +171,8 @@ def main():
     ap.add_argument("--index-every", type=int, default=4, help="indexer loss on every N-th step (dense probs cost)")
     ap.add_argument("--eval-batches", type=int, default=20)
     ap.add_argument("--ckpt-minutes", type=float, default=5)
+    ap.add_argument("--call-minutes", type=float, default=0,
+                    help="stop this invocation after that much training (checkpoint, exit 3: run again to go on)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -206,10 +208,20 @@ def main():
     for _ in range(step):  # the same data order after a resume
         next(gen)
     log = open(os.path.join(args.out, "train.log"), "a")
-    t_start, t_ckpt, first = time.time() - spent, time.time(), None
+    t_start, t_ckpt, first, t_call = time.time() - spent, time.time(), None, time.time()
+
+    def save_ckpt():
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                    "total_steps": total_steps, "spent": time.time() - t_start}, ckpt + ".tmp")
+        os.replace(ckpt + ".tmp", ckpt)
+
     while total_steps == 0 or step < total_steps:
-        if total_steps == 0 and step == 20:
-            per = (time.time() - first) / 19
+        if args.call_minutes and time.time() - t_call > args.call_minutes * 60 and total_steps:
+            save_ckpt()
+            print(f"CONTINUE: step {step} of {total_steps} checkpointed after {args.call_minutes} min; run again", flush=True)
+            sys.exit(3)
+        if total_steps == 0 and first is not None and step >= 20:
+            per = (time.time() - first) / (step - 2)
             total_steps = max(40, int(args.minutes * 60 / per))
             print(f"{per:.3f} s/step → {total_steps} steps in {args.minutes} min", flush=True)
         horizon = total_steps or 10 ** 9
@@ -224,16 +236,14 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step == 1:
-            first = time.time()
+            first = time.time()  # after two steps (the first ones warm up kernels)
         step += 1
         if step % 10 == 0 or step <= 5:
             msg = f"step {step}/{total_steps or '?'} lr {lr:.2e} " + " ".join(f"{k} {v:.4f}" for k, v in parts.items())
             print(msg, flush=True)
             log.write(msg + "\n")
         if time.time() - t_ckpt > args.ckpt_minutes * 60:
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
-                        "total_steps": total_steps, "spent": time.time() - t_start}, ckpt + ".tmp")
-            os.replace(ckpt + ".tmp", ckpt)
+            save_ckpt()
             t_ckpt = time.time()
     train_s = time.time() - t_start
     ppl, mtp_acc, conc, counts = evaluate(model, held, args, dev, args.eval_batches)
