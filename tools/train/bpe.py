@@ -21,7 +21,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "fixtures"))
-from make_tiny_tokenizer import QWEN_SPLIT, SPECIALS, byte_alphabet  # noqa: E402
+from make_tiny_tokenizer import SPECIALS, byte_alphabet, tokenizer_json  # noqa: E402
 
 EOT = "<|endoftext|>"
 # QWEN_SPLIT in Python's re (no \p classes): letters [^\W\d_], numbers \d, "not letter/number"
@@ -103,18 +103,7 @@ def write_tokenizer(out, merges, alpha, vocab_size):
     added += [{"id": i, "content": f"<|reserved_{i}|>", "single_word": False, "lstrip": False, "rstrip": False,
                "normalized": False, "special": True} for i in range(len(alpha) + len(merges), first_special)
               if f"<|reserved_{i}|>" in vocab]
-    tok = {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-        "normalizer": {"type": "NFC"},
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": QWEN_SPLIT}, "behavior": "Isolated", "invert": False},
-            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
-        "post_processor": None,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": vocab, "merges": [[x, y] for x, y in merges]},
-    }
+    tok = tokenizer_json(vocab, merges, added)
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
         json.dump(tok, f, ensure_ascii=False, indent=1)
