@@ -104,6 +104,17 @@ expect2 "--layers past the model" "$neb" logits -m "$tmp/syn5.gguf" --layers 6 -
 grep -q "the model has 5 layers (give 1 to 5), not 6" "$tmp/e" && ok || bad "--layers 6: $(cat "$tmp/e")"
 expect2 "--layers 0" "$neb" logits -m "$tmp/syn5.gguf" --layers 0 --tokens-file "$tmp/prefix.txt" --out "$tmp/x.f32"
 expect2 "id out of vocab" "$neb" logits -m "$tmp/tiny-a.gguf" --tokens-file <(echo 1 2 99999) --out "$tmp/x.f32"
+expect2 "--mtp-out without an MTP block" "$neb" logits -m "$tmp/tiny-a.gguf" --tokens-file tests/fixtures/tiny-a/tokens.txt \
+    --out "$tmp/x.f32" --mtp-out "$tmp/m.f32"
+grep -q "the model has no MTP block" "$tmp/e" && ok || bad "--mtp-out on tiny-a: $(cat "$tmp/e")"
+# --mtp-out: (tokens-1) rows of the MTP block's logits, the trunk's file as without it.
+"$neb" logits -m "$tmp/tiny-b.gguf" --tokens-file tests/fixtures/tiny-b/tokens.txt --out "$tmp/b1.f32" 2>/dev/null &&
+    "$neb" logits -m "$tmp/tiny-b.gguf" --tokens-file tests/fixtures/tiny-b/tokens.txt --out "$tmp/b2.f32" \
+        --mtp-out "$tmp/bm.f32" 2>/dev/null && ok || bad "logits --mtp-out on tiny-b"
+cmp -s "$tmp/b1.f32" "$tmp/b2.f32" && ok || bad "--mtp-out changed the trunk's logits"
+ntok=$(wc -w <tests/fixtures/tiny-b/tokens.txt)
+[ "$(stat -c %s "$tmp/bm.f32" 2>/dev/null)" = $(((ntok - 1) * 640 * 4)) ] && ok || bad "--mtp-out size"
+cmp -s "$tmp/bm.f32" "$tmp/b1.f32" && bad "MTP logits equal the trunk's" || ok
 expect2 "text without tokenizer" "$neb" generate -m "$tmp/tiny-b.gguf" -p hi
 expect2 "think flag" "$neb" generate -m "$tmp/tiny-a.gguf" --chat hi --think maybe
 grep -q "context holds 64" <("$neb" generate -m "$tmp/tiny-a.gguf" --tokens-file tests/fixtures/tiny-a/tokens.txt --ctx 64 2>&1) \

@@ -50,10 +50,6 @@ static int write_rows(void *ctx, const float *logits, int n_rows, int64_t n_voca
 static int write_mtp(struct cli_model *cm, const int32_t *ids, size_t n, const char *path)
 {
     const int64_t wide = model_wide(&cm->m->hp), V = cm->m->hp.n_vocab;
-    if (cm->m->hp.n_nextn == 0) {
-        fprintf(stderr, "nebula: --mtp-out: the model has no MTP block (give --mtp FILE)\n");
-        return CLI_USAGE;
-    }
     if (n < 2) return CLI_OK;
     float *w = malloc(n * (size_t)wide * sizeof *w), *lg = malloc((n - 1) * (size_t)V * sizeof *lg);
     char err[1024] = "";
@@ -117,12 +113,21 @@ int cmd_logits(int argc, char **argv)
                 "state after token t and token t+1, at position t+1 (a first draft step).\n");
         return help ? CLI_OK : CLI_USAGE;
     }
+    if (mtp_out && o.layers) {
+        fprintf(stderr, "nebula: --mtp-out needs the whole trunk: not with --layers\n");
+        return CLI_USAGE;
+    }
     struct cli_model cm;
     int rc = cli_open(&o, &cm);
     if (rc) return rc;
     int32_t *ids = NULL;
     size_t n = 0;
     char tmp[4096];
+    if (mtp_out && cm.m->hp.n_nextn == 0) {
+        fprintf(stderr, "nebula: --mtp-out: the model has no MTP block (give --mtp FILE)\n");
+        rc = CLI_USAGE;
+        goto done;
+    }
     struct sink s = {NULL, out};
     if ((rc = cli_read_tokens(tokens, cm.m->hp.n_vocab, &ids, &n))) goto done;
     if ((int64_t)n > cli_ctx(&o, &cm)) {

@@ -8,7 +8,8 @@
 # measured step time so that training takes TRAIN_MINUTES (default 17) in all.  The last call
 # evaluates (held-out perplexity, MTP top-1 agreement, routing concentration), exports the HF
 # directory, converts it (TYPE, default q4_k_m, a published-like mix) and checks the file is
-# ≤ 40 MiB, checks Nebula's tokenizer against the training ids, runs `nebula hotlist`, sample
+# ≤ 40 MiB, checks Nebula's tokenizer against the training ids, runs `nebula hotlist` (and on the
+# synthetic model of the same shapes, for the routing concentration side by side), sample
 # chats and MTP speculative decoding at draft windows 1..4, and leaves in $OUT (≤ 8 files of
 # ≤ 16 MiB come back): demo.gguf split into 15 MiB parts (cat demo.gguf.part-* > demo.gguf),
 # and report.tar.gz (results.json, train.log, routing.tsv, hotlist.tsv, samples.txt, spec.txt,
@@ -66,6 +67,15 @@ cat "$WORK/tokcheck.txt"
 grep -o 'What does the [^ ]* command do?' "$DATA/heldout.txt" | head -48 >"$WORK/prompts.txt"
 printf '%s\n' "What is a man page?" "How do I list the files in a directory?" "What is Python?" >>"$WORK/prompts.txt"
 $BIN/nebula hotlist -m "$G" --prompts "$WORK/prompts.txt" --gen 32 --out "$WORK/hotlist.tsv" --threads "$(nproc)"
+# The synthetic model of the same shapes (random weights, the converter's calibrated router skew)
+# on the same prompts as ids, for the routing concentration side by side.
+$BIN/nebula-convert --synthetic "$WORK/hf/config.json" "$WORK/synthetic.gguf" --type "$TYPE" -q
+while read -r q; do
+    $BIN/nebula-tokenize -m "$G" "$(printf '<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n' "$q")"
+done <"$WORK/prompts.txt" >"$WORK/prompt-ids.txt"
+$BIN/nebula hotlist -m "$WORK/synthetic.gguf" --ids --prompts "$WORK/prompt-ids.txt" --gen 32 \
+    --out "$WORK/hotlist-synthetic.tsv" --threads "$(nproc)"
+$PY tools/train/routing_share.py "$WORK/hotlist.tsv" "$WORK/hotlist-synthetic.tsv" | tee "$WORK/routing-nebula.txt"
 : >"$WORK/samples.txt"
 for q in "What does the ls command do?" "What does the grep command do?" "What is a man page?" "How do I copy a file?"; do
     { echo "### $q"; $BIN/nebula generate -m "$G" --chat "$q" --think off -n 96 --seed 1 --threads "$(nproc)" 2>/dev/null; echo; } >>"$WORK/samples.txt"
@@ -82,7 +92,8 @@ head -8 "$WORK/prompts.txt" | while read -r q; do
 done
 cat "$WORK/spec.txt"
 cp "$WORK/hf/config.json" "$WORK/config.json"
-tar -C "$WORK" -czf "$OUT/report.tar.gz" results.json train.log routing.tsv hotlist.tsv samples.txt spec.txt tokcheck.txt config.json
+tar -C "$WORK" -czf "$OUT/report.tar.gz" results.json train.log routing.tsv routing-nebula.txt hotlist.tsv hotlist-synthetic.tsv samples.txt spec.txt \
+    tokcheck.txt config.json
 split -b 15M -d "$G" "$OUT/demo.gguf.part-"
 ls -la "$OUT"
 echo "DONE: $OUT (cat demo.gguf.part-* > demo.gguf; sha256 $(sha256sum "$G" | cut -c1-16))"

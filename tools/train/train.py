@@ -199,7 +199,10 @@ def main():
     ckpt = os.path.join(args.out, "ckpt.pt")
     step, total_steps, spent = 0, args.steps, 0.0
     if os.path.exists(ckpt):
-        st = torch.load(ckpt, map_location=dev)
+        try:  # torch >= 2.6 loads weights only by default; the optimizer state holds plain values too
+            st = torch.load(ckpt, map_location=dev, weights_only=False)
+        except TypeError:
+            st = torch.load(ckpt, map_location=dev)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         step, total_steps, spent = st["step"], st["total_steps"], st["spent"]
@@ -246,6 +249,7 @@ def main():
             save_ckpt()
             t_ckpt = time.time()
     train_s = time.time() - t_start
+    save_ckpt()  # the finished state: a later run only evaluates and exports again
     ppl, mtp_acc, conc, counts = evaluate(model, held, args, dev, args.eval_batches)
     res = {"params": n_params, "steps": step, "train_seconds": round(train_s, 1), "heldout_ppl": ppl,
            "mtp_top1_agreement": mtp_acc, "vocab": vocab, "routing_top10pct_share": conc,
