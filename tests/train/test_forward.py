@@ -12,12 +12,14 @@ rounding (~1e-6 of the largest value after a few GDN layers); we measure that no
 difference between our own float64 run and our run with the same islands in float32
 (qwen4exp.ISLANDS_F32), per tensor.  A real error (a wrong sign, eps, order) is orders larger.
 MTP (tiny-b, which carries random mtp.* tensors): our MTP logits vs Nebula's on the fixture's
-tokens, converted with --type f32 (Nebula runs in float32: ≤ 1e-4 relative).
+tokens, converted with --type f32 (Nebula runs in float32: ≤ 1e-4 relative).  Export: a random
+toy model of train.py's shapes written by hfio.save_hf, converted, trunk and MTP logits vs ours.
 
 Prints SKIP (exit 0) when torch is missing; any failed check exits 1.
 usage: test_forward.py [--nebula build/bin/nebula] [--convert build/bin/nebula-convert]
 """
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -95,39 +97,82 @@ def fixture(name):
     return model, ids, out
 
 
-def mtp_check(model, ids, out, args):
-    d = os.path.join(ROOT, "tests", "fixtures", "tiny-b")
-    if not (os.access(args.nebula, os.X_OK) and os.access(args.convert, os.X_OK)):
-        check("tiny-b mtp vs nebula", False, f"(build {args.nebula} and {args.convert}: make -j2 build/bin/nebula build/bin/nebula-convert)")
-        return
+def nebula_logits(args, hf_dir, ids, V):
+    """Convert hf_dir to f32 and run `nebula logits --mtp-out` on ids: (trunk [T, V], MTP [T-1, V])."""
+    T = ids.shape[1]
     with tempfile.TemporaryDirectory() as tmp:
-        gguf, tok, mo = os.path.join(tmp, "b.gguf"), os.path.join(tmp, "tok.txt"), os.path.join(tmp, "mtp.f32")
-        subprocess.run([args.convert, d, gguf, "--type", "f32"], check=True, stdout=subprocess.DEVNULL)
+        gguf, tok, mo = os.path.join(tmp, "m.gguf"), os.path.join(tmp, "tok.txt"), os.path.join(tmp, "mtp.f32")
+        subprocess.run([args.convert, hf_dir, gguf, "--type", "f32", "-q"], check=True, stdout=subprocess.DEVNULL)
         with open(tok, "w") as f:
             f.write(" ".join(str(t) for t in ids[0].tolist()))
         subprocess.run([args.nebula, "logits", "-m", gguf, "--tokens-file", tok, "--out", os.path.join(tmp, "l.f32"),
                         "--mtp-out", mo, "--threads", "1"], check=True, stderr=subprocess.DEVNULL)
-        V, T = model.cfg["vocab_size"], ids.shape[1]
-        ref = np.fromfile(mo, np.float32).reshape(T - 1, V)
-        trunk = np.fromfile(os.path.join(tmp, "l.f32"), np.float32).reshape(T, V)
+        return (np.fromfile(os.path.join(tmp, "l.f32"), np.float32).reshape(T, V),
+                np.fromfile(mo, np.float32).reshape(T - 1, V))
+
+
+def have_nebula(args, what):
+    ok = os.access(args.nebula, os.X_OK) and os.access(args.convert, os.X_OK)
+    if not ok:
+        check(what, False, f"(build {args.nebula} and {args.convert}: make -j2 build/bin/nebula build/bin/nebula-convert)")
+    return ok
+
+
+def mtp_check(model, ids, out, args):
+    """tiny-b's random mtp.* tensors: our MTP block against Nebula's (transformers has none)."""
+    if not have_nebula(args, "tiny-b mtp vs nebula"):
+        return
+    trunk, ref = nebula_logits(args, os.path.join(ROOT, "tests", "fixtures", "tiny-b"), ids, model.cfg["vocab_size"])
     with torch.no_grad():
         lg, _ = model.mtp_forward(out["wide"][:, :-1], ids[:, 1:], pos0=1)
     r = rel(lg[0].numpy(), ref)
-    check("tiny-b mtp vs nebula", r <= 1e-4, f"rel {r:.2e} over {T - 1} rows")
+    check("tiny-b mtp vs nebula", r <= 1e-4, f"rel {r:.2e} over {ids.shape[1] - 1} rows")
     r = rel(out["logits"][0].numpy(), trunk)
     check("tiny-b trunk vs nebula (sanity)", r <= 1e-4, f"rel {r:.2e}")
+
+
+def export_check(args):
+    """train.py's toy model with every parameter random, exported by hfio.save_hf (float32): Nebula
+    reads the export as we compute it (names, fused experts, PLE shards and constants, (1+w) norms,
+    mtp.*) — trunk and MTP logits against ours."""
+    if not have_nebula(args, "export vs nebula"):
+        return
+    from hfio import save_hf
+    from train import make_config
+
+    cfg = make_config("toy", 300, 299)
+    cfg["ngram_vocab_size_base"] = 61
+    torch.manual_seed(5)
+    model = qwen4exp.Qwen4Exp(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.randn(p.shape) * (0.3 if p.dim() == 1 else 1.0 / math.sqrt(p.shape[-1])))
+    ids = torch.randint(0, 299, (1, 96))
+    ids[0, 40] = 299  # an EOS inside: PLE segmentation
+    with tempfile.TemporaryDirectory() as tmp:
+        save_hf(model, tmp, torch.float32)
+        trunk, mtp = nebula_logits(args, tmp, ids, cfg["vocab_size"])
+    model.double()
+    with torch.no_grad():
+        out = model(ids)
+        lg, _ = model.mtp_forward(out["wide"][:, :-1], ids[:, 1:], pos0=1)
+    r = rel(out["logits"][0].numpy(), trunk)
+    check("export: trunk vs nebula", r <= 1e-4, f"rel {r:.2e} (96 tokens, sparse QSA from token 16)")
+    r = rel(lg[0].numpy(), mtp)
+    check("export: mtp vs nebula", r <= 1e-4, f"rel {r:.2e}")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--nebula", default=os.path.join(ROOT, "build", "bin", "nebula"))
     ap.add_argument("--convert", default=os.path.join(ROOT, "build", "bin", "nebula-convert"))
-    ap.add_argument("--no-mtp", action="store_true", help="skip the MTP check (no nebula build)")
+    ap.add_argument("--no-mtp", action="store_true", help="skip the checks that need Nebula (MTP, export)")
     args = ap.parse_args()
     fixture("tiny-a")
     model, ids, out = fixture("tiny-b")
     if not args.no_mtp:
         mtp_check(model, ids, out, args)
+        export_check(args)
     print(f"test_forward: {'FAIL ' + ', '.join(failures) if failures else 'all passed'}")
     sys.exit(1 if failures else 0)
 

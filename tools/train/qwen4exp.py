@@ -278,7 +278,9 @@ class Indexer(nn.Module):
         keep = valid.unsqueeze(0).expand(scores.shape[0], T, nb).clone()
         if nb > top:
             masked = scores.masked_fill(~valid, -float("inf"))
-            idx = masked.topk(top, -1).indices
+            # Ties (ReLU scores of exactly 0 are common) go to the lower block index, as in
+            # Nebula (engine/cpu/qsa.c); torch.topk leaves them unspecified.
+            idx = torch.sort(masked, dim=-1, descending=True, stable=True).indices[..., :top]
             chosen = torch.zeros_like(keep).scatter_(-1, idx, True)
             sparse_rows = (nvalid > top)[None, :, None]
             keep = torch.where(sparse_rows, chosen & valid, keep)
