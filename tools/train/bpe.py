@@ -7,7 +7,7 @@ split regex); this trainer is the fast incremental one (pair counts updated per 
 the words that contain the merged pair).  Deterministic: ties go to the lexically largest pair.
 The chat template is tests/fixtures/chat-template/qwen3.6.jinja.
 
-usage: bpe.py DATA_DIR OUT_DIR [--vocab 6144] [--sample-mb 8]
+usage: bpe.py DATA_DIR OUT_DIR [--vocab 6144] [--sample-mb 8] [--encode [--chat-repeat 4]]
   reads DATA_DIR/{train,heldout}.txt, writes OUT_DIR/{tokenizer.json, tokenizer_config.json}
   and, with --encode, OUT_DIR/{train,heldout}.bin (uint16 ids, documents joined by <|endoftext|>)
 """
@@ -159,6 +159,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=6144)
     ap.add_argument("--sample-mb", type=float, default=8)
     ap.add_argument("--encode", action="store_true")
+    ap.add_argument("--chat-repeat", type=int, default=4, help="the training ids hold each chat pair this often")
     a = ap.parse_args()
     alpha = byte_alphabet()
     text = open(os.path.join(a.data, "train.txt"), encoding="utf-8").read()
@@ -170,8 +171,11 @@ def main():
     if a.encode:
         import numpy as np
         enc = encoder(merges, alpha, specials, a.vocab)
+        chats = [d for d in text.split(EOT + "\n") if d.startswith("<|im_start|>")]
         for split in ("train", "heldout"):
             t = text if split == "train" else open(os.path.join(a.data, split + ".txt"), encoding="utf-8").read()
+            if split == "train" and a.chat_repeat > 1:  # the chat pairs are ~1 % of the text: weigh them up
+                t += "".join(d + EOT + "\n" for d in chats) * (a.chat_repeat - 1)
             ids = np.array(enc(t), dtype=np.uint16)
             ids.tofile(os.path.join(a.out, split + ".bin"))
             print(f"{split}: {len(ids)} tokens ({len(t.encode()) / max(len(ids), 1):.2f} bytes/token)")

@@ -60,8 +60,8 @@ $BIN/nebula-convert "$WORK/hf" "$G" --type "$TYPE" --name nebula-demo-docs -q
 size=$(stat -c %s "$G")
 echo "gguf: $size bytes ($TYPE)"
 [ "$size" -le $((40 * 1024 * 1024)) ] || echo "WARN: $G is over 40 MiB"
-# Nebula's tokenizer against the ids the model was trained on (the first 200 kB of held-out text).
-head -c 200000 "$DATA/heldout.txt" >"$WORK/tok-sample.txt"
+# Nebula's tokenizer against the ids the model was trained on (the first 4000 lines of held-out text).
+head -n 4000 "$DATA/heldout.txt" >"$WORK/tok-sample.txt" # whole lines: no UTF-8 sequence cut
 $BIN/nebula-tokenize -m "$G" --file "$WORK/tok-sample.txt" >"$WORK/tok-nebula.txt"
 $PY - "$DATA/heldout.bin" "$WORK/tok-nebula.txt" "$DATA/tokenizer.json" >"$WORK/tokcheck.txt" <<'EOF'
 import sys, numpy as np
@@ -71,6 +71,10 @@ ref = np.fromfile(sys.argv[1], np.uint16)[: len(neb)].tolist()
 same = next((i for i, (a, b) in enumerate(zip(neb, ref)) if a != b), min(len(neb), len(ref)))
 print(f"nebula-tokenize: {len(neb)} ids; identical to the training ids for the first {same}")
 EOF
+# shellcheck disable=SC2046 # one argument per id
+$BIN/nebula-tokenize -m "$G" --decode $(cat "$WORK/tok-nebula.txt") >"$WORK/tok-decoded.txt"
+cmp -s "$WORK/tok-decoded.txt" "$WORK/tok-sample.txt" && echo "round trip: the ids decode to the text byte for byte" >>"$WORK/tokcheck.txt" ||
+    echo "round trip: FAILS (the decoded text differs)" >>"$WORK/tokcheck.txt"
 cat "$WORK/tokcheck.txt"
 # The held-out chat questions (their answers were never trained on) and a few of our own.
 $PY -c 'import re, sys; print("\n".join(re.findall(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", open(sys.argv[1]).read())[:60]))' \
