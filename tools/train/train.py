@@ -234,6 +234,9 @@ def main():
         ids = next(gen).to(dev)
         with autocast(dev):
             loss, parts = losses(model, ids, args, step % args.index_every == 0)
+        if not math.isfinite(loss.item()):
+            save_ckpt()
+            sys.exit(f"step {step}: the loss is {loss.item()} ({parts}); checkpoint kept, lower --lr")
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
