@@ -228,9 +228,10 @@ $(BUILD)/obj/%.o: %.cu
 # The GPU checks of the CUDA backend against the CPU reference (no Criterion:
 # they run on the GPU machine; tests/cuda/run-backend-on-gpu.sh).
 cuda-check: $(CUDA_CHECK)
-$(BUILD)/tests/cuda/check_backend: tests/cuda/check_backend.c $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB)
+CUDA_CHECK_SRCS := tests/cuda/check_backend.c tests/cuda/check_util.c tests/cuda/check_verify.c
+$(BUILD)/tests/cuda/check_backend: $(CUDA_CHECK_SRCS) tests/cuda/check.h $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
+	$(CC) $(CFLAGS_BASE) $(CUDA_CHECK_SRCS) $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
 
 # The ggml oracle: Nebula's quant formats against a prebuilt libggml-base.so
 # (dlopen'd; tests/tools/test_ggml_oracle.sh installs it and runs this).

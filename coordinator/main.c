@@ -585,11 +585,6 @@ int main(int argc, char **argv)
     nb_log("config: %s", c.config_path[0] ? c.config_path : "none found (built-in defaults)");
     resolve_backend(&c);
     c.gw_cuda = !strcmp(c.backend, "cuda");
-    if (c.spec && c.gw_cuda) {
-        fprintf(stderr, "nebula-coordinator: --spec: the cuda backend cannot verify draft windows yet (--backend cpu, "
-                        "or --spec off)\n");
-        return 2;
-    }
     the_coord = &c;
     c.t_start = coord_now();
     struct sigaction sa = {.sa_handler = on_stop}, sc = {.sa_handler = on_child, .sa_flags = SA_NOCLDSTOP};
