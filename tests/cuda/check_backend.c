@@ -534,7 +534,8 @@ int main(int argc, char **argv)
         uint64_t part[5] = {0}, mtp_kv = 0;
         for (int i = 0; i < na && i < 16; i++) {
             part[al[i].part] += al[i].bytes;
-            if (!strcmp(al[i].what, "MTP K/V")) mtp_kv = al[i].bytes;
+            /* allocated at the first MTP step, the first verify window: not here */
+            if (!strcmp(al[i].what, "MTP K/V") || !strcmp(al[i].what, "verify checkpoint")) mtp_kv += al[i].bytes;
         }
         struct gw_vram_parts used = {0};
         if (pb) gw_backend_vram_used(pb, &used);

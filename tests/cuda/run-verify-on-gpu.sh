@@ -12,7 +12,9 @@
 #   2. tests/tools/test_spec.sh with SPEC_BACKEND=cuda: `nebula generate
 #      --backend cuda --spec mtp|lookup|oracle` identical to plain greedy
 #      (SPEC_N tokens, default 1024, on tiny-b; 256 on the synthetic model),
-#      sampled runs too, each position evaluated once.
+#      sampled runs too, each position evaluated once;
+#   3. tests/tools/test_spec_pipeline.sh with SPEC_BACKEND=cuda: the same
+#      through nebula-coordinator --spec (STEP_SPEC, the gpu-worker's windows).
 # Binaries from `make all cuda-check` (BIN, CHECK to use others: the
 # .devrun/ pack of tools/dev/pack-for-device.sh); models written to WORK.
 # Exits 1 with a FAIL line where there is no GPU (tests/lib/gpu.sh).
@@ -22,7 +24,7 @@ require_gpu run-verify-on-gpu.sh
 gpu_exclusive run-verify-on-gpu.sh
 BIN=${BIN:-build/bin}
 CHECK=${CHECK:-build/tests/cuda/check_backend}
-for b in "$BIN/nebula-convert" "$BIN/nebula" "$CHECK"; do
+for b in "$BIN/nebula-convert" "$BIN/nebula" "$BIN/nebula-coordinator" "$BIN/nebula-gpu-worker" "$CHECK"; do
     [ -x "$b" ] || { echo "FAIL: $b is not built (make all cuda-check)" >&2; exit 1; }
 done
 WORK=${WORK:-build/cuda-verify}
@@ -63,6 +65,7 @@ if [ "$SYNTHETIC" = 1 ] && [ -f "$syn" ]; then
     BUILD=$(dirname "$BIN") SPEC_BACKEND=cuda SPEC_N=256 SPEC_MODEL="$syn" SPEC_PROMPT="$WORK/syn-prompt.txt" \
         bash tests/tools/test_spec.sh || fail=1
 fi
+BUILD=$(dirname "$BIN") SPEC_BACKEND=cuda bash tests/tools/test_spec_pipeline.sh || fail=1
 echo "run-verify-on-gpu: $(($(date +%s) - start)) s in all"
 if [ $fail -ne 0 ]; then echo "FAIL: some verify-window checks failed"; exit 1; fi
 echo "OK: every verify-window check passed"
