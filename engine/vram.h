@@ -21,7 +21,8 @@ struct model;
 struct gw_vram_parts {
     uint64_t dense;   /* trunk weights except routed experts, embeddings, head, PLE table; the slot tables */
     uint64_t mtp;     /* the MTP block's weights except its routed experts */
-    uint64_t kv;      /* one sequence's state for n_ctx positions (K/V, indexer keys, GDN and PLE state, MTP K/V), RoPE tables */
+    uint64_t kv;      /* one sequence's state for n_ctx positions (K/V, indexer keys, GDN and PLE state, MTP K/V, the
+                       * verify checkpoint), RoPE tables */
     uint64_t slots;   /* the local experts' slots */
     uint64_t scratch; /* the decode graph's arena, a prefill chunk's temporaries, the driver's rounding and own use */
     int64_t n_ctx, n_slots;

@@ -50,8 +50,8 @@
  *             are the ones gw_vram_allocs lists;
  *   vram-budget  a budget of 4 KiB is refused with every part named;
  *   argmax    greedy with gw_eval_args.argmax (no logits copied): the same ids;
- *   verify-*  (--verify N tokens, default 32, 0: none; --verify-only: these
- *             alone) verify windows and the rollback into them, CPU and CUDA
+ *   verify-*  (--verify N: N tokens (at least 26), default 0: none;
+ *             --verify-only: these alone) verify windows and the rollback into them, CPU and CUDA
  *             under several placements (tests/cuda/check_verify.c).
  * --kernels picks the cuda backends' matrix kernels (default: the backend's,
  * fast); "ref" must pass the same checks.
@@ -155,7 +155,7 @@ int main(int argc, char **argv)
                         "[--mtp FILE] [--verify N] [--verify-only]\n", argv[0]);
         return 2;
     }
-    int n_greedy = 32, n_prompt = 0, n_verify = 32;
+    int n_greedy = 32, n_prompt = 0, n_verify = 0;
     bool remote = false, verify_only = false;
     const char *mtp = NULL; /* the MTP block from a separate GGUF (model_open_mtp) */
     for (int i = 3; i < argc; i++) {
