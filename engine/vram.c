@@ -201,34 +201,31 @@ static void lay(uint64_t *at, uint64_t *off, uint64_t bytes)
     *at += gw_vram_align(bytes);
 }
 
+/* Layer l's GDN conv state and recurrent state (off[0], off[1]), then its PLE
+ * conv state (off[2]); rows > 0 (the verify checkpoint): after the two GDN
+ * states that many rows of its inputs, after the PLE state its conv's. */
+static void lay_states(uint64_t *at, uint64_t *off, const struct model_hparams *hp, const struct model_layer *l, uint64_t rows)
+{
+    const bool gdn = l->kind == MODEL_LAYER_GDN, ck = rows > 0;
+    const uint64_t cd = (uint64_t)model_gdn_conv_dim(hp), Hv = (uint64_t)hp->ssm_n_v_heads;
+    lay(at, off ? &off[0] : NULL, gdn ? 4 * (uint64_t)model_gdn_conv_state_floats(hp) : 0);
+    lay(at, off ? &off[1] : NULL, gdn ? 4 * (uint64_t)model_gdn_ssm_state_floats(hp) : 0);
+    if (ck) lay(at, off ? &off[2] : NULL, gdn ? 4 * rows * (2 * cd + 2 * Hv) : 0);
+    lay(at, off ? &off[2 + ck] : NULL, l->has_ple ? 4 * (uint64_t)model_ple_conv_state_floats(hp) : 0);
+    if (ck) lay(at, off ? &off[4] : NULL, l->has_ple ? 4 * rows * (uint64_t)model_wide(hp) : 0);
+}
+
 uint64_t gw_vram_state_layout(const struct model *m, uint64_t (*off)[3])
 {
-    const struct model_hparams *hp = &m->hp;
     uint64_t at = 0;
-    for (int i = 0; i < hp->n_layer; i++) {
-        const struct model_layer *l = &m->layers[i];
-        const bool gdn = l->kind == MODEL_LAYER_GDN;
-        lay(&at, off ? &off[i][0] : NULL, gdn ? 4 * (uint64_t)model_gdn_conv_state_floats(hp) : 0);
-        lay(&at, off ? &off[i][1] : NULL, gdn ? 4 * (uint64_t)model_gdn_ssm_state_floats(hp) : 0);
-        lay(&at, off ? &off[i][2] : NULL, l->has_ple ? 4 * (uint64_t)model_ple_conv_state_floats(hp) : 0);
-    }
+    for (int i = 0; i < m->hp.n_layer; i++) lay_states(&at, off ? off[i] : NULL, &m->hp, &m->layers[i], 0);
     return at;
 }
 
 uint64_t gw_vram_verify_layout(const struct model *m, uint64_t (*off)[GW_VRAM_VERIFY_ARRAYS])
 {
-    const struct model_hparams *hp = &m->hp;
-    const uint64_t R = GW_VERIFY_ROWS, cd = (uint64_t)model_gdn_conv_dim(hp), Hv = (uint64_t)hp->ssm_n_v_heads;
     uint64_t at = 0;
-    for (int i = 0; i < hp->n_layer; i++) {
-        const struct model_layer *l = &m->layers[i];
-        const bool gdn = l->kind == MODEL_LAYER_GDN;
-        lay(&at, off ? &off[i][0] : NULL, gdn ? 4 * (uint64_t)model_gdn_conv_state_floats(hp) : 0);
-        lay(&at, off ? &off[i][1] : NULL, gdn ? 4 * (uint64_t)model_gdn_ssm_state_floats(hp) : 0);
-        lay(&at, off ? &off[i][2] : NULL, gdn ? 4 * R * (2 * cd + 2 * Hv) : 0);
-        lay(&at, off ? &off[i][3] : NULL, l->has_ple ? 4 * (uint64_t)model_ple_conv_state_floats(hp) : 0);
-        lay(&at, off ? &off[i][4] : NULL, l->has_ple ? 4 * R * (uint64_t)model_wide(hp) : 0);
-    }
+    for (int i = 0; i < m->hp.n_layer; i++) lay_states(&at, off ? off[i] : NULL, &m->hp, &m->layers[i], GW_VERIFY_ROWS);
     return at;
 }
 
