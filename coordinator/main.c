@@ -87,7 +87,7 @@ static void usage(FILE *f)
                "                   (default: placement.json's request.vram_ctx on cuda, else the model's)\n"
                "  --spec S         speculative decoding: off (default), mtp (the MTP block drafts, the model\n"
                "                   verifies a window of them in one step) or lookup (drafts from the prompt);\n"
-               "                   the output is exactly the plain one; the cpu backend only, for now\n"
+               "                   the output is exactly the plain one (either backend)\n"
                "  --layer-times    time each layer on cuda too (nebulactl profile; costs a synchronisation\n"
                "                   per layer and the CUDA graph; always on with the cpu backend)\n"
                "  --http HOST:PORT where the HTTP API listens (default 127.0.0.1:8091; port 0: any free\n"
@@ -585,11 +585,6 @@ int main(int argc, char **argv)
     nb_log("config: %s", c.config_path[0] ? c.config_path : "none found (built-in defaults)");
     resolve_backend(&c);
     c.gw_cuda = !strcmp(c.backend, "cuda");
-    if (c.spec && c.gw_cuda) {
-        fprintf(stderr, "nebula-coordinator: --spec: the cuda backend cannot verify draft windows yet (--backend cpu, "
-                        "or --spec off)\n");
-        return 2;
-    }
     the_coord = &c;
     c.t_start = coord_now();
     struct sigaction sa = {.sa_handler = on_stop}, sc = {.sa_handler = on_child, .sa_flags = SA_NOCLDSTOP};
