@@ -49,7 +49,8 @@ static void usage(FILE *f)
             "                         (default: adaptive, 4 to 16), the model verifies them in one pass; the output\n"
             "                         is exactly the plain one, greedy or sampled (CPU backend for now);\n"
             "                         lookup: the tokens that followed the context's last 3/2/1 tokens before;\n"
-            "                         auto: lookup instead of MTP in the passes where it makes more tokens a ms;\n"
+            "                         auto: lookup instead of MTP in the passes where it makes more tokens a ms\n"
+            "                         (with --draft-ids, the oracle below stands in for the MTP block: tests);\n"
             "                         oracle: the drafts from --draft-ids FILE (the known continuation, ids),\n"
             "                         each changed with probability --draft-corrupt R (default 0): a chosen\n"
             "                         acceptance, for benchmarks and tests\n"
@@ -407,14 +408,15 @@ int cmd_generate(int argc, char **argv)
         rc = rc == NB_ENOMEM ? CLI_FAIL : CLI_USAGE;
         goto done;
     }
-    if (o.spec && ((!o.oracle && !o.lookup && !cm.m->hp.n_nextn) || strcmp(gw_backend_kind(cm.be), "cpu"))) {
+    const bool auto_oracle = o.autospec && o.oracle_path; /* the oracle stands in for the MTP block */
+    if (o.spec && ((!o.oracle && !o.lookup && !auto_oracle && !cm.m->hp.n_nextn) || strcmp(gw_backend_kind(cm.be), "cpu"))) {
         fprintf(stderr, "nebula: --spec needs %s\n",
                 strcmp(gw_backend_kind(cm.be), "cpu") ? "the cpu backend (verify windows on cuda come later)"
                                                       : "a model with an MTP block (or --mtp FILE)");
         rc = CLI_USAGE;
         goto done;
     }
-    if (o.oracle) {
+    if (o.oracle || auto_oracle) {
         if (!o.oracle_path) {
             fprintf(stderr, "nebula: --spec oracle needs --draft-ids FILE\n");
             rc = CLI_USAGE;
@@ -439,7 +441,8 @@ int cmd_generate(int argc, char **argv)
         if (st.phase == GEN_PREFILL) {
             if ((rc = cli_prefill(&o.c, &cm, st.ids, (size_t)st.n_ids, NULL, NULL, logits, wide))) goto done;
         } else if (o.spec) { /* the decode steps as verify windows, from the prefill's last state */
-            struct spec_source src = {o.oracle ? SPEC_ORACLE : o.lookup ? SPEC_LOOKUP : o.autospec ? SPEC_AUTO : SPEC_MTP, &orc};
+            struct spec_source src = {o.oracle ? SPEC_ORACLE : o.lookup ? SPEC_LOOKUP : o.autospec ? SPEC_AUTO : SPEC_MTP,
+                                      o.oracle || auto_oracle ? &orc : NULL};
             if ((rc = cli_spec_decode(&cm, g, wide, o.n_draft, ctx, &src, emit_cb, dec))) goto done;
             break;
         } else {

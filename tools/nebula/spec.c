@@ -69,9 +69,10 @@ int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, in
     int rc = win && arg && logits && wides && ev ? CLI_OK : CLI_FAIL;
     if (rc) fprintf(stderr, "nebula: out of memory\n");
     struct gen_step st;
-    const struct spec_oracle *oracle = src->kind == SPEC_ORACLE ? src->oracle : NULL;
+    const struct spec_oracle *oracle = src->oracle; /* SPEC_ORACLE's drafts, or auto's stand-in for the MTP block */
     uint64_t rng = oracle ? oracle->seed : 0;
     struct spec_auto au = {0};
+    long long offered = 0; /* passes in which lookup had drafts (auto chose between the two) */
     struct spec_stats *ss = gen_spec_stats(g);
     while (rc == CLI_OK && gen_next(g, &st) == GEN_EVAL) {
         const int64_t pos = gw_seq_pos(cm->seq);
@@ -80,14 +81,14 @@ int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, in
         if (pos + 1 + n > n_ctx) n = (int)(n_ctx - pos - 1); /* the window must fit the context */
         if (n < 0) n = 0;
         win[0] = st.ids[0];
-        int from = src->kind == SPEC_LOOKUP ? SPEC_SRC_LOOKUP : oracle ? SPEC_SRC_OTHER : SPEC_SRC_MTP;
-        if (oracle) {
-            oracle_drafts(oracle, &rng, gen_made(g), n, V, win + 1);
-        } else if (src->kind == SPEC_LOOKUP || src->kind == SPEC_AUTO) {
+        int from = src->kind == SPEC_LOOKUP ? SPEC_SRC_LOOKUP : src->kind == SPEC_ORACLE ? SPEC_SRC_OTHER : SPEC_SRC_MTP;
+        if (src->kind == SPEC_LOOKUP || src->kind == SPEC_AUTO) {
             const int found = gen_lookup_drafts(g, n, win + 1);
+            offered += found > 0;
             if (src->kind == SPEC_LOOKUP || spec_auto_pick(&au, found, n) == SPEC_SRC_LOOKUP) n = found, from = SPEC_SRC_LOOKUP;
         }
-        if (from == SPEC_SRC_MTP && n > 0 && gw_mtp_draft(cm->seq, win[0], wide, pos, n, win + 1, NULL, err, sizeof err)) {
+        if (from != SPEC_SRC_LOOKUP && oracle) oracle_drafts(oracle, &rng, gen_made(g), n, V, win + 1);
+        else if (from == SPEC_SRC_MTP && n > 0 && gw_mtp_draft(cm->seq, win[0], wide, pos, n, win + 1, NULL, err, sizeof err)) {
             fprintf(stderr, "\nnebula: drafting failed: %s\n", err);
             rc = CLI_FAIL;
             break;
@@ -112,6 +113,11 @@ int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, in
         if (src->kind == SPEC_AUTO) spec_auto_update(&au, from, n, acc, dt);
         if (adaptive) window_update(&wc, n, acc, n_ev, dt);
     }
+    if (src->kind == SPEC_AUTO)
+        fprintf(stderr, "nebula: speculative: auto: lookup chosen in %lld of the %lld passes it had drafts for; measured "
+                        "tokens a ms at 4 drafts: lookup %.4g (%lld passes), %s %.4g (%lld)\n", au.passes[SPEC_SRC_LOOKUP], offered,
+                spec_auto_rate(&au, SPEC_SRC_LOOKUP, 4), au.passes[SPEC_SRC_LOOKUP], oracle ? "the oracle (for mtp)" : "mtp",
+                spec_auto_rate(&au, SPEC_SRC_MTP, 4), au.passes[SPEC_SRC_MTP]);
     if (adaptive) window_free(&wc);
     free(win), free(arg), free(logits), free(wides), free(ev);
     return rc;
