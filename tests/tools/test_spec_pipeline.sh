@@ -4,7 +4,8 @@
 # verify windows; issue 16) on tiny-b with the CPU backend: the ids
 # `nebula generate --server` gets are the single process's plain ones, greedy
 # and sampled, with MTP drafts and with prompt lookup (a repeating prompt, so
-# drafts are found and windows accepted); the coordinator refuses --spec mtp
+# drafts are found and windows accepted), and with auto (each window's
+# drafter the faster of the two); the coordinator refuses --spec mtp
 # for a model without an MTP block and a bad --spec; nebula.conf's engine.spec
 # turns it on like the flag.  Run by
 # tests/run-tests.sh with BUILD set.
@@ -30,7 +31,7 @@ start() { # $1 = --spec value; "conf": nebula.conf's engine.spec = lookup instea
 }
 local_ids() { "$bin/nebula" generate -m "$tmp/b.gguf" --threads 2 --print-ids "$@" 2>/dev/null | tail -1; }
 server_ids() { "$bin/nebula" generate --server "$run" --print-ids "$@" 2>>"$tmp/gen.err" | tail -1; }
-for spec in mtp lookup; do
+for spec in mtp lookup auto; do
     run=$tmp/run-$spec
     start "$spec" || { bad "--spec $spec: workers not ready: $(tail -3 "$tmp/coord-$spec.log")"; stop; continue; }
     for prompt in tests/fixtures/tiny-b/tokens.txt "$tmp/rep.txt"; do
@@ -47,6 +48,10 @@ for spec in mtp lookup; do
             ok "--spec lookup: drafts accepted ($(grep -o 'speculative: .*' "$tmp/coord-$spec.log" | sort | tail -1))" ||
             bad "--spec lookup accepted nothing: $(grep speculative "$tmp/coord-$spec.log")"
     fi
+    if [ "$spec" = auto ]; then # both drafters ran (lookup is tried first where it has drafts)
+        grep -q "drafters mtp [1-9][0-9]* lookup [1-9][0-9]*" "$tmp/coord-$spec.log" && ok "--spec auto: both drafters ran" ||
+            bad "--spec auto drafters: $(grep speculative "$tmp/coord-$spec.log" | tail -2)"
+    fi
 done
 # nebula.conf's engine.spec turns it on too
 run=$tmp/run-conf
@@ -60,6 +65,8 @@ fi
 stop
 "$bin/nebula-coordinator" --backend cpu --model "$tmp/a.gguf" --runtime "$tmp/run-x" --http off --spec mtp 2>"$tmp/e" >/dev/null
 [ $? != 0 ] && grep -q "no MTP block" "$tmp/e" && ok "--spec mtp without an MTP block: refused" || bad "no-MTP refusal: $(tail -2 "$tmp/e")"
+"$bin/nebula-coordinator" --backend cpu --model "$tmp/a.gguf" --runtime "$tmp/run-x" --http off --spec auto 2>"$tmp/e" >/dev/null
+[ $? != 0 ] && grep -q "auto: .*no MTP block" "$tmp/e" && ok "--spec auto without an MTP block: refused" || bad "auto no-MTP: $(tail -2 "$tmp/e")"
 "$bin/nebula-coordinator" --backend cpu --model "$tmp/b.gguf" --runtime "$tmp/run-y" --http off --spec fast 2>"$tmp/e" >/dev/null
-[ $? = 2 ] && grep -q "want off, mtp or lookup" "$tmp/e" && ok "a bad --spec: refused" || bad "bad --spec: $(cat "$tmp/e")"
+[ $? = 2 ] && grep -q "want off, mtp, lookup or auto" "$tmp/e" && ok "a bad --spec: refused" || bad "bad --spec: $(cat "$tmp/e")"
 verdict test_spec_pipeline
