@@ -172,7 +172,8 @@ static void next_step(struct coord *c)
         r->n_draft = n, r->src = given ? SPEC_SRC_LOOKUP : SPEC_SRC_MTP;
         return send_step(c, STEP_SPEC, msg, 4 + (given ? n : 0), st.argmax_ok && !r->want_logits, 0);
     }
-    send_step(c, STEP_EVAL, st.ids, st.n_ids, st.argmax_ok && !r->want_logits, c->spec == COORD_SPEC_MTP || c->spec == COORD_SPEC_AUTO ? STEP_FLAG_WIDE : 0);
+    const bool mtp_input = c->spec == COORD_SPEC_MTP || c->spec == COORD_SPEC_AUTO; /* the MTP block's first input */
+    send_step(c, STEP_EVAL, st.ids, st.n_ids, st.argmax_ok && !r->want_logits, mtp_input ? STEP_FLAG_WIDE : 0);
 }
 
 static void start_attempt(struct coord *c)
