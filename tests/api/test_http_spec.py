@@ -6,7 +6,8 @@ accuracy_level in a chat request is echoed and runs (nebula.accuracy_level_effec
 output runs exact (effective 3); timings.speculative carries the passes, tokens a pass, drafts,
 acceptance by position and the window trajectory, streamed too; /v1/messages and /v1/responses take
 accuracy_level and refuse one out of range with a 400 naming it; /metrics, /api/status and
-`nebulactl stats` show the totals.  Standard library only (test_http_api.py's server and calls).
+`nebulactl stats` show the totals; and level 3's answers, greedy and sampled, are those of a
+server without --spec, word for word.  Standard library only (test_http_api.py's server and calls).
 Prints "N checks, N failed"; exits 1 on any failure.  Run from the repository root (BUILD=build).
 """
 import json
@@ -85,6 +86,25 @@ def main():
         out = subprocess.run([os.path.join(h.BIN, "nebulactl"), "--runtime", h.srv.run, "stats"], capture_output=True, text=True)
         check(out.returncode == 0 and "speculative: " in out.stdout and "accepted by position: 1:" in out.stdout,
               f"nebulactl stats: {out.stdout[-300:]} {out.stderr}")
+        # Level 3 is exact: the same answers as a server without speculation (same model, same seeds).
+        bodies = [{"messages": HELLO, "max_tokens": 40, "temperature": 0, "accuracy_level": 3},
+                  {"messages": HELLO, "max_tokens": 40, "temperature": 0.9, "seed": 3, "accuracy_level": 3},
+                  {"prompt": "once upon a time", "max_tokens": 40, "temperature": 0}]
+        spec = [h.jcall("POST", "/v1/completions" if "prompt" in b else "/v1/chat/completions", b)[1] for b in bodies]
+        h.srv.stop()
+        h.srv = h.Server(tmp, model=model, name="-off", args=("--backend", "cpu"))
+        for _ in range(600):
+            if h.jcall("GET", "/api/status")[1].get("phase") == "ready":
+                break
+            time.sleep(0.05)
+        for b, d in zip(bodies, spec):
+            st, p = h.jcall("POST", "/v1/completions" if "prompt" in b else "/v1/chat/completions", b)
+            def text(x):  # the completion's text, or the chat's reasoning and answer
+                c = x["choices"][0]
+                return c["text"] if "text" in c else (c["message"].get("reasoning_content") or "") + "|" + (c["message"]["content"] or "")
+            check(st == 200 and spec_of(d) and not spec_of(p) and text(d) == text(p) and text(d).strip("|")
+                  and d["usage"] == p["usage"],
+                  f"level 3 = no speculation ({b}): {text(d)!r} vs {text(p)!r}")
     finally:
         if h.srv:
             h.srv.stop()
