@@ -7,8 +7,9 @@
 # levels 2 and 1 accept some; every token of levels 1-2 that is not its
 # row's argmax is within the level's top-k and ratio (tools/dev/
 # spec-divergence.py --check, which also measures the divergence); --spec
-# auto gives the plain ids and, when the drafter standing in for the MTP
-# block is always right, leaves lookup aside; bad levels are refused.  Run
+# auto gives the plain ids, leaves lookup aside when the drafter standing in
+# for the MTP block is always right, and takes it on a model whose output
+# repeats (sweep-1313); bad levels are refused.  Run
 # by tests/run-tests.sh with BUILD set.
 set -u
 . tests/lib/counted.sh
@@ -78,6 +79,20 @@ chosen, offered = int(m[1]), int(m[2])
 sys.exit(0 if offered >= 8 and chosen <= offered // 4 else 1)
 PY
 grep -q "(100.0 %)\|(9[0-9].[0-9] %)" "$tmp/ao.err" && ok "and its drafts are accepted" || bad "stand-in acceptance: $(grep 'drafts accepted' "$tmp/ao.err")"
+# A model whose greedy output repeats (sweep-1313: lookup's drafts are nearly all accepted, its untrained MTP
+# block's none): auto takes lookup, and the ids stay the plain ones.
+sw=tests/fixtures/sweep/sweep-1313
+"$bin/nebula-convert" "$sw" "$tmp/sw.gguf" --type f32 -q 2>"$tmp/e" || bad "convert sweep-1313: $(cat "$tmp/e")"
+sgen() { "$bin/nebula" generate -m "$tmp/sw.gguf" --tokens-file "$sw/tokens.txt" --print-ids --threads 2 --greedy -n 300 "$@"; }
+sgen 2>/dev/null | tail -1 >"$tmp/sw.ids"
+sgen --spec auto 2>"$tmp/sa.err" | tail -1 >"$tmp/sa.ids"
+cmp -s "$tmp/sw.ids" "$tmp/sa.ids" && ok "auto on a repeating model: the plain ids" || bad "auto on sweep-1313: ids differ"
+python3 - "$tmp/sa.err" <<'PY' && ok "auto on a repeating model: lookup chosen" || bad "auto left lookup aside: $(grep 'auto:' "$tmp/sa.err")"
+import re, sys
+m = re.search(r"lookup chosen in (\d+) of the (\d+) passes", open(sys.argv[1]).read())
+chosen, offered = int(m[1]), int(m[2])
+sys.exit(0 if offered >= 50 and chosen >= offered * 4 // 5 else 1)
+PY
 
 gen -n 4 --spec mtp --accuracy-level 4 2>"$tmp/e" >/dev/null
 [ $? = 2 ] && grep -q -- "--accuracy-level" "$tmp/e" && ok "--accuracy-level 4: refused" || bad "level 4: $(cat "$tmp/e")"

@@ -5,7 +5,8 @@
 # `nebula generate --server` gets are the single process's plain ones, greedy
 # and sampled, with MTP drafts and with prompt lookup (a repeating prompt, so
 # drafts are found and windows accepted), and with auto (each window's
-# drafter the faster of the two); the coordinator refuses --spec mtp
+# drafter the faster of the two: lookup on sweep-1313, a model whose output
+# repeats); the coordinator refuses --spec mtp
 # for a model without an MTP block and a bad --spec; nebula.conf's engine.spec
 # turns it on like the flag.  Run by
 # tests/run-tests.sh with BUILD set.
@@ -53,6 +54,21 @@ for spec in mtp lookup auto; do
             bad "--spec auto drafters: $(grep speculative "$tmp/coord-$spec.log" | tail -2)"
     fi
 done
+# --spec auto on a model whose output repeats (sweep-1313): lookup drafts most windows, the ids are the plain ones
+"$bin/nebula-convert" tests/fixtures/sweep/sweep-1313 "$tmp/sw.gguf" --type f32 -q 2>"$tmp/e" || bad "convert sweep-1313: $(cat "$tmp/e")"
+run=$tmp/run-sw
+sw_ids() { "$bin/nebula" generate -m "$tmp/sw.gguf" --threads 2 --print-ids --tokens-file tests/fixtures/sweep/sweep-1313/tokens.txt --greedy -n 300 2>/dev/null | tail -1; }
+"$bin/nebula-coordinator" --backend cpu --model "$tmp/sw.gguf" --runtime "$run" --threads 2 --http off --spec auto 2>"$tmp/coord-sw.log" &
+coord_pid=$!
+for _ in $(seq 300); do "$bin/nebulactl" --runtime "$run" status 2>/dev/null | grep -q "gpu-worker .* ready" && break; sleep 0.1; done
+[ "$(server_ids --tokens-file tests/fixtures/sweep/sweep-1313/tokens.txt --greedy -n 300)" = "$(sw_ids)" ] &&
+    ok "--spec auto, a repeating model: the plain ids" || bad "--spec auto, sweep-1313: ids differ ($(tail -2 "$tmp/gen.err"))"
+stop
+python3 - "$tmp/coord-sw.log" <<'PY' && ok "--spec auto, a repeating model: lookup drafts most windows" || bad "auto on sweep-1313: $(grep speculative "$tmp/coord-sw.log")"
+import re, sys
+m = re.search(r"drafters mtp (\d+) lookup (\d+)", open(sys.argv[1]).read())
+sys.exit(0 if m and int(m[2]) > 4 * int(m[1]) else 1)
+PY
 # nebula.conf's engine.spec turns it on too
 run=$tmp/run-conf
 if start conf; then
