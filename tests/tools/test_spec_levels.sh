@@ -94,6 +94,9 @@ chosen, offered = int(m[1]), int(m[2])
 sys.exit(0 if offered >= 50 and chosen >= offered * 4 // 5 else 1)
 PY
 
+"$bin/nebula-convert" tests/fixtures/tiny-a "$tmp/a.gguf" --type f32 -q 2>"$tmp/e" || bad "convert tiny-a: $(cat "$tmp/e")"
+"$bin/nebula" generate -m "$tmp/a.gguf" --tokens-file tests/fixtures/tiny-a/tokens.txt -n 4 --spec auto 2>"$tmp/e" >/dev/null
+[ $? = 2 ] && grep -q "MTP block" "$tmp/e" && ok "--spec auto without an MTP block: refused" || bad "auto no-MTP: $(cat "$tmp/e")"
 gen -n 4 --spec mtp --accuracy-level 4 2>"$tmp/e" >/dev/null
 [ $? = 2 ] && grep -q -- "--accuracy-level" "$tmp/e" && ok "--accuracy-level 4: refused" || bad "level 4: $(cat "$tmp/e")"
 gen -n 4 --spec mtp --accuracy-level 0 2>"$tmp/e" >/dev/null
