@@ -9,7 +9,8 @@
 # spec-divergence.py --check, which also measures the divergence); --spec
 # auto gives the plain ids, leaves lookup aside when the drafter standing in
 # for the MTP block is always right, and takes it on a model whose output
-# repeats (sweep-1313); bad levels are refused.  Run
+# repeats (sweep-1313); level 3 with mtp and auto gives the plain ids on
+# every sweep fixture with an MTP block; bad levels are refused.  Run
 # by tests/run-tests.sh with BUILD set.
 set -u
 . tests/lib/counted.sh
@@ -94,6 +95,17 @@ chosen, offered = int(m[1]), int(m[2])
 sys.exit(0 if offered >= 50 and chosen >= offered * 4 // 5 else 1)
 PY
 
+# Every sweep fixture with an MTP block: --spec mtp and --spec auto at level 3 give the plain ids (256 greedy tokens).
+for f in tests/fixtures/sweep/*/; do
+    grep -q '"mtp_num_hidden_layers": *[1-9]' "$f/config.json" || continue
+    d=$(basename "$f")
+    "$bin/nebula-convert" "$f" "$tmp/f.gguf" --type f32 -q 2>"$tmp/e" || { bad "convert $d: $(cat "$tmp/e")"; continue; }
+    fgen() { "$bin/nebula" generate -m "$tmp/f.gguf" --tokens-file "$f/tokens.txt" --print-ids --threads 2 --greedy -n 256 "$@" 2>/dev/null | tail -1; }
+    want=$(fgen)
+    for s in mtp auto; do
+        [ -n "$want" ] && [ "$(fgen --spec $s --accuracy-level 3)" = "$want" ] && ok "$d, --spec $s: the plain ids" || bad "$d, --spec $s: ids differ"
+    done
+done
 "$bin/nebula-convert" tests/fixtures/tiny-a "$tmp/a.gguf" --type f32 -q 2>"$tmp/e" || bad "convert tiny-a: $(cat "$tmp/e")"
 "$bin/nebula" generate -m "$tmp/a.gguf" --tokens-file tests/fixtures/tiny-a/tokens.txt -n 4 --spec auto 2>"$tmp/e" >/dev/null
 [ $? = 2 ] && grep -q "MTP block" "$tmp/e" && ok "--spec auto without an MTP block: refused" || bad "auto no-MTP: $(cat "$tmp/e")"
