@@ -124,7 +124,9 @@ long long gen_made(const gen_session *g);
 /* The accuracy level the verify windows run at: 1, 2, or 3 (exact). */
 int gen_accuracy_level(const gen_session *g);
 /* The verify windows' counters so far (the driver adds each pass's drafter
- * to by_src); reset by gen_restart. */
+ * to by_src); reset by gen_restart.  Their `accepted` counts the drafts that
+ * became tokens: with the one that ended the generation, which *accepted
+ * leaves out (the driver has no next window to keep it for). */
 struct spec_stats *gen_spec_stats(gen_session *g);
 /* Prompt lookup (issue 16 item 7): up to n drafts for the tokens after the
  * last one generated — the tokens that followed the context's (prompt, then

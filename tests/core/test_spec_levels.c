@@ -105,7 +105,12 @@ static struct outcome drive(int level, float temp, long long budget, bool plain)
         }
         if (rule) cr_assert_leq(ng, rule->max_per_block, "the block's budget");
         o.nongreedy_seen += ng;
-        o.windows++, o.accepted += acc, o.drafted += n;
+        int kept = acc; /* the drafts that became tokens: the generation's last one too */
+        if (acc < n_ev && acc < n && ev[acc].id == drafts[acc]) { /* then the generation ended on it */
+            cr_assert_eq(n_ev, acc + 1);
+            kept++;
+        }
+        o.windows++, o.accepted += kept, o.drafted += n;
         pos += acc + 1;
     }
     const struct spec_stats *s = gen_spec_stats(g);
