@@ -28,6 +28,7 @@
 
 #include "core/chat/chat.h"
 #include "core/conf/conf.h"
+#include "core/gen/spec.h"
 #include "core/grammar/grammar.h"
 #include "core/sampling/sampling.h"
 
@@ -255,6 +256,7 @@ struct api_job {
     long long max_tokens;
     struct sampling_params sp;
     int chunk;            /* prefill tokens per step */
+    int accuracy_level;   /* asked (1-3): the verify windows' acceptance */
     bool think_split;     /* chat with think on: text starts as reasoning */
     bool ignore_eos;
     gram_grammar *grammar; /* structured output (owned), or NULL */
@@ -278,6 +280,8 @@ struct api_job {
     const char *finish_reason; /* "stop", "length"; NULL on error or cancel */
     struct api_error err;      /* err.status != 0: failed */
     double queue_ms, prompt_ms, ttft_ms, decode_ms;
+    int accuracy_effective;    /* the level the windows ran at (3 without speculation or with a grammar) */
+    struct spec_stats spec;    /* its verify windows, every leg's (timings.speculative) */
     int refs;
     struct api_job *next;
 };
@@ -338,10 +342,17 @@ struct api {
     uint64_t req_ok, req_cancelled, req_invalid, req_rejected, req_failed;
     uint64_t tokens_generated, prompt_tokens;
     double last_tps, last_ttft_ms;
+    struct spec_stats spec;    /* the verify windows of completed HTTP requests (/metrics) */
     /* Model ids asked for that are not ours: each logged once (under mu). */
     char *unknown_ids[API_MAX_UNKNOWN_IDS];
     int n_unknown_ids;
 };
+
+/* api_spec.c: speculative decoding's counters (issue 16's faces) as an
+ * object — passes, tokens, tokens_per_pass, drafted, accepted, acceptance,
+ * nongreedy_accepted, {drafted,accepted,acceptance}_by_position, drafters
+ * {mtp, lookup}, and with `windows` the trajectory (each window's drafts). */
+cJSON *api_spec_json(const struct spec_stats *s, bool windows);
 
 /* What a response needs besides the job. */
 struct gen_info {
@@ -369,7 +380,7 @@ int api_dialect_stream_news(struct api_stream *s);
 /* api_respond.c (with a.mu held) */
 void api_add_timings(cJSON *o, const struct api_job *j);
 void api_add_usage(cJSON *o, const struct api_job *j);
-void api_add_nebula(cJSON *o, const struct gen_info *g);
+void api_add_nebula(cJSON *o, const struct gen_info *g, const struct api_job *j); /* the `nebula` object: accuracy levels, think */
 cJSON *api_envelope(const struct api *a, const struct gen_info *g, bool chunk);
 cJSON *api_completion_json(const struct api *a, const struct gen_info *g, const struct api_job *j);
 cJSON *api_call_json(const struct gen_info *g, const struct api_job *j, int k, bool whole);

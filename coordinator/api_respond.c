@@ -20,6 +20,7 @@ void api_add_timings(cJSON *o, const struct api_job *j)
     cJSON_AddNumberToObject(t, "tokens_per_s",
                             j->completion_tokens > 1 && j->decode_ms > 0 ? (double)(j->completion_tokens - 1) / (j->decode_ms / 1e3) : 0);
     cJSON_AddNumberToObject(t, "queue_ms", j->queue_ms);
+    if (j->spec.passes) cJSON_AddItemToObject(t, "speculative", api_spec_json(&j->spec, true));
 }
 
 void api_add_usage(cJSON *o, const struct api_job *j)
@@ -30,11 +31,11 @@ void api_add_usage(cJSON *o, const struct api_job *j)
     cJSON_AddNumberToObject(u, "total_tokens", (double)(j->n_ids + (size_t)j->completion_tokens));
 }
 
-void api_add_nebula(cJSON *o, const struct gen_info *g)
+void api_add_nebula(cJSON *o, const struct gen_info *g, const struct api_job *j)
 {
     cJSON *n = cJSON_AddObjectToObject(o, "nebula");
     cJSON_AddNumberToObject(n, "accuracy_level", g->accuracy_level);
-    cJSON_AddNumberToObject(n, "accuracy_level_effective", 3); /* no MTP speculation yet: every level runs exact */
+    cJSON_AddNumberToObject(n, "accuracy_level_effective", j->accuracy_effective); /* 3 without --spec or with a grammar */
     cJSON_AddBoolToObject(n, "think", g->think);
 }
 
@@ -90,7 +91,7 @@ cJSON *api_completion_json(const struct api *a, const struct gen_info *g, const 
     cJSON_AddStringToObject(ch, "finish_reason", j->finish_reason);
     api_add_usage(o, j);
     api_add_timings(o, j);
-    api_add_nebula(o, g);
+    api_add_nebula(o, g, j);
     if (j->tool_error[0]) cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(o, "nebula"), "tool_call_error", j->tool_error);
     return o;
 }

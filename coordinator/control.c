@@ -12,6 +12,7 @@
  * answered from a later event, after which the next request is read.  A request of
  * unknown type gets an "error" reply naming the known ones. */
 #include "coordinator/coord.h"
+#include "coordinator/api.h"
 
 #include "core/event/event.h"
 #include "core/model/model.h"
@@ -89,6 +90,7 @@ static cJSON *status(struct coord *c)
 static cJSON *stats(struct coord *c)
 {
     cJSON *r = ctl_msg("stats"), *ws = cJSON_AddArrayToObject(r, "workers");
+    cJSON_AddItemToObject(r, "speculative", api_spec_json(&c->spec_total, false)); /* every request's verify windows */
     for (uint32_t b = 0; b < shm_stats_n_workers(c->stats); b++) {
         struct shm_stats_worker info = shm_stats_worker_info(c->stats, b);
         if (!info.pid) continue;

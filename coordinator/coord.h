@@ -31,6 +31,7 @@
 #include <cJSON.h>
 
 #include "core/ctl/ctl.h"
+#include "core/gen/spec.h"
 #include "core/grammar/grammar.h"
 #include "core/sampling/sampling.h"
 #include "shm/shm.h"
@@ -104,7 +105,8 @@ struct coord {
     uint64_t vram_budget;          /* --vram-budget bytes (0: placement.json's) */
     int64_t ctx;                   /* --ctx: positions for a request and the K/V reserve (0: placement's, model's) */
     bool layer_times;              /* --layer-times: the gpu-worker times each layer on cuda too */
-    int spec;                      /* --spec: COORD_SPEC_OFF, _MTP or _LOOKUP (speculative decoding, requests.c) */
+    int spec;                      /* --spec: COORD_SPEC_OFF, _MTP, _LOOKUP or _AUTO (speculative decoding, requests.c) */
+    struct spec_stats spec_total;  /* the verify windows of every request served (nebulactl stats) */
     bool gw_cuda;                  /* backend is cuda */
     /* the instance */
     shm_instance *inst;
@@ -204,7 +206,7 @@ void coord_ctl_on_workers(struct coord *c); /* a waiting restart may be answered
 void coord_ctl_on_idle(struct coord *c);    /* no request runs: a waiting restart may begin */
 void coord_ctl_close(struct coord *c);      /* teardown: the open request gets an error */
 
-enum { COORD_SPEC_OFF = 0, COORD_SPEC_MTP = 1, COORD_SPEC_LOOKUP = 2 };
+enum { COORD_SPEC_OFF = 0, COORD_SPEC_MTP = 1, COORD_SPEC_LOOKUP = 2, COORD_SPEC_AUTO = 3 };
 
 /* main.c: the step ring's geometry for this model and prefill chunk. */
 struct ring_geometry coord_step_geometry(const struct model *m, int chunk);
@@ -268,6 +270,7 @@ struct coord_request_spec {
     const gram_grammar *grammar;   /* structured output (core/grammar), borrowed until on_done; NULL: none */
     const char *grammar_key;       /* its response_format's text (api_format.c): the matcher cache's key; NULL: not cached */
     int32_t constrain_after;       /* the grammar applies after this id (</think>); -1: from the first token */
+    int accuracy_level;            /* the verify windows' acceptance (core/gen/spec.h; 0: exact); --spec off: exact */
 };
 /* Queues it (0), or fails at once (the session could not be made). */
 int coord_request_submit(struct coord *c, const struct coord_request_spec *s, const struct coord_request_ops *ops, void *ctx,

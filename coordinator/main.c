@@ -86,8 +86,9 @@ static void usage(FILE *f)
                "  --ctx N          positions a request may use, and the K/V the gpu-worker reserves on cuda\n"
                "                   (default: placement.json's request.vram_ctx on cuda, else the model's)\n"
                "  --spec S         speculative decoding: off (default), mtp (the MTP block drafts, the model\n"
-               "                   verifies a window of them in one step) or lookup (drafts from the prompt);\n"
-               "                   the output is exactly the plain one (either backend)\n"
+               "                   verifies a window of them in one step), lookup (drafts from the prompt) or\n"
+               "                   auto (lookup where it makes more tokens a ms); the output is exactly the plain\n"
+               "                   one at accuracy_level 3 (either backend)\n"
                "  --layer-times    time each layer on cuda too (nebulactl profile; costs a synchronisation\n"
                "                   per layer and the CUDA graph; always on with the cpu backend)\n"
                "  --http HOST:PORT where the HTTP API listens (default 127.0.0.1:8091; port 0: any free\n"
@@ -142,7 +143,8 @@ static int apply_conf(int argc, char **argv, struct coord *c, struct api_config 
     c->threads = k.threads, c->chunk = k.chunk, c->ctx = k.ctx, c->vram_budget = k.vram_budget;
     c->stream_rows = k.stream_rows;
     c->backend = k.backend, c->kernels = k.kernels, c->cpu_kernels = strcmp(k.cpu_kernels, "auto") ? k.cpu_kernels : "";
-    c->spec = !strcmp(k.spec, "mtp") ? COORD_SPEC_MTP : !strcmp(k.spec, "lookup") ? COORD_SPEC_LOOKUP : COORD_SPEC_OFF;
+    c->spec = !strcmp(k.spec, "mtp") ? COORD_SPEC_MTP : !strcmp(k.spec, "lookup") ? COORD_SPEC_LOOKUP
+            : !strcmp(k.spec, "auto")  ? COORD_SPEC_AUTO : COORD_SPEC_OFF;
     h->port = k.api_port, h->max_queue = k.max_queue, h->max_body = (size_t)k.max_body;
     h->name = k.name[0] ? k.name : NULL, h->accuracy_level = k.accuracy_level;
     return 0;
@@ -269,8 +271,9 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
             if (!strcmp(optarg, "off")) c->spec = COORD_SPEC_OFF;
             else if (!strcmp(optarg, "mtp")) c->spec = COORD_SPEC_MTP;
             else if (!strcmp(optarg, "lookup")) c->spec = COORD_SPEC_LOOKUP;
+            else if (!strcmp(optarg, "auto")) c->spec = COORD_SPEC_AUTO;
             else {
-                fprintf(stderr, "nebula-coordinator: --spec %s: want off, mtp or lookup\n", optarg);
+                fprintf(stderr, "nebula-coordinator: --spec %s: want off, mtp, lookup or auto\n", optarg);
                 return 2;
             }
             break;
@@ -531,9 +534,9 @@ static int start(struct coord *c, const char *runtime, char *err, size_t errlen)
 {
     int n_stale = 0, rc;
     if ((rc = model_open_mtp(c->model_path, c->mtp_path, &c->m, err, errlen))) return rc;
-    if (c->spec == COORD_SPEC_MTP && c->m->hp.n_nextn == 0)
-        return nb_errf(err, errlen, NB_EINVAL, "--spec mtp: %s has no MTP block (give one with --mtp FILE, or --spec lookup)",
-                       c->model_path);
+    if ((c->spec == COORD_SPEC_MTP || c->spec == COORD_SPEC_AUTO) && c->m->hp.n_nextn == 0)
+        return nb_errf(err, errlen, NB_EINVAL, "--spec %s: %s has no MTP block (give one with --mtp FILE, or --spec lookup)",
+                       c->spec == COORD_SPEC_AUTO ? "auto" : "mtp", c->model_path);
     if (gguf_find_key(c->m->gguf, "tokenizer.ggml.tokens") >= 0 && (rc = tok_load_gguf(c->m->gguf, &c->tok, err, errlen)))
         return rc;
     if ((rc = read_tiers(c, err, errlen))) return rc;

@@ -27,6 +27,7 @@
 
 #include "core/event/event.h"
 #include "core/gen/gen.h"
+#include "core/gen/spec.h"
 #include "core/gen/window.h"
 #include "core/model/model.h"
 #include "core/util/err.h"
@@ -57,12 +58,14 @@ struct coord_request {
     uint64_t deaths;       /* c->deaths when the attempt started */
     pid_t gw_pid;          /* the gpu-worker the attempt runs on */
     long long timer;       /* the state's deadline (0: none) */
-    /* speculative decoding (c->spec): the window controller, and what the last window left */
+    /* speculative decoding (c->spec): the window controller, and what the last window left (the
+     * counters are the session's, gen_spec_stats) */
     struct window_ctl wc;
+    struct spec_auto au;   /* --spec auto's measurements */
     int keep;              /* the previous window's accepted drafts, sent with the next one (-1: none) */
     int n_draft;           /* drafts in the window in flight */
+    int src;               /* its drafter (SPEC_SRC_MTP or _LOOKUP) */
     double t_step;         /* when it was sent */
-    long long passes, tokens, drafted, accepted; /* the request's windows */
     char err[1024];
     struct coord_request *next;
 };
@@ -89,9 +92,13 @@ static void finish(struct coord *c, int rc, bool cancelled)
     c->rq_head = r->next;
     if (!c->rq_head) c->rq_tail = NULL;
     r->ops.on_done(r->ctx, &o);
-    if (r->passes)
-        nb_log("speculative: %lld windows, %.2f tokens a window, %lld of %lld drafts accepted, last window %d", r->passes,
-               (double)r->tokens / (double)r->passes, r->accepted, r->drafted, r->wc.n);
+    const struct spec_stats *ss = r->gen ? gen_spec_stats(r->gen) : NULL;
+    if (ss && ss->passes) {
+        nb_log("speculative: %lld windows, %.2f tokens a window, %lld of %lld drafts accepted (%lld by accuracy level %d), "
+               "drafters mtp %lld lookup %lld, last window %d", ss->passes, (double)ss->tokens / (double)ss->passes, ss->accepted,
+               ss->drafted, ss->nongreedy, gen_accuracy_level(r->gen), ss->by_src[SPEC_SRC_MTP], ss->by_src[SPEC_SRC_LOOKUP], r->wc.n);
+        spec_stats_merge(&c->spec_total, ss);
+    }
     gen_free(r->gen);
     if (r->constrain) coord_grammar_give(c, r->constrain, r->constrain_slot);
     window_free(&r->wc);
@@ -156,13 +163,17 @@ static void next_step(struct coord *c)
         int n = r->wc.n;
         const int64_t room = c->n_ctx - (int64_t)r->n_prompt - gen_made(r->gen) - 1; /* the window must fit the context */
         if (n > room) n = room > 0 ? (int)room : 0;
-        const bool given = c->spec == COORD_SPEC_LOOKUP;
-        if (given) n = gen_lookup_drafts(r->gen, n, msg + 4);
+        bool given = c->spec == COORD_SPEC_LOOKUP;
+        if (given || c->spec == COORD_SPEC_AUTO) {
+            const int found = gen_lookup_drafts(r->gen, n, msg + 4);
+            if (given || spec_auto_pick(&r->au, found, n) == SPEC_SRC_LOOKUP) n = found, given = true;
+        }
         msg[0] = st.ids[0], msg[1] = n, msg[2] = r->keep, msg[3] = given ? STEP_DRAFT_GIVEN : STEP_DRAFT_MTP;
-        r->n_draft = n;
+        r->n_draft = n, r->src = given ? SPEC_SRC_LOOKUP : SPEC_SRC_MTP;
         return send_step(c, STEP_SPEC, msg, 4 + (given ? n : 0), st.argmax_ok && !r->want_logits, 0);
     }
-    send_step(c, STEP_EVAL, st.ids, st.n_ids, st.argmax_ok && !r->want_logits, c->spec == COORD_SPEC_MTP ? STEP_FLAG_WIDE : 0);
+    const bool mtp_input = c->spec == COORD_SPEC_MTP || c->spec == COORD_SPEC_AUTO; /* the MTP block's first input */
+    send_step(c, STEP_EVAL, st.ids, st.n_ids, st.argmax_ok && !r->want_logits, mtp_input ? STEP_FLAG_WIDE : 0);
 }
 
 static void start_attempt(struct coord *c)
@@ -173,7 +184,7 @@ static void start_attempt(struct coord *c)
     if (gen_restart(r->gen, r->err, sizeof r->err)) return finish(c, NB_EIO, false);
     r->state = RQ_RESET;
     r->keep = -1;
-    r->passes = r->tokens = r->drafted = r->accepted = 0;
+    memset(&r->au, 0, sizeof r->au);
     window_free(&r->wc);
     window_init(&r->wc, 4, STEP_MAX_DRAFT);
     send_step(c, STEP_RESET, NULL, 0, false, 0);
@@ -276,8 +287,10 @@ void coord_requests_on_step(struct coord *c)
         }
         if (end) gen_cancel(r->gen);
         r->keep = acc;
-        r->passes++, r->tokens += n_ev, r->drafted += n, r->accepted += acc;
-        window_update(&r->wc, n, acc, n_ev, coord_now() - r->t_step);
+        const double dt = coord_now() - r->t_step;
+        gen_spec_stats(r->gen)->by_src[r->src]++;
+        if (c->spec == COORD_SPEC_AUTO) spec_auto_update(&r->au, r->src, n, acc, dt);
+        window_update(&r->wc, n, acc, n_ev, dt);
         return next_step(c);
     }
     struct gen_event ev;
@@ -298,7 +311,8 @@ int coord_request_submit(struct coord *c, const struct coord_request_spec *s, co
     if (!r) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     int chunk = coord_request_chunk(c, s->chunk);
     struct gen_config g = {.prompt = s->ids, .n_prompt = s->n, .budget = s->budget, .sp = s->sp, .n_vocab = (int32_t)c->m->hp.n_vocab,
-                           .ignore_stop = s->ignore_stop, .chunk = (size_t)chunk, .logits_path = s->logits_out};
+                           .ignore_stop = s->ignore_stop, .chunk = (size_t)chunk, .logits_path = s->logits_out,
+                           .accuracy_level = c->spec ? s->accuracy_level : 3};
     g.n_stop = gen_stop_ids(c->tok, g.stop_ids);
     int rc = 0;
     if (s->grammar) {

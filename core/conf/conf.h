@@ -38,7 +38,7 @@ struct conf_settings {
     char backend[8];              /* engine.backend: auto, cpu or cuda */
     char kernels[8];              /* engine.kernels: the CUDA matrix kernels, ref or fast */
     char cpu_kernels[8];          /* engine.cpu_kernels: ref, fast or auto (fast beside cuda, ref beside cpu) */
-    char spec[8];                 /* engine.spec: speculative decoding, off, mtp or lookup */
+    char spec[8];                 /* engine.spec: speculative decoding, off, mtp, lookup or auto */
     uint64_t vram_budget;         /* engine.vram_budget: bytes (0: placement.json's) */
     uint64_t ram_budget;          /* engine.ram_budget: bytes for nebula-prepare's RAM tier (0: its default) */
     /* [generate] */
