@@ -26,6 +26,7 @@
 
 #include <cJSON.h>
 
+#include "coordinator/coord.h"
 #include "core/chat/chat.h"
 #include "core/conf/conf.h"
 #include "core/grammar/grammar.h"
@@ -243,6 +244,7 @@ struct api_job {
     /* Set by the HTTP thread before it queues the job; read-only after. */
     int32_t *ids;
     size_t n_ids;
+    size_t cached_ids;    /* of them, held by a prompt-cache checkpoint (set by the main thread before JOB_DONE) */
     int32_t *script;      /* nebula_test_script's ids: emitted instead of the sampled ones */
     size_t n_script;
     struct api_tool *tools; /* the calls are parsed (tools given, tool_choice not none) */
@@ -334,6 +336,7 @@ struct api {
     struct api_worker_view workers[API_MAX_WORKERS];
     int n_workers;
     double vram_hit_rate, ram_hit_rate, ssd_bytes_per_token;
+    struct coord_cache_numbers cache; /* the prompt cache's counters (api_publish) */
     /* Statistics (under mu). */
     uint64_t req_ok, req_cancelled, req_invalid, req_rejected, req_failed;
     uint64_t tokens_generated, prompt_tokens;

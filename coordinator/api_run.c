@@ -65,6 +65,7 @@ void api_publish(struct coord *c)
      * (a gpu-worker loading a large model sits in "configuring"). */
     if (!strcmp(a->phase, "loading") && a->n_workers) a->progress = 0.1 + 0.9 * done / a->n_workers;
     a->vram_hit_rate = vram, a->ram_hit_rate = ram, a->ssd_bytes_per_token = ssd;
+    a->cache = coord_cache_numbers(c);
     pthread_mutex_unlock(&a->mu);
 }
 
@@ -200,6 +201,7 @@ static void finish(struct coord *c, struct api_job *j, const char *finish_reason
     else if (e) a->req_failed++;
     else a->req_ok++;
     a->tokens_generated += (uint64_t)j->completion_tokens;
+    a->cache = coord_cache_numbers(c);
     if (!e && !cancelled) {
         a->prompt_tokens += j->n_ids;
         if (j->completion_tokens > 0) a->last_ttft_ms = j->ttft_ms;
@@ -273,7 +275,7 @@ static void on_done(void *ctx, const struct coord_outcome *o)
     const struct gen_result *res = o->res;
     long long made = res ? res->made : 0;
     int rc = o->rc && !o->cancelled;
-    if (!r->chained) r->prompt_s = res ? res->prompt_s : 0;
+    if (!r->chained) r->prompt_s = res ? res->prompt_s : 0, j->cached_ids = o->n_cached;
     if (!rc && !r->cancelled && !r->fail && r->budget_hit && next_leg(r, res) == 0) return;
     made += r->base + r->forced;
     if (rc) {

@@ -38,6 +38,7 @@
 struct model;
 struct api;
 struct coord_step;
+struct coord_cache;
 struct coord_request;
 struct coord_worker;
 typedef struct event_loop event_loop;
@@ -105,6 +106,13 @@ struct coord {
     int64_t ctx;                   /* --ctx: positions for a request and the K/V reserve (0: placement's, model's) */
     bool layer_times;              /* --layer-times: the gpu-worker times each layer on cuda too */
     int spec;                      /* --spec: COORD_SPEC_OFF, _MTP or _LOOKUP (speculative decoding, requests.c) */
+    struct coord_cache_cfg {       /* the prompt cache: nebula.conf [cache], --cache* (cache.c) */
+        bool enable;
+        int ram_entries;
+        uint64_t ram_bytes, disk_bytes;
+        const char *dir;           /* "": none */
+    } cache_cfg;
+    struct coord_cache *cache;     /* cache.c's index (NULL: off) */
     bool gw_cuda;                  /* backend is cuda */
     /* the instance */
     shm_instance *inst;
@@ -156,6 +164,29 @@ struct coord {
     void (*on_workers)(struct coord *c);
     void (*on_idle)(struct coord *c);
 };
+
+/* cache.c: the prompt cache's index (its top comment has the rule).  open
+ * after the model and the backend are known (reads cache.dir's files);
+ * match: the checkpoint a prompt resumes from (false: none); cut: where its
+ * prefill saves one (0: nowhere), the last resumable position in (from, n];
+ * saved: a STEP_SAVE's answer checked and recorded; evict: the next STEP_DROP
+ * a budget asks for (false: none); forget: a checkpoint that failed to load. */
+struct coord_cache_numbers {
+    uint64_t hits, misses, tokens_reused, saves, load_failures;
+    uint64_t ram_entries, ram_bytes, disk_entries, disk_bytes;
+};
+int coord_cache_open(struct coord *c, char *err, size_t errlen);
+void coord_cache_close(struct coord *c);
+const char *coord_cache_identity(const struct coord *c);
+bool coord_cache_match(struct coord *c, const int32_t *ids, size_t n, uint32_t *id, int64_t *pos);
+int64_t coord_cache_cut(const struct coord *c, size_t n, int64_t from);
+uint32_t coord_cache_new_id(struct coord *c);
+int coord_cache_saved(struct coord *c, uint32_t id, const int32_t *ids, int64_t n, const int32_t *answer, uint32_t bytes,
+                      char *err, size_t errlen);
+bool coord_cache_evict(struct coord *c, uint32_t *id, bool *file);
+void coord_cache_forget(struct coord *c, uint32_t id);
+void coord_cache_count(struct coord *c, bool hit, int64_t reused);
+struct coord_cache_numbers coord_cache_numbers(const struct coord *c);
 
 /* util.c */
 double coord_now(void);
@@ -243,6 +274,7 @@ struct coord_outcome {
     bool cancelled;                /* shutdown ended it */
     const struct gen_result *res;
     size_t n_prompt;
+    size_t n_cached;               /* prompt ids a prompt-cache checkpoint held (not evaluated again) */
     const char *err;
 };
 struct coord_request_ops {

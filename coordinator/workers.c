@@ -187,6 +187,10 @@ static void send_configure(struct coord *c, struct coord_worker *w)
     snprintf(k.kernels, sizeof k.kernels, "%s", w->kernels ? w->kernels : "");
     k.vram_budget = c->vram_budget, k.n_ctx = c->ctx, k.layer_times = c->layer_times || !c->gw_cuda;
     k.stream_rows = (uint32_t)c->stream_rows;
+    if (gpu && c->cache) {
+        snprintf(k.cache_dir, sizeof k.cache_dir, "%s", c->cache_cfg.dir);
+        snprintf(k.cache_identity, sizeof k.cache_identity, "%s", coord_cache_identity(c));
+    }
     cJSON *m = ctl_configure_to_json(&k);
     if (!m) nb_log("cannot configure %s: out of memory", w->role);
     else if (ctl_send(c->router, w->role, m, err, sizeof err)) nb_log("cannot configure %s: %s", w->role, err);

@@ -302,13 +302,10 @@ int gw_seq_copy(gw_seq *dst, const gw_seq *src, char *err, size_t errlen);
 uint64_t gw_seq_save_bytes(const gw_seq *s);
 int gw_seq_save(const gw_seq *s, void *buf, uint64_t cap, uint64_t *len, char *err, size_t errlen);
 int gw_seq_load(gw_seq *s, const void *buf, uint64_t len, char *err, size_t errlen);
-/* The positions from which a saved state resumes bit for bit: a prefill
- * split at a multiple of this gives the logits of the unsplit prefill (GDN's
- * chunked form works in blocks of 64 from an eval's first row, so only a
- * split on a block boundary leaves every block as it was;
- * tests/engine/test_seq_state.c checks both backends' rule on the CPU).
- * 64 with GDN layers, 1 without. */
-int gw_seq_resume_align(const struct model *m);
+/* Where a saved state resumes bit for bit: core/model's model_resume_align. */
+/* The ids evaluated so far (gw_seq_pos of them, host memory, valid until the next call on s); NULL for a
+ * backend that cannot save states. */
+const int32_t *gw_seq_tokens(const gw_seq *s);
 
 int gw_eval(gw_seq *s, const struct gw_eval_args *a, char *err, size_t errlen);
 

@@ -18,8 +18,8 @@
 #include "engine/vram.h"
 
 /* GDN's chunked form works in blocks of this many rows from an eval's first
- * (both backends: CPU_GDN_CHUNK); gw_seq_resume_align follows it. */
-#define GW_GDN_CHUNK 64
+ * (both backends: CPU_GDN_CHUNK; core/model's model_resume_align follows it). */
+#define GW_GDN_CHUNK MODEL_GDN_CHUNK
 
 struct gw_seq_parts;
 

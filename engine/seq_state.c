@@ -30,13 +30,6 @@ struct seq_head {
     uint32_t layers, zero;
 };
 
-int gw_seq_resume_align(const struct model *m)
-{
-    for (int i = 0; i < m->hp.n_layer; i++)
-        if (m->layers[i].kind == MODEL_LAYER_GDN) return GW_GDN_CHUNK;
-    return 1;
-}
-
 /* The floats array j of layer i holds for n positions (n_blk block rows), or 0 where the backend has no array. */
 static int64_t array_floats(const struct model *m, const struct gw_seq_layer *l, int i, int j, int64_t n_pos, int64_t mtp_n,
                             int64_t n_blk)
@@ -66,6 +59,15 @@ static int parts_of(gw_seq *s, bool load, int64_t n_pos, int64_t mtp_n, struct g
     memset(layers, 0, (size_t)layers_of(s) * sizeof *layers);
     *p = (struct gw_seq_parts){.layers = layers};
     return s->be->ops->seq_parts(s, load, n_pos, mtp_n, p, err, errlen);
+}
+
+const int32_t *gw_seq_tokens(const gw_seq *s)
+{
+    const int L = layers_of(s);
+    struct gw_seq_layer layers[L];
+    struct gw_seq_parts p;
+    char err[8];
+    return parts_of((gw_seq *)s, false, 0, 0, &p, layers, err, sizeof err) ? NULL : p.tokens;
 }
 
 uint64_t gw_seq_save_bytes(const gw_seq *s)

@@ -3,7 +3,7 @@
  *   - a state saved after a prefill and loaded into a fresh sequence goes on
  *     bit for bit as the sequence it came from (more prefill, then decode);
  *   - the resume rule: a prefill resumed from a state saved at a multiple of
- *     gw_seq_resume_align gives the logits of the unsplit prefill, bit for bit
+ *     model_resume_align gives the logits of the unsplit prefill, bit for bit
  *     (the prompt cache's exactness rests on it);
  *   - a truncated, edited or other-model buffer is refused with NB_EINVAL and
  *     leaves the sequence reset (position 0), never half-loaded. */
@@ -48,7 +48,7 @@ static void roundtrip(const char *name)
     int32_t t[N];
     ids(t, N, r.V);
     float *ref = malloc((size_t)r.V * 4), *got = malloc((size_t)r.V * 4);
-    cr_assert_eq(gw_seq_resume_align(r.m), 64, "%s has GDN layers: resume at multiples of the GDN chunk", name);
+    cr_assert_eq(model_resume_align(r.m), 64, "%s has GDN layers: resume at multiples of the GDN chunk", name);
     /* the reference: one prefill of N tokens, then 3 decode steps */
     gw_seq *a = new_seq(&r);
     eval_range(a, t, 0, N, ref);
@@ -95,7 +95,7 @@ Test(seq_state, aligned_splits_are_exact)
     float *ref = malloc((size_t)r.V * 4), *got = malloc((size_t)r.V * 4);
     gw_seq *a = new_seq(&r);
     eval_range(a, t, 0, N, ref);
-    const int A = gw_seq_resume_align(r.m);
+    const int A = model_resume_align(r.m);
     for (int cut = A; cut < N; cut += A) {
         gw_seq *b = new_seq(&r);
         eval_range(b, t, 0, cut, got);

@@ -126,6 +126,11 @@ static void print_stats(const cJSON *r)
         printf("%s (pid %.0f, %s)\n", str(w, "name"), num(w, "pid"), cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(w, "alive")) ? "alive" : "gone");
         cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(w, "counters")) printf("  %-16s %.0f\n", c->string, c->valuedouble);
     }
+    const cJSON *pc = cJSON_GetObjectItemCaseSensitive(r, "prompt_cache");
+    if (pc) {
+        printf("prompt cache (%s)\n", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pc, "enabled")) ? "on" : "off");
+        cJSON_ArrayForEach(c, pc) if (cJSON_IsNumber(c)) printf("  %-16s %.0f\n", c->string, c->valuedouble);
+    }
 }
 
 static void print_profile(const cJSON *r)
