@@ -91,6 +91,7 @@ struct api_request {
     bool stream, include_usage;
     bool think;                 /* default on */
     bool ignore_eos;            /* end-of-turn tokens do not end the generation */
+    bool no_cache;              /* cache_prompt false: neither resumed from nor saved in the prompt cache */
     int accuracy_level;         /* 1-3, default 3 */
     bool has_accuracy_level;    /* the body gave it (else the server's default applies) */
     long long context_length;   /* 0: the model's */
@@ -259,6 +260,7 @@ struct api_job {
     int chunk;            /* prefill tokens per step */
     bool think_split;     /* chat with think on: text starts as reasoning */
     bool ignore_eos;
+    bool no_cache;        /* the request's cache_prompt false */
     gram_grammar *grammar; /* structured output (owned), or NULL */
     char *grammar_key;     /* its key (owned): api_request's */
     char *stop[API_MAX_STOP];

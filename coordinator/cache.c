@@ -17,9 +17,12 @@
  * its end — and a new prompt resumes from the longest checkpoint that is a
  * prefix of it: it prefills what follows, less than 64 tokens more than the
  * new ones.  Greedy or sampled, the output is then the uncached one's.
- * A position p is resumable when (p mod chunk) is a multiple of the
- * alignment: on the grid of the uncached prefill's evals (requests.c cuts
- * its prefill there too). */
+ * A position p is resumable for a prefill in steps of chunk (the request's
+ * prefill_chunk capped at --chunk: the uncached prefill's evals end at its
+ * multiples, gen.c keeps that grid when it resumes) when (p mod chunk) is a
+ * multiple of the alignment; a checkpoint records the chunk it was computed
+ * with and serves prefills whose grid gives it the same bits: the same
+ * chunk, or both multiples of the alignment. */
 #include "coordinator/coord.h"
 
 #include "core/kvfile/kvfile.h"
@@ -39,6 +42,7 @@ struct coord_ckpt {
     uint32_t id;
     int32_t *tokens;
     int64_t n;
+    int grid;              /* the prefill chunk it was computed with */
     uint64_t bytes, file_bytes;
     bool in_ram, on_disk;
     uint64_t used;
@@ -103,10 +107,10 @@ static void scan_dir(struct coord *c, struct coord_cache *k)
         char path[PATH_MAX + 32], err[PATH_MAX + 200];
         ckpt_path(c, (uint32_t)id, path, sizeof path);
         int32_t *tok;
-        uint32_t n;
+        uint32_t n, grid;
         uint64_t bytes;
         struct stat st;
-        if (kvfile_read_head(path, k->identity, &tok, &n, &bytes, err, sizeof err) || stat(path, &st)) {
+        if (kvfile_read_head(path, k->identity, &grid, &tok, &n, &bytes, err, sizeof err) || stat(path, &st)) {
             nb_log("prompt cache: ignoring %s", err);
             continue;
         }
@@ -115,7 +119,7 @@ static void scan_dir(struct coord *c, struct coord_cache *k)
             free(tok);
             break;
         }
-        *e = (struct coord_ckpt){.id = (uint32_t)id, .tokens = tok, .n = n, .bytes = bytes, .file_bytes = (uint64_t)st.st_size,
+        *e = (struct coord_ckpt){.id = (uint32_t)id, .tokens = tok, .n = n, .grid = (int)grid, .bytes = bytes, .file_bytes = (uint64_t)st.st_size,
                                  .on_disk = true, .used = (uint64_t)st.st_mtime};
         if ((uint32_t)id >= k->next_id) k->next_id = (uint32_t)id + 1;
     }
@@ -165,18 +169,27 @@ void coord_cache_close(struct coord *c)
 
 const char *coord_cache_identity(const struct coord *c) { return c->cache ? c->cache->identity : ""; }
 
-static bool resumable(const struct coord *c, int64_t p)
+/* p is on the grid of a prefill in steps of chunk, and a block boundary of GDN's chunked form there. */
+static bool resumable(const struct coord_cache *k, int64_t p, int chunk)
 {
-    return p > 0 && (p % c->chunk) % c->cache->align == 0;
+    return p > 0 && chunk > 0 && (p % chunk) % k->align == 0;
 }
 
-bool coord_cache_match(struct coord *c, const int32_t *ids, size_t n, uint32_t *id, int64_t *pos)
+/* A state computed on grid g is the one a prefill on grid chunk computes: the same grid, or both on
+ * block boundaries only. */
+static bool same_bits(const struct coord_cache *k, int g, int chunk)
+{
+    return g == chunk || (g > 0 && g % k->align == 0 && chunk % k->align == 0);
+}
+
+bool coord_cache_match(struct coord *c, const int32_t *ids, size_t n, int chunk, uint32_t *id, int64_t *pos)
 {
     struct coord_cache *k = c->cache;
     int best = -1;
     for (int i = 0; k && i < k->n; i++) {
         const struct coord_ckpt *e = &k->e[i];
-        if (e->n >= (int64_t)n || !resumable(c, e->n) || (best >= 0 && e->n < k->e[best].n)) continue; /* one token at least to evaluate */
+        if (e->n >= (int64_t)n || !resumable(k, e->n, chunk) || !same_bits(k, e->grid, chunk) || (best >= 0 && e->n < k->e[best].n))
+            continue; /* one token at least is left to evaluate: its logits */
         if (best >= 0 && e->n == k->e[best].n && !e->in_ram) continue;
         if (memcmp(e->tokens, ids, (size_t)e->n * sizeof *ids)) continue;
         best = i;
@@ -187,18 +200,18 @@ bool coord_cache_match(struct coord *c, const int32_t *ids, size_t n, uint32_t *
     return true;
 }
 
-int64_t coord_cache_cut(const struct coord *c, size_t n, int64_t from)
+int64_t coord_cache_cut(const struct coord *c, size_t n, int chunk, int64_t from)
 {
     if (!c->cache) return 0;
     for (int64_t p = (int64_t)n; p > from; p--)
-        if (resumable(c, p)) return p;
+        if (resumable(c->cache, p, chunk)) return p;
     return 0;
 }
 
 uint32_t coord_cache_new_id(struct coord *c) { return c->cache->next_id++; }
 
-int coord_cache_saved(struct coord *c, uint32_t id, const int32_t *ids, int64_t n, const int32_t *answer, uint32_t bytes,
-                      char *err, size_t errlen)
+int coord_cache_saved(struct coord *c, uint32_t id, const int32_t *ids, int64_t n, int chunk, const int32_t *answer,
+                      uint32_t bytes, char *err, size_t errlen)
 {
     struct coord_cache *k = c->cache;
     if (bytes != 20) return nb_errf(err, errlen, NB_EIO, "gpu-worker: a save answer of %u bytes", bytes);
@@ -215,7 +228,7 @@ int coord_cache_saved(struct coord *c, uint32_t id, const int32_t *ids, int64_t 
         return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     }
     memcpy(t, ids, (size_t)n * sizeof *t);
-    *e = (struct coord_ckpt){.id = id, .tokens = t, .n = n, .bytes = state, .in_ram = true, .on_disk = c->cache_cfg.dir[0] != 0,
+    *e = (struct coord_ckpt){.id = id, .tokens = t, .n = n, .grid = chunk, .bytes = state, .in_ram = true, .on_disk = c->cache_cfg.dir[0] != 0,
                              .file_bytes = state + (uint64_t)n * 4 + 4096, .used = ++k->clock + (1ull << 40)};
     k->num.saves++;
     recount(k);

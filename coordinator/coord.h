@@ -178,11 +178,11 @@ struct coord_cache_numbers {
 int coord_cache_open(struct coord *c, char *err, size_t errlen);
 void coord_cache_close(struct coord *c);
 const char *coord_cache_identity(const struct coord *c);
-bool coord_cache_match(struct coord *c, const int32_t *ids, size_t n, uint32_t *id, int64_t *pos);
-int64_t coord_cache_cut(const struct coord *c, size_t n, int64_t from);
+bool coord_cache_match(struct coord *c, const int32_t *ids, size_t n, int chunk, uint32_t *id, int64_t *pos);
+int64_t coord_cache_cut(const struct coord *c, size_t n, int chunk, int64_t from);
 uint32_t coord_cache_new_id(struct coord *c);
-int coord_cache_saved(struct coord *c, uint32_t id, const int32_t *ids, int64_t n, const int32_t *answer, uint32_t bytes,
-                      char *err, size_t errlen);
+int coord_cache_saved(struct coord *c, uint32_t id, const int32_t *ids, int64_t n, int chunk, const int32_t *answer,
+                      uint32_t bytes, char *err, size_t errlen);
 bool coord_cache_evict(struct coord *c, uint32_t *id, bool *file);
 void coord_cache_forget(struct coord *c, uint32_t id);
 void coord_cache_count(struct coord *c, bool hit, int64_t reused);
@@ -296,6 +296,7 @@ struct coord_request_spec {
     const char *logits_out;
     int chunk;
     bool ignore_stop;
+    bool no_cache;     /* neither resumed from nor saved in the prompt cache (cache_prompt false) */
     bool want_logits;  /* every token's full row of logits (ops.on_logits): no argmax shortcut */
     const gram_grammar *grammar;   /* structured output (core/grammar), borrowed until on_done; NULL: none */
     const char *grammar_key;       /* its response_format's text (api_format.c): the matcher cache's key; NULL: not cached */

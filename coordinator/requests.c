@@ -52,10 +52,11 @@ struct coord_request {
     gram_matcher *constrain; /* structured output: the session's matcher (NULL: none), from grammars.c */
     int constrain_slot;      /* its cache entry, or -1 */
     size_t n_prompt;
-    int32_t *ids;          /* the prompt (the cache's index compares and keeps ids) */
+    int32_t *ids;          /* the prompt (the cache's index compares and keeps ids); NULL: no cache for it */
     uint32_t ckpt;         /* the checkpoint loaded or being saved */
     int64_t cached;        /* prompt ids the loaded checkpoint held (0: none) */
     int64_t cut;           /* where the prefill saves a checkpoint (0: nowhere) */
+    int chunk;             /* prefill ids per step (the grid the cache's rule needs) */
     bool saved;
     enum rq_state state;
     enum gen_phase phase;  /* of the step in flight */
@@ -194,7 +195,7 @@ static void start_attempt(struct coord *c)
     r->cached = 0, r->cut = 0, r->saved = false;
     uint32_t id;
     int64_t pos;
-    if (c->cache && coord_cache_match(c, r->ids, r->n_prompt, &id, &pos)) { /* resume from a checkpoint */
+    if (c->cache && r->ids && coord_cache_match(c, r->ids, r->n_prompt, r->chunk, &id, &pos)) { /* resume from a checkpoint */
         const int32_t msg[2] = {(int32_t)id, (int32_t)pos};
         r->state = RQ_LOAD, r->ckpt = id, r->cached = pos;
         return send_step(c, STEP_LOAD, msg, 2, false, 0);
@@ -268,7 +269,7 @@ static void prefill_from(struct coord *c, int64_t cached)
     struct coord_request *r = c->rq_head;
     r->cached = cached;
     coord_cache_count(c, cached > 0, cached);
-    r->cut = coord_cache_cut(c, r->n_prompt, cached);
+    r->cut = r->ids ? coord_cache_cut(c, r->n_prompt, r->chunk, cached) : 0;
     gen_resume(r->gen, (size_t)cached, (size_t)r->cut);
     next_step(c);
 }
@@ -302,7 +303,7 @@ static void cache_answer(struct coord *c, const struct coord_step_reply *a)
     if (r->state == RQ_SAVE) {
         r->saved = true, r->state = RQ_EVAL;
         if (bad) nb_log("prompt cache: saving checkpoint %08x failed: %.200s", r->ckpt, why);
-        else if (coord_cache_saved(c, r->ckpt, r->ids, r->cut, a->payload, a->payload_bytes, err, sizeof err))
+        else if (coord_cache_saved(c, r->ckpt, r->ids, r->cut, r->chunk, a->payload, a->payload_bytes, err, sizeof err))
             nb_log("prompt cache: %s", err);
         return evict_or_go_on(c);
     }
@@ -364,8 +365,8 @@ void coord_requests_on_step(struct coord *c)
     if (end) gen_cancel(r->gen);
     if (r->phase == GEN_PREFILL && r->cut && !r->saved && (int64_t)gen_prefilled(r->gen) == r->cut) { /* a checkpoint here */
         r->ckpt = coord_cache_new_id(c), r->state = RQ_SAVE;
-        const int32_t msg[2] = {(int32_t)r->ckpt, 1};
-        return send_step(c, STEP_SAVE, msg, 2, false, 0);
+        const int32_t msg[3] = {(int32_t)r->ckpt, 1, r->chunk};
+        return send_step(c, STEP_SAVE, msg, 3, false, 0);
     }
     next_step(c);
 }
@@ -389,12 +390,13 @@ int coord_request_submit(struct coord *c, const struct coord_request_spec *s, co
         if (r->constrain) coord_grammar_give(c, r->constrain, r->constrain_slot);
         return free(r), rc;
     }
-    if (c->cache && !(r->ids = malloc(s->n * sizeof *r->ids))) {
+    if (c->cache && !s->no_cache && !(r->ids = malloc(s->n * sizeof *r->ids))) {
         gen_free(r->gen);
         if (r->constrain) coord_grammar_give(c, r->constrain, r->constrain_slot);
         return free(r), nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     }
     if (r->ids) memcpy(r->ids, s->ids, s->n * sizeof *r->ids);
+    r->chunk = chunk;
     r->ops = *ops, r->ctx = ctx, r->n_prompt = s->n, r->state = RQ_QUEUED, r->want_logits = s->want_logits;
     if (c->rq_tail) c->rq_tail->next = r;
     else c->rq_head = r;

@@ -38,9 +38,10 @@
  *   rows: with STEP_FLAG_ARGMAX one int32 argmax each, else V float32 logits
  *   each.
  * The prompt cache (issue 17; gpu-worker/proc/cache.c, coordinator/cache.c):
- *   two int32 each, hdr.n_tokens = 2:
- *   STEP_SAVE [id, persist]: the sequence's state now becomes checkpoint id
- *     (and, with persist and a cache dir, its file).  Response: int32
+ *   int32 arguments, hdr.n_tokens their count:
+ *   STEP_SAVE [id, persist, grid]: the sequence's state now becomes checkpoint
+ *     id (and, with persist and a cache dir, its file, which records grid: the
+ *     prefill chunk the state was computed with).  Response: int32
  *     [bytes lo, bytes hi, positions, tokens hash lo, hi] (kvfile_hash of the
  *     sequence's ids, seed 3: the coordinator checks they are its own).
  *   STEP_LOAD [id, positions]: the sequence becomes checkpoint id (from RAM,

@@ -1,6 +1,6 @@
 /* kvfile.c — the spill file of kvfile.h.
  *
- *   char magic[8] "NBKVSPL1", u32 version, u32 n_tokens,
+ *   char magic[8] "NBKVSPL1", u32 version, u32 n_tokens, u32 grid, u32 0,
  *   u64 state_bytes, u64 state_hash, u64 tokens_hash,
  *   char identity[KVFILE_IDENTITY_MAX] (NUL-padded),
  *   i32 tokens[n_tokens], state bytes.
@@ -23,7 +23,7 @@
 
 struct head {
     char magic[8];
-    uint32_t version, n_tokens;
+    uint32_t version, n_tokens, grid, zero;
     uint64_t state_bytes, state_hash, tokens_hash;
     char identity[KVFILE_IDENTITY_MAX];
 };
@@ -67,10 +67,10 @@ static int read_all(int fd, void *p, uint64_t n)
     return 0;
 }
 
-int kvfile_write(const char *path, const char *identity, const int32_t *tokens, uint32_t n_tokens, const void *state,
-                 uint64_t state_bytes, char *err, size_t errlen)
+int kvfile_write(const char *path, const char *identity, uint32_t grid, const int32_t *tokens, uint32_t n_tokens,
+                 const void *state, uint64_t state_bytes, char *err, size_t errlen)
 {
-    struct head h = {.version = VERSION, .n_tokens = n_tokens, .state_bytes = state_bytes};
+    struct head h = {.version = VERSION, .n_tokens = n_tokens, .grid = grid, .state_bytes = state_bytes};
     if (strlen(identity) >= sizeof h.identity) return nb_errf(err, errlen, NB_EINVAL, "cache identity too long");
     memcpy(h.magic, MAGIC, 8);
     strcpy(h.identity, identity);
@@ -109,8 +109,8 @@ static int open_checked(const char *path, const char *identity, struct head *h, 
     return fd;
 }
 
-int kvfile_read_head(const char *path, const char *identity, int32_t **tokens, uint32_t *n_tokens, uint64_t *state_bytes,
-                     char *err, size_t errlen)
+int kvfile_read_head(const char *path, const char *identity, uint32_t *grid, int32_t **tokens, uint32_t *n_tokens,
+                     uint64_t *state_bytes, char *err, size_t errlen)
 {
     struct head h;
     *tokens = NULL;
@@ -123,7 +123,7 @@ int kvfile_read_head(const char *path, const char *identity, int32_t **tokens, u
                                                                            : 0;
     close(fd);
     if (rc) return free(t), rc;
-    *tokens = t, *n_tokens = h.n_tokens, *state_bytes = h.state_bytes;
+    *tokens = t, *n_tokens = h.n_tokens, *state_bytes = h.state_bytes, *grid = h.grid;
     return 0;
 }
 

@@ -22,11 +22,13 @@
 /* A 64-bit hash of bytes (not cryptographic: it finds corruption). */
 uint64_t kvfile_hash(const void *p, uint64_t n, uint64_t seed);
 
-int kvfile_write(const char *path, const char *identity, const int32_t *tokens, uint32_t n_tokens, const void *state,
-                 uint64_t state_bytes, char *err, size_t errlen);
-/* The header: the tokens (malloc'ed, *tokens) and the state's size. */
-int kvfile_read_head(const char *path, const char *identity, int32_t **tokens, uint32_t *n_tokens, uint64_t *state_bytes,
-                     char *err, size_t errlen);
+/* grid: the prefill chunk the state was computed with (its evals' grid: which later prefills it
+ * resumes exactly depends on it; coordinator/cache.c). */
+int kvfile_write(const char *path, const char *identity, uint32_t grid, const int32_t *tokens, uint32_t n_tokens,
+                 const void *state, uint64_t state_bytes, char *err, size_t errlen);
+/* The header: the grid, the tokens (malloc'ed, *tokens) and the state's size. */
+int kvfile_read_head(const char *path, const char *identity, uint32_t *grid, int32_t **tokens, uint32_t *n_tokens,
+                     uint64_t *state_bytes, char *err, size_t errlen);
 /* The state (malloc'ed, *state), checked against its hash; n_tokens: what the
  * caller expects the file to cover. */
 int kvfile_read_state(const char *path, const char *identity, uint32_t n_tokens, void **state, uint64_t *state_bytes, char *err,

@@ -9,7 +9,7 @@
  * writer thread, so a save costs the request only the copy into RAM, and a
  * checkpoint dropped from RAM or left by an earlier instance is read back
  * from its file on a load.  The step ops (gpu-worker/step_proto.h):
- *   STEP_SAVE [id, persist]  the sequence now → checkpoint id (+ its file)
+ *   STEP_SAVE [id, persist, grid]  the sequence now → checkpoint id (+ its file)
  *   STEP_LOAD [id, n_pos]    checkpoint id (RAM, else its file) → the sequence
  *   STEP_DROP [id, file]     forget id in RAM (and remove its file)
  * The writer only reads an entry's state; an entry is freed under the lock,
@@ -32,7 +32,7 @@ struct gwp_ckpt {
     void *state;
     uint64_t bytes;
     int32_t *tokens;
-    uint32_t n_tokens;
+    uint32_t n_tokens, grid;
     bool to_write, writing, dropped, unlink_after;
     struct gwp_ckpt *next;
 };
@@ -74,7 +74,7 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&c->mu);
         char path[CTL_PATH_MAX + 32], err[512];
         path_of(c, e->id, path, sizeof path);
-        if (kvfile_write(path, c->identity, e->tokens, e->n_tokens, e->state, e->bytes, err, sizeof err))
+        if (kvfile_write(path, c->identity, e->grid, e->tokens, e->n_tokens, e->state, e->bytes, err, sizeof err))
             nb_log("prompt cache: %s", err);
         pthread_mutex_lock(&c->mu);
         e->writing = false;
@@ -150,7 +150,8 @@ int gwp_cache_serve(struct gwp_cache *c, gw_seq *seq, const struct ring_slot *re
 {
     const uint32_t op = req->hdr->layer;
     const int32_t *a = req->payload;
-    if (req->hdr->n_tokens != 2 || req->hdr->payload_bytes < 8) return nb_errf(err, errlen, NB_EINVAL, "bad cache step (op %u)", op);
+    const uint32_t n_args = req->hdr->n_tokens;
+    if (n_args != (op == STEP_SAVE ? 3u : 2u) || req->hdr->payload_bytes < n_args * 4) return nb_errf(err, errlen, NB_EINVAL, "bad cache step (op %u)", op);
     const uint32_t id = (uint32_t)a[0];
     int rc = 0;
     if (op == STEP_DROP) {
@@ -170,7 +171,7 @@ int gwp_cache_serve(struct gwp_cache *c, gw_seq *seq, const struct ring_slot *re
         }
         if ((rc = gw_seq_save(seq, e->state, cap, &e->bytes, err, errlen))) return ckpt_free(e), rc;
         memcpy(e->tokens, tok, (size_t)n * 4);
-        e->id = id, e->n_tokens = (uint32_t)n, e->to_write = a[1] != 0 && c->dir[0];
+        e->id = id, e->n_tokens = (uint32_t)n, e->grid = (uint32_t)a[2], e->to_write = a[1] != 0 && c->dir[0];
         pthread_mutex_lock(&c->mu);
         drop(c, id, false);
         e->next = c->list, c->list = e, c->ram_bytes += e->bytes;
