@@ -118,7 +118,7 @@ ifneq ($(strip $(CU_SRCS)),)
 CFLAGS_BASE += -DNB_HAVE_CUDA
 ENGINE_OBJS += $(CU_OBJS)
 LDLIBS_BASE += -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
-CUDA_CHECK  := $(BUILD)/tests/cuda/check_backend
+CUDA_CHECK  := $(BUILD)/tests/cuda/check_backend $(BUILD)/tests/cuda/check_seq_state
 endif
 endif
 # The backend follows the CPU reference's rounding: no fused multiply-adds
@@ -228,7 +228,7 @@ $(BUILD)/obj/%.o: %.cu
 # The GPU checks of the CUDA backend against the CPU reference (no Criterion:
 # they run on the GPU machine; tests/cuda/run-backend-on-gpu.sh).
 cuda-check: $(CUDA_CHECK)
-$(BUILD)/tests/cuda/check_backend: tests/cuda/check_backend.c $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB)
+$(BUILD)/tests/cuda/check_backend $(BUILD)/tests/cuda/check_seq_state: $(BUILD)/tests/cuda/%: tests/cuda/%.c $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
 
@@ -257,6 +257,7 @@ test-gpu: deps
 	@bash tests/cuda/run-on-gpu.sh --no-timing
 	@$(MAKE) --no-print-directory all cuda-check
 	@bash tests/cuda/run-backend-on-gpu.sh
+	@bash tests/cuda/run-seq-state-on-gpu.sh
 
 # The sanitized engine (SANITIZE=1 above) in its own build directory, then
 # under it the Criterion suites, the pipeline test and the HTTP API's tests
