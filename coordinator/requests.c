@@ -29,6 +29,7 @@
 #include "core/gen/gen.h"
 #include "core/gen/window.h"
 #include "core/model/model.h"
+#include "core/tokenizer/tokenizer.h"
 #include "core/util/err.h"
 #include "core/util/log.h"
 #include "gpu-worker/step_proto.h"
@@ -57,6 +58,7 @@ struct coord_request {
     int64_t cached;        /* prompt ids the loaded checkpoint held (0: none) */
     int64_t cut;           /* where the prefill saves a checkpoint (0: nowhere) */
     int chunk;             /* prefill ids per step (the grid the cache's rule needs) */
+    size_t stable;         /* the prompt's part a next turn repeats: up to its last <|im_start|> (else all of it) */
     bool saved;
     enum rq_state state;
     enum gen_phase phase;  /* of the step in flight */
@@ -269,7 +271,7 @@ static void prefill_from(struct coord *c, int64_t cached)
     struct coord_request *r = c->rq_head;
     r->cached = cached;
     coord_cache_count(c, cached > 0, cached);
-    r->cut = r->ids ? coord_cache_cut(c, r->n_prompt, r->chunk, cached) : 0;
+    r->cut = r->ids ? coord_cache_cut(c, r->stable, r->chunk, cached) : 0;
     gen_resume(r->gen, (size_t)cached, (size_t)r->cut);
     next_step(c);
 }
@@ -396,6 +398,13 @@ int coord_request_submit(struct coord *c, const struct coord_request_spec *s, co
         return free(r), nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     }
     if (r->ids) memcpy(r->ids, s->ids, s->n * sizeof *r->ids);
+    /* A chat prompt ends with the generation prompt (<|im_start|>assistant, an empty think block…),
+     * which the next turn's history renders otherwise: its checkpoint goes at or below that turn's opening. */
+    const int32_t im_start = c->tok ? tok_id_of(c->tok, "<|im_start|>") : -1;
+    r->stable = s->n;
+    while (im_start >= 0 && r->ids && r->stable > 0 && r->ids[r->stable - 1] != im_start) r->stable--;
+    if (r->stable > 0) r->stable--; /* before the <|im_start|> itself */
+    if (!r->stable) r->stable = s->n;  /* none: the whole prompt */
     r->chunk = chunk;
     r->ops = *ops, r->ctx = ctx, r->n_prompt = s->n, r->state = RQ_QUEUED, r->want_logits = s->want_logits;
     if (c->rq_tail) c->rq_tail->next = r;

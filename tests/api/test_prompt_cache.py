@@ -9,10 +9,12 @@ logprobs (every row's logits: the comparison is of the distribution, not only of
   - the output (text, and the logprobs to the last digit) equals the cache-off run's;
   - usage.prompt_tokens_details.cached_tokens (and timings.prompt_cached) is what the rule gives:
     the longest earlier checkpoint that is a prefix of this prompt, a checkpoint being each earlier
-    prompt's last multiple of 64 above what it resumed from (the prompts' ids from /api/tokenize);
+    prompt's last multiple of 64 above what it resumed from and at or below its last <|im_start|>
+    (the generation prompt, which the next turn renders otherwise; ids from /api/tokenize);
   - the gpu-worker evaluated exactly (prompt − cached) + (completion − 1) rows (its tokens counter):
-    nothing cached is computed again, and on later turns the prefill is the new tokens plus fewer
-    than 64;
+    nothing cached is computed again, and from the second turn on the prefill is the new tokens (past
+    what the prompt shares with the turn before's) plus fewer than 64 plus the turn before's generation
+    prompt (from its last <|im_start|>: the checkpoint is taken below it);
   - nebulactl stats and /metrics count the hits, misses and tokens reused.
 Then the coordinator is stopped and started again on the same directory: the next turn resumes from
 the checkpoint written before the restart (prefill = only what follows it) with the reference's
@@ -66,6 +68,17 @@ def metric(name, labels=""):
     return None
 
 
+_im_start = []
+
+
+def im_start():
+    if not _im_start:
+        st, d = jcall("POST", "/api/tokenize", {"text": "<|im_start|>"})
+        check(st == 200 and d.get("count") == 1, f"<|im_start|> is one token: {d}")
+        _im_start.append(d["tokens"][0])
+    return _im_start[0]
+
+
 def prompt_ids(messages):
     st, d = jcall("POST", "/api/tokenize", {"messages": messages, "think": False})
     check(st == 200, f"tokenize: {st} {d}")
@@ -87,6 +100,7 @@ def conversation(s, sampled, logprobs, reference=None, turns=range(TURNS), histo
     history = list(history or [])
     ckpts = list(ckpts or [])  # the token prefixes the server should hold
     outs = []
+    prev_ids = None
     for k in turns:
         history.append({"role": "user", "content": user_text(k)})
         ids = prompt_ids(history)
@@ -111,13 +125,21 @@ def conversation(s, sampled, logprobs, reference=None, turns=range(TURNS), histo
             ref = reference[k - turns.start]
             check(out == ref, f"{label} turn {k}: output differs from the cache-off run: {str(out)[:200]} vs {str(ref)[:200]}")
             start = cached or 0
-            cut = next((p for p in range(len(ids), start, -1) if p % ALIGN == 0), 0)
+            # at or below the prompt's last turn opening (the generation prompt is rendered otherwise in the next turn)
+            stable = max(i for i, t in enumerate(ids) if t == im_start()) if im_start() in ids[1:] else len(ids)
+            cut = next((p for p in range(stable, start, -1) if p % ALIGN == 0), 0)
             if cut:
                 ckpts.append(ids[:cut])
-            if k >= 3:
-                prev = [len(p) for p in ckpts[:-1] if ids[:len(p)] == p]
-                new_tokens = len(ids) - max(prev + [0])
-                check(len(ids) - (cached or 0) < new_tokens + ALIGN, f"{label} turn {k}: prefilled {len(ids) - (cached or 0)}")
+            if prev_ids is not None:  # the new tokens: past what this prompt shares with the turn before's
+                common = next((i for i, (x, y) in enumerate(zip(ids, prev_ids)) if x != y), min(len(ids), len(prev_ids)))
+                pre = len(ids) - (cached or 0)
+                gen_prompt = len(prev_ids) - prev_stable  # the turn before's generation prompt, rendered otherwise now
+                check(pre < len(ids) - common + gen_prompt + ALIGN,
+                      f"{label} turn {k}: prefilled {pre}, {len(ids) - common} new tokens (+ {gen_prompt} of the last generation prompt)")
+                if os.environ.get("VERBOSE"):
+                    print(f"{label} turn {k}: {len(ids)} prompt tokens, {len(ids) - common} new, {cached} cached, {pre} prefilled "
+                          f"(the generation prompt before: {gen_prompt})")
+            prev_ids, prev_stable = ids, stable
         history.append({"role": "assistant", "content": msg.get("content") or ""})
     return outs, history, ckpts
 
