@@ -4,18 +4,18 @@
  * fd events and timers with callbacks, never re-entered).  The pieces and
  * who may call whom — a DAG, checked by tests/tools/test_coord_deps.sh:
  *
- *   main      → control, api_run, api_http, requests, step, workers, context, util
- *   control   → generate, requests, workers        api_run → requests, api_http, workers
+ *   main      → control, api_run, api_http, requests, step, workers, context, cache, util
+ *   control   → generate, requests, workers, cache api_run → requests, api_http, workers, cache
  *   generate  → requests                           api_http → api_request, api_text, api_views
- *   requests  → step, workers                      workers → cpu_plan
- *   (util, context, cpu_plan, step, api_text, api_request: leaves; util is below all)
+ *   requests  → step, workers, cache               workers → cpu_plan, cache
+ *   (util, context, cpu_plan, step, cache, api_text, api_request: leaves; util is below all)
  *
  * main.c: flags, the instance, regions, the loop's events, start-up as a
  * state, teardown.  workers.c: spawning, hello → configure → ready,
  * heartbeats and restarts.  control.c: ctl.sock (REP) and its requests.
  * generate.c: ctl's generate → a request.  requests.c: the one queue of
  * requests (ctl generates and HTTP jobs), each a state machine driving a
- * core/gen session over the step ring.  step.c: the step ring as an fd
+ * core/gen session over the step ring.  cache.c: the prompt cache's index.  step.c: the step ring as an fd
  * event (a waiter thread and an eventfd).  Upward news travels by callbacks
  * registered in struct coord (on_workers, on_idle), never by name. */
 #ifndef NB_COORD_H

@@ -135,13 +135,17 @@ int kvfile_read_state(const char *path, const char *identity, uint32_t n_tokens,
     int fd = open_checked(path, identity, &h, err, errlen);
     if (fd < 0) return NB_EFORMAT;
     void *b = NULL;
+    int32_t *t = malloc((size_t)h.n_tokens * 4 + 4);
     int rc = h.n_tokens != n_tokens ? nb_errf(err, errlen, NB_EFORMAT, "%s covers %u tokens, not %u", path, h.n_tokens, n_tokens)
-             : lseek(fd, (off_t)h.n_tokens * 4, SEEK_CUR) < 0 ? nb_errf(err, errlen, NB_EIO, "%s: seek failed", path)
+             : !t ? nb_errf(err, errlen, NB_ENOMEM, "out of memory")
+             : read_all(fd, t, (uint64_t)h.n_tokens * 4) ? nb_errf(err, errlen, NB_EFORMAT, "%s: truncated", path)
+             : kvfile_hash(t, (uint64_t)h.n_tokens * 4, 2) != h.tokens_hash ? nb_errf(err, errlen, NB_EFORMAT, "%s: its tokens are corrupt", path)
              : !(b = malloc(h.state_bytes ? h.state_bytes : 1)) ? nb_errf(err, errlen, NB_ENOMEM, "out of memory for %s", path)
              : read_all(fd, b, h.state_bytes) ? nb_errf(err, errlen, NB_EFORMAT, "%s: truncated", path)
              : kvfile_hash(b, h.state_bytes, 1) != h.state_hash ? nb_errf(err, errlen, NB_EFORMAT, "%s: its state is corrupt", path)
                                                                 : 0;
     close(fd);
+    free(t);
     if (rc) return free(b), rc;
     *state = b, *state_bytes = h.state_bytes;
     return 0;
