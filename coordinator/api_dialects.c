@@ -50,16 +50,25 @@ static int copy(cJSON *dst, const char *name, const cJSON *src, const char *k)
     return c && cJSON_AddItemToObject(dst, name, c) ? 0 : -1;
 }
 
-/* Text of a string, or of an array of blocks of type `type` ({type, text}, other keys in `extra`
- * allowed), concatenated; NULL with e filled otherwise. */
-static char *block_text(const cJSON *c, const char *param, const char *type, const char *const *extra, struct api_error *e)
+/* The text blocks a dialect accepts in a content array: their types, every key such a block may carry (type and
+ * text included), how errors name them, and whether an absent content is the empty text. */
+struct text_blocks {
+    const char *const *types, *const *keys;
+    const char *noun;
+    bool absent_empty;
+};
+
+/* Text of a string, or of an array of text blocks ({type, text, …}) concatenated; NULL with e filled otherwise. */
+static char *blocks_text(const cJSON *c, const char *param, const struct text_blocks *tb, struct api_error *e)
 {
-    if (cJSON_IsString(c) || !c) {
+    if (cJSON_IsString(c) || (!c && tb->absent_empty)) {
         char *s = strdup(c ? c->valuestring : "");
         if (!s) oom(e);
         return s;
     }
-    if (!cJSON_IsArray(c)) return bad(e, param, "invalid_type", "must be a string or an array of text blocks"), NULL;
+    if (!cJSON_IsArray(c))
+        return api_errorf(e, 400, "invalid_request_error", param, "invalid_type", "'%s' must be a string or an array of %s", param, tb->noun),
+               NULL;
     struct api_buf b = {0};
     api_buf_add(&b, "", 0);
     int i = 0;
@@ -68,18 +77,28 @@ static char *block_text(const cJSON *c, const char *param, const char *type, con
         snprintf(p, sizeof p, "%s[%d]", param, i);
         const cJSON *t = get(x, "type"), *tx = get(x, "text");
         if (!cJSON_IsObject(x) || !cJSON_IsString(t)) return api_buf_free(&b), bad(e, p, "invalid_type", "must be a block with a \"type\""), NULL;
-        if (strcmp(t->valuestring, type))
-            return api_buf_free(&b), api_errorf(e, 400, "invalid_request_error", p, "unsupported_content", "blocks of type '%.40s' are not supported here (%s only)",
-                                                t->valuestring, type),
+        const char *const *ty = tb->types;
+        while (*ty && strcmp(*ty, t->valuestring)) ty++;
+        if (!*ty) {
+            char list[96] = "";
+            for (ty = tb->types; *ty; ty++) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", ty == tb->types ? "" : ", ", *ty);
+            return api_buf_free(&b), api_errorf(e, 400, "invalid_request_error", p, "unsupported_content",
+                                                "%s of type '%.40s' are not supported here (%s only)", tb->noun, t->valuestring, list),
                    NULL;
+        }
+        if (unknown_key(x, p, tb->keys, e)) return api_buf_free(&b), NULL;
         if (!cJSON_IsString(tx)) return api_buf_free(&b), bad(e, p, "invalid_type", "needs a string \"text\""), NULL;
-        const char *known[8] = {"type", "text"};
-        for (int k = 0; extra && extra[k] && k < 5; k++) known[2 + k] = extra[k];
-        if (unknown_key(x, p, known, e)) return api_buf_free(&b), NULL;
         if (api_buf_add(&b, tx->valuestring, strlen(tx->valuestring))) return api_buf_free(&b), oom(e), NULL;
     }
     return b.p;
 }
+
+static const char *const anthropic_text[] = {"text", NULL};
+static const char *const anthropic_text_keys[] = {"type", "text", "cache_control", "citations", NULL};
+static const char *const anthropic_result_keys[] = {"type", "text", "cache_control", NULL};
+/* Anthropic's system prompt and a tool result's content. */
+static const struct text_blocks anthropic_system = {anthropic_text, anthropic_text_keys, "text blocks", true};
+static const struct text_blocks anthropic_result = {anthropic_text, anthropic_result_keys, "text blocks", true};
 
 static cJSON *msg(cJSON *msgs, const char *role, const char *content)
 {
@@ -146,13 +165,11 @@ static int anthropic_message(const cJSON *m, int i, cJSON *msgs, struct api_erro
         }
         const char *t = type->valuestring;
         if (!strcmp(t, "text")) {
-            static const char *const kk[] = {"type", "text", "cache_control", "citations", NULL};
             const cJSON *tx = get(b, "text");
-            if (!(rc = unknown_key(b, p, kk, e)) && !cJSON_IsString(tx)) rc = bad(e, p, "invalid_type", "needs a string \"text\"");
+            if (!(rc = unknown_key(b, p, anthropic_text_keys, e)) && !cJSON_IsString(tx)) rc = bad(e, p, "invalid_type", "needs a string \"text\"");
             if (!rc) api_buf_add(&text, tx->valuestring, strlen(tx->valuestring));
         } else if (!strcmp(t, "tool_result") && user) {
             static const char *const kk[] = {"type", "tool_use_id", "content", "is_error", "cache_control", NULL};
-            static const char *const tk[] = {"cache_control", NULL};
             const cJSON *id = get(b, "tool_use_id");
             if ((rc = unknown_key(b, p, kk, e))) break;
             if (!cJSON_IsString(id)) {
@@ -161,7 +178,7 @@ static int anthropic_message(const cJSON *m, int i, cJSON *msgs, struct api_erro
             }
             char cp[112];
             snprintf(cp, sizeof cp, "%s.content", p);
-            char *out = block_text(get(b, "content"), cp, "text", tk, e);
+            char *out = blocks_text(get(b, "content"), cp, &anthropic_result, e);
             if (!out) {
                 rc = e->status;
                 break;
@@ -310,8 +327,7 @@ static cJSON *messages_to_chat(const cJSON *root, struct api_error *e)
     }
     const cJSON *sys = get(root, "system");
     if (sys) {
-        static const char *const sk[] = {"cache_control", "citations", NULL};
-        char *s = block_text(sys, "system", "text", sk, e);
+        char *s = blocks_text(sys, "system", &anthropic_system, e);
         if (!s) return cJSON_Delete(chat), NULL;
         msg(msgs, "system", s);
         free(s);
@@ -340,29 +356,10 @@ static cJSON *messages_to_chat(const cJSON *root, struct api_error *e)
 
 /* ---------- OpenAI Responses ---------- */
 
-/* The text of an item's content: a string, or parts of the given types. */
-static char *parts_text(const cJSON *c, const char *param, struct api_error *e)
-{
-    if (cJSON_IsString(c)) return strdup(c->valuestring);
-    if (!cJSON_IsArray(c)) return bad(e, param, "invalid_type", "must be a string or an array of parts"), NULL;
-    struct api_buf b = {0};
-    api_buf_add(&b, "", 0);
-    int i = 0;
-    for (const cJSON *x = c->child; x; x = x->next, i++) {
-        char p[96];
-        snprintf(p, sizeof p, "%s[%d]", param, i);
-        const cJSON *t = get(x, "type"), *tx = get(x, "text");
-        const char *ty = cJSON_IsString(t) ? t->valuestring : "";
-        if (strcmp(ty, "input_text") && strcmp(ty, "output_text") && strcmp(ty, "text"))
-            return api_buf_free(&b), api_errorf(e, 400, "invalid_request_error", p, "unsupported_content",
-                                                "parts of type '%.40s' are not supported (input_text, output_text)", ty), NULL;
-        static const char *const kk[] = {"type", "text", "annotations", "logprobs", NULL};
-        if (unknown_key(x, p, kk, e)) return api_buf_free(&b), NULL;
-        if (!cJSON_IsString(tx)) return api_buf_free(&b), bad(e, p, "invalid_type", "needs a string \"text\""), NULL;
-        if (api_buf_add(&b, tx->valuestring, strlen(tx->valuestring))) return api_buf_free(&b), oom(e), NULL;
-    }
-    return b.p;
-}
+static const char *const responses_part_types[] = {"input_text", "output_text", "text", NULL};
+static const char *const responses_part_keys[] = {"type", "text", "annotations", "logprobs", NULL};
+/* A Responses item's content or output: a string or text parts, never absent. */
+static const struct text_blocks responses_parts = {responses_part_types, responses_part_keys, "parts", false};
 
 static int responses_item(const cJSON *it, int i, cJSON *msgs, char **reasoning, struct api_error *e)
 {
@@ -380,7 +377,7 @@ static int responses_item(const cJSON *it, int i, cJSON *msgs, char **reasoning,
         const char *r = cJSON_IsString(role) ? role->valuestring : "";
         if (strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "system") && strcmp(r, "developer"))
             return bad(e, p, "invalid_value", "needs a role: user, assistant, system or developer");
-        char *text = parts_text(get(it, "content"), cp, e);
+        char *text = blocks_text(get(it, "content"), cp, &responses_parts, e);
         if (!text) return e->status;
         cJSON *m = msg(msgs, r, text);
         free(text);
@@ -410,7 +407,7 @@ static int responses_item(const cJSON *it, int i, cJSON *msgs, char **reasoning,
         if (rc) return rc;
         const cJSON *id = get(it, "call_id");
         snprintf(cp, sizeof cp, "%s.output", p);
-        char *out = cJSON_IsString(id) ? parts_text(get(it, "output"), cp, e) : (bad(e, p, "invalid_type", "needs a string call_id"), NULL);
+        char *out = cJSON_IsString(id) ? blocks_text(get(it, "output"), cp, &responses_parts, e) : (bad(e, p, "invalid_type", "needs a string call_id"), NULL);
         if (!out) return e->status;
         cJSON *m = msg(msgs, "tool", out);
         cJSON_AddStringToObject(m, "tool_call_id", id->valuestring);

@@ -7,7 +7,9 @@
 # verified, so a re-run resumes an interrupted install and a run after a
 # complete one does nothing (and says so).
 #
-# Steps: hardware → requirements (nothing is written before they pass) →
+# Steps: the files' sizes → where they go (--dest, else the first place on an
+# internal SSD with room: deploy/install/hw.sh, places) → hardware →
+# requirements (nothing is written before they pass) →
 # fetch + verify → profile → hotlist → nebula-prepare → nebula.conf →
 # self-check → start.  A log of every step: STATE/install.log.
 set -euo pipefail
@@ -25,8 +27,11 @@ NAME-00001-of-0000N.gguf: the other shards are fetched beside it), a local
 file, or a directory holding a split set (and its MTP file as MTP/*.gguf).
 
   --mtp SOURCE       the separate MTP (draft) GGUF, as Unsloth ships MTP/mtp-*.gguf
-  --dest DIR         where downloads and the prepared files go (default
-                     ~/.local/share/nebula/models/NAME; put it on an internal SSD)
+  --dest DIR         where downloads and the prepared files go (default: the first place
+                     on an internal SSD with room among ~/.local/share/nebula/models/NAME,
+                     /var/lib/nebula/models/NAME and the other mounted file systems you can
+                     write, MOUNT/nebula/models/NAME; the install says which and why)
+  --require-ssd      refuse a place that is not on an internal SSD (default: say so and go on)
   --manifest FILE    sizes and SHA-256 to check against (NAME<TAB>BYTES<TAB>SHA256 lines),
                      beside the shipped conf/manifests/*.tsv
   --profile P        a profile of conf/profiles.tsv (v16-r64), or auto (default: this machine's)
@@ -38,6 +43,9 @@ file, or a directory holding a split set (and its MTP file as MTP/*.gguf).
                      $XDG_CONFIG_HOME/nebula/nebula.conf, your copy)
   --state DIR        the state directory (install.log; default ~/.local/state/nebula)
   --port N, --api-port N, --backend B   passed to deploy/start.sh
+  --cpu-only         a machine without a usable NVIDIA GPU: the CPU backend (much slower), the
+                     profile by RAM alone (cpu-rNN, no experts in VRAM), the CUDA self-check skipped
+                     (without it a machine without a GPU is refused)
   --no-start         install only
   --check-only       check the hardware and the requirements, change nothing
   --desktop          also write a desktop entry, a systemd user unit (nebula start/stop) and
@@ -57,6 +65,7 @@ cleanup_log() { case $LOG in /tmp/nebula-install.*) rm -f "$LOG" ;; esac; }
 trap cleanup_log EXIT
 
 MODEL_SRC= MTP_SRC= DEST= MANIFEST= PROFILE=auto HW_FILE= HOTLIST=campaign CONFIG= STATE= START=1 CHECK_ONLY=0 DESKTOP=0
+CPU_ONLY=0 REQUIRE_SSD=0 BACKEND_GIVEN=0
 start_args=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -69,7 +78,9 @@ while [ $# -gt 0 ]; do
     --hotlist) HOTLIST=${2:?}; shift ;;
     --config) CONFIG=${2:?}; shift ;;
     --state) STATE=${2:?}; shift ;;
-    --port | --api-port | --backend) start_args+=("$1" "${2:?}"); shift ;;
+    --port | --api-port | --backend) start_args+=("$1" "${2:?}"); [ "$1" = --backend ] && BACKEND_GIVEN=1; shift ;;
+    --cpu-only) CPU_ONLY=1 ;;
+    --require-ssd) REQUIRE_SSD=1 ;;
     --no-start) START=0 ;;
     --check-only) CHECK_ONLY=1 ;;
     --desktop) DESKTOP=1 ;;
@@ -149,15 +160,42 @@ MTP_LINE=
 MAIN_NAME=$(head -n 1 <<<"$FILES" | cut -f1)
 NAME=$(basename "$MAIN_NAME" .gguf)
 [[ $MAIN_NAME =~ $shard_re ]] && NAME=$(basename "${BASH_REMATCH[1]}")
-DEST=${DEST:-${XDG_DATA_HOME:-$HOME/.local/share}/nebula/models/$NAME}
-case $DEST in /*) ;; *) DEST=$PWD/$DEST ;; esac
+
+# ---- the files' sizes (the manifest's, the server's, the local file's) ----
+SIZES=() model_bytes=0 url_bytes=0
+while IFS=$'\t' read -r fname src; do
+    [ -n "$fname" ] || continue
+    entry=$(manifest_entry "$fname")
+    if [[ $src == *://* ]]; then
+        b=${entry%% *}
+        [ -n "$entry" ] || b=$(remote_bytes "$src")
+        [[ ${b:-} =~ ^[0-9]+$ ]] || die "$fname: cannot learn its size from $src (is the URL right?)"
+        url_bytes=$((url_bytes + b))
+    else
+        b=$(file_bytes "$src")
+    fi
+    SIZES+=("$b")
+    model_bytes=$((model_bytes + b))
+done <<<"$FILES${MTP_LINE:+
+$MTP_LINE}"
+
+# ---- where it goes: --dest, else the first place on an internal SSD with room ----
+HW=$(mktemp /tmp/nebula-hw.XXXXXX)
+trap 'cleanup_log; rm -f "$HW" "$HW.d" "$HW.p"' EXIT
+: >"$HW.p"
+ssd_short=
+if [ -z "$DEST" ]; then
+    choose_dest $((url_bytes + model_bytes + (1 << 30)))
+else
+    case $DEST in /*) ;; *) DEST=$PWD/$DEST ;; esac
+fi
 PREP=$DEST/prepared
 
 # ---- hardware ----
-HW=$(mktemp /tmp/nebula-hw.XXXXXX)
-trap 'cleanup_log; rm -f "$HW" "$HW.d"' EXIT
 hw_detect "$DEST" >"$HW.d"
-if [ -n "$HW_FILE" ]; then hw_merge "$HW_FILE" "$HW.d" >"$HW"; else cp "$HW.d" "$HW"; fi
+cat "$HW.p" ${HW_FILE:+"$HW_FILE"} >"$HW.f"
+hw_merge "$HW.f" "$HW.d" | grep -v '^place=' >"$HW"
+rm -f "$HW.f"
 hw() { hw_get "$HW" "$1"; }
 msg="hardware: GPU $(hw gpu_name) ($(hw gpu_vram_mib) MiB, driver $(hw gpu_driver), compute $(hw gpu_cc); $(hw gpu_count) found),"
 msg+=" RAM $(hw ram_mib) MiB, $(hw cores) cores / $(hw threads) threads, AVX-512 $(hw avx512), AVX2 $(hw avx2),"
@@ -174,30 +212,28 @@ have_gib() { awk -v m="$1" 'BEGIN { printf "%.1f", m / 1024 }'; }
 lacks() { awk -v h="$1" -v n="$2" 'BEGIN { exit !(h < n) }'; }
 vmin=$(min_of 2) rmin=$(min_of 3)
 vram_h=$(have_gib "$(hw gpu_vram_mib)") ram_h=$(have_gib "$(hw ram_mib)")
-if lacks "$vram_h" "$(need_gib "$vmin")"; then
-    short+=("GPU memory: $vram_h GiB, the smallest profile needs $(need_gib "$vmin") GiB (a ${vmin} GB card): $(awk -v a="$(need_gib "$vmin")" -v b="$vram_h" 'BEGIN { printf "%.1f", a - b }') GiB missing")
+if [ "$CPU_ONLY" = 1 ]; then
+    say "--cpu-only: the GPU is not used; the CPU backend runs the model (much slower than a GPU), the profile follows the RAM alone"
+elif [ "$(hw gpu_count)" = 0 ] || [ "$(hw gpu_vram_mib)" = 0 ] || [ -z "$(hw gpu_vram_mib)" ]; then
+    short+=("GPU: no NVIDIA GPU found (nvidia-smi lists none, or the driver is missing): the profiles need one with at least $(need_gib "$vmin") GiB (a ${vmin} GB card); --cpu-only installs for the CPU backend instead (much slower)")
+elif lacks "$vram_h" "$(need_gib "$vmin")"; then
+    short+=("GPU memory: $vram_h GiB, the smallest profile needs $(need_gib "$vmin") GiB (a ${vmin} GB card): $(awk -v a="$(need_gib "$vmin")" -v b="$vram_h" 'BEGIN { printf "%.1f", a - b }') GiB missing (or --cpu-only)")
 fi
 if lacks "$ram_h" "$(need_gib "$rmin")"; then
     short+=("RAM: $ram_h GiB, the smallest profile needs $(need_gib "$rmin") GiB (${rmin} GB): $(awk -v a="$(need_gib "$rmin")" -v b="$ram_h" 'BEGIN { printf "%.1f", a - b }') GiB missing")
 fi
 [ "$(hw avx2)" = yes ] || short+=("CPU: no AVX2 (the expert kernels need it)")
 # Disk: what is still to download, and the prepared copy (about the model's size).
-model_bytes=0 dl_bytes=0
+dl_bytes=0 k=0
 while IFS=$'\t' read -r fname src; do
     [ -n "$fname" ] || continue
-    entry=$(manifest_entry "$fname")
+    b=${SIZES[k]} k=$((k + 1))
     if [[ $src == *://* ]]; then
-        b=${entry%% *}
-        [ -n "$entry" ] || b=$(remote_bytes "$src")
-        [[ ${b:-} =~ ^[0-9]+$ ]] || die "$fname: cannot learn its size from $src (is the URL right?)"
         have=0
         [ -f "$DEST/$fname" ] && have=$(file_bytes "$DEST/$fname")
         [ -f "$DEST/$fname.part" ] && have=$(file_bytes "$DEST/$fname.part")
         [ "$have" -le "$b" ] && dl_bytes=$((dl_bytes + b - have))
-    else
-        b=$(file_bytes "$src")
     fi
-    model_bytes=$((model_bytes + b))
 done <<<"$FILES${MTP_LINE:+
 $MTP_LINE}"
 prep_bytes=$model_bytes
@@ -208,8 +244,15 @@ if [ "$((free_mib << 20))" -lt "$need_bytes" ]; then
     msg="disk: $(have_gib "$free_mib") GiB free on $(hw disk_path), needs $(gib_of "$need_bytes") GiB"
     short+=("$msg ($(gib_of "$dl_bytes") to download, $(gib_of "$prep_bytes") prepared, 1 spare): $(gib_of $((need_bytes - (free_mib << 20)))) GiB missing")
 fi
-[ "$(hw disk_kind)" = hdd ] || [ "$(hw disk_kind)" = removable ] &&
-    say "note: $(hw disk_path) is on a $(hw disk_kind) disk; the SSD tier is read at random: an internal SSD (--dest) is much faster"
+if [ "$(hw disk_kind)" != ssd ]; then
+    if [ "$REQUIRE_SSD" = 1 ]; then
+        kind_said="a $(hw disk_kind) disk"
+        [ "$(hw disk_kind)" = unknown ] && kind_said="a disk of unknown kind (no lsblk answer)"
+        short+=("disk: $(hw disk_path) is on $kind_said, not an internal SSD (--require-ssd)${ssd_short:+; $ssd_short}")
+    elif [ "$(hw disk_kind)" != unknown ]; then
+        say "note: $(hw disk_path) is on a $(hw disk_kind) disk; the SSD tier is read at random: an internal SSD (--dest) is much faster"
+    fi
+fi
 if [ ${#short[@]} -gt 0 ]; then
     for s in "${short[@]}"; do printf 'nebula-install: missing: %s\n' "$s" >&2; done
     echo "nebula-install: nothing was changed" >&2
@@ -231,7 +274,8 @@ cp "$HW" "$STATE/hardware.env"
 # its size and its whole-second mtime), the options.
 # A run that finds it unchanged beside a complete prepared directory has nothing to do.
 stamp() {
-    printf 'sources %s %s\nprofile %s\nhotlist %s\nconfig %s\nprep %s\n' "$MODEL_SRC" "${MTP_SRC:-}" "$PROFILE" "$HOTLIST" "$CONFIG" "$PREP"
+    printf 'sources %s %s\nprofile %s%s\nhotlist %s\nconfig %s\nprep %s\n' "$MODEL_SRC" "${MTP_SRC:-}" "$PROFILE" \
+        "$([ "$CPU_ONLY" = 1 ] && echo ' cpu-only')" "$HOTLIST" "$CONFIG" "$PREP"
     # the hardware the profile is picked from: another GPU or more RAM re-places the experts
     printf 'hw %s\n' "$(grep -E '^(gpu_vram_mib|ram_mib)=' "$HW" | tr '\n' ' ')"
     while IFS=$'\t' read -r fname src; do
@@ -272,6 +316,11 @@ MTP=
 mtp_args=()
 [ -n "$MTP" ] && mtp_args=(--mtp "$MTP")
 prof_args=(--profile "$PROFILE" --profiles "$profiles" --hw-file "$STATE/hardware.env")
+NO_GPU=$CPU_ONLY
+if [ "$CPU_ONLY" = 1 ]; then
+    prof_args+=(--cpu-only)
+    [ "$BACKEND_GIVEN" = 1 ] || start_args+=(--backend cpu)
+fi
 "$BIN/nebula-prepare" "$MODEL" "${mtp_args[@]}" "${prof_args[@]}" --profile-info >"$DEST/profile.env" 2>>"$LOG" ||
     die "the profile: $(tail -n 1 "$LOG")"
 pget() { sed -n "s/^$1=//p" "$DEST/profile.env"; }
@@ -295,16 +344,6 @@ campaign)
             say "hotlist: running the campaign (conf/hotlist-prompts.txt, 12 domains) on the CPU reference; this reads the model"
             "$BIN/nebula" hotlist -m "$MODEL" "${mtp_args[@]}" --prompts "$NEBULA_REPO/conf/hotlist-prompts.txt" --out "$hl.tmp" >>"$LOG" 2>&1 ||
                 die "the hotlist campaign failed (see $LOG)"
-            # nebula hotlist counts the trunk's layers (the MTP block routes
-            # only while drafting); nebula-prepare wants every layer's rows:
-            # the MTP layer's are added as zero counts (its experts take VRAM
-            # first whatever their order).
-            blocks=$("$BIN/nebula-gguf" info --key qwen4exp.block_count "$MODEL")
-            experts=$("$BIN/nebula-gguf" info --key qwen4exp.expert_count "$MODEL")
-            if [ -n "$MTP" ] && ! awk -v l=$((blocks - 1)) '$1 == l { f = 1 } END { exit !f }' "$hl.tmp"; then
-                for ((e = 0; e < experts; e++)); do printf '%d\t%d\t0\t0.000000\n' $((blocks - 1)) "$e"; done >>"$hl.tmp"
-                log "hotlist: layer $((blocks - 1)) (MTP) added with zero counts"
-            fi
             mv "$hl.tmp" "$hl"
             printf '%s\n' "$id" >"$hl.id"
         fi
@@ -323,8 +362,10 @@ log "run: ${PREPARE[*]}"
 say "$(grep 'placement:' "$LOG" | tail -n 1)"
 
 # ---- settings: the user's nebula.conf ----
-write_conf "$CONFIG" "$MODEL" "$MTP" "$PREP" "$(pget ctx)" "$(pget prefill_chunk)"
-say "settings written to $CONFIG (model, prepared directory, context, prefill chunk): the CLI and the page read them"
+conf_backend=auto
+[ "$CPU_ONLY" = 1 ] && conf_backend=cpu
+write_conf "$CONFIG" "$MODEL" "$MTP" "$PREP" "$(pget ctx)" "$(pget prefill_chunk)" "$conf_backend"
+say "settings written to $CONFIG (model, prepared directory, context, prefill chunk, backend $conf_backend): the CLI and the page read them"
 
 # ---- self-check ----
 self_check || die "the self-check failed (details in $LOG)"

@@ -168,6 +168,8 @@ if [ "$backend" != cpu ]; then
         say "backend: cpu (no usable GPU: ${probe#cuda: })"
         backend=cpu
     fi
+else
+    say "backend: cpu (asked for: --backend cpu or nebula.conf's engine.backend)"
 fi
 [ -r "$WEB/index.html" ] || { log_error "$WEB/index.html is missing: run make web"; exit 1; }
 

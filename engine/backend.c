@@ -250,7 +250,7 @@ int gw_mtp_draft(gw_seq *s, int32_t token0, const float *wide0, int64_t pos, int
     for (int i = 0; i < n_draft && rc == 0; i++) {
         /* The step's output state overwrites its input: wide_in is read before wide_out is written. */
         float *out_logits = logits ? logits + (size_t)i * (size_t)hp->n_vocab : row;
-        struct gw_mtp_args a = {&token, state, 1, pos + i, out_logits, state};
+        struct gw_mtp_args a = {&token, state, 1, pos + i, out_logits, state, NULL, NULL};
         rc = gw_mtp_eval(s, &a, err, errlen);
         if (rc == 0) token = drafted[i] = argmax(out_logits, hp->n_vocab);
     }

@@ -77,7 +77,7 @@ enum gw_rows { GW_ROWS_NONE = 0, GW_ROWS_LAST = 1, GW_ROWS_ALL = 2 };
  * cannot provide it fails the call with NB_ENOTSUP. */
 typedef void (*gw_layer_tap)(void *ctx, int layer, int n_tokens, const float *wide);
 
-/* Called for each trunk MoE layer after routing, with the k experts chosen
+/* Called for each trunk MoE layer (and, from gw_mtp_eval, the MTP block's) after routing, with the k experts chosen
  * for each of the batch's rows (n_tokens × k ids, best first) and their
  * routing weights (renormalised when the model says so).  For the hotlist
  * campaign (ARCHITECTURE.md §3); optional, any backend provides it. */
@@ -128,6 +128,10 @@ struct gw_mtp_args {
     int64_t pos;
     float *logits;    /* n_rows × V, or NULL */
     float *wide_out;  /* n_rows × n·C, or NULL */
+    /* Optional: the block's routing (layer n_layer), as gw_eval_args' tap
+     * gives the trunk's — the hotlist campaign counts the MTP experts too. */
+    gw_route_tap route_tap;
+    void *route_ctx;
 };
 
 /* Routed experts computed outside the backend (ARCHITECTURE.md §4: the

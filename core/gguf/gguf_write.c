@@ -316,17 +316,26 @@ int gguf_w_write_header(gguf_writer *w)
     return 0;
 }
 
-int gguf_w_write_data(gguf_writer *w, const void *data, size_t nbytes)
+/* The next nbytes of the current tensor's data: written from data, or (skip) passed over, leaving what the
+ * file holds there. */
+static int w_data(gguf_writer *w, const void *data, size_t nbytes, bool skip)
 {
-    int rc = w_state_is(w, W_DATA, "write data");
+    const char *verb = skip ? "skipped" : "written";
+    int rc = w_state_is(w, W_DATA, skip ? "skip data" : "write data");
     if (rc) return rc;
     if (w->cur == w->n_tensors)
-        return w_fail(w, NB_EINVAL, "%zu bytes of data written after the last tensor", nbytes);
+        return w_fail(w, NB_EINVAL, "%zu bytes of data %s after the last tensor", nbytes, verb);
     const struct w_tensor *t = &w->tensors[w->cur];
     if (nbytes > t->nbytes - w->cur_written)
-        return w_fail(w, NB_EINVAL, "tensor \"%s\": %zu bytes written but only %" PRIu64 " of its %" PRIu64 " bytes remain",
-                      t->name, nbytes, t->nbytes - w->cur_written, t->nbytes);
-    if ((rc = out_bytes(w, data, nbytes))) return rc;
+        return w_fail(w, NB_EINVAL, "tensor \"%s\": %zu bytes %s but only %" PRIu64 " of its %" PRIu64 " bytes remain",
+                      t->name, nbytes, verb, t->nbytes - w->cur_written, t->nbytes);
+    if (!skip) {
+        if ((rc = out_bytes(w, data, nbytes))) return rc;
+    } else if (nbytes) {
+        if (fseeko(w->f, (off_t)nbytes, SEEK_CUR) != 0)
+            return w_fail(w, NB_EIO, "%s: seek failed at offset %" PRIu64 ": %s", w->tmp_path, w->pos, strerror(errno));
+        w->pos += nbytes;
+    }
     w->cur_written += nbytes;
     if (w->cur_written < t->nbytes) return 0;
     w->cur++;
@@ -334,25 +343,9 @@ int gguf_w_write_data(gguf_writer *w, const void *data, size_t nbytes)
     return out_padding(w);
 }
 
-int gguf_w_skip_data(gguf_writer *w, size_t nbytes)
-{
-    int rc = w_state_is(w, W_DATA, "skip data");
-    if (rc) return rc;
-    if (w->cur == w->n_tensors)
-        return w_fail(w, NB_EINVAL, "%zu bytes of data skipped after the last tensor", nbytes);
-    const struct w_tensor *t = &w->tensors[w->cur];
-    if (nbytes > t->nbytes - w->cur_written)
-        return w_fail(w, NB_EINVAL, "tensor \"%s\": %zu bytes skipped but only %" PRIu64 " of its %" PRIu64 " bytes remain",
-                      t->name, nbytes, t->nbytes - w->cur_written, t->nbytes);
-    if (nbytes && fseeko(w->f, (off_t)nbytes, SEEK_CUR) != 0)
-        return w_fail(w, NB_EIO, "%s: seek failed at offset %" PRIu64 ": %s", w->tmp_path, w->pos, strerror(errno));
-    w->pos += nbytes;
-    w->cur_written += nbytes;
-    if (w->cur_written < t->nbytes) return 0;
-    w->cur++;
-    w->cur_written = 0;
-    return out_padding(w);
-}
+int gguf_w_write_data(gguf_writer *w, const void *data, size_t nbytes) { return w_data(w, data, nbytes, false); }
+
+int gguf_w_skip_data(gguf_writer *w, size_t nbytes) { return w_data(w, NULL, nbytes, true); }
 
 int gguf_writer_finish(gguf_writer *w)
 {

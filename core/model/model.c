@@ -453,6 +453,20 @@ void model_mtp_describe(const struct model *m, char *buf, size_t len)
                  m->nextn_uses_trunk_head ? " (its head mixer is the trunk's)" : "");
 }
 
+int model_keep_layers(struct model *m, int n, char *err, size_t errlen)
+{
+    struct model_hparams *hp = &m->hp;
+    if (n < 1 || n > hp->n_layer)
+        return nb_errf(err, errlen, NB_EINVAL, "the model has %d layers (give 1 to %d), not %d", hp->n_layer, hp->n_layer, n);
+    hp->n_layer = n;
+    hp->n_nextn = 0;
+    if (hp->ple_layer >= n) {
+        hp->ple_layer = -1;
+        memset(&m->ple_table, 0, sizeof m->ple_table);
+    }
+    return 0;
+}
+
 void model_close(struct model *m)
 {
     if (!m) return;

@@ -190,6 +190,14 @@ int model_open(const char *path, struct model **out, char *err, size_t errlen);
  * tensor ("MTP file F: ...").  It replaces an MTP block of the main file. */
 int model_open_mtp(const char *path, const char *mtp_path, struct model **out, char *err, size_t errlen);
 void model_close(struct model *m);
+/* Keeps the first n trunk layers (1 ≤ n ≤ n_layer) and nothing after
+ * them: n_layer becomes n, the MTP block is dropped, and the n-gram table
+ * with its layer when that layer is not among the first n.  The head mixer
+ * and the LM head stay, so a backend made from m computes the real first-n
+ * layer forward then the head — only those layers' weights uploaded (cuda)
+ * or touched in the mapping (cpu).  For checks of models too large for the
+ * device (nebula logits --layers).  NB_EINVAL with a message for another n. */
+int model_keep_layers(struct model *m, int n, char *err, size_t errlen);
 /* One line for the log about speculative decoding: which MTP block drafts,
  * or that there is none (the caller prints it). */
 void model_mtp_describe(const struct model *m, char *buf, size_t len);

@@ -485,7 +485,9 @@ static double load_f64(enum st_dtype d, const uint8_t *p)
     }
 }
 
-static int check_range(const struct st_tensor *t, int64_t first, int64_t n, char *err, size_t errlen)
+/* Elements [first, first + n) of t as numbers: where they start and their size. */
+static int check_range(const struct st_tensor *t, int64_t first, int64_t n, const uint8_t **src, size_t *es, char *err,
+                       size_t errlen)
 {
     if (t->dtype == ST_BOOL)
         return nb_errf(err, errlen, NB_ENOTSUP, "tensor \"%.100s\": BOOL does not convert to numbers", t->name);
@@ -493,15 +495,17 @@ static int check_range(const struct st_tensor *t, int64_t first, int64_t n, char
     if (first < 0 || n < 0 || first > numel || n > numel - first)
         return nb_errf(err, errlen, NB_EINVAL, "tensor \"%.100s\": elements [%" PRId64 ", +%" PRId64 ") outside its %" PRId64,
                        t->name, first, n, numel);
+    *es = st_dtype_size(t->dtype);
+    *src = (const uint8_t *)t->data + (size_t)first * *es;
     return 0;
 }
 
 int st_read_f32(const struct st_tensor *t, int64_t first, int64_t n, float *dst, char *err, size_t errlen)
 {
-    int rc = check_range(t, first, n, err, errlen);
+    const uint8_t *src;
+    size_t es;
+    int rc = check_range(t, first, n, &src, &es, err, errlen);
     if (rc) return rc;
-    size_t es = st_dtype_size(t->dtype);
-    const uint8_t *src = (const uint8_t *)t->data + (size_t)first * es;
     /* The checkpoint dtypes get loops of their own: converting a model
      * reads every weight through here. */
     if (t->dtype == ST_F32) {
@@ -521,10 +525,10 @@ int st_read_f32(const struct st_tensor *t, int64_t first, int64_t n, float *dst,
 
 int st_read_f64(const struct st_tensor *t, int64_t first, int64_t n, double *dst, char *err, size_t errlen)
 {
-    int rc = check_range(t, first, n, err, errlen);
+    const uint8_t *src;
+    size_t es;
+    int rc = check_range(t, first, n, &src, &es, err, errlen);
     if (rc) return rc;
-    size_t es = st_dtype_size(t->dtype);
-    const uint8_t *src = (const uint8_t *)t->data + (size_t)first * es;
     for (int64_t i = 0; i < n; i++) dst[i] = load_f64(t->dtype, src + (size_t)i * es);
     return 0;
 }

@@ -17,7 +17,7 @@ FETCH_TRIES=${FETCH_TRIES:-5}
 # manifest_entry NAME: "BYTES SHA256" or nothing.
 manifest_entry() {
     local f
-    for f in ${MANIFEST:+"$MANIFEST"} "$NEBULA_REPO"/conf/manifests/*.tsv "$DEST/manifest.tsv"; do
+    for f in ${MANIFEST:+"$MANIFEST"} "$NEBULA_REPO"/conf/manifests/*.tsv ${DEST:+"$DEST/manifest.tsv"}; do
         [ -r "$f" ] || continue
         awk -F'\t' -v n="$1" '$1 == n && $0 !~ /^#/ { print $2, $3; exit }' "$f" | grep . && return 0
     done

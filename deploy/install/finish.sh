@@ -1,10 +1,10 @@
 # shellcheck shell=bash
 # finish.sh — the installer's last steps (sourced by deploy/install.sh): the
 # settings in nebula.conf, the self-check, the desktop entry.
-# Needs: say, log, LOG, BIN, MODEL, MTP, PREP, DEST, STATE, CONFIG, PREPARE, pget.
+# Needs: say, log, LOG, BIN, MODEL, MTP, PREP, DEST, STATE, CONFIG, PREPARE, pget, NO_GPU.
 
-# write_conf FILE MODEL MTP PREPARED CTX CHUNK: sets model.path, model.mtp,
-# model.prepared, engine.ctx and engine.prefill_chunk in FILE, keeping its
+# write_conf FILE MODEL MTP PREPARED CTX CHUNK BACKEND: sets model.path, model.mtp,
+# model.prepared, engine.ctx, engine.prefill_chunk and engine.backend in FILE, keeping its
 # other lines (comments, other keys); creates it when missing.  Checked by
 # reading it back with `nebula config`, which refuses a bad file.
 write_conf() {
@@ -12,9 +12,9 @@ write_conf() {
     mkdir -p "$(dirname "$file")"
     python3 - "$@" <<'PY'
 import os, sys
-path, model, mtp, prep, ctx, chunk = sys.argv[1:7]
+path, model, mtp, prep, ctx, chunk, backend = sys.argv[1:8]
 want = {("model", "path"): model, ("model", "mtp"): mtp, ("model", "prepared"): prep,
-        ("engine", "ctx"): ctx, ("engine", "prefill_chunk"): chunk}
+        ("engine", "ctx"): ctx, ("engine", "prefill_chunk"): chunk, ("engine", "backend"): backend}
 lines = open(path).read().splitlines() if os.path.exists(path) else [
     "; nebula.conf — your settings, written by deploy/install.sh (docs/INSTALL.md); keys left",
     "; out keep the defaults of the repository's conf/nebula.conf (docs/RUNNING.md lists them)."]
@@ -59,6 +59,49 @@ b = load(sys.argv[2])
 if len(a) != len(b): print("length %d %d" % (len(a), len(b))); sys.exit(0)
 print("%g %g" % (max(abs(x - y) for x, y in zip(a, b)), m))
 PY
+}
+
+# logits_parity WORK L: the CUDA backend's logits of WORK/ids.txt against the
+# CPU reference's (WORK/cpu.f32 for the whole model, L = 0; else both runs
+# with --layers L), max|cuda-cpu| <= 1e-3 x max|cpu|.  Prints one check line.
+# Needs BIN, MODEL, LOG.
+logits_parity() {
+    local work=$1 L=$2 out what=logits lay=() ref=$1/cpu.f32
+    if [ "$L" != 0 ]; then
+        what="logits of the first $L layers" lay=(--layers "$L") ref=$work/cpu-$L.f32
+        "$BIN/nebula" logits -m "$MODEL" "${lay[@]}" --tokens-file "$work/ids.txt" --out "$ref" --ctx 256 >>"$LOG" 2>&1 ||
+            { echo "FAIL: CPU $what: nebula logits --layers $L failed (see $LOG)"; return; }
+    fi
+    if ! "$BIN/nebula" logits -m "$MODEL" "${lay[@]}" --backend cuda --tokens-file "$work/ids.txt" --out "$work/cuda.f32" --ctx 256 >>"$LOG" 2>&1; then
+        echo "FAIL: CUDA $what: nebula logits --backend cuda ${lay[*]} failed (see $LOG)"
+        return
+    fi
+    out=$(compare_logits "$work/cuda.f32" "$ref")
+    if [[ $out != nonfinite* ]] && [[ $out != length* ]] && awk -v d="${out% *}" -v m="${out#* }" 'BEGIN { exit !(d + 0 <= 1e-3 * m) }'; then
+        echo "PASS: CUDA vs CPU $what: max|cuda-cpu| ${out% *} <= 1e-3 x max|cpu| ${out#* }"
+    else echo "FAIL: CUDA vs CPU $what: $out (max|diff| max|cpu|)"; fi
+}
+
+# first_layers_fit MODEL BUDGET_BYTES: the most layers, up to 4 (GDN layers,
+# the n-gram layer 1 and the first attention layer 3 of the released model),
+# whose tensors with the embedding, the head and its mixer — the n-gram
+# table stays in host memory — fit the budget with a margin (device formats
+# a quarter larger, 1 GiB for the context and scratch).  Fails when not
+# even the first layer fits.
+first_layers_fit() {
+    local blocks nextn
+    blocks=$("$BIN/nebula-gguf" info --key qwen4exp.block_count "$1" 2>/dev/null) || return 1
+    nextn=$("$BIN/nebula-gguf" info --key qwen4exp.nextn_predict_layers "$1" 2>/dev/null) || nextn=0
+    "$BIN/nebula-gguf" info "$1" 2>/dev/null | awk -v budget="$2" -v trunk=$((blocks - nextn)) '
+        $2 ~ /\.weight$|\.bias$|^blk\./ && $(NF - 1) ~ /^[0-9]+$/ {
+            if ($2 ~ /^blk\./) { split($2, p, "."); layer[p[2]] += $(NF - 1); if (p[2] + 1 > n) n = p[2] + 1 }
+            else if ($2 !~ /^per_layer_token_embd/) dense += $(NF - 1)
+        }
+        END {
+            best = 0; sum = dense
+            for (l = 0; l < n && l < trunk && l < 4; l++) { sum += layer[l]; if (sum * 1.25 + 2^30 <= budget) best = l + 1 }
+            if (best) print best; exit !best
+        }'
 }
 
 mem_available_mib() { awk '/^MemAvailable:/ {print int($2 / 1024)}' /proc/meminfo; }
@@ -128,19 +171,20 @@ PY
         check "FAIL: CPU logits: nebula logits failed (see $LOG)"
     fi
 
-    # CUDA vs the CPU reference, on the same tokens.
-    local why
-    if ! why=$("$BIN/nebula-gpu-worker" --probe cuda 2>&1); then
+    # CUDA vs the CPU reference, on the same tokens: the whole model when it
+    # fits the GPU, else its first layers on both (nebula logits --layers).
+    local why L
+    if [ "$NO_GPU" = 1 ]; then
+        check "SKIP: CUDA vs CPU logits: --cpu-only (no GPU used); not checked"
+    elif ! why=$("$BIN/nebula-gpu-worker" --probe cuda 2>&1); then
         check "SKIP: CUDA vs CPU logits: no usable GPU here (${why:-nebula-gpu-worker --probe cuda failed}); not checked"
-    elif [ "$(pget ram_layer)" != 0 ] || [ "$(pget ssd_layer)" != 0 ]; then
-        check "SKIP: CUDA vs CPU logits: the model does not fit the GPU whole, and the check of the first layers alone is not built yet"
-    elif "$BIN/nebula" logits -m "$MODEL" "${mtp_args[@]}" --backend cuda --tokens-file "$work/ids.txt" --out "$work/cuda.f32" --ctx 256 >>"$LOG" 2>&1; then
-        out=$(compare_logits "$work/cuda.f32" "$work/cpu.f32")
-        if awk -v d="${out% *}" -v m="${out#* }" 'BEGIN { exit !(d + 0 <= 1e-3 * m) }' 2>/dev/null && [[ $out != nonfinite* ]] && [[ $out != length* ]]; then
-            check "PASS: CUDA vs CPU logits: max|cuda-cpu| ${out% *} <= 1e-3 x max|cpu| ${out#* }"
-        else check "FAIL: CUDA vs CPU logits: $out (max|diff| max|cpu|)"; fi
+    elif [ "$(pget ram_layer)" = 0 ] && [ "$(pget ssd_layer)" = 0 ]; then
+        check "$(logits_parity "$work" 0)"
+    elif L=$(first_layers_fit "$MODEL" "$(pget vram_budget)"); then
+        say "self-check: the model does not fit the GPU whole: CUDA vs CPU on its first $L layers (then the head)"
+        check "$(logits_parity "$work" "$L")"
     else
-        check "FAIL: CUDA logits: nebula logits --backend cuda failed (see $LOG)"
+        check "FAIL: CUDA vs CPU logits: not even the first layer and the head fit the VRAM budget $(pget vram_budget) bytes"
     fi
 
     # Memory given back once the checks' processes are gone: no shared-memory

@@ -51,7 +51,7 @@ static int build_input(const struct cpu_backend *be, const struct gw_mtp_args *a
 }
 
 /* The block: HC_attn → dense attention → combine → HC_ffn → MoE → combine. */
-static int run_block(struct cpu_seq *s, int64_t n_ctx, const int64_t *pos, int T, float *X)
+static int run_block(struct cpu_seq *s, const struct gw_mtp_args *a, int64_t n_ctx, const int64_t *pos, int T, float *X)
 {
     const struct cpu_backend *be = cpu_be(&s->base);
     const struct model_hparams *hp = &be->base.model->hp;
@@ -68,7 +68,8 @@ static int run_block(struct cpu_seq *s, int64_t n_ctx, const int64_t *pos, int T
         cpu_hc_combine(hp, X, y, inj, T);
         rc = cpu_hc_mix(hp, &l->hc_ffn, c->hc_ffn_norm, X, T, x, inj);
     }
-    struct cpu_moe_ctx mc = {NULL, il, &be->base.remote, NULL}; /* MTP experts are not trunk work: not counted */
+    const struct gw_eval_args tap = {.route_tap = a->route_tap, .route_ctx = a->route_ctx};
+    struct cpu_moe_ctx mc = {a->route_tap ? &tap : NULL, il, &be->base.remote, NULL}; /* MTP experts are not trunk work: not counted */
     if (rc == 0) rc = cpu_moe_forward(hp, &l->moe, c, x, T, y, &mc);
     if (rc == 0) cpu_hc_combine(hp, X, y, inj, T);
     free(x);
@@ -95,7 +96,7 @@ int cpu_mtp_eval(gw_seq *gs, const struct gw_mtp_args *a, char *err, size_t errl
     int64_t *pos = malloc((size_t)T * sizeof *pos);
     int rc = X && pos ? build_input(be, a, X) : NB_ENOMEM;
     for (int t = 0; t < T && rc == 0; t++) pos[t] = a->pos + t;
-    if (rc == 0) rc = run_block(s, n_ctx, pos, T, X);
+    if (rc == 0) rc = run_block(s, a, n_ctx, pos, T, X);
     if (rc == 0 && a->logits) {
         const struct model_tensor *head = l->nextn.shared_head.data ? &l->nextn.shared_head : &m->output;
         rc = cpu_head(be, &l->nextn.head, be->lc[hp->n_layer].nextn_head_norm, head, X, T, a->logits);

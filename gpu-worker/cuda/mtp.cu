@@ -48,7 +48,10 @@ static int mtp_body(cuda_seq *s, const struct gw_mtp_args *a)
                              1, c->hnorm + (int64_t)sI * C, 0, hp->rms_eps);
     }
     if (rc == 0) rc = cu_matmul(be, c->eh_proj, cat, 2 * C, T * n, X, C);
-    if (rc == 0) rc = cu_block_forward(be, s, NULL, il, a->pos, T, X, x, y, inj, n_ctx, NULL);
+    struct gw_eval_args tap; /* the block's routing, for the hotlist: only the route tap is read */
+    memset(&tap, 0, sizeof tap);
+    tap.route_tap = a->route_tap, tap.route_ctx = a->route_ctx;
+    if (rc == 0) rc = cu_block_forward(be, s, a->route_tap ? &tap : NULL, il, a->pos, T, X, x, y, inj, n_ctx, NULL);
     if (rc == 0 && a->logits) rc = cu_head(be, &c->head, c->head_out, X, T, a->logits);
     if (rc == 0 && a->wide_out) {
         ce = cudaMemcpyAsync(a->wide_out, X, (size_t)(T * wide) * sizeof(float), cudaMemcpyDeviceToHost, st);

@@ -114,6 +114,29 @@ Test(model, tiny_b_mtp_and_ple_width)
     model_close(m);
 }
 
+/* model_keep_layers: the first n layers and the head; the MTP block dropped;
+ * the n-gram layer (2 in tiny-b) and its table only when among them. */
+Test(model, keep_first_layers)
+{
+    char err[256];
+    struct model *m = open_ok(fixture_gguf("tiny-b"));
+    cr_expect_eq(model_keep_layers(m, 0, err, sizeof err), NB_EINVAL);
+    cr_expect_eq(model_keep_layers(m, 6, err, sizeof err), NB_EINVAL);
+    cr_expect(strstr(err, "the model has 5 layers (give 1 to 5), not 6"), "%s", err);
+    cr_expect_eq(m->hp.n_layer, 5, "a refused call changes nothing");
+    cr_assert_eq(model_keep_layers(m, 3, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(m->hp.n_layer, 3);
+    cr_expect_eq(m->hp.n_nextn, 0);
+    cr_expect_eq(m->hp.ple_layer, 2, "the n-gram layer is among the first 3");
+    cr_expect_not_null(m->ple_table.data);
+    cr_expect_not_null(m->output.data, "the head stays");
+    cr_assert_eq(model_keep_layers(m, 2, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(m->hp.n_layer, 2);
+    cr_expect_eq(m->hp.ple_layer, -1, "the n-gram layer is not among the first 2");
+    cr_expect_null(m->ple_table.data);
+    model_close(m);
+}
+
 /* GDN key and value heads of different sizes (synthetic models of tiny-a's
  * shapes): dk from ssm.state_size, dv = ssm.inner_size / ssm.time_step_rank,
  * and every GDN tensor bound at the size its head kind implies. */

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # lib.sh — what the deploy tests share (sourced, not run): finding the
-# processes of an instance, a process's children, liveness, free ports.
+# processes of an instance, a process's children, liveness, free ports, the
+# test's directories.
 
 # Processes whose command line mentions $1 (the state directory is in nginx's
 # master's, the supervisor's and the coordinator's), but for this test script
@@ -35,3 +36,13 @@ free_ports() { python3 -c 'import socket
 ss = [socket.socket() for _ in range(int(__import__("sys").argv[1]))]
 for s in ss: s.bind(("127.0.0.1", 0))
 print(" ".join(str(s.getsockname()[1]) for s in ss))' "$1"; }
+# The test's directories: bin (absolute: $BUILD/bin), WEB (the page), tmp (a
+# fresh /tmp/$1.XXXXXX) and S=$tmp/a, short: the control socket path must fit
+# in a sockaddr_un.
+deploy_dirs() {
+    bin=${BUILD:-build}/bin
+    case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
+    WEB=${NEBULA_WEB:-$PWD/web}
+    tmp=$(mktemp -d "/tmp/$1.XXXXXX")
+    S=$tmp/a
+}

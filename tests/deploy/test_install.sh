@@ -81,6 +81,11 @@ for f in "$S1" "$S2" tb-mtp.gguf; do
 done
 expect "profile" "profile v16-r64" "$tmp/run1"
 expect "campaign" "hotlist: running the campaign" "$tmp/run1"
+# nebula hotlist counts the MTP block's routing itself (no rows padded in): its layer has counts
+mtp_layer=$("$bin/nebula-gguf" info --key qwen4exp.block_count "$tmp/srv/$S1")
+mtp_layer=$((mtp_layer - 1))
+awk -v l="$mtp_layer" '$1 == l { s += $3 } END { exit !(s > 0) }' "$tmp/dest/hotlist.tsv" && ok ||
+    bad "the campaign's hotlist has no counts for the MTP layer $mtp_layer"
 expect "prepared check" "PASS: prepared files" "$tmp/run1"
 expect "placement check" "PASS: placement" "$tmp/run1"
 expect "tokenizer check" "PASS: tokenizer round trip" "$tmp/run1"
@@ -161,6 +166,58 @@ printf 'X' | dd of="$tmp/local/$S2" bs=1 seek=100 conv=notrunc status=none
 if local_inst run6; then bad "a corrupted local shard was accepted"; else ok; fi
 expect "local corruption" "$S2: SHA-256 .* the manifest says .*a local file is not fetched again" "$tmp/run6"
 
+# ---- no GPU: refused with what is missing; --cpu-only installs for the CPU backend ----
+printf 'gpu_name=\ngpu_count=0\ngpu_vram_mib=0\nram_mib=65536\ncores=8\nthreads=16\navx2=yes\ndisk_free_mib=100000\n' >"$tmp/hw-nogpu.env"
+if inst run-nogpu --dest "$tmp/ng/dest" --state "$tmp/ng/state" --config "$tmp/ng/conf/nebula.conf" --hw-file "$tmp/hw-nogpu.env"; then
+    bad "a machine without a GPU was not refused"
+else ok; fi
+expect "no GPU" "missing: GPU: no NVIDIA GPU found .*--cpu-only installs for the CPU backend" "$tmp/run-nogpu"
+[ ! -e "$tmp/ng" ] && ok || bad "the refused GPU-less install created files"
+cpu_port=$(free_port) cpu_api=$(free_port)
+mkdir -p "$tmp/local-cpu" && cp "$tmp"/srv/*.gguf "$tmp/local-cpu/"
+HOME=$tmp/home NEBULA_BIN=$bin bash deploy/install.sh --model "$tmp/local-cpu" --dest "$tmp/cpu/dest" --state "$tmp/cpu/state" \
+    --config "$tmp/cpu/conf/nebula.conf" --hw-file "$tmp/hw-nogpu.env" --cpu-only --hotlist neutral --port "$cpu_port" \
+    --api-port "$cpu_api" >"$tmp/run-cpu" 2>&1 && ok || { bad "--cpu-only install exited $?"; tail -n 20 "$tmp/run-cpu"; }
+expect "cpu-only profile" "profile cpu-r64: experts per layer 0 in VRAM" "$tmp/run-cpu"
+expect "cpu-only CUDA skip" "SKIP: CUDA vs CPU logits: --cpu-only (no GPU used)" "$tmp/run-cpu"
+expect "cpu-only CPU check" "PASS: CPU reference logits" "$tmp/run-cpu"
+expect "cpu-only backend" "backend: cpu" "$tmp/run-cpu"
+[ "$("$bin/nebula" config get engine.backend --config "$tmp/cpu/conf/nebula.conf")" = cpu ] && ok || bad "--cpu-only: engine.backend is not cpu"
+curl -fsS -m 10 "http://127.0.0.1:$cpu_port/api/status" >/dev/null && ok || bad "--cpu-only: the page does not answer"
+NEBULA_BIN=$bin bash deploy/stop.sh --state "$tmp/cpu/state" >/dev/null 2>&1
+
+# ---- no --dest: the place on an internal SSD with room, else said; --require-ssd refuses ----
+places() { # NAME:FREE_MIB:KIND...
+    hw 16384 65536 100000 | grep -v '^disk_'
+    for p in "$@"; do printf 'place=%s/pl/%s %s %s\n' "$tmp" "${p%%:*}" "$(cut -d: -f2 <<<"$p")" "${p##*:}"; done
+}
+where() { # LOG ARGS...: a --check-only run without --dest
+    local out=$1
+    shift
+    HOME=$tmp/home NEBULA_BIN=$bin bash deploy/install.sh --model "$tmp/local-cpu" --state "$tmp/pl-state" --config "$tmp/pl.conf" \
+        --check-only "$@" >"$tmp/$out" 2>&1
+}
+places hdd:100000:hdd small:10:ssd fast:100000:ssd >"$tmp/hw-pl1.env"
+where pl1 --hw-file "$tmp/hw-pl1.env" && ok || bad "places: --check-only exited $?"
+expect "SSD chosen" "models go to $tmp/pl/fast: an internal SSD with .* GiB free" "$tmp/pl1"
+grep -q "is on a hdd disk" "$tmp/pl1" && bad "places: a note about a hdd although an SSD was chosen" || ok
+places hdd:100000:hdd small:10:ssd >"$tmp/hw-pl2.env"
+where pl2 --hw-file "$tmp/hw-pl2.env" && ok || bad "places, only a hdd with room: exited $?"
+expect "hdd said" "models go to $tmp/pl/hdd: .*no internal SSD among the places has" "$tmp/pl2"
+expect "hdd note" "note: $tmp/pl/hdd is on a hdd disk" "$tmp/pl2"
+if where pl3 --hw-file "$tmp/hw-pl2.env" --require-ssd; then bad "--require-ssd accepted a hdd"; else ok; fi
+expect "require-ssd" "missing: disk: $tmp/pl/hdd is on a hdd disk, not an internal SSD (--require-ssd); no internal SSD with" "$tmp/pl3"
+[ ! -e "$tmp/pl" ] && ok || bad "the place checks created $(find "$tmp/pl" | head -n 3 | tr '\n' ' ')"
+mkdir -p "$tmp/pl/hdd" && : >"$tmp/pl/hdd/install.stamp"
+where pl4 --hw-file "$tmp/hw-pl1.env" && ok || bad "places with an earlier install: exited $?"
+expect "earlier install kept" "models go to $tmp/pl/hdd: an earlier install of tb is there (hdd disk)" "$tmp/pl4"
+
+# ---- the shipped manifests: well-formed, and read ----
+awk -F'\t' '!/^#/ && !(NF == 3 && $2 ~ /^[0-9]+$/ && length($3) == 64 && $3 ~ /^[0-9a-f]+$/) { print FILENAME ":" FNR; bad = 1 } END { exit bad }' conf/manifests/*.tsv &&
+    ok || bad "a malformed line in conf/manifests"
+[ "$(NEBULA_REPO=$PWD DEST=$tmp bash -c '. deploy/install/fetch.sh; manifest_entry Qwen3.8-Flash-Next-UD-IQ1_S-00002-of-00003.gguf')" = \
+    "49990818368 3a62e35bbf9add4733bd1438ebd3a67649d5edd6cb0e72bb78e33c913992b2b6" ] && ok || bad "the shipped UD-IQ1_S manifest is not read"
+
 # ---- the CLI pieces the installer leans on ----
 "$bin/nebula" logits -m "$tmp/dest/$S1" --tokens-file /dev/null --out "$tmp/x.f32" --backend gpu >"$tmp/lb" 2>&1
 [ $? = 2 ] && grep -q "backend takes cpu or cuda, got 'gpu'" "$tmp/lb" && ok || bad "nebula logits --backend gpu: $(cat "$tmp/lb")"
@@ -206,12 +263,30 @@ got=$(pick $((20 * 1000 * 1000 * 1000 / 1048576)) $((80 * 1000 * 1000 * 1000 / 1
 [ "$got" = v16-r64 ] && ok || bad "20 GB VRAM + 80 GB RAM: profile '$got', want v16-r64"
 got=$(pick 6144 65536)
 [[ $got == *"no profile for this machine: 6.0 GiB of GPU memory is 1.6 GiB short"* ]] && ok || bad "6 GiB VRAM: '$got'"
+# --cpu-only: the RAM class alone; no VRAM budget; the RAM pays the dense weights and K/V first
+hw 0 $((96 * 1024)) 100000 >"$tmp/hw-cpu.env"
+hw 8192 $((96 * 1024)) 100000 >"$tmp/hw-gpu.env"
+"$bin/nebula-prepare" "$tmp/dest/$S1" --mtp "$tmp/dest/tb-mtp.gguf" --profile auto --cpu-only --hw-file "$tmp/hw-cpu.env" --profile-info >"$tmp/pc.env" 2>&1
+"$bin/nebula-prepare" "$tmp/dest/$S1" --mtp "$tmp/dest/tb-mtp.gguf" --profile auto --hw-file "$tmp/hw-gpu.env" --profile-info >"$tmp/pg.env" 2>&1
+pv() { sed -n "s/^$2=//p" "$1"; }
+[ "$(pv "$tmp/pc.env" profile)" = cpu-r96 ] && [ "$(pv "$tmp/pc.env" vram_budget)" = 0 ] && [ "$(pv "$tmp/pc.env" vram_layer)" = 0 ] && ok ||
+    bad "--cpu-only on 96 GiB: $(tr '\n' ' ' <"$tmp/pc.env")"
+[ "$(pv "$tmp/pc.env" ram_budget)" -lt "$(pv "$tmp/pg.env" ram_budget)" ] && [ "$(pv "$tmp/pc.env" ram_used)" -gt "$(pv "$tmp/pg.env" ram_used)" ] && ok ||
+    bad "--cpu-only: the RAM does not pay the dense weights and K/V (cpu: $(pv "$tmp/pc.env" ram_budget) budget $(pv "$tmp/pc.env" ram_used) used; gpu: $(pv "$tmp/pg.env" ram_budget) $(pv "$tmp/pg.env" ram_used))"
+"$bin/nebula-prepare" "$tmp/dest/$S1" --cpu-only --profile-table >"$tmp/pt" 2>&1
+[ $? = 2 ] && grep -q -- "--cpu-only goes with --profile" "$tmp/pt" && ok || bad "--cpu-only without --profile: $(cat "$tmp/pt")"
 
 # ---- nebula-gen --sparse: a full-size layout that takes no disk ----
 "$bin/nebula-gen" "$tmp/sparse.gguf" --layers 2 --sparse -q && ok || bad "nebula-gen --sparse failed"
 apparent=$(stat -c %s "$tmp/sparse.gguf" 2>/dev/null || echo 0) used=$(du -k "$tmp/sparse.gguf" 2>/dev/null | cut -f1)
 [ "$apparent" -gt $((1 << 30)) ] && [ "${used:-0}" -lt 16384 ] && ok || bad "--sparse: $apparent bytes long, ${used} KiB on disk"
 "$bin/nebula-gguf" info --no-tensors "$tmp/sparse.gguf" >/dev/null && ok || bad "--sparse: nebula-gguf cannot open it"
+# The self-check's choice of first layers for a model too large for the GPU
+# (deploy/install/finish.sh): the layers whose tensors fit the budget.
+L=$(BIN=$bin bash -c '. deploy/install/finish.sh; first_layers_fit "$1" $((1 << 40))' _ "$tmp/sparse.gguf") && [ "$L" = 2 ] && ok ||
+    bad "first_layers_fit with room for all: '$L', want 2 (all the layers)"
+BIN=$bin bash -c '. deploy/install/finish.sh; first_layers_fit "$1" $((1 << 30))' _ "$tmp/sparse.gguf" >/dev/null &&
+    bad "first_layers_fit found layers fitting 1 GiB beside a full-size head" || ok
 rm -f "$tmp/sparse.gguf"
 
 # ---- docs/INSTALL.md's table is the computed one ----

@@ -19,12 +19,8 @@
 #     with the upstream gone, nginx answers 502 in the OpenAI error shape.
 # Whatever happens, the trap stops what this test started (by pid).
 set -u
-BUILD=${BUILD:-build}
-bin=$BUILD/bin
-case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
-WEB=${NEBULA_WEB:-$PWD/web}
-tmp=$(mktemp -d /tmp/nbdeploy.XXXXXX)
-S=$tmp/a   # short: the control socket path must fit in a sockaddr_un
+. tests/deploy/lib.sh # procs_of, children, alive, free_ports, deploy_dirs
+deploy_dirs nbdeploy
 holder=
 cleanup() {
     local d p
@@ -39,7 +35,6 @@ trap cleanup EXIT
 fail=0 n=0
 ok() { n=$((n + 1)); }
 bad() { echo "FAIL: $*"; fail=$((fail + 1)); n=$((n + 1)); }
-. tests/deploy/lib.sh # procs_of, children, alive, free_ports
 check() { python3 tests/deploy/http_checks.py "$@"; }
 
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || { echo "FAIL: nginx is not installed (make test runs deploy/install-deps.sh)"; exit 1; }

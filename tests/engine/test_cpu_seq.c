@@ -94,7 +94,7 @@ Test(cpu_seq, bad_arguments_leave_the_sequence_alone)
     cr_expect_eq(gw_eval(s, &b, err, sizeof err), NB_EINVAL, "logits wanted, no buffer");
     cr_expect_eq(gw_seq_pos(s), 10);
     float w[1];
-    struct gw_mtp_args m = {r.tok, w, 1, 0, NULL, NULL};
+    struct gw_mtp_args m = {r.tok, w, 1, 0, NULL, NULL, NULL, NULL};
     cr_expect_eq(gw_mtp_eval(s, &m, err, sizeof err), NB_ENOTSUP, "tiny-a has no MTP block");
     gw_seq_free(s);
     rig_close(&r);
@@ -112,7 +112,7 @@ static gw_seq *mtp_ready(const struct rig *r, float *wide, float *logits, float 
     char err[256];
     gw_seq *s = new_seq(r);
     eval(s, r->tok, CTX, NULL, wide);
-    struct gw_mtp_args a = {r->tok + 1, wide, CTX - 1, 1, logits, wide_out};
+    struct gw_mtp_args a = {r->tok + 1, wide, CTX - 1, 1, logits, wide_out, NULL, NULL};
     cr_assert_eq(gw_mtp_eval(s, &a, err, sizeof err), 0, "%s", err);
     return s;
 }
@@ -149,7 +149,7 @@ Test(cpu_mtp, batch_equals_row_by_row)
     eval(rows, r.tok, CTX, NULL, NULL);
     for (int t = 0; t < CTX - 1; t++) {
         struct gw_mtp_args a = {r.tok + t + 1, wide + (size_t)t * r.wide, 1, t + 1, lr + (size_t)t * r.V,
-                                orow + (size_t)t * r.wide};
+                                orow + (size_t)t * r.wide, NULL, NULL};
         cr_assert_eq(gw_mtp_eval(rows, &a, err, sizeof err), 0, "%s", err);
     }
     double dl = max_abs_diff(lb, lr, nl), dw = max_abs_diff(ob, orow, (size_t)(CTX - 1) * (size_t)r.wide);
@@ -185,7 +185,7 @@ Test(cpu_mtp, chained_drafting_equals_step_by_step)
     memcpy(state, h_last, (size_t)r.wide * sizeof *state);
     int32_t tok = t0;
     for (int i = 0; i < N; i++) {
-        struct gw_mtp_args a = {&tok, state, 1, CTX + i, ls + (size_t)i * r.V, state};
+        struct gw_mtp_args a = {&tok, state, 1, CTX + i, ls + (size_t)i * r.V, state, NULL, NULL};
         cr_assert_eq(gw_mtp_eval(steps, &a, err, sizeof err), 0, "%s", err);
         tok = by_hand[i] = argmax(ls + (size_t)i * r.V, r.V);
     }

@@ -36,3 +36,13 @@ npm_ci_locked() {
     npm ci --prefix "$dir" --no-audit --no-fund "$@" >/dev/null ||
         "$fail" "npm ci --prefix $dir failed (registry unreachable?)"
 }
+
+# npm_clients DIR WHAT FAIL: what a test of npm clients against the
+# coordinator needs first: node and npm, a built $bin/nebula-coordinator, and
+# DIR's locked packages (WHAT names them in messages; FAIL as above).
+npm_clients() {
+    local dir=$1 what=$2 fail=$3
+    npm_need "$fail" "needed for $what"
+    [ -x "$bin/nebula-coordinator" ] || "$fail" "$bin/nebula-coordinator is missing: run make first"
+    npm_ci_locked "$dir" "$what" "$fail"
+}

@@ -20,11 +20,7 @@ DIR=tests/openai
 fail() { echo "test_openai_client: FAIL: $*" >&2; exit 1; }
 
 . tests/lib/npm-locked.sh
-npm_need fail "needed for the openai client"
-[ -x "$bin/nebula-coordinator" ] || fail "$bin/nebula-coordinator is missing: run make first"
-
-# The locked npm packages, installed unless exactly those versions are there.
-npm_ci_locked "$DIR" "the openai client" fail
+npm_clients "$DIR" "the openai client" fail # the locked packages, installed unless exactly those are there
 
 tmp=$(mktemp -d /tmp/nboai.XXXXXX)
 cleanup() {

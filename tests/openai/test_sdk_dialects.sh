@@ -13,9 +13,7 @@ DIR=tests/openai
 fail() { echo "test_sdk_dialects: FAIL: $*" >&2; exit 1; }
 
 . tests/lib/npm-locked.sh
-npm_need fail "needed for the SDK clients"
-[ -x "$bin/nebula-coordinator" ] || fail "$bin/nebula-coordinator is missing: run make first"
-npm_ci_locked "$DIR" "the openai and anthropic clients" fail
+npm_clients "$DIR" "the openai and anthropic clients" fail
 
 tmp=$(mktemp -d /tmp/nbsdk.XXXXXX)
 pid=

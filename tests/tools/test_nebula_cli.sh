@@ -53,6 +53,41 @@ tokens=$(grep -o '[0-9]* tokens' "$tmp/hl" | grep -o '[0-9]*')
 awk 'NR > 1 && $3 > 0 && ($4 <= 0 || $4 > 1) {exit 1}' "$tmp/hot.tsv" && ok || bad "hotlist mean weights outside (0, 1]"
 head -c 300 tests/fixtures/tiny-b/tokens.txt | awk '{NF--; print}' >"$tmp/ids.txt"
 "$neb" hotlist -m "$tmp/tiny-b.gguf" --prompts "$tmp/ids.txt" --ids --out "$tmp/hot-b.tsv" 2>/dev/null && ok || bad "hotlist --ids"
+# With an MTP block (tiny-b's) its layer is counted too: the block behind each
+# step, a row for every token but each prompt's first; the counts do not
+# depend on how the steps are cut (the rows pair across chunk boundaries).
+printf '%s\n' "$(head -c 200 tests/fixtures/tiny-b/tokens.txt | awk '{NF--; print}')" >>"$tmp/ids.txt"
+k_b=$(python3 -c "import json; print(json.load(open('tests/fixtures/tiny-b/config.json'))['num_experts_per_tok'])")
+L_b=$(python3 -c "import json; print(json.load(open('tests/fixtures/tiny-b/config.json'))['num_hidden_layers'])")
+for c in 512 7; do
+    "$neb" hotlist -m "$tmp/tiny-b.gguf" --prompts "$tmp/ids.txt" --ids --out "$tmp/hot-m$c.tsv" --chunk $c --gen 2 2>"$tmp/hl" ||
+        bad "hotlist with the MTP block (--chunk $c)"
+done
+tokens=$(grep -o '[0-9]* tokens' "$tmp/hl" | grep -o '[0-9]*')
+awk -v L="$L_b" -v k="$k_b" -v t="$tokens" 'NR > 1 { s[$1] += $3; n = $1 > n ? $1 : n }
+    END { for (l = 0; l < L; l++) if (s[l] != t * k) exit 1; exit !(n == L && s[L] == (t - 2) * k) }' "$tmp/hot-m512.tsv" && ok ||
+    bad "hotlist with MTP: want $L_b trunk layers of $tokens x $k_b and layer $L_b (MTP) of ($tokens - 2 prompts) x $k_b: $(awk 'NR > 1 { s[$1] += $3 } END { for (l in s) printf "%s:%s ", l, s[l] }' "$tmp/hot-m512.tsv")"
+cmp -s <(cut -f1-3 "$tmp/hot-m512.tsv") <(cut -f1-3 "$tmp/hot-m7.tsv") && ok || bad "hotlist with MTP: counts depend on --chunk"
+
+# --layers L: the first L layers then the head, on a synthetic model (seeded by
+# tensor name, so a model converted with only L layers has the same ones):
+# equal to that model's logits bit for bit, to the full run when L = all, and
+# not to the full run otherwise; the n-gram layer (index 2 here) and the MTP
+# block are dropped when not among them.
+for l in 5 3 2; do
+    "$conv" --synthetic tests/fixtures/tiny-b/config.json "$tmp/syn$l.gguf" --layers $l $([ $l = 5 ] || echo --no-mtp) -q ||
+        bad "synthetic convert --layers $l"
+    "$neb" logits -m "$tmp/syn$l.gguf" --tokens-file "$tmp/prefix.txt" --out "$tmp/syn$l.f32" 2>/dev/null || bad "logits of syn$l"
+done
+for l in 2 3 5; do
+    "$neb" logits -m "$tmp/syn5.gguf" --layers $l --tokens-file "$tmp/prefix.txt" --out "$tmp/first$l.f32" 2>"$tmp/e" && ok ||
+        bad "logits --layers $l: $(cat "$tmp/e")"
+    cmp -s "$tmp/first$l.f32" "$tmp/syn$l.f32" && ok || bad "logits --layers $l differ from a model of $l layers"
+done
+grep -q "the first 5 of 5 layers, then the head (no MTP block)" "$tmp/e" && ok || bad "--layers 5: $(cat "$tmp/e")"
+cmp -s "$tmp/first2.f32" "$tmp/syn5.f32" && bad "logits --layers 2 equal the full model's" || ok
+"$neb" logits -m "$tmp/syn5.gguf" --layers 2 --tokens-file "$tmp/prefix.txt" --out "$tmp/x.f32" 2>&1 | grep -q "the n-gram layer is not among them" &&
+    ok || bad "--layers 2 does not say the n-gram layer is left out"
 
 # Errors a user can fix: one line, exit 2.
 expect2() { local what=$1; shift; "$@" >/dev/null 2>"$tmp/e"; local rc=$?
@@ -65,6 +100,9 @@ expect2 "corrupt model" "$neb" generate -m "$tmp/bad.gguf" -p hi
 expect2 "bad flag" "$neb" generate -m "$tmp/tiny-a.gguf" -p hi --temp lots
 expect2 "two prompts" "$neb" generate -m "$tmp/tiny-a.gguf" -p hi --chat hi
 expect2 "prompt over context" "$neb" generate -m "$tmp/tiny-a.gguf" --tokens-file tests/fixtures/tiny-a/tokens.txt --ctx 64
+expect2 "--layers past the model" "$neb" logits -m "$tmp/syn5.gguf" --layers 6 --tokens-file "$tmp/prefix.txt" --out "$tmp/x.f32"
+grep -q "the model has 5 layers (give 1 to 5), not 6" "$tmp/e" && ok || bad "--layers 6: $(cat "$tmp/e")"
+expect2 "--layers 0" "$neb" logits -m "$tmp/syn5.gguf" --layers 0 --tokens-file "$tmp/prefix.txt" --out "$tmp/x.f32"
 expect2 "id out of vocab" "$neb" logits -m "$tmp/tiny-a.gguf" --tokens-file <(echo 1 2 99999) --out "$tmp/x.f32"
 expect2 "text without tokenizer" "$neb" generate -m "$tmp/tiny-b.gguf" -p hi
 expect2 "think flag" "$neb" generate -m "$tmp/tiny-a.gguf" --chat hi --think maybe

@@ -76,6 +76,9 @@ static void usage(FILE *f)
             "  --profile-info      with --profile: print what it means for MODEL (key=value) and write nothing\n"
             "  --profile-table     print every profile's meaning for MODEL as a Markdown table; write nothing\n"
             "                      (both take MODEL only, no OUTDIR)\n"
+            "  --cpu-only          with --profile: a machine without a GPU (the CPU backend): the RAM class\n"
+            "                      alone picks the row (cpu-rNN), no experts in VRAM, and the RAM pays the\n"
+            "                      dense weights and the context's K/V before the experts\n"
             "  -q, --quiet         errors only\n"
             "  -h, --help          this text\n"
             "Sizes are bytes or take K, M, G, T (binary: 12G = 12 GiB). Placement options left out on a\n"
@@ -98,7 +101,7 @@ struct run {
     bool given_vram, given_ram, given_victim, given_early, given_mtp, given_ple;
     int verified, written;
     const char *profile, *profiles_path, *hw_file;
-    bool profile_info, profile_table;
+    bool profile_info, profile_table, cpu_only;
     char err[1024];
 };
 
@@ -409,7 +412,7 @@ static int apply_profile(struct run *r)
     if (!rc && r->profile_table) {
         profile_print_header(stdout);
         for (int i = 0; i < t->n && !rc; i++)
-            if (!(rc = profile_compute(&t->row[i], r->m, &x, &ple, &res, r->err, sizeof r->err)))
+            if (!(rc = profile_compute(&t->row[i], false, r->m, &x, &ple, &res, r->err, sizeof r->err)))
                 profile_print_row(stdout, &res);
     }
     const struct profile_row *row = NULL;
@@ -417,17 +420,17 @@ static int apply_profile(struct run *r)
         uint64_t vram = 0, ram = 0;
         rc = r->hw_file ? profile_hw_read(r->hw_file, &vram, &ram, r->err, sizeof r->err)
                         : profile_hw_detect(&vram, &ram, r->err, sizeof r->err);
-        if (!rc) rc = profile_pick(t, vram, ram, &row, r->err, sizeof r->err);
+        if (!rc) rc = profile_pick(t, vram, ram, r->cpu_only, &row, r->err, sizeof r->err);
     } else if (!rc && r->profile && !(row = profile_find(t, r->profile))) {
         rc = nb_errf(r->err, sizeof r->err, NB_EINVAL, "--profile %s: not in %s (or auto)", r->profile, path);
     }
-    if (!rc && row) rc = profile_compute(row, r->m, &x, &ple, &res, r->err, sizeof r->err);
+    if (!rc && row) rc = profile_compute(row, r->cpu_only, r->m, &x, &ple, &res, r->err, sizeof r->err);
     if (!rc && row && r->profile_info) profile_print_info(stdout, &res);
     else if (!rc && row && !res.fits)
-        rc = nb_errf(r->err, sizeof r->err, NB_EINVAL, "profile %s does not fit this model: %s", row->name, res.why);
+        rc = nb_errf(r->err, sizeof r->err, NB_EINVAL, "profile %s does not fit this model: %s", res.name, res.why);
     if (!rc && row && !r->profile_info) {
         say("profile %s (%g GiB VRAM, %g GiB RAM): VRAM budget %.1f GiB, RAM budget %.1f GiB, ctx %lld, n-gram table on %s",
-            row->name, row->vram_gib, row->ram_gib, res.vram_budget / 1073741824.0, res.ram_budget / 1073741824.0,
+            res.name, res.cpu_only ? 0 : row->vram_gib, row->ram_gib, res.vram_budget / 1073741824.0, res.ram_budget / 1073741824.0,
             (long long)res.ctx, res.ple_ssd ? "ssd" : "ram");
         uint64_t table_ram = res.ple_bytes && !res.ple_ssd ? res.ple_bytes : 0;
         if (!r->given_vram && !r->given_slots) r->given_vram = true, r->popts.vram_bytes = res.vram_budget;
@@ -461,7 +464,7 @@ int main(int argc, char **argv)
     struct run r = {0};
     bool quiet = false;
     enum { O_VRAM = 1000, O_SLOTS, O_CTX, O_RAM, O_VICTIM, O_EARLY, O_MTP, O_PLE, O_HOT, O_KILL, O_INT, O_MTP_FILE,
-           O_PROFILE, O_PROFILES, O_HW, O_PINFO, O_PTABLE };
+           O_PROFILE, O_PROFILES, O_HW, O_PINFO, O_PTABLE, O_CPU };
     static const struct option opts[] = {
         {"vram-budget", required_argument, 0, O_VRAM}, {"ram-budget", required_argument, 0, O_RAM},
         {"vram-slots", required_argument, 0, O_SLOTS},   {"ctx", required_argument, 0, O_CTX},
@@ -470,7 +473,7 @@ int main(int argc, char **argv)
         {"ple-tier", required_argument, 0, O_PLE},       {"mtp", required_argument, 0, O_MTP_FILE},
         {"profile", required_argument, 0, O_PROFILE},    {"profiles", required_argument, 0, O_PROFILES},
         {"hw-file", required_argument, 0, O_HW},         {"profile-info", no_argument, 0, O_PINFO},
-        {"profile-table", no_argument, 0, O_PTABLE},
+        {"profile-table", no_argument, 0, O_PTABLE},     {"cpu-only", no_argument, 0, O_CPU},
         /* tests only: a crash (SIGKILL) or a Ctrl-C (SIGINT) in the middle of the unit after N */
         {"test-kill-after-units", required_argument, 0, O_KILL}, {"test-interrupt-after-units", required_argument, 0, O_INT},
         {"quiet", no_argument, 0, 'q'},                   {"help", no_argument, 0, 'h'},
@@ -516,6 +519,7 @@ int main(int argc, char **argv)
         case O_HW: r.hw_file = optarg; break;
         case O_PINFO: r.profile_info = true; break;
         case O_PTABLE: r.profile_table = true; break;
+        case O_CPU: r.cpu_only = true; break;
         case O_KILL: ckpt_set_test_kill(atoi(optarg), SIGKILL); break;
         case O_INT: ckpt_set_test_kill(atoi(optarg), SIGINT); break;
         case 'q': quiet = true; break;
@@ -534,6 +538,10 @@ int main(int argc, char **argv)
     bool report_only = r.profile_info || r.profile_table;
     if (r.profile_info && !r.profile) {
         fprintf(stderr, "nebula-prepare: --profile-info: which profile? (--profile NAME or auto)\n");
+        return EXIT_USAGE;
+    }
+    if (r.cpu_only && !r.profile) {
+        fprintf(stderr, "nebula-prepare: --cpu-only goes with --profile (NAME or auto)\n");
         return EXIT_USAGE;
     }
     if (argc - optind != (report_only ? 1 : 2)) {

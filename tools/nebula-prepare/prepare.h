@@ -268,6 +268,8 @@ struct profile_table {
 /* What a row means for one model. */
 struct profile_result {
     const struct profile_row *row;
+    char name[40];            /* the row's, or cpu-rNN for a machine without a GPU (cpu_only) */
+    bool cpu_only;            /* no GPU: no VRAM budget, the RAM pays the dense weights and K/V first */
     bool fits;                /* false: why says what does not fit */
     char why[320];
     uint64_t vram_budget, ram_budget; /* nebula-prepare's --vram-budget, --ram-budget */
@@ -284,12 +286,17 @@ struct profile_result {
 int profile_load(struct profile_table *t, const char *path, char *err, size_t errlen);
 const struct profile_row *profile_find(const struct profile_table *t, const char *name);
 /* The row of the classes the machine reaches (VRAM and RAM rounded down
- * separately); NB_EINVAL with the GiB missing when it reaches none. */
-int profile_pick(const struct profile_table *t, uint64_t vram_bytes, uint64_t ram_bytes, const struct profile_row **out,
-                 char *err, size_t errlen);
+ * separately); NB_EINVAL with the GiB missing when it reaches none.
+ * cpu_only: the RAM class alone decides (the row of the smallest VRAM
+ * class gives the policy columns). */
+int profile_pick(const struct profile_table *t, uint64_t vram_bytes, uint64_t ram_bytes, bool cpu_only,
+                 const struct profile_row **out, char *err, size_t errlen);
 /* A profile keeps the n-gram table off the device (ple_tier ram or ssd:
- * gw_ple_host), so the VRAM plan does not count it. */
-int profile_compute(const struct profile_row *row, const struct model *m, const struct expert_layout *x,
+ * gw_ple_host), so the VRAM plan does not count it.  cpu_only (a machine
+ * without a GPU, the CPU backend): VRAM budget 0, the context the row's, and
+ * the RAM budget what the row's RAM keeps after the dense weights and the
+ * context's K/V and scratch (sized as on the device: engine/vram.h). */
+int profile_compute(const struct profile_row *row, bool cpu_only, const struct model *m, const struct expert_layout *x,
                     const struct ple_layout *ple, struct profile_result *out, char *err, size_t errlen);
 void profile_print_header(FILE *f);
 void profile_print_row(FILE *f, const struct profile_result *p);

@@ -110,8 +110,8 @@ const struct profile_row *profile_find(const struct profile_table *t, const char
  * and the kernel's part is not counted). */
 static bool reaches(double have_gib, double class_gib) { return have_gib >= class_gib * PROFILE_CLASS_SHARE; }
 
-int profile_pick(const struct profile_table *t, uint64_t vram_bytes, uint64_t ram_bytes, const struct profile_row **out,
-                 char *err, size_t errlen)
+int profile_pick(const struct profile_table *t, uint64_t vram_bytes, uint64_t ram_bytes, bool cpu_only,
+                 const struct profile_row **out, char *err, size_t errlen)
 {
     /* VRAM and RAM are rounded down to a class separately; the row is the
      * one of both classes. */
@@ -124,6 +124,7 @@ int profile_pick(const struct profile_table *t, uint64_t vram_bytes, uint64_t ra
         if (reaches(ram, r->ram_gib) && r->ram_gib > rc) rc = r->ram_gib;
     }
     *out = NULL;
+    if (cpu_only) vc = vmin;
     if (!vc || !rc) {
         char miss[256] = "";
         if (!vc)
@@ -155,26 +156,43 @@ static void per_layer(const struct expert_layout *x, const uint32_t *n, char *bu
     else snprintf(buf, len, "%u-%u", lo, hi);
 }
 
-int profile_compute(const struct profile_row *row, const struct model *m, const struct expert_layout *x,
+int profile_compute(const struct profile_row *row, bool cpu_only, const struct model *m, const struct expert_layout *x,
                     const struct ple_layout *ple, struct profile_result *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     out->row = row;
+    out->cpu_only = cpu_only;
+    if (cpu_only) snprintf(out->name, sizeof out->name, "cpu-r%g", row->ram_gib);
+    else snprintf(out->name, sizeof out->name, "%s", row->name);
     uint64_t dense = 0, mtp = 0;
     int rc = gw_vram_dense_bytes(m, &dense, &mtp, err, errlen);
     if (rc) return rc;
     dense -= gw_vram_ple_table_bytes(m); /* the table stays in host memory (ram) or on the SSD */
-    out->vram_budget = (uint64_t)((row->vram_gib - row->vram_keep_gib) * GIB);
+    out->vram_budget = cpu_only ? 0 : (uint64_t)((row->vram_gib - row->vram_keep_gib) * GIB);
     out->ram_budget = (uint64_t)((row->ram_gib - row->ram_keep_gib) * GIB);
     out->vram_fixed = dense + mtp;
     /* The context: the row's (at most the model's), halved until the dense
      * weights and its reserve fit the budget. */
     int64_t ctx = row->ctx, model_ctx = gw_vram_default_ctx(m);
     if (ctx > model_ctx) ctx = model_ctx;
-    while (ctx > PROFILE_MIN_CTX && out->vram_fixed + gw_vram_reserve(m, ctx) > out->vram_budget) ctx /= 2;
+    while (!cpu_only && ctx > PROFILE_MIN_CTX && out->vram_fixed + gw_vram_reserve(m, ctx) > out->vram_budget) ctx /= 2;
     out->ctx = ctx;
     uint64_t reserve = gw_vram_reserve(m, ctx);
-    if (out->vram_fixed + reserve > out->vram_budget) {
+    if (cpu_only) { /* the RAM holds what the device would have: the dense weights, K/V and scratch */
+        uint64_t fixed = out->vram_fixed + reserve;
+        out->vram_fixed = 0;
+        if (fixed > out->ram_budget) {
+            char a[32], b[32];
+            fmt_bytes(fixed, a, sizeof a);
+            fmt_bytes(out->ram_budget, b, sizeof b);
+            out->fits = false;
+            snprintf(out->why, sizeof out->why, "the dense weights with K/V and scratch at ctx %lld (%s) exceed the "
+                     "RAM budget %s", (long long)ctx, a, b);
+            return 0;
+        }
+        out->ram_budget -= fixed;
+        out->ram_used = fixed; /* the arena and the table are added below */
+    } else if (out->vram_fixed + reserve > out->vram_budget) {
         char a[32], b[32], c[32];
         fmt_bytes(out->vram_fixed, a, sizeof a);
         fmt_bytes(reserve, b, sizeof b);
@@ -185,7 +203,7 @@ int profile_compute(const struct profile_row *row, const struct model *m, const 
         return 0;
     }
     out->fits = true;
-    out->vram_fixed += reserve;
+    if (!cpu_only) out->vram_fixed += reserve;
 
     int n = x->n_layers;
     uint32_t *vram = calloc((size_t)n + 1, sizeof *vram), *ram = calloc((size_t)n + 1, sizeof *ram);
@@ -219,7 +237,7 @@ int profile_compute(const struct profile_row *row, const struct model *m, const 
     per_layer(x, ram, out->ram_layer, sizeof out->ram_layer);
     per_layer(x, ssd, out->ssd_layer, sizeof out->ssd_layer);
     out->vram_used = out->vram_fixed + slots;
-    out->ram_used = arena + table_ram;
+    out->ram_used += arena + table_ram;
     /* The prefill chunk: the row's, at most what the reserve's scratch and
      * the bytes the slots left over hold when a chunk streams its experts
      * (gw_vram_stream_rows, as the CUDA backend sizes its pieces). */
@@ -227,8 +245,8 @@ int profile_compute(const struct profile_row *row, const struct model *m, const 
     gw_vram_plan(m, NULL, ctx, &parts);
     uint64_t room = out->vram_budget - out->vram_used + parts.scratch;
     int64_t fit = gw_vram_stream_rows(m, ctx, room);
-    out->chunk = row->chunk < fit ? row->chunk : (int)fit;
-    out->vram_free = row->vram_gib * GIB - (double)out->vram_used;
+    out->chunk = cpu_only || row->chunk < fit ? row->chunk : (int)fit;
+    out->vram_free = cpu_only ? 0 : row->vram_gib * GIB - (double)out->vram_used;
     out->ram_free = row->ram_gib * GIB - (double)out->ram_used;
 done:
     free(vram);
@@ -268,7 +286,8 @@ void profile_print_header(FILE *f)
 void profile_print_info(FILE *f, const struct profile_result *p)
 {
     const struct profile_row *r = p->row;
-    fprintf(f, "profile=%s\nvram_gib=%g\nram_gib=%g\nfits=%s\n", r->name, r->vram_gib, r->ram_gib, p->fits ? "yes" : "no");
+    fprintf(f, "profile=%s\nvram_gib=%g\nram_gib=%g\ncpu_only=%s\nfits=%s\n", p->name, p->cpu_only ? 0 : r->vram_gib,
+            r->ram_gib, p->cpu_only ? "yes" : "no", p->fits ? "yes" : "no");
     if (!p->fits) {
         fprintf(f, "why=%s\n", p->why);
         return;

@@ -36,8 +36,20 @@ int cli_open(const struct cli_common *o, struct cli_model *cm)
         fprintf(stderr, "nebula: cannot load model %s: %s\n", o->model_path, err);
         return CLI_USAGE;
     }
-    model_mtp_describe(cm->m, err, sizeof err);
-    fprintf(stderr, "nebula: %s\n", err);
+    cm->n_layer_file = cm->m->hp.n_layer;
+    if (o->layers > 0) {
+        const bool had_ple = cm->m->hp.ple_layer >= 0;
+        if (model_keep_layers(cm->m, o->layers, err, sizeof err)) {
+            fprintf(stderr, "nebula: --layers %d: %s\n", o->layers, err);
+            cli_close(cm);
+            return CLI_USAGE;
+        }
+        fprintf(stderr, "nebula: the first %d of %d layers, then the head (no MTP block%s)\n", o->layers,
+                cm->n_layer_file, had_ple && cm->m->hp.ple_layer < 0 ? "; the n-gram layer is not among them" : "");
+    } else {
+        model_mtp_describe(cm->m, err, sizeof err);
+        fprintf(stderr, "nebula: %s\n", err);
+    }
     if (gguf_find_key(cm->m->gguf, "tokenizer.ggml.tokens") >= 0 &&
         tok_load_gguf(cm->m->gguf, &cm->tok, err, sizeof err)) {
         fprintf(stderr, "nebula: %s: bad tokenizer: %s\n", o->model_path, err);
@@ -46,7 +58,14 @@ int cli_open(const struct cli_common *o, struct cli_model *cm)
     }
     struct gw_backend_params bp = {.kind = o->backend ? o->backend : "cpu", .n_threads = o->threads,
                                    .kernels = o->kernels};
-    if (gw_backend_create(cm->m, &bp, &cm->be, err, sizeof err) || gw_seq_create(cm->be, &cm->seq, err, sizeof err)) {
+    /* A check of the first layers on the device keeps the n-gram table in host
+     * memory (26.8 GiB in the released model), as the gpu-worker does: its rows
+     * come from the mapping, the bits the device would have read. */
+    bool host_table = o->layers > 0 && !strcmp(bp.kind, "cuda") && cm->m->ple_table.data;
+    if (host_table) gw_ple_host_detach(cm->m, &cm->ple_host);
+    struct gw_ple_rows rows = {gw_ple_host_rows, &cm->ple_host};
+    if (gw_backend_create(cm->m, &bp, &cm->be, err, sizeof err) || gw_seq_create(cm->be, &cm->seq, err, sizeof err) ||
+        (host_table && gw_backend_set_ple_rows(cm->be, &rows, err, sizeof err))) {
         fprintf(stderr, "nebula: cannot start the backend: %s\n", err);
         cli_close(cm);
         return CLI_FAIL;

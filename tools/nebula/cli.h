@@ -20,6 +20,8 @@ struct cli_model {
     tok_tokenizer *tok; /* NULL when the GGUF has no tokenizer */
     gw_backend *be;
     gw_seq *seq;
+    struct gw_ple_host ple_host; /* the n-gram table served from the mapping (cuda with --layers) */
+    int n_layer_file;            /* the trunk layers of the file (hp.n_layer before --layers) */
 };
 
 struct cli_common {
@@ -30,6 +32,7 @@ struct cli_common {
     int64_t ctx;      /* context limit, tokens (0: the model's) */
     const char *backend; /* gw_backend_params.kind; NULL: "cpu" */
     const char *kernels; /* gw_backend_params.kernels (cuda); NULL: the backend's default, fast */
+    int layers;          /* > 0: only the first this many trunk layers, then the head (model_keep_layers) */
 };
 
 int cli_open(const struct cli_common *o, struct cli_model *cm);

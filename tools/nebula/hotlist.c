@@ -4,7 +4,11 @@
  * how often the router picks it and its mean routing weight (ARCHITECTURE.md
  * §3): nebula-prepare ranks experts by count, then weight, to decide which
  * live in VRAM, RAM or on the SSD.  The counts come from the backend's route
- * tap, so the campaign measures exactly the routing the engine does. */
+ * tap, so the campaign measures exactly the routing the engine does.  With
+ * an MTP block its layer (n_layer) is counted too: after each trunk step the
+ * block runs over the step's rows as drafting runs it (the trunk's wide
+ * state at position t with token t+1, at position t+1), its logits not
+ * computed. */
 #include "core/chat/chat.h"
 #include "core/sampling/sampling.h"
 #include "tools/nebula/cli.h"
@@ -49,7 +53,26 @@ static void usage(FILE *f)
                "  --out FILE       TSV: layer, expert, count, mean_weight (every expert of every layer)\n"
                "  --chunk N, --threads N, --ctx N   as for generate\n"
                "  --backend B      cpu (default) or cuda (faster; its routes are the reference's but for near-ties)\n"
-               "  --mtp FILE       the MTP block from a separate GGUF (its experts are counted too)\n");
+               "  --mtp FILE       the MTP block from a separate GGUF; with an MTP block (this or the model\n"
+               "                   file's) its layer is counted too: the block runs behind each step as it\n"
+               "                   drafts (the state at t with token t+1), its logits not computed\n");
+}
+
+/* The MTP block over the rows of one trunk step: row j pairs the wide state
+ * before token ids[j] (the previous step's last row: prev, when have_prev)
+ * with ids[j], at position pos0 + j.  w holds prev then the step's n rows
+ * (w + wide); on return prev is the step's last row. */
+static int mtp_rows(struct cli_model *cm, struct campaign *camp, float *w, bool *have_prev, const int32_t *ids, int n,
+                    int64_t pos0, char *err, size_t errlen)
+{
+    const int64_t wide = model_wide(&cm->m->hp);
+    int skip = *have_prev ? 0 : 1; /* the first token has no state before it */
+    struct gw_mtp_args a = {.tokens = ids + skip, .wide_in = w + (skip ? wide : 0), .n_rows = n - skip, .pos = pos0 + skip,
+                            .route_tap = on_route, .route_ctx = camp};
+    int rc = a.n_rows > 0 ? gw_mtp_eval(cm->seq, &a, err, errlen) : 0;
+    memmove(w, w + (int64_t)n * wide, (size_t)wide * sizeof *w);
+    *have_prev = true;
+    return rc;
 }
 
 /* One campaign line → ids. */
@@ -155,10 +178,14 @@ int cmd_hotlist(int argc, char **argv)
         fclose(pf);
         return rc;
     }
-    struct campaign camp = {cm.m->hp.n_layer, cm.m->hp.n_expert, NULL, NULL, 0};
+    const bool mtp = cm.m->hp.n_nextn > 0;
+    struct campaign camp = {cm.m->hp.n_layer + cm.m->hp.n_nextn, cm.m->hp.n_expert, NULL, NULL, 0};
     camp.count = calloc((size_t)camp.n_layer * camp.n_expert, sizeof *camp.count);
     camp.weight = calloc((size_t)camp.n_layer * camp.n_expert, sizeof *camp.weight);
     float *logits = malloc((size_t)cm.m->hp.n_vocab * sizeof *logits);
+    int64_t chunk = o.chunk > 0 ? o.chunk : 512, wide = model_wide(&cm.m->hp);
+    float *w = mtp ? malloc((size_t)(chunk + 1) * (size_t)wide * sizeof *w) : NULL; /* the MTP block's input rows */
+    if (mtp && !w) rc = CLI_FAIL;
     char *line = NULL;
     size_t cap = 0, n_prompts = 0;
     ssize_t len;
@@ -176,20 +203,23 @@ int cmd_hotlist(int argc, char **argv)
             continue;
         }
         gw_seq_reset(cm.seq);
-        /* Prefill with the route tap on, then the greedy continuation. */
-        int64_t chunk = o.chunk > 0 ? o.chunk : 512;
+        /* Prefill with the route tap on, then the greedy continuation; the
+         * MTP block behind each step. */
         char err[1024];
-        for (size_t at = 0; rc == CLI_OK && at < n; at += (size_t)chunk) {
-            int nb = (int)(n - at < (size_t)chunk ? n - at : (size_t)chunk);
-            struct gw_eval_args a = {.tokens = ids + at, .n_tokens = nb, .logits_rows = GW_ROWS_LAST, .logits = logits,
+        bool have_prev = false;
+        for (size_t at = 0; rc == CLI_OK && at < n + (size_t)gen;) {
+            int32_t id;
+            int nb = 1;
+            const int32_t *tok = &id;
+            if (at < n) nb = (int)(n - at < (size_t)chunk ? n - at : (size_t)chunk), tok = ids + at;
+            else id = sampling_argmax(logits, (int32_t)cm.m->hp.n_vocab);
+            struct gw_eval_args a = {.tokens = tok, .n_tokens = nb, .logits_rows = GW_ROWS_LAST, .logits = logits,
                                      .route_tap = on_route, .route_ctx = &camp};
-            if (gw_eval(cm.seq, &a, err, sizeof err)) rc = CLI_FAIL;
-        }
-        for (long long g = 0; rc == CLI_OK && g < gen; g++) {
-            int32_t id = sampling_argmax(logits, (int32_t)cm.m->hp.n_vocab);
-            struct gw_eval_args a = {.tokens = &id, .n_tokens = 1, .logits_rows = GW_ROWS_LAST, .logits = logits,
-                                     .route_tap = on_route, .route_ctx = &camp};
-            if (gw_eval(cm.seq, &a, err, sizeof err)) rc = CLI_FAIL;
+            if (mtp) a.wide_rows = GW_ROWS_ALL, a.wide = w + wide;
+            if (gw_eval(cm.seq, &a, err, sizeof err) ||
+                (mtp && mtp_rows(&cm, &camp, w, &have_prev, tok, nb, (int64_t)at, err, sizeof err)))
+                rc = CLI_FAIL;
+            at += (size_t)nb;
         }
         if (rc) fprintf(stderr, "nebula: prompt %zu: %s\n", n_prompts + 1, err);
         camp.tokens += n + (size_t)gen;
@@ -208,6 +238,7 @@ int cmd_hotlist(int argc, char **argv)
     free(line);
     fclose(pf);
     free(logits);
+    free(w);
     free(camp.count);
     free(camp.weight);
     cli_close(&cm);

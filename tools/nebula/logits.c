@@ -48,7 +48,7 @@ int cmd_logits(int argc, char **argv)
 {
     static const struct option opts[] = {COMMON_OPTS, {"tokens-file", required_argument, 0, 'f'},
                                          {"out", required_argument, 0, 'o'}, {"backend", required_argument, 0, 'B'},
-                                         {0, 0, 0, 0}};
+                                         {"layers", required_argument, 0, 'L'}, {0, 0, 0, 0}};
     struct cli_common o = {0};
     const char *tokens = NULL, *out = NULL;
     bool help = false;
@@ -57,6 +57,11 @@ int cmd_logits(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "m:o:h", opts, NULL)) != -1) {
         if (c == 'f') tokens = optarg;
         else if (c == 'o') out = optarg;
+        else if (c == 'L') {
+            long long v;
+            if (cli_parse_int("--layers", optarg, 1, 1 << 20, &v)) return CLI_USAGE;
+            o.layers = (int)v;
+        }
         else if (c == 'B') {
             if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
                 fprintf(stderr, "nebula: --backend takes cpu or cuda, got '%s'\n", optarg);
@@ -68,9 +73,12 @@ int cmd_logits(int argc, char **argv)
     if (help || !tokens || !out || optind < argc) {
         fprintf(help ? stdout : stderr,
                 "usage: nebula logits -m MODEL --tokens-file F --out OUT.f32 [--chunk N] [--threads N] [--ctx N] [--mtp FILE]\n"
-                "                     [--backend cpu|cuda]\n"
+                "                     [--backend cpu|cuda] [--layers L]\n"
                 "Writes the logits of every position, float32 little-endian, row-major [tokens x vocab],\n"
-                "computed by the CPU reference (default) or the CUDA backend (the whole model on the GPU).\n");
+                "computed by the CPU reference (default) or the CUDA backend (the whole model on the GPU).\n"
+                "--layers L: only the first L trunk layers, then the head mixer and the LM head (no MTP\n"
+                "block; the n-gram layer only if among them): only those layers' weights are uploaded (cuda)\n"
+                "or read (cpu), so a model too large for the GPU can be compared on both backends.\n");
         return help ? CLI_OK : CLI_USAGE;
     }
     struct cli_model cm;
