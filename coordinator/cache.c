@@ -280,6 +280,16 @@ void coord_cache_forget(struct coord *c, uint32_t id)
         }
 }
 
+void coord_cache_ram_lost(struct coord *c)
+{
+    struct coord_cache *k = c->cache;
+    for (int i = 0; k && i < k->n;) {
+        if (k->e[i].on_disk) k->e[i].in_ram = false, i++;
+        else remove_at(k, i); /* the last entry moved into i */
+    }
+    if (k) recount(k);
+}
+
 void coord_cache_count(struct coord *c, bool hit, int64_t reused)
 {
     if (!c->cache) return;

@@ -185,6 +185,7 @@ int coord_cache_saved(struct coord *c, uint32_t id, const int32_t *ids, int64_t 
                       uint32_t bytes, char *err, size_t errlen);
 bool coord_cache_evict(struct coord *c, uint32_t *id, bool *file);
 void coord_cache_forget(struct coord *c, uint32_t id);
+void coord_cache_ram_lost(struct coord *c); /* the gpu-worker died: only the files remain */
 void coord_cache_count(struct coord *c, bool hit, int64_t reused);
 struct coord_cache_numbers coord_cache_numbers(const struct coord *c);
 

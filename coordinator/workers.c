@@ -241,6 +241,7 @@ static bool reap(struct coord *c)
             if (WIFSIGNALED(status)) nb_log("%s (pid %d) killed by signal %d", w->role, (int)pid, WTERMSIG(status));
             else nb_log("%s (pid %d) exited with status %d", w->role, (int)pid, WEXITSTATUS(status));
             c->deaths++, any = true;
+            if (w->stats_block == 0) coord_cache_ram_lost(c); /* the gpu-worker held the checkpoints' RAM copies */
             if (w->state != W_READY) w->failed_starts++;
             w->pid = 0, w->state = w->failed_starts >= COORD_MAX_FAILED_STARTS ? W_FAILED : W_DOWN;
             w->down_since = coord_now();

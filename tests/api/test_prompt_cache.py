@@ -18,7 +18,7 @@ logprobs (every row's logits: the comparison is of the distribution, not only of
   - nebulactl stats and /metrics count the hits, misses and tokens reused.
 Then the coordinator is stopped and started again on the same directory: the next turn resumes from
 the checkpoint written before the restart (prefill = only what follows it) with the reference's
-output; a checkpoint file corrupted in its state is refused by the gpu-worker (a log line), the turn
+output; the gpu-worker killed with -9, the turn after resumes from a file with the reference's output; a checkpoint file corrupted in its state is refused by the gpu-worker (a log line), the turn
 is prefilled from the start with the same output; a file with a broken header is ignored at start.
 Standard library only.  Prints "N checks, N failed"; exits 1 on any failure.  Run from the
 repository root (BUILD=build)."""
@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 
 sys.dont_write_bytecode = True
@@ -194,6 +195,18 @@ def main(tmp):
                                      ckpts=ckpts, label="after restart")
         _, pc = gw_tokens(s)
         check(pc.get("hits") == 1, f"after the restart: resumed from a file: {pc}")
+        # the gpu-worker killed: its RAM copies are gone, the files remain; the next turn resumes from one
+        time.sleep(0.5)  # the writer thread's file of turn 10's checkpoint
+        pid = [w for w in status()["workers"] if w["role"] == "gpu-worker"][0]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        check(wait_for(lambda: any(w["role"] == "gpu-worker" and w["state"] == "ready" and w["pid"] != pid
+                                   for w in status()["workers"]), timeout=30), "the gpu-worker is restarted")
+        history = hist2[:] + [{"role": "user", "content": user_text(TURNS + 1)}]
+        d = request(history, False, False)
+        check({"content": d["choices"][0]["message"].get("content"), "logprobs": d["choices"][0].get("logprobs")} == ref10[1],
+              "after the gpu-worker's death: the output is the cache-off run's")
+        check(d["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, f"after the gpu-worker's death: resumed from a file: {d['usage']}")
+        check("did not load" not in open(s.log, errors="replace").read(), "no checkpoint failed to load after the death")
         s.stop()
 
         # every checkpoint's state corrupted (a byte past the header): the turn is prefilled from the start, same output
