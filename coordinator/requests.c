@@ -271,6 +271,7 @@ static void prefill_from(struct coord *c, int64_t cached)
     struct coord_request *r = c->rq_head;
     r->cached = cached;
     coord_cache_count(c, cached > 0, cached);
+    if (cached) nb_log("prompt cache: %lld of the prompt's %zu tokens from checkpoint %08x", (long long)cached, r->n_prompt, r->ckpt);
     r->cut = r->ids ? coord_cache_cut(c, r->stable, r->chunk, cached) : 0;
     gen_resume(r->gen, (size_t)cached, (size_t)r->cut);
     next_step(c);
@@ -401,10 +402,12 @@ int coord_request_submit(struct coord *c, const struct coord_request_spec *s, co
     /* A chat prompt ends with the generation prompt (<|im_start|>assistant, an empty think block…),
      * which the next turn's history renders otherwise: its checkpoint goes at or below that turn's opening. */
     const int32_t im_start = c->tok ? tok_id_of(c->tok, "<|im_start|>") : -1;
-    r->stable = s->n;
-    while (im_start >= 0 && r->ids && r->stable > 0 && r->ids[r->stable - 1] != im_start) r->stable--;
-    if (r->stable > 0) r->stable--; /* before the <|im_start|> itself */
-    if (!r->stable) r->stable = s->n;  /* none: the whole prompt */
+    r->stable = s->n; /* no <|im_start|> after the first id: the whole prompt */
+    for (size_t i = s->n; r->ids && im_start >= 0 && i-- > 1;)
+        if (r->ids[i] == im_start) {
+            r->stable = i; /* before it */
+            break;
+        }
     r->chunk = chunk;
     r->ops = *ops, r->ctx = ctx, r->n_prompt = s->n, r->state = RQ_QUEUED, r->want_logits = s->want_logits;
     if (c->rq_tail) c->rq_tail->next = r;
