@@ -102,8 +102,8 @@ int gw_seq_save(const gw_seq *s, void *buf, uint64_t cap, uint64_t *len, char *e
     char *o = buf;
     const struct seq_head h = {SEQ_MAGIC, SEQ_VERSION, s->n_pos, *p.mtp_n, (uint32_t)L, 0};
     memcpy(o, &h, sizeof h), o += sizeof h;
-    memcpy(o, p.tokens, (size_t)s->n_pos * 4), o += s->n_pos * 4;
-    memcpy(o, p.mtp_pos, (size_t)*p.mtp_n * 8), o += *p.mtp_n * 8;
+    if (s->n_pos) memcpy(o, p.tokens, (size_t)s->n_pos * 4), o += s->n_pos * 4; /* (the arrays may be NULL when empty) */
+    if (*p.mtp_n) memcpy(o, p.mtp_pos, (size_t)*p.mtp_n * 8), o += *p.mtp_n * 8;
     for (int i = 0; i < L; i++) {
         const struct gw_seq_layer *l = &layers[i];
         const int64_t n_blk = l->n_blk ? *l->n_blk : 0;
@@ -128,7 +128,7 @@ struct rd {
 static bool take(struct rd *r, void *dst, uint64_t n)
 {
     if (n > r->left) return false;
-    if (dst) memcpy(dst, r->p, n);
+    if (dst && n) memcpy(dst, r->p, n);
     r->p += n, r->left -= n;
     return true;
 }
