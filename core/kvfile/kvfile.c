@@ -11,6 +11,7 @@
 #include "core/util/err.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,29 +44,21 @@ uint64_t kvfile_hash(const void *p, uint64_t n, uint64_t seed)
     return h;
 }
 
-static int write_all(int fd, const void *p, uint64_t n)
-{
-    const char *c = p;
-    while (n) {
-        ssize_t w = write(fd, c, n > (1u << 30) ? (1u << 30) : (size_t)n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        c += w, n -= (uint64_t)w;
-    }
-    return 0;
-}
-
-static int read_all(int fd, void *p, uint64_t n)
+/* All n bytes written (wr) or read, or -1. */
+static int io_all(int fd, void *p, uint64_t n, bool wr)
 {
     char *c = p;
     while (n) {
-        ssize_t r = read(fd, c, n > (1u << 30) ? (1u << 30) : (size_t)n);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
-        c += r, n -= (uint64_t)r;
+        const size_t step = n > (1u << 30) ? (1u << 30) : (size_t)n;
+        ssize_t k = wr ? write(fd, c, step) : read(fd, c, step);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        c += k, n -= (uint64_t)k;
     }
     return 0;
 }
+static int write_all(int fd, const void *p, uint64_t n) { return io_all(fd, (void *)p, n, true); }
+static int read_all(int fd, void *p, uint64_t n) { return io_all(fd, p, n, false); }
 
 int kvfile_write(const char *path, const char *identity, uint32_t grid, const int32_t *tokens, uint32_t n_tokens,
                  const void *state, uint64_t state_bytes, char *err, size_t errlen)
