@@ -87,7 +87,7 @@ static void usage(FILE *f)
                "                   (default: placement.json's request.vram_ctx on cuda, else the model's)\n"
                "  --spec S         speculative decoding: off (default), mtp (the MTP block drafts, the model\n"
                "                   verifies a window of them in one step) or lookup (drafts from the prompt);\n"
-               "                   the output is exactly the plain one; the cpu backend only, for now\n"
+               "                   the output is exactly the plain one (either backend)\n"
                "  --cache on|off   the prompt cache (default on: a prompt extending an earlier one resumes\n"
                "                   from its saved state, the output unchanged; off: prefilled from token 0)\n"
                "  --cache-dir DIR  also write checkpoints there, found again after a restart (default: none)\n"
@@ -620,11 +620,6 @@ int main(int argc, char **argv)
     nb_log("config: %s", c.config_path[0] ? c.config_path : "none found (built-in defaults)");
     resolve_backend(&c);
     c.gw_cuda = !strcmp(c.backend, "cuda");
-    if (c.spec && c.gw_cuda) {
-        fprintf(stderr, "nebula-coordinator: --spec: the cuda backend cannot verify draft windows yet (--backend cpu, "
-                        "or --spec off)\n");
-        return 2;
-    }
     the_coord = &c;
     c.t_start = coord_now();
     struct sigaction sa = {.sa_handler = on_stop}, sc = {.sa_handler = on_child, .sa_flags = SA_NOCLDSTOP};

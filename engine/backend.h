@@ -105,8 +105,9 @@ struct gw_eval_args {
      * are a decode step's bit for bit on the CPU reference — and the state
      * before the window is kept, so gw_seq_truncate can return to any
      * position inside it without computing any of its rows again (the GDN
-     * states are replayed from the kept inputs).  NB_ENOTSUP from backends
-     * that cannot yet (cuda). */
+     * states are replayed from the kept inputs).  cuda: at most
+     * GW_VERIFY_ROWS (engine/vram.h) rows, run without a CUDA graph; its rows
+     * are its decode steps' within rounding (ARCHITECTURE.md §5). */
     bool verify;
 };
 

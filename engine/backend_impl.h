@@ -95,6 +95,10 @@ static inline int64_t gw_blocks_kept(const struct model *m, int il, int64_t n_bl
 
 /* The first trunk layer that keeps recurrent state (GDN, or the PLE conv), or -1. */
 int gw_recurrent_layer(const struct model *m);
+/* Whether a truncation of s to n_keep returns into its last verify window,
+ * which began at pos0 with `kept` of its rows still kept (0: none): 0, else
+ * NB_ENOTSUP with the reason in err (a backend's rollback, ARCHITECTURE.md §5). */
+int gw_rollback_check(const gw_seq *s, int64_t n_keep, int64_t pos0, int kept, char *err, size_t errlen);
 
 extern const struct gw_backend_ops gw_cpu_ops;
 /* gpu-worker/cuda/backend_cuda.cu; in the table only where nvcc built it (NB_HAVE_CUDA). */

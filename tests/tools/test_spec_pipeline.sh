@@ -7,9 +7,11 @@
 # drafts are found and windows accepted); the coordinator refuses --spec mtp
 # for a model without an MTP block and a bad --spec; nebula.conf's engine.spec
 # turns it on like the flag.  Run by
-# tests/run-tests.sh with BUILD set.
+# tests/run-tests.sh with BUILD set; SPEC_BACKEND=cuda runs the gpu-worker and
+# the local reference on the CUDA backend (tests/cuda/run-verify-on-gpu.sh).
 set -u
 . tests/lib/counted.sh
+backend=${SPEC_BACKEND:-cpu}
 coord_pid=
 stop() { [ -z "$coord_pid" ] || { kill "$coord_pid" 2>/dev/null; wait "$coord_pid" 2>/dev/null; }; coord_pid=; }
 trap 'stop; rm -rf "$tmp"' EXIT
@@ -19,7 +21,7 @@ for i in 1 2 3 4 5 6; do echo "7 19 3 88 41 5 23 61 2 17"; done >"$tmp/rep.txt"
 start() { # $1 = --spec value; "conf": nebula.conf's engine.spec = lookup instead of the flag
     local run=$tmp/run-$1 how=(--spec "$1")
     [ "$1" = conf ] && printf '[engine]\nspec = lookup\n' >"$tmp/n.conf" && how=(--config "$tmp/n.conf")
-    "$bin/nebula-coordinator" --backend cpu --model "$tmp/b.gguf" --runtime "$run" --threads 2 --http off "${how[@]}" \
+    "$bin/nebula-coordinator" --backend "$backend" --model "$tmp/b.gguf" --runtime "$run" --threads 2 --http off "${how[@]}" \
         2>"$tmp/coord-$1.log" &
     coord_pid=$!
     for _ in $(seq 300); do
@@ -28,7 +30,7 @@ start() { # $1 = --spec value; "conf": nebula.conf's engine.spec = lookup instea
     done
     return 1
 }
-local_ids() { "$bin/nebula" generate -m "$tmp/b.gguf" --threads 2 --print-ids "$@" 2>/dev/null | tail -1; }
+local_ids() { "$bin/nebula" generate --backend "$backend" -m "$tmp/b.gguf" --threads 2 --print-ids "$@" 2>/dev/null | tail -1; }
 server_ids() { "$bin/nebula" generate --server "$run" --print-ids "$@" 2>>"$tmp/gen.err" | tail -1; }
 for spec in mtp lookup; do
     run=$tmp/run-$spec
@@ -58,8 +60,8 @@ else
     bad "engine.spec: workers not ready: $(tail -3 "$tmp/coord-conf.log")"
 fi
 stop
-"$bin/nebula-coordinator" --backend cpu --model "$tmp/a.gguf" --runtime "$tmp/run-x" --http off --spec mtp 2>"$tmp/e" >/dev/null
+"$bin/nebula-coordinator" --backend "$backend" --model "$tmp/a.gguf" --runtime "$tmp/run-x" --http off --spec mtp 2>"$tmp/e" >/dev/null
 [ $? != 0 ] && grep -q "no MTP block" "$tmp/e" && ok "--spec mtp without an MTP block: refused" || bad "no-MTP refusal: $(tail -2 "$tmp/e")"
-"$bin/nebula-coordinator" --backend cpu --model "$tmp/b.gguf" --runtime "$tmp/run-y" --http off --spec fast 2>"$tmp/e" >/dev/null
+"$bin/nebula-coordinator" --backend "$backend" --model "$tmp/b.gguf" --runtime "$tmp/run-y" --http off --spec fast 2>"$tmp/e" >/dev/null
 [ $? = 2 ] && grep -q "want off, mtp or lookup" "$tmp/e" && ok "a bad --spec: refused" || bad "bad --spec: $(cat "$tmp/e")"
-verdict test_spec_pipeline
+verdict "test_spec_pipeline ($backend)"
