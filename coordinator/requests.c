@@ -270,7 +270,7 @@ static void prefill_from(struct coord *c, int64_t cached)
 {
     struct coord_request *r = c->rq_head;
     r->cached = cached;
-    coord_cache_count(c, cached > 0, cached);
+    if (r->ids) coord_cache_count(c, cached > 0, cached); /* cache_prompt false: not a miss either */
     if (cached) nb_log("prompt cache: %lld of the prompt's %zu tokens from checkpoint %08x", (long long)cached, r->n_prompt, r->ckpt);
     r->cut = r->ids ? coord_cache_cut(c, r->stable, r->chunk, cached) : 0;
     gen_resume(r->gen, (size_t)cached, (size_t)r->cut);

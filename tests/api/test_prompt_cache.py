@@ -15,7 +15,8 @@ logprobs (every row's logits: the comparison is of the distribution, not only of
     nothing cached is computed again, and from the second turn on the prefill is the new tokens (past
     what the prompt shares with the turn before's) plus fewer than 64 plus the turn before's generation
     prompt (from its last <|im_start|>: the checkpoint is taken below it);
-  - nebulactl stats and /metrics count the hits, misses and tokens reused.
+  - nebulactl stats and /metrics count the hits, misses and tokens reused; cache_prompt false leaves
+    the cache untouched (a non-boolean is a 400).
 Then the coordinator is stopped and started again on the same directory: the next turn resumes from
 the checkpoint written before the restart (prefill = only what follows it) with the reference's
 output; the gpu-worker killed with -9, the turn after resumes from a file with the reference's output; a checkpoint file corrupted in its state is refused by the gpu-worker (a log line), the turn
@@ -174,6 +175,16 @@ def main(tmp):
         check(metric("nebula_prompt_cache_hits_total") == pc.get("hits"), "/metrics counts the hits")
         check(metric("nebula_prompt_cache_tokens_reused_total") == pc.get("tokens_reused"), "/metrics counts the tokens reused")
         check((metric("nebula_prompt_cache_bytes", '{where="disk"}') or 0) > 0, "/metrics shows the checkpoints' disk bytes")
+        # cache_prompt false: neither resumed nor saved; a value that is not a boolean is a 400
+        _, before = gw_tokens(s)
+        st, d = jcall("POST", "/v1/chat/completions", {"messages": hist, "max_tokens": 4, "temperature": 0, "think": False,
+                                                       "cache_prompt": False})
+        _, after = gw_tokens(s)
+        check(st == 200 and d["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, f"cache_prompt false: nothing reused: {d.get('usage')}")
+        check(after.get("saves") == before.get("saves") and after.get("hits") == before.get("hits")
+              and after.get("misses") == before.get("misses"), f"cache_prompt false: the cache untouched: {before} → {after}")
+        st, d = jcall("POST", "/v1/chat/completions", {"messages": hist, "max_tokens": 4, "cache_prompt": "yes"})
+        check(st == 400 and d.get("error", {}).get("param") == "cache_prompt", f"cache_prompt \"yes\": 400 naming it: {st} {d}")
         # sampled: its own conversation, same rule (the greedy one's checkpoints are no prefix of it after turn 0's answer)
         souts, _, _ = conversation(s, True, True, reference=ref["sampled"], ckpts=ckpts, label="on sampled")
         s.stop()
