@@ -118,7 +118,7 @@ ifneq ($(strip $(CU_SRCS)),)
 CFLAGS_BASE += -DNB_HAVE_CUDA
 ENGINE_OBJS += $(CU_OBJS)
 LDLIBS_BASE += -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
-CUDA_CHECK  := $(BUILD)/tests/cuda/check_backend
+CUDA_CHECK  := $(BUILD)/tests/cuda/check_backend $(BUILD)/tests/cuda/check_seq_state
 endif
 endif
 # The backend follows the CPU reference's rounding: no fused multiply-adds
@@ -232,6 +232,10 @@ CUDA_CHECK_SRCS := tests/cuda/check_backend.c tests/cuda/check_util.c tests/cuda
 $(BUILD)/tests/cuda/check_backend: $(CUDA_CHECK_SRCS) tests/cuda/check.h $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CUDA_CHECK_SRCS) $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
+# The prompt cache's state save/load on the device (tests/cuda/run-seq-state-on-gpu.sh).
+$(BUILD)/tests/cuda/check_seq_state: tests/cuda/check_seq_state.c $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
 
 # The ggml oracle: Nebula's quant formats against a prebuilt libggml-base.so
 # (dlopen'd; tests/tools/test_ggml_oracle.sh installs it and runs this).
@@ -260,6 +264,7 @@ test-gpu: deps
 	@$(MAKE) --no-print-directory all cuda-check
 	@bash tests/cuda/run-backend-on-gpu.sh
 	@bash tests/cuda/run-verify-on-gpu.sh
+	@bash tests/cuda/run-seq-state-on-gpu.sh
 
 # The sanitized engine (SANITIZE=1 above) in its own build directory, then
 # under it the Criterion suites, the pipeline test and the HTTP API's tests

@@ -26,6 +26,7 @@
 
 #include <cJSON.h>
 
+#include "coordinator/coord.h"
 #include "core/chat/chat.h"
 #include "core/conf/conf.h"
 #include "core/gen/spec.h"
@@ -91,6 +92,7 @@ struct api_request {
     bool stream, include_usage;
     bool think;                 /* default on */
     bool ignore_eos;            /* end-of-turn tokens do not end the generation */
+    bool no_cache;              /* cache_prompt false: neither resumed from nor saved in the prompt cache */
     int accuracy_level;         /* 1-3, default 3 */
     bool has_accuracy_level;    /* the body gave it (else the server's default applies) */
     long long context_length;   /* 0: the model's */
@@ -244,6 +246,7 @@ struct api_job {
     /* Set by the HTTP thread before it queues the job; read-only after. */
     int32_t *ids;
     size_t n_ids;
+    size_t cached_ids;    /* of them, held by a prompt-cache checkpoint (set by the main thread before JOB_DONE) */
     int32_t *script;      /* nebula_test_script's ids: emitted instead of the sampled ones */
     size_t n_script;
     struct api_tool *tools; /* the calls are parsed (tools given, tool_choice not none) */
@@ -259,6 +262,7 @@ struct api_job {
     int accuracy_level;   /* asked (1-3): the verify windows' acceptance */
     bool think_split;     /* chat with think on: text starts as reasoning */
     bool ignore_eos;
+    bool no_cache;        /* the request's cache_prompt false */
     gram_grammar *grammar; /* structured output (owned), or NULL */
     char *grammar_key;     /* its key (owned): api_request's */
     char *stop[API_MAX_STOP];
@@ -338,6 +342,7 @@ struct api {
     struct api_worker_view workers[API_MAX_WORKERS];
     int n_workers;
     double vram_hit_rate, ram_hit_rate, ssd_bytes_per_token;
+    struct coord_cache_numbers cache; /* the prompt cache's counters (api_publish) */
     /* Statistics (under mu). */
     uint64_t req_ok, req_cancelled, req_invalid, req_rejected, req_failed;
     uint64_t tokens_generated, prompt_tokens;

@@ -13,6 +13,7 @@ void api_add_timings(cJSON *o, const struct api_job *j)
 {
     cJSON *t = cJSON_AddObjectToObject(o, "timings");
     cJSON_AddNumberToObject(t, "prompt_tokens", (double)j->n_ids);
+    cJSON_AddNumberToObject(t, "prompt_cached", (double)j->cached_ids);
     cJSON_AddNumberToObject(t, "prompt_ms", j->prompt_ms);
     cJSON_AddNumberToObject(t, "ttft_ms", j->ttft_ms);
     cJSON_AddNumberToObject(t, "completion_tokens", (double)j->completion_tokens);
@@ -28,6 +29,7 @@ void api_add_usage(cJSON *o, const struct api_job *j)
     cJSON *u = cJSON_AddObjectToObject(o, "usage");
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)j->n_ids);
     cJSON_AddNumberToObject(u, "completion_tokens", (double)j->completion_tokens);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", (double)j->cached_ids);
     cJSON_AddNumberToObject(u, "total_tokens", (double)(j->n_ids + (size_t)j->completion_tokens));
 }
 

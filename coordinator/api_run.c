@@ -65,6 +65,7 @@ void api_publish(struct coord *c)
      * (a gpu-worker loading a large model sits in "configuring"). */
     if (!strcmp(a->phase, "loading") && a->n_workers) a->progress = 0.1 + 0.9 * done / a->n_workers;
     a->vram_hit_rate = vram, a->ram_hit_rate = ram, a->ssd_bytes_per_token = ssd;
+    a->cache = coord_cache_numbers(c);
     pthread_mutex_unlock(&a->mu);
 }
 
@@ -200,6 +201,7 @@ static void finish(struct coord *c, struct api_job *j, const char *finish_reason
     else if (e) a->req_failed++;
     else a->req_ok++;
     a->tokens_generated += (uint64_t)j->completion_tokens;
+    a->cache = coord_cache_numbers(c);
     if (!e && !cancelled) {
         a->prompt_tokens += j->n_ids;
         spec_stats_merge(&a->spec, &j->spec);
@@ -253,7 +255,7 @@ static int next_leg(struct run_ctx *r, const struct gen_result *res)
     nb_log("http job: thinking reached its budget of %lld tokens: closed, the answer continues (%zu tokens of prompt)", j->think_budget, n);
     r->base = made, r->budget_hit = false, r->chained = true;
     /* The think block is closed in the leg's prompt: a grammar applies from its first token. */
-    struct coord_request_spec spec = {.ids = r->leg_ids, .n = n, .sp = j->sp, .budget = left, .chunk = j->chunk,
+    struct coord_request_spec spec = {.ids = r->leg_ids, .n = n, .sp = j->sp, .budget = left, .chunk = j->chunk, .no_cache = j->no_cache,
                                       .ignore_stop = j->ignore_eos, .want_logits = j->logprobs, .grammar = j->grammar,
                                       .grammar_key = j->grammar_key, .constrain_after = -1, .accuracy_level = j->accuracy_level};
     return coord_request_submit(r->c, &spec, &job_ops, r, err, sizeof err);
@@ -274,7 +276,7 @@ static void on_done(void *ctx, const struct coord_outcome *o)
     const struct gen_result *res = o->res;
     long long made = res ? res->made : 0;
     int rc = o->rc && !o->cancelled;
-    if (!r->chained) r->prompt_s = res ? res->prompt_s : 0;
+    if (!r->chained) r->prompt_s = res ? res->prompt_s : 0, j->cached_ids = o->n_cached;
     if (res) { /* this leg's verify windows join the job's (the loosest level that ran is the one reported) */
         pthread_mutex_lock(&a->mu);
         spec_stats_merge(&j->spec, res->spec);
@@ -364,7 +366,7 @@ static void submit(struct coord *c, struct api_job *j)
         return finish(c, j, NULL, &e, false);
     }
     /* With thinking on, the grammar applies to the answer: after </think> (docs/API.md, "Structured output"). */
-    struct coord_request_spec spec = {.ids = j->ids, .n = j->n_ids, .sp = j->sp, .budget = j->max_tokens, .chunk = j->chunk,
+    struct coord_request_spec spec = {.ids = j->ids, .n = j->n_ids, .sp = j->sp, .budget = j->max_tokens, .chunk = j->chunk, .no_cache = j->no_cache,
                                       .ignore_stop = j->ignore_eos, .want_logits = j->logprobs, .grammar = j->grammar,
                                       .grammar_key = j->grammar_key,
                                       .constrain_after = j->grammar && j->think_split ? tok_id_of(c->tok, "</think>") : -1,

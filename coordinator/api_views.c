@@ -138,6 +138,19 @@ char *api_metrics_text(struct api *a)
       "# TYPE nebula_spec_acceptance_by_position gauge\n");
     for (int i = 0; i < SPEC_MAX_POS && sp->drafted_at[i]; i++)
         M("nebula_spec_acceptance_by_position{position=\"%d\"} %.6g\n", i + 1, (double)sp->accepted_at[i] / (double)sp->drafted_at[i]);
+    const struct coord_cache_numbers *k = &a->cache;
+    M("# HELP nebula_prompt_cache_hits_total Requests resumed from a prompt-cache checkpoint.\n# TYPE nebula_prompt_cache_hits_total counter\n"
+      "nebula_prompt_cache_hits_total %llu\n", (unsigned long long)k->hits);
+    M("# HELP nebula_prompt_cache_misses_total Requests prefilled from their first token (cache on).\n"
+      "# TYPE nebula_prompt_cache_misses_total counter\nnebula_prompt_cache_misses_total %llu\n", (unsigned long long)k->misses);
+    M("# HELP nebula_prompt_cache_tokens_reused_total Prompt tokens not evaluated again.\n"
+      "# TYPE nebula_prompt_cache_tokens_reused_total counter\nnebula_prompt_cache_tokens_reused_total %llu\n", (unsigned long long)k->tokens_reused);
+    M("# HELP nebula_prompt_cache_bytes Checkpoint bytes kept, by where.\n# TYPE nebula_prompt_cache_bytes gauge\n"
+      "nebula_prompt_cache_bytes{where=\"ram\"} %llu\nnebula_prompt_cache_bytes{where=\"disk\"} %llu\n", (unsigned long long)k->ram_bytes,
+      (unsigned long long)k->disk_bytes);
+    M("# HELP nebula_prompt_cache_entries Checkpoints kept, by where.\n# TYPE nebula_prompt_cache_entries gauge\n"
+      "nebula_prompt_cache_entries{where=\"ram\"} %llu\nnebula_prompt_cache_entries{where=\"disk\"} %llu\n", (unsigned long long)k->ram_entries,
+      (unsigned long long)k->disk_entries);
     M("# HELP nebula_worker_up 1 when the worker is ready.\n# TYPE nebula_worker_up gauge\n");
     for (int i = 0; i < a->n_workers; i++) M("nebula_worker_up{role=\"%s\"} %d\n", a->workers[i].role, !strcmp(a->workers[i].state, "ready"));
     M("# HELP nebula_worker_restarts_total Restarts of each worker.\n# TYPE nebula_worker_restarts_total counter\n");

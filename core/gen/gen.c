@@ -32,6 +32,7 @@ struct gen_session {
     int32_t *out;          /* budget + 1 */
     long long made;
     size_t at;             /* prompt ids handed out */
+    size_t cut;            /* a prefill step ends here (gen_resume; 0: none) */
     size_t pending;        /* ids of the step handed out, not fed yet */
     enum gen_phase phase;
     bool done;
@@ -127,7 +128,7 @@ int gen_restart(gen_session *g, char *err, size_t errlen)
     sampling_reset(g->smp);
     if (g->cfg.constrain) gram_matcher_reset(g->cfg.constrain);
     g->allowed_ready = false, g->armed = g->cfg.constrain_after < 0;
-    g->made = 0, g->at = 0, g->pending = 0, g->phase = GEN_PREFILL, g->done = false, g->why = "length";
+    g->made = 0, g->at = 0, g->cut = 0, g->pending = 0, g->phase = GEN_PREFILL, g->done = false, g->why = "length";
     g->t_start = g->t_prefilled = g->t_end = 0;
     memset(&g->spec, 0, sizeof g->spec);
     return open_dump(g, err, errlen);
@@ -140,8 +141,11 @@ enum gen_next gen_next(gen_session *g, struct gen_step *st)
     const bool argmax_ok = g->cfg.sp.temperature <= 0.0f && g->cfg.sp.presence_penalty == 0.0f && !g->dump && !g->cfg.constrain &&
                            !g->level;
     if (g->phase == GEN_PREFILL) {
-        size_t left = g->cfg.n_prompt - g->at, chunk = g->cfg.chunk ? g->cfg.chunk : left;
-        g->pending = left < chunk ? left : chunk;
+        /* to the next multiple of chunk (from 0: a resumed prefill keeps the uncached one's grid), or the cut */
+        size_t end = g->cfg.chunk ? (g->at / g->cfg.chunk + 1) * g->cfg.chunk : g->cfg.n_prompt;
+        if (end > g->cfg.n_prompt) end = g->cfg.n_prompt;
+        if (g->cut > g->at && g->cut < end) end = g->cut;
+        g->pending = end - g->at;
         *st = (struct gen_step){GEN_PREFILL, g->prompt + g->at, (int)g->pending, 1, argmax_ok};
     } else {
         g->pending = 1;
@@ -149,6 +153,14 @@ enum gen_next gen_next(gen_session *g, struct gen_step *st)
     }
     return GEN_EVAL;
 }
+
+void gen_resume(gen_session *g, size_t at, size_t cut)
+{
+    g->at = at < g->cfg.n_prompt ? at : 0;
+    g->cut = cut;
+}
+
+size_t gen_prefilled(const gen_session *g) { return g->at; }
 
 void gen_cancel(gen_session *g)
 {

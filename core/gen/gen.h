@@ -73,6 +73,16 @@ void gen_free(gen_session *g); /* removes an incomplete logits file; NULL is all
  * prefill again (a retry after a worker died gives the same ids). */
 int gen_restart(gen_session *g, char *err, size_t errlen);
 
+/* The prompt cache (issue 17): the sequence holds the prompt's first `at`
+ * ids already (a checkpoint was loaded), so the prefill starts after them;
+ * cut, in (at, n_prompt], is a position where a prefill step ends (a
+ * checkpoint is saved there; 0: none).  Steps end on the grid of chunk from
+ * position 0 as before, so the evals are an uncached prefill's, split at
+ * most at at and cut.  After gen_new / gen_restart, before the first gen_next. */
+void gen_resume(gen_session *g, size_t at, size_t cut);
+/* Prompt ids evaluated so far (fed back), the loaded ones included. */
+size_t gen_prefilled(const gen_session *g);
+
 enum gen_next { GEN_EVAL = 1, GEN_DONE = 0 };
 enum gen_phase { GEN_PREFILL, GEN_DECODE };
 

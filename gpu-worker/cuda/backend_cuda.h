@@ -312,6 +312,8 @@ void cuda_seq_free(gw_seq *gs);
 void cuda_seq_reset(gw_seq *gs);
 int cuda_seq_truncate(gw_seq *gs, int64_t n_keep, char *err, size_t errlen);
 int cuda_seq_copy(gw_seq *gd, const gw_seq *gsrc, char *err, size_t errlen);
+int cuda_seq_parts(gw_seq *gs, bool load, int64_t n_pos, int64_t mtp_n, struct gw_seq_parts *p, char *err, size_t errlen);
+int cuda_state_copy(gw_backend *be, void *dst, const void *src, uint64_t bytes, bool to_dev, char *err, size_t errlen);
 /* K/V and indexer keys for `need` positions; the MTP block's K/V for `need` entries. */
 int cu_seq_reserve(cuda_seq *s, int64_t need);
 int cu_mtp_reserve(cuda_seq *s, int64_t need);

@@ -228,3 +228,39 @@ int cuda_seq_copy(gw_seq *gd, const gw_seq *gsrc, char *err, size_t errlen)
     }
     return 0;
 }
+
+/* gw_seq_save / gw_seq_load's view (engine/seq_state.c): the device arrays,
+ * copied one by one with cudaMemcpy (host ↔ device, the legacy stream, after
+ * the backend's stream is drained).  A load first grows the blocks for the
+ * state's positions (nothing of the old state kept, as a copy does). */
+int cuda_seq_parts(gw_seq *gs, bool load, int64_t n_pos, int64_t mtp_n, struct gw_seq_parts *p, char *err, size_t errlen)
+{
+    cuda_seq *s = (cuda_seq *)gs;
+    const struct model_hparams *hp = &gs->be->model->hp;
+    if (cudaStreamSynchronize(cbe(gs->be)->st) != cudaSuccess)
+        return nb_errf(err, errlen, cu_fail(cudaGetLastError(), "sequence state", __LINE__), "%s", g_msg);
+    if (load) {
+        gs->n_pos = 0, s->mtp_n = 0, s->broken = false, s->ck_T = 0; /* no rollback into the old last verify window */
+        int rc = cu_seq_reserve(s, n_pos);
+        if (rc == 0) rc = cu_mtp_reserve(s, mtp_n);
+        if (rc) {
+            s->broken = true;
+            return nb_errf(err, errlen, rc, "sequence state of %lld positions: %s", (long long)n_pos, g_msg);
+        }
+    }
+    p->tokens = s->tokens, p->mtp_pos = s->mtp_pos, p->mtp_n = &s->mtp_n, p->broken = &s->broken;
+    for (int i = 0; i < hp->n_layer + hp->n_nextn; i++) {
+        cu_lstate *st = &s->ls[i];
+        p->layers[i] = (struct gw_seq_layer){st->conv, st->ssm, st->ple_conv, st->k, st->v, st->idx_k, st->blk_k,
+                                             i < hp->n_layer ? &st->n_blk : NULL};
+    }
+    return 0;
+}
+
+int cuda_state_copy(gw_backend *be, void *dst, const void *src, uint64_t bytes, bool to_dev, char *err, size_t errlen)
+{
+    cudaError_t e = cudaMemcpy(dst, src, (size_t)bytes, to_dev ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) return nb_errf(err, errlen, cu_fail(e, "sequence state copy", __LINE__), "%s", g_msg);
+    if (to_dev) __atomic_fetch_add(&be->bytes_copied, bytes, __ATOMIC_RELAXED);
+    return 0;
+}

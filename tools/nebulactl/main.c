@@ -136,6 +136,11 @@ static void print_stats(const cJSON *r)
     int i = 0;
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(s, "acceptance_by_position")) printf(" %d:%.0f%%", ++i, 100 * c->valuedouble);
     printf(i ? "\n" : " none\n");
+    const cJSON *pc = cJSON_GetObjectItemCaseSensitive(r, "prompt_cache");
+    if (pc) {
+        printf("prompt cache (%s)\n", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pc, "enabled")) ? "on" : "off");
+        cJSON_ArrayForEach(c, pc) if (cJSON_IsNumber(c)) printf("  %-16s %.0f\n", c->string, c->valuedouble);
+    }
 }
 
 static void print_profile(const cJSON *r)
