@@ -27,13 +27,9 @@
 # leaves out both released-width models (a run split over device calls).
 set -u
 . "$(dirname "$0")/../lib/gpu.sh"
-require_gpu run-backend-on-gpu.sh
-gpu_exclusive run-backend-on-gpu.sh
 BIN=${BIN:-build/bin}
 CHECK=${CHECK:-build/tests/cuda/check_backend}
-for b in "$BIN/nebula-convert" "$CHECK"; do
-    [ -x "$b" ] || { echo "FAIL: $b is not built (make all cuda-check: needs nvcc and libcudart_static.a)" >&2; exit 1; }
-done
+gpu_check_begin run-backend-on-gpu.sh "make all cuda-check: needs nvcc and libcudart_static.a" "$BIN/nebula-convert" "$CHECK"
 WORK=${WORK:-build/cuda-check}
 GREEDY=${GREEDY:-128}
 PROMPT=${PROMPT:-64} # prompt tokens on the synthetic model (the CPU reference prefills at ~15 tok/s)

@@ -22,13 +22,9 @@
 # Exits 1 with a FAIL line where there is no GPU (tests/lib/gpu.sh).
 set -u
 . "$(dirname "$0")/../lib/gpu.sh"
-require_gpu run-verify-on-gpu.sh
-gpu_exclusive run-verify-on-gpu.sh
 BIN=${BIN:-build/bin}
 CHECK=${CHECK:-build/tests/cuda/check_backend}
-for b in "$BIN/nebula-convert" "$BIN/nebula" "$BIN/nebula-coordinator" "$BIN/nebula-gpu-worker" "$CHECK"; do
-    [ -x "$b" ] || { echo "FAIL: $b is not built (make all cuda-check)" >&2; exit 1; }
-done
+gpu_check_begin run-verify-on-gpu.sh "make all cuda-check" "$BIN/nebula-convert" "$BIN/nebula" "$BIN/nebula-coordinator" "$BIN/nebula-gpu-worker" "$CHECK"
 WORK=${WORK:-build/cuda-verify}
 # fixture:type:kernels checked with check_backend --verify-only
 CASES=${CASES-tiny-b:f32:ref tiny-b:f32:fast tiny-b:mix:fast tiny-a:f32:fast}
