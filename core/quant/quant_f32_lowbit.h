@@ -153,11 +153,14 @@ static const float *dec_q2_0(const uint8_t *w, int64_t i, int64_t len, float *bu
         const float d = f32_half(b[k].d);
         float *y = buf + QK2_0 * k;
 #if VW == 16
+        /* The table (float)(code − 1) · d (quant_f32_body.h's permute
+         * decoders); vpermps reads the low 4 bits of each lane, the code and
+         * the next one, so the table repeats by 4. */
         const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        const __m512 T = _mm512_mul_ps(_mm512_setr_ps(-1, 0, 1, 2, -1, 0, 1, 2, -1, 0, 1, 2, -1, 0, 1, 2), _mm512_set1_ps(d));
         for (int g = 0; g < QK2_0 / 16; g++) {
-            __m512i c = _mm512_srlv_epi32(_mm512_set1_epi32((int)quant_u32(b[k].qs + 4 * g)), shifts);
-            c = _mm512_sub_epi32(_mm512_and_si512(c, _mm512_set1_epi32(3)), _mm512_set1_epi32(1));
-            _mm512_storeu_ps(y + 16 * g, _mm512_mul_ps(_mm512_cvtepi32_ps(c), _mm512_set1_ps(d)));
+            const __m512i c = _mm512_srlv_epi32(_mm512_set1_epi32((int)quant_u32(b[k].qs + 4 * g)), shifts);
+            _mm512_storeu_ps(y + 16 * g, _mm512_permutexvar_ps(c, T));
         }
 #else
         const __m256i shifts = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
