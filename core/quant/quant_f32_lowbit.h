@@ -126,7 +126,18 @@ static const float *dec_tq2_0(const uint8_t *w, int64_t i, int64_t len, float *b
     const __m128i one = _mm_set1_epi8(1);
     for (int64_t k = 0; k < len / QK_K; k++) {
         const float dl = f32_half(b[k].d) * 1.0f;
+#if VW == 16 /* one table (float)(code − 1) · dl a block, repeated by 4 as Q2_K's */
+        const __m512 T = _mm512_mul_ps(_mm512_setr_ps(-1, 0, 1, 2, -1, 0, 1, 2, -1, 0, 1, 2, -1, 0, 1, 2), _mm512_set1_ps(dl));
+        for (int h = 0; h < 2; h++)
+            for (int odd = 0; odd < 2; odd++) {
+                const __m512i q = f32_bytes16(b[k].qs + 32 * h + 16 * odd);
+                for (int j = 0; j < 4; j++)
+                    _mm512_storeu_ps(buf + QK_K * k + 16 * (8 * h + 2 * j + odd), _mm512_permutexvar_ps(_mm512_srli_epi32(q, 2 * j), T));
+            }
+        (void)one;
+#else
         for (int p = 0; p < 16; p++) put16_signed(_mm_sub_epi8(f32_crumbs16(b[k].qs, p), one), dl, buf + QK_K * k + 16 * p);
+#endif
     }
     return buf;
 }
@@ -135,12 +146,20 @@ static const float *dec_tq2_0(const uint8_t *w, int64_t i, int64_t len, float *b
 static const float *dec_iq4_xs(const uint8_t *w, int64_t i, int64_t len, float *buf)
 {
     const block_iq4_xs *b = (const block_iq4_xs *)(const void *)w + i / QK_K;
+#if VW == 16
+    const __m512 levels = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)quant_iq4nl_values)));
+#else
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4nl_values));
+#endif
     for (int64_t k = 0; k < len / QK_K; k++) {
         const float d = f32_half(b[k].d);
         for (int j = 0; j < 8; j++) {
             const int ls = (((b[k].scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((b[k].scales_h >> (2 * j)) & 3) << 4) - 32;
+#if VW == 16 /* the table (float)T[nib] · dl, by a permute (quant_f32_body.h) */
+            put32_perm(b[k].qs + 16 * j, _mm512_mul_ps(levels, _mm512_set1_ps(d * (float)ls)), buf + QK_K * k + 32 * j);
+#else
             put32_signed(_mm256_shuffle_epi8(table, nibbles32(b[k].qs + 16 * j)), d * (float)ls, buf + QK_K * k + 32 * j);
+#endif
         }
     }
     return buf;
