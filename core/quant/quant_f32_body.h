@@ -11,9 +11,12 @@
  * buffer — each value with the same float operations, in the same order, as
  * the scalar decoder of quant_ref*.c, so the weights are bit-identical to the
  * reference's — and that buffer is dotted against up to F32_ROWS activation
- * rows with FMA in float, two accumulators per row.  The float and 32-value
- * formats and Q4_K..Q6_K are here; the grid formats in quant_f32_grid.h, the
- * other low-bit ones in quant_f32_lowbit.h.  Only the summation
+ * rows with FMA in float, two accumulators per row (four for one row).
+ * The float and 32-value formats and Q4_K..Q6_K are here; the grid formats in quant_f32_grid.h, the
+ * other low-bit ones in quant_f32_lowbit.h.  With VW 16 the formats of at
+ * most 32 levels a scale build that scale's levels as a table of floats
+ * (each level formed as the reference forms it) and permute it by the codes
+ * (see f32_iota below).  Only the summation
  * differs from the reference (float lanes and FMA instead of a double sum),
  * which is why the results agree within float tolerance, not bit for bit. */
 #ifndef VW
