@@ -118,7 +118,7 @@ ifneq ($(strip $(CU_SRCS)),)
 CFLAGS_BASE += -DNB_HAVE_CUDA
 ENGINE_OBJS += $(CU_OBJS)
 LDLIBS_BASE += -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
-CUDA_CHECK  := $(BUILD)/tests/cuda/check_backend
+CUDA_CHECK  := $(BUILD)/tests/cuda/check_backend $(BUILD)/tests/cuda/check_seq_state
 endif
 endif
 # The backend follows the CPU reference's rounding: no fused multiply-adds
@@ -228,7 +228,12 @@ $(BUILD)/obj/%.o: %.cu
 # The GPU checks of the CUDA backend against the CPU reference (no Criterion:
 # they run on the GPU machine; tests/cuda/run-backend-on-gpu.sh).
 cuda-check: $(CUDA_CHECK)
-$(BUILD)/tests/cuda/check_backend: tests/cuda/check_backend.c $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB)
+CUDA_CHECK_SRCS := tests/cuda/check_backend.c tests/cuda/check_util.c tests/cuda/check_verify.c
+$(BUILD)/tests/cuda/check_backend: $(CUDA_CHECK_SRCS) tests/cuda/check.h $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CUDA_CHECK_SRCS) $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
+# The prompt cache's state save/load on the device (tests/cuda/run-seq-state-on-gpu.sh).
+$(BUILD)/tests/cuda/check_seq_state: tests/cuda/check_seq_state.c $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -MMD -MP $< $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
 
@@ -249,7 +254,8 @@ test-build: all $(TEST_BINS) $(GGML_ORACLE) $(if $(SANITIZE),,$(FUZZ_BINS))
 
 # The GPU checks, not in make test (they need the GPU machine): the matvec
 # kernels against the CPU decode (tests/cuda/run-on-gpu.sh, correctness only),
-# then the CUDA backend against the CPU reference (run-backend-on-gpu.sh).
+# then the CUDA backend against the CPU reference (run-backend-on-gpu.sh), then
+# verify windows and speculative decoding on it (run-verify-on-gpu.sh).
 # Where there is no GPU they fail and say so (tests/lib/gpu.sh) rather than
 # pass having run nothing; run-on-gpu.sh builds its own binary, so it comes
 # first and a machine without a GPU fails before anything is built.
@@ -257,6 +263,8 @@ test-gpu: deps
 	@bash tests/cuda/run-on-gpu.sh --no-timing
 	@$(MAKE) --no-print-directory all cuda-check
 	@bash tests/cuda/run-backend-on-gpu.sh
+	@bash tests/cuda/run-verify-on-gpu.sh
+	@bash tests/cuda/run-seq-state-on-gpu.sh
 	@python3 tests/train/test_forward.py
 
 # The sanitized engine (SANITIZE=1 above) in its own build directory, then

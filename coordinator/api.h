@@ -26,8 +26,10 @@
 
 #include <cJSON.h>
 
+#include "coordinator/coord.h"
 #include "core/chat/chat.h"
 #include "core/conf/conf.h"
+#include "core/gen/spec.h"
 #include "core/grammar/grammar.h"
 #include "core/sampling/sampling.h"
 
@@ -90,6 +92,7 @@ struct api_request {
     bool stream, include_usage;
     bool think;                 /* default on */
     bool ignore_eos;            /* end-of-turn tokens do not end the generation */
+    bool no_cache;              /* cache_prompt false: neither resumed from nor saved in the prompt cache */
     int accuracy_level;         /* 1-3, default 3 */
     bool has_accuracy_level;    /* the body gave it (else the server's default applies) */
     long long context_length;   /* 0: the model's */
@@ -243,6 +246,7 @@ struct api_job {
     /* Set by the HTTP thread before it queues the job; read-only after. */
     int32_t *ids;
     size_t n_ids;
+    size_t cached_ids;    /* of them, held by a prompt-cache checkpoint (set by the main thread before JOB_DONE) */
     int32_t *script;      /* nebula_test_script's ids: emitted instead of the sampled ones */
     size_t n_script;
     struct api_tool *tools; /* the calls are parsed (tools given, tool_choice not none) */
@@ -255,8 +259,10 @@ struct api_job {
     long long max_tokens;
     struct sampling_params sp;
     int chunk;            /* prefill tokens per step */
+    int accuracy_level;   /* asked (1-3): the verify windows' acceptance */
     bool think_split;     /* chat with think on: text starts as reasoning */
     bool ignore_eos;
+    bool no_cache;        /* the request's cache_prompt false */
     gram_grammar *grammar; /* structured output (owned), or NULL */
     char *grammar_key;     /* its key (owned): api_request's */
     char *stop[API_MAX_STOP];
@@ -278,6 +284,8 @@ struct api_job {
     const char *finish_reason; /* "stop", "length"; NULL on error or cancel */
     struct api_error err;      /* err.status != 0: failed */
     double queue_ms, prompt_ms, ttft_ms, decode_ms;
+    int accuracy_effective;    /* the level the windows ran at (3 without speculation or with a grammar) */
+    struct spec_stats spec;    /* its verify windows, every leg's (timings.speculative) */
     int refs;
     struct api_job *next;
 };
@@ -334,14 +342,22 @@ struct api {
     struct api_worker_view workers[API_MAX_WORKERS];
     int n_workers;
     double vram_hit_rate, ram_hit_rate, ssd_bytes_per_token;
+    struct coord_cache_numbers cache; /* the prompt cache's counters (api_publish) */
     /* Statistics (under mu). */
     uint64_t req_ok, req_cancelled, req_invalid, req_rejected, req_failed;
     uint64_t tokens_generated, prompt_tokens;
     double last_tps, last_ttft_ms;
+    struct spec_stats spec;    /* the verify windows of completed HTTP requests (/metrics) */
     /* Model ids asked for that are not ours: each logged once (under mu). */
     char *unknown_ids[API_MAX_UNKNOWN_IDS];
     int n_unknown_ids;
 };
+
+/* api_spec.c: speculative decoding's counters (issue 16's faces) as an
+ * object — passes, tokens, tokens_per_pass, drafted, accepted, acceptance,
+ * nongreedy_accepted, {drafted,accepted,acceptance}_by_position, drafters
+ * {mtp, lookup}, and with `windows` the trajectory (each window's drafts). */
+cJSON *api_spec_json(const struct spec_stats *s, bool windows);
 
 /* What a response needs besides the job. */
 struct gen_info {
@@ -369,7 +385,7 @@ int api_dialect_stream_news(struct api_stream *s);
 /* api_respond.c (with a.mu held) */
 void api_add_timings(cJSON *o, const struct api_job *j);
 void api_add_usage(cJSON *o, const struct api_job *j);
-void api_add_nebula(cJSON *o, const struct gen_info *g);
+void api_add_nebula(cJSON *o, const struct gen_info *g, const struct api_job *j); /* the `nebula` object: accuracy levels, think */
 cJSON *api_envelope(const struct api *a, const struct gen_info *g, bool chunk);
 cJSON *api_completion_json(const struct api *a, const struct gen_info *g, const struct api_job *j);
 cJSON *api_call_json(const struct gen_info *g, const struct api_job *j, int k, bool whole);

@@ -67,8 +67,10 @@ static cJSON *tool_use_block(const struct gen_info *g, const struct api_job *j, 
 static cJSON *anthropic_usage(const struct api_job *j, bool input)
 {
     cJSON *u = cJSON_CreateObject();
-    if (input) cJSON_AddNumberToObject(u, "input_tokens", (double)j->n_ids);
-    if (input) cJSON_AddNumberToObject(u, "cache_creation_input_tokens", 0), cJSON_AddNumberToObject(u, "cache_read_input_tokens", 0);
+    /* Anthropic counts the cached part apart: input_tokens + cache_read_input_tokens = the prompt */
+    if (input) cJSON_AddNumberToObject(u, "input_tokens", (double)(j->n_ids - j->cached_ids));
+    if (input)
+        cJSON_AddNumberToObject(u, "cache_creation_input_tokens", 0), cJSON_AddNumberToObject(u, "cache_read_input_tokens", (double)j->cached_ids);
     cJSON_AddNumberToObject(u, "output_tokens", (double)j->completion_tokens);
     return u;
 }
@@ -192,7 +194,7 @@ cJSON *api_responses_json(const struct api *a, const struct gen_info *g, const s
     if (done) {
         u = cJSON_AddObjectToObject(o, "usage");
         cJSON_AddNumberToObject(u, "input_tokens", (double)j->n_ids);
-        cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "input_tokens_details"), "cached_tokens", 0);
+        cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "input_tokens_details"), "cached_tokens", (double)j->cached_ids);
         cJSON_AddNumberToObject(u, "output_tokens", (double)j->completion_tokens);
         cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "output_tokens_details"), "reasoning_tokens", 0);
         cJSON_AddNumberToObject(u, "total_tokens", (double)(j->n_ids + (size_t)j->completion_tokens));

@@ -290,7 +290,8 @@ static int anthropic_tools(const cJSON *root, cJSON *chat, struct api_error *e)
 static cJSON *messages_to_chat(const cJSON *root, struct api_error *e)
 {
     static const char *const keys[] = {"model", "messages", "max_tokens", "system", "stop_sequences", "stream", "temperature", "top_p",
-                                       "top_k", "tools", "tool_choice", "thinking", "metadata", "service_tier", "nebula_test_script", NULL};
+                                       "top_k", "tools", "tool_choice", "thinking", "metadata", "service_tier", "nebula_test_script",
+                                       "accuracy_level", NULL};
     if (unknown_key(root, "", keys, e)) return NULL;
     const cJSON *mt = get(root, "max_tokens"), *ms = get(root, "messages"), *th = get(root, "thinking"), *md = get(root, "metadata");
     const cJSON *st = get(root, "service_tier"), *temp = get(root, "temperature");
@@ -347,7 +348,7 @@ static cJSON *messages_to_chat(const cJSON *root, struct api_error *e)
     int rc = copy(chat, "max_tokens", root, "max_tokens") | copy(chat, "temperature", root, "temperature") |
              copy(chat, "top_p", root, "top_p") | copy(chat, "top_k", root, "top_k") | copy(chat, "stream", root, "stream") |
              copy(chat, "stop", root, "stop_sequences") | copy(chat, "model", root, "model") |
-             copy(chat, "nebula_test_script", root, "nebula_test_script");
+             copy(chat, "nebula_test_script", root, "nebula_test_script") | copy(chat, "accuracy_level", root, "accuracy_level");
     cJSON_AddBoolToObject(chat, "think", think);
     if (think) cJSON_AddNumberToObject(chat, "think_budget", get(th, "budget_tokens")->valuedouble);
     if (rc) return cJSON_Delete(chat), oom(e), NULL;
@@ -467,7 +468,7 @@ static cJSON *responses_to_chat(const cJSON *root, struct api_error *e)
 {
     static const char *const keys[] = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens",
                                        "temperature", "top_p", "stream", "store", "user", "text", "truncation", "include", "service_tier",
-                                       "think", "nebula_test_script", NULL};
+                                       "think", "nebula_test_script", "accuracy_level", NULL};
     if (unknown_key(root, "", keys, e)) return NULL;
     const cJSON *v;
     if ((v = get(root, "store")) && !cJSON_IsFalse(v))
@@ -507,7 +508,8 @@ static cJSON *responses_to_chat(const cJSON *root, struct api_error *e)
     int rc = copy(chat, "max_tokens", root, "max_output_tokens") | copy(chat, "temperature", root, "temperature") |
              copy(chat, "top_p", root, "top_p") | copy(chat, "stream", root, "stream") | copy(chat, "model", root, "model") |
              copy(chat, "parallel_tool_calls", root, "parallel_tool_calls") | copy(chat, "think", root, "think") |
-             copy(chat, "nebula_test_script", root, "nebula_test_script") | copy(chat, "user", root, "user");
+             copy(chat, "nebula_test_script", root, "nebula_test_script") | copy(chat, "user", root, "user") |
+             copy(chat, "accuracy_level", root, "accuracy_level");
     if (rc) return cJSON_Delete(chat), oom(e), NULL;
     return chat;
 }

@@ -395,8 +395,9 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     j->sp = r.sp;
     if (!r.has_seed) j->sp.seed = random_seed();
     j->chunk = r.prefill_chunk;
+    j->accuracy_level = r.accuracy_level, j->accuracy_effective = 3;
     j->think_split = kind == API_CHAT && r.think;
-    j->ignore_eos = r.ignore_eos;
+    j->ignore_eos = r.ignore_eos, j->no_cache = r.no_cache;
     for (int i = 0; i < r.n_stop; i++) j->stop[i] = r.stop[i], r.stop[i] = NULL;
     j->n_stop = r.n_stop;
     /* The script as plain text (control tokens not parsed): its ids decode to exactly its text; only

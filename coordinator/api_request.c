@@ -81,12 +81,12 @@ static const char *const chat_fields[] = {
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
     "presence_penalty", "frequency_penalty", "seed", "stop", "stream", "stream_options", "n", "think",
     "chat_template_kwargs", "accuracy_level", "context_length", "prefill_chunk", "ignore_eos", "response_format",
-    "tools", "tool_choice", "parallel_tool_calls", "logprobs", "top_logprobs", "user", "logit_bias", "nebula_test_script", "think_budget", NULL};
+    "tools", "tool_choice", "parallel_tool_calls", "logprobs", "top_logprobs", "user", "logit_bias", "nebula_test_script", "think_budget", "cache_prompt", NULL};
 static const char *const completion_fields[] = {
     "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
     "seed", "stop", "stream", "stream_options", "n", "think", "chat_template_kwargs", "accuracy_level", "context_length",
     "prefill_chunk", "ignore_eos", "logprobs", "echo", "best_of", "suffix", "user", "logit_bias", "nebula_test_script",
-    "response_format", NULL};
+    "response_format", "cache_prompt", NULL};
 static const char *const tokenize_fields[] = {"model", "text", "messages", "think", "chat_template_kwargs", "tools", "tool_choice",
                                               "parallel_tool_calls", NULL};
 /* OpenAI fields this server does not implement: any value but the harmless
@@ -380,6 +380,9 @@ static int parse_generation(const cJSON *root, struct api_request *r, struct api
     if (rc) r->context_length = (long long)x;
     if ((rc = number(root, "prefill_chunk", 1, API_MAX_PREFILL_CHUNK, true, &x, e)) > 1) return rc;
     if (rc) r->prefill_chunk = (int)x;
+    bool cache_prompt = true; /* llama.cpp's name: false keeps the request out of the prompt cache */
+    if ((rc = boolean(root, "cache_prompt", &cache_prompt, e)) > 1) return rc;
+    r->no_cache = !cache_prompt;
     const cJSON *script = field(root, "nebula_test_script");
     if (script && (!cJSON_IsString(script) || !script->valuestring[0]))
         return api_errorf(e, 400, "invalid_request_error", "nebula_test_script", "invalid_type", "'nebula_test_script' must be a non-empty string");

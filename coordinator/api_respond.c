@@ -13,6 +13,7 @@ void api_add_timings(cJSON *o, const struct api_job *j)
 {
     cJSON *t = cJSON_AddObjectToObject(o, "timings");
     cJSON_AddNumberToObject(t, "prompt_tokens", (double)j->n_ids);
+    cJSON_AddNumberToObject(t, "prompt_cached", (double)j->cached_ids);
     cJSON_AddNumberToObject(t, "prompt_ms", j->prompt_ms);
     cJSON_AddNumberToObject(t, "ttft_ms", j->ttft_ms);
     cJSON_AddNumberToObject(t, "completion_tokens", (double)j->completion_tokens);
@@ -20,6 +21,7 @@ void api_add_timings(cJSON *o, const struct api_job *j)
     cJSON_AddNumberToObject(t, "tokens_per_s",
                             j->completion_tokens > 1 && j->decode_ms > 0 ? (double)(j->completion_tokens - 1) / (j->decode_ms / 1e3) : 0);
     cJSON_AddNumberToObject(t, "queue_ms", j->queue_ms);
+    if (j->spec.passes) cJSON_AddItemToObject(t, "speculative", api_spec_json(&j->spec, true));
 }
 
 void api_add_usage(cJSON *o, const struct api_job *j)
@@ -27,14 +29,15 @@ void api_add_usage(cJSON *o, const struct api_job *j)
     cJSON *u = cJSON_AddObjectToObject(o, "usage");
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)j->n_ids);
     cJSON_AddNumberToObject(u, "completion_tokens", (double)j->completion_tokens);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", (double)j->cached_ids);
     cJSON_AddNumberToObject(u, "total_tokens", (double)(j->n_ids + (size_t)j->completion_tokens));
 }
 
-void api_add_nebula(cJSON *o, const struct gen_info *g)
+void api_add_nebula(cJSON *o, const struct gen_info *g, const struct api_job *j)
 {
     cJSON *n = cJSON_AddObjectToObject(o, "nebula");
     cJSON_AddNumberToObject(n, "accuracy_level", g->accuracy_level);
-    cJSON_AddNumberToObject(n, "accuracy_level_effective", 3); /* no MTP speculation yet: every level runs exact */
+    cJSON_AddNumberToObject(n, "accuracy_level_effective", j->accuracy_effective); /* 3 without --spec or with a grammar */
     cJSON_AddBoolToObject(n, "think", g->think);
 }
 
@@ -90,7 +93,7 @@ cJSON *api_completion_json(const struct api *a, const struct gen_info *g, const 
     cJSON_AddStringToObject(ch, "finish_reason", j->finish_reason);
     api_add_usage(o, j);
     api_add_timings(o, j);
-    api_add_nebula(o, g);
+    api_add_nebula(o, g, j);
     if (j->tool_error[0]) cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(o, "nebula"), "tool_call_error", j->tool_error);
     return o;
 }

@@ -65,6 +65,7 @@ void api_publish(struct coord *c)
      * (a gpu-worker loading a large model sits in "configuring"). */
     if (!strcmp(a->phase, "loading") && a->n_workers) a->progress = 0.1 + 0.9 * done / a->n_workers;
     a->vram_hit_rate = vram, a->ram_hit_rate = ram, a->ssd_bytes_per_token = ssd;
+    a->cache = coord_cache_numbers(c);
     pthread_mutex_unlock(&a->mu);
 }
 
@@ -200,8 +201,10 @@ static void finish(struct coord *c, struct api_job *j, const char *finish_reason
     else if (e) a->req_failed++;
     else a->req_ok++;
     a->tokens_generated += (uint64_t)j->completion_tokens;
+    a->cache = coord_cache_numbers(c);
     if (!e && !cancelled) {
         a->prompt_tokens += j->n_ids;
+        spec_stats_merge(&a->spec, &j->spec);
         if (j->completion_tokens > 0) a->last_ttft_ms = j->ttft_ms;
         if (j->completion_tokens > 1 && j->decode_ms > 0) a->last_tps = (double)(j->completion_tokens - 1) / (j->decode_ms / 1e3);
     }
@@ -252,9 +255,9 @@ static int next_leg(struct run_ctx *r, const struct gen_result *res)
     nb_log("http job: thinking reached its budget of %lld tokens: closed, the answer continues (%zu tokens of prompt)", j->think_budget, n);
     r->base = made, r->budget_hit = false, r->chained = true;
     /* The think block is closed in the leg's prompt: a grammar applies from its first token. */
-    struct coord_request_spec spec = {.ids = r->leg_ids, .n = n, .sp = j->sp, .budget = left, .chunk = j->chunk,
+    struct coord_request_spec spec = {.ids = r->leg_ids, .n = n, .sp = j->sp, .budget = left, .chunk = j->chunk, .no_cache = j->no_cache,
                                       .ignore_stop = j->ignore_eos, .want_logits = j->logprobs, .grammar = j->grammar,
-                                      .grammar_key = j->grammar_key, .constrain_after = -1};
+                                      .grammar_key = j->grammar_key, .constrain_after = -1, .accuracy_level = j->accuracy_level};
     return coord_request_submit(r->c, &spec, &job_ops, r, err, sizeof err);
 }
 
@@ -273,7 +276,13 @@ static void on_done(void *ctx, const struct coord_outcome *o)
     const struct gen_result *res = o->res;
     long long made = res ? res->made : 0;
     int rc = o->rc && !o->cancelled;
-    if (!r->chained) r->prompt_s = res ? res->prompt_s : 0;
+    if (!r->chained) r->prompt_s = res ? res->prompt_s : 0, j->cached_ids = o->n_cached;
+    if (res) { /* this leg's verify windows join the job's (the loosest level that ran is the one reported) */
+        pthread_mutex_lock(&a->mu);
+        spec_stats_merge(&j->spec, res->spec);
+        if (!r->chained || res->accuracy_level < j->accuracy_effective) j->accuracy_effective = res->accuracy_level;
+        pthread_mutex_unlock(&a->mu);
+    }
     if (!rc && !r->cancelled && !r->fail && r->budget_hit && next_leg(r, res) == 0) return;
     made += r->base + r->forced;
     if (rc) {
@@ -357,10 +366,11 @@ static void submit(struct coord *c, struct api_job *j)
         return finish(c, j, NULL, &e, false);
     }
     /* With thinking on, the grammar applies to the answer: after </think> (docs/API.md, "Structured output"). */
-    struct coord_request_spec spec = {.ids = j->ids, .n = j->n_ids, .sp = j->sp, .budget = j->max_tokens, .chunk = j->chunk,
+    struct coord_request_spec spec = {.ids = j->ids, .n = j->n_ids, .sp = j->sp, .budget = j->max_tokens, .chunk = j->chunk, .no_cache = j->no_cache,
                                       .ignore_stop = j->ignore_eos, .want_logits = j->logprobs, .grammar = j->grammar,
                                       .grammar_key = j->grammar_key,
-                                      .constrain_after = j->grammar && j->think_split ? tok_id_of(c->tok, "</think>") : -1};
+                                      .constrain_after = j->grammar && j->think_split ? tok_id_of(c->tok, "</think>") : -1,
+                                      .accuracy_level = j->accuracy_level};
     if (coord_request_submit(c, &spec, &job_ops, r, err, sizeof err)) {
         api_errorf(&e, 500, "server_error", NULL, NULL, "%s", err);
         finish(c, j, NULL, &e, false);

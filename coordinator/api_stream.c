@@ -134,7 +134,7 @@ int api_stream_news(struct api_stream *s)
         else cJSON_AddStringToObject(ch, "text", ""), cJSON_AddNullToObject(ch, "logprobs");
         cJSON_AddStringToObject(ch, "finish_reason", j->finish_reason);
         api_add_timings(o, j);
-        api_add_nebula(o, &s->g);
+        api_add_nebula(o, &s->g, j);
         if (j->tool_error[0]) cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(o, "nebula"), "tool_call_error", j->tool_error);
         rc = add_event(s, o);
         if (!rc && s->g.include_usage) {

@@ -84,6 +84,7 @@ cJSON *api_status_json(struct api *a)
     cJSON_AddNumberToObject(st, "vram_hit_rate", a->vram_hit_rate);
     cJSON_AddNumberToObject(st, "ram_hit_rate", a->ram_hit_rate);
     cJSON_AddNumberToObject(st, "ssd_bytes_per_token", a->ssd_bytes_per_token);
+    cJSON_AddItemToObject(st, "speculative", api_spec_json(&a->spec, false));
     pthread_mutex_unlock(&a->mu);
     return r;
 }
@@ -121,6 +122,35 @@ char *api_metrics_text(struct api *a)
       "nebula_ram_hit_rate %.6g\n", a->ram_hit_rate);
     M("# HELP nebula_ssd_bytes_per_token Bytes read from SSD per token evaluated.\n# TYPE nebula_ssd_bytes_per_token gauge\n"
       "nebula_ssd_bytes_per_token %.6g\n", a->ssd_bytes_per_token);
+    const struct spec_stats *sp = &a->spec;
+    M("# HELP nebula_spec_passes_total Verify windows (speculative decoding) of completed HTTP requests, by drafter.\n"
+      "# TYPE nebula_spec_passes_total counter\nnebula_spec_passes_total{drafter=\"mtp\"} %lld\n"
+      "nebula_spec_passes_total{drafter=\"lookup\"} %lld\n", sp->by_src[SPEC_SRC_MTP], sp->by_src[SPEC_SRC_LOOKUP]);
+    M("# HELP nebula_spec_tokens_total Tokens the verify windows gave.\n# TYPE nebula_spec_tokens_total counter\n"
+      "nebula_spec_tokens_total %lld\n", sp->tokens);
+    M("# HELP nebula_spec_tokens_per_pass Tokens a verify window gave, on average.\n# TYPE nebula_spec_tokens_per_pass gauge\n"
+      "nebula_spec_tokens_per_pass %.6g\n", sp->passes ? (double)sp->tokens / (double)sp->passes : 0.0);
+    M("# HELP nebula_spec_drafts_total Drafts proposed and accepted (accepted_nongreedy: by accuracy level 1-2's rule).\n"
+      "# TYPE nebula_spec_drafts_total counter\nnebula_spec_drafts_total{outcome=\"proposed\"} %lld\n"
+      "nebula_spec_drafts_total{outcome=\"accepted\"} %lld\nnebula_spec_drafts_total{outcome=\"accepted_nongreedy\"} %lld\n",
+      sp->drafted, sp->accepted, sp->nongreedy);
+    M("# HELP nebula_spec_acceptance_by_position Accepted / proposed drafts at each position of a window (1: the first).\n"
+      "# TYPE nebula_spec_acceptance_by_position gauge\n");
+    for (int i = 0; i < SPEC_MAX_POS && sp->drafted_at[i]; i++)
+        M("nebula_spec_acceptance_by_position{position=\"%d\"} %.6g\n", i + 1, (double)sp->accepted_at[i] / (double)sp->drafted_at[i]);
+    const struct coord_cache_numbers *k = &a->cache;
+    M("# HELP nebula_prompt_cache_hits_total Requests resumed from a prompt-cache checkpoint.\n# TYPE nebula_prompt_cache_hits_total counter\n"
+      "nebula_prompt_cache_hits_total %llu\n", (unsigned long long)k->hits);
+    M("# HELP nebula_prompt_cache_misses_total Requests prefilled from their first token (cache on).\n"
+      "# TYPE nebula_prompt_cache_misses_total counter\nnebula_prompt_cache_misses_total %llu\n", (unsigned long long)k->misses);
+    M("# HELP nebula_prompt_cache_tokens_reused_total Prompt tokens not evaluated again.\n"
+      "# TYPE nebula_prompt_cache_tokens_reused_total counter\nnebula_prompt_cache_tokens_reused_total %llu\n", (unsigned long long)k->tokens_reused);
+    M("# HELP nebula_prompt_cache_bytes Checkpoint bytes kept, by where.\n# TYPE nebula_prompt_cache_bytes gauge\n"
+      "nebula_prompt_cache_bytes{where=\"ram\"} %llu\nnebula_prompt_cache_bytes{where=\"disk\"} %llu\n", (unsigned long long)k->ram_bytes,
+      (unsigned long long)k->disk_bytes);
+    M("# HELP nebula_prompt_cache_entries Checkpoints kept, by where.\n# TYPE nebula_prompt_cache_entries gauge\n"
+      "nebula_prompt_cache_entries{where=\"ram\"} %llu\nnebula_prompt_cache_entries{where=\"disk\"} %llu\n", (unsigned long long)k->ram_entries,
+      (unsigned long long)k->disk_entries);
     M("# HELP nebula_worker_up 1 when the worker is ready.\n# TYPE nebula_worker_up gauge\n");
     for (int i = 0; i < a->n_workers; i++) M("nebula_worker_up{role=\"%s\"} %d\n", a->workers[i].role, !strcmp(a->workers[i].state, "ready"));
     M("# HELP nebula_worker_restarts_total Restarts of each worker.\n# TYPE nebula_worker_restarts_total counter\n");

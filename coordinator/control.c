@@ -12,6 +12,7 @@
  * answered from a later event, after which the next request is read.  A request of
  * unknown type gets an "error" reply naming the known ones. */
 #include "coordinator/coord.h"
+#include "coordinator/api.h"
 
 #include "core/event/event.h"
 #include "core/model/model.h"
@@ -89,6 +90,7 @@ static cJSON *status(struct coord *c)
 static cJSON *stats(struct coord *c)
 {
     cJSON *r = ctl_msg("stats"), *ws = cJSON_AddArrayToObject(r, "workers");
+    cJSON_AddItemToObject(r, "speculative", api_spec_json(&c->spec_total, false)); /* every request's verify windows */
     for (uint32_t b = 0; b < shm_stats_n_workers(c->stats); b++) {
         struct shm_stats_worker info = shm_stats_worker_info(c->stats, b);
         if (!info.pid) continue;
@@ -100,6 +102,13 @@ static cJSON *stats(struct coord *c)
         for (int k = 0; k < SHM_STAT_COUNT; k++) cJSON_AddNumberToObject(cs, stat_names[k], (double)shm_stats_get(c->stats, b, (enum shm_stat)k));
         cJSON_AddItemToArray(ws, o);
     }
+    const struct coord_cache_numbers k = coord_cache_numbers(c);
+    cJSON *pc = cJSON_AddObjectToObject(r, "prompt_cache");
+    cJSON_AddBoolToObject(pc, "enabled", c->cache != NULL);
+    const struct { const char *name; uint64_t v; } f[] = {{"hits", k.hits}, {"misses", k.misses}, {"tokens_reused", k.tokens_reused},
+        {"saves", k.saves}, {"load_failures", k.load_failures}, {"ram_entries", k.ram_entries}, {"ram_bytes", k.ram_bytes},
+        {"disk_entries", k.disk_entries}, {"disk_bytes", k.disk_bytes}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) cJSON_AddNumberToObject(pc, f[i].name, (double)f[i].v);
     return r;
 }
 

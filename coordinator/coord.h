@@ -4,18 +4,18 @@
  * fd events and timers with callbacks, never re-entered).  The pieces and
  * who may call whom — a DAG, checked by tests/tools/test_coord_deps.sh:
  *
- *   main      → control, api_run, api_http, requests, step, workers, context, util
- *   control   → generate, requests, workers        api_run → requests, api_http, workers
+ *   main      → control, api_run, api_http, requests, step, workers, context, cache, util
+ *   control   → generate, requests, workers, cache api_run → requests, api_http, workers, cache
  *   generate  → requests                           api_http → api_request, api_text, api_views
- *   requests  → step, workers                      workers → cpu_plan
- *   (util, context, cpu_plan, step, api_text, api_request: leaves; util is below all)
+ *   requests  → step, workers, cache               workers → cpu_plan, cache
+ *   (util, context, cpu_plan, step, cache, api_text, api_request: leaves; util is below all)
  *
  * main.c: flags, the instance, regions, the loop's events, start-up as a
  * state, teardown.  workers.c: spawning, hello → configure → ready,
  * heartbeats and restarts.  control.c: ctl.sock (REP) and its requests.
  * generate.c: ctl's generate → a request.  requests.c: the one queue of
  * requests (ctl generates and HTTP jobs), each a state machine driving a
- * core/gen session over the step ring.  step.c: the step ring as an fd
+ * core/gen session over the step ring.  cache.c: the prompt cache's index.  step.c: the step ring as an fd
  * event (a waiter thread and an eventfd).  Upward news travels by callbacks
  * registered in struct coord (on_workers, on_idle), never by name. */
 #ifndef NB_COORD_H
@@ -31,6 +31,7 @@
 #include <cJSON.h>
 
 #include "core/ctl/ctl.h"
+#include "core/gen/spec.h"
 #include "core/grammar/grammar.h"
 #include "core/sampling/sampling.h"
 #include "shm/shm.h"
@@ -38,6 +39,7 @@
 struct model;
 struct api;
 struct coord_step;
+struct coord_cache;
 struct coord_request;
 struct coord_worker;
 typedef struct event_loop event_loop;
@@ -104,7 +106,15 @@ struct coord {
     uint64_t vram_budget;          /* --vram-budget bytes (0: placement.json's) */
     int64_t ctx;                   /* --ctx: positions for a request and the K/V reserve (0: placement's, model's) */
     bool layer_times;              /* --layer-times: the gpu-worker times each layer on cuda too */
-    int spec;                      /* --spec: COORD_SPEC_OFF, _MTP or _LOOKUP (speculative decoding, requests.c) */
+    int spec;                      /* --spec: COORD_SPEC_OFF, _MTP, _LOOKUP or _AUTO (speculative decoding, requests.c) */
+    struct spec_stats spec_total;  /* the verify windows of every request served (nebulactl stats) */
+    struct coord_cache_cfg {       /* the prompt cache: nebula.conf [cache], --cache* (cache.c) */
+        bool enable;
+        int ram_entries;
+        uint64_t ram_bytes, disk_bytes;
+        const char *dir;           /* "": none */
+    } cache_cfg;
+    struct coord_cache *cache;     /* cache.c's index (NULL: off) */
     bool gw_cuda;                  /* backend is cuda */
     /* the instance */
     shm_instance *inst;
@@ -157,6 +167,30 @@ struct coord {
     void (*on_idle)(struct coord *c);
 };
 
+/* cache.c: the prompt cache's index (its top comment has the rule).  open
+ * after the model and the backend are known (reads cache.dir's files);
+ * match: the checkpoint a prompt resumes from (false: none); cut: where its
+ * prefill saves one (0: nowhere), the last resumable position in (from, n];
+ * saved: a STEP_SAVE's answer checked and recorded; evict: the next STEP_DROP
+ * a budget asks for (false: none); forget: a checkpoint that failed to load. */
+struct coord_cache_numbers {
+    uint64_t hits, misses, tokens_reused, saves, load_failures;
+    uint64_t ram_entries, ram_bytes, disk_entries, disk_bytes;
+};
+int coord_cache_open(struct coord *c, char *err, size_t errlen);
+void coord_cache_close(struct coord *c);
+const char *coord_cache_identity(const struct coord *c);
+bool coord_cache_match(struct coord *c, const int32_t *ids, size_t n, int chunk, uint32_t *id, int64_t *pos);
+int64_t coord_cache_cut(const struct coord *c, size_t n, int chunk, int64_t from);
+uint32_t coord_cache_new_id(struct coord *c);
+int coord_cache_saved(struct coord *c, uint32_t id, const int32_t *ids, int64_t n, int chunk, const int32_t *answer,
+                      uint32_t bytes, char *err, size_t errlen);
+bool coord_cache_evict(struct coord *c, uint32_t *id, bool *file);
+void coord_cache_forget(struct coord *c, uint32_t id);
+void coord_cache_ram_lost(struct coord *c); /* the gpu-worker died: only the files remain */
+void coord_cache_count(struct coord *c, bool hit, int64_t reused);
+struct coord_cache_numbers coord_cache_numbers(const struct coord *c);
+
 /* util.c */
 double coord_now(void);
 /* dst = DIR/NAME; NB_EINVAL when it does not fit. */
@@ -204,7 +238,7 @@ void coord_ctl_on_workers(struct coord *c); /* a waiting restart may be answered
 void coord_ctl_on_idle(struct coord *c);    /* no request runs: a waiting restart may begin */
 void coord_ctl_close(struct coord *c);      /* teardown: the open request gets an error */
 
-enum { COORD_SPEC_OFF = 0, COORD_SPEC_MTP = 1, COORD_SPEC_LOOKUP = 2 };
+enum { COORD_SPEC_OFF = 0, COORD_SPEC_MTP = 1, COORD_SPEC_LOOKUP = 2, COORD_SPEC_AUTO = 3 };
 
 /* main.c: the step ring's geometry for this model and prefill chunk. */
 struct ring_geometry coord_step_geometry(const struct model *m, int chunk);
@@ -243,6 +277,7 @@ struct coord_outcome {
     bool cancelled;                /* shutdown ended it */
     const struct gen_result *res;
     size_t n_prompt;
+    size_t n_cached;               /* prompt ids a prompt-cache checkpoint held (not evaluated again) */
     const char *err;
 };
 struct coord_request_ops {
@@ -264,10 +299,12 @@ struct coord_request_spec {
     const char *logits_out;
     int chunk;
     bool ignore_stop;
+    bool no_cache;     /* neither resumed from nor saved in the prompt cache (cache_prompt false) */
     bool want_logits;  /* every token's full row of logits (ops.on_logits): no argmax shortcut */
     const gram_grammar *grammar;   /* structured output (core/grammar), borrowed until on_done; NULL: none */
     const char *grammar_key;       /* its response_format's text (api_format.c): the matcher cache's key; NULL: not cached */
     int32_t constrain_after;       /* the grammar applies after this id (</think>); -1: from the first token */
+    int accuracy_level;            /* the verify windows' acceptance (core/gen/spec.h; 0: exact); --spec off: exact */
 };
 /* Queues it (0), or fails at once (the session could not be made). */
 int coord_request_submit(struct coord *c, const struct coord_request_spec *s, const struct coord_request_ops *ops, void *ctx,

@@ -136,8 +136,8 @@ static char *render_text(const struct coord *c, const int32_t *ids, long long n)
     return out;
 }
 
-static cJSON *result_reply(const struct coord *c, const int32_t *out, long long made, size_t n_prompt, double t_prompt,
-                           double t_gen, const char *why, const char *warning)
+static cJSON *result_reply(const struct coord *c, const int32_t *out, long long made, size_t n_prompt, size_t n_cached,
+                           double t_prompt, double t_gen, const char *why, const char *warning)
 {
     char *text = render_text(c, out, made);
     if (!text) return error_reply("%s", "out of memory");
@@ -149,6 +149,7 @@ static cJSON *result_reply(const struct coord *c, const int32_t *out, long long 
     if (warning) cJSON_AddStringToObject(r, "warning", warning);
     t = cJSON_AddObjectToObject(r, "timings");
     cJSON_AddNumberToObject(t, "prompt_s", t_prompt);
+    cJSON_AddNumberToObject(t, "prompt_cached", (double)n_cached);
     cJSON_AddNumberToObject(t, "gen_s", t_gen);
     cJSON_AddNumberToObject(t, "prompt_tok_s", t_prompt > 0 ? (double)n_prompt / t_prompt : 0);
     cJSON_AddNumberToObject(t, "gen_tok_s", made > 1 && t_gen > 0 ? (double)(made - 1) / t_gen : 0);
@@ -174,7 +175,7 @@ static void on_done(void *ctx, const struct coord_outcome *o)
     } else {
         const struct gen_result *r = o->res;
         double total = coord_now() - g->t0;
-        reply = result_reply(g->c, r->ids, r->made, o->n_prompt, r->prompt_s, total - r->prompt_s, r->why,
+        reply = result_reply(g->c, r->ids, r->made, o->n_prompt, o->n_cached, r->prompt_s, total - r->prompt_s, r->why,
                              g->warning[0] ? g->warning : NULL);
         nb_log("generate: prompt %zu tokens, %lld generated in %.2f s, stop: %s", o->n_prompt, r->made, total, r->why);
     }

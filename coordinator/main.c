@@ -49,7 +49,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: nebula-coordinator [--config FILE] --model M.gguf [--mtp FILE] [--prepared DIR] [--runtime DIR] [--threads N] [--chunk N]\n"
                "                          [--backend auto|cpu|cuda] [--kernels ref|fast] [--cpu-kernels ref|fast]\n"
-               "                          [--vram-budget BYTES] [--ctx N] [--layer-times]\n"
+               "                          [--vram-budget BYTES] [--ctx N] [--layer-times] [--cache on|off] [--cache-dir DIR]\n"
                "                          [--http HOST:PORT|off] [--max-queue N] [--max-body BYTES] [--demo] [--name NAME]\n"
                "\n"
                "Runs one instance of the Nebula pipeline: creates its shared-memory regions and runtime\n"
@@ -86,8 +86,14 @@ static void usage(FILE *f)
                "  --ctx N          positions a request may use, and the K/V the gpu-worker reserves on cuda\n"
                "                   (default: placement.json's request.vram_ctx on cuda, else the model's)\n"
                "  --spec S         speculative decoding: off (default), mtp (the MTP block drafts, the model\n"
-               "                   verifies a window of them in one step) or lookup (drafts from the prompt);\n"
-               "                   the output is exactly the plain one; the cpu backend only, for now\n"
+               "                   verifies a window of them in one step), lookup (drafts from the prompt) or\n"
+               "                   auto (lookup where it makes more tokens a ms); the output is exactly the plain\n"
+               "                   one at accuracy_level 3 (either backend)\n"
+               "  --cache on|off   the prompt cache (default on: a prompt extending an earlier one resumes\n"
+               "                   from its saved state, the output unchanged; off: prefilled from token 0)\n"
+               "  --cache-dir DIR  also write checkpoints there, found again after a restart (default: none)\n"
+               "  --cache-ram-entries N, --cache-ram-bytes B, --cache-disk-bytes B  the cache's budgets\n"
+               "                   (defaults 8, 4G, 64G; least recently used first out)\n"
                "  --layer-times    time each layer on cuda too (nebulactl profile; costs a synchronisation\n"
                "                   per layer and the CUDA graph; always on with the cpu backend)\n"
                "  --http HOST:PORT where the HTTP API listens (default 127.0.0.1:8091; port 0: any free\n"
@@ -142,7 +148,10 @@ static int apply_conf(int argc, char **argv, struct coord *c, struct api_config 
     c->threads = k.threads, c->chunk = k.chunk, c->ctx = k.ctx, c->vram_budget = k.vram_budget;
     c->stream_rows = k.stream_rows;
     c->backend = k.backend, c->kernels = k.kernels, c->cpu_kernels = strcmp(k.cpu_kernels, "auto") ? k.cpu_kernels : "";
-    c->spec = !strcmp(k.spec, "mtp") ? COORD_SPEC_MTP : !strcmp(k.spec, "lookup") ? COORD_SPEC_LOOKUP : COORD_SPEC_OFF;
+    c->spec = !strcmp(k.spec, "mtp") ? COORD_SPEC_MTP : !strcmp(k.spec, "lookup") ? COORD_SPEC_LOOKUP
+            : !strcmp(k.spec, "auto")  ? COORD_SPEC_AUTO : COORD_SPEC_OFF;
+    c->cache_cfg = (struct coord_cache_cfg){.enable = !strcmp(k.cache_enable, "on"), .ram_entries = k.cache_ram_entries,
+                                            .ram_bytes = k.cache_ram_bytes, .disk_bytes = k.cache_disk_bytes, .dir = k.cache_dir};
     h->port = k.api_port, h->max_queue = k.max_queue, h->max_body = (size_t)k.max_body;
     h->name = k.name[0] ? k.name : NULL, h->accuracy_level = k.accuracy_level;
     return 0;
@@ -178,6 +187,9 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
                                          {"layer-times", no_argument, 0, 'L'},  {"config", required_argument, 0, 'f'},
                                          {"mtp", required_argument, 0, 'M'},    {"spec", required_argument, 0, 'S'},
                                          {"test-hooks", no_argument, 0, 'T'},   {"stream-rows", required_argument, 0, 'R'},
+                                         {"cache", required_argument, 0, 'E'},  {"cache-dir", required_argument, 0, 'D'},
+                                         {"cache-ram-entries", required_argument, 0, 'N'},
+                                         {"cache-ram-bytes", required_argument, 0, 'A'}, {"cache-disk-bytes", required_argument, 0, 'Z'},
                                          {0, 0, 0, 0}};
     int ch;
     char err[256];
@@ -269,8 +281,32 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
             if (!strcmp(optarg, "off")) c->spec = COORD_SPEC_OFF;
             else if (!strcmp(optarg, "mtp")) c->spec = COORD_SPEC_MTP;
             else if (!strcmp(optarg, "lookup")) c->spec = COORD_SPEC_LOOKUP;
+            else if (!strcmp(optarg, "auto")) c->spec = COORD_SPEC_AUTO;
             else {
-                fprintf(stderr, "nebula-coordinator: --spec %s: want off, mtp or lookup\n", optarg);
+                fprintf(stderr, "nebula-coordinator: --spec %s: want off, mtp, lookup or auto\n", optarg);
+                return 2;
+            }
+            break;
+        case 'E':
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "nebula-coordinator: --cache takes on or off, not '%s'\n", optarg);
+                return 2;
+            }
+            c->cache_cfg.enable = !strcmp(optarg, "on");
+            break;
+        case 'D': c->cache_cfg.dir = optarg; break;
+        case 'N':
+            v = strtoll(optarg, &end, 10);
+            if (*end || v < 0 || v > (1 << 20)) {
+                fprintf(stderr, "nebula-coordinator: --cache-ram-entries wants 0 to %d, not '%s'\n", 1 << 20, optarg);
+                return 2;
+            }
+            c->cache_cfg.ram_entries = (int)v, end = NULL;
+            break;
+        case 'A':
+        case 'Z':
+            if (gw_vram_parse_bytes(optarg, ch == 'A' ? &c->cache_cfg.ram_bytes : &c->cache_cfg.disk_bytes, err, sizeof err)) {
+                fprintf(stderr, "nebula-coordinator: %s: %s\n", ch == 'A' ? "--cache-ram-bytes" : "--cache-disk-bytes", err);
                 return 2;
             }
             break;
@@ -522,6 +558,7 @@ static void teardown(struct coord *c)
     ctl_term(); /* delivers the last reply (shutdown's) */
     if (c->rundir_made) remove_rundir(c);
     coord_grammars_free(c);
+    coord_cache_close(c);
     if (c->tok) tok_free(c->tok);
     if (c->m) model_close(c->m);
     event_loop_free(c->loop);
@@ -531,12 +568,13 @@ static int start(struct coord *c, const char *runtime, char *err, size_t errlen)
 {
     int n_stale = 0, rc;
     if ((rc = model_open_mtp(c->model_path, c->mtp_path, &c->m, err, errlen))) return rc;
-    if (c->spec == COORD_SPEC_MTP && c->m->hp.n_nextn == 0)
-        return nb_errf(err, errlen, NB_EINVAL, "--spec mtp: %s has no MTP block (give one with --mtp FILE, or --spec lookup)",
-                       c->model_path);
+    if ((c->spec == COORD_SPEC_MTP || c->spec == COORD_SPEC_AUTO) && c->m->hp.n_nextn == 0)
+        return nb_errf(err, errlen, NB_EINVAL, "--spec %s: %s has no MTP block (give one with --mtp FILE, or --spec lookup)",
+                       c->spec == COORD_SPEC_AUTO ? "auto" : "mtp", c->model_path);
     if (gguf_find_key(c->m->gguf, "tokenizer.ggml.tokens") >= 0 && (rc = tok_load_gguf(c->m->gguf, &c->tok, err, errlen)))
         return rc;
     if ((rc = read_tiers(c, err, errlen))) return rc;
+    if ((rc = coord_cache_open(c, err, errlen))) return rc;
     {
         const int64_t trained = c->m->hp.n_ctx_train;
         c->n_ctx = coord_context_limit(trained, c->tiers.vram_ctx, c->gw_cuda, c->ctx);
@@ -585,11 +623,6 @@ int main(int argc, char **argv)
     nb_log("config: %s", c.config_path[0] ? c.config_path : "none found (built-in defaults)");
     resolve_backend(&c);
     c.gw_cuda = !strcmp(c.backend, "cuda");
-    if (c.spec && c.gw_cuda) {
-        fprintf(stderr, "nebula-coordinator: --spec: the cuda backend cannot verify draft windows yet (--backend cpu, "
-                        "or --spec off)\n");
-        return 2;
-    }
     the_coord = &c;
     c.t_start = coord_now();
     struct sigaction sa = {.sa_handler = on_stop}, sc = {.sa_handler = on_child, .sa_flags = SA_NOCLDSTOP};

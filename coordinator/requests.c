@@ -27,8 +27,10 @@
 
 #include "core/event/event.h"
 #include "core/gen/gen.h"
+#include "core/gen/spec.h"
 #include "core/gen/window.h"
 #include "core/model/model.h"
+#include "core/tokenizer/tokenizer.h"
 #include "core/util/err.h"
 #include "core/util/log.h"
 #include "gpu-worker/step_proto.h"
@@ -40,7 +42,10 @@
 #define STEP_TIMEOUT_S 600.0
 #define RETRY_WAIT_S 0.2
 
-enum rq_state { RQ_QUEUED, RQ_WAIT_WORKERS, RQ_RESET, RQ_EVAL, RQ_RETRY_WAIT };
+/* RQ_LOAD, RQ_SAVE, RQ_DROP: the prompt cache's steps (cache.c): a checkpoint
+ * loaded instead of the RESET, one saved where the prefill reaches the cut,
+ * then the drops its budgets ask for. */
+enum rq_state { RQ_QUEUED, RQ_WAIT_WORKERS, RQ_RESET, RQ_EVAL, RQ_RETRY_WAIT, RQ_LOAD, RQ_SAVE, RQ_DROP };
 
 struct coord_request {
     struct coord_request_ops ops;
@@ -49,6 +54,13 @@ struct coord_request {
     gram_matcher *constrain; /* structured output: the session's matcher (NULL: none), from grammars.c */
     int constrain_slot;      /* its cache entry, or -1 */
     size_t n_prompt;
+    int32_t *ids;          /* the prompt (the cache's index compares and keeps ids); NULL: no cache for it */
+    uint32_t ckpt;         /* the checkpoint loaded or being saved */
+    int64_t cached;        /* prompt ids the loaded checkpoint held (0: none) */
+    int64_t cut;           /* where the prefill saves a checkpoint (0: nowhere) */
+    int chunk;             /* prefill ids per step (the grid the cache's rule needs) */
+    size_t stable;         /* the prompt's part a next turn repeats: up to its last <|im_start|> (else all of it) */
+    bool saved;
     enum rq_state state;
     enum gen_phase phase;  /* of the step in flight */
     bool argmax;           /* the step in flight asked for the argmax only */
@@ -57,17 +69,25 @@ struct coord_request {
     uint64_t deaths;       /* c->deaths when the attempt started */
     pid_t gw_pid;          /* the gpu-worker the attempt runs on */
     long long timer;       /* the state's deadline (0: none) */
-    /* speculative decoding (c->spec): the window controller, and what the last window left */
+    /* speculative decoding (c->spec): the window controller, and what the last window left (the
+     * counters are the session's, gen_spec_stats) */
     struct window_ctl wc;
+    struct spec_auto au;   /* --spec auto's measurements */
     int keep;              /* the previous window's accepted drafts, sent with the next one (-1: none) */
     int n_draft;           /* drafts in the window in flight */
+    int src;               /* its drafter (SPEC_SRC_MTP or _LOOKUP) */
     double t_step;         /* when it was sent */
-    long long passes, tokens, drafted, accepted; /* the request's windows */
     char err[1024];
     struct coord_request *next;
 };
 
 static void advance(struct coord *c);
+
+/* A step of the request is in flight (its answer awaited). */
+static bool stepping(const struct coord_request *r)
+{
+    return r->state == RQ_RESET || r->state == RQ_EVAL || r->state == RQ_LOAD || r->state == RQ_SAVE || r->state == RQ_DROP;
+}
 
 static void set_timer(struct coord *c, struct coord_request *r, double s, event_timer_fn fn)
 {
@@ -81,20 +101,26 @@ static void finish(struct coord *c, int rc, bool cancelled)
 {
     struct coord_request *r = c->rq_head;
     set_timer(c, r, 0, NULL);
-    if (r->state == RQ_RESET || r->state == RQ_EVAL) coord_step_abandon(c);
+    if (stepping(r)) coord_step_abandon(c);
     struct gen_result res = {0};
     char err[256];
     if (r->gen && gen_finish(r->gen, &res, err, sizeof err) && !rc) rc = NB_EIO, snprintf(r->err, sizeof r->err, "%s", err);
-    struct coord_outcome o = {.rc = rc, .cancelled = cancelled, .res = r->gen ? &res : NULL, .n_prompt = r->n_prompt, .err = r->err};
+    struct coord_outcome o = {.rc = rc, .cancelled = cancelled, .res = r->gen ? &res : NULL, .n_prompt = r->n_prompt, .err = r->err,
+                              .n_cached = (size_t)r->cached};
     c->rq_head = r->next;
     if (!c->rq_head) c->rq_tail = NULL;
     r->ops.on_done(r->ctx, &o);
-    if (r->passes)
-        nb_log("speculative: %lld windows, %.2f tokens a window, %lld of %lld drafts accepted, last window %d", r->passes,
-               (double)r->tokens / (double)r->passes, r->accepted, r->drafted, r->wc.n);
+    const struct spec_stats *ss = r->gen ? gen_spec_stats(r->gen) : NULL;
+    if (ss && ss->passes) {
+        nb_log("speculative: %lld windows, %.2f tokens a window, %lld of %lld drafts accepted (%lld by accuracy level %d), "
+               "drafters mtp %lld lookup %lld, last window %d", ss->passes, (double)ss->tokens / (double)ss->passes, ss->accepted,
+               ss->drafted, ss->nongreedy, gen_accuracy_level(r->gen), ss->by_src[SPEC_SRC_MTP], ss->by_src[SPEC_SRC_LOOKUP], r->wc.n);
+        spec_stats_merge(&c->spec_total, ss);
+    }
     gen_free(r->gen);
     if (r->constrain) coord_grammar_give(c, r->constrain, r->constrain_slot);
     window_free(&r->wc);
+    free(r->ids);
     free(r);
     if (c->on_idle) c->on_idle(c); /* none runs now: a ctl restart that waited begins */
     advance(c);
@@ -107,7 +133,7 @@ static double on_retry_timeout(event_loop *l, void *ctx);
 static void attempt_failed(struct coord *c)
 {
     struct coord_request *r = c->rq_head;
-    if (r->state == RQ_RESET || r->state == RQ_EVAL) coord_step_abandon(c);
+    if (stepping(r)) coord_step_abandon(c);
     r->state = RQ_RETRY_WAIT;
     if (c->deaths == r->deaths) return set_timer(c, r, RETRY_WAIT_S, on_retry_timeout);
     if (r->attempt == 1) return finish(c, NB_EIO, false);
@@ -156,13 +182,17 @@ static void next_step(struct coord *c)
         int n = r->wc.n;
         const int64_t room = c->n_ctx - (int64_t)r->n_prompt - gen_made(r->gen) - 1; /* the window must fit the context */
         if (n > room) n = room > 0 ? (int)room : 0;
-        const bool given = c->spec == COORD_SPEC_LOOKUP;
-        if (given) n = gen_lookup_drafts(r->gen, n, msg + 4);
+        bool given = c->spec == COORD_SPEC_LOOKUP;
+        if (given || c->spec == COORD_SPEC_AUTO) {
+            const int found = gen_lookup_drafts(r->gen, n, msg + 4);
+            if (given || spec_auto_pick(&r->au, found, n) == SPEC_SRC_LOOKUP) n = found, given = true;
+        }
         msg[0] = st.ids[0], msg[1] = n, msg[2] = r->keep, msg[3] = given ? STEP_DRAFT_GIVEN : STEP_DRAFT_MTP;
-        r->n_draft = n;
+        r->n_draft = n, r->src = given ? SPEC_SRC_LOOKUP : SPEC_SRC_MTP;
         return send_step(c, STEP_SPEC, msg, 4 + (given ? n : 0), st.argmax_ok && !r->want_logits, 0);
     }
-    send_step(c, STEP_EVAL, st.ids, st.n_ids, st.argmax_ok && !r->want_logits, c->spec == COORD_SPEC_MTP ? STEP_FLAG_WIDE : 0);
+    const bool mtp_input = c->spec == COORD_SPEC_MTP || c->spec == COORD_SPEC_AUTO; /* the MTP block's first input */
+    send_step(c, STEP_EVAL, st.ids, st.n_ids, st.argmax_ok && !r->want_logits, mtp_input ? STEP_FLAG_WIDE : 0);
 }
 
 static void start_attempt(struct coord *c)
@@ -171,11 +201,19 @@ static void start_attempt(struct coord *c)
     struct coord_worker *w = coord_worker_by_role(c, "gpu-worker");
     r->deaths = c->deaths, r->gw_pid = w->pid;
     if (gen_restart(r->gen, r->err, sizeof r->err)) return finish(c, NB_EIO, false);
-    r->state = RQ_RESET;
     r->keep = -1;
-    r->passes = r->tokens = r->drafted = r->accepted = 0;
+    memset(&r->au, 0, sizeof r->au);
     window_free(&r->wc);
     window_init(&r->wc, 4, STEP_MAX_DRAFT);
+    r->cached = 0, r->cut = 0, r->saved = false;
+    uint32_t id;
+    int64_t pos;
+    if (c->cache && r->ids && coord_cache_match(c, r->ids, r->n_prompt, r->chunk, &id, &pos)) { /* resume from a checkpoint */
+        const int32_t msg[2] = {(int32_t)id, (int32_t)pos};
+        r->state = RQ_LOAD, r->ckpt = id, r->cached = pos;
+        return send_step(c, STEP_LOAD, msg, 2, false, 0);
+    }
+    r->state = RQ_RESET;
     send_step(c, STEP_RESET, NULL, 0, false, 0);
 }
 
@@ -228,7 +266,7 @@ void coord_requests_on_workers(struct coord *c)
             ready += c->w[i].state == W_READY;
         }
         if (ready == c->n_workers) start_attempt(c);
-    } else if (r->state == RQ_RESET || r->state == RQ_EVAL) {
+    } else if (stepping(r)) {
         struct coord_worker *w = coord_worker_by_role(c, "gpu-worker");
         if (w->pid == r->gw_pid && w->state == W_READY) return;
         snprintf(r->err, sizeof r->err, "the gpu-worker (pid %d) died during the request; it is being restarted", (int)r->gw_pid);
@@ -238,19 +276,70 @@ void coord_requests_on_workers(struct coord *c)
     }
 }
 
+/* The prefill starts after `cached` ids (a checkpoint loaded, or 0), saving one at the cut. */
+static void prefill_from(struct coord *c, int64_t cached)
+{
+    struct coord_request *r = c->rq_head;
+    r->cached = cached;
+    if (r->ids) coord_cache_count(c, cached > 0, cached); /* cache_prompt false: not a miss either */
+    if (cached) nb_log("prompt cache: %lld of the prompt's %zu tokens from checkpoint %08x", (long long)cached, r->n_prompt, r->ckpt);
+    r->cut = r->ids ? coord_cache_cut(c, r->stable, r->chunk, cached) : 0;
+    gen_resume(r->gen, (size_t)cached, (size_t)r->cut);
+    next_step(c);
+}
+
+/* After a save or a drop: the next drop the budgets ask for, else the generation goes on. */
+static void evict_or_go_on(struct coord *c)
+{
+    uint32_t id;
+    bool file;
+    if (!coord_cache_evict(c, &id, &file)) return next_step(c);
+    const int32_t msg[2] = {(int32_t)id, file};
+    c->rq_head->state = RQ_DROP;
+    send_step(c, STEP_DROP, msg, 2, false, 0);
+}
+
+/* A cache step's answer: none of them fails the request (a checkpoint that
+ * does not load is forgotten and the prompt prefilled from the start). */
+static void cache_answer(struct coord *c, const struct coord_step_reply *a)
+{
+    struct coord_request *r = c->rq_head;
+    const bool bad = a->flags & RING_FLAG_ERROR;
+    const char *why = bad ? (const char *)a->payload : "";
+    char err[300];
+    if (r->state == RQ_LOAD && bad) {
+        nb_log("prompt cache: checkpoint %08x did not load (%.200s): prefilling from the start", r->ckpt, why);
+        coord_cache_forget(c, r->ckpt);
+        r->cached = 0, r->state = RQ_RESET;
+        return send_step(c, STEP_RESET, NULL, 0, false, 0);
+    }
+    if (r->state == RQ_LOAD) return r->state = RQ_EVAL, prefill_from(c, r->cached);
+    if (r->state == RQ_SAVE) {
+        r->saved = true, r->state = RQ_EVAL;
+        if (bad) nb_log("prompt cache: saving checkpoint %08x failed: %.200s", r->ckpt, why);
+        else if (coord_cache_saved(c, r->ckpt, r->ids, r->cut, r->chunk, a->payload, a->payload_bytes, err, sizeof err))
+            nb_log("prompt cache: %s", err);
+        return evict_or_go_on(c);
+    }
+    if (bad) nb_log("prompt cache: dropping a checkpoint failed: %.200s", why);
+    r->state = RQ_EVAL;
+    evict_or_go_on(c);
+}
+
 /* A RESET or EVAL answer for the head request. */
 void coord_requests_on_step(struct coord *c)
 {
     struct coord_step_reply a;
     if (!coord_step_take(c, &a)) return;
     struct coord_request *r = c->rq_head;
-    if (!r || (r->state != RQ_RESET && r->state != RQ_EVAL)) return; /* given up on meanwhile */
+    if (!r || !stepping(r)) return; /* given up on meanwhile */
     set_timer(c, r, 0, NULL);
     coord_worker_by_role(c, "gpu-worker")->last_beat = coord_now(); /* a sign of life: its heartbeat may be queued behind a long eval */
     const uint32_t V = (uint32_t)c->m->hp.n_vocab;
     const bool window = r->state == RQ_EVAL && c->spec && r->phase == GEN_DECODE;
     const int32_t *wp = a.payload;
     const uint64_t want_w = window ? (1 + (uint64_t)r->n_draft + (uint64_t)(r->n_draft + 1) * (r->argmax ? 1 : V)) * 4 : 0;
+    if (!a.rc && (r->state == RQ_LOAD || r->state == RQ_SAVE || r->state == RQ_DROP)) return cache_answer(c, &a);
     if (a.rc) snprintf(r->err, sizeof r->err, "%s", a.err);
     else if (a.flags & RING_FLAG_ERROR) snprintf(r->err, sizeof r->err, "gpu-worker: %.*s", (int)sizeof r->err - 16, (const char *)a.payload);
     else if (window && (a.payload_bytes != want_w || wp[0] != r->n_draft))
@@ -260,7 +349,7 @@ void coord_requests_on_step(struct coord *c)
     else if (r->state == RQ_EVAL && !r->argmax && a.payload_bytes != V * 4) snprintf(r->err, sizeof r->err, "gpu-worker: logits of %u bytes", a.payload_bytes);
     else r->err[0] = 0;
     if (r->err[0]) return attempt_failed(c);
-    if (r->state == RQ_RESET) return next_step(c);
+    if (r->state == RQ_RESET) return prefill_from(c, 0);
     if (window) { /* the tokens a verify window gives, each through the hooks as a decode step's */
         const int n = r->n_draft;
         const void *rows = wp + 1 + n;
@@ -276,8 +365,10 @@ void coord_requests_on_step(struct coord *c)
         }
         if (end) gen_cancel(r->gen);
         r->keep = acc;
-        r->passes++, r->tokens += n_ev, r->drafted += n, r->accepted += acc;
-        window_update(&r->wc, n, acc, n_ev, coord_now() - r->t_step);
+        const double dt = coord_now() - r->t_step;
+        gen_spec_stats(r->gen)->by_src[r->src]++;
+        if (c->spec == COORD_SPEC_AUTO) spec_auto_update(&r->au, r->src, n, acc, dt);
+        window_update(&r->wc, n, acc, n_ev, dt);
         return next_step(c);
     }
     struct gen_event ev;
@@ -288,6 +379,11 @@ void coord_requests_on_step(struct coord *c)
     if (!end && ev.token && !ev.stop && r->ops.on_logits && !r->argmax) r->ops.on_logits(r->ctx, ev.index, ev.id, a.payload);
     if (!end && ev.token && !ev.stop && r->ops.on_token) end = r->ops.on_token(r->ctx, ev.index, ev.id);
     if (end) gen_cancel(r->gen);
+    if (r->phase == GEN_PREFILL && r->cut && !r->saved && (int64_t)gen_prefilled(r->gen) == r->cut) { /* a checkpoint here */
+        r->ckpt = coord_cache_new_id(c), r->state = RQ_SAVE;
+        const int32_t msg[3] = {(int32_t)r->ckpt, 1, r->chunk};
+        return send_step(c, STEP_SAVE, msg, 3, false, 0);
+    }
     next_step(c);
 }
 
@@ -298,7 +394,8 @@ int coord_request_submit(struct coord *c, const struct coord_request_spec *s, co
     if (!r) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     int chunk = coord_request_chunk(c, s->chunk);
     struct gen_config g = {.prompt = s->ids, .n_prompt = s->n, .budget = s->budget, .sp = s->sp, .n_vocab = (int32_t)c->m->hp.n_vocab,
-                           .ignore_stop = s->ignore_stop, .chunk = (size_t)chunk, .logits_path = s->logits_out};
+                           .ignore_stop = s->ignore_stop, .chunk = (size_t)chunk, .logits_path = s->logits_out,
+                           .accuracy_level = c->spec ? s->accuracy_level : 3};
     g.n_stop = gen_stop_ids(c->tok, g.stop_ids);
     int rc = 0;
     if (s->grammar) {
@@ -310,6 +407,22 @@ int coord_request_submit(struct coord *c, const struct coord_request_spec *s, co
         if (r->constrain) coord_grammar_give(c, r->constrain, r->constrain_slot);
         return free(r), rc;
     }
+    if (c->cache && !s->no_cache && !(r->ids = malloc(s->n * sizeof *r->ids))) {
+        gen_free(r->gen);
+        if (r->constrain) coord_grammar_give(c, r->constrain, r->constrain_slot);
+        return free(r), nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+    }
+    if (r->ids) memcpy(r->ids, s->ids, s->n * sizeof *r->ids);
+    /* A chat prompt ends with the generation prompt (<|im_start|>assistant, an empty think block…),
+     * which the next turn's history renders otherwise: its checkpoint goes at or below that turn's opening. */
+    const int32_t im_start = c->tok ? tok_id_of(c->tok, "<|im_start|>") : -1;
+    r->stable = s->n; /* no <|im_start|> after the first id: the whole prompt */
+    for (size_t i = s->n; r->ids && im_start >= 0 && i-- > 1;)
+        if (r->ids[i] == im_start) {
+            r->stable = i; /* before it */
+            break;
+        }
+    r->chunk = chunk;
     r->ops = *ops, r->ctx = ctx, r->n_prompt = s->n, r->state = RQ_QUEUED, r->want_logits = s->want_logits;
     if (c->rq_tail) c->rq_tail->next = r;
     else c->rq_head = r;

@@ -187,6 +187,10 @@ static void send_configure(struct coord *c, struct coord_worker *w)
     snprintf(k.kernels, sizeof k.kernels, "%s", w->kernels ? w->kernels : "");
     k.vram_budget = c->vram_budget, k.n_ctx = c->ctx, k.layer_times = c->layer_times || !c->gw_cuda;
     k.stream_rows = (uint32_t)c->stream_rows;
+    if (gpu && c->cache) {
+        snprintf(k.cache_dir, sizeof k.cache_dir, "%s", c->cache_cfg.dir);
+        snprintf(k.cache_identity, sizeof k.cache_identity, "%s", coord_cache_identity(c));
+    }
     cJSON *m = ctl_configure_to_json(&k);
     if (!m) nb_log("cannot configure %s: out of memory", w->role);
     else if (ctl_send(c->router, w->role, m, err, sizeof err)) nb_log("cannot configure %s: %s", w->role, err);
@@ -237,6 +241,7 @@ static bool reap(struct coord *c)
             if (WIFSIGNALED(status)) nb_log("%s (pid %d) killed by signal %d", w->role, (int)pid, WTERMSIG(status));
             else nb_log("%s (pid %d) exited with status %d", w->role, (int)pid, WEXITSTATUS(status));
             c->deaths++, any = true;
+            if (w->stats_block == 0) coord_cache_ram_lost(c); /* the gpu-worker held the checkpoints' RAM copies */
             if (w->state != W_READY) w->failed_starts++;
             w->pid = 0, w->state = w->failed_starts >= COORD_MAX_FAILED_STARTS ? W_FAILED : W_DOWN;
             w->down_since = coord_now();

@@ -27,6 +27,7 @@ PACKAGES=(
   "libinih-dev       parses conf/nebula.conf, the one INI file of defaults (core/conf)"
   "libjemalloc-dev   the heap of every Nebula process (linked by the Makefile; not in the sanitized build)"
   "python3           small build/test scripts (standard library only)"
+  "python3-jinja2    tests/api/test_chat_template.py renders the released chat template with jinja2, as transformers does"
   "chromium          headless browser of the web page's tests (tests/web/, driven by playwright-core)"
   "nginx             serves the chat page and proxies the API (run by deploy/start.sh, not as the system service)"
   "curl              deploy/start.sh checks that the page and the API answer"

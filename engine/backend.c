@@ -136,6 +136,16 @@ int gw_recurrent_layer(const struct model *m)
     return -1;
 }
 
+int gw_rollback_check(const gw_seq *s, int64_t n_keep, int64_t pos0, int kept, char *err, size_t errlen)
+{
+    if (kept > 0 && n_keep >= pos0 && n_keep <= pos0 + kept) return 0;
+    return nb_errf(err, errlen, NB_ENOTSUP,
+                   "truncate to %lld of %lld: layer %d keeps recurrent state, which rolls back only into the last eval "
+                   "when it was a verify window%s (keep a gw_seq_copy instead)",
+                   (long long)n_keep, (long long)s->n_pos, gw_recurrent_layer(s->be->model),
+                   kept ? " (positions it covers: from its first)" : "");
+}
+
 uint64_t gw_backend_graph_replays(const gw_backend *be)
 {
     return __atomic_load_n(&be->graph_replays, __ATOMIC_RELAXED);

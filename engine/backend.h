@@ -105,8 +105,9 @@ struct gw_eval_args {
      * are a decode step's bit for bit on the CPU reference — and the state
      * before the window is kept, so gw_seq_truncate can return to any
      * position inside it without computing any of its rows again (the GDN
-     * states are replayed from the kept inputs).  NB_ENOTSUP from backends
-     * that cannot yet (cuda). */
+     * states are replayed from the kept inputs).  cuda: at most
+     * GW_VERIFY_ROWS (engine/vram.h) rows, run without a CUDA graph; its rows
+     * are its decode steps' within rounding (ARCHITECTURE.md §5). */
     bool verify;
 };
 
@@ -291,6 +292,25 @@ void gw_seq_reset(gw_seq *s);
 int gw_seq_truncate(gw_seq *s, int64_t n_keep, char *err, size_t errlen);
 /* dst becomes an independent copy of src (same backend). */
 int gw_seq_copy(gw_seq *dst, const gw_seq *src, char *err, size_t errlen);
+
+/* Saving and restoring a whole sequence state (the prompt cache, issue 17;
+ * engine/seq_state.c): position, token history, every layer's GDN conv and
+ * recurrent state, PLE conv state, K/V, raw indexer keys and block keys, and
+ * the MTP K/V, as host bytes in one layout for every backend (the arrays are
+ * fp32 on both: a CUDA backend copies them device → host and back).  Not
+ * kept: the last verify window (no rollback into it after a load).
+ * gw_seq_save_bytes: what gw_seq_save writes for s now.  gw_seq_save: into
+ * buf (cap bytes), *len the bytes written; NB_EINVAL for a sequence a failed
+ * call left inconsistent.  gw_seq_load: s becomes that state; a buffer that
+ * is not a state of this model (magic, counts, array sizes) is NB_EINVAL and
+ * leaves s reset, never half-loaded. */
+uint64_t gw_seq_save_bytes(const gw_seq *s);
+int gw_seq_save(const gw_seq *s, void *buf, uint64_t cap, uint64_t *len, char *err, size_t errlen);
+int gw_seq_load(gw_seq *s, const void *buf, uint64_t len, char *err, size_t errlen);
+/* Where a saved state resumes bit for bit: core/model's model_resume_align. */
+/* The ids evaluated so far (gw_seq_pos of them, host memory, valid until the next call on s); NULL for a
+ * backend that cannot save states. */
+const int32_t *gw_seq_tokens(const gw_seq *s);
 
 int gw_eval(gw_seq *s, const struct gw_eval_args *a, char *err, size_t errlen);
 

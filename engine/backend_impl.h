@@ -17,6 +17,12 @@
 #include "engine/ffn.h"
 #include "engine/vram.h"
 
+/* GDN's chunked form works in blocks of this many rows from an eval's first
+ * (both backends: CPU_GDN_CHUNK; core/model's model_resume_align follows it). */
+#define GW_GDN_CHUNK MODEL_GDN_CHUNK
+
+struct gw_seq_parts;
+
 struct gw_backend_ops {
     const char *kind;
     int (*create)(const struct model *m, const struct gw_backend_params *p, gw_backend **out, char *err, size_t errlen);
@@ -36,6 +42,28 @@ struct gw_backend_ops {
     /* eval fills gw_eval_args.argmax itself (and takes logits NULL); false:
      * backend.c computes it from the logits. */
     bool argmax;
+    /* gw_seq_save / gw_seq_load (engine/seq_state.c writes the format): the
+     * sequence's arrays.  With load, first make room for n_pos positions and
+     * mtp_n MTP entries (the state's contents then undefined, s->n_pos 0,
+     * the last verify window forgotten); the caller then fills the arrays
+     * and sets the counts. */
+    int (*seq_parts)(gw_seq *s, bool load, int64_t n_pos, int64_t mtp_n, struct gw_seq_parts *p, char *err, size_t errlen);
+    /* bytes between host memory and a sequence's array (to_dev: host → array) */
+    int (*state_copy)(gw_backend *be, void *dst, const void *src, uint64_t bytes, bool to_dev, char *err, size_t errlen);
+};
+
+/* A sequence's arrays, where the backend keeps them (device or host; NULL:
+ * the layer has none).  layers[i] for i < n_layer + n_nextn; the MTP block's
+ * K/V at n_layer.  tokens and mtp_pos are host memory. */
+struct gw_seq_layer {
+    float *conv, *ssm, *ple_conv, *k, *v, *idx_k, *blk_k;
+    int64_t *n_blk;
+};
+struct gw_seq_parts {
+    int32_t *tokens;
+    int64_t *mtp_pos, *mtp_n;
+    bool *broken;
+    struct gw_seq_layer *layers; /* the caller's array */
 };
 
 struct gw_backend {
@@ -67,6 +95,10 @@ static inline int64_t gw_blocks_kept(const struct model *m, int il, int64_t n_bl
 
 /* The first trunk layer that keeps recurrent state (GDN, or the PLE conv), or -1. */
 int gw_recurrent_layer(const struct model *m);
+/* Whether a truncation of s to n_keep returns into its last verify window,
+ * which began at pos0 with `kept` of its rows still kept (0: none): 0, else
+ * NB_ENOTSUP with the reason in err (a backend's rollback, ARCHITECTURE.md §5). */
+int gw_rollback_check(const gw_seq *s, int64_t n_keep, int64_t pos0, int kept, char *err, size_t errlen);
 
 extern const struct gw_backend_ops gw_cpu_ops;
 /* gpu-worker/cuda/backend_cuda.cu; in the table only where nvcc built it (NB_HAVE_CUDA). */

@@ -201,17 +201,31 @@ static void lay(uint64_t *at, uint64_t *off, uint64_t bytes)
     *at += gw_vram_align(bytes);
 }
 
+/* Layer l's GDN conv state and recurrent state (off[0], off[1]), then its PLE
+ * conv state (off[2]); rows > 0 (the verify checkpoint): after the two GDN
+ * states that many rows of its inputs, after the PLE state its conv's. */
+static void lay_states(uint64_t *at, uint64_t *off, const struct model_hparams *hp, const struct model_layer *l, uint64_t rows)
+{
+    const bool gdn = l->kind == MODEL_LAYER_GDN, ck = rows > 0;
+    const uint64_t cd = (uint64_t)model_gdn_conv_dim(hp), Hv = (uint64_t)hp->ssm_n_v_heads;
+    lay(at, off ? &off[0] : NULL, gdn ? 4 * (uint64_t)model_gdn_conv_state_floats(hp) : 0);
+    lay(at, off ? &off[1] : NULL, gdn ? 4 * (uint64_t)model_gdn_ssm_state_floats(hp) : 0);
+    if (ck) lay(at, off ? &off[2] : NULL, gdn ? 4 * rows * (2 * cd + 2 * Hv) : 0);
+    lay(at, off ? &off[2 + ck] : NULL, l->has_ple ? 4 * (uint64_t)model_ple_conv_state_floats(hp) : 0);
+    if (ck) lay(at, off ? &off[4] : NULL, l->has_ple ? 4 * rows * (uint64_t)model_wide(hp) : 0);
+}
+
 uint64_t gw_vram_state_layout(const struct model *m, uint64_t (*off)[3])
 {
-    const struct model_hparams *hp = &m->hp;
     uint64_t at = 0;
-    for (int i = 0; i < hp->n_layer; i++) {
-        const struct model_layer *l = &m->layers[i];
-        const bool gdn = l->kind == MODEL_LAYER_GDN;
-        lay(&at, off ? &off[i][0] : NULL, gdn ? 4 * (uint64_t)model_gdn_conv_state_floats(hp) : 0);
-        lay(&at, off ? &off[i][1] : NULL, gdn ? 4 * (uint64_t)model_gdn_ssm_state_floats(hp) : 0);
-        lay(&at, off ? &off[i][2] : NULL, l->has_ple ? 4 * (uint64_t)model_ple_conv_state_floats(hp) : 0);
-    }
+    for (int i = 0; i < m->hp.n_layer; i++) lay_states(&at, off ? off[i] : NULL, &m->hp, &m->layers[i], 0);
+    return at;
+}
+
+uint64_t gw_vram_verify_layout(const struct model *m, uint64_t (*off)[GW_VRAM_VERIFY_ARRAYS])
+{
+    uint64_t at = 0;
+    for (int i = 0; i < m->hp.n_layer; i++) lay_states(&at, off ? off[i] : NULL, &m->hp, &m->layers[i], GW_VERIFY_ROWS);
     return at;
 }
 
@@ -252,14 +266,16 @@ uint64_t gw_vram_arena_bytes(const struct model *m, int64_t cap)
 /* One sequence's state at the capacities the backend gives it for n positions, and the RoPE tables. */
 static uint64_t kv_bytes(const struct model *m, int64_t n)
 {
-    return gw_vram_state_layout(m, NULL) + gw_vram_kv_layout(m, gw_vram_capacity(GW_GROW_KV, 0, 1, n, true), NULL) +
+    return gw_vram_state_layout(m, NULL) + gw_vram_verify_layout(m, NULL) +
+           gw_vram_kv_layout(m, gw_vram_capacity(GW_GROW_KV, 0, 1, n, true), NULL) +
            gw_vram_mtp_kv_bytes(m, gw_vram_capacity(GW_GROW_MTP, 0, 1, n, true)) +
            gw_vram_rope_bytes(m, gw_vram_capacity(GW_GROW_ROPE, 0, 1, n, true));
 }
 
 /* The device blocks (one cudaMalloc each): dense weights, slots, the
- * sequence's fixed state, its K/V, the MTP K/V, the RoPE tables, the arena. */
-static int n_blocks(const struct model *m) { return 6 + (m->hp.n_nextn > 0); }
+ * sequence's fixed state, its K/V, the MTP K/V, the RoPE tables, the arena,
+ * the verify checkpoint. */
+static int n_blocks(const struct model *m) { return 6 + (m->hp.n_nextn > 0) + (gw_vram_verify_layout(m, NULL) > 0); }
 
 /* What the driver's rounding and the slot arrays' alignment may add: a page a block, GW_VRAM_ALIGN an array. */
 static uint64_t rounding_bytes(const struct model *m)
@@ -370,6 +386,7 @@ int gw_vram_allocs(const struct model *m, const uint8_t *local, int64_t n_ctx, s
         {"dense weights (and MTP's)", GW_PART_DENSE, dense + mtp},
         {"expert slots", GW_PART_SLOTS, slots},
         {"GDN and PLE state", GW_PART_KV, gw_vram_state_layout(m, NULL)},
+        {"verify checkpoint", GW_PART_KV, gw_vram_verify_layout(m, NULL)},
         {"K/V and indexer keys", GW_PART_KV, gw_vram_kv_layout(m, gw_vram_capacity(GW_GROW_KV, 0, 1, n_ctx, true), NULL)},
         {"MTP K/V", GW_PART_KV, gw_vram_mtp_kv_bytes(m, gw_vram_capacity(GW_GROW_MTP, 0, 1, n_ctx, true))},
         {"RoPE tables", GW_PART_KV, gw_vram_rope_bytes(m, gw_vram_capacity(GW_GROW_ROPE, 0, 1, n_ctx, true))},

@@ -21,7 +21,8 @@ struct model;
 struct gw_vram_parts {
     uint64_t dense;   /* trunk weights except routed experts, embeddings, head, PLE table; the slot tables */
     uint64_t mtp;     /* the MTP block's weights except its routed experts */
-    uint64_t kv;      /* one sequence's state for n_ctx positions (K/V, indexer keys, GDN and PLE state, MTP K/V), RoPE tables */
+    uint64_t kv;      /* one sequence's state for n_ctx positions (K/V, indexer keys, GDN and PLE state, MTP K/V, the
+                       * verify checkpoint), RoPE tables */
     uint64_t slots;   /* the local experts' slots */
     uint64_t scratch; /* the decode graph's arena, a prefill chunk's temporaries, the driver's rounding and own use */
     int64_t n_ctx, n_slots;
@@ -105,6 +106,16 @@ int64_t gw_vram_stream_rows(const struct model *m, int64_t n_ctx, uint64_t room)
 uint64_t gw_vram_state_layout(const struct model *m, uint64_t (*off)[3]);
 uint64_t gw_vram_kv_layout(const struct model *m, int64_t cap, uint64_t (*off)[4]);
 uint64_t gw_vram_slot_layout(const struct model *m, int il, int64_t n, uint64_t off[3]);
+/* A verify window's most rows: the pending token and up to 16 drafts (issue 16). */
+#define GW_VERIFY_ROWS 17
+/* One sequence's verify-window checkpoint (ARCHITECTURE.md §5, Rollback),
+ * what a return into the last window restores and replays: per trunk layer
+ * the GDN conv state and recurrent state before the window, the rows' GDN
+ * inputs (GW_VERIFY_ROWS rows each of the conv's input qkv, the conv's
+ * normalised output q|k|v, then g and β), the PLE conv state before it and
+ * its rows' conv inputs (off: n_layer rows; 0 bytes without GDN or PLE layers). */
+#define GW_VRAM_VERIFY_ARRAYS 5
+uint64_t gw_vram_verify_layout(const struct model *m, uint64_t (*off)[GW_VRAM_VERIFY_ARRAYS]);
 /* The MTP block's K and V for cap entries (V at half the bytes); 0 without MTP. */
 uint64_t gw_vram_mtp_kv_bytes(const struct model *m, int64_t cap);
 /* RoPE's cos and sin tables for cap positions (sin at half the bytes). */

@@ -37,6 +37,16 @@
  *   Response: hdr.n_tokens = n + 1; payload int32 [n, drafts…] then the n + 1
  *   rows: with STEP_FLAG_ARGMAX one int32 argmax each, else V float32 logits
  *   each.
+ * The prompt cache (issue 17; gpu-worker/proc/cache.c, coordinator/cache.c):
+ *   int32 arguments, hdr.n_tokens their count:
+ *   STEP_SAVE [id, persist, grid]: the sequence's state now becomes checkpoint
+ *     id (and, with persist and a cache dir, its file, which records grid: the
+ *     prefill chunk the state was computed with).  Response: int32
+ *     [bytes lo, bytes hi, positions, tokens hash lo, hi] (kvfile_hash of the
+ *     sequence's ids, seed 3: the coordinator checks they are its own).
+ *   STEP_LOAD [id, positions]: the sequence becomes checkpoint id (from RAM,
+ *     else from its file, checked); an error leaves it reset.  Response: empty.
+ *   STEP_DROP [id, file]: the checkpoint leaves RAM (and with file, the disk).
  * So the payload capacity must be ≥ max(V · (STEP_MAX_DRAFT + 1) + STEP_MAX_DRAFT + 1, max_tokens + 4 +
  * STEP_MAX_DRAFT) · 4 bytes and leave room for an error message (STEP_ERR_BYTES). */
 #ifndef NB_STEP_PROTO_H
@@ -44,7 +54,7 @@
 
 #include <stdint.h>
 
-enum step_op { STEP_EVAL = 1, STEP_RESET = 2, STEP_SPEC = 3 };
+enum step_op { STEP_EVAL = 1, STEP_RESET = 2, STEP_SPEC = 3, STEP_SAVE = 4, STEP_LOAD = 5, STEP_DROP = 6 };
 enum step_draft { STEP_DRAFT_MTP = 0, STEP_DRAFT_GIVEN = 1 };
 
 #define STEP_FLAG_ARGMAX (1u << 8) /* above the ring's own RING_FLAG_* bits */

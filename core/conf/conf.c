@@ -50,9 +50,14 @@ static const struct key KEYS[] = {
     {"engine", "backend", K_CHOICE, F(backend), 0, 0, "auto|cpu|cuda", "auto"},
     {"engine", "kernels", K_CHOICE, F(kernels), 0, 0, "ref|fast", "fast"},
     {"engine", "cpu_kernels", K_CHOICE, F(cpu_kernels), 0, 0, "auto|ref|fast", "auto"},
-    {"engine", "spec", K_CHOICE, F(spec), 0, 0, "off|mtp|lookup", "off"},
+    {"engine", "spec", K_CHOICE, F(spec), 0, 0, "off|mtp|lookup|auto", "off"},
     {"engine", "vram_budget", K_BYTES, F(vram_budget), 0, INT64_MAX, NULL, "0"},
     {"engine", "ram_budget", K_BYTES, F(ram_budget), 0, INT64_MAX, NULL, "0"},
+    {"cache", "enable", K_CHOICE, F(cache_enable), 0, 0, "on|off", "on"},
+    {"cache", "ram_entries", K_INT, F(cache_ram_entries), 0, 1 << 20, NULL, "8"},
+    {"cache", "ram_bytes", K_BYTES, F(cache_ram_bytes), 0, INT64_MAX, NULL, "4294967296"},
+    {"cache", "dir", K_STR, F(cache_dir), 0, 0, NULL, ""},
+    {"cache", "disk_bytes", K_BYTES, F(cache_disk_bytes), 0, INT64_MAX, NULL, "68719476736"},
     {"generate", "accuracy_level", K_INT, F(accuracy_level), 1, 3, NULL, "3"},
 };
 #undef F

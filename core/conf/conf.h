@@ -38,9 +38,15 @@ struct conf_settings {
     char backend[8];              /* engine.backend: auto, cpu or cuda */
     char kernels[8];              /* engine.kernels: the CUDA matrix kernels, ref or fast */
     char cpu_kernels[8];          /* engine.cpu_kernels: ref, fast or auto (fast beside cuda, ref beside cpu) */
-    char spec[8];                 /* engine.spec: speculative decoding, off, mtp or lookup */
+    char spec[8];                 /* engine.spec: speculative decoding, off, mtp, lookup or auto */
     uint64_t vram_budget;         /* engine.vram_budget: bytes (0: placement.json's) */
     uint64_t ram_budget;          /* engine.ram_budget: bytes for nebula-prepare's RAM tier (0: its default) */
+    /* [cache]: the prompt cache across requests (coordinator/cache.c; docs/RUNNING.md) */
+    char cache_enable[4];         /* cache.enable: on or off (off: every request prefilled from its first token) */
+    int cache_ram_entries;        /* cache.ram_entries: checkpoints kept in the gpu-worker's RAM at most */
+    uint64_t cache_ram_bytes;     /* cache.ram_bytes: their bytes at most */
+    char cache_dir[CONF_PATH_MAX];/* cache.dir: where checkpoints are also written, found again after a restart ("": none) */
+    uint64_t cache_disk_bytes;    /* cache.disk_bytes: the directory's files at most */
     /* [generate] */
     int accuracy_level;           /* generate.accuracy_level: 1-3, a request's default (3: exact) */
 };

@@ -54,6 +54,8 @@ cJSON *ctl_configure_to_json(const struct ctl_configure *c)
     cJSON_AddNumberToObject(m, "ctx", (double)c->n_ctx);
     cJSON_AddBoolToObject(m, "layer_times", c->layer_times);
     cJSON_AddNumberToObject(m, "stream_rows", c->stream_rows);
+    cJSON_AddStringToObject(m, "cache_dir", c->cache_dir);
+    cJSON_AddStringToObject(m, "cache_identity", c->cache_identity);
     return m;
 }
 
@@ -103,6 +105,10 @@ int ctl_configure_parse(const cJSON *m, struct ctl_configure *c, char *err, size
     if (!rc && stream_rows > 1u << 20) rc = nb_errf(err, errlen, NB_EFORMAT, "configure: \"stream_rows\" %llu is absurd", (unsigned long long)stream_rows);
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(m, "layer_times");
     if (!rc && !cJSON_IsBool(lt)) rc = nb_errf(err, errlen, NB_EFORMAT, "configure: \"layer_times\" missing or not a boolean");
+    /* optional: a configure without them (an older coordinator) has no prompt cache */
+    if (!rc && cJSON_GetObjectItemCaseSensitive(m, "cache_dir")) rc = get_str(m, "cache_dir", c->cache_dir, sizeof c->cache_dir, err, errlen);
+    if (!rc && cJSON_GetObjectItemCaseSensitive(m, "cache_identity"))
+        rc = get_str(m, "cache_identity", c->cache_identity, sizeof c->cache_identity, err, errlen);
     if (rc) return rc;
     c->n_ctx = (int64_t)n_ctx, c->layer_times = cJSON_IsTrue(lt), c->stream_rows = (uint32_t)stream_rows;
     if (first + count > slots || slots > UINT32_MAX || threads > 4096 || spin_us > 1000000 || worker > UINT32_MAX)

@@ -32,6 +32,7 @@ struct gen_session {
     int32_t *out;          /* budget + 1 */
     long long made;
     size_t at;             /* prompt ids handed out */
+    size_t cut;            /* a prefill step ends here (gen_resume; 0: none) */
     size_t pending;        /* ids of the step handed out, not fed yet */
     enum gen_phase phase;
     bool done;
@@ -39,6 +40,8 @@ struct gen_session {
     uint32_t *allowed;     /* a constrained session's mask for the next sample */
     bool allowed_ready, armed; /* armed: the matcher applies (constrain_after was generated, or is -1) */
     double t_start, t_prefilled, t_end;
+    const struct spec_level *level; /* NULL: exact */
+    struct spec_stats spec;
 };
 
 int gen_stop_ids(const tok_tokenizer *tok, int32_t *ids)
@@ -88,6 +91,7 @@ int gen_new(const struct gen_config *cfg, gen_session **out, char *err, size_t e
         return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     }
     g->armed = cfg->constrain_after < 0;
+    g->level = cfg->constrain ? NULL : spec_level(cfg->accuracy_level);
     if (cfg->constrain) gram_matcher_reset(cfg->constrain); /* a session starts at the value's start */
     if (cfg->logits_path) {
         size_t n = strlen(cfg->logits_path);
@@ -124,8 +128,9 @@ int gen_restart(gen_session *g, char *err, size_t errlen)
     sampling_reset(g->smp);
     if (g->cfg.constrain) gram_matcher_reset(g->cfg.constrain);
     g->allowed_ready = false, g->armed = g->cfg.constrain_after < 0;
-    g->made = 0, g->at = 0, g->pending = 0, g->phase = GEN_PREFILL, g->done = false, g->why = "length";
+    g->made = 0, g->at = 0, g->cut = 0, g->pending = 0, g->phase = GEN_PREFILL, g->done = false, g->why = "length";
     g->t_start = g->t_prefilled = g->t_end = 0;
+    memset(&g->spec, 0, sizeof g->spec);
     return open_dump(g, err, errlen);
 }
 
@@ -133,10 +138,14 @@ enum gen_next gen_next(gen_session *g, struct gen_step *st)
 {
     if (g->done) return GEN_DONE;
     if (g->t_start == 0) g->t_start = nb_now_s();
-    const bool argmax_ok = g->cfg.sp.temperature <= 0.0f && g->cfg.sp.presence_penalty == 0.0f && !g->dump && !g->cfg.constrain;
+    const bool argmax_ok = g->cfg.sp.temperature <= 0.0f && g->cfg.sp.presence_penalty == 0.0f && !g->dump && !g->cfg.constrain &&
+                           !g->level;
     if (g->phase == GEN_PREFILL) {
-        size_t left = g->cfg.n_prompt - g->at, chunk = g->cfg.chunk ? g->cfg.chunk : left;
-        g->pending = left < chunk ? left : chunk;
+        /* to the next multiple of chunk (from 0: a resumed prefill keeps the uncached one's grid), or the cut */
+        size_t end = g->cfg.chunk ? (g->at / g->cfg.chunk + 1) * g->cfg.chunk : g->cfg.n_prompt;
+        if (end > g->cfg.n_prompt) end = g->cfg.n_prompt;
+        if (g->cut > g->at && g->cut < end) end = g->cut;
+        g->pending = end - g->at;
         *st = (struct gen_step){GEN_PREFILL, g->prompt + g->at, (int)g->pending, 1, argmax_ok};
     } else {
         g->pending = 1;
@@ -144,6 +153,14 @@ enum gen_next gen_next(gen_session *g, struct gen_step *st)
     }
     return GEN_EVAL;
 }
+
+void gen_resume(gen_session *g, size_t at, size_t cut)
+{
+    g->at = at < g->cfg.n_prompt ? at : 0;
+    g->cut = cut;
+}
+
+size_t gen_prefilled(const gen_session *g) { return g->at; }
 
 void gen_cancel(gen_session *g)
 {
@@ -173,38 +190,51 @@ int gen_prepare(gen_session *g, char *err, size_t errlen)
     return 0;
 }
 
-/* One decode step's sampling from row (logits or *argmax), as gen_feed does it; false when the generation ended. */
-static bool sample_row(gen_session *g, const float *logits, const int32_t *argmax, struct gen_event *ev, int *rc,
-                       char *err, size_t errlen)
+/* One decode step's sampling from row (logits or *argmax), as gen_feed does
+ * it: the budget, the logits file, the token (*id); false when the
+ * generation ended (the budget) or failed (*rc). */
+static bool pick_row(gen_session *g, const float *logits, const int32_t *argmax, int32_t *id, int *rc, char *err, size_t errlen)
 {
-    *ev = (struct gen_event){.prefill_done = g->cfg.n_prompt, .prefill_total = g->cfg.n_prompt};
     if (g->made >= g->cfg.budget) return end(g, "length"), false;
     const size_t V = (size_t)g->cfg.n_vocab;
     if (g->dump && fwrite(logits, sizeof *logits, V, g->dump) != V) {
         *rc = nb_errf(err, errlen, NB_EIO, "writing %s failed", g->logits_tmp);
         return false;
     }
-    int32_t id;
     if (g->cfg.constrain) {
         if (!logits) return *rc = nb_errf(err, errlen, NB_EINVAL, "a constrained step needs its logits, not an argmax"), false;
         if ((*rc = gen_prepare(g, err, errlen))) return false;
-        id = sampling_sample_masked(g->smp, logits, g->allowed);
+        *id = sampling_sample_masked(g->smp, logits, g->allowed);
         g->allowed_ready = false;
-        if (id < 0) return end(g, "grammar"), false;
-        if (g->armed && gram_matcher_accept(g->cfg.constrain, id)) { /* the mask allowed it: cannot happen */
-            *rc = nb_errf(err, errlen, NB_EINVAL, "the grammar refused token %d that its mask allowed", id);
+        if (*id < 0) return end(g, "grammar"), false;
+        if (g->armed && gram_matcher_accept(g->cfg.constrain, *id)) { /* the mask allowed it: cannot happen */
+            *rc = nb_errf(err, errlen, NB_EINVAL, "the grammar refused token %d that its mask allowed", *id);
             return false;
         }
-        if (!g->armed && id == g->cfg.constrain_after) g->armed = true;
+        if (!g->armed && *id == g->cfg.constrain_after) g->armed = true;
     } else {
-        id = argmax ? *argmax : sampling_sample(g->smp, logits);
+        *id = argmax ? *argmax : sampling_sample(g->smp, logits);
     }
+    return true;
+}
+
+/* The token of a step joins the output (the presence penalty sees it), then the stop rule; false when that ended it. */
+static bool take(gen_session *g, int32_t id, struct gen_event *ev)
+{
     g->out[g->made++] = id;
     sampling_accept(g->smp, id);
     ev->token = true, ev->id = id, ev->index = g->made - 1;
     if (!g->cfg.ignore_stop && is_stop(g, id)) ev->stop = true, end(g, "stop token");
     else if (g->made == g->cfg.budget) end(g, "length");
     return !g->done;
+}
+
+static bool sample_row(gen_session *g, const float *logits, const int32_t *argmax, struct gen_event *ev, int *rc,
+                       char *err, size_t errlen)
+{
+    *ev = (struct gen_event){.prefill_done = g->cfg.n_prompt, .prefill_total = g->cfg.n_prompt};
+    int32_t id;
+    return pick_row(g, logits, argmax, &id, rc, err, errlen) && take(g, id, ev);
 }
 
 int gen_feed(gen_session *g, const float *logits, const int32_t *argmax, struct gen_event *ev, char *err, size_t errlen)
@@ -229,20 +259,35 @@ int gen_feed_verify(gen_session *g, int n_drafts, const int32_t *drafts, const f
     *n_ev = 0, *accepted = 0;
     if (g->done || !g->pending || g->phase != GEN_DECODE)
         return nb_errf(err, errlen, NB_EINVAL, "gen_feed_verify: no decode step handed out");
+    if (g->level && !logits) return nb_errf(err, errlen, NB_EINVAL, "gen_feed_verify: accuracy level 1-2 needs the logits");
     g->pending = 0;
     const size_t V = (size_t)g->cfg.n_vocab;
-    int rc = 0;
+    const long long made0 = g->made;
+    int rc = 0, nongreedy = 0, kept = 0; /* kept: drafts that became tokens (the budget's last one too) */
     for (int i = 0; i <= n_drafts; i++) {
-        const bool more = sample_row(g, logits ? logits + i * V : NULL, argmax ? argmax + i : NULL, &ev[*n_ev], &rc, err, errlen);
-        if (rc) return rc;
-        if (ev[*n_ev].token) (*n_ev)++;
-        if (!more || i == n_drafts || g->out[g->made - 1] != drafts[i]) break;
+        const float *row = logits ? logits + i * V : NULL;
+        ev[*n_ev] = (struct gen_event){.prefill_done = g->cfg.n_prompt, .prefill_total = g->cfg.n_prompt};
+        int32_t id;
+        if (!pick_row(g, row, argmax ? argmax + i : NULL, &id, &rc, err, errlen)) break;
+        if (i < n_drafts && id != drafts[i] && g->level && nongreedy < g->level->max_per_block &&
+            spec_level_admits(g->level, row, g->cfg.n_vocab, g->cfg.sp.temperature, drafts[i], NULL, NULL))
+            id = drafts[i], nongreedy++; /* the level's rule keeps the draft */
+        const bool more = take(g, id, &ev[(*n_ev)++]);
+        if (i == n_drafts || id != drafts[i]) break;
+        kept++;
+        if (!more) break;
         (*accepted)++;
     }
+    if (rc) return rc;
+    spec_stats_add(&g->spec, n_drafts, kept, (int)(g->made - made0), nongreedy);
     return 0;
 }
 
 long long gen_made(const gen_session *g) { return g->made; }
+
+int gen_accuracy_level(const gen_session *g) { return g->level ? g->cfg.accuracy_level : 3; }
+
+struct spec_stats *gen_spec_stats(gen_session *g) { return &g->spec; }
 
 /* The context's i-th id: the prompt, then what was generated. */
 static int32_t ctx_id(const gen_session *g, size_t i)
@@ -270,7 +315,8 @@ int gen_lookup_drafts(const gen_session *g, int n, int32_t *out)
 int gen_finish(gen_session *g, struct gen_result *r, char *err, size_t errlen)
 {
     double t_end = g->t_end ? g->t_end : nb_now_s(), t_pre = g->t_prefilled ? g->t_prefilled : t_end;
-    *r = (struct gen_result){g->out, g->made, g->why, g->t_start ? t_pre - g->t_start : 0, t_end - t_pre};
+    *r = (struct gen_result){g->out, g->made, g->why, g->t_start ? t_pre - g->t_start : 0, t_end - t_pre, &g->spec,
+                             gen_accuracy_level(g)};
     if (!g->done || !g->dump) return 0;
     int bad = fclose(g->dump) != 0;
     g->dump = NULL;

@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/gen/spec.h"
 #include "core/sampling/sampling.h"
 
 typedef struct tok_tokenizer tok_tokenizer;
@@ -54,6 +55,8 @@ struct gen_config {
                                  * token is sampled among those the matcher allows, then accepted by it */
     int32_t constrain_after;    /* -1: constrained from the first token; else an id (</think>) before which
                                  * only the stop ids are refused, and after which the matcher applies */
+    int accuracy_level;         /* verify windows' acceptance (core/gen/spec.h): 1 or 2 approximate, else (0, 3)
+                                 * exact; a constrained session is exact whatever it says */
 };
 
 /* The stop ids of a tokenizer: eos, <|im_end|>, <|endoftext|> (the chat
@@ -70,6 +73,16 @@ void gen_free(gen_session *g); /* removes an incomplete logits file; NULL is all
  * prefill again (a retry after a worker died gives the same ids). */
 int gen_restart(gen_session *g, char *err, size_t errlen);
 
+/* The prompt cache (issue 17): the sequence holds the prompt's first `at`
+ * ids already (a checkpoint was loaded), so the prefill starts after them;
+ * cut, in (at, n_prompt], is a position where a prefill step ends (a
+ * checkpoint is saved there; 0: none).  Steps end on the grid of chunk from
+ * position 0 as before, so the evals are an uncached prefill's, split at
+ * most at at and cut.  After gen_new / gen_restart, before the first gen_next. */
+void gen_resume(gen_session *g, size_t at, size_t cut);
+/* Prompt ids evaluated so far (fed back), the loaded ones included. */
+size_t gen_prefilled(const gen_session *g);
+
 enum gen_next { GEN_EVAL = 1, GEN_DONE = 0 };
 enum gen_phase { GEN_PREFILL, GEN_DECODE };
 
@@ -79,7 +92,7 @@ struct gen_step {
     int n_ids;
     int n_rows;          /* rows of logits wanted, the last ones (1 today) */
     bool argmax_ok;      /* the argmax of the last row is all the sampler needs (greedy, no penalty, no dump,
-                          * no constraint) */
+                          * no constraint, an exact accuracy level) */
 };
 /* What to evaluate next, or GEN_DONE. */
 enum gen_next gen_next(gen_session *g, struct gen_step *st);
@@ -107,7 +120,10 @@ int gen_feed(gen_session *g, const float *logits, const int32_t *argmax, struct 
  * row i's token is kept, and row i + 1 is looked at only when that token
  * equals draft i and the generation goes on.  So the tokens are exactly the
  * non-speculative ones whatever the drafts — greedy or sampled — as long as
- * the rows are the decode steps' logits.  *accepted = the drafts kept (the
+ * the rows are the decode steps' logits — at an exact accuracy level.  At
+ * level 1 or 2 a draft the row's token is not may be kept instead by the
+ * level's rule (core/gen/spec.h; a block is this window), which needs the
+ * logits.  *accepted = the drafts kept (the
  * driver keeps the window's first *accepted + 1 positions, and the last token
  * sampled is the next step's id); ev[0 … *n_ev) one event per token sampled
  * (room for n_drafts + 1).  0 or NB_EIO (the logits file). */
@@ -115,6 +131,13 @@ int gen_feed_verify(gen_session *g, int n_drafts, const int32_t *drafts, const f
                     struct gen_event *ev, int *n_ev, int *accepted, char *err, size_t errlen);
 /* Tokens generated so far. */
 long long gen_made(const gen_session *g);
+/* The accuracy level the verify windows run at: 1, 2, or 3 (exact). */
+int gen_accuracy_level(const gen_session *g);
+/* The verify windows' counters so far (the driver adds each pass's drafter
+ * to by_src); reset by gen_restart.  Their `accepted` counts the drafts that
+ * became tokens: with the one that ended the generation, which *accepted
+ * leaves out (the driver has no next window to keep it for). */
+struct spec_stats *gen_spec_stats(gen_session *g);
 /* Prompt lookup (issue 16 item 7): up to n drafts for the tokens after the
  * last one generated — the tokens that followed the context's (prompt, then
  * what was generated) last 3, else 2, else 1 tokens where they last occurred
@@ -129,6 +152,8 @@ struct gen_result {
     const char *why;     /* "length", "stop token", "hook", or "grammar" (constrained: no token was allowed) */
     double prompt_s;     /* first gen_next to the prefill's last feed */
     double decode_s;     /* from there to the last feed */
+    const struct spec_stats *spec; /* the verify windows (passes 0: none) */
+    int accuracy_level;  /* the level they ran at (gen_accuracy_level) */
 };
 /* The outcome so far.  After GEN_DONE, completes the logits file (0 or NB_EIO). */
 int gen_finish(gen_session *g, struct gen_result *r, char *err, size_t errlen);

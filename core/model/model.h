@@ -216,6 +216,20 @@ static inline int64_t model_gdn_conv_dim(const struct model_hparams *hp)
 /* Floats of a sequence's fixed-size state per layer, whatever the backend:
  * the GDN conv's last Kc-1 columns, the GDN recurrent state (Hv × dk × dv),
  * and the PLE dilated conv's (Kp-1)·dilation wide columns. */
+/* GDN's chunked form (prefill) works in blocks of this many rows from an
+ * eval's first (transformers' chunk_size; both backends).  So a prefill split
+ * at a multiple of it gives the unsplit prefill's logits bit for bit, and
+ * anywhere else not: the positions a saved sequence state resumes from
+ * exactly (the prompt cache, issue 17) are multiples of model_resume_align —
+ * MODEL_GDN_CHUNK with GDN layers, 1 without (tests/engine/test_seq_state.c). */
+#define MODEL_GDN_CHUNK 64
+static inline int model_resume_align(const struct model *m)
+{
+    for (int i = 0; i < m->hp.n_layer; i++)
+        if (m->layers[i].kind == MODEL_LAYER_GDN) return MODEL_GDN_CHUNK;
+    return 1;
+}
+
 static inline int64_t model_gdn_conv_state_floats(const struct model_hparams *hp)
 {
     return (int64_t)(hp->ssm_conv_kernel - 1) * model_gdn_conv_dim(hp);

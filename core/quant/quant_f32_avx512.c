@@ -1,6 +1,8 @@
 /* quant_f32_avx512.c — the fp32-activation dot kernels with 16-lane FMA (the
- * Makefile adds the AVX-512 flags).  The decoders are the same 256-bit code
- * as in quant_f32_avx2.c (quant_f32_body.h); the dot runs at twice the width. */
+ * Makefile adds the AVX-512 flags).  Most decoders are the same 256-bit code
+ * as in quant_f32_avx2.c (quant_f32_body.h); the 4-, 5- and 2-bit formats
+ * (#if VW == 16 there) decode by permutes of a per-block table of floats and
+ * IQ2_XS 64 values a step (quant_f32_grid512.h); the dot runs at twice the width. */
 #include "core/quant/quant_impl.h"
 
 #include <immintrin.h>

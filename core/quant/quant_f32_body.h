@@ -11,9 +11,12 @@
  * buffer — each value with the same float operations, in the same order, as
  * the scalar decoder of quant_ref*.c, so the weights are bit-identical to the
  * reference's — and that buffer is dotted against up to F32_ROWS activation
- * rows with FMA in float, two accumulators per row.  The float and 32-value
- * formats and Q4_K..Q6_K are here; the grid formats in quant_f32_grid.h, the
- * other low-bit ones in quant_f32_lowbit.h.  Only the summation
+ * rows with FMA in float, two accumulators per row (four for one row).
+ * The float and 32-value formats and Q4_K..Q6_K are here; the grid formats in quant_f32_grid.h, the
+ * other low-bit ones in quant_f32_lowbit.h.  With VW 16 the formats of at
+ * most 32 levels a scale build that scale's levels as a table of floats
+ * (each level formed as the reference forms it) and permute it by the codes
+ * (see f32_iota below).  Only the summation
  * differs from the reference (float lanes and FMA instead of a double sum),
  * which is why the results agree within float tolerance, not bit for bit. */
 #ifndef VW
@@ -100,6 +103,53 @@ static const float *dec_q8_0(const uint8_t *w, int64_t i, int64_t len, float *bu
 /* IQ4_NL and MXFP4: a 16-entry table of signed levels indexed by the
  * nibbles (low nibbles values 0..15), times the block's scale: the
  * reference's (float)T[nib] * d.  qs_off is where the nibbles start. */
+#if VW == 16
+/* The key idea of the VW-16 decoders of the 16- and 32-level formats: a
+ * block's levels, each formed as the reference forms it ((float)code · d,
+ * or two roundings for the affine ones), fill one or two zmm tables, and a
+ * lane's value is a permute of them by its code (vpermps reads the low 4
+ * bits of each index, vpermt2ps 5) — one shuffle per 16 values instead of
+ * a convert and a multiply or two.  f32_iota: 0, 1, .., 15 as floats. */
+static inline __m512 f32_iota(float add)
+{
+    return _mm512_add_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_ps(add));
+}
+
+/* The 16 bytes at p as 32-bit lanes (a byte's low nibble in bits 0..3). */
+static inline __m512i f32_bytes16(const uint8_t *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)); }
+
+/* 32 values of a block with 16 nibble codes a byte (low nibbles values
+ * 0..15, high 16..31), table T. */
+static inline void put32_perm(const uint8_t *qs, __m512 T, float *y)
+{
+    const __m512i q = f32_bytes16(qs);
+    _mm512_storeu_ps(y, _mm512_permutexvar_ps(q, T));
+    _mm512_storeu_ps(y + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), T));
+}
+
+/* The same with a fifth bit a value (bit j of qh for value j): 32 levels in
+ * two tables. */
+static inline void put32_perm5(const uint8_t *qs, uint32_t qh, __m512 T0, __m512 T1, float *y)
+{
+    const __m512i q = f32_bytes16(qs), m15 = _mm512_set1_epi32(15), b4 = _mm512_set1_epi32(16);
+    __m512i lo = _mm512_and_si512(q, m15), hi = _mm512_srli_epi32(q, 4);
+    lo = _mm512_mask_or_epi32(lo, (__mmask16)qh, lo, b4);
+    hi = _mm512_mask_or_epi32(hi, (__mmask16)(qh >> 16), hi, b4);
+    _mm512_storeu_ps(y, _mm512_permutex2var_ps(T0, lo, T1));
+    _mm512_storeu_ps(y + 16, _mm512_permutex2var_ps(T0, hi, T1));
+}
+
+/* IQ4_NL and MXFP4: the table is (float)T[nib] · d. */
+QUANT_INLINE const float *dec_table4(const uint8_t *w, int64_t i, int64_t len, float *buf, const int8_t levels[16],
+                                     size_t bsize, size_t qs_off, float (*scale)(const uint8_t *blk))
+{
+    const __m512 lv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)levels)));
+    const uint8_t *b = w + (size_t)(i / QK_SMALL) * bsize;
+    for (int64_t k = 0; k < len / QK_SMALL; k++, b += bsize)
+        put32_perm(b + qs_off, _mm512_mul_ps(lv, _mm512_set1_ps(scale(b))), buf + 32 * k);
+    return buf;
+}
+#else
 QUANT_INLINE const float *dec_table4(const uint8_t *w, int64_t i, int64_t len, float *buf, const int8_t levels[16],
                                      size_t bsize, size_t qs_off, float (*scale)(const uint8_t *blk))
 {
@@ -109,6 +159,8 @@ QUANT_INLINE const float *dec_table4(const uint8_t *w, int64_t i, int64_t len, f
         put32_signed(_mm256_shuffle_epi8(table, nibbles32(b + qs_off)), scale(b), buf + 32 * k);
     return buf;
 }
+
+#endif
 
 static inline float f32_half_at(const uint8_t *p) { return f32_half(quant_u16(p)); }
 static inline float f32_e8m0(const uint8_t *p) { return quant_e8m0_half(*p); }
@@ -129,11 +181,20 @@ QUANT_INLINE const float *dec_biased32(const uint8_t *w, int64_t i, int64_t len,
                                        size_t qs_off, int bias)
 {
     const uint8_t *b = w + (size_t)(i / QK_SMALL) * bsize;
+#if VW == 16 /* the table: (float)(q − bias) · d */
+    const __m512 l0 = f32_iota(-(float)bias), l1 = f32_iota(16.0f - (float)bias);
+    for (int64_t k = 0; k < len / QK_SMALL; k++, b += bsize) {
+        const __m512 D = _mm512_set1_ps(f32_half_at(b));
+        if (qh_off) put32_perm5(b + qs_off, quant_u32(b + qh_off), _mm512_mul_ps(l0, D), _mm512_mul_ps(l1, D), buf + 32 * k);
+        else put32_perm(b + qs_off, _mm512_mul_ps(l0, D), buf + 32 * k);
+    }
+#else
     for (int64_t k = 0; k < len / QK_SMALL; k++, b += bsize) {
         __m256i q = nibbles32(b + qs_off);
         if (qh_off) q = _mm256_or_si256(q, bit4_from_bits(quant_u32(b + qh_off)));
         put32_signed(_mm256_sub_epi8(q, _mm256_set1_epi8((char)bias)), f32_half_at(b), buf + 32 * k);
     }
+#endif
     return buf;
 }
 
@@ -165,6 +226,15 @@ QUANT_INLINE const float *dec_affine32(const uint8_t *w, int64_t i, int64_t len,
                                        size_t qs_off)
 {
     const uint8_t *b = w + (size_t)(i / QK_SMALL) * bsize;
+#if VW == 16 /* the table: (float)q · d + m */
+    const __m512 l0 = f32_iota(0.0f), l1 = f32_iota(16.0f);
+    for (int64_t k = 0; k < len / QK_SMALL; k++, b += bsize) {
+        const __m512 D = _mm512_set1_ps(f32_half_at(b)), M = _mm512_set1_ps(f32_half_at(b + 2));
+        const __m512 T0 = _mm512_add_ps(_mm512_mul_ps(l0, D), M);
+        if (qh_off) put32_perm5(b + qs_off, quant_u32(b + qh_off), T0, _mm512_add_ps(_mm512_mul_ps(l1, D), M), buf + 32 * k);
+        else put32_perm(b + qs_off, T0, buf + 32 * k);
+    }
+#else
     for (int64_t k = 0; k < len / QK_SMALL; k++, b += bsize) {
         __m256i q = nibbles32(b + qs_off);
         if (qh_off) q = _mm256_or_si256(q, bit4_from_bits(quant_u32(b + qh_off)));
@@ -172,6 +242,7 @@ QUANT_INLINE const float *dec_affine32(const uint8_t *w, int64_t i, int64_t len,
         put16_affine(_mm256_castsi256_si128(q), d, m, buf + 32 * k);
         put16_affine(_mm256_extracti128_si256(q, 1), d, m, buf + 32 * k + 16);
     }
+#endif
     return buf;
 }
 
@@ -214,6 +285,25 @@ QUANT_INLINE void dec_kq_block(const uint8_t *hdr, const uint8_t *qh, const uint
     memcpy(&dh, hdr, 2);
     memcpy(&mh, hdr + 2, 2);
     float d = f32_half(dh), dmin = f32_half(mh);
+#if VW == 16 /* Q4_K: a sub-block's table dl · q − ml (Q5_K's fifth bits measured no faster so) */
+    if (!qh) {
+        const __m512 l0 = f32_iota(0.0f);
+        for (int c = 0; c < 4; c++) { /* sub-block 2c: the low nibbles of qs[32c ..], 2c + 1 the high */
+            __m512 T[2];
+            for (int s = 0; s < 2; s++) {
+                uint8_t sc, m;
+                quant_kscale_unpack(hdr + 4, 2 * c + s, &sc, &m);
+                T[s] = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d * sc), l0), _mm512_set1_ps(dmin * m));
+            }
+            for (int half = 0; half < 2; half++) {
+                const __m512i q = f32_bytes16(qs + 32 * c + 16 * half);
+                _mm512_storeu_ps(y + 64 * c + 16 * half, _mm512_permutexvar_ps(q, T[0]));
+                _mm512_storeu_ps(y + 64 * c + 32 + 16 * half, _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), T[1]));
+            }
+        }
+        return;
+    }
+#endif
     __m256i hv = qh ? load256(qh) : _mm256_setzero_si256();
     for (int c = 0; c < 4; c++) {
         __m256i bytes = load256(qs + 32 * c), m15 = _mm256_set1_epi8(15);
@@ -294,12 +384,19 @@ QUANT_INLINE void f32_rows(int64_t n, const uint8_t *w, const float *x, int64_t 
                            f32_decode_fn dec)
 {
     float buf[PIECE] __attribute__((aligned(64)));
-    vacc a0[F32_ROWS], a1[F32_ROWS];
+    vacc a0[F32_ROWS], a1[F32_ROWS], a2 = ACC_ZERO, a3 = ACC_ZERO;
     float tail[F32_ROWS];
     for (int t = 0; t < R; t++) a0[t] = ACC_ZERO, a1[t] = ACC_ZERO, tail[t] = 0;
     for (int64_t i = 0; i < n; i += PIECE) {
         int64_t len = n - i < PIECE ? n - i : PIECE, k = 0;
         const float *v = dec(w, i, len, buf);
+        if (R == 1) /* one row: four accumulators, so the FMA latency is not the bound */
+            for (; k + 4 * VW <= len; k += 4 * VW) {
+                a0[0] = ACC_FMA(a0[0], v + k, x + i + k);
+                a1[0] = ACC_FMA(a1[0], v + k + VW, x + i + k + VW);
+                a2 = ACC_FMA(a2, v + k + 2 * VW, x + i + k + 2 * VW);
+                a3 = ACC_FMA(a3, v + k + 3 * VW, x + i + k + 3 * VW);
+            }
         for (; k + 2 * VW <= len; k += 2 * VW)
             for (int t = 0; t < R; t++) {
                 a0[t] = ACC_FMA(a0[t], v + k, x + t * xs + i + k);
@@ -308,6 +405,7 @@ QUANT_INLINE void f32_rows(int64_t n, const uint8_t *w, const float *x, int64_t 
         for (; k < len; k++) /* only plain floats have pieces that are not a multiple of 2·VW */
             for (int t = 0; t < R; t++) tail[t] += v[k] * x[t * xs + i + k];
     }
+    a0[0] = ACC_ADD(a0[0], a2), a1[0] = ACC_ADD(a1[0], a3);
     for (int t = 0; t < R; t++) out[t] = ACC_SUM(ACC_ADD(a0[t], a1[t])) + tail[t];
 }
 

@@ -102,6 +102,7 @@ static inline float f32_db_iq2(float d, uint8_t scales, int h)
     return d * (0.5f + (float)((scales >> (4 * h)) & 15)) * 0.25f;
 }
 
+#if VW != 16 /* VW 16: quant_f32_grid512.h */
 F32_GRID_DECODER(iq2_xs, block_iq2_xs, {
     const float d = f32_half(x->d);
     for (int ib = 0; ib < 8; ib++)
@@ -112,6 +113,8 @@ F32_GRID_DECODER(iq2_xs, block_iq2_xs, {
                        y + 32 * ib + 16 * h);
         }
 })
+
+#endif
 
 F32_GRID_DECODER(iq2_s, block_iq2_s, {
     const float d = f32_half(x->d);
@@ -199,5 +202,9 @@ F32_GRID_DECODER(iq1_m, block_iq1_m, {
 })
 
 #undef F32_GRID_DECODER
+
+#if VW == 16
+#include "core/quant/quant_f32_grid512.h"
+#endif
 
 #endif

@@ -24,6 +24,28 @@ static inline __m128i f32_crumbs16(const uint8_t qs[64], int p)
 static const float *dec_q2_K(const uint8_t *w, int64_t i, int64_t len, float *buf)
 {
     const block_q2_K *b = (const block_q2_K *)(const void *)w + i / QK_K;
+#if VW == 16
+    /* The 16 dl and ml of a block at once, then per 16 values the table dl · q − ml
+     * (quant_f32_body.h's permute decoders); vpermps reads 4 bits of each
+     * lane, the code and the next one, so the table repeats by 4. */
+    const __m512 lv = _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+    for (int64_t k = 0; k < len / QK_K; k++) {
+        float dl[16] __attribute__((aligned(64))), ml[16] __attribute__((aligned(64)));
+        const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)b[k].scales));
+        _mm512_store_ps(dl, _mm512_mul_ps(_mm512_set1_ps(f32_half(b[k].d)),
+                                          _mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15)))));
+        _mm512_store_ps(ml, _mm512_mul_ps(_mm512_set1_ps(f32_half(b[k].dmin)), _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4))));
+        for (int h = 0; h < 2; h++)
+            for (int odd = 0; odd < 2; odd++) {
+                const __m512i q = f32_bytes16(b[k].qs + 32 * h + 16 * odd);
+                for (int j = 0; j < 4; j++) {
+                    const int p = 8 * h + 2 * j + odd;
+                    const __m512 T = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dl[p]), lv), _mm512_set1_ps(ml[p]));
+                    _mm512_storeu_ps(buf + QK_K * k + 16 * p, _mm512_permutexvar_ps(_mm512_srli_epi32(q, 2 * j), T));
+                }
+            }
+    }
+#else
     for (int64_t k = 0; k < len / QK_K; k++) {
         const float d = f32_half(b[k].d), dmin = f32_half(b[k].dmin);
         for (int p = 0; p < 16; p++) {
@@ -31,6 +53,7 @@ static const float *dec_q2_K(const uint8_t *w, int64_t i, int64_t len, float *bu
             put16_kq(f32_crumbs16(b[k].qs, p), d * (float)(sc & 15), dmin * (float)(sc >> 4), buf + QK_K * k + 16 * p);
         }
     }
+#endif
     return buf;
 }
 
@@ -46,6 +69,40 @@ static inline int f32_q3k_scale(const uint8_t s[12], int j)
 static const float *dec_q3_K(const uint8_t *w, int64_t i, int64_t len, float *buf)
 {
     const block_q3_K *b = (const block_q3_K *)(const void *)w + i / QK_K;
+#if VW == 16
+    /* The 16 scales of a block at once (f32_q3k_scale in lanes), then per 16
+     * values the table dl · (c − 4), c = crumb + 4·hbit, by a permute. */
+    const __m512 lv = _mm512_setr_ps(-4, -3, -2, -1, 0, 1, 2, 3, -4, -3, -2, -1, 0, 1, 2, 3);
+    const __m128i pick_lo = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+    const __m128i pick_hi = _mm_setr_epi8(8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11);
+    const __m512i sh_lo = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4);
+    const __m512i sh_hi = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+    for (int64_t k = 0; k < len / QK_K; k++) {
+        float dl[16] __attribute__((aligned(64)));
+        uint8_t s12[16] = {0};
+        memcpy(s12, b[k].scales, 12);
+        const __m128i sv = _mm_loadu_si128((const __m128i *)s12);
+        const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(sv, pick_lo)), sh_lo),
+                                            _mm512_set1_epi32(15));
+        const __m512i hi = _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(sv, pick_hi)), sh_hi),
+                                            _mm512_set1_epi32(3));
+        const __m512i sc = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
+        _mm512_store_ps(dl, _mm512_mul_ps(_mm512_set1_ps(f32_half(b[k].d)), _mm512_cvtepi32_ps(sc)));
+        for (int h = 0; h < 2; h++)
+            for (int odd = 0; odd < 2; odd++) {
+                const __m512i q = f32_bytes16(b[k].qs + 32 * h + 16 * odd);
+                const __m128i hm = _mm_loadu_si128((const __m128i *)(b[k].hmask + 16 * odd));
+                for (int j = 0; j < 4; j++) {
+                    const int p = 8 * h + 2 * j + odd;
+                    __m512i c = _mm512_and_si512(_mm512_srli_epi32(q, 2 * j), _mm512_set1_epi32(3));
+                    c = _mm512_mask_or_epi32(c, _mm_test_epi8_mask(hm, _mm_set1_epi8((char)(1 << (4 * h + j)))), c,
+                                             _mm512_set1_epi32(4));
+                    _mm512_storeu_ps(buf + QK_K * k + 16 * p,
+                                     _mm512_permutexvar_ps(c, _mm512_mul_ps(_mm512_set1_ps(dl[p]), lv)));
+                }
+            }
+    }
+#else
     const __m128i four = _mm_set1_epi8(4);
     for (int64_t k = 0; k < len / QK_K; k++) {
         const float d = f32_half(b[k].d);
@@ -58,6 +115,7 @@ static const float *dec_q3_K(const uint8_t *w, int64_t i, int64_t len, float *bu
             put16_signed(q, d * (float)f32_q3k_scale(b[k].scales, p), buf + QK_K * k + 16 * p);
         }
     }
+#endif
     return buf;
 }
 
@@ -68,7 +126,18 @@ static const float *dec_tq2_0(const uint8_t *w, int64_t i, int64_t len, float *b
     const __m128i one = _mm_set1_epi8(1);
     for (int64_t k = 0; k < len / QK_K; k++) {
         const float dl = f32_half(b[k].d) * 1.0f;
+#if VW == 16 /* one table (float)(code − 1) · dl a block, repeated by 4 as Q2_K's */
+        const __m512 T = _mm512_mul_ps(_mm512_setr_ps(-1, 0, 1, 2, -1, 0, 1, 2, -1, 0, 1, 2, -1, 0, 1, 2), _mm512_set1_ps(dl));
+        for (int h = 0; h < 2; h++)
+            for (int odd = 0; odd < 2; odd++) {
+                const __m512i q = f32_bytes16(b[k].qs + 32 * h + 16 * odd);
+                for (int j = 0; j < 4; j++)
+                    _mm512_storeu_ps(buf + QK_K * k + 16 * (8 * h + 2 * j + odd), _mm512_permutexvar_ps(_mm512_srli_epi32(q, 2 * j), T));
+            }
+        (void)one;
+#else
         for (int p = 0; p < 16; p++) put16_signed(_mm_sub_epi8(f32_crumbs16(b[k].qs, p), one), dl, buf + QK_K * k + 16 * p);
+#endif
     }
     return buf;
 }
@@ -77,12 +146,20 @@ static const float *dec_tq2_0(const uint8_t *w, int64_t i, int64_t len, float *b
 static const float *dec_iq4_xs(const uint8_t *w, int64_t i, int64_t len, float *buf)
 {
     const block_iq4_xs *b = (const block_iq4_xs *)(const void *)w + i / QK_K;
+#if VW == 16
+    const __m512 levels = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)quant_iq4nl_values)));
+#else
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4nl_values));
+#endif
     for (int64_t k = 0; k < len / QK_K; k++) {
         const float d = f32_half(b[k].d);
         for (int j = 0; j < 8; j++) {
             const int ls = (((b[k].scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((b[k].scales_h >> (2 * j)) & 3) << 4) - 32;
+#if VW == 16 /* the table (float)T[nib] · dl, by a permute (quant_f32_body.h) */
+            put32_perm(b[k].qs + 16 * j, _mm512_mul_ps(levels, _mm512_set1_ps(d * (float)ls)), buf + QK_K * k + 32 * j);
+#else
             put32_signed(_mm256_shuffle_epi8(table, nibbles32(b[k].qs + 16 * j)), d * (float)ls, buf + QK_K * k + 32 * j);
+#endif
         }
     }
     return buf;
@@ -153,11 +230,14 @@ static const float *dec_q2_0(const uint8_t *w, int64_t i, int64_t len, float *bu
         const float d = f32_half(b[k].d);
         float *y = buf + QK2_0 * k;
 #if VW == 16
+        /* The table (float)(code − 1) · d (quant_f32_body.h's permute
+         * decoders); vpermps reads the low 4 bits of each lane, the code and
+         * the next one, so the table repeats by 4. */
         const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        const __m512 T = _mm512_mul_ps(_mm512_setr_ps(-1, 0, 1, 2, -1, 0, 1, 2, -1, 0, 1, 2, -1, 0, 1, 2), _mm512_set1_ps(d));
         for (int g = 0; g < QK2_0 / 16; g++) {
-            __m512i c = _mm512_srlv_epi32(_mm512_set1_epi32((int)quant_u32(b[k].qs + 4 * g)), shifts);
-            c = _mm512_sub_epi32(_mm512_and_si512(c, _mm512_set1_epi32(3)), _mm512_set1_epi32(1));
-            _mm512_storeu_ps(y + 16 * g, _mm512_mul_ps(_mm512_cvtepi32_ps(c), _mm512_set1_ps(d)));
+            const __m512i c = _mm512_srlv_epi32(_mm512_set1_epi32((int)quant_u32(b[k].qs + 4 * g)), shifts);
+            _mm512_storeu_ps(y + 16 * g, _mm512_permutexvar_ps(c, T));
         }
 #else
         const __m256i shifts = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);

@@ -256,6 +256,31 @@ static int cpu_seq_copy(gw_seq *gd, const gw_seq *gsrc, char *err, size_t errlen
     return 0;
 }
 
+/* gw_seq_save / gw_seq_load's view (engine/seq_state.c): the heap arrays themselves. */
+static int cpu_seq_parts(gw_seq *gs, bool load, int64_t n_pos, int64_t mtp_n, struct gw_seq_parts *p, char *err, size_t errlen)
+{
+    struct cpu_seq *s = (struct cpu_seq *)gs;
+    const struct model_hparams *hp = &gs->be->model->hp;
+    if (load) {
+        gs->n_pos = 0, s->mtp_n = 0, s->ck_T = 0, s->broken = false;
+        if (seq_reserve(s, n_pos) || cpu_mtp_reserve(s, mtp_n))
+            return s->broken = true, nb_errf(err, errlen, NB_ENOMEM, "sequence of %lld positions", (long long)n_pos);
+    }
+    p->tokens = s->tokens, p->mtp_pos = s->mtp_pos, p->mtp_n = &s->mtp_n, p->broken = &s->broken;
+    for (int i = 0; i < hp->n_layer + hp->n_nextn; i++) {
+        struct cpu_layer_state *st = &s->ls[i];
+        p->layers[i] = (struct gw_seq_layer){st->conv, st->ssm, st->ple_conv, st->k, st->v, st->idx_k, st->blk_k,
+                                             i < hp->n_layer ? &st->n_blk : NULL};
+    }
+    return 0;
+}
+
+static int cpu_state_copy(gw_backend *be, void *dst, const void *src, uint64_t bytes, bool to_dev, char *err, size_t errlen)
+{
+    memcpy(dst, src, (size_t)bytes);
+    return 0;
+}
+
 /* ---------- the trunk ---------- */
 
 int cpu_head(const struct cpu_backend *be, const struct model_hc *mixer, const float *mixer_norm,
@@ -364,4 +389,6 @@ const struct gw_backend_ops gw_cpu_ops = {
     .seq_copy = cpu_seq_copy,
     .eval = cpu_eval,
     .mtp_eval = cpu_mtp_eval,
+    .seq_parts = cpu_seq_parts,
+    .state_copy = cpu_state_copy,
 };

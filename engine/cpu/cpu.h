@@ -159,7 +159,7 @@ void cpu_hc_combine(const struct model_hparams *hp, float *X, const float *y, co
  * v is T × Hv × dv, g (log decay) and beta are T × Hv, state is Hv × dk × dv
  * (updated; row-major per head: element (i, j) at i·dv + j), out is
  * T × Hv × dv.  Value head h reads key head h mod Hk (GGUF's tiled order). */
-#define CPU_GDN_CHUNK 64 /* transformers' chunk size */
+#define CPU_GDN_CHUNK GW_GDN_CHUNK /* transformers' chunk size, 64 (backend_impl.h: the resume rule follows it) */
 struct cpu_gdn_dims {
     int n_k_heads, n_v_heads; /* Hk, Hv */
     int k_head_dim;           /* dk: q, k and the state's rows */

@@ -89,12 +89,8 @@ int cpu_rollback(struct cpu_seq *s, int64_t n_keep, char *err, size_t errlen)
 {
     const struct model *m = s->base.be->model;
     const struct model_hparams *hp = &m->hp;
-    if (s->ck_T == 0 || n_keep < s->ck_pos0 || n_keep > s->ck_pos0 + s->ck_T)
-        return nb_errf(err, errlen, NB_ENOTSUP,
-                       "truncate to %lld of %lld: layer %d keeps recurrent state, which rolls back only into the last "
-                       "eval when it was a verify window%s (keep a gw_seq_copy instead)",
-                       (long long)n_keep, (long long)s->base.n_pos, gw_recurrent_layer(m),
-                       s->ck_T ? " (positions it covers: from its first)" : "");
+    int rc = gw_rollback_check(&s->base, n_keep, s->ck_pos0, s->ck_T, err, errlen);
+    if (rc) return rc;
     const int T = s->ck_W, j = (int)(n_keep - s->ck_pos0); /* T: the layout's rows, ck_T ≤ T of them kept */
     const struct cpu_gdn_dims dims = {hp->ssm_n_k_heads, hp->ssm_n_v_heads, hp->ssm_k_head_dim, hp->ssm_v_head_dim};
     const int64_t kd = model_gdn_k_dim(hp), vd = model_gdn_v_dim(hp), Hv = hp->ssm_n_v_heads, cd = model_gdn_conv_dim(hp);

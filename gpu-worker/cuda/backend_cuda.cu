@@ -257,5 +257,5 @@ extern "C" int gw_cuda_probe(char *msg, size_t len)
 
 extern "C" const struct gw_backend_ops gw_cuda_ops = {
     "cuda",        cuda_create, cuda_free,     cuda_seq_create,      cuda_seq_free, cuda_seq_reset, cuda_seq_truncate,
-    cuda_seq_copy, cuda_eval,   cuda_mtp_eval, cuda_set_expert_host, true,
+    cuda_seq_copy, cuda_eval,   cuda_mtp_eval, cuda_set_expert_host, true, cuda_seq_parts, cuda_state_copy,
 };

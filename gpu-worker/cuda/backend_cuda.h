@@ -66,6 +66,17 @@ static inline int lchk_at(const char *what, const char *file, int line)
 #define CKL(what) TRY(lchk_at(what, __FILE__, __LINE__))
 #define LCHK(what) lchk_at(what, __FILE__, __LINE__)
 
+/* The array at off of a block (NULL where the layout has none: UINT64_MAX). */
+static inline float *cu_at_off(void *blk, uint64_t off)
+{
+    return off == UINT64_MAX || !blk ? NULL : (float *)((char *)blk + off);
+}
+/* n floats device to device, queued on st. */
+static inline cudaError_t cu_dcopy_async(float *dst, const float *src, int64_t n, cudaStream_t st)
+{
+    return cudaMemcpyAsync(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, st);
+}
+
 static inline unsigned nblk(int64_t n, int b) { return (unsigned)((n + b - 1) / b); }
 
 /* Threads for a loop over n values: a multiple of 32, at most 256. */
@@ -210,7 +221,23 @@ struct cu_lstate {
     float *idx_k, *blk_k; /* QSA */
     int64_t n_blk;
     float *ple_conv;
+    /* the last verify window's checkpoint (rollback.cu; views of the sequence's ck_blk,
+     * gw_vram_verify_layout): the GDN states before it and its rows' inputs (cu_ck_rows_of),
+     * the PLE conv state before it and its rows' conv inputs */
+    float *ck_conv, *ck_ssm, *ck_in, *ck_ple_conv, *ck_ple_in;
 };
+
+/* A GDN layer's checkpointed rows in its ck_in: the conv's input (qkv), the
+ * conv's normalised output (q | k | v, the recurrence's input), g and β,
+ * GW_VERIFY_ROWS rows of each. */
+struct cu_ck_rows {
+    float *qkv, *mixed, *g, *beta;
+};
+static inline cu_ck_rows cu_ck_rows_of(const struct model_hparams *hp, float *in)
+{
+    const int64_t R = GW_VERIFY_ROWS, cd = model_gdn_conv_dim(hp), Hv = hp->ssm_n_v_heads;
+    return cu_ck_rows{in, in + R * cd, in + 2 * R * cd, in + 2 * R * cd + R * Hv};
+}
 
 struct cuda_seq {
     struct gw_seq base;
@@ -225,6 +252,12 @@ struct cuda_seq {
     void *state_blk, *kv_blk, *mtp_blk;
     uint64_t state_bytes, kv_bytes, mtp_bytes;
     bool broken;
+    /* the last eval when it was a verify window: its first position and the rows a
+     * truncation may still return to (0: none; rollback.cu), and the checkpoint's block */
+    int64_t ck_pos0;
+    int ck_T;
+    void *ck_blk;
+    uint64_t ck_bytes;
     cudaGraphExec_t exec; /* the captured decode step (cu_decode_graph), or NULL */
     int64_t gkey[10];     /* what it baked in */
 };
@@ -279,9 +312,20 @@ void cuda_seq_free(gw_seq *gs);
 void cuda_seq_reset(gw_seq *gs);
 int cuda_seq_truncate(gw_seq *gs, int64_t n_keep, char *err, size_t errlen);
 int cuda_seq_copy(gw_seq *gd, const gw_seq *gsrc, char *err, size_t errlen);
+int cuda_seq_parts(gw_seq *gs, bool load, int64_t n_pos, int64_t mtp_n, struct gw_seq_parts *p, char *err, size_t errlen);
+int cuda_state_copy(gw_backend *be, void *dst, const void *src, uint64_t bytes, bool to_dev, char *err, size_t errlen);
 /* K/V and indexer keys for `need` positions; the MTP block's K/V for `need` entries. */
 int cu_seq_reserve(cuda_seq *s, int64_t need);
 int cu_mtp_reserve(cuda_seq *s, int64_t need);
+
+/* ---------- verify windows: the checkpoint and the return into it (rollback.cu) ---------- */
+
+/* The sequence's checkpoint block (gw_vram_verify_layout), before its first verify window. */
+int cu_verify_reserve(cuda_seq *s);
+void cu_verify_free(cuda_seq *s);
+/* Back to n_keep inside the last verify window (NB_ENOTSUP with err outside it): the states restored
+ * and the kept rows replayed, nothing evaluated again. */
+int cu_rollback(cuda_seq *s, int64_t n_keep, char *err, size_t errlen);
 
 /* ---------- matrices, norms, RoPE, the causal conv (linalg.cu) ---------- */
 
@@ -309,11 +353,16 @@ void cu_conv_silu(unsigned blocks, int threads, cudaStream_t st, const float *w,
 
 int cu_hc_mix(cuda_backend *be, const cu_hc *h, const float *X, int T, float *x, float *inj);
 int cu_hc_add(cuda_backend *be, float *X, const float *y, const float *inj, int T);
-int cu_gdn_forward(cuda_backend *be, const cu_layer *c, cu_lstate *ls, const float *x, int T, float *y);
+/* verify: a verify window's GDN — the state before it and its rows' inputs kept in ls's checkpoint,
+ * the rows token by token (the decode step's kernel); ple likewise (its conv state and inputs). */
+int cu_gdn_forward(cuda_backend *be, const cu_layer *c, cu_lstate *ls, const float *x, int T, bool verify, float *y);
+/* T steps of the recurrent delta rule on state, q | k | v rows of mixed at stride rs (gdn.cu). */
+int cu_gdn_recurrence(cuda_backend *be, int T, const float *mixed, int64_t rs, const float *g, const float *beta,
+                      float *state, float *out);
 int cu_attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *kc, float *vc, const float *x, int T,
                  int64_t pos0, int64_t slot0, int cr, const int64_t *dpos, int64_t cap, float *y);
 int cu_ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lstate *ls, int64_t pos0, int T, float *X,
-                   bool graph);
+                   bool graph, bool verify);
 int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, int T, float *y,
                    const struct gw_eval_args *a);
 

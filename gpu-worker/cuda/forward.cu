@@ -94,9 +94,10 @@ int cu_block_forward(cuda_backend *be, cuda_seq *s, const struct gw_eval_args *a
     const struct model_layer *l = &m->layers[il];
     const cu_layer *c = &be->L[il];
     cu_lstate *ls = &s->ls[il];
-    if (l->has_ple) TRY(cu_ple_forward(be, s, c, ls, pos0, T, X, dpos != NULL));
+    const bool verify = a && a->verify;
+    if (l->has_ple) TRY(cu_ple_forward(be, s, c, ls, pos0, T, X, dpos != NULL, verify));
     TRY(cu_hc_mix(be, &c->hc_attn, X, T, x, inj));
-    if (l->kind == MODEL_LAYER_GDN) TRY(cu_gdn_forward(be, c, ls, x, T, y));
+    if (l->kind == MODEL_LAYER_GDN) TRY(cu_gdn_forward(be, c, ls, x, T, verify, y));
     else if (l->is_nextn) TRY(cu_attention(be, c, ls, ls->k, ls->v, x, T, pos0, mtp_slot0, 0, NULL, 0, y));
     else TRY(cu_attention(be, c, ls, ls->k, ls->v, x, T, pos0, pos0, l->compress_ratio, dpos, s->cap, y));
     TRY(cu_hc_add(be, X, y, inj, T));
@@ -180,12 +181,14 @@ static int eval_body(cuda_seq *s, const struct gw_eval_args *a)
     TRY(cu_ensure_layout(be));
     /* Taps are host calls in the middle of the step: those evals run plain.
      * The hooks are not: remote experts go through the mailbox, PLE rows are
-     * asked before the replay. */
-    if (T == 1 && be->graphs && !a->tap && !a->route_tap &&
+     * asked before the replay.  A verify window, of one row too, runs plain
+     * (its checkpoint copies are not in the captured step). */
+    if (T == 1 && be->graphs && !a->tap && !a->route_tap && !a->verify &&
         (!be->base.remote.fn || gw_mailbox_active(&be->mailbox)))
         return cu_decode_graph(s, a);
     TRY(cu_seq_reserve(s, pos0 + T));
     TRY(cu_rope_reserve(be, pos0 + T));
+    if (a->verify) TRY(cu_verify_reserve(s));
     memcpy(s->tokens + pos0, a->tokens, (size_t)T * sizeof *s->tokens);
     return cu_eval_dev(s, a, NULL);
 }
@@ -202,7 +205,9 @@ int cuda_eval(gw_seq *gs, const struct gw_eval_args *a, char *err, size_t errlen
     cuda_seq *s = (cuda_seq *)gs;
     cuda_backend *be = cbe(gs->be);
     const int T = a->n_tokens;
-    if (a->verify) return nb_errf(err, errlen, NB_ENOTSUP, "verify windows are not implemented on the cuda backend yet");
+    if (a->verify && T > GW_VERIFY_ROWS)
+        return nb_errf(err, errlen, NB_EINVAL, "a verify window of %d rows: at most %d (the pending token and 16 drafts)", T,
+                       GW_VERIFY_ROWS);
     if (be->budget && gs->n_pos + T > be->n_ctx)
         return nb_errf(err, errlen, NB_EINVAL,
                        "eval of %d tokens at position %lld: past the %lld positions the VRAM budget reserved K/V for "
@@ -244,6 +249,7 @@ static int cuda_eval_piece(gw_seq *gs, const struct gw_eval_args *a, char *err, 
     cuda_seq *s = (cuda_seq *)gs;
     if (s->broken) return nb_errf(err, errlen, NB_EINVAL, "sequence state is inconsistent after a failed call: reset it");
     const int64_t pos0 = gs->n_pos;
+    s->ck_T = 0; /* any eval ends the last verify window's rollback; a verify window starts its own */
     int rc = cu_mailbox_begin(cbe(gs->be), a->n_tokens);
     if (rc == 0) rc = eval_body(s, a);
     rc = cu_mailbox_end(cbe(gs->be), rc);
@@ -253,6 +259,7 @@ static int cuda_eval_piece(gw_seq *gs, const struct gw_eval_args *a, char *err, 
         return nb_errf(err, errlen, rc, "eval of %d tokens at position %lld: %s", a->n_tokens, (long long)pos0, g_msg);
     }
     gs->n_pos = pos0 + a->n_tokens;
+    if (a->verify) s->ck_pos0 = pos0, s->ck_T = a->n_tokens;
     return 0;
 }
 

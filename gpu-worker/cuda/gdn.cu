@@ -3,7 +3,8 @@
  * normalised q/k with squashed beta and g, the delta rule, the gated norm.
  *
  * The one idea: the recurrent state of a value head is Dk × Dv and each of
- * its Dv columns is touched by one thread only, so the decode step keeps a
+ * its Dv columns is touched by one thread only, so the decode step — and a
+ * verify window, token by token, keeping what rollback.cu replays — keeps a
  * column in registers (k_gdn_recurrent_cols, Dk ≤ 128) and prefill runs the
  * chunked form (k_gdn_chunked) with max(Dk, Dv) threads per head; both do
  * the CPU's operations in the CPU's order. */
@@ -213,15 +214,41 @@ __global__ void k_gated_norm(float *o, const float *z, int D, const float *w, fl
 
 /* ---------- the layer ---------- */
 
-int cu_gdn_forward(cuda_backend *be, const cu_layer *c, cu_lstate *ls, const float *x, int T, float *y)
+/* T steps of the recurrence: the register kernel where a state column of Dk floats fits, else the plain one. */
+int cu_gdn_recurrence(cuda_backend *be, int T, const float *mixed, int64_t rs, const float *g, const float *beta,
+                      float *state, float *out)
+{
+    const struct model_hparams *hp = &be->base.model->hp;
+    const int Hk = hp->ssm_n_k_heads, Hv = hp->ssm_n_v_heads, Dk = hp->ssm_k_head_dim, Dv = hp->ssm_v_head_dim;
+    const int64_t kdim = model_gdn_k_dim(hp);
+    const float *q = mixed, *k = mixed + kdim, *v = mixed + 2 * kdim;
+    if (T <= 0) return 0;
+    if (Dk <= 128) {
+        k_gdn_recurrent_cols<128><<<dim3((unsigned)Hv, (unsigned)((Dv + 31) / 32)), 32, 0, be->st>>>(
+            Hk, Hv, Dk, Dv, T, q, k, v, rs, g, beta, state, out);
+        CKL("k_gdn_recurrent_cols");
+    } else {
+        k_gdn_recurrent<<<Hv, (Dv + 31) / 32 * 32, 0, be->st>>>(Hk, Hv, Dk, Dv, T, q, k, v, rs, g, beta, state, out);
+        CKL("k_gdn_recurrent");
+    }
+    return 0;
+}
+
+/* A decode step (T = 1) and a verify window (token by token, so each row is
+ * the decode step's and rollback.cu replays the same kernel on the same
+ * inputs) run the recurrent form, a prefill the chunked one. */
+int cu_gdn_forward(cuda_backend *be, const cu_layer *c, cu_lstate *ls, const float *x, int T, bool verify, float *y)
 {
     const struct model_hparams *hp = &be->base.model->hp;
     const int Hk = hp->ssm_n_k_heads, Hv = hp->ssm_n_v_heads, Dk = hp->ssm_k_head_dim, Dv = hp->ssm_v_head_dim;
     const int64_t conv_dim = model_gdn_conv_dim(hp), vdim = model_gdn_v_dim(hp), kdim = model_gdn_k_dim(hp), C = hp->n_embd;
     cudaStream_t st = be->st;
+    const cu_ck_rows ck = verify ? cu_ck_rows_of(hp, ls->ck_in) : cu_ck_rows{};
     tmp t = tmp_begin(be);
     float *qkv, *mixed, *z, *o, *g, *beta;
-    int rc = cu_talloc(&t, &qkv, T * conv_dim);
+    int rc = verify && (T > GW_VERIFY_ROWS || !ls->ck_in) ? NB_EINVAL : 0;
+    if (rc) snprintf(g_msg, sizeof g_msg, "a verify window of %d rows without its checkpoint", T);
+    if (rc == 0) rc = cu_talloc(&t, &qkv, T * conv_dim);
     if (rc == 0) rc = cu_talloc(&t, &mixed, T * conv_dim);
     if (rc == 0) rc = cu_talloc(&t, &z, T * vdim);
     if (rc == 0) rc = cu_talloc(&t, &o, T * vdim);
@@ -232,6 +259,12 @@ int cu_gdn_forward(cuda_backend *be, const cu_layer *c, cu_lstate *ls, const flo
     if (rc == 0) rc = cu_matmul(be, c->beta, x, C, T, beta, Hv);
     if (rc == 0) rc = cu_matmul(be, c->alpha, x, C, T, g, Hv);
     cudaError_t e = cudaSuccess;
+    if (rc == 0 && verify) { /* before the state moves: both states, and the conv's input rows */
+        e = cu_dcopy_async(ls->ck_conv, ls->conv, model_gdn_conv_state_floats(hp), st);
+        if (e == cudaSuccess) e = cu_dcopy_async(ls->ck_ssm, ls->ssm, model_gdn_ssm_state_floats(hp), st);
+        if (e == cudaSuccess) e = cu_dcopy_async(ck.qkv, qkv, T * conv_dim, st);
+        if (e != cudaSuccess) rc = cu_fail(e, "verify checkpoint (GDN state)", __LINE__);
+    }
     if (rc == 0) {
         cu_conv_silu(nblk(conv_dim, 128), 128, st, c->gdn_conv, hp->ssm_conv_kernel, 1, conv_dim, ls->conv, qkv, T,
                      mixed);
@@ -242,15 +275,16 @@ int cu_gdn_forward(cuda_backend *be, const cu_layer *c, cu_lstate *ls, const flo
             mixed, conv_dim, Hk, Hv, Dk, 1.0f / sqrtf((float)Dk), g, beta, c->gdn_a, c->dt_bias);
         if ((e = cudaGetLastError()) != cudaSuccess) rc = cu_fail(e, "k_gdn_prep", __LINE__);
     }
-    const float *q = mixed, *k = mixed + kdim, *v = mixed + 2 * kdim;
-    if (rc == 0 && T == 1 && Dk <= 128) { /* a state column of Dk floats fits in registers */
-        k_gdn_recurrent_cols<128><<<dim3((unsigned)Hv, (unsigned)((Dv + 31) / 32)), 32, 0, st>>>(
-            Hk, Hv, Dk, Dv, T, q, k, v, conv_dim, g, beta, ls->ssm, o);
-        if ((e = cudaGetLastError()) != cudaSuccess) rc = cu_fail(e, "k_gdn_recurrent_cols", __LINE__);
-    } else if (rc == 0 && T == 1) {
-        k_gdn_recurrent<<<Hv, (Dv + 31) / 32 * 32, 0, st>>>(Hk, Hv, Dk, Dv, T, q, k, v, conv_dim, g, beta, ls->ssm, o);
-        if ((e = cudaGetLastError()) != cudaSuccess) rc = cu_fail(e, "k_gdn_recurrent", __LINE__);
+    if (rc == 0 && verify) { /* the recurrence's inputs */
+        e = cu_dcopy_async(ck.mixed, mixed, T * conv_dim, st);
+        if (e == cudaSuccess) e = cu_dcopy_async(ck.g, g, (int64_t)T * Hv, st);
+        if (e == cudaSuccess) e = cu_dcopy_async(ck.beta, beta, (int64_t)T * Hv, st);
+        if (e != cudaSuccess) rc = cu_fail(e, "verify checkpoint (GDN inputs)", __LINE__);
+    }
+    if (rc == 0 && (T == 1 || verify)) {
+        rc = cu_gdn_recurrence(be, T, mixed, conv_dim, g, beta, ls->ssm, o);
     } else if (rc == 0) {
+        const float *q = mixed, *k = mixed + kdim, *v = mixed + 2 * kdim;
         const int ch = CPU_GDN_CHUNK, Dmax = Dk > Dv ? Dk : Dv;
         float *fs, *ds;
         rc = cu_talloc(&t, &fs, (int64_t)Hv * (ch * ch + ch * (Dk + Dv)));

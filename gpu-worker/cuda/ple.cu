@@ -33,7 +33,7 @@ __global__ void k_add2(float *X, const float *G, const float *cv, int64_t n)
  * the pinned h_rows before each replay (no host work inside the capture) —
  * and, with the gw_ple_rows hook, their values into h_ple. */
 int cu_ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lstate *ls, int64_t pos0, int T, float *X,
-                   bool graph)
+                   bool graph, bool verify)
 {
     const struct model *m = be->base.model;
     const struct model_hparams *hp = &m->hp;
@@ -98,6 +98,18 @@ int cu_ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lstate *
         if ((ce = cudaGetLastError()) != cudaSuccess) rc = cu_fail(ce, "k_ple_gate", __LINE__);
     }
     if (rc == 0) rc = cu_rms_rows(st, G, wide, Gn, wide, T, C, n, c->ple_norm_conv, C, hp->rms_eps);
+    if (rc == 0 && verify) { /* a verify window: the conv state before it and its input rows (rollback.cu) */
+        if (T > GW_VERIFY_ROWS || !ls->ck_ple_in) {
+            snprintf(g_msg, sizeof g_msg, "a verify window of %d rows without its checkpoint", T);
+            rc = NB_EINVAL;
+        } else {
+            ce = cudaMemcpyAsync(ls->ck_ple_conv, ls->ple_conv, (size_t)model_ple_conv_state_floats(hp) * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, st);
+            if (ce == cudaSuccess)
+                ce = cudaMemcpyAsync(ls->ck_ple_in, Gn, (size_t)(T * wide) * sizeof(float), cudaMemcpyDeviceToDevice, st);
+            if (ce != cudaSuccess) rc = cu_fail(ce, "verify checkpoint (PLE)", __LINE__);
+        }
+    }
     if (rc == 0) {
         cu_conv_silu(nblk(wide, 128), 128, st, c->ple_conv, hp->ple_conv_kernel, hp->ple_dilation, wide, ls->ple_conv,
                      Gn, T, cv);

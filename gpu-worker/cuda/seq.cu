@@ -14,6 +14,7 @@ static void seq_release(cuda_seq *s)
     cu_block_free(be, GW_PART_KV, s->state_blk, s->state_bytes);
     cu_block_free(be, GW_PART_KV, s->kv_blk, s->kv_bytes);
     cu_block_free(be, GW_PART_KV, s->mtp_blk, s->mtp_bytes);
+    cu_verify_free(s);
     free(s->ls);
     free(s->tokens);
     free(s->mtp_pos);
@@ -27,9 +28,6 @@ void cuda_seq_free(gw_seq *gs)
     seq_release(s);
     free(s);
 }
-
-/* The array at off of a block (NULL where the layout has none). */
-static float *at_off(void *blk, uint64_t off) { return off == UINT64_MAX || !blk ? NULL : (float *)((char *)blk + off); }
 
 int cuda_seq_create(gw_backend *gb, gw_seq **out, char *err, size_t errlen)
 {
@@ -50,8 +48,8 @@ int cuda_seq_create(gw_backend *gb, gw_seq **out, char *err, size_t errlen)
     }
     for (int i = 0; i < hp->n_layer && rc == 0; i++) {
         cu_lstate *st = &s->ls[i];
-        st->conv = at_off(s->state_blk, off[i][0]), st->ssm = at_off(s->state_blk, off[i][1]);
-        st->ple_conv = at_off(s->state_blk, off[i][2]);
+        st->conv = cu_at_off(s->state_blk, off[i][0]), st->ssm = cu_at_off(s->state_blk, off[i][1]);
+        st->ple_conv = cu_at_off(s->state_blk, off[i][2]);
     }
     free(off);
     if (rc == 0 && cudaDeviceSynchronize() != cudaSuccess) rc = cu_fail(cudaGetLastError(), "sequence state", __LINE__);
@@ -74,6 +72,7 @@ void cuda_seq_reset(gw_seq *gs)
     ok &= cudaDeviceSynchronize() == cudaSuccess;
     gs->n_pos = 0;
     s->mtp_n = 0;
+    s->ck_T = 0;
     s->broken = !ok; /* a device that cannot clear state keeps refusing work */
 }
 
@@ -116,8 +115,8 @@ int cu_seq_reserve(cuda_seq *s, int64_t need)
     for (int i = 0; i < hp->n_layer && rc == 0; i++) {
         const cu_lstate *o = &s->ls[i];
         cu_lstate *q = &nl[i];
-        q->k = at_off(blk, off[i][0]), q->v = at_off(blk, off[i][1]);
-        q->idx_k = at_off(blk, off[i][2]), q->blk_k = at_off(blk, off[i][3]);
+        q->k = cu_at_off(blk, off[i][0]), q->v = cu_at_off(blk, off[i][1]);
+        q->idx_k = cu_at_off(blk, off[i][2]), q->blk_k = cu_at_off(blk, off[i][3]);
         rc = dcopy(q->k, o->k, n * kvw);
         if (rc == 0) rc = dcopy(q->v, o->v, n * kvw);
         if (rc == 0) rc = dcopy(q->idx_k, o->idx_k, n * Di);
@@ -179,11 +178,10 @@ int cuda_seq_truncate(gw_seq *gs, int64_t n_keep, char *err, size_t errlen)
 {
     cuda_seq *s = (cuda_seq *)gs;
     const struct model *m = gs->be->model;
-    if (gw_recurrent_layer(m) >= 0) /* the verify window's checkpoint is the CPU reference's only, so far */
-        return nb_errf(err, errlen, NB_ENOTSUP,
-                       "truncate to %lld of %lld: layer %d keeps recurrent state that the cuda backend cannot roll back "
-                       "yet (keep a gw_seq_copy instead)",
-                       (long long)n_keep, (long long)gs->n_pos, gw_recurrent_layer(m));
+    if (gw_recurrent_layer(m) >= 0) { /* GDN / PLE state: only back into the last verify window (rollback.cu) */
+        int rc = cu_rollback(s, n_keep, err, errlen);
+        if (rc) return rc;
+    }
     for (int i = 0; i < m->hp.n_layer; i++) s->ls[i].n_blk = gw_blocks_kept(m, i, s->ls[i].n_blk, n_keep);
     gs->n_pos = n_keep;
     return 0;
@@ -194,7 +192,7 @@ static int seq_copy_body(cuda_seq *d, const cuda_seq *s)
     const struct model_hparams *hp = &d->base.be->model->hp;
     const int64_t kvw = (int64_t)hp->n_head_kv * hp->head_dim, Di = hp->idx_head_dim;
     CK(cudaStreamSynchronize(cbe(d->base.be)->st));
-    d->base.n_pos = 0, d->mtp_n = 0; /* nothing of dst is kept while growing */
+    d->base.n_pos = 0, d->mtp_n = 0, d->ck_T = 0; /* nothing of dst is kept while growing */
     TRY(cu_seq_reserve(d, s->cap));
     TRY(cu_mtp_reserve(d, s->mtp_cap));
     for (int i = 0; i < hp->n_layer + hp->n_nextn; i++) {
@@ -216,6 +214,7 @@ static int seq_copy_body(cuda_seq *d, const cuda_seq *s)
     d->base.n_pos = s->base.n_pos;
     d->mtp_n = s->mtp_n;
     d->broken = s->broken;
+    d->ck_T = 0; /* the copy does not take the source's last verify window: it cannot roll back into it */
     return 0;
 }
 
@@ -227,5 +226,41 @@ int cuda_seq_copy(gw_seq *gd, const gw_seq *gsrc, char *err, size_t errlen)
         d->broken = true;
         return nb_errf(err, errlen, rc, "sequence copy: %s", g_msg);
     }
+    return 0;
+}
+
+/* gw_seq_save / gw_seq_load's view (engine/seq_state.c): the device arrays,
+ * copied one by one with cudaMemcpy (host ↔ device, the legacy stream, after
+ * the backend's stream is drained).  A load first grows the blocks for the
+ * state's positions (nothing of the old state kept, as a copy does). */
+int cuda_seq_parts(gw_seq *gs, bool load, int64_t n_pos, int64_t mtp_n, struct gw_seq_parts *p, char *err, size_t errlen)
+{
+    cuda_seq *s = (cuda_seq *)gs;
+    const struct model_hparams *hp = &gs->be->model->hp;
+    if (cudaStreamSynchronize(cbe(gs->be)->st) != cudaSuccess)
+        return nb_errf(err, errlen, cu_fail(cudaGetLastError(), "sequence state", __LINE__), "%s", g_msg);
+    if (load) {
+        gs->n_pos = 0, s->mtp_n = 0, s->broken = false, s->ck_T = 0; /* no rollback into the old last verify window */
+        int rc = cu_seq_reserve(s, n_pos);
+        if (rc == 0) rc = cu_mtp_reserve(s, mtp_n);
+        if (rc) {
+            s->broken = true;
+            return nb_errf(err, errlen, rc, "sequence state of %lld positions: %s", (long long)n_pos, g_msg);
+        }
+    }
+    p->tokens = s->tokens, p->mtp_pos = s->mtp_pos, p->mtp_n = &s->mtp_n, p->broken = &s->broken;
+    for (int i = 0; i < hp->n_layer + hp->n_nextn; i++) {
+        cu_lstate *st = &s->ls[i];
+        p->layers[i] = (struct gw_seq_layer){st->conv, st->ssm, st->ple_conv, st->k, st->v, st->idx_k, st->blk_k,
+                                             i < hp->n_layer ? &st->n_blk : NULL};
+    }
+    return 0;
+}
+
+int cuda_state_copy(gw_backend *be, void *dst, const void *src, uint64_t bytes, bool to_dev, char *err, size_t errlen)
+{
+    cudaError_t e = cudaMemcpy(dst, src, (size_t)bytes, to_dev ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) return nb_errf(err, errlen, cu_fail(e, "sequence state copy", __LINE__), "%s", g_msg);
+    if (to_dev) __atomic_fetch_add(&be->bytes_copied, bytes, __ATOMIC_RELAXED);
     return 0;
 }

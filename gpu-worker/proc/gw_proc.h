@@ -10,7 +10,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/ctl/worker.h"
+#include "core/kvfile/kvfile.h"
 #include "core/prepared/prepared.h"
+
+#include <pthread.h>
 
 #include "engine/backend.h"
 #include "shm/shm.h"
@@ -90,6 +94,23 @@ void gwp_spec_reset(struct gwp_spec *sp); /* a reset or a plain eval: no window,
 void gwp_spec_free(struct gwp_spec *sp);
 int gwp_spec_serve(struct gwp_spec *sp, gw_backend *be, gw_seq *seq, const struct ring_slot *req, struct ring_slot *resp,
                    char *err, size_t errlen);
+
+/* cache.c: the prompt cache's checkpoints (STEP_SAVE, STEP_LOAD, STEP_DROP). */
+struct gwp_ckpt;
+struct gwp_cache {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t writer;
+    bool inited, have_writer, stop;
+    struct gwp_ckpt *list;
+    uint64_t ram_bytes;
+    char dir[CTL_PATH_MAX];                /* "": no files */
+    char identity[KVFILE_IDENTITY_MAX];
+};
+int gwp_cache_open(struct gwp_cache *c, const char *dir, const char *identity, char *err, size_t errlen);
+void gwp_cache_close(struct gwp_cache *c); /* writes what is queued first */
+int gwp_cache_serve(struct gwp_cache *c, gw_seq *seq, const struct ring_slot *req, struct ring_slot *resp, char *err,
+                    size_t errlen);
 
 /* ple_pager.c: the PLE rows hook answered by the ssd-pager over `pager-gw`. */
 struct gwp_ple_config {

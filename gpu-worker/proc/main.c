@@ -51,6 +51,7 @@ struct gwp {
     struct gwp_moe_client moe;
     struct gwp_arena arena; /* the RAM arena, streamed by prefill chunks (arena.c) */
     struct gwp_spec spec;   /* speculative decoding's state (spec.c) */
+    struct gwp_cache cache; /* the prompt cache's checkpoints (cache.c) */
     struct gwp_ple_client ple;
     struct gw_ple_host ple_host; /* the n-gram table kept in host memory (cuda, ple_tier ram or ssd) */
     bool have_moe, have_ple, ple_detached;
@@ -229,6 +230,7 @@ static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
                                    .n_ctx = plan.n_ctx};
     if ((rc = gw_backend_create(w->m, &bp, &w->be, err, errlen))) return rc;
     if ((rc = gw_seq_create(w->be, &w->seq, err, errlen))) return rc;
+    if ((rc = gwp_cache_open(&w->cache, c.cache_dir, c.cache_identity, err, errlen))) return rc;
     if ((rc = open_regions(w, c.instance, n_remote, err, errlen))) return rc;
     /* The answer of the cpu-moe-worker comes within a millisecond or so: when
      * the coordinator found a core for it (coordinator/cpu_plan.c), wait
@@ -262,6 +264,13 @@ static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slo
         gw_seq_reset(w->seq);
         gwp_spec_reset(&w->spec);
         return 0;
+    }
+    if (op == STEP_SAVE || op == STEP_LOAD || op == STEP_DROP) {
+        uint64_t t0 = nb_now_ns();
+        if (op == STEP_LOAD) gwp_spec_reset(&w->spec);
+        int rc = gwp_cache_serve(&w->cache, w->seq, req, resp, err, errlen);
+        shm_stats_add(w->stats, w->block, SHM_STAT_BUSY_NS, nb_now_ns() - t0);
+        return rc;
     }
     if (op == STEP_SPEC) {
         uint64_t t0 = nb_now_ns();
@@ -435,6 +444,7 @@ static void teardown(struct gwp *w)
                gw_backend_vram_bytes(w->be) / 1048576.0, u.dense / 1048576.0, u.mtp / 1048576.0, u.kv / 1048576.0,
                u.slots / 1048576.0, u.scratch / 1048576.0);
     }
+    gwp_cache_close(&w->cache); /* its queued files written first */
     if (w->seq) gw_seq_free(w->seq);
     if (w->be) gw_backend_free(w->be); /* before the arena goes: it may hold the arena page-locked */
     gwp_arena_close(&w->arena);

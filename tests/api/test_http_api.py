@@ -488,7 +488,7 @@ def prefill_report(line):
 def test_queue_cancel_keepalive():
     prompt, n = long_prompt(3900)
     check(3500 < n < 4096, f"long prompt of {n} tokens")
-    slow = {"prompt": prompt, "max_tokens": 4, "temperature": 0, "prefill_chunk": 1, "stream": True}
+    slow = {"prompt": prompt, "max_tokens": 4, "temperature": 0, "prefill_chunk": 1, "stream": True, "cache_prompt": False}
     t0 = time.time()
     st, ctype, ev = stream("/v1/completions", slow)
     t_slow = time.time() - t0
@@ -565,7 +565,8 @@ def test_queue_cancel_keepalive():
 
 def test_worker_dies_mid_generation():
     prompt, n = long_prompt(2500)
-    body = {"prompt": prompt, "max_tokens": 8, "temperature": 0, "prefill_chunk": 1}
+    # cache_prompt false: the repeat must prefill again for the kill to land in it (the prompt cache would resume it)
+    body = {"prompt": prompt, "max_tokens": 8, "temperature": 0, "prefill_chunk": 1, "cache_prompt": False}
     st, d = jcall("POST", "/v1/completions", body)
     want = d["choices"][0]["text"]
     check(st == 200, f"the reference run: {st} {d}")
@@ -588,7 +589,7 @@ def test_worker_dies_mid_generation():
 def test_ctl_during_http_job(greedy_text):
     """ctl.sock during an HTTP job: status answers at once, a generate waits for the job and then runs."""
     prompt, n = long_prompt(3900)
-    slow = {"prompt": prompt, "max_tokens": 4, "temperature": 0, "prefill_chunk": 1, "stream": True}
+    slow = {"prompt": prompt, "max_tokens": 4, "temperature": 0, "prefill_chunk": 1, "stream": True, "cache_prompt": False}
     c, r = open_stream("/v1/completions", slow)
     check(wait_for(lambda: status()["queue"]["running"] == 1), "the slow request runs")
     t0 = time.time()
@@ -683,7 +684,7 @@ def test_shutdown_in_flight():
     """SIGTERM with one request running and one queued: both get an error event and [DONE], and the
     coordinator exits 0 at once (no thread waits for a job that will never run)."""
     prompt, n = long_prompt(3900)
-    slow = {"prompt": prompt, "max_tokens": 4, "temperature": 0, "prefill_chunk": 1, "stream": True}
+    slow = {"prompt": prompt, "max_tokens": 4, "temperature": 0, "prefill_chunk": 1, "stream": True, "cache_prompt": False}
     ca, ra = open_stream("/v1/completions", slow)
     check(wait_for(lambda: status()["queue"]["running"] == 1), "running before the shutdown")
     cb, rb = open_stream("/v1/completions", slow)

@@ -73,7 +73,7 @@ def test_prefill_progress(tmp):
     # Completions, prefill_chunk over --chunk (run at 512 a step), the gpu-worker paused for
     # 1.2 s in the middle: keep-alives repeat the progress, /api/status shows it.
     prompt, n = long_prompt(3900)
-    body = {"prompt": prompt, "max_tokens": 8, "temperature": 0}
+    body = {"prompt": prompt, "max_tokens": 8, "temperature": 0, "cache_prompt": False}  # the repeat prefills again
     st, ref = jcall("POST", "/v1/completions", body)
     gw = [w for w in status()["workers"] if w["role"] == "gpu-worker"][0]["pid"]
     c, r = open_stream("/v1/completions", dict(body, prefill_chunk=4096, stream=True))

@@ -88,7 +88,16 @@ Test(conf, key_outside_a_section) { refused("threads = 4\n", ":1: threads: a key
 Test(conf, bad_number) { refused("[engine]\nthreads = four\n", ":2: engine.threads: 'four' is not a whole number"); }
 Test(conf, number_out_of_range) { refused("[server]\nport = 70000\n", ":2: server.port: '70000'"); }
 Test(conf, bad_choice) { refused("[engine]\nbackend = tpu\n", ":2: engine.backend: 'tpu' is not one of auto|cpu|cuda"); }
-Test(conf, bad_spec) { refused("[engine]\nspec = eagle\n", ":2: engine.spec: 'eagle' is not one of off|mtp|lookup"); }
+Test(conf, bad_spec) { refused("[engine]\nspec = eagle\n", ":2: engine.spec: 'eagle' is not one of off|mtp|lookup|auto"); }
+
+Test(conf, spec_auto_and_a_level)
+{
+    struct conf_settings s;
+    char err[512] = "";
+    cr_assert_eq(load("[engine]\nspec = auto\n[generate]\naccuracy_level = 2\n", &s, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(s.spec, "auto");
+    cr_assert_eq(s.accuracy_level, 2);
+}
 Test(conf, bad_bytes) { refused("[engine]\nvram_budget = 12Q\n", ":2: engine.vram_budget: '12Q' is not a byte count"); }
 Test(conf, accuracy_out_of_range) { refused("[generate]\naccuracy_level = 4\n", ":2: generate.accuracy_level"); }
 Test(conf, not_ini) { refused("[engine]\nthis line has no equals sign\n", ":2: not an INI line"); }

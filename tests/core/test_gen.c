@@ -171,3 +171,37 @@ Test(gen, logits_file)
     cr_assert_neq(access(file, F_OK), 0);
     rmdir(path);
 }
+
+/* gen_resume (the prompt cache): the prefill starts after the loaded ids and its steps keep the
+ * uncached grid (ends at multiples of chunk), split once more at the cut; the ids are the same. */
+Test(gen, resume_keeps_the_grid_and_cuts)
+{
+    int32_t prompt[30];
+    for (int i = 0; i < 30; i++) prompt[i] = i % V;
+    struct gen_config c = config(prompt, 30, 3);
+    c.chunk = 8;
+    gen_session *g;
+    char err[128];
+    cr_assert_eq(gen_new(&c, &g, err, sizeof err), 0);
+    struct run plain = drive(g, -1, false);
+    cr_assert_eq(gen_restart(g, err, sizeof err), 0);
+    gen_resume(g, 10, 20);
+    struct gen_step st;
+    struct gen_event ev;
+    float logits[V];
+    const int want[][2] = {{10, 6}, {16, 4}, {20, 4}}; /* [from, n]: to 16 (the grid), to the cut, to 24; then 24 … 30 */
+    for (int k = 0; k < 3; k++) {
+        cr_assert_eq(gen_next(g, &st), GEN_EVAL);
+        cr_assert_eq(st.phase, GEN_PREFILL);
+        cr_expect_eq(st.ids[0], prompt[want[k][0]], "step %d starts at %d", k, want[k][0]);
+        cr_expect_eq(st.n_ids, want[k][1], "step %d: %d ids, want %d", k, st.n_ids, want[k][1]);
+        cr_expect_eq(gen_prefilled(g), (size_t)want[k][0]);
+        fake_logits(st.ids[st.n_ids - 1], logits);
+        cr_assert_eq(gen_feed(g, logits, NULL, &ev, err, sizeof err), 0, "%s", err);
+    }
+    cr_expect_eq(gen_prefilled(g), 24);
+    struct run rest = drive(g, -1, false);
+    cr_expect_eq(rest.n_prefill_steps, 1, "the last step: 24 to the end");
+    cr_expect(rest.n_ids == plain.n_ids && !memcmp(rest.ids, plain.ids, sizeof plain.ids), "the same tokens after a resume");
+    gen_free(g);
+}

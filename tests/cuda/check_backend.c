@@ -1,6 +1,7 @@
 /* check_backend.c — the CUDA backend against the CPU reference, on a GPU.
  *
  *   check_backend MODEL.gguf TOKENS.txt [--greedy N] [--remote] [--tol X] [--kernels ref|fast] [--prompt N]
+ *                 [--mtp FILE] [--verify N] [--verify-only]
  *
  * TOKENS.txt holds the prompt (whitespace-separated ids; --prompt N: its
  * first N only, which keeps the CPU reference side short on big models).  Checks, each
@@ -48,7 +49,10 @@
  *   vram-blocks(-0) the backend's own blocks by part (gw_backend_vram_used)
  *             are the ones gw_vram_allocs lists;
  *   vram-budget  a budget of 4 KiB is refused with every part named;
- *   argmax    greedy with gw_eval_args.argmax (no logits copied): the same ids.
+ *   argmax    greedy with gw_eval_args.argmax (no logits copied): the same ids;
+ *   verify-*  (--verify N: N tokens (at least 26), default 0: none;
+ *             --verify-only: these alone) verify windows and the rollback into them, CPU and CUDA
+ *             under several placements (tests/cuda/check_verify.c).
  * --kernels picks the cuda backends' matrix kernels (default: the backend's,
  * fast); "ref" must pass the same checks.
  * Logits pass when max|cuda − cpu| ≤ tol · max|cpu| (tol 1e-3).  Exit 0 only
@@ -64,234 +68,8 @@
 #include "engine/backend.h"
 #include "engine/ffn.h"
 #include "engine/vram.h"
+#include "tests/cuda/check.h"
 
-static int failures;
-static double tol = 1e-3;
-static const char *kernels; /* --kernels, for every cuda backend made here */
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void die(const char *what, const char *err)
-{
-    fprintf(stderr, "FAIL: %s: %s\n", what, err);
-    exit(1);
-}
-
-/* max|a-b| / max|b| over n values */
-static double rel_err(const float *a, const float *b, int64_t n)
-{
-    double md = 0, mr = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= md)) md = d; /* NaN counts as the largest error */
-        if (fabs(b[i]) > mr) mr = fabs(b[i]);
-    }
-    return mr > 0 ? md / mr : md;
-}
-
-static void report(const char *name, bool ok, const char *fmt, double v)
-{
-    printf("%s: %-10s ", ok ? "PASS" : "FAIL", name);
-    printf(fmt, v);
-    printf("\n");
-    fflush(stdout);
-    failures += !ok;
-}
-
-static int32_t argmax(const float *v, int64_t n)
-{
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (v[i] > v[best]) best = i;
-    return (int32_t)best;
-}
-
-static int32_t *read_tokens(const char *path, int *n)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) die("open", path);
-    int cap = 1024;
-    int32_t *v = malloc((size_t)cap * sizeof *v);
-    long x;
-    *n = 0;
-    while (fscanf(f, "%ld", &x) == 1) {
-        if (*n == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
-        v[(*n)++] = (int32_t)x;
-    }
-    fclose(f);
-    return v;
-}
-
-/* ---- route tap: every layer's expert ids, appended ---- */
-struct routes {
-    int32_t *ids;
-    int64_t n, cap;
-};
-static void route_tap(void *ctx, int layer, int n_tokens, int k, const int32_t *experts, const float *weights)
-{
-    struct routes *r = ctx;
-    int64_t add = (int64_t)n_tokens * k;
-    if (r->n + add > r->cap) r->ids = realloc(r->ids, (size_t)(r->cap = 2 * (r->n + add)) * sizeof *r->ids);
-    memcpy(r->ids + r->n, experts, (size_t)add * sizeof *experts);
-    r->n += add;
-    (void)layer, (void)weights;
-}
-
-/* ---- the remote-expert hook, answered on the CPU ---- */
-struct remote_ctx {
-    const struct model *m;
-    uint64_t pairs;
-    int fail;       /* answer with an error (the failure path) */
-    unsigned calls; /* hook calls */
-    struct gw_expert_scratch scratch;
-};
-static int remote_fn(void *ctx, int layer, int n_rows, const float *x, int n_pairs, const int32_t *rows,
-                     const int32_t *experts, const float *weights, float *out, char *err, size_t errlen)
-{
-    struct remote_ctx *r = ctx;
-    __atomic_add_fetch(&r->calls, 1, __ATOMIC_RELAXED);
-    if (r->fail) return nb_errf(err, errlen, NB_EIO, "told to fail");
-    const struct model_moe *w = &r->m->layers[layer].moe;
-    const int64_t C = r->m->hp.n_embd;
-    /* one job per pair, all in one gw_expert_ffn_many call: its threads split
-     * the rows, and with the ref kernels each pair's bits are gw_expert_ffn's */
-    struct gw_expert_job *jobs = malloc((size_t)(n_pairs > 0 ? n_pairs : 1) * sizeof *jobs);
-    if (!jobs) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
-    for (int i = 0; i < n_pairs; i++) {
-        int e = experts[i];
-        if (rows[i] < 0 || rows[i] >= n_rows) {
-            free(jobs);
-            return nb_errf(err, errlen, NB_EINVAL, "pair %d: row %d", i, rows[i]);
-        }
-        struct gw_expert ex = {w->gate_exps.data + (size_t)e * w->gate_exps.mat_bytes,
-                               w->up_exps.data + (size_t)e * w->up_exps.mat_bytes,
-                               w->down_exps.data + (size_t)e * w->down_exps.mat_bytes,
-                               w->gate_exps.type, w->up_exps.type, w->down_exps.type, C, w->gate_exps.ne[1]};
-        jobs[i] = (struct gw_expert_job){ex, x + (int64_t)rows[i] * C, 1, &weights[i], out + (int64_t)i * C};
-    }
-    int rc = gw_expert_ffn_many(jobs, n_pairs, GW_KERNELS_REF, &r->scratch);
-    free(jobs);
-    if (rc) return nb_errf(err, errlen, NB_ENOTSUP, "experts of layer %d", layer);
-    r->pairs += (uint64_t)n_pairs;
-    return 0;
-}
-
-/* ---- the PLE row hook, answered from the model's table on the host ---- */
-static int ple_fn(void *ctx, int n_rows, const int64_t *rows, float *out, char *err, size_t errlen)
-{
-    const struct model *m = ctx;
-    const struct model_tensor *t = &m->ple_table;
-    for (int i = 0; i < n_rows; i++) {
-        if (rows[i] < 0 || rows[i] >= t->ne[1]) return nb_errf(err, errlen, NB_EINVAL, "row %lld", (long long)rows[i]);
-        t->qt->to_float(t->data + (size_t)rows[i] * t->row_bytes, out + (int64_t)i * t->ne[0], t->ne[0]);
-    }
-    return 0;
-}
-
-static gw_backend *make_pl(const struct model *m, const char *kind, bool no_graphs, const uint8_t *local)
-{
-    char err[1024];
-    gw_backend *be;
-    struct gw_backend_params p = {.kind = kind, .no_graphs = no_graphs, .local = local};
-    if (!strcmp(kind, "cuda")) p.kernels = kernels;
-    int rc = gw_backend_create(m, &p, &be, err, sizeof err);
-    if (rc && strcmp(kind, "cuda") == 0 && rc == NB_ENOTSUP) {
-        printf("SKIP: %s\n", err);
-        exit(77);
-    }
-    if (rc) die(kind, err);
-    return be;
-}
-
-static gw_backend *make_p(const struct model *m, const char *kind, bool no_graphs)
-{
-    return make_pl(m, kind, no_graphs, NULL);
-}
-static gw_backend *make(const struct model *m, const char *kind) { return make_p(m, kind, false); }
-
-static double mib(uint64_t b) { return (double)b / 1048576.0; }
-
-static gw_seq *seq(gw_backend *be)
-{
-    char err[256];
-    gw_seq *s;
-    if (gw_seq_create(be, &s, err, sizeof err)) die("seq", err);
-    return s;
-}
-
-static void eval(gw_seq *s, const int32_t *tok, int n, enum gw_rows lr, float *logits, enum gw_rows wr, float *wide,
-                 struct routes *rt)
-{
-    char err[512];
-    struct gw_eval_args a = {.tokens = tok, .n_tokens = n, .logits_rows = lr, .logits = logits, .wide_rows = wr, .wide = wide,
-                             .route_tap = rt ? route_tap : NULL, .route_ctx = rt};
-    if (gw_eval(s, &a, err, sizeof err)) die("eval", err);
-}
-
-/* FNV-1a of a step's logits: the graph and plain runs are compared bit for bit, step by step. */
-static uint64_t hash_bytes(const void *p, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
-    return h;
-}
-
-/* Greedy generation of n tokens after the prompt; ids into out (and each
- * step's logits hash into hashes, if given); returns seconds of the decode loop. */
-static double greedy_h(gw_backend *be, const int32_t *prompt, int np, int n, int32_t *out, float *last_logits,
-                       uint64_t *hashes)
-{
-    const int64_t V = gw_backend_model(be)->hp.n_vocab;
-    float *lg = malloc((size_t)V * sizeof *lg);
-    gw_seq *s = seq(be);
-    eval(s, prompt, np, GW_ROWS_LAST, lg, GW_ROWS_NONE, NULL, NULL);
-    double t0 = now();
-    for (int i = 0; i < n; i++) {
-        out[i] = argmax(lg, V);
-        if (hashes) hashes[i] = hash_bytes(lg, (size_t)V * sizeof *lg);
-        if (i + 1 < n) eval(s, &out[i], 1, GW_ROWS_LAST, lg, GW_ROWS_NONE, NULL, NULL);
-    }
-    double dt = now() - t0;
-    if (last_logits) memcpy(last_logits, lg, (size_t)V * sizeof *lg);
-    gw_seq_free(s);
-    free(lg);
-    return dt;
-}
-
-static double greedy(gw_backend *be, const int32_t *prompt, int np, int n, int32_t *out, float *last_logits)
-{
-    return greedy_h(be, prompt, np, n, out, last_logits, NULL);
-}
-
-/* Greedy generation with the argmax taken by the backend and no logits copied
- * out (gw_eval_args.argmax); returns seconds of the decode loop. */
-static double greedy_argmax(gw_backend *be, const int32_t *prompt, int np, int n, int32_t *out)
-{
-    char err[512];
-    gw_seq *s = seq(be);
-    struct gw_eval_args a = {.tokens = prompt, .n_tokens = np, .logits_rows = GW_ROWS_LAST, .argmax = &out[0]};
-    if (gw_eval(s, &a, err, sizeof err)) die("eval (argmax)", err);
-    double t0 = now();
-    for (int i = 1; i < n; i++) {
-        struct gw_eval_args b = {.tokens = &out[i - 1], .n_tokens = 1, .logits_rows = GW_ROWS_LAST, .argmax = &out[i]};
-        if (gw_eval(s, &b, err, sizeof err)) die("eval (argmax)", err);
-    }
-    double dt = now() - t0;
-    gw_seq_free(s);
-    return dt;
-}
-
-static int same_prefix(const int32_t *a, const int32_t *b, int n)
-{
-    int i = 0;
-    while (i < n && a[i] == b[i]) i++;
-    return i;
-}
 
 /* ---- streamed experts: host blobs as the RAM arena holds them ---- */
 /* stream (--remote): the odd experts not resident, their blobs (gate | up |
@@ -374,11 +152,11 @@ int main(int argc, char **argv)
 {
     if (argc < 3) {
         fprintf(stderr, "usage: %s MODEL.gguf TOKENS.txt [--greedy N] [--remote] [--tol X] [--kernels K] [--prompt N] "
-                        "[--mtp FILE]\n", argv[0]);
+                        "[--mtp FILE] [--verify N] [--verify-only]\n", argv[0]);
         return 2;
     }
-    int n_greedy = 32, n_prompt = 0;
-    bool remote = false;
+    int n_greedy = 32, n_prompt = 0, n_verify = 0;
+    bool remote = false, verify_only = false;
     const char *mtp = NULL; /* the MTP block from a separate GGUF (model_open_mtp) */
     for (int i = 3; i < argc; i++) {
         if (!strcmp(argv[i], "--greedy") && i + 1 < argc) n_greedy = atoi(argv[++i]);
@@ -387,6 +165,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) kernels = argv[++i];
         else if (!strcmp(argv[i], "--prompt") && i + 1 < argc) n_prompt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--mtp") && i + 1 < argc) mtp = argv[++i];
+        else if (!strcmp(argv[i], "--verify") && i + 1 < argc) n_verify = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--verify-only")) verify_only = true;
         else {
             fprintf(stderr, "unknown argument %s\n", argv[i]);
             return 2;
@@ -408,6 +188,12 @@ int main(int argc, char **argv)
     double t0 = now();
     gw_backend *cpu = make(m, "cpu"), *gpu = make(m, "cuda");
     printf("     cuda backend (kernels %s) created in %.2f s\n", kernels ? kernels : "default", now() - t0);
+    if (n_verify > 0) check_verify(m, cpu, tok, T, n_verify, remote);
+    if (verify_only) {
+        gw_backend_free(cpu), gw_backend_free(gpu), model_close(m), free(tok);
+        printf("%s: %d check(s) failed\n", failures ? "FAIL" : "OK", failures);
+        return failures ? 1 : 0;
+    }
 
     /* prefill: all rows, and the routes */
     float *lc = malloc((size_t)T * V * sizeof *lc), *lg = malloc((size_t)T * V * sizeof *lg);
@@ -748,7 +534,8 @@ int main(int argc, char **argv)
         uint64_t part[5] = {0}, mtp_kv = 0;
         for (int i = 0; i < na && i < 16; i++) {
             part[al[i].part] += al[i].bytes;
-            if (!strcmp(al[i].what, "MTP K/V")) mtp_kv = al[i].bytes;
+            /* allocated at the first MTP step, the first verify window: not here */
+            if (!strcmp(al[i].what, "MTP K/V") || !strcmp(al[i].what, "verify checkpoint")) mtp_kv += al[i].bytes;
         }
         struct gw_vram_parts used = {0};
         if (pb) gw_backend_vram_used(pb, &used);

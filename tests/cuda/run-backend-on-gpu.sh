@@ -7,7 +7,8 @@
 # placements, the expert re-layout, the VRAM tier and budget — each model
 # once per matrix kernel set in KERNELS ("ref fast": the bit-faithful kernels
 # and matvec.cu's fp32 ones, which must pass the same 1e-3 tolerance and
-# greedy identity).  Exits 1 with a FAIL line where there is no GPU
+# greedy identity), with the verify-window checks (VERIFY tokens) on the
+# fixtures and the synthetic models.  Exits 1 with a FAIL line where there is no GPU
 # (tests/lib/gpu.sh): never green without having run.  Binaries from
 # `make all cuda-check` (BIN, CHECK to use others); the models are written
 # to WORK.  GREEDY (default 128) tokens after a PROMPT (default 64) tokens on
@@ -26,18 +27,15 @@
 # leaves out both released-width models (a run split over device calls).
 set -u
 . "$(dirname "$0")/../lib/gpu.sh"
-require_gpu run-backend-on-gpu.sh
-gpu_exclusive run-backend-on-gpu.sh
 BIN=${BIN:-build/bin}
 CHECK=${CHECK:-build/tests/cuda/check_backend}
-for b in "$BIN/nebula-convert" "$CHECK"; do
-    [ -x "$b" ] || { echo "FAIL: $b is not built (make all cuda-check: needs nvcc and libcudart_static.a)" >&2; exit 1; }
-done
+gpu_check_begin run-backend-on-gpu.sh "make all cuda-check: needs nvcc and libcudart_static.a" "$BIN/nebula-convert" "$CHECK"
 WORK=${WORK:-build/cuda-check}
 GREEDY=${GREEDY:-128}
 PROMPT=${PROMPT:-64} # prompt tokens on the synthetic model (the CPU reference prefills at ~15 tok/s)
 KERNELS=${KERNELS:-ref fast}
 FIXTURE_GREEDY=${FIXTURE_GREEDY:-64}
+VERIFY=${VERIFY:-32} # tokens of the verify-window checks (check_verify.c) on the fixtures and the synthetic models; 0: none
 FIXTURES=${FIXTURES-tiny-a tiny-b tiny-b-vl} # set empty to check only the synthetic model
 GDN_DIMS=${GDN_DIMS-16:24 24:16 16:40 160:24}
 WIDE_DV=${WIDE_DV-192}
@@ -50,6 +48,7 @@ for fx in $FIXTURES; do
         "$BIN/nebula-convert" "tests/fixtures/$fx" "$WORK/$fx-$ty.gguf" --type "$ty" -q || { fail=1; continue; }
         for k in $KERNELS; do
             "$CHECK" "$WORK/$fx-$ty.gguf" "tests/fixtures/$fx/tokens.txt" --greedy "$FIXTURE_GREEDY" --remote --kernels "$k" \
+                --verify "$VERIFY" \
                 || { echo "FAIL: $fx-$ty (kernels $k)"; fail=1; }
         done
     done
@@ -145,7 +144,7 @@ for name in $wide; do
     for k in $KERNELS; do
         t0=$(date +%s)
         "$CHECK" "$WORK/$name.gguf" tests/fixtures/tiny-a/tokens.txt --greedy "$GREEDY" --prompt "$PROMPT" --remote \
-            --kernels "$k" || { echo "FAIL: $name (kernels $k)"; fail=1; }
+            --kernels "$k" --verify "$VERIFY" || { echo "FAIL: $name (kernels $k)"; fail=1; }
         echo "$name checked with kernels $k in $(($(date +%s) - t0)) s"
     done
 done

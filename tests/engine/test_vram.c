@@ -339,6 +339,10 @@ Test(vram, layouts)
         const struct model_hparams *hp = &m->hp;
         uint64_t (*so)[3] = calloc((size_t)hp->n_layer, sizeof *so);
         uint64_t (*ko)[4] = calloc((size_t)hp->n_layer, sizeof *ko);
+        uint64_t (*vo)[GW_VRAM_VERIFY_ARRAYS] = calloc((size_t)hp->n_layer, sizeof *vo);
+        const uint64_t vb = gw_vram_verify_layout(m, vo), R = GW_VERIFY_ROWS;
+        cr_assert_eq(vb, gw_vram_verify_layout(m, NULL));
+        uint64_t v_end = 0, v_sum = 0;
         const uint64_t sb = gw_vram_state_layout(m, so);
         const int64_t cap = 333;
         const uint64_t kb = gw_vram_kv_layout(m, cap, ko);
@@ -355,11 +359,18 @@ Test(vram, layouts)
             const uint64_t want_k[4] = {attn ? 4 * cap * kvw : 0, attn ? 4 * cap * kvw : 0, qsa ? 4 * cap * (uint64_t)hp->idx_head_dim : 0,
                                         qsa ? 4 * ((uint64_t)cap / l->compress_ratio + 1) * hp->idx_head_dim : 0};
             s_sum += check_arrays(so[i], want_s, 3, &s_end, i, "state");
+            /* the verify checkpoint: the states again, and R rows of qkv, q|k|v, g, β; of the PLE conv's inputs */
+            const uint64_t gdn_rows = 4 * R * (2 * (uint64_t)model_gdn_conv_dim(hp) + 2 * (uint64_t)hp->ssm_n_v_heads);
+            const uint64_t want_v[GW_VRAM_VERIFY_ARRAYS] = {want_s[0], want_s[1], want_s[0] ? gdn_rows : 0, want_s[2],
+                                                            l->has_ple ? 4 * R * (uint64_t)model_wide(hp) : 0};
+            v_sum += check_arrays(vo[i], want_v, GW_VRAM_VERIFY_ARRAYS, &v_end, i, "verify");
             check_arrays(ko[i], want_k, 4, &k_end, i, "kv");
         }
         cr_assert_leq(s_end, sb);
         cr_assert_leq(k_end, kb);
         cr_assert_geq(sb, s_sum);
+        cr_assert_leq(v_end, vb);
+        cr_assert(vb >= v_sum && (v_sum > 0) == (s_sum > 0), "a verify checkpoint where there is recurrent state");
         for (int il = 0; il < hp->n_layer + hp->n_nextn; il++) {
             uint64_t off[3];
             cr_assert_eq(gw_vram_slot_layout(m, il, 0, off), 0, "no slots: no bytes");
@@ -369,7 +380,7 @@ Test(vram, layouts)
             cr_assert_lt(b, n * gw_vram_expert_bytes(m, il) + 3 * GW_VRAM_ALIGN);
             for (int j = 0; j < 3; j++) cr_assert_eq(off[j] % GW_VRAM_ALIGN, 0);
         }
-        free(so), free(ko);
+        free(so), free(ko), free(vo);
         model_close(m);
     }
 }

@@ -30,3 +30,24 @@ gpu_exclusive() {
         flock 9
     fi
 }
+
+# require_built WHAT FILE...: returns only when every FILE is an executable;
+# otherwise fails naming the first missing one and WHAT builds it.
+require_built() {
+    local what=$1 f
+    shift
+    for f in "$@"; do
+        [ -x "$f" ] || { echo "FAIL: $f is not built ($what)" >&2; exit 1; }
+    done
+}
+
+# gpu_check_begin NAME WHAT FILE...: a GPU check's start — a GPU here
+# (require_gpu), the lock on it (gpu_exclusive), its binaries built
+# (require_built WHAT FILE...).
+gpu_check_begin() {
+    local name=$1
+    shift
+    require_gpu "$name"
+    gpu_exclusive "$name"
+    require_built "$@"
+}

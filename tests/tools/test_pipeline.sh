@@ -24,7 +24,7 @@ wait_replaced() { wait_status "[w for w in d['workers'] if w['role'] == '$1' and
 # gpu-worker's backend and the cpu-moe-worker — sum to k x trunk MoE layers x
 # tokens the gpu-worker evaluated, and each side's share is the routing's
 # (local = the gpu-worker's hits, remote = its misses).  $1 = label, $2 = model,
-# $3 = tokens the requests so far made the gpu-worker evaluate.
+# $3 = tokens the requests so far made the gpu-worker evaluate (less those the prompt cache held).
 check_computed() {
     local k layers
     k=$("$bin/nebula-gguf" info "$2" | awk '$3 == "qwen4exp.expert_used_count" {print $5}')
@@ -35,6 +35,8 @@ import json, sys
 st = {w["name"]: w["counters"] for w in json.load(open(sys.argv[1]))["workers"]}
 status = json.load(open(sys.argv[2]))
 k, layers, want_tokens = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+# prompt tokens a prompt-cache checkpoint held are not evaluated again (docs/ARCHITECTURE.md, "Prompt cache")
+want_tokens -= json.load(open(sys.argv[1])).get("prompt_cache", {}).get("tokens_reused", 0)
 gw, cm = st["gpu-worker"], st.get("cpu-moe-worker", {"experts_computed": 0})
 total = gw["experts_computed"] + cm["experts_computed"]
 err = []
@@ -53,7 +55,9 @@ if os.environ.get("TEST_BACKEND") == "cuda" and gw["expert_misses"] and gw["byte
 print("; ".join(err))
 sys.exit(1 if err else 0)
 PY
-    ctl status | grep -Eq "^routed experts computed: $((k * layers * $3)) \($((k * layers)).00 per token evaluated\)" && ok \
+    local reused
+    reused=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("prompt_cache", {}).get("tokens_reused", 0))' "$tmp/computed.json")
+    ctl status | grep -Eq "^routed experts computed: $((k * layers * ($3 - reused))) \($((k * layers)).00 per token evaluated\)" && ok \
         || bad "$1: status lacks the experts computed: $(ctl status | grep 'experts computed')"
 }
 

@@ -10,14 +10,23 @@
 # The counters show the loop evaluates every position once: rows evaluated
 # = prompt + the windows' rows (passes + drafts), nothing evaluated again.
 # --spec without an MTP block, or a bad rate, is refused.  Run by
-# tests/run-tests.sh with BUILD set.
+# tests/run-tests.sh with BUILD set.  SPEC_BACKEND=cuda runs it all on the
+# CUDA backend (tests/cuda/run-verify-on-gpu.sh), SPEC_MODEL / SPEC_PROMPT
+# name another model with an MTP block and its prompt, SPEC_N the tokens of
+# the long runs (default 1024).
 set -u
 . tests/lib/counted.sh
-"$bin/nebula-convert" tests/fixtures/tiny-b "$tmp/b.gguf" --type f32 -q 2>"$tmp/e" || { echo "FAIL convert tiny-b: $(cat "$tmp/e")"; exit 1; }
+backend=${SPEC_BACKEND:-cpu}
+N=${SPEC_N:-1024}
+model=${SPEC_MODEL:-$tmp/b.gguf}
+if [ -z "${SPEC_MODEL:-}" ]; then
+    "$bin/nebula-convert" tests/fixtures/tiny-b "$model" --type f32 -q 2>"$tmp/e" || { echo "FAIL convert tiny-b: $(cat "$tmp/e")"; exit 1; }
+fi
 "$bin/nebula-convert" tests/fixtures/tiny-a "$tmp/a.gguf" --type f32 -q 2>"$tmp/e" || { echo "FAIL convert tiny-a: $(cat "$tmp/e")"; exit 1; }
-prompt=tests/fixtures/tiny-b/tokens.txt
+prompt=${SPEC_PROMPT:-tests/fixtures/tiny-b/tokens.txt}
 n_prompt=$(wc -w <"$prompt")
-gen() { "$bin/nebula" generate -m "$tmp/b.gguf" --tokens-file "$prompt" --print-ids --threads 2 "$@"; }
+nb() { "$bin/nebula" generate --backend "$backend" --threads 2 "$@"; }
+gen() { nb -m "$model" --tokens-file "$prompt" --print-ids "$@"; }
 # $1 = name, $2 = the plain run's ids, $3 = stderr of the speculative run, $4 = its ids file
 check_run() {
     if cmp -s "$2" "$4"; then ok "$1: the plain run's ids"; else bad "$1: ids differ from the plain run's"; fi
@@ -29,12 +38,12 @@ passes, per, acc, drafted, rows, replayed = int(m[1]), float(m[2]), int(m[3]), i
 sys.exit(0 if rows == int(sys.argv[2]) + passes + drafted and replayed <= rows else 1)
 PY
 }
-gen --greedy -n 1024 2>/dev/null | tail -1 >"$tmp/plain.ids"
-[ "$(wc -w <"$tmp/plain.ids")" = 1024 ] || bad "plain greedy: $(wc -w <"$tmp/plain.ids") ids"
-gen --greedy -n 1024 --spec mtp 2>"$tmp/mtp.err" | tail -1 >"$tmp/mtp.ids"
+gen --greedy -n "$N" 2>/dev/null | tail -1 >"$tmp/plain.ids"
+[ "$(wc -w <"$tmp/plain.ids")" = "$N" ] || bad "plain greedy: $(wc -w <"$tmp/plain.ids") ids"
+gen --greedy -n "$N" --spec mtp 2>"$tmp/mtp.err" | tail -1 >"$tmp/mtp.ids"
 check_run "greedy, MTP drafts" "$tmp/plain.ids" "$tmp/mtp.err" "$tmp/mtp.ids"
 for r in 0 0.15 0.5; do
-    gen --greedy -n 1024 --spec oracle --draft-ids "$tmp/plain.ids" --draft-corrupt $r --draft 6 2>"$tmp/o.err" | tail -1 >"$tmp/o.ids"
+    gen --greedy -n "$N" --spec oracle --draft-ids "$tmp/plain.ids" --draft-corrupt $r --draft 6 2>"$tmp/o.err" | tail -1 >"$tmp/o.ids"
     check_run "greedy, oracle drafts corrupted at $r" "$tmp/plain.ids" "$tmp/o.err" "$tmp/o.ids"
     acc=$(sed -n 's/.*drafts accepted (\([0-9.]*\) %).*/\1/p' "$tmp/o.err")
     case $r in
@@ -43,7 +52,7 @@ for r in 0 0.15 0.5; do
     esac
 done
 # the adaptive window (no --draft): full acceptances grow it to 16 (4 4 5 6 8 11 16), a bad oracle keeps it at 4
-gen --greedy -n 1024 --spec oracle --draft-ids "$tmp/plain.ids" 2>"$tmp/a.err" | tail -1 >"$tmp/a.ids"
+gen --greedy -n "$N" --spec oracle --draft-ids "$tmp/plain.ids" 2>"$tmp/a.err" | tail -1 >"$tmp/a.ids"
 check_run "greedy, adaptive window, oracle drafts" "$tmp/plain.ids" "$tmp/a.err" "$tmp/a.ids"
 grep -q "windows 4 4 5 6 8 11 16 16" "$tmp/a.err" && ok "the window grows 4 4 5 6 8 11 16 on full acceptances" ||
     bad "adaptive growth: $(grep -o 'windows.*' "$tmp/a.err" | cut -c1-80)"
@@ -51,11 +60,11 @@ gen --greedy -n 200 --spec oracle --draft-ids "$tmp/plain.ids" --draft-corrupt 1
 grep -q "windows 4 4 4 4 4 4 4 4 4 4 4 4" "$tmp/a.err" && ok "every first draft rejected: the window stays at 4" ||
     bad "adaptive floor: $(grep -o 'windows.*' "$tmp/a.err" | cut -c1-80)"
 # prompt lookup: drafts from the context itself; a prompt that repeats gives it something to find
-gen --greedy -n 1024 --spec lookup 2>"$tmp/l.err" | tail -1 >"$tmp/l.ids"
+gen --greedy -n "$N" --spec lookup 2>"$tmp/l.err" | tail -1 >"$tmp/l.ids"
 check_run "greedy, prompt lookup" "$tmp/plain.ids" "$tmp/l.err" "$tmp/l.ids"
 for i in 1 2 3 4 5 6; do echo "7 19 3 88 41 5 23 61 2 17"; done >"$tmp/rep.txt"
-"$bin/nebula" generate -m "$tmp/b.gguf" --tokens-file "$tmp/rep.txt" --print-ids --threads 2 --greedy -n 64 2>/dev/null | tail -1 >"$tmp/rp.ids"
-"$bin/nebula" generate -m "$tmp/b.gguf" --tokens-file "$tmp/rep.txt" --print-ids --threads 2 --greedy -n 64 --spec lookup \
+nb -m "$model" --tokens-file "$tmp/rep.txt" --print-ids --greedy -n 64 2>/dev/null | tail -1 >"$tmp/rp.ids"
+nb -m "$model" --tokens-file "$tmp/rep.txt" --print-ids --greedy -n 64 --spec lookup \
     2>"$tmp/rl.err" | tail -1 >"$tmp/rl.ids"
 cmp -s "$tmp/rp.ids" "$tmp/rl.ids" && ok "lookup on a repeating prompt: the plain run's ids" || bad "lookup on a repeating prompt: ids differ"
 drafted=$(sed -n 's/.* of \([0-9]*\) drafts accepted.*/\1/p' "$tmp/rl.err")
@@ -65,10 +74,10 @@ gen --temp 0.9 --seed 11 -n 300 --spec oracle --draft-ids "$tmp/sampled.ids" --d
 check_run "sampled (T 0.9), oracle drafts" "$tmp/sampled.ids" "$tmp/s.err" "$tmp/s.ids"
 gen --temp 0.9 --seed 11 -n 300 --spec mtp 2>"$tmp/sm.err" | tail -1 >"$tmp/sm.ids"
 check_run "sampled (T 0.9), MTP drafts" "$tmp/sampled.ids" "$tmp/sm.err" "$tmp/sm.ids"
-"$bin/nebula" generate -m "$tmp/a.gguf" --tokens-file tests/fixtures/tiny-a/tokens.txt -n 4 --spec mtp 2>"$tmp/e" >/dev/null
+nb -m "$tmp/a.gguf" --tokens-file tests/fixtures/tiny-a/tokens.txt -n 4 --spec mtp 2>"$tmp/e" >/dev/null
 [ $? = 2 ] && grep -q "MTP block" "$tmp/e" && ok "--spec mtp without an MTP block: refused" || bad "no-MTP refusal: $(cat "$tmp/e")"
 gen -n 4 --spec oracle 2>"$tmp/e" >/dev/null
 [ $? = 2 ] && grep -q -- "--draft-ids" "$tmp/e" && ok "--spec oracle without ids: refused" || bad "oracle refusal: $(cat "$tmp/e")"
 gen -n 4 --spec oracle --draft-ids "$tmp/plain.ids" --draft-corrupt 2 2>"$tmp/e" >/dev/null
 [ $? = 2 ] && grep -q "rate in" "$tmp/e" && ok "a bad --draft-corrupt: refused" || bad "rate refusal: $(cat "$tmp/e")"
-verdict test_spec
+verdict "test_spec ($backend)"

@@ -249,6 +249,24 @@ export function addFeatureScenarios(scenario) {
       sent[2].role === "tool" && sent[2].tool_call_id === "call_mock1", `sent: ${JSON.stringify(sent).slice(0, 400)}`);
   }, { mock: true });
 
+  scenario("speculative decoding: tokens a pass and drafts accepted under the answer, by position on hover, the level sent (mock server)", async ({ page, bodies }) => {
+    await setOptions(page, { think: false });
+    await page.selectOption("#opt-accuracy", "2");
+    const a = await send(page, "Hello #spec");
+    assert(bodies.at(-1).accuracy_level === 2, `accuracy_level sent: ${bodies.at(-1).accuracy_level}`);
+    const stats = a.locator(".stats");
+    const text = await stats.textContent();
+    assert(/· 2\.50 tok\/pass · 60% of 10 drafts accepted$/.test(text) && !/accuracy/.test(text), `stats '${text}'`);
+    const title = await stats.getAttribute("title");
+    assert(title.includes("4 verify windows (MTP 3, lookup 1)") && title.includes("accepted by position 1: 100%, 2: 50%, 3: 0%") &&
+      title.includes("1 kept by the accuracy level") && title.includes("windows 4 4 5 4"), `title '${title}'`);
+    const kept = (await storedChats(page))[0].messages.at(-1).stats.spec;
+    assert(kept && kept.passes === 4 && kept.accepted === 6, `stored: ${JSON.stringify(kept)}`);
+    await page.selectOption("#opt-accuracy", "3");
+    const b = await send(page, "Hello again");
+    assert(!/tok\/pass/.test(await b.locator(".stats").textContent()), "a plain answer shows no speculative counters");
+  }, { mock: true });
+
   scenario("the coordinator killed with -9: the dot turns red within about 2 s, then the page recovers once it is restarted", async ({ page, stack }) => {
     await setOptions(page, { think: false, maxTokens: 16 });
     await page.waitForSelector('#server-status[data-state="ready"]');

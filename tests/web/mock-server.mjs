@@ -155,8 +155,12 @@ async function chat(req, res, body) {
   const decodeMs = Date.now() - t0 - ttft;
   res.write(chunk({}, n >= max ? "length" : "stop", {
     timings: { prompt_tokens: promptTokens, prompt_ms: 12, ttft_ms: ttft, completion_tokens: n, decode_ms: decodeMs,
-      tokens_per_s: n / (decodeMs / 1000), queue_ms: 0 },
-    nebula: { accuracy_level: j.accuracy_level ?? 3, accuracy_level_effective: 3 } }));
+      tokens_per_s: n / (decodeMs / 1000), queue_ms: 0,
+      // "#spec": speculative decoding's counters, as a coordinator with --spec sends them
+      ...(text.includes("#spec") ? { speculative: { passes: 4, tokens: 10, tokens_per_pass: 2.5, drafted: 10, accepted: 6,
+        acceptance: 0.6, nongreedy_accepted: 1, drafted_by_position: [4, 4, 2], accepted_by_position: [4, 2, 0],
+        acceptance_by_position: [1, 0.5, 0], drafters: { mtp: 3, lookup: 1 }, windows: [4, 4, 5, 4] } } : {}) },
+    nebula: { accuracy_level: j.accuracy_level ?? 3, accuracy_level_effective: text.includes("#spec") ? j.accuracy_level ?? 3 : 3 } }));
   if (j.stream_options && j.stream_options.include_usage) {
     res.write(`data: ${JSON.stringify({ id, object: "chat.completion.chunk", created, model, choices: [],
       usage: { prompt_tokens: promptTokens, completion_tokens: n, total_tokens: promptTokens + n } })}\n\n`);

@@ -61,6 +61,13 @@ struct conv_synth {
     bool on;
     uint64_t seed;
     double router_skew; /* 0: uniform expert popularity */
+    /* Topics (issue 15 item 5: routing that drifts with the context): token v belongs to topic v mod topics,
+     * its embedding row gains topic_embed × u_topic (u: a unit-variance random direction per topic), and in
+     * each MoE layer a topic_share of the experts favour each topic, their router rows gaining
+     * topic_router / hidden × u_topic (a logit of about topic_router × the hidden state's share of u).
+     * 0 topics: none (the fixed-popularity router of before). */
+    int topics;
+    double topic_embed, topic_router, topic_share;
     bool exact_rows;    /* every row drawn and quantized (slow); else large tensors come from pools (pool.c) */
     struct st_tensor **virt;
     int n_virt, cap_virt;
@@ -157,6 +164,10 @@ uint64_t conv_mix64(uint64_t x);
 uint64_t conv_name_hash(const char *s);
 /* Values of a synthetic source tensor (data == NULL): n values from `first`. */
 void conv_synth_values(const struct conv_plan *p, const struct st_tensor *t, int64_t first, int64_t n, float *dst);
+/* The topic model's parts (struct conv_synth): component col of topic's direction (unit variance), and
+ * whether the router of `layer` makes `expert` favour `topic` (a topic_share of each layer's experts). */
+float conv_topic_dir(const struct conv_synth *sy, int topic, int64_t col);
+bool conv_topic_favours(const struct conv_synth *sy, int layer, int expert, int topic);
 /* pool.c: a synthetic model's large tensors from pools of quantized rows. */
 struct conv_pools;
 struct conv_pools *conv_pools_new(void);

@@ -64,9 +64,11 @@ static int64_t pool_rows_for(size_t row_bytes)
 bool conv_pool_applies(const struct conv_plan *p, const struct conv_tensor *t)
 {
     /* Routers, norms, conv kernels and decays (ROLE_F32) stay exact: the
-     * routing skew is calibrated against the router rows.  A tensor of no
+     * routing skew (and the topic model) is calibrated against the router rows.  A tensor of no
      * more rows than a pool gains nothing from one. */
     if (!p->synth.on || p->synth.exact_rows || t->role == ROLE_F32 || t->n_dims < 2) return false;
+    /* With topics the embedding rows carry their token's topic direction: drawn row by row. */
+    if (p->synth.topics > 0 && !strcmp(t->name, "token_embd.weight")) return false;
     const struct quant_traits *tr = quant_traits_of(t->type);
     if (!tr || !tr->from_float) return false;
     int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];

@@ -11,6 +11,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -90,15 +91,35 @@ void conv_synth_values(const struct conv_plan *p, const struct st_tensor *t, int
     else if (strstr(name, "A_log")) shift = 0.5f, scale = 0.3f;
     else if (strstr(name, "dt_bias")) scale = 0.5f;
     else if (strstr(name, "ngram_embedding") || strstr(name, "embed_tokens")) scale = 1.0f;
+    const struct conv_synth *sy = &p->synth;
+    const bool embed = sy->topics > 0 && strstr(name, "embed_tokens") && !strstr(name, "ngram");
+    int layer = -1; /* the router's layer (the MTP block's is n_layers, as in the GGUF) */
+    const char *ls = strstr(name, "layers.");
+    if (router) layer = strstr(name, "mtp.") ? (int)p->cfg.n_layers : ls ? atoi(ls + 7) : -1;
     for (int64_t i = 0; i < n; i++) {
-        int64_t idx = first + i;
+        int64_t idx = first + i, row = idx / fan_in, col = idx % fan_in;
         float v = shift + scale * normal_of(conv_mix64(h0 + (uint64_t)idx * 0xD1B54A32D192ED03ull));
-        if (router && p->synth.router_skew != 0.0) {
-            int64_t row = idx / fan_in;
-            v *= expf((float)p->synth.router_skew * normal_of(conv_mix64(h0 ^ ((uint64_t)row + 0x5bd1e995ull))));
-        }
+        if (router && sy->router_skew != 0.0)
+            v *= expf((float)sy->router_skew * normal_of(conv_mix64(h0 ^ ((uint64_t)row + 0x5bd1e995ull))));
+        if (embed) v += (float)sy->topic_embed * conv_topic_dir(sy, (int)(row % sy->topics), col);
+        if (router && sy->topics > 0)
+            for (int tp = 0; tp < sy->topics; tp++)
+                if (conv_topic_favours(sy, layer, (int)row, tp))
+                    v += (float)(sy->topic_router / (double)fan_in) * conv_topic_dir(sy, tp, col);
         dst[i] = v;
     }
+}
+
+float conv_topic_dir(const struct conv_synth *sy, int topic, int64_t col)
+{
+    return normal_of(conv_mix64((sy->seed ^ 0x70b1c5ull) + (uint64_t)topic * 0x9E3779B97F4A7C15ull + (uint64_t)col * 0xD1B54A32D192ED03ull));
+}
+
+bool conv_topic_favours(const struct conv_synth *sy, int layer, int expert, int topic)
+{
+    const uint64_t h = conv_mix64((sy->seed ^ 0xfa7011ull) + (uint64_t)layer * 0x9E3779B97F4A7C15ull +
+                                  (uint64_t)expert * 0xBF58476D1CE4E5B9ull + (uint64_t)topic * 0x94D049BB133111EBull);
+    return (double)(h >> 11) * (1.0 / 9007199254740992.0) < sy->topic_share;
 }
 
 /* n source values from element `first`: from the checkpoint, or made up. */

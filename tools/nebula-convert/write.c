@@ -102,6 +102,12 @@ static int write_keys(gguf_writer *w, const struct conv_plan *p, const struct co
         K(gguf_w_set_str(w, "nebula.synthetic.mix", mix->name));
         K(gguf_w_set_u64(w, "nebula.synthetic.seed", p->synth.seed));
         K(gguf_w_set_f32(w, "nebula.synthetic.router_skew", (float)p->synth.router_skew));
+        if (p->synth.topics > 0) {
+            K(gguf_w_set_u32(w, "nebula.synthetic.topics", (uint32_t)p->synth.topics));
+            K(gguf_w_set_f32(w, "nebula.synthetic.topic_embed", (float)p->synth.topic_embed));
+            K(gguf_w_set_f32(w, "nebula.synthetic.topic_router", (float)p->synth.topic_router));
+            K(gguf_w_set_f32(w, "nebula.synthetic.topic_share", (float)p->synth.topic_share));
+        }
     }
 #undef A
 #undef K

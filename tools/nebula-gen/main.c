@@ -44,6 +44,14 @@ static void usage(FILE *f)
             "  --skew X         router skew: log-normal spread of the router row scales (default " CONV_SKEW_DEFAULT_STR ",\n"
             "                   calibrated so the hottest 16.7%% of a layer's experts take ~65%% of its routed\n"
             "                   selections; 0 = no skew).  Measure with nebula hotlist + tools/bench/hotlist-curve.py\n"
+            "  --topics T       routing that drifts with the context (issue 15's adaptive cache): token v\n"
+            "                   belongs to topic v mod T, whose direction its embedding row carries, and in every\n"
+            "                   MoE layer a share of the experts favour each topic (default 0: fixed popularity)\n"
+            "  --topic-embed A  the topic direction's size in an embedding row, against its own 1 (default 1)\n"
+            "  --topic-router B a favoured expert's router logit gain, per unit of the hidden state's share\n"
+            "                   of the topic direction (default 4)\n"
+            "  --topic-share F  the share of a layer's experts that favour each topic (default 0.1)\n"
+            "                   Measure with nebula hotlist --routes + tools/bench/cache-sim.py\n"
             "  --ngram-base B   n-gram (PLE) table heads start at B (default: the config's\n"
             "                   ngram_vocab_size_base; the released 20000000 makes a 29 GB table in iq4_nl)\n"
             "  --seed S         seed of the random values (default 1)\n"
@@ -162,7 +170,8 @@ int main(int argc, char **argv)
     bool split = false;
     const struct conv_mix *mix = conv_mix_find(DEFAULT_MIX);
     bool want_mtp = true, quiet = false, force = false, dry_run = false, sparse = false;
-    struct conv_synth synth = {.on = true, .seed = 1, .router_skew = CONV_SKEW_DEFAULT};
+    struct conv_synth synth = {.on = true, .seed = 1, .router_skew = CONV_SKEW_DEFAULT, .topic_embed = 1, .topic_router = 4,
+                               .topic_share = 0.1};
     double layers = 0, ngram_base = 0, v;
     static const struct option opts[] = {
         {"layers", required_argument, 0, 'L'}, {"mix", required_argument, 0, 'x'},    {"skew", required_argument, 0, 'k'},
@@ -171,6 +180,8 @@ int main(int argc, char **argv)
         {"force", no_argument, 0, 'F'},        {"quiet", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
         {"dry-run", no_argument, 0, 'D'},      {"exact-rows", no_argument, 0, 'E'},
         {"mtp-out", required_argument, 0, 'O'}, {"split", no_argument, 0, 'S'}, {"sparse", no_argument, 0, 'H'},
+        {"topics", required_argument, 0, 't'}, {"topic-embed", required_argument, 0, 'e'},
+        {"topic-router", required_argument, 0, 'r'}, {"topic-share", required_argument, 0, 'f'},
         {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
@@ -197,6 +208,19 @@ int main(int argc, char **argv)
             }
             break;
         }
+        case 't':
+            if (parse_num("--topics", optarg, 0, 4096, &v) || v != floor(v)) return 2;
+            synth.topics = (int)v;
+            break;
+        case 'e':
+            if (parse_num("--topic-embed", optarg, 0, 100, &synth.topic_embed)) return 2;
+            break;
+        case 'r':
+            if (parse_num("--topic-router", optarg, 0, 1000, &synth.topic_router)) return 2;
+            break;
+        case 'f':
+            if (parse_num("--topic-share", optarg, 0, 1, &synth.topic_share)) return 2;
+            break;
         case 'c': config = optarg; break;
         case 'M': want_mtp = false; break;
         case 'n': name = optarg; break;

@@ -32,6 +32,7 @@ struct cli_common {
     int64_t ctx;      /* context limit, tokens (0: the model's) */
     const char *backend; /* gw_backend_params.kind; NULL: "cpu" */
     const char *kernels; /* gw_backend_params.kernels (cuda); NULL: the backend's default, fast */
+    int accuracy_level;  /* nebula.conf generate.accuracy_level: --spec's acceptance (core/gen/spec.h) */
     int layers;          /* > 0: only the first this many trunk layers, then the head (model_keep_layers) */
 };
 
@@ -55,14 +56,11 @@ int cli_prefill(const struct cli_common *o, struct cli_model *cm, const int32_t 
                 void *ctx, float *last_logits, float *last_wide);
 
 struct gen_session;
-/* spec.c: the decode steps of a generation as MTP-drafted verify windows
- * (`nebula generate --spec mtp`), from the prefill's last wide state, until
- * the session is done; each token sampled goes to emit.  CLI_OK or CLI_FAIL
- * (message printed).  Its counts are printed by the caller. */
-struct spec_counts {
-    long long passes, tokens, drafted, accepted;
-    char trajectory[256]; /* the first windows drafted, "4 5 6 8 …" (the adaptive controller's path) */
-};
+/* spec.c: the decode steps of a generation as drafted verify windows
+ * (`nebula generate --spec mtp|lookup|auto|oracle`), from the prefill's last
+ * wide state, until the session is done; each token sampled goes to emit.
+ * CLI_OK or CLI_FAIL (message printed).  The counters are the session's
+ * (gen_spec_stats); cli_spec_print prints them. */
 /* An oracle instead of the MTP block (benchmarks, tests): the drafts for
  * generated tokens k, k+1, … are ids[k], ids[k+1], … (the run's known
  * continuation), each replaced by another id with probability `corrupt`
@@ -74,16 +72,21 @@ struct spec_oracle {
     uint64_t seed;
 };
 /* n_draft 0: the adaptive window (core/gen/window.h, 4 … 16); else that many drafts a pass. */
-/* Where the drafts come from: the MTP block, an oracle, or prompt lookup (the
+/* Where the drafts come from: the MTP block, an oracle, prompt lookup (the
  * tokens that followed the context's last 3, 2 or 1 tokens where they last
- * occurred before, in the prompt or in what was generated). */
-enum spec_drafter { SPEC_MTP, SPEC_ORACLE, SPEC_LOOKUP };
+ * occurred before, in the prompt or in what was generated), or auto: lookup
+ * instead of MTP when its expected tokens a ms is higher (core/gen/spec.h). */
+enum spec_drafter { SPEC_MTP, SPEC_ORACLE, SPEC_LOOKUP, SPEC_AUTO };
 struct spec_source {
     enum spec_drafter kind;
     const struct spec_oracle *oracle; /* SPEC_ORACLE */
 };
 int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, int n_draft, int64_t n_ctx,
-                    const struct spec_source *src, void (*emit)(void *, int32_t), void *ctx, struct spec_counts *c);
+                    const struct spec_source *src, void (*emit)(void *, int32_t), void *ctx);
+/* The faces of the session's verify windows on stderr: passes, tokens a
+ * pass, drafts accepted, the counters of rows, acceptance by position, the
+ * level's non-greedy drafts, the drafters, the windows' trajectory. */
+void cli_spec_print(const struct cli_model *cm, struct gen_session *g);
 
 /* Parses a positive integer option; CLI_USAGE on error. */
 int cli_parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out);

@@ -49,7 +49,7 @@ int cli_conf_defaults(int argc, char **argv, struct cli_common *o)
     }
     o->model_path = s.model[0] ? s.model : NULL;
     o->mtp_path = s.mtp[0] ? s.mtp : NULL;
-    o->threads = s.threads, o->chunk = s.chunk, o->ctx = s.ctx, o->kernels = s.kernels;
+    o->threads = s.threads, o->chunk = s.chunk, o->ctx = s.ctx, o->kernels = s.kernels, o->accuracy_level = s.accuracy_level;
     o->backend = strcmp(s.backend, "auto") ? s.backend : NULL; /* auto: the CLI's reference, cpu */
     return CLI_OK;
 }

@@ -44,14 +44,19 @@ static void usage(FILE *f)
             "  --print-ids            print the generated ids, space-separated, as the last stdout line\n"
             "engine:\n"
             "  -m, --model FILE       qwen4exp GGUF (any shard of a split model)\n"
-            "  --spec off|mtp|lookup|oracle\n"
+            "  --spec off|mtp|lookup|auto|oracle\n"
             "                         speculative decoding (default off): the MTP block drafts --draft N tokens\n"
             "                         (default: adaptive, 4 to 16), the model verifies them in one pass; the output\n"
-            "                         is exactly the plain one, greedy or sampled (CPU backend for now);\n"
+            "                         is exactly the plain one, greedy or sampled (either backend);\n"
             "                         lookup: the tokens that followed the context's last 3/2/1 tokens before;\n"
+            "                         auto: lookup instead of MTP in the passes where it makes more tokens a ms\n"
+            "                         (with --draft-ids, the oracle below stands in for the MTP block: tests);\n"
             "                         oracle: the drafts from --draft-ids FILE (the known continuation, ids),\n"
             "                         each changed with probability --draft-corrupt R (default 0): a chosen\n"
             "                         acceptance, for benchmarks and tests\n"
+            "  --accuracy-level L     the drafts --spec keeps: 3 (default: nebula.conf's generate.accuracy_level)\n"
+            "                         exact; 2: at most one near miss a window (top 3, p/p(top) >= 0.8); 1: four\n"
+            "                         (top 10, >= 0.2) -- approximate, docs/SPECULATIVE.md measures them\n"
             "  --mtp FILE             the MTP (draft) block from a separate GGUF (Unsloth's MTP/mtp-*.gguf);\n"
             "                         without it the model file's own, or none (then no speculative decoding)\n"
             "  --ctx N                context limit in tokens (default: the model's)\n"
@@ -83,9 +88,10 @@ struct gen_opts {
     struct cli_common c;
     const char *prompt, *chat, *system, *tokens_file, *server, *dump_logits;
     bool think, greedy, print_ids;
-    bool spec;      /* --spec mtp|oracle: decode as drafted verify windows (spec.c) */
+    bool spec;      /* --spec mtp|lookup|auto|oracle: decode as drafted verify windows (spec.c) */
     int n_draft;    /* --draft N */
-    bool oracle, lookup;
+    bool oracle, lookup, autospec;
+    int accuracy_level; /* --accuracy-level (default: nebula.conf's) */
     const char *oracle_path; /* --spec oracle: --draft-ids FILE, --draft-corrupt R */
     double corrupt;
     long long n_predict;
@@ -110,7 +116,7 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         {"kernels", required_argument, 0, 'K'},   {"config", required_argument, 0, 'F'},
         {"mtp", required_argument, 0, 'X'},       {"spec", required_argument, 0, 'Q'},
         {"draft", required_argument, 0, 'd'},     {"draft-ids", required_argument, 0, 'O'},
-        {"draft-corrupt", required_argument, 0, 'o'}, {0, 0, 0, 0}};
+        {"draft-corrupt", required_argument, 0, 'o'}, {"accuracy-level", required_argument, 0, 'L'}, {0, 0, 0, 0}};
     long long v;
     int c, rc = cli_conf_defaults(argc, argv, &o->c);
     o->think = true;
@@ -122,11 +128,17 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         case 'm': o->c.model_path = optarg; break;
         case 'X': o->c.mtp_path = optarg; break;
         case 'Q':
-            if (strcmp(optarg, "off") && strcmp(optarg, "mtp") && strcmp(optarg, "oracle") && strcmp(optarg, "lookup")) {
-                fprintf(stderr, "nebula generate: --spec %s: want off, mtp, lookup or oracle\n", optarg);
+            if (strcmp(optarg, "off") && strcmp(optarg, "mtp") && strcmp(optarg, "oracle") && strcmp(optarg, "lookup") &&
+                strcmp(optarg, "auto")) {
+                fprintf(stderr, "nebula generate: --spec %s: want off, mtp, lookup, auto or oracle\n", optarg);
                 return CLI_USAGE;
             }
             o->spec = strcmp(optarg, "off") != 0, o->oracle = !strcmp(optarg, "oracle"), o->lookup = !strcmp(optarg, "lookup");
+            o->autospec = !strcmp(optarg, "auto");
+            break;
+        case 'L':
+            if (cli_parse_int("--accuracy-level", optarg, 1, 3, &v)) return CLI_USAGE;
+            o->accuracy_level = (int)v;
             break;
         case 'O': o->oracle_path = optarg; break;
         case 'o': {
@@ -303,6 +315,11 @@ static void print_result(const struct gen_opts *o, const cJSON *r)
 static int generate_on_server(const struct gen_opts *o)
 {
     char ep[4200], err[256];
+    if (o->spec || o->accuracy_level) { /* the coordinator's own --spec decides; an ignored flag would be a lie */
+        fprintf(stderr, "nebula: --spec and --accuracy-level are for a local run (the server's speculation is its --spec; "
+                        "the HTTP API takes accuracy_level per request)\n");
+        return CLI_USAGE;
+    }
     if (access(o->server, F_OK)) {
         fprintf(stderr, "nebula: no coordinator at %s (the directory does not exist)\n", o->server);
         return CLI_USAGE;
@@ -377,7 +394,8 @@ int cmd_generate(int argc, char **argv)
     /* The generation is core/gen's session (the coordinator runs the same
      * one): this is its blocking driver, with the backend here. */
     struct gen_config gc = {.prompt = ids, .n_prompt = n, .budget = budget, .sp = sp, .n_vocab = (int32_t)V,
-                            .chunk = 0 /* cli_prefill chunks by --chunk */, .logits_path = o.dump_logits};
+                            .chunk = 0 /* cli_prefill chunks by --chunk */, .logits_path = o.dump_logits,
+                            .accuracy_level = !o.spec ? 3 : o.accuracy_level ? o.accuracy_level : o.c.accuracy_level};
     gc.n_stop = gen_stop_ids(cm.tok, gc.stop_ids);
     logits = malloc((size_t)V * sizeof *logits);
     if (!logits || (cm.tok && tok_decoder_new(cm.tok, false, &dec, err, sizeof err))) {
@@ -390,14 +408,13 @@ int cmd_generate(int argc, char **argv)
         rc = rc == NB_ENOMEM ? CLI_FAIL : CLI_USAGE;
         goto done;
     }
-    if (o.spec && ((!o.oracle && !o.lookup && !cm.m->hp.n_nextn) || strcmp(gw_backend_kind(cm.be), "cpu"))) {
-        fprintf(stderr, "nebula: --spec needs %s\n",
-                strcmp(gw_backend_kind(cm.be), "cpu") ? "the cpu backend (verify windows on cuda come later)"
-                                                      : "a model with an MTP block (or --mtp FILE)");
+    const bool auto_oracle = o.autospec && o.oracle_path; /* the oracle stands in for the MTP block */
+    if (o.spec && !o.oracle && !o.lookup && !auto_oracle && !cm.m->hp.n_nextn) {
+        fprintf(stderr, "nebula: --spec needs a model with an MTP block (or --mtp FILE)\n");
         rc = CLI_USAGE;
         goto done;
     }
-    if (o.oracle) {
+    if (o.oracle || auto_oracle) {
         if (!o.oracle_path) {
             fprintf(stderr, "nebula: --spec oracle needs --draft-ids FILE\n");
             rc = CLI_USAGE;
@@ -418,13 +435,13 @@ int cmd_generate(int argc, char **argv)
     }
     struct gen_step st;
     struct gen_event ev;
-    struct spec_counts sc = {0};
     while (gen_next(g, &st) == GEN_EVAL) {
         if (st.phase == GEN_PREFILL) {
             if ((rc = cli_prefill(&o.c, &cm, st.ids, (size_t)st.n_ids, NULL, NULL, logits, wide))) goto done;
         } else if (o.spec) { /* the decode steps as verify windows, from the prefill's last state */
-            struct spec_source src = {o.oracle ? SPEC_ORACLE : o.lookup ? SPEC_LOOKUP : SPEC_MTP, &orc};
-            if ((rc = cli_spec_decode(&cm, g, wide, o.n_draft, ctx, &src, emit_cb, dec, &sc))) goto done;
+            struct spec_source src = {o.oracle ? SPEC_ORACLE : o.lookup ? SPEC_LOOKUP : o.autospec ? SPEC_AUTO : SPEC_MTP,
+                                      o.oracle || auto_oracle ? &orc : NULL};
+            if ((rc = cli_spec_decode(&cm, g, wide, o.n_draft, ctx, &src, emit_cb, dec))) goto done;
             break;
         } else {
             struct gw_eval_args a = {.tokens = st.ids, .n_tokens = st.n_ids, .logits_rows = GW_ROWS_LAST, .logits = logits};
@@ -462,13 +479,7 @@ int cmd_generate(int argc, char **argv)
     fprintf(stderr, "nebula: prompt %zu tokens in %.2f s (%.2f tok/s), generated %lld in %.2f s (%.2f tok/s), stop: %s\n",
             n, res.prompt_s, (double)n / res.prompt_s, res.made, res.decode_s,
             res.made > 1 ? (double)(res.made - 1) / res.decode_s : 0.0, res.why);
-    if (o.spec)
-        fprintf(stderr, "nebula: speculative: %lld passes, %.2f tokens a pass, %lld of %lld drafts accepted (%.1f %%); "
-                        "rows evaluated %llu, replayed %llu; windows %s\n",
-                sc.passes, sc.passes ? (double)sc.tokens / (double)sc.passes : 0.0, sc.accepted, sc.drafted,
-                sc.drafted ? 100.0 * (double)sc.accepted / (double)sc.drafted : 0.0,
-                (unsigned long long)gw_backend_rows_evaluated(cm.be), (unsigned long long)gw_backend_rows_replayed(cm.be),
-                sc.trajectory);
+    if (o.spec) cli_spec_print(&cm, g);
 done:
     gen_free(g); /* failed half-way: no partial logits file under the real name */
     tok_decoder_free(dec);

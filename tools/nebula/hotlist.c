@@ -26,12 +26,19 @@ struct campaign {
     uint64_t *count; /* n_layer × n_expert */
     double *weight;  /* sums */
     uint64_t tokens;
+    FILE *routes;    /* --routes: every token's choices, in campaign order */
+    uint64_t *seen;  /* per layer: the campaign tokens its routes have covered */
 };
 
 static void on_route(void *ctx, int layer, int n_tokens, int k, const int32_t *experts, const float *weights)
 {
     struct campaign *c = ctx;
     if (layer < 0 || layer >= c->n_layer) return;
+    for (int t = 0; c->routes && t < n_tokens; t++) {
+        fprintf(c->routes, "%d %llu", layer, (unsigned long long)c->seen[layer]++);
+        for (int j = 0; j < k; j++) fprintf(c->routes, " %d", experts[t * k + j]);
+        fputc('\n', c->routes);
+    }
     for (int i = 0; i < n_tokens * k; i++) {
         if (experts[i] < 0 || experts[i] >= c->n_expert) continue;
         c->count[(size_t)layer * c->n_expert + experts[i]]++;
@@ -51,6 +58,8 @@ static void usage(FILE *f)
                "  --ids            prompts are whitespace-separated token ids (models without tokenizer)\n"
                "  --gen N          also generate N greedy tokens per prompt (default 0: prompts only)\n"
                "  --out FILE       TSV: layer, expert, count, mean_weight (every expert of every layer)\n"
+               "  --routes FILE    also every token's choices, a line each: layer, token (its index in the\n"
+               "                   campaign), the k experts best first (for tools/bench/cache-sim.py)\n"
                "  --chunk N, --threads N, --ctx N   as for generate\n"
                "  --backend B      cpu (default) or cuda (faster; its routes are the reference's but for near-ties)\n"
                "  --mtp FILE       the MTP block from a separate GGUF; with an MTP block (this or the model\n"
@@ -140,9 +149,9 @@ int cmd_hotlist(int argc, char **argv)
                                          {"chunk", required_argument, 0, 'b'}, {"threads", required_argument, 0, 'j'},
                                          {"ctx", required_argument, 0, 'c'},   {"help", no_argument, 0, 'h'},
                                          {"backend", required_argument, 0, 'B'}, {"mtp", required_argument, 0, 'X'},
-                                         {0, 0, 0, 0}};
+                                         {"routes", required_argument, 0, 'r'}, {0, 0, 0, 0}};
     struct cli_common o = {0};
-    const char *prompts = NULL, *out = NULL;
+    const char *prompts = NULL, *out = NULL, *routes = NULL;
     int mode = 0, c, rc = CLI_OK;
     long long gen = 0, v;
     optind = 1;
@@ -152,6 +161,7 @@ int cmd_hotlist(int argc, char **argv)
         case 'X': o.mtp_path = optarg; break;
         case 'P': prompts = optarg; break;
         case 'o': out = optarg; break;
+        case 'r': routes = optarg; break;
         case 'R': mode = 1; break;
         case 'I': mode = 2; break;
         case 'g': rc = cli_parse_int("--gen", optarg, 0, 1 << 20, &gen); break;
@@ -179,9 +189,14 @@ int cmd_hotlist(int argc, char **argv)
         return rc;
     }
     const bool mtp = cm.m->hp.n_nextn > 0;
-    struct campaign camp = {cm.m->hp.n_layer + cm.m->hp.n_nextn, cm.m->hp.n_expert, NULL, NULL, 0};
+    struct campaign camp = {cm.m->hp.n_layer + cm.m->hp.n_nextn, cm.m->hp.n_expert, NULL, NULL, 0, NULL, NULL};
     camp.count = calloc((size_t)camp.n_layer * camp.n_expert, sizeof *camp.count);
     camp.weight = calloc((size_t)camp.n_layer * camp.n_expert, sizeof *camp.weight);
+    camp.seen = calloc((size_t)camp.n_layer, sizeof *camp.seen);
+    if (routes && !(camp.routes = fopen(routes, "w"))) {
+        fprintf(stderr, "nebula: cannot write %s: %s\n", routes, strerror(errno));
+        rc = CLI_USAGE;
+    }
     float *logits = malloc((size_t)cm.m->hp.n_vocab * sizeof *logits);
     int64_t chunk = o.chunk > 0 ? o.chunk : 512, wide = model_wide(&cm.m->hp);
     float *w = mtp ? malloc((size_t)(chunk + 1) * (size_t)wide * sizeof *w) : NULL; /* the MTP block's input rows */
@@ -189,7 +204,7 @@ int cmd_hotlist(int argc, char **argv)
     char *line = NULL;
     size_t cap = 0, n_prompts = 0;
     ssize_t len;
-    if (!camp.count || !camp.weight || !logits) rc = CLI_FAIL;
+    if (!camp.count || !camp.weight || !camp.seen || !logits) rc = CLI_FAIL;
     double t0 = nb_now_s();
     while (rc == CLI_OK && (len = getline(&line, &cap, pf)) >= 0) {
         while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
@@ -239,8 +254,13 @@ int cmd_hotlist(int argc, char **argv)
     fclose(pf);
     free(logits);
     free(w);
+    if (camp.routes && fclose(camp.routes) && rc == CLI_OK) {
+        fprintf(stderr, "nebula: cannot write %s: %s\n", routes, strerror(errno));
+        rc = CLI_FAIL;
+    }
     free(camp.count);
     free(camp.weight);
+    free(camp.seen);
     cli_close(&cm);
     return rc;
 }

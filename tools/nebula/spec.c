@@ -15,12 +15,18 @@
  * gw_mtp_draft drops its entries from the position it starts at.  An
  * oracle (struct spec_oracle) can stand in for the MTP block, to measure
  * and test the loop at a chosen acceptance.  The window is fixed (--draft N)
- * or adaptive: core/gen/window.h picks each pass's N from the last ones. */
+ * or adaptive: core/gen/window.h picks each pass's N from the last ones.
+ * --spec auto drafts by prompt lookup in the passes where its measured
+ * tokens a ms beat the MTP block's (core/gen/spec.h's spec_auto), the MTP
+ * block otherwise; the wide row of every window is kept either way, so the
+ * MTP block can take over at any pass.  At accuracy level 1 or 2 core/gen
+ * may keep a near-miss draft (spec.h's rule): the rows are logits then. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/gen/gen.h"
+#include "core/gen/spec.h"
 #include "core/gen/window.h"
 #include "core/util/clock.h"
 #include "tools/nebula/cli.h"
@@ -46,7 +52,7 @@ static void oracle_drafts(const struct spec_oracle *o, uint64_t *rng, long long 
 }
 
 int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, int n_draft, int64_t n_ctx,
-                    const struct spec_source *src, void (*emit)(void *, int32_t), void *ctx, struct spec_counts *c)
+                    const struct spec_source *src, void (*emit)(void *, int32_t), void *ctx)
 {
     const struct model_hparams *hp = &cm->m->hp;
     const int64_t V = hp->n_vocab, W = model_wide(hp);
@@ -63,8 +69,11 @@ int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, in
     int rc = win && arg && logits && wides && ev ? CLI_OK : CLI_FAIL;
     if (rc) fprintf(stderr, "nebula: out of memory\n");
     struct gen_step st;
-    const struct spec_oracle *oracle = src->kind == SPEC_ORACLE ? src->oracle : NULL;
+    const struct spec_oracle *oracle = src->oracle; /* SPEC_ORACLE's drafts, or auto's stand-in for the MTP block */
     uint64_t rng = oracle ? oracle->seed : 0;
+    struct spec_auto au = {0};
+    long long offered = 0; /* passes in which lookup had drafts (auto chose between the two) */
+    struct spec_stats *ss = gen_spec_stats(g);
     while (rc == CLI_OK && gen_next(g, &st) == GEN_EVAL) {
         const int64_t pos = gw_seq_pos(cm->seq);
         int n = adaptive ? wc.n : n_draft;
@@ -72,11 +81,14 @@ int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, in
         if (pos + 1 + n > n_ctx) n = (int)(n_ctx - pos - 1); /* the window must fit the context */
         if (n < 0) n = 0;
         win[0] = st.ids[0];
-        if (oracle) {
-            oracle_drafts(oracle, &rng, gen_made(g), n, V, win + 1);
-        } else if (src->kind == SPEC_LOOKUP) {
-            n = gen_lookup_drafts(g, n, win + 1);
-        } else if (n > 0 && gw_mtp_draft(cm->seq, win[0], wide, pos, n, win + 1, NULL, err, sizeof err)) {
+        int from = src->kind == SPEC_LOOKUP ? SPEC_SRC_LOOKUP : src->kind == SPEC_ORACLE ? SPEC_SRC_OTHER : SPEC_SRC_MTP;
+        if (src->kind == SPEC_LOOKUP || src->kind == SPEC_AUTO) {
+            const int found = gen_lookup_drafts(g, n, win + 1);
+            offered += found > 0;
+            if (src->kind == SPEC_LOOKUP || spec_auto_pick(&au, found, n) == SPEC_SRC_LOOKUP) n = found, from = SPEC_SRC_LOOKUP;
+        }
+        if (from != SPEC_SRC_LOOKUP && oracle) oracle_drafts(oracle, &rng, gen_made(g), n, V, win + 1);
+        else if (from == SPEC_SRC_MTP && n > 0 && gw_mtp_draft(cm->seq, win[0], wide, pos, n, win + 1, NULL, err, sizeof err)) {
             fprintf(stderr, "\nnebula: drafting failed: %s\n", err);
             rc = CLI_FAIL;
             break;
@@ -96,13 +108,38 @@ int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, in
         memcpy(wide, wides + (int64_t)acc * W, (size_t)W * sizeof *wide); /* the last accepted position's state */
         for (int i = 0; i < n_ev; i++)
             if (!ev[i].stop) emit(ctx, ev[i].id);
-        c->passes++, c->tokens += n_ev, c->drafted += n, c->accepted += acc;
-        if (adaptive) window_update(&wc, n, acc, n_ev, nb_now_s() - t0);
-        size_t at = strlen(c->trajectory);
-        if (at + 8 < sizeof c->trajectory) snprintf(c->trajectory + at, sizeof c->trajectory - at, at ? " %d" : "%d", n);
-        else if (at + 4 < sizeof c->trajectory && !strstr(c->trajectory, "…")) strcat(c->trajectory, " …");
+        const double dt = nb_now_s() - t0;
+        ss->by_src[from]++;
+        if (src->kind == SPEC_AUTO) spec_auto_update(&au, from, n, acc, dt);
+        if (adaptive) window_update(&wc, n, acc, n_ev, dt);
     }
+    if (src->kind == SPEC_AUTO)
+        fprintf(stderr, "nebula: speculative: auto: lookup chosen in %lld of the %lld passes it had drafts for; measured "
+                        "tokens a ms at 4 drafts: lookup %.4g (%lld passes), %s %.4g (%lld)\n", au.passes[SPEC_SRC_LOOKUP], offered,
+                spec_auto_rate(&au, SPEC_SRC_LOOKUP, 4), au.passes[SPEC_SRC_LOOKUP], oracle ? "the oracle (for mtp)" : "mtp",
+                spec_auto_rate(&au, SPEC_SRC_MTP, 4), au.passes[SPEC_SRC_MTP]);
     if (adaptive) window_free(&wc);
     free(win), free(arg), free(logits), free(wides), free(ev);
     return rc;
+}
+
+void cli_spec_print(const struct cli_model *cm, struct gen_session *g)
+{
+    const struct spec_stats *s = gen_spec_stats(g);
+    char traj[320], line[512];
+    fprintf(stderr, "nebula: speculative: %lld passes, %.2f tokens a pass, %lld of %lld drafts accepted (%.1f %%); "
+                    "rows evaluated %llu, replayed %llu; windows %s\n",
+            s->passes, s->passes ? (double)s->tokens / (double)s->passes : 0.0, s->accepted, s->drafted,
+            s->drafted ? 100.0 * (double)s->accepted / (double)s->drafted : 0.0,
+            (unsigned long long)gw_backend_rows_evaluated(cm->be), (unsigned long long)gw_backend_rows_replayed(cm->be),
+            spec_stats_trajectory(s, traj, sizeof traj));
+    size_t at = 0;
+    for (int i = 0; i < SPEC_MAX_POS && s->drafted_at[i] && at + 24 < sizeof line; i++)
+        at += (size_t)snprintf(line + at, sizeof line - at, "%s%d %.0f%%", i ? ", " : "", i + 1,
+                               100.0 * (double)s->accepted_at[i] / (double)s->drafted_at[i]);
+    if (!at) snprintf(line, sizeof line, "none drafted");
+    fprintf(stderr, "nebula: speculative: accuracy level %d, %lld non-greedy drafts accepted; drafters mtp %lld, lookup %lld, "
+                    "oracle %lld passes; accepted by position: %s\n",
+            gen_accuracy_level(g), s->nongreedy, s->by_src[SPEC_SRC_MTP], s->by_src[SPEC_SRC_LOOKUP], s->by_src[SPEC_SRC_OTHER],
+            line);
 }

@@ -24,7 +24,8 @@ static void usage(FILE *f)
                "commands:\n"
                "  status           workers, pids, states, restarts, uptime, tier sizes, hit rates, SSD bytes/token,\n"
                "                   routed experts computed\n"
-               "  stats            every worker's counters (from the stats region)\n"
+               "  stats            every worker's counters (from the stats region) and the\n"
+               "                   speculative decoding totals (passes, tokens a pass, drafts accepted)\n"
                "  profile WORKER   per-stage times of one worker (busy, ring waits, per layer)\n"
                "  restart WORKER   kill WORKER and wait until its successor is ready\n"
                "  shutdown         stop the instance (workers, regions, runtime directory)\n"
@@ -125,6 +126,20 @@ static void print_stats(const cJSON *r)
     {
         printf("%s (pid %.0f, %s)\n", str(w, "name"), num(w, "pid"), cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(w, "alive")) ? "alive" : "gone");
         cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(w, "counters")) printf("  %-16s %.0f\n", c->string, c->valuedouble);
+    }
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(r, "speculative"), *d = cJSON_GetObjectItemCaseSensitive(s, "drafters");
+    if (!cJSON_IsObject(s)) return;
+    printf("speculative: %.0f passes (mtp %.0f, lookup %.0f), %.2f tokens a pass, %.0f of %.0f drafts accepted (%.1f %%), "
+           "%.0f by the accuracy level\n  accepted by position:",
+           num(s, "passes"), num(d, "mtp"), num(d, "lookup"), num(s, "tokens_per_pass"), num(s, "accepted"), num(s, "drafted"),
+           100 * num(s, "acceptance"), num(s, "nongreedy_accepted"));
+    int i = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(s, "acceptance_by_position")) printf(" %d:%.0f%%", ++i, 100 * c->valuedouble);
+    printf(i ? "\n" : " none\n");
+    const cJSON *pc = cJSON_GetObjectItemCaseSensitive(r, "prompt_cache");
+    if (pc) {
+        printf("prompt cache (%s)\n", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pc, "enabled")) ? "on" : "off");
+        cJSON_ArrayForEach(c, pc) if (cJSON_IsNumber(c)) printf("  %-16s %.0f\n", c->string, c->valuedouble);
     }
 }
 

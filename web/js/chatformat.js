@@ -152,7 +152,25 @@ export function formatStats(stats) {
   }
   // tokens_approx: counted from the stream's pieces, not by the server (generation.js).
   if (typeof stats.completion_tokens === "number") parts.push(`${stats.tokens_approx ? "≈" : ""}${countOf(stats.completion_tokens, "token")}`);
+  // Speculative decoding (the server's timings.speculative): tokens a verify pass, drafts accepted.
+  const sp = stats.spec;
+  if (sp && sp.passes > 0) {
+    parts.push(`${Number(sp.tokens_per_pass).toFixed(2)} tok/pass`);
+    if (sp.drafted > 0) parts.push(`${Math.round((100 * sp.accepted) / sp.drafted)}% of ${countOf(sp.drafted, "draft")} accepted`);
+  }
   return parts.join(" · ");
+}
+
+// The hover text of an answer's speculative counters: acceptance by draft
+// position, the drafters, the first windows of the trajectory.
+export function formatSpecDetail(sp) {
+  if (!sp || !(sp.passes > 0)) return "";
+  const pos = (sp.by_position || []).map((r, i) => `${i + 1}: ${Math.round(100 * r)}%`).join(", ");
+  const d = sp.drafters || {};
+  return ` · ${countOf(sp.passes, "verify window")} (MTP ${d.mtp ?? 0}, lookup ${d.lookup ?? 0})` +
+    (pos ? ` · accepted by position ${pos}` : "") +
+    (sp.nongreedy ? ` · ${sp.nongreedy} kept by the accuracy level` : "") +
+    (sp.windows && sp.windows.length ? ` · windows ${sp.windows.join(" ")}${sp.passes > sp.windows.length ? " …" : ""}` : "");
 }
 
 // A byte count as the page shows it: B, KiB (one decimal under 10 KiB), MiB.

@@ -214,6 +214,22 @@ async function streamWhenReady(gen, body, clock) {
   }
 }
 
+// Speculative decoding's counters of an answer (timings.speculative), kept
+// small: the history stores them with the message.
+function specFrom(sp) {
+  if (!sp || typeof sp.passes !== "number" || sp.passes <= 0) return undefined;
+  return {
+    passes: sp.passes,
+    tokens_per_pass: sp.tokens_per_pass,
+    drafted: sp.drafted,
+    accepted: sp.accepted,
+    nongreedy: sp.nongreedy_accepted,
+    by_position: Array.isArray(sp.acceptance_by_position) ? sp.acceptance_by_position.slice(0, 16) : [],
+    windows: Array.isArray(sp.windows) ? sp.windows.slice(0, 24) : [],
+    drafters: sp.drafters || {},
+  };
+}
+
 function statsFrom(timings, usage, t0, tFirst, tEnd, pieces) {
   if (timings && (typeof timings.tokens_per_s === "number" || typeof timings.ttft_ms === "number")) {
     return {
@@ -222,6 +238,7 @@ function statsFrom(timings, usage, t0, tFirst, tEnd, pieces) {
       completion_tokens: timings.completion_tokens ?? (usage ? usage.completion_tokens : undefined),
       prompt_tokens: timings.prompt_tokens ?? (usage ? usage.prompt_tokens : undefined),
       queue_ms: timings.queue_ms,
+      spec: specFrom(timings.speculative),
       measured: false,
     };
   }

@@ -15,7 +15,7 @@
 import { $, el } from "./dom.js";
 import { state } from "./state.js";
 import { showError } from "./banners.js";
-import { composeUserContent, formatStats } from "./chatformat.js";
+import { composeUserContent, formatSpecDetail, formatStats } from "./chatformat.js";
 import { applyIcons, setIcon } from "./icons.js";
 import { copyText } from "./copy.js";
 import { fileChip } from "./attachments.js";
@@ -226,6 +226,7 @@ function renderStats(m, stats) {
     ? (m.stats.measured ? "Measured in the browser (the server sent no timings)" : "Reported by the server") +
       (m.stats.prompt_tokens != null ? ` · prompt ${m.stats.prompt_tokens} tokens` : "") +
       (m.stats.queue_ms != null ? ` · queued ${Math.round(m.stats.queue_ms)} ms` : "") +
+      formatSpecDetail(m.stats.spec) +
       (m.model ? ` · model ${m.model}` : "")
     : "";
 }

@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""test_prompt_cache.py — the prompt cache across turns (issue 17; docs/ARCHITECTURE.md, "Prompt
+cache"), end to end on the demo model (tiny-a: GDN layers, so checkpoints sit at multiples of 64).
+
+A 10-turn chat conversation through /v1/chat/completions, run three times on real coordinators
+(test_http_api.py's Server): with --cache off (the reference), and with the cache on and a cache
+directory, greedy (the gpu-worker's argmax path), then sampled (temperature 0.9, a seed) with
+logprobs (every row's logits: the comparison is of the distribution, not only of the tokens).  Checks, per turn:
+  - the output (text, and the logprobs to the last digit) equals the cache-off run's;
+  - usage.prompt_tokens_details.cached_tokens (and timings.prompt_cached) is what the rule gives:
+    the longest earlier checkpoint that is a prefix of this prompt, a checkpoint being each earlier
+    prompt's last multiple of 64 above what it resumed from and at or below its last <|im_start|>
+    (the generation prompt, which the next turn renders otherwise; ids from /api/tokenize);
+  - the gpu-worker evaluated exactly (prompt − cached) + (completion − 1) rows (its tokens counter):
+    nothing cached is computed again, and from the second turn on the prefill is the new tokens (past
+    what the prompt shares with the turn before's) plus fewer than 64 plus the turn before's generation
+    prompt (from its last <|im_start|>: the checkpoint is taken below it);
+  - nebulactl stats and /metrics count the hits, misses and tokens reused; cache_prompt false leaves
+    the cache untouched (a non-boolean is a 400).
+Then the coordinator is stopped and started again on the same directory: the next turn resumes from
+the checkpoint written before the restart (prefill = only what follows it) with the reference's
+output; the gpu-worker killed with -9, the turn after resumes from a file with the reference's output; a checkpoint file corrupted in its state is refused by the gpu-worker (a log line), the turn
+is prefilled from the start with the same output; a file with a broken header is ignored at start.
+Standard library only.  Prints "N checks, N failed"; exits 1 on any failure.  Run from the
+repository root (BUILD=build)."""
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.dont_write_bytecode = True
+import test_http_api as H  # noqa: E402
+from test_http_api import BIN, Server, check, jcall, status, wait_for  # noqa: E402
+
+ALIGN = 64
+TURNS = 10
+WORDS = ("river stone cloud lantern orchard copper meadow harbor violet signal quiet amber north "
+         "window garden silver thunder paper candle marble").split()
+
+
+def user_text(k):
+    return "Turn %d: " % k + " ".join(WORDS[(k * 7 + i * 3) % len(WORDS)] for i in range(14 + k % 4))
+
+
+def use(s):
+    H.srv = s
+    ok = wait_for(lambda: status().get("phase") == "ready", timeout=40)
+    check(ok, "the coordinator is ready")
+    return ok
+
+
+def gw_tokens(s):
+    out = subprocess.run([os.path.join(BIN, "nebulactl"), "--runtime", s.run, "--json", "stats"], capture_output=True, text=True)
+    d = json.loads(out.stdout)
+    gw = [w for w in d["workers"] if w["name"] == "gpu-worker"]
+    return gw[0]["counters"]["tokens"] if gw else -1, d.get("prompt_cache", {})
+
+
+def metric(name, labels=""):
+    body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % H.srv.port, timeout=10).read().decode()
+    for line in body.splitlines():
+        if line.startswith(name + labels + " "):
+            return float(line.split()[-1])
+    return None
+
+
+_im_start = []
+
+
+def im_start():
+    if not _im_start:
+        st, d = jcall("POST", "/api/tokenize", {"text": "<|im_start|>"})
+        check(st == 200 and d.get("count") == 1, f"<|im_start|> is one token: {d}")
+        _im_start.append(d["tokens"][0])
+    return _im_start[0]
+
+
+def prompt_ids(messages):
+    st, d = jcall("POST", "/api/tokenize", {"messages": messages, "think": False})
+    check(st == 200, f"tokenize: {st} {d}")
+    return d.get("tokens", [])
+
+
+def request(messages, sampled, logprobs):
+    body = {"messages": messages, "max_tokens": 12, "think": False}
+    body.update({"temperature": 0.9, "seed": 7} if sampled else {"temperature": 0})
+    if logprobs:
+        body.update({"logprobs": True, "top_logprobs": 3})
+    st, d = jcall("POST", "/v1/chat/completions", body)
+    check(st == 200, f"chat: {st} {str(d)[:300]}")
+    return d
+
+
+def conversation(s, sampled, logprobs, reference=None, turns=range(TURNS), history=None, ckpts=None, label=""):
+    """Runs the turns; returns (outputs, history, checkpoints).  With a reference, checks each turn."""
+    history = list(history or [])
+    ckpts = list(ckpts or [])  # the token prefixes the server should hold
+    outs = []
+    prev_ids = None
+    for k in turns:
+        history.append({"role": "user", "content": user_text(k)})
+        ids = prompt_ids(history)
+        before, _ = gw_tokens(s)
+        d = request(history, sampled, logprobs)
+        after, _ = gw_tokens(s)
+        msg = d["choices"][0]["message"]
+        out = {"content": msg.get("content"), "logprobs": d["choices"][0].get("logprobs")}
+        outs.append(out)
+        usage, timings = d.get("usage", {}), d.get("timings", {})
+        cached = usage.get("prompt_tokens_details", {}).get("cached_tokens")
+        n = usage.get("prompt_tokens")
+        check(n == len(ids), f"{label} turn {k}: prompt_tokens {n}, /api/tokenize {len(ids)}")
+        if reference is not None:
+            want = max([len(p) for p in ckpts if len(p) < len(ids) and ids[:len(p)] == p] + [0])
+            check(cached == want, f"{label} turn {k}: cached_tokens {cached}, the rule says {want}")
+            check(timings.get("prompt_cached") == cached, f"{label} turn {k}: timings.prompt_cached {timings.get('prompt_cached')}")
+            made = usage.get("completion_tokens", 0)
+            rows = (len(ids) - (cached or 0)) + max(made - 1, 0)
+            check(after - before == rows, f"{label} turn {k}: the gpu-worker evaluated {after - before} rows, "
+                                          f"want {len(ids)} - {cached} prompt + {max(made - 1, 0)} decode")
+            ref = reference[k - turns.start]
+            check(out == ref, f"{label} turn {k}: output differs from the cache-off run: {str(out)[:200]} vs {str(ref)[:200]}")
+            start = cached or 0
+            # at or below the prompt's last turn opening (the generation prompt is rendered otherwise in the next turn)
+            stable = max(i for i, t in enumerate(ids) if t == im_start()) if im_start() in ids[1:] else len(ids)
+            cut = next((p for p in range(stable, start, -1) if p % ALIGN == 0), 0)
+            if cut:
+                ckpts.append(ids[:cut])
+            if prev_ids is not None:  # the new tokens: past what this prompt shares with the turn before's
+                common = next((i for i, (x, y) in enumerate(zip(ids, prev_ids)) if x != y), min(len(ids), len(prev_ids)))
+                pre = len(ids) - (cached or 0)
+                gen_prompt = len(prev_ids) - prev_stable  # the turn before's generation prompt, rendered otherwise now
+                check(pre < len(ids) - common + gen_prompt + ALIGN,
+                      f"{label} turn {k}: prefilled {pre}, {len(ids) - common} new tokens (+ {gen_prompt} of the last generation prompt)")
+                if os.environ.get("VERBOSE"):
+                    print(f"{label} turn {k}: {len(ids)} prompt tokens, {len(ids) - common} new, {cached} cached, {pre} prefilled "
+                          f"(the generation prompt before: {gen_prompt})")
+            prev_ids, prev_stable = ids, stable
+        history.append({"role": "assistant", "content": msg.get("content") or ""})
+    return outs, history, ckpts
+
+
+def main(tmp):
+    model = os.path.join(tmp, "demo.gguf")
+    subprocess.run([os.path.join(BIN, "nebula-convert"), "tests/fixtures/tiny-a", model, "--type", "f32", "--name", "nebula-demo",
+                    "-q"], check=True)
+    cdir = os.path.join(tmp, "kv")
+    servers = []
+
+    def start(name, *args):
+        s = Server(tmp, model=model, name=name, args=args)
+        servers.append(s)
+        return s if use(s) else None
+
+    try:
+        ref = {}
+        s = start("off", "--cache", "off")
+        for mode in ("greedy", "sampled"):
+            ref[mode], _, _ = conversation(s, mode == "sampled", mode == "sampled", label="off " + mode)
+        _, pc = gw_tokens(s)
+        check(pc.get("enabled") is False and pc.get("hits") == 0, f"cache off: stats say {pc}")
+        s.stop()
+
+        s = start("on", "--cache", "on", "--cache-dir", cdir, "--cache-ram-entries", "3")
+        outs, hist, ckpts = conversation(s, False, False, reference=ref["greedy"], label="on greedy")
+        _, pc = gw_tokens(s)
+        check(pc.get("hits", 0) >= TURNS - 3 and pc.get("tokens_reused", 0) > 0, f"stats after 10 turns: {pc}")
+        check(pc.get("ram_entries", 99) <= 3, f"at most 3 checkpoints in RAM: {pc}")
+        check(metric("nebula_prompt_cache_hits_total") == pc.get("hits"), "/metrics counts the hits")
+        check(metric("nebula_prompt_cache_tokens_reused_total") == pc.get("tokens_reused"), "/metrics counts the tokens reused")
+        check((metric("nebula_prompt_cache_bytes", '{where="disk"}') or 0) > 0, "/metrics shows the checkpoints' disk bytes")
+        # cache_prompt false: neither resumed nor saved; a value that is not a boolean is a 400
+        _, before = gw_tokens(s)
+        st, d = jcall("POST", "/v1/chat/completions", {"messages": hist, "max_tokens": 4, "temperature": 0, "think": False,
+                                                       "cache_prompt": False})
+        _, after = gw_tokens(s)
+        check(st == 200 and d["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, f"cache_prompt false: nothing reused: {d.get('usage')}")
+        check(after.get("saves") == before.get("saves") and after.get("hits") == before.get("hits")
+              and after.get("misses") == before.get("misses"), f"cache_prompt false: the cache untouched: {before} → {after}")
+        st, d = jcall("POST", "/v1/chat/completions", {"messages": hist, "max_tokens": 4, "cache_prompt": "yes"})
+        check(st == 400 and d.get("error", {}).get("param") == "cache_prompt", f"cache_prompt \"yes\": 400 naming it: {st} {d}")
+        # sampled: its own conversation, same rule (the greedy one's checkpoints are no prefix of it after turn 0's answer)
+        souts, _, _ = conversation(s, True, True, reference=ref["sampled"], ckpts=ckpts, label="on sampled")
+        s.stop()
+        files = sorted(glob.glob(os.path.join(cdir, "*.nbkv")))
+        check(len(files) >= 4, f"checkpoint files written: {len(files)}")
+
+        # the reference for turn 10 of the greedy conversation
+        s = start("off2", "--cache", "off")
+        ref10, _, _ = conversation(s, False, False, turns=range(TURNS, TURNS + 2), history=hist, label="off turn 10")
+        s.stop()
+
+        # a restart: the files are the index; turn 10 resumes from the one written before
+        with open(os.path.join(cdir, "0badbeef.nbkv"), "wb") as f:
+            f.write(b"not a checkpoint at all")
+        s = start("re", "--cache", "on", "--cache-dir", cdir)
+        log = open(s.log, errors="replace").read()
+        check("ignoring" in log and "0badbeef" in log, "a file with a broken header is ignored with a log line")
+        out, hist2, _ = conversation(s, False, False, reference=ref10[:1], turns=range(TURNS, TURNS + 1), history=hist,
+                                     ckpts=ckpts, label="after restart")
+        _, pc = gw_tokens(s)
+        check(pc.get("hits") == 1, f"after the restart: resumed from a file: {pc}")
+        # the gpu-worker killed: its RAM copies are gone, the files remain; the next turn resumes from one
+        time.sleep(0.5)  # the writer thread's file of turn 10's checkpoint
+        pid = [w for w in status()["workers"] if w["role"] == "gpu-worker"][0]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        check(wait_for(lambda: any(w["role"] == "gpu-worker" and w["state"] == "ready" and w["pid"] != pid
+                                   for w in status()["workers"]), timeout=30), "the gpu-worker is restarted")
+        history = hist2[:] + [{"role": "user", "content": user_text(TURNS + 1)}]
+        d = request(history, False, False)
+        check({"content": d["choices"][0]["message"].get("content"), "logprobs": d["choices"][0].get("logprobs")} == ref10[1],
+              "after the gpu-worker's death: the output is the cache-off run's")
+        check(d["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, f"after the gpu-worker's death: resumed from a file: {d['usage']}")
+        check("did not load" not in open(s.log, errors="replace").read(), "no checkpoint failed to load after the death")
+        s.stop()
+
+        # every checkpoint's state corrupted (a byte past the header): the turn is prefilled from the start, same output
+        for f in glob.glob(os.path.join(cdir, "*.nbkv")):
+            if os.path.basename(f) == "0badbeef.nbkv":
+                continue
+            with open(f, "r+b") as fh:
+                fh.seek(os.path.getsize(f) - 5)
+                b = fh.read(1)
+                fh.seek(-1, 1)
+                fh.write(bytes([b[0] ^ 0x5a]))
+        s = start("bad", "--cache", "on", "--cache-dir", cdir)
+        history = hist[:]
+        history.append({"role": "user", "content": user_text(TURNS)})
+        history.append({"role": "assistant", "content": ref10[0]["content"] or ""})
+        history.append({"role": "user", "content": user_text(TURNS + 1)})
+        d = request(history, False, False)
+        check({"content": d["choices"][0]["message"].get("content"), "logprobs": d["choices"][0].get("logprobs")} == ref10[1],
+              "a corrupt checkpoint: the output is the cache-off run's")
+        check(d["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, f"a corrupt checkpoint: nothing reused: {d['usage']}")
+        _, pc = gw_tokens(s)
+        check(pc.get("load_failures") == 1, f"one load failure counted: {pc}")
+        log = open(s.log, errors="replace").read()
+        check("did not load" in log and "corrupt" in log, "the refused checkpoint is logged")
+        alive_st, _ = jcall("GET", "/v1/models")
+        check(alive_st == 200, "the server answers after a corrupt checkpoint")
+        s.stop()
+        for sv in servers:
+            log = open(sv.log, errors="replace").read()
+            check(sv.proc.returncode == 0, f"coordinator {sv.run} exit status {sv.proc.returncode}")
+            check("Sanitizer" not in log and "runtime error:" not in log, "no sanitizer report")
+    finally:
+        for sv in servers:
+            if sv.proc.poll() is None:
+                os.killpg(sv.proc.pid, signal.SIGKILL)
+                sv.proc.wait()
+        if H.failures:
+            for sv in servers[-2:]:
+                print("--- %s (tail) ---" % sv.log)
+                print("".join(open(sv.log, errors="replace").readlines()[-25:]))
+
+
+if __name__ == "__main__":
+    tmp = tempfile.mkdtemp(prefix="nebula-pcache-")
+    try:
+        main(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{H.checks} checks, {len(H.failures)} failed")
+    sys.exit(1 if H.failures else 0)
