@@ -63,8 +63,10 @@ def hits_adaptive(seq, n, decay, every, swaps):
             score[e] += 1.0
         if (t + 1) % every == 0:
             out = sorted((e for e in score if e not in res), key=lambda e: -score[e])[:swaps]
-            cold = sorted(res, key=lambda e: score.get(e, 0.0))
             new = set(res)
+            while out and len(new) < n:  # free slots first (a cold start holds fewer than n)
+                new.add(out.pop(0))
+            cold = sorted(new, key=lambda e: score.get(e, 0.0))
             for hot, c in zip(out, cold):
                 if score[hot] <= score.get(c, 0.0):
                     break
