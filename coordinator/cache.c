@@ -130,6 +130,13 @@ static void scan_dir(struct coord *c, struct coord_cache *k)
 
 int coord_cache_open(struct coord *c, char *err, size_t errlen)
 {
+    if (c->cache_cfg.enable == 2 && strcmp(c->backend, "cpu")) {
+        /* auto: the cuda backend's gw_seq_save/load (device <-> host copies) have not run on a GPU yet
+         * (tests/cuda/run-seq-state-on-gpu.sh); until they have, its users get the uncached path unless
+         * they ask for the cache with --cache on / cache.enable = on */
+        nb_log("prompt cache: off on the %s backend by default (cache.enable = auto; on: --cache on)", c->backend);
+        return 0;
+    }
     if (!c->cache_cfg.enable) return 0;
     struct coord_cache *k = calloc(1, sizeof *k);
     if (!k) return nb_errf(err, errlen, NB_ENOMEM, "out of memory");

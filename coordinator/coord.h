@@ -109,7 +109,7 @@ struct coord {
     int spec;                      /* --spec: COORD_SPEC_OFF, _MTP, _LOOKUP or _AUTO (speculative decoding, requests.c) */
     struct spec_stats spec_total;  /* the verify windows of every request served (nebulactl stats) */
     struct coord_cache_cfg {       /* the prompt cache: nebula.conf [cache], --cache* (cache.c) */
-        bool enable;
+        int enable;                /* 0 off, 1 on, 2 auto (coord_cache_open decides by backend) */
         int ram_entries;
         uint64_t ram_bytes, disk_bytes;
         const char *dir;           /* "": none */

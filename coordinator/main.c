@@ -49,7 +49,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: nebula-coordinator [--config FILE] --model M.gguf [--mtp FILE] [--prepared DIR] [--runtime DIR] [--threads N] [--chunk N]\n"
                "                          [--backend auto|cpu|cuda] [--kernels ref|fast] [--cpu-kernels ref|fast]\n"
-               "                          [--vram-budget BYTES] [--ctx N] [--layer-times] [--cache on|off] [--cache-dir DIR]\n"
+               "                          [--vram-budget BYTES] [--ctx N] [--layer-times] [--cache on|off|auto] [--cache-dir DIR]\n"
                "                          [--http HOST:PORT|off] [--max-queue N] [--max-body BYTES] [--demo] [--name NAME]\n"
                "\n"
                "Runs one instance of the Nebula pipeline: creates its shared-memory regions and runtime\n"
@@ -89,8 +89,9 @@ static void usage(FILE *f)
                "                   verifies a window of them in one step), lookup (drafts from the prompt) or\n"
                "                   auto (lookup where it makes more tokens a ms); the output is exactly the plain\n"
                "                   one at accuracy_level 3 (either backend)\n"
-               "  --cache on|off   the prompt cache (default on: a prompt extending an earlier one resumes\n"
-               "                   from its saved state, the output unchanged; off: prefilled from token 0)\n"
+               "  --cache on|off|auto  the prompt cache: a prompt extending an earlier one resumes from its\n"
+               "                   saved state, the output unchanged; off: prefilled from token 0; auto (default):\n"
+               "                   on with the cpu backend, off on cuda until its save/load has run on a GPU\n"
                "  --cache-dir DIR  also write checkpoints there, found again after a restart (default: none)\n"
                "  --cache-ram-entries N, --cache-ram-bytes B, --cache-disk-bytes B  the cache's budgets\n"
                "                   (defaults 8, 4G, 64G; least recently used first out)\n"
@@ -150,7 +151,7 @@ static int apply_conf(int argc, char **argv, struct coord *c, struct api_config 
     c->backend = k.backend, c->kernels = k.kernels, c->cpu_kernels = strcmp(k.cpu_kernels, "auto") ? k.cpu_kernels : "";
     c->spec = !strcmp(k.spec, "mtp") ? COORD_SPEC_MTP : !strcmp(k.spec, "lookup") ? COORD_SPEC_LOOKUP
             : !strcmp(k.spec, "auto")  ? COORD_SPEC_AUTO : COORD_SPEC_OFF;
-    c->cache_cfg = (struct coord_cache_cfg){.enable = !strcmp(k.cache_enable, "on"), .ram_entries = k.cache_ram_entries,
+    c->cache_cfg = (struct coord_cache_cfg){.enable = !strcmp(k.cache_enable, "on") ? 1 : !strcmp(k.cache_enable, "auto") ? 2 : 0, .ram_entries = k.cache_ram_entries,
                                             .ram_bytes = k.cache_ram_bytes, .disk_bytes = k.cache_disk_bytes, .dir = k.cache_dir};
     h->port = k.api_port, h->max_queue = k.max_queue, h->max_body = (size_t)k.max_body;
     h->name = k.name[0] ? k.name : NULL, h->accuracy_level = k.accuracy_level;
@@ -288,11 +289,11 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
             }
             break;
         case 'E':
-            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
-                fprintf(stderr, "nebula-coordinator: --cache takes on or off, not '%s'\n", optarg);
+            if (strcmp(optarg, "on") && strcmp(optarg, "off") && strcmp(optarg, "auto")) {
+                fprintf(stderr, "nebula-coordinator: --cache takes on, off or auto, not '%s'\n", optarg);
                 return 2;
             }
-            c->cache_cfg.enable = !strcmp(optarg, "on");
+            c->cache_cfg.enable = !strcmp(optarg, "on") ? 1 : !strcmp(optarg, "auto") ? 2 : 0;
             break;
         case 'D': c->cache_cfg.dir = optarg; break;
         case 'N':

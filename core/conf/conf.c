@@ -53,7 +53,7 @@ static const struct key KEYS[] = {
     {"engine", "spec", K_CHOICE, F(spec), 0, 0, "off|mtp|lookup|auto", "off"},
     {"engine", "vram_budget", K_BYTES, F(vram_budget), 0, INT64_MAX, NULL, "0"},
     {"engine", "ram_budget", K_BYTES, F(ram_budget), 0, INT64_MAX, NULL, "0"},
-    {"cache", "enable", K_CHOICE, F(cache_enable), 0, 0, "on|off", "on"},
+    {"cache", "enable", K_CHOICE, F(cache_enable), 0, 0, "on|off|auto", "auto"},
     {"cache", "ram_entries", K_INT, F(cache_ram_entries), 0, 1 << 20, NULL, "8"},
     {"cache", "ram_bytes", K_BYTES, F(cache_ram_bytes), 0, INT64_MAX, NULL, "4294967296"},
     {"cache", "dir", K_STR, F(cache_dir), 0, 0, NULL, ""},

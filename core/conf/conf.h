@@ -42,7 +42,8 @@ struct conf_settings {
     uint64_t vram_budget;         /* engine.vram_budget: bytes (0: placement.json's) */
     uint64_t ram_budget;          /* engine.ram_budget: bytes for nebula-prepare's RAM tier (0: its default) */
     /* [cache]: the prompt cache across requests (coordinator/cache.c; docs/RUNNING.md) */
-    char cache_enable[4];         /* cache.enable: on or off (off: every request prefilled from its first token) */
+    char cache_enable[5];         /* cache.enable: on, off (every request prefilled from its first token) or auto (on with the
+                                   * cpu backend; on cuda once its GPU check has run: coordinator/cache.c) */
     int cache_ram_entries;        /* cache.ram_entries: checkpoints kept in the gpu-worker's RAM at most */
     uint64_t cache_ram_bytes;     /* cache.ram_bytes: their bytes at most */
     char cache_dir[CONF_PATH_MAX];/* cache.dir: where checkpoints are also written, found again after a restart ("": none) */
