@@ -49,8 +49,10 @@ static void usage(FILE *f)
             "                   MoE layer a share of the experts favour each topic (default 0: fixed popularity)\n"
             "  --topic-embed A  the topic direction's size in an embedding row, against its own 1 (default 1)\n"
             "  --topic-router B a favoured expert's router logit gain, per unit of the hidden state's share\n"
-            "                   of the topic direction (default 4)\n"
-            "  --topic-share F  the share of a layer's experts that favour each topic (default 0.1)\n"
+            "                   of the topic direction (default 2.5)\n"
+            "  --topic-share F  the share of a layer's experts that favour each topic (default 0.3; with --skew 0.1 and\n"
+            "                   16 topics a static placement of 89 of 512 experts a layer gets ~50 %% of\n"
+            "                   the selections, an adaptive cache ~65-75 %%: docs/BENCHMARKS.md)\n"
             "                   Measure with nebula hotlist --routes + tools/bench/cache-sim.py\n"
             "  --ngram-base B   n-gram (PLE) table heads start at B (default: the config's\n"
             "                   ngram_vocab_size_base; the released 20000000 makes a 29 GB table in iq4_nl)\n"
@@ -170,8 +172,8 @@ int main(int argc, char **argv)
     bool split = false;
     const struct conv_mix *mix = conv_mix_find(DEFAULT_MIX);
     bool want_mtp = true, quiet = false, force = false, dry_run = false, sparse = false;
-    struct conv_synth synth = {.on = true, .seed = 1, .router_skew = CONV_SKEW_DEFAULT, .topic_embed = 1, .topic_router = 4,
-                               .topic_share = 0.1};
+    struct conv_synth synth = {.on = true, .seed = 1, .router_skew = CONV_SKEW_DEFAULT, .topic_embed = 1, .topic_router = 2.5,
+                               .topic_share = 0.3};
     double layers = 0, ngram_base = 0, v;
     static const struct option opts[] = {
         {"layers", required_argument, 0, 'L'}, {"mix", required_argument, 0, 'x'},    {"skew", required_argument, 0, 'k'},
