@@ -25,9 +25,10 @@ if [ -n "${BINS:-}" ]; then # only these binaries of BUILD/bin (the tree and .de
 else
     cp "$BUILD"/bin/* "$D/build/bin/"
 fi
-cp "$BUILD/tests/cuda/check_backend" "$D/build/tests/cuda/"
-strip "$D"/build/bin/* "$D/build/tests/cuda/check_backend"
-ldd "$D"/build/bin/* "$D/build/tests/cuda/check_backend" 2>/dev/null | awk '/=> \//{print $3}' | sort -u |
+# every CUDA check built (check_backend, check_seq_state, ...): the GPU steps of tools/dev/device-checks.sh
+for c in "$BUILD"/tests/cuda/check_*; do [ -x "$c" ] && [ -f "$c" ] && cp "$c" "$D/build/tests/cuda/"; done
+strip "$D"/build/bin/* "$D"/build/tests/cuda/*
+ldd "$D"/build/bin/* "$D"/build/tests/cuda/* 2>/dev/null | awk '/=> \//{print $3}' | sort -u |
     grep -v -E '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|libcuda|ld-linux[^/]*)\.so' |
     while read -r lib; do cp -L "$lib" "$D/lib/"; done
 echo "pack-for-device: $(du -sh "$D" | cut -f1) in $D ($(ls "$D/lib" | wc -l) libraries); carry [\"$D\"]"

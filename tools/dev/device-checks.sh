@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# device-checks.sh STEP... — the GPU machine's checks in named steps, each
+# bounded by its own time limit, results (one log per step) under $OUT, so a
+# session can spend its device minutes one call at a time and keep what
+# finished.  Run from the repository root with .devrun/ carried
+# (tools/dev/pack-for-device.sh; its BINS must hold the binaries the steps use)
+# or with BUILD naming a build of the tree.  Steps:
+#   fixtures   make test-gpu's fixture half: run-backend-on-gpu.sh SYNTHETIC=0
+#              (every fixture, sweep case, GDN size, low-bit type and published
+#              mix; verify windows too)                            ~6 min
+#   synthetic  its released-width half (FIXTURES= … KERNELS=fast)  ~5 min
+#   matvec     tests/cuda/run-on-gpu.sh --no-timing                ~2 min
+#   verify     tests/cuda/run-verify-on-gpu.sh                     ~3 min
+#   seqstate   tests/cuda/run-seq-state-on-gpu.sh (the prompt cache's save/load)
+#   cache      tests/api/test_prompt_cache.py on the cuda backend
+#   pipeline   TEST_BACKEND=cuda tests/tools/test_pipeline.sh and test_idle.sh
+#   selfcheck  tests/deploy/selfcheck-gpu.sh (the installer's first layers)
+#   train      tests/train/test_forward.py (torch there)
+# Each step's limit: STEP_S (default 300 s).  Prints one line a step: rc,
+# seconds, PASS/FAIL counts where the log has them.
+set -u
+OUT=${OUT:-/tmp/nebula-device-out}
+mkdir -p "$OUT"
+if [ -x .devrun/build/bin/nebula ]; then
+    B=${BUILD:-.devrun/build}
+    export LD_LIBRARY_PATH=$PWD/.devrun/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+else
+    B=${BUILD:-build}
+fi
+export BIN=$B/bin
+export CHECK=$B/tests/cuda/check_backend # seqstate: check_seq_state
+[ $# -gt 0 ] || { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+run_step() {
+    local name=$1 t0 rc
+    shift
+    t0=$(date +%s)
+    timeout "${STEP_S:-300}" "$@" >"$OUT/$name.log" 2>&1
+    rc=$?
+    echo "$name: rc=$rc in $(($(date +%s) - t0)) s; $(grep -c '^PASS' "$OUT/$name.log") PASS, $(grep -c '^FAIL' "$OUT/$name.log") FAIL"
+    grep -m 8 '^FAIL' "$OUT/$name.log"
+    tail -n 2 "$OUT/$name.log"
+}
+for s in "$@"; do
+    case $s in
+    fixtures) run_step "$s" env OMP_NUM_THREADS=8 WORK=/tmp/nb-fixtures SYNTHETIC=0 FIXTURE_GREEDY=32 bash tests/cuda/run-backend-on-gpu.sh ;;
+    synthetic) run_step "$s" env OMP_NUM_THREADS=8 WORK=/tmp/nb-synthetic FIXTURES= SWEEP= GDN_DIMS= LOWBIT= MIXES= KERNELS=fast \
+        GREEDY=24 PROMPT=32 bash tests/cuda/run-backend-on-gpu.sh ;;
+    matvec) run_step "$s" bash tests/cuda/run-on-gpu.sh --no-timing ;;
+    verify) run_step "$s" env WORK=/tmp/nb-verify bash tests/cuda/run-verify-on-gpu.sh ;;
+    seqstate) run_step "$s" env CHECK="$B/tests/cuda/check_seq_state" bash tests/cuda/run-seq-state-on-gpu.sh ;;
+    cache) run_step "$s" env BUILD="$B" python3 tests/api/test_prompt_cache.py ;; # the coordinator picks cuda there
+    pipeline) run_step "$s" bash -c "TEST_BACKEND=cuda BUILD='$B' bash tests/tools/test_pipeline.sh && TEST_BACKEND=cuda BUILD='$B' bash tests/tools/test_idle.sh" ;;
+    selfcheck) run_step "$s" env BUILD="$B" WORK=/dev/shm/nb-selfcheck bash tests/deploy/selfcheck-gpu.sh ;;
+    train) run_step "$s" python3 tests/train/test_forward.py ;;
+    *) echo "device-checks: unknown step '$s' (see the header)" >&2; exit 2 ;;
+    esac
+done
