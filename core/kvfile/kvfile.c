@@ -102,6 +102,18 @@ static int open_checked(const char *path, const char *identity, struct head *h, 
     return fd;
 }
 
+/* The token ids after the header, checked against its hash: *t (malloc'd, NULL on failure). */
+static int read_tokens(int fd, const struct head *h, const char *path, int32_t **t, char *err, size_t errlen)
+{
+    *t = malloc((size_t)h->n_tokens * 4 + 4);
+    int rc = !*t ? nb_errf(err, errlen, NB_ENOMEM, "out of memory")
+             : read_all(fd, *t, (uint64_t)h->n_tokens * 4) ? nb_errf(err, errlen, NB_EFORMAT, "%s: truncated", path)
+             : kvfile_hash(*t, (uint64_t)h->n_tokens * 4, 2) != h->tokens_hash ? nb_errf(err, errlen, NB_EFORMAT, "%s: its tokens are corrupt", path)
+                                                                              : 0;
+    if (rc) free(*t), *t = NULL;
+    return rc;
+}
+
 int kvfile_read_head(const char *path, const char *identity, uint32_t *grid, int32_t **tokens, uint32_t *n_tokens,
                      uint64_t *state_bytes, char *err, size_t errlen)
 {
@@ -109,11 +121,8 @@ int kvfile_read_head(const char *path, const char *identity, uint32_t *grid, int
     *tokens = NULL;
     int fd = open_checked(path, identity, &h, err, errlen);
     if (fd < 0) return NB_EFORMAT;
-    int32_t *t = malloc((size_t)h.n_tokens * 4 + 4);
-    int rc = !t ? nb_errf(err, errlen, NB_ENOMEM, "out of memory")
-             : read_all(fd, t, (uint64_t)h.n_tokens * 4) ? nb_errf(err, errlen, NB_EFORMAT, "%s: truncated", path)
-             : kvfile_hash(t, (uint64_t)h.n_tokens * 4, 2) != h.tokens_hash ? nb_errf(err, errlen, NB_EFORMAT, "%s: its tokens are corrupt", path)
-                                                                           : 0;
+    int32_t *t;
+    int rc = read_tokens(fd, &h, path, &t, err, errlen);
     close(fd);
     if (rc) return free(t), rc;
     *tokens = t, *n_tokens = h.n_tokens, *state_bytes = h.state_bytes, *grid = h.grid;
@@ -128,12 +137,11 @@ int kvfile_read_state(const char *path, const char *identity, uint32_t n_tokens,
     int fd = open_checked(path, identity, &h, err, errlen);
     if (fd < 0) return NB_EFORMAT;
     void *b = NULL;
-    int32_t *t = malloc((size_t)h.n_tokens * 4 + 4);
+    int32_t *t = NULL;
     int rc = h.n_tokens != n_tokens ? nb_errf(err, errlen, NB_EFORMAT, "%s covers %u tokens, not %u", path, h.n_tokens, n_tokens)
-             : !t ? nb_errf(err, errlen, NB_ENOMEM, "out of memory")
-             : read_all(fd, t, (uint64_t)h.n_tokens * 4) ? nb_errf(err, errlen, NB_EFORMAT, "%s: truncated", path)
-             : kvfile_hash(t, (uint64_t)h.n_tokens * 4, 2) != h.tokens_hash ? nb_errf(err, errlen, NB_EFORMAT, "%s: its tokens are corrupt", path)
-             : !(b = malloc(h.state_bytes ? h.state_bytes : 1)) ? nb_errf(err, errlen, NB_ENOMEM, "out of memory for %s", path)
+                                    : read_tokens(fd, &h, path, &t, err, errlen);
+    if (!rc)
+        rc = !(b = malloc(h.state_bytes ? h.state_bytes : 1)) ? nb_errf(err, errlen, NB_ENOMEM, "out of memory for %s", path)
              : read_all(fd, b, h.state_bytes) ? nb_errf(err, errlen, NB_EFORMAT, "%s: truncated", path)
              : kvfile_hash(b, h.state_bytes, 1) != h.state_hash ? nb_errf(err, errlen, NB_EFORMAT, "%s: its state is corrupt", path)
                                                                 : 0;

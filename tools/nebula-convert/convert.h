@@ -65,7 +65,7 @@ struct conv_synth {
      * its embedding row gains topic_embed × u_topic (u: a unit-variance random direction per topic), and in
      * each MoE layer a topic_share of the experts favour each topic, their router rows gaining
      * topic_router / hidden × u_topic (a logit of about topic_router × the hidden state's share of u).
-     * 0 topics: none (the fixed-popularity router of before). */
+     * 0 topics: none (the fixed-popularity router of before); at most CONV_MAX_TOPICS. */
     int topics;
     double topic_embed, topic_router, topic_share;
     bool exact_rows;    /* every row drawn and quantized (slow); else large tensors come from pools (pool.c) */
@@ -121,6 +121,7 @@ const struct conv_mix *conv_mix_parse(const char *prog, const char *option, cons
  * experts take ~65 % of routed selections (MODEL.md, last section; the
  * calibration run is in docs/BENCHMARKS.md, "nebula-gen router skew"). */
 #define CONV_SKEW_DEFAULT 0.38
+#define CONV_MAX_TOPICS 64 /* a router row's favoured topics are one 64-bit mask (rows.c) */
 #define CONV_SKEW_DEFAULT_STR "0.38"
 
 /* st NULL with synth->on: a synthetic model. */

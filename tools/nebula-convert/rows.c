@@ -96,16 +96,22 @@ void conv_synth_values(const struct conv_plan *p, const struct st_tensor *t, int
     int layer = -1; /* the router's layer (the MTP block's is n_layers, as in the GGUF) */
     const char *ls = strstr(name, "layers.");
     if (router) layer = strstr(name, "mtp.") ? (int)p->cfg.n_layers : ls ? atoi(ls + 7) : -1;
+    uint64_t fav = 0;     /* the topics the current router row's expert favours (bit t) */
+    int64_t fav_row = -1; /* the row fav is for */
     for (int64_t i = 0; i < n; i++) {
         int64_t idx = first + i, row = idx / fan_in, col = idx % fan_in;
         float v = shift + scale * normal_of(conv_mix64(h0 + (uint64_t)idx * 0xD1B54A32D192ED03ull));
         if (router && sy->router_skew != 0.0)
             v *= expf((float)sy->router_skew * normal_of(conv_mix64(h0 ^ ((uint64_t)row + 0x5bd1e995ull))));
         if (embed) v += (float)sy->topic_embed * conv_topic_dir(sy, (int)(row % sy->topics), col);
-        if (router && sy->topics > 0)
-            for (int tp = 0; tp < sy->topics; tp++)
-                if (conv_topic_favours(sy, layer, (int)row, tp))
-                    v += (float)(sy->topic_router / (double)fan_in) * conv_topic_dir(sy, tp, col);
+        if (router && sy->topics > 0) {
+            if (row != fav_row) {
+                fav = 0, fav_row = row;
+                for (int tp = 0; tp < sy->topics; tp++) fav |= (uint64_t)conv_topic_favours(sy, layer, (int)row, tp) << tp;
+            }
+            for (uint64_t f = fav; f; f &= f - 1)
+                v += (float)(sy->topic_router / (double)fan_in) * conv_topic_dir(sy, __builtin_ctzll(f), col);
+        }
         dst[i] = v;
     }
 }

@@ -44,7 +44,7 @@ static void usage(FILE *f)
             "  --skew X         router skew: log-normal spread of the router row scales (default " CONV_SKEW_DEFAULT_STR ",\n"
             "                   calibrated so the hottest 16.7%% of a layer's experts take ~65%% of its routed\n"
             "                   selections; 0 = no skew).  Measure with nebula hotlist + tools/bench/hotlist-curve.py\n"
-            "  --topics T       routing that drifts with the context (issue 15's adaptive cache): token v\n"
+            "  --topics T       routing that drifts with the context (issue 15's adaptive cache; T <= 64): token v\n"
             "                   belongs to topic v mod T, whose direction its embedding row carries, and in every\n"
             "                   MoE layer a share of the experts favour each topic (default 0: fixed popularity)\n"
             "  --topic-embed A  the topic direction's size in an embedding row, against its own 1 (default 1)\n"
@@ -211,7 +211,7 @@ int main(int argc, char **argv)
             break;
         }
         case 't':
-            if (parse_num("--topics", optarg, 0, 4096, &v) || v != floor(v)) return 2;
+            if (parse_num("--topics", optarg, 0, CONV_MAX_TOPICS, &v) || v != floor(v)) return 2;
             synth.topics = (int)v;
             break;
         case 'e':
