@@ -279,6 +279,17 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         if (s->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&a->mu);
         struct api_job *j = s->j;
+        if (!s->started && s->g.dialect == API_ANTHROPIC && !j->cache_known && j->state != JOB_DONE) {
+            /* message_start carries the usage, cache_read_input_tokens with it: sent once the lookup is done */
+            double t = now_s(), ka = st->last_write + a->cfg.keepalive_s;
+            int rc = 0;
+            if (t >= ka) rc = api_buf_add(&s->out, ": keep-alive\n\n", 14);
+            else wait_until(&a->cv, &a->mu, ka < t + API_POLL_MS / 1e3 ? ka : t + API_POLL_MS / 1e3);
+            if (peer_gone(st->conn)) j->cancelled = true, rc = -1;
+            pthread_mutex_unlock(&a->mu);
+            if (rc) return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
+        }
         if (!s->started) {
             int rc = s->g.dialect == API_OPENAI ? api_stream_start(s) : api_dialect_stream_start(s);
             pthread_mutex_unlock(&a->mu);

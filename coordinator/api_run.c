@@ -158,6 +158,17 @@ static int on_prefill(void *ctx, size_t done, size_t total)
     return r->cancelled;
 }
 
+/* The prompt cache's lookup is settled: the Anthropic stream's message_start can say what it reused. */
+static void on_cached(void *ctx, size_t n_cached)
+{
+    struct run_ctx *r = ctx;
+    if (r->chained) return; /* the job's cached part is its first leg's */
+    pthread_mutex_lock(&r->a->mu);
+    r->j->cached_ids = n_cached, r->j->cache_known = true;
+    pthread_cond_broadcast(&r->a->cv);
+    pthread_mutex_unlock(&r->a->mu);
+}
+
 static int on_token(void *ctx, long long i, int32_t id)
 {
     struct run_ctx *r = ctx;
@@ -276,7 +287,12 @@ static void on_done(void *ctx, const struct coord_outcome *o)
     const struct gen_result *res = o->res;
     long long made = res ? res->made : 0;
     int rc = o->rc && !o->cancelled;
-    if (!r->chained) r->prompt_s = res ? res->prompt_s : 0, j->cached_ids = o->n_cached;
+    if (!r->chained) {
+        r->prompt_s = res ? res->prompt_s : 0;
+        pthread_mutex_lock(&a->mu);
+        j->cached_ids = o->n_cached, j->cache_known = true;
+        pthread_mutex_unlock(&a->mu);
+    }
     if (res) { /* this leg's verify windows join the job's (the loosest level that ran is the one reported) */
         pthread_mutex_lock(&a->mu);
         spec_stats_merge(&j->spec, res->spec);
@@ -342,7 +358,7 @@ static void on_logits(void *ctx, long long i, int32_t id, const float *row)
 }
 
 static const struct coord_request_ops job_ops = {.on_start = on_start, .on_prefill = on_prefill, .on_token = on_token, .on_done = on_done,
-                                                 .on_logits = on_logits};
+                                                 .on_cached = on_cached, .on_logits = on_logits};
 
 /* A job leaves the HTTP side's list for the request queue (it stays
  * JOB_QUEUED, and counted as waiting, until it starts). */
