@@ -19,7 +19,8 @@ logprobs (every row's logits: the comparison is of the distribution, not only of
     gpu-worker evaluated exactly (prompt − cached) + (completion − 1) rows (its tokens counter):
     nothing cached is computed again;
   - nebulactl stats and /metrics count the hits, misses, tokens reused and prefilled; cache_prompt
-    false leaves the cache untouched (a non-boolean is a 400).
+    false leaves the cache untouched (a non-boolean is a 400); a streamed /v1/messages turn's
+    message_start reports the cached tokens (as its message_delta does).
 The end-of-request checkpoint (the state after the answer's last token fed back): through ctl.sock
 (nebula generate --server, token ids), a prompt that is an earlier prompt, its generated ids and more
 resumes from it (prefill = the ids after the answer), with the cache-off server's ids; the first
@@ -265,6 +266,27 @@ def compare_logit_runs(on, off):
     check(resumed_end > 0, "at least one generation made 2 ids or more (an end checkpoint to resume from)")
 
 
+def anthropic_stream():
+    """/v1/messages streamed, a second turn: message_start (sent once the cache's lookup is done) and message_delta
+    report the cached part as the response's usage does: input_tokens + cache_read_input_tokens = the prompt."""
+    msgs = [{"role": "user", "content": user_text(3)}]
+    st, d = jcall("POST", "/v1/messages", {"model": "any", "max_tokens": 8, "messages": msgs, "temperature": 0})
+    check(st == 200, f"/v1/messages: {st} {str(d)[:200]}")
+    text = "".join(b.get("text", "") for b in d.get("content", []) if b.get("type") == "text")
+    msgs += [{"role": "assistant", "content": text or "ok"}, {"role": "user", "content": user_text(4)}]
+    c, r = H.open_stream("/v1/messages", {"model": "any", "max_tokens": 8, "messages": msgs, "temperature": 0, "stream": True})
+    ev = [v for k, v in H.read_events(r) if k == "data" and isinstance(v, dict)]
+    c.close()
+    start = next((e["message"]["usage"] for e in ev if e.get("type") == "message_start"), {})
+    delta = next((e["usage"] for e in ev if e.get("type") == "message_delta"), {})
+    n = len(prompt_ids([{"role": m["role"], "content": m["content"]} for m in msgs]))
+    check(start.get("cache_read_input_tokens", 0) > 0, f"the Anthropic stream's message_start reports the cached tokens: {start}")
+    check(start.get("cache_read_input_tokens") == delta.get("cache_read_input_tokens") and
+          start.get("input_tokens") == delta.get("input_tokens"), f"message_start {start} and message_delta {delta} agree")
+    check(start.get("input_tokens", 0) + start.get("cache_read_input_tokens", 0) == n or n == 0,
+          f"input_tokens + cache_read_input_tokens = the prompt's {n}: {start}")
+
+
 def main(tmp):
     model = os.path.join(tmp, "demo.gguf")
     subprocess.run([os.path.join(BIN, "nebula-convert"), "tests/fixtures/tiny-a", model, "--type", "f32", "--name", "nebula-demo",
@@ -311,6 +333,7 @@ def main(tmp):
         check(st == 400 and d.get("error", {}).get("param") == "cache_prompt", f"cache_prompt \"yes\": 400 naming it: {st} {d}")
         # sampled: its own conversation, same rule (the greedy one's checkpoints are no prefix of it after turn 0's answer)
         souts, _, _ = conversation(s, True, True, reference=ref["sampled"], ckpts=ckpts, label="on sampled")
+        anthropic_stream()
         s.stop()
         files = sorted(glob.glob(os.path.join(cdir, "*.nbkv")))
         check(len(files) >= 4, f"checkpoint files written: {len(files)}")
