@@ -24,7 +24,8 @@
  *    turn's history renders otherwise), or any state resumed from one of
  *    these.  What follows is exact within float tolerance, not bit for bit
  *    (docs/BENCHMARKS.md measures it); it serves any prompt that extends it.
- * A new prompt resumes from the longest checkpoint that is a prefix of it. */
+ * A new prompt resumes from the longest checkpoint that is a prefix of it.  cache.resume = grid takes
+ * and serves the first kind only: the output is then the uncached one's bit for bit. */
 #include "coordinator/coord.h"
 
 #include "core/kvfile/kvfile.h"
@@ -162,7 +163,8 @@ int coord_cache_open(struct coord *c, char *err, size_t errlen)
             return nb_errf(err, errlen, NB_EIO, "cache.dir %s: %s", c->cache_cfg.dir, strerror(errno));
         scan_dir(c, k);
     }
-    nb_log("prompt cache: on (checkpoints at multiples of %d positions; RAM %d entries / %.0f MiB; %s%s)", k->align,
+    nb_log("prompt cache: on (checkpoints at multiples of %d positions%s; RAM %d entries / %.0f MiB; %s%s)", k->align,
+           c->cache_cfg.grid_only ? " only" : ", at the role header and at the end",
            c->cache_cfg.ram_entries, c->cache_cfg.ram_bytes / 1048576.0, c->cache_cfg.dir[0] ? "files in " : "no files",
            c->cache_cfg.dir);
     return 0;
@@ -188,9 +190,10 @@ static bool resumable(const struct coord_cache *k, int64_t p, int chunk)
 
 /* Entry e may be resumed by a prefill in steps of chunk: anywhere (grid 0), or a state computed on grid g
  * that is the one a prefill on grid chunk computes (the same grid, or both on block boundaries only). */
-static bool serves(const struct coord_cache *k, const struct coord_ckpt *e, int chunk)
+static bool serves(const struct coord *c, const struct coord_ckpt *e, int chunk)
 {
-    if (e->grid == 0) return true;
+    const struct coord_cache *k = c->cache;
+    if (e->grid == 0) return !c->cache_cfg.grid_only; /* cache.resume = grid: bit for bit only */
     return resumable(k, e->n, chunk) && (e->grid == chunk || (e->grid % k->align == 0 && chunk % k->align == 0));
 }
 
@@ -200,7 +203,7 @@ bool coord_cache_match(struct coord *c, const int32_t *ids, size_t n, int chunk,
     int best = -1;
     for (int i = 0; k && i < k->n; i++) {
         const struct coord_ckpt *e = &k->e[i];
-        if (e->n >= (int64_t)n || !serves(k, e, chunk) || (best >= 0 && e->n < k->e[best].n))
+        if (e->n >= (int64_t)n || !serves(c, e, chunk) || (best >= 0 && e->n < k->e[best].n))
             continue; /* one token at least is left to evaluate: its logits */
         if (best >= 0 && e->n == k->e[best].n && !e->in_ram) continue;
         if (memcmp(e->tokens, ids, (size_t)e->n * sizeof *ids)) continue;

@@ -113,6 +113,7 @@ struct coord {
         int ram_entries;
         uint64_t ram_bytes, disk_bytes;
         const char *dir;           /* "": none */
+        bool grid_only;            /* cache.resume = grid: checkpoints on the grid only, the output bit for bit */
     } cache_cfg;
     struct coord_cache *cache;     /* cache.c's index (NULL: off) */
     bool gw_cuda;                  /* backend is cuda */

@@ -204,7 +204,8 @@ static void done(struct coord *c)
     struct coord_request *r = c->rq_head;
     const long long made = gen_made(r->gen);
     const int64_t n = (int64_t)r->n_prompt + made - 1;
-    if (r->reported || !c->cache || !r->ids || c->spec || made < 2 || gen_prefilled(r->gen) != r->n_prompt) return finish(c, 0, false);
+    if (r->reported || !c->cache || c->cache_cfg.grid_only || !r->ids || c->spec || made < 2 || gen_prefilled(r->gen) != r->n_prompt)
+        return finish(c, 0, false);
     if (!(r->end_ids = malloc((size_t)n * sizeof *r->end_ids))) return finish(c, 0, false);
     memcpy(r->end_ids, r->ids, r->n_prompt * sizeof *r->ids);
     memcpy(r->end_ids + r->n_prompt, gen_out(r->gen), (size_t)(made - 1) * sizeof *r->ids);
@@ -328,7 +329,7 @@ static void prefill_from(struct coord *c, int64_t cached)
     if (r->ids) coord_cache_count(c, cached > 0, cached, (int64_t)r->n_prompt - cached); /* cache_prompt false: not a miss either */
     if (cached) nb_log("prompt cache: %lld of the prompt's %zu tokens from checkpoint %08x", (long long)cached, r->n_prompt, r->ckpt);
     r->cut = r->ids ? coord_cache_cut(c, r->stable, r->chunk, cached) : 0;
-    r->head = r->ids && r->role_end > (size_t)cached && (int64_t)r->role_end != r->cut ? (int64_t)r->role_end : 0;
+    r->head = r->ids && !c->cache_cfg.grid_only && r->role_end > (size_t)cached && (int64_t)r->role_end != r->cut ? (int64_t)r->role_end : 0;
     gen_resume(r->gen, (size_t)cached, (size_t)r->cut, (size_t)r->head);
     next_step(c);
 }

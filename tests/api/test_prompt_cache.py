@@ -18,6 +18,9 @@ logprobs (every row's logits: the comparison is of the distribution, not only of
     without the generation prompt's empty think block), timings.prompt_prefilled the rest, and the
     gpu-worker evaluated exactly (prompt − cached) + (completion − 1) rows (its tokens counter):
     nothing cached is computed again;
+  - with --cache-resume grid (4 turns of each): checkpoints only on the grid, the output the cache-off
+    run's bit for bit (the logprobs to the last digit), a turn prefilling its new tokens, the turn
+    before's generation prompt and fewer than 64 more;
   - nebulactl stats and /metrics count the hits, misses, tokens reused and prefilled; cache_prompt
     false leaves the cache untouched (a non-boolean is a 400); a streamed /v1/messages turn's
     message_start reports the cached tokens (as its message_delta does).
@@ -151,8 +154,9 @@ def request(messages, sampled, logprobs):
     return d
 
 
-def conversation(s, sampled, logprobs, reference=None, turns=range(TURNS), history=None, ckpts=None, label=""):
-    """Runs the turns; returns (outputs, history, checkpoints).  With a reference, checks each turn."""
+def conversation(s, sampled, logprobs, reference=None, turns=range(TURNS), history=None, ckpts=None, label="", grid=False):
+    """Runs the turns; returns (outputs, history, checkpoints).  With a reference, checks each turn.  grid: the
+    server runs with --cache-resume grid (checkpoints at multiples of 64 only, the output bit for bit)."""
     history = list(history or [])
     ckpts = list(ckpts or [])  # the token prefixes the server should hold
     outs = []
@@ -181,7 +185,8 @@ def conversation(s, sampled, logprobs, reference=None, turns=range(TURNS), histo
             check(after - before == rows, f"{label} turn {k}: the gpu-worker evaluated {after - before} rows, "
                                           f"want {len(ids)} - {cached} prompt + {max(made - 1, 0)} decode")
             ref = reference[k - turns.start]
-            check(same_output(out, ref), f"{label} turn {k}: output differs from the cache-off run: {str(out)[:200]} vs {str(ref)[:200]}")
+            check(out == ref if grid else same_output(out, ref),
+                  f"{label} turn {k}: output differs from the cache-off run: {str(out)[:200]} vs {str(ref)[:200]}")
             start = cached or 0
             # on the grid: at or below the prompt's last turn opening (the generation prompt is rendered otherwise next turn)
             stable = max(i for i, t in enumerate(ids) if t == im_start()) if im_start() in ids[1:] else len(ids)
@@ -191,16 +196,22 @@ def conversation(s, sampled, logprobs, reference=None, turns=range(TURNS), histo
             # anywhere: after the generation prompt's role header, where the next turn's history goes on otherwise
             rh = role_header()
             head = stable + len(rh) if ids[stable:stable + len(rh)] == rh and stable + len(rh) < len(ids) else 0
-            if head > start and head != cut and ids[:head] not in ckpts:
+            if head > start and head != cut and ids[:head] not in ckpts and not grid:
                 ckpts.append(ids[:head])
-            if prev_ids is not None:  # only the new tokens: past what this prompt shares with the turn before's
+            if prev_ids is not None and grid:  # the new tokens, the turn before's generation prompt and fewer than 64 more
+                common = next((i for i, (x, y) in enumerate(zip(ids, prev_ids)) if x != y), min(len(ids), len(prev_ids)))
+                pre = len(ids) - (cached or 0)
+                check(pre < len(ids) - common + (len(prev_ids) - prev_stable) + ALIGN,
+                      f"{label} turn {k}: prefilled {pre}, {len(ids) - common} new tokens (+ {len(prev_ids) - prev_stable} "
+                      f"of the last generation prompt)")
+            elif prev_ids is not None:  # only the new tokens: past what this prompt shares with the turn before's
                 common = next((i for i, (x, y) in enumerate(zip(ids, prev_ids)) if x != y), min(len(ids), len(prev_ids)))
                 pre = len(ids) - (cached or 0)
                 check(cached == common and pre == len(ids) - common,
                       f"{label} turn {k}: prefilled {pre}, cached {cached}; the new tokens: {len(ids) - common} (past {common})")
                 if os.environ.get("VERBOSE"):
                     print(f"{label} turn {k}: {len(ids)} prompt tokens, {len(ids) - common} new, {cached} cached, {pre} prefilled")
-            prev_ids = ids
+            prev_ids, prev_stable = ids, stable
         history.append({"role": "assistant", "content": msg.get("content") or ""})
     return outs, history, ckpts
 
@@ -334,6 +345,14 @@ def main(tmp):
         # sampled: its own conversation, same rule (the greedy one's checkpoints are no prefix of it after turn 0's answer)
         souts, _, _ = conversation(s, True, True, reference=ref["sampled"], ckpts=ckpts, label="on sampled")
         anthropic_stream()
+        s.stop()
+
+        # --cache-resume grid: checkpoints at multiples of 64 only, and the output the cache-off run's bit for bit
+        s = start("grid", "--cache", "on", "--cache-resume", "grid")
+        gk = []
+        for mode in ("greedy", "sampled"):
+            _, _, gk = conversation(s, mode == "sampled", mode == "sampled", reference=ref[mode][:4], turns=range(4), ckpts=gk,
+                                    label="grid " + mode, grid=True)
         s.stop()
         files = sorted(glob.glob(os.path.join(cdir, "*.nbkv")))
         check(len(files) >= 4, f"checkpoint files written: {len(files)}")
