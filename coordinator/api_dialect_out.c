@@ -69,7 +69,8 @@ static cJSON *anthropic_usage(const struct api_job *j)
     cJSON *u = cJSON_CreateObject();
     /* Anthropic counts the cached part apart: input_tokens + cache_read_input_tokens = the prompt */
     cJSON_AddNumberToObject(u, "input_tokens", (double)(j->n_ids - j->cached_ids));
-    cJSON_AddNumberToObject(u, "cache_creation_input_tokens", 0), cJSON_AddNumberToObject(u, "cache_read_input_tokens", (double)j->cached_ids);
+    cJSON_AddNumberToObject(u, "cache_creation_input_tokens", 0);
+    cJSON_AddNumberToObject(u, "cache_read_input_tokens", (double)j->cached_ids);
     cJSON_AddNumberToObject(u, "output_tokens", (double)j->completion_tokens);
     return u;
 }

@@ -329,7 +329,8 @@ static void prefill_from(struct coord *c, int64_t cached)
     if (r->ids) coord_cache_count(c, cached > 0, cached, (int64_t)r->n_prompt - cached); /* cache_prompt false: not a miss either */
     if (cached) nb_log("prompt cache: %lld of the prompt's %zu tokens from checkpoint %08x", (long long)cached, r->n_prompt, r->ckpt);
     r->cut = r->ids ? coord_cache_cut(c, r->stable, r->chunk, cached) : 0;
-    r->head = r->ids && !c->cache_cfg.grid_only && r->role_end > (size_t)cached && (int64_t)r->role_end != r->cut ? (int64_t)r->role_end : 0;
+    const bool head = r->ids && !c->cache_cfg.grid_only && r->role_end > (size_t)cached && (int64_t)r->role_end != r->cut;
+    r->head = head ? (int64_t)r->role_end : 0;
     gen_resume(r->gen, (size_t)cached, (size_t)r->cut, (size_t)r->head);
     next_step(c);
 }
