@@ -262,6 +262,7 @@ struct api_job {
     bool think_split;     /* chat with think on: text starts as reasoning */
     bool ignore_eos;
     bool no_cache;        /* the request's cache_prompt false */
+    bool chat;            /* a chat (the Anthropic and Responses APIs too): its history re-renders the answer */
     gram_grammar *grammar; /* structured output (owned), or NULL */
     char *grammar_key;     /* its key (owned): api_request's */
     char *stop[API_MAX_STOP];

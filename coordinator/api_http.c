@@ -408,6 +408,7 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     j->chunk = r.prefill_chunk;
     j->accuracy_level = r.accuracy_level, j->accuracy_effective = 3;
     j->think_split = kind == API_CHAT && r.think;
+    j->chat = kind == API_CHAT;
     j->ignore_eos = r.ignore_eos, j->no_cache = r.no_cache;
     for (int i = 0; i < r.n_stop; i++) j->stop[i] = r.stop[i], r.stop[i] = NULL;
     j->n_stop = r.n_stop;

@@ -267,6 +267,7 @@ static int next_leg(struct run_ctx *r, const struct gen_result *res)
     r->base = made, r->budget_hit = false, r->chained = true;
     /* The think block is closed in the leg's prompt: a grammar applies from its first token. */
     struct coord_request_spec spec = {.ids = r->leg_ids, .n = n, .sp = j->sp, .budget = left, .chunk = j->chunk, .no_cache = j->no_cache,
+                                      .no_end_ckpt = j->chat && !j->tools, /* no third leg */
                                       .ignore_stop = j->ignore_eos, .want_logits = j->logprobs, .grammar = j->grammar,
                                       .grammar_key = j->grammar_key, .constrain_after = -1, .accuracy_level = j->accuracy_level};
     return coord_request_submit(r->c, &spec, &job_ops, r, err, sizeof err);
@@ -383,6 +384,7 @@ static void submit(struct coord *c, struct api_job *j)
     }
     /* With thinking on, the grammar applies to the answer: after </think> (docs/API.md, "Structured output"). */
     struct coord_request_spec spec = {.ids = j->ids, .n = j->n_ids, .sp = j->sp, .budget = j->max_tokens, .chunk = j->chunk, .no_cache = j->no_cache,
+                                      .no_end_ckpt = j->chat && !j->tools && !j->think_budget, /* a second leg would extend it */
                                       .ignore_stop = j->ignore_eos, .want_logits = j->logprobs, .grammar = j->grammar,
                                       .grammar_key = j->grammar_key,
                                       .constrain_after = j->grammar && j->think_split ? tok_id_of(c->tok, "</think>") : -1,

@@ -309,6 +309,8 @@ struct coord_request_spec {
     int chunk;
     bool ignore_stop;
     bool no_cache;     /* neither resumed from nor saved in the prompt cache (cache_prompt false) */
+    bool no_end_ckpt;  /* no checkpoint at the end: no next prompt extends the answer's tokens (a chat without tools:
+                        * its history renders the answer without the generation prompt's think block) */
     bool want_logits;  /* every token's full row of logits (ops.on_logits): no argmax shortcut */
     const gram_grammar *grammar;   /* structured output (core/grammar), borrowed until on_done; NULL: none */
     const char *grammar_key;       /* its response_format's text (api_format.c): the matcher cache's key; NULL: not cached */

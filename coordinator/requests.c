@@ -70,6 +70,7 @@ struct coord_request {
     int save_grid;
     int32_t *end_ids;      /* the end checkpoint's ids (prompt, then the answer's tokens fed back) */
     bool reported;         /* on_done was called (the end checkpoint is being saved) */
+    bool no_end;           /* the spec's no_end_ckpt */
     enum rq_state state;
     enum gen_phase phase;  /* of the step in flight */
     bool argmax;           /* the step in flight asked for the argmax only */
@@ -198,13 +199,15 @@ static void save_at(struct coord *c, int64_t n, int grid);
  * left (the prompt and every generated token but the last, which was never fed), keyed by those ids, so
  * that a next prompt extending them (an agent's tool loop, a completion continued, a chained leg)
  * prefills only what follows.  Not with verify windows (the sequence may hold a window's rejected
- * drafts until the next one's keep), nor when the prefill did not finish or it exists already. */
+ * drafts until the next one's keep), not when its owner says no prompt will extend it (a chat without
+ * tools), nor when the prefill did not finish or it exists already. */
 static void done(struct coord *c)
 {
     struct coord_request *r = c->rq_head;
     const long long made = gen_made(r->gen);
     const int64_t n = (int64_t)r->n_prompt + made - 1;
-    if (r->reported || !c->cache || c->cache_cfg.grid_only || !r->ids || c->spec || made < 2 || gen_prefilled(r->gen) != r->n_prompt)
+    if (r->reported || !c->cache || c->cache_cfg.grid_only || !r->ids || r->no_end || c->spec || made < 2 ||
+        gen_prefilled(r->gen) != r->n_prompt)
         return finish(c, 0, false);
     if (!(r->end_ids = malloc((size_t)n * sizeof *r->end_ids))) return finish(c, 0, false);
     memcpy(r->end_ids, r->ids, r->n_prompt * sizeof *r->ids);
@@ -490,7 +493,7 @@ int coord_request_submit(struct coord *c, const struct coord_request_spec *s, co
                                                                sizeof terr) &&
         n_role && n_role <= 32 && r->stable + n_role < s->n && !memcmp(r->ids + r->stable, role, n_role * sizeof *role))
         r->role_end = r->stable + n_role;
-    r->chunk = chunk;
+    r->chunk = chunk, r->no_end = s->no_end_ckpt;
     r->ops = *ops, r->ctx = ctx, r->n_prompt = s->n, r->state = RQ_QUEUED, r->want_logits = s->want_logits;
     if (c->rq_tail) c->rq_tail->next = r;
     else c->rq_head = r;

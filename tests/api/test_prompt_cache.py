@@ -12,7 +12,8 @@ logprobs (every row's logits: the comparison is of the distribution, not only of
   - usage.prompt_tokens_details.cached_tokens (and timings.prompt_cached) is what the rule gives:
     the longest earlier checkpoint that is a prefix of this prompt, a request's checkpoints being its
     prompt's last multiple of 64 above what it resumed from and at or below its last <|im_start|>,
-    and the end of its generation prompt's "<|im_start|>assistant\n" (ids from /api/tokenize);
+    and the end of its generation prompt's "<|im_start|>assistant\n" (ids from /api/tokenize) — the
+    saves counted, none at the end of a chat without tools (its history re-renders the answer);
   - from the second turn on, the prefill is only the new tokens: cached_tokens is what the prompt
     shares with the turn before's (the history renders the answer after "<|im_start|>assistant\n",
     without the generation prompt's empty think block), timings.prompt_prefilled the rest, and the
@@ -161,12 +162,14 @@ def conversation(s, sampled, logprobs, reference=None, turns=range(TURNS), histo
     ckpts = list(ckpts or [])  # the token prefixes the server should hold
     outs = []
     prev_ids = None
+    settled(s)  # an end checkpoint of a request before (ctl.sock's) saved
     for k in turns:
         history.append({"role": "user", "content": user_text(k)})
         ids = prompt_ids(history)
-        before, _ = gw_tokens(s)
+        before, pc0 = gw_tokens(s)
         d = request(history, sampled, logprobs)
-        after, _ = gw_tokens(s)
+        after, pc1 = gw_tokens(s)
+        n_ckpts = len(ckpts)
         msg = d["choices"][0]["message"]
         out = {"content": msg.get("content"), "logprobs": d["choices"][0].get("logprobs")}
         outs.append(out)
@@ -212,6 +215,9 @@ def conversation(s, sampled, logprobs, reference=None, turns=range(TURNS), histo
                 if os.environ.get("VERBOSE"):
                     print(f"{label} turn {k}: {len(ids)} prompt tokens, {len(ids) - common} new, {cached} cached, {pre} prefilled")
             prev_ids, prev_stable = ids, stable
+            # the checkpoints the rule gives, and none at the end (a chat without tools: no prompt extends its answer)
+            check(pc1.get("saves", 0) - pc0.get("saves", 0) == len(ckpts) - n_ckpts,
+                  f"{label} turn {k}: {pc1.get('saves', 0) - pc0.get('saves', 0)} checkpoints saved, the rule gives {len(ckpts) - n_ckpts}")
         history.append({"role": "assistant", "content": msg.get("content") or ""})
     return outs, history, ckpts
 
