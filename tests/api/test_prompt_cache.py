@@ -24,7 +24,8 @@ logprobs (every row's logits: the comparison is of the distribution, not only of
     before's generation prompt and fewer than 64 more;
   - nebulactl stats and /metrics count the hits, misses, tokens reused and prefilled; cache_prompt
     false leaves the cache untouched (a non-boolean is a 400); a streamed /v1/messages turn's
-    message_start reports the cached tokens (as its message_delta does).
+    message_start reports the cached tokens (as its message_delta does); a think_budget's second leg
+    resumes from the first leg's end checkpoint.
 The end-of-request checkpoint (the state after the answer's last token fed back): through ctl.sock
 (nebula generate --server, token ids), a prompt that is an earlier prompt, its generated ids and more
 resumes from it (prefill = the ids after the answer), with the cache-off server's ids; the first
@@ -40,6 +41,7 @@ import array
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -283,6 +285,21 @@ def compare_logit_runs(on, off):
     check(resumed_end > 0, "at least one generation made 2 ids or more (an end checkpoint to resume from)")
 
 
+def think_budget_leg(s):
+    """think_budget: the answer's second leg (the prompt, the reasoning so far, the close) resumes from the first
+    leg's end checkpoint: it prefills only the close and what follows the reasoning's last fed token."""
+    body = {"messages": [{"role": "user", "content": user_text(2)}], "max_tokens": 12, "temperature": 0, "think": True, "think_budget": 3}
+    st, d = jcall("POST", "/v1/chat/completions", body)
+    log = open(s.log, errors="replace").read()
+    legs = [l for l in log.splitlines() if "thinking reached its budget" in l]
+    check(st == 200 and legs, f"think_budget 3: a second leg: {st} {str(d)[:200]}")
+    after = log[log.rfind(legs[-1]):] if legs else ""
+    m = re.search(r"prompt cache: (\d+) of the prompt's (\d+) tokens", after)
+    n = d.get("usage", {}).get("prompt_tokens", 0)
+    check(m and int(m.group(1)) > n + 1 and int(m.group(2)) - int(m.group(1)) < 8,
+          f"the second leg resumes from the first's end checkpoint (past the prompt's {n}): {m.group(0) if m else after[:300]}")
+
+
 def anthropic_stream():
     """/v1/messages streamed, a second turn: message_start (sent once the cache's lookup is done) and message_delta
     report the cached part as the response's usage does: input_tokens + cache_read_input_tokens = the prompt."""
@@ -351,6 +368,7 @@ def main(tmp):
         # sampled: its own conversation, same rule (the greedy one's checkpoints are no prefix of it after turn 0's answer)
         souts, _, _ = conversation(s, True, True, reference=ref["sampled"], ckpts=ckpts, label="on sampled")
         anthropic_stream()
+        think_budget_leg(s)
         s.stop()
 
         # --cache-resume grid: checkpoints at multiples of 64 only, and the output the cache-off run's bit for bit
