@@ -323,7 +323,8 @@ void coord_requests_on_workers(struct coord *c)
     }
 }
 
-/* The prefill starts after `cached` ids (a checkpoint loaded, or 0), saving one at the cut. */
+/* The prefill starts after `cached` ids (a checkpoint loaded, or 0), saving one at each cut (the grid's,
+ * the role header's). */
 static void prefill_from(struct coord *c, int64_t cached)
 {
     struct coord_request *r = c->rq_head;
