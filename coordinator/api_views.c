@@ -150,6 +150,9 @@ char *api_metrics_text(struct api *a)
       "# TYPE nebula_prompt_cache_misses_total counter\nnebula_prompt_cache_misses_total %llu\n", (unsigned long long)k->misses);
     M("# HELP nebula_prompt_cache_tokens_reused_total Prompt tokens not evaluated again.\n"
       "# TYPE nebula_prompt_cache_tokens_reused_total counter\nnebula_prompt_cache_tokens_reused_total %llu\n", (unsigned long long)k->tokens_reused);
+    M("# HELP nebula_prompt_cache_tokens_prefilled_total Prompt tokens evaluated by requests with the cache on (past what they reused).\n"
+      "# TYPE nebula_prompt_cache_tokens_prefilled_total counter\nnebula_prompt_cache_tokens_prefilled_total %llu\n",
+      (unsigned long long)k->tokens_prefilled);
     M("# HELP nebula_prompt_cache_bytes Checkpoint bytes kept, by where.\n# TYPE nebula_prompt_cache_bytes gauge\n"
       "nebula_prompt_cache_bytes{where=\"ram\"} %llu\nnebula_prompt_cache_bytes{where=\"disk\"} %llu\n", (unsigned long long)k->ram_bytes,
       (unsigned long long)k->disk_bytes);
