@@ -100,6 +100,7 @@ int cmd_generate(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_hotlist(int argc, char **argv);
+int cmd_spec_bench(int argc, char **argv); /* specbench.c: the verify window bench */
 int cmd_config(int argc, char **argv); /* config.c: nebula config get KEY */
 /* start.c: deploy/start.sh and deploy/stop.sh of this checkout, and the browser. */
 int cmd_start(int argc, char **argv);
