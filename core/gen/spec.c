@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const struct spec_level levels[2] = {
@@ -59,6 +60,17 @@ char *spec_stats_trajectory(const struct spec_stats *s, char *buf, size_t n)
     for (; i < kept && at + 12 < n; i++) at += (size_t)snprintf(buf + at, n - at, i ? " %d" : "%d", s->traj[i]);
     if (i < s->n_traj && at + 5 <= n) snprintf(buf + at, n - at, at ? " …" : "…"); /* " …" is 4 bytes */
     return buf;
+}
+
+int spec_coverage_parse(const char *s, float *tau)
+{
+    if (!strcmp(s, "off")) return *tau = 0, 0;
+    if (!strcmp(s, "on")) return *tau = SPEC_COVERAGE_ON, 0;
+    char *end;
+    const double v = strtod(s, &end);
+    if (end == s || *end || !(v > 0 && v <= 1)) return -1;
+    *tau = (float)v;
+    return 0;
 }
 
 int spec_case(int n, int acc, const uint8_t *handoff)

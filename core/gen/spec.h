@@ -76,6 +76,10 @@ char *spec_stats_trajectory(const struct spec_stats *s, char *buf, size_t n);
  * the token is the full model's, the window is kept); C — a rejection at a
  * row verified with its resident experts only.  -1 for n = 0. */
 enum spec_case { SPEC_CASE_A, SPEC_CASE_B, SPEC_CASE_C };
+#define SPEC_COVERAGE_ON 0.9f /* the seed's τ: "enough experts to cover 90 % of the normalized weights" */
+/* A coverage setting (--spec-coverage, engine.spec_coverage): "off" (0),
+ * "on" (SPEC_COVERAGE_ON) or a fraction in (0, 1].  0, or -1 for anything else. */
+int spec_coverage_parse(const char *s, float *tau);
 int spec_case(int n, int acc, const uint8_t *handoff);
 /* Counts the pass's case and its handoff rows (n + 1 flags) into s; returns the case (-1: none). */
 int spec_stats_case(struct spec_stats *s, int n, int acc, const uint8_t *handoff);

@@ -151,9 +151,8 @@ static int parse(int argc, char **argv, struct gen_opts *o)
             break;
         case 'O': o->oracle_path = optarg; break;
         case 'V':
-            if (!strcmp(optarg, "on")) o->coverage = 0.9f;
-            else if (strcmp(optarg, "off") && (parse_float("--spec-coverage", optarg, 0, 1, &o->coverage) || !(o->coverage > 0)))
-                return fprintf(stderr, "nebula generate: --spec-coverage wants on, off or a fraction in (0, 1]\n"), CLI_USAGE;
+            if (spec_coverage_parse(optarg, &o->coverage))
+                return fprintf(stderr, "nebula generate: --spec-coverage wants on, off or a fraction in (0, 1], not '%s'\n", optarg), CLI_USAGE;
             break;
         case 'W': o->resident = optarg; break;
         case 'o': {
