@@ -34,12 +34,7 @@ def main():
     tmp = tempfile.mkdtemp()
     check = h.check
     try:
-        src = os.path.join(tmp, "tiny-b")
-        shutil.copytree("tests/fixtures/tiny-b", src)
-        for f in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(os.path.join("tests/fixtures/tiny-a", f), src)
-        model = os.path.join(tmp, "b.gguf")
-        subprocess.run([os.path.join(h.BIN, "nebula-convert"), src, model, "--type", "f32", "--name", "nebula-demo", "-q"], check=True)
+        model = h.tiny_b_demo(tmp)
         prep = os.path.join(tmp, "probe")
         subprocess.run([os.path.join(h.BIN, "nebula-prepare"), model, prep, "--vram-budget", "all", "--ram-budget", "0", "-q"], check=True)
         d = json.load(open(os.path.join(prep, "placement.json")))
