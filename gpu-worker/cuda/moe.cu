@@ -209,26 +209,30 @@ int cu_pin_reserve(cuda_backend *be, int64_t P, int64_t T)
 /* ---------- the layer ---------- */
 
 /* Coverage mode (gw_eval_args.coverage) on the host's copy of a layer's
- * n_miss misses (hs: k_split's lists, hw their weights) and of its routing
- * (wts: T × k): a row whose slots carry at least τ of its weight drops its
- * misses, the others keep them all and are marked in a->handoff.  keep[i]:
- * whether miss i stays.  Returns the misses dropped. */
-static int cover_misses(const struct gw_eval_args *a, int T, int k, const int32_t *hs, const float *hw,
-                        const float *wts, int n_miss, uint8_t *keep)
+ * n_miss misses (hs: k_split's lists) and of its routing (wts: T × k): a row
+ * whose slots carry at least τ of its weight drops its misses, the others
+ * keep them all and are marked in a->handoff (the sums as the cpu backend's
+ * coverage_skips makes them, so both decide alike).  keep[i]: whether miss i
+ * stays.  Returns the misses dropped, -1 without memory. */
+static int cover_misses(const struct gw_eval_args *a, int T, int k, int P, const int32_t *hs, const float *wts, int n_miss,
+                        uint8_t *keep)
 {
-    double *miss_w = (double *)calloc((size_t)T, sizeof *miss_w);
-    if (!miss_w) return -1;
-    for (int i = 0; i < n_miss; i++) miss_w[hs[1 + i]] += hw[i];
+    uint8_t *missed = (uint8_t *)calloc((size_t)P, 1), *covered = (uint8_t *)malloc((size_t)T);
+    if (!missed || !covered) return free(missed), free(covered), -1;
+    for (int i = 0; i < n_miss; i++) missed[hs[1 + 2 * P + i]] = 1;
+    for (int t = 0; t < T; t++) {
+        double all = 0, here = 0;
+        for (int j = 0; j < k; j++) all += wts[t * k + j], here += missed[t * k + j] ? 0 : wts[t * k + j];
+        covered[t] = here >= (double)a->coverage * all;
+    }
     int dropped = 0;
     for (int i = 0; i < n_miss; i++) {
         const int r = hs[1 + i];
-        double all = 0;
-        for (int j = 0; j < k; j++) all += wts[r * k + j];
-        keep[i] = all - miss_w[r] < (double)a->coverage * all;
-        dropped += !keep[i];
-        if (keep[i] && a->handoff) a->handoff[r] = 1;
+        keep[i] = !covered[r];
+        dropped += covered[r];
+        if (!covered[r] && a->handoff) a->handoff[r] = 1;
     }
-    free(miss_w);
+    free(missed), free(covered);
     return dropped;
 }
 
@@ -250,7 +254,7 @@ static int call_remote(cuda_backend *be, const struct gw_eval_args *a, int il, i
     uint8_t *keep = (uint8_t *)malloc((size_t)n_miss);
     int32_t *rows = (int32_t *)malloc((size_t)n_miss * sizeof *rows), *exps = (int32_t *)malloc((size_t)n_miss * sizeof *exps);
     float *w = (float *)malloc((size_t)n_miss * sizeof *w), *out = (float *)malloc((size_t)n_miss * C * sizeof *out);
-    const int dropped = keep && rows && exps && w && out ? cover_misses(a, T, k, hs, be->h_splitw, be->h_wts, n_miss, keep) : -1;
+    const int dropped = keep && rows && exps && w && out ? cover_misses(a, T, k, P, hs, be->h_wts, n_miss, keep) : -1;
     if (dropped < 0) rc = NB_ENOMEM, snprintf(g_msg, sizeof g_msg, "coverage mode of layer %d: out of memory", il);
     int n = 0;
     for (int i = 0; rc == 0 && i < n_miss; i++)
