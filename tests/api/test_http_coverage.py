@@ -6,7 +6,8 @@ timings.speculative.coverage counts one case a window and the handoff rows, /met
 nebula_spec_handoff_rows_total, `nebulactl stats` prints the cases; a server without coverage mode counts no case;
 --spec-coverage without --spec, a bad value and a bad engine.spec_coverage are refused.  Standard library only
 (test_http_api.py's server and calls).  Prints "N checks, N failed"; exits 1 on any failure.  Run from the
-repository root (BUILD=build).
+repository root (BUILD=build); SPEC_BACKEND=cuda runs the gpu-worker on the CUDA backend (its slots the resident
+experts: tests/cuda/run-verify-on-gpu.sh).
 """
 import json
 import os
@@ -20,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_http_api as h  # noqa: E402
 
 HELLO = [{"role": "user", "content": "hello"}]
+BACKEND = os.environ.get("SPEC_BACKEND", "cpu")
 
 
 def ready():
@@ -42,7 +44,7 @@ def main():
         half = os.path.join(tmp, "half")
         subprocess.run([os.path.join(h.BIN, "nebula-prepare"), model, half, "--vram-budget", str(budget), "--ram-budget", "all", "-q"],
                        check=True)
-        h.srv = h.Server(tmp, model=model, args=("--spec", "mtp", "--backend", "cpu", "--prepared", half, "--spec-coverage", "0.5"))
+        h.srv = h.Server(tmp, model=model, args=("--spec", "mtp", "--backend", BACKEND, "--prepared", half, "--spec-coverage", "0.5"))
         check(ready(), "coverage server ready: " + open(h.srv.log).read()[-500:])
         st, d = h.jcall("POST", "/v1/chat/completions", {"messages": HELLO, "max_tokens": 32, "temperature": 0})
         s = ((d.get("timings") or {}).get("speculative")) or {}
@@ -58,7 +60,7 @@ def main():
         out = subprocess.run([os.path.join(h.BIN, "nebulactl"), "--runtime", h.srv.run, "stats"], capture_output=True, text=True)
         check(out.returncode == 0 and "coverage mode: cases A " in out.stdout, f"nebulactl stats: {out.stdout[-400:]} {out.stderr}")
         h.srv.stop()
-        h.srv = h.Server(tmp, model=model, name="-exact", args=("--spec", "mtp", "--backend", "cpu", "--prepared", half))
+        h.srv = h.Server(tmp, model=model, name="-exact", args=("--spec", "mtp", "--backend", BACKEND, "--prepared", half))
         check(ready(), "exact server ready")
         st, d = h.jcall("POST", "/v1/chat/completions", {"messages": HELLO, "max_tokens": 16, "temperature": 0})
         s = ((d.get("timings") or {}).get("speculative")) or {}

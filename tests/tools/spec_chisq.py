@@ -2,7 +2,7 @@
 """spec_chisq.py — speculative sampling's output distribution against plain sampling (issue 16's acceptance:
 "speculative sampling at T > 0 passes a chi-square test of the output distribution against plain sampling").
 
-    spec_chisq.py NEBULA MODEL PROMPT_IDS [-N SEEDS]
+    spec_chisq.py NEBULA MODEL PROMPT_IDS [-N SEEDS] [--backend cpu|cuda]
 
 Draws the first three generated tokens of N independent runs of each sample — plain sampling (seeds 1 … N),
 speculative sampling with an oracle drafting the greedy continuation in windows of 4 (seeds N+1 … 2N: other
@@ -89,9 +89,10 @@ def main():
     ap.add_argument("model")
     ap.add_argument("prompt")
     ap.add_argument("-N", type=int, default=400)
+    ap.add_argument("--backend", default="cpu")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        base = [args.nebula, "generate", "-m", args.model, "--tokens-file", args.prompt, "--print-ids", "--threads", "1"]
+        base = [args.nebula, "generate", "-m", args.model, "--tokens-file", args.prompt, "--print-ids", "--threads", "1", "--backend", args.backend]
         greedy = subprocess.run(base + ["--greedy", "-n", "16"], capture_output=True, text=True, check=True)
         drafts = os.path.join(tmp, "greedy.ids")
         with open(drafts, "w") as f:

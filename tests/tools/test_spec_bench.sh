@@ -5,11 +5,12 @@
 # decode step, one speculative run per corruption rate, every run's ids the
 # plain ones, acceptance falling with corruption (all accepted at 0, the
 # window growing to 16), the Markdown table; bad options are refused.  Run
-# by tests/run-tests.sh with BUILD set.
+# by tests/run-tests.sh with BUILD set; SPEC_BACKEND=cuda runs it on the CUDA
+# backend (tests/cuda/run-verify-on-gpu.sh).
 set -u
 . tests/lib/counted.sh
 "$bin/nebula-convert" tests/fixtures/tiny-b "$tmp/b.gguf" --type f32 -q 2>"$tmp/e" || { echo "FAIL convert tiny-b: $(cat "$tmp/e")"; exit 1; }
-bash tools/bench/spec-bench.sh "$BUILD" --model "$tmp/b.gguf" --backend cpu --prompt-len 24 --gen 96 --reps 2 --threads 2 \
+bash tools/bench/spec-bench.sh "$BUILD" --model "$tmp/b.gguf" --backend "${SPEC_BACKEND:-cpu}" --prompt-len 24 --gen 96 --reps 2 --threads 2 \
     --corrupt 0,0.3,0.6 --out "$tmp/o" >"$tmp/stdout" 2>"$tmp/stderr" && ok || bad "spec-bench.sh failed: $(tail -3 "$tmp/stderr")"
 python3 - "$tmp/o/spec-bench.json" <<'PY' && ok "the JSON: 17 window costs, 3 exact runs, acceptance falls with corruption" || bad "spec-bench.json: $(cat "$tmp/o/spec-bench.json" | head -c 600)"
 import json, sys
