@@ -41,7 +41,7 @@ void spec_stats_add(struct spec_stats *s, int drafted, int accepted, int tokens,
 void spec_stats_merge(struct spec_stats *into, const struct spec_stats *s)
 {
     into->passes += s->passes, into->tokens += s->tokens, into->drafted += s->drafted, into->accepted += s->accepted;
-    into->nongreedy += s->nongreedy, into->handoff_rows += s->handoff_rows;
+    into->nongreedy += s->nongreedy, into->handoff_rows += s->handoff_rows, into->rejections += s->rejections;
     for (int i = 0; i < 3; i++) into->cases[i] += s->cases[i];
     for (int i = 0; i < SPEC_MAX_POS; i++) into->drafted_at[i] += s->drafted_at[i], into->accepted_at[i] += s->accepted_at[i];
     for (int i = 0; i < SPEC_SRC_N; i++) into->by_src[i] += s->by_src[i];

@@ -53,6 +53,8 @@ struct spec_stats {
     long long passes, tokens;          /* verify windows, tokens they gave */
     long long drafted, accepted;       /* drafts proposed, accepted */
     long long nongreedy;               /* accepted by a level's rule, not the exact match */
+    long long rejections;              /* passes that ended at a rejected draft (accepted / (accepted + rejections):
+                                        * the acceptance of a draft whose predecessors were accepted) */
     long long drafted_at[SPEC_MAX_POS], accepted_at[SPEC_MAX_POS]; /* by the draft's position in its window */
     long long by_src[SPEC_SRC_N];      /* passes by drafter */
     /* Coverage mode (gw_eval_args.coverage; all 0 in exact mode): passes by

@@ -25,6 +25,7 @@ assert s[0]["acceptance"] >= 0.95 and s[0]["tokens_per_pass"] > 4, s[0]
 assert s[2]["acceptance"] < s[0]["acceptance"] and s[2]["tokens_per_pass"] < s[0]["tokens_per_pass"], s
 assert "16" in s[0]["trajectory"].split(), s[0]["trajectory"]
 assert all(x["tok_s"] > 0 and x["passes"] > 0 for x in s)
+assert s[0]["per_draft"] == 1.0 and all(abs(x["per_draft"] - (1 - x["corrupt"])) < 0.2 for x in s), [x["per_draft"] for x in s]
 PY
 grep -q '^| 17 | ' "$tmp/o/spec-bench.md" && grep -q '^| 0.60 | ' "$tmp/o/spec-bench.md" && grep -q "^command: nebula spec-bench" "$tmp/o/spec-bench.md" &&
     ok || bad "spec-bench.md lacks the tables"

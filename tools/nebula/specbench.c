@@ -13,7 +13,9 @@
  *      the adaptive window) with the oracle drafting the greedy continuation,
  *      each draft replaced with that probability: decode tok/s, acceptance,
  *      tokens a pass, the speed-up over step 1, and the window controller's
- *      trajectory; the ids must be step 1's (level 3 is exact).
+ *      trajectory; the ids must be step 1's (level 3 is exact).  Acceptance is
+ *      accepted / drafted; "per draft" accepted / (accepted + rejections), the
+ *      acceptance of a draft whose predecessors were accepted: 1 − R.
  * Writes the numbers as JSON (--json FILE) and a Markdown table on stdout. */
 #include <getopt.h>
 #include <stdio.h>
@@ -39,7 +41,7 @@ struct bench {
     double prefill_s, decode_s; /* the plain run */
     double win_s[BENCH_ROWS + 1], roll_s[BENCH_ROWS + 1];
     struct {
-        double s, acceptance, per_pass;
+        double s, acceptance, per_draft, per_pass;
         long long tokens, passes, drafted, accepted;
         bool same;
         char traj[400];
@@ -213,6 +215,7 @@ static int speculative(struct bench *b, struct cli_model *cm, const int32_t *pro
         b->spec[i].s = dt, b->spec[i].tokens = res.made - 1, b->spec[i].passes = s->passes;
         b->spec[i].drafted = s->drafted, b->spec[i].accepted = s->accepted;
         b->spec[i].acceptance = s->drafted ? (double)s->accepted / (double)s->drafted : 0;
+        b->spec[i].per_draft = s->accepted + s->rejections ? (double)s->accepted / (double)(s->accepted + s->rejections) : 0;
         b->spec[i].per_pass = s->passes ? (double)s->tokens / (double)s->passes : 0;
         b->spec[i].same = res.made == b->gen && !memcmp(res.ids, greedy, (size_t)b->gen * sizeof *greedy);
         spec_stats_trajectory(s, b->spec[i].traj, sizeof b->spec[i].traj);
@@ -230,10 +233,12 @@ static void report(const struct bench *b, const struct cli_model *cm, size_t n_p
     printf("| rows | verify ms | x decode step | rollback ms |\n|---|---|---|---|\n");
     for (int r = 1; r <= BENCH_ROWS; r++)
         printf("| %d | %.3f | %.2f | %.3f |\n", r, 1e3 * b->win_s[r], b->win_s[r] / dec, 1e3 * b->roll_s[r]);
-    printf("\n| corrupt | acceptance | tokens/pass | tok/s | x plain | exact | windows (first) |\n|---|---|---|---|---|---|---|\n");
+    printf("\n| corrupt | acceptance | per draft | tokens/pass | tok/s | x plain | exact | windows (first) |\n"
+           "|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < b->n_rates; i++) {
         const double tps = b->spec[i].s > 0 ? (double)b->spec[i].tokens / b->spec[i].s : 0;
-        printf("| %.2f | %.3f | %.2f | %.2f | %.2f | %s | %.60s%s |\n", b->rates[i], b->spec[i].acceptance, b->spec[i].per_pass, tps,
+        printf("| %.2f | %.3f | %.3f | %.2f | %.2f | %.2f | %s | %.60s%s |\n", b->rates[i], b->spec[i].acceptance, b->spec[i].per_draft,
+               b->spec[i].per_pass, tps,
                tps * dec, b->spec[i].same ? "yes" : "NO", b->spec[i].traj, strlen(b->spec[i].traj) > 60 ? " …" : "");
     }
     if (!b->json) return;
@@ -251,9 +256,9 @@ static void report(const struct bench *b, const struct cli_model *cm, size_t n_p
     fprintf(f, "],\n \"speculative\": [");
     for (int i = 0; i < b->n_rates; i++) {
         const double tps = b->spec[i].s > 0 ? (double)b->spec[i].tokens / b->spec[i].s : 0;
-        fprintf(f, "%s{\"corrupt\": %.4f, \"acceptance\": %.5f, \"tokens_per_pass\": %.5f, \"tok_s\": %.4f, \"speedup\": %.4f, "
+        fprintf(f, "%s{\"corrupt\": %.4f, \"acceptance\": %.5f, \"per_draft\": %.5f, \"tokens_per_pass\": %.5f, \"tok_s\": %.4f, \"speedup\": %.4f, "
                    "\"passes\": %lld, \"drafted\": %lld, \"accepted\": %lld, \"exact\": %s, \"trajectory\": \"%s\"}",
-                i ? ",\n  " : "", b->rates[i], b->spec[i].acceptance, b->spec[i].per_pass, tps, tps * dec, b->spec[i].passes,
+                i ? ",\n  " : "", b->rates[i], b->spec[i].acceptance, b->spec[i].per_draft, b->spec[i].per_pass, tps, tps * dec, b->spec[i].passes,
                 b->spec[i].drafted, b->spec[i].accepted, b->spec[i].same ? "true" : "false", b->spec[i].traj);
     }
     fprintf(f, "]}\n");
