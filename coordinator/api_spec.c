@@ -26,6 +26,13 @@ cJSON *api_spec_json(const struct spec_stats *s, bool windows)
     cJSON *src = cJSON_AddObjectToObject(o, "drafters");
     cJSON_AddNumberToObject(src, "mtp", (double)s->by_src[SPEC_SRC_MTP]);
     cJSON_AddNumberToObject(src, "lookup", (double)s->by_src[SPEC_SRC_LOOKUP]);
+    if (s->cases[SPEC_CASE_A] + s->cases[SPEC_CASE_B] + s->cases[SPEC_CASE_C] + s->handoff_rows) { /* coverage mode ran */
+        cJSON *cv = cJSON_AddObjectToObject(o, "coverage");
+        cJSON_AddNumberToObject(cv, "case_a", (double)s->cases[SPEC_CASE_A]);
+        cJSON_AddNumberToObject(cv, "case_b", (double)s->cases[SPEC_CASE_B]);
+        cJSON_AddNumberToObject(cv, "case_c", (double)s->cases[SPEC_CASE_C]);
+        cJSON_AddNumberToObject(cv, "handoff_rows", (double)s->handoff_rows);
+    }
     if (windows) { /* the trajectory: each window's drafts, the first SPEC_TRAJ_MAX */
         cJSON *w = cJSON_AddArrayToObject(o, "windows");
         for (long long i = 0; i < s->n_traj && i < SPEC_TRAJ_MAX; i++) cJSON_AddItemToArray(w, cJSON_CreateNumber(s->traj[i]));

@@ -139,6 +139,12 @@ char *api_metrics_text(struct api *a)
       "# TYPE nebula_spec_drafts_total counter\nnebula_spec_drafts_total{outcome=\"proposed\"} %lld\n"
       "nebula_spec_drafts_total{outcome=\"accepted\"} %lld\nnebula_spec_drafts_total{outcome=\"accepted_nongreedy\"} %lld\n",
       sp->drafted, sp->accepted, sp->nongreedy);
+    M("# HELP nebula_spec_cases_total Verify windows by coverage mode's case (A: all drafts accepted; B: rejected at a row computed "
+      "with all its experts; C: rejected at a row verified with the resident experts only; 0 in exact mode).\n"
+      "# TYPE nebula_spec_cases_total counter\nnebula_spec_cases_total{case=\"A\"} %lld\nnebula_spec_cases_total{case=\"B\"} %lld\n"
+      "nebula_spec_cases_total{case=\"C\"} %lld\n", sp->cases[SPEC_CASE_A], sp->cases[SPEC_CASE_B], sp->cases[SPEC_CASE_C]);
+    M("# HELP nebula_spec_handoff_rows_total Verify-window rows coverage mode computed with all their experts.\n"
+      "# TYPE nebula_spec_handoff_rows_total counter\nnebula_spec_handoff_rows_total %lld\n", sp->handoff_rows);
     M("# HELP nebula_spec_acceptance_by_position Accepted / proposed drafts at each position of a window (1: the first).\n"
       "# TYPE nebula_spec_acceptance_by_position gauge\n");
     for (int i = 0; i < SPEC_MAX_POS && sp->drafted_at[i]; i++)

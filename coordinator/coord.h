@@ -107,6 +107,7 @@ struct coord {
     int64_t ctx;                   /* --ctx: positions for a request and the K/V reserve (0: placement's, model's) */
     bool layer_times;              /* --layer-times: the gpu-worker times each layer on cuda too */
     int spec;                      /* --spec: COORD_SPEC_OFF, _MTP, _LOOKUP or _AUTO (speculative decoding, requests.c) */
+    float spec_coverage;           /* --spec-coverage: τ of coverage mode (gw_eval_args.coverage), 0: exact */
     struct spec_stats spec_total;  /* the verify windows of every request served (nebulactl stats) */
     struct coord_cache_cfg {       /* the prompt cache: nebula.conf [cache], --cache* (cache.c) */
         int enable;                /* 0 off, 1 on, 2 auto (coord_cache_open decides by backend) */

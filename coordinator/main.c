@@ -16,6 +16,7 @@
 #include "core/event/event.h"
 
 #include "core/conf/conf.h"
+#include "core/gen/spec.h"
 #include "core/model/model.h"
 #include "core/prepared/prepared.h"
 #include "core/tokenizer/tokenizer.h"
@@ -90,6 +91,9 @@ static void usage(FILE *f)
                "                   verifies a window of them in one step), lookup (drafts from the prompt) or\n"
                "                   auto (lookup where it makes more tokens a ms); the output is exactly the plain\n"
                "                   one at accuracy_level 3 (either backend)\n"
+               "  --spec-coverage T  coverage mode (approximate, opt-in; docs/SPECULATIVE.md): verify with the\n"
+               "                   gpu-worker's resident experts only where they carry >= T of a row's routing\n"
+               "                   weight, all its experts below (case B); on: T 0.9; off (default): exact\n"
                "  --cache on|off|auto  the prompt cache: a prompt extending an earlier one resumes from its\n"
                "                   saved state; off: prefilled from token 0; auto (default): on with the cpu\n"
                "                   backend, off on cuda until its save/load has run on a GPU\n"
@@ -156,6 +160,11 @@ static int apply_conf(int argc, char **argv, struct coord *c, struct api_config 
     c->backend = k.backend, c->kernels = k.kernels, c->cpu_kernels = strcmp(k.cpu_kernels, "auto") ? k.cpu_kernels : "";
     c->spec = !strcmp(k.spec, "mtp") ? COORD_SPEC_MTP : !strcmp(k.spec, "lookup") ? COORD_SPEC_LOOKUP
             : !strcmp(k.spec, "auto")  ? COORD_SPEC_AUTO : COORD_SPEC_OFF;
+    if (spec_coverage_parse(k.spec_coverage, &c->spec_coverage)) {
+        fprintf(stderr, "nebula-coordinator: %s: engine.spec_coverage wants off, on or a fraction in (0, 1], not '%s'\n", used,
+                k.spec_coverage);
+        return 2;
+    }
     c->cache_cfg = (struct coord_cache_cfg){.enable = !strcmp(k.cache_enable, "on") ? 1 : !strcmp(k.cache_enable, "auto") ? 2 : 0, .ram_entries = k.cache_ram_entries,
                                             .ram_bytes = k.cache_ram_bytes, .disk_bytes = k.cache_disk_bytes, .dir = k.cache_dir,
                                             .grid_only = !strcmp(k.cache_resume, "grid")};
@@ -197,7 +206,9 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
                                          {"cache", required_argument, 0, 'E'},  {"cache-dir", required_argument, 0, 'D'},
                                          {"cache-ram-entries", required_argument, 0, 'N'},
                                          {"cache-ram-bytes", required_argument, 0, 'A'}, {"cache-disk-bytes", required_argument, 0, 'Z'},
-                                         {"cache-resume", required_argument, 0, 'G'}, {0, 0, 0, 0}};
+                                         {"cache-resume", required_argument, 0, 'G'},
+                                         {"spec-coverage", required_argument, 0, 'O'},
+                                         {0, 0, 0, 0}};
     int ch;
     char err[256];
     enum gw_kernels kern;
@@ -291,6 +302,12 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
             else if (!strcmp(optarg, "auto")) c->spec = COORD_SPEC_AUTO;
             else {
                 fprintf(stderr, "nebula-coordinator: --spec %s: want off, mtp, lookup or auto\n", optarg);
+                return 2;
+            }
+            break;
+        case 'O':
+            if (spec_coverage_parse(optarg, &c->spec_coverage)) {
+                fprintf(stderr, "nebula-coordinator: --spec-coverage wants off, on or a fraction in (0, 1], not '%s'\n", optarg);
                 return 2;
             }
             break;
@@ -582,6 +599,8 @@ static int start(struct coord *c, const char *runtime, char *err, size_t errlen)
 {
     int n_stale = 0, rc;
     if ((rc = model_open_mtp(c->model_path, c->mtp_path, &c->m, err, errlen))) return rc;
+    if (c->spec_coverage > 0 && c->spec == COORD_SPEC_OFF)
+        return nb_errf(err, errlen, NB_EINVAL, "--spec-coverage goes with --spec (coverage mode verifies drafts)");
     if ((c->spec == COORD_SPEC_MTP || c->spec == COORD_SPEC_AUTO) && c->m->hp.n_nextn == 0)
         return nb_errf(err, errlen, NB_EINVAL, "--spec %s: %s has no MTP block (give one with --mtp FILE, or --spec lookup)",
                        c->spec == COORD_SPEC_AUTO ? "auto" : "mtp", c->model_path);

@@ -132,8 +132,10 @@ static void finish(struct coord *c, int rc, bool cancelled)
     const struct spec_stats *ss = r->gen ? gen_spec_stats(r->gen) : NULL;
     if (ss && ss->passes) {
         nb_log("speculative: %lld windows, %.2f tokens a window, %lld of %lld drafts accepted (%lld by accuracy level %d), "
-               "drafters mtp %lld lookup %lld, last window %d", ss->passes, (double)ss->tokens / (double)ss->passes, ss->accepted,
-               ss->drafted, ss->nongreedy, gen_accuracy_level(r->gen), ss->by_src[SPEC_SRC_MTP], ss->by_src[SPEC_SRC_LOOKUP], r->wc.n);
+               "drafters mtp %lld lookup %lld, last window %d; coverage cases A %lld B %lld C %lld", ss->passes,
+               (double)ss->tokens / (double)ss->passes, ss->accepted, ss->drafted, ss->nongreedy, gen_accuracy_level(r->gen),
+               ss->by_src[SPEC_SRC_MTP], ss->by_src[SPEC_SRC_LOOKUP], r->wc.n, ss->cases[SPEC_CASE_A], ss->cases[SPEC_CASE_B],
+               ss->cases[SPEC_CASE_C]);
         spec_stats_merge(&c->spec_total, ss);
     }
     gen_free(r->gen);
@@ -225,7 +227,7 @@ static void next_step(struct coord *c)
     if (gen_next(r->gen, &st) == GEN_DONE) return done(c);
     r->state = RQ_EVAL, r->phase = st.phase;
     if (c->spec && st.phase == GEN_DECODE) { /* a verify window: [t0, n, keep, source, drafts…] */
-        int32_t msg[4 + STEP_MAX_DRAFT];
+        int32_t msg[5 + STEP_MAX_DRAFT];
         int n = r->wc.n;
         const int64_t room = c->n_ctx - (int64_t)r->n_prompt - gen_made(r->gen) - 1; /* the window must fit the context */
         if (n > room) n = room > 0 ? (int)room : 0;
@@ -236,7 +238,9 @@ static void next_step(struct coord *c)
         }
         msg[0] = st.ids[0], msg[1] = n, msg[2] = r->keep, msg[3] = given ? STEP_DRAFT_GIVEN : STEP_DRAFT_MTP;
         r->n_draft = n, r->src = given ? SPEC_SRC_LOOKUP : SPEC_SRC_MTP;
-        return send_step(c, STEP_SPEC, msg, 4 + (given ? n : 0), st.argmax_ok && !r->want_logits, 0);
+        const int words = 4 + (given ? n : 0), cover = c->spec_coverage > 0; /* coverage mode: τ after the drafts */
+        if (cover) memcpy(msg + words, &c->spec_coverage, sizeof *msg);
+        return send_step(c, STEP_SPEC, msg, words + cover, st.argmax_ok && !r->want_logits, cover ? STEP_FLAG_COVERAGE : 0);
     }
     const bool mtp_input = c->spec == COORD_SPEC_MTP || c->spec == COORD_SPEC_AUTO; /* the MTP block's first input */
     send_step(c, STEP_EVAL, st.ids, st.n_ids, st.argmax_ok && !r->want_logits, mtp_input ? STEP_FLAG_WIDE : 0);
@@ -399,7 +403,9 @@ void coord_requests_on_step(struct coord *c)
     const uint32_t V = (uint32_t)c->m->hp.n_vocab;
     const bool window = r->state == RQ_EVAL && c->spec && r->phase == GEN_DECODE;
     const int32_t *wp = a.payload;
-    const uint64_t want_w = window ? (1 + (uint64_t)r->n_draft + (uint64_t)(r->n_draft + 1) * (r->argmax ? 1 : V)) * 4 : 0;
+    const bool cover = c->spec_coverage > 0; /* the handoff mask after the rows */
+    const uint64_t rows_end = 1 + (uint64_t)r->n_draft + (uint64_t)(r->n_draft + 1) * (r->argmax ? 1 : V);
+    const uint64_t want_w = window ? (rows_end + cover) * 4 : 0;
     if (!a.rc && (r->state == RQ_LOAD || r->state == RQ_SAVE || r->state == RQ_DROP)) return cache_answer(c, &a);
     if (a.rc) snprintf(r->err, sizeof r->err, "%s", a.err);
     else if (a.flags & RING_FLAG_ERROR) snprintf(r->err, sizeof r->err, "gpu-worker: %.*s", (int)sizeof r->err - 16, (const char *)a.payload);
@@ -429,7 +435,16 @@ void coord_requests_on_step(struct coord *c)
         const double dt = coord_now() - r->t_step;
         gen_spec_stats(r->gen)->by_src[r->src]++;
         if (c->spec == COORD_SPEC_AUTO) spec_auto_update(&r->au, r->src, n, acc, dt);
-        window_update(&r->wc, n, acc, n_ev, dt);
+        int sc = -1;
+        if (cover) { /* coverage mode's case (core/gen/spec.h) from the window's handoff rows */
+            uint32_t mask;
+            uint8_t handoff[STEP_MAX_DRAFT + 1];
+            memcpy(&mask, wp + rows_end, sizeof mask);
+            for (int i = 0; i <= n; i++) handoff[i] = (mask >> i) & 1;
+            sc = spec_stats_case(gen_spec_stats(r->gen), n, acc, handoff);
+        }
+        if (sc == SPEC_CASE_B) window_keep(&r->wc, n, n_ev, dt); /* case B: the window kept */
+        else window_update(&r->wc, n, acc, n_ev, dt);
         return next_step(c);
     }
     struct gen_event ev;

@@ -114,6 +114,11 @@ uint64_t gw_backend_experts_computed(const gw_backend *be)
     return __atomic_load_n(&be->experts_computed, __ATOMIC_RELAXED);
 }
 
+uint64_t gw_backend_experts_skipped(const gw_backend *be)
+{
+    return __atomic_load_n(&be->experts_skipped, __ATOMIC_RELAXED);
+}
+
 uint64_t gw_backend_bytes_copied(const gw_backend *be)
 {
     return __atomic_load_n(&be->bytes_copied, __ATOMIC_RELAXED);
@@ -210,6 +215,12 @@ int gw_eval(gw_seq *s, const struct gw_eval_args *a, char *err, size_t errlen)
         return nb_errf(err, errlen, NB_EINVAL, "logits asked, no buffer");
     if (a->argmax && a->logits_rows == GW_ROWS_NONE) return nb_errf(err, errlen, NB_EINVAL, "argmax asked for no rows");
     if (a->wide_rows != GW_ROWS_NONE && !a->wide) return nb_errf(err, errlen, NB_EINVAL, "wide state asked, no buffer");
+    if (!(a->coverage >= 0 && a->coverage <= 1) || (a->coverage > 0 && !a->verify))
+        return nb_errf(err, errlen, NB_EINVAL, "coverage %g: want 0, or a fraction in (0, 1] of a verify window",
+                       (double)a->coverage);
+    if (a->resident && strcmp(s->be->ops->kind, "cpu"))
+        return nb_errf(err, errlen, NB_EINVAL, "%s: the resident experts are its slots (no resident map)", s->be->ops->kind);
+    if (a->handoff) memset(a->handoff, 0, (size_t)a->n_tokens);
     __atomic_add_fetch(&s->be->rows_evaluated, (uint64_t)a->n_tokens, __ATOMIC_RELAXED);
     if (!a->argmax || s->be->ops->argmax) return s->be->ops->eval(s, a, err, errlen);
     /* the backend gives logits only: argmax of them here */

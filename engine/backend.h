@@ -109,6 +109,23 @@ struct gw_eval_args {
      * GW_VERIFY_ROWS (engine/vram.h) rows, run without a CUDA graph; its rows
      * are its decode steps' within rounding (ARCHITECTURE.md §5). */
     bool verify;
+    /* Coverage mode (issue 16 item 4; opt-in, approximate; docs/SPECULATIVE.md
+     * measures it): τ in (0, 1] with verify, 0 (exact: every routed expert
+     * computed) otherwise.  At each trunk MoE layer a row whose resident
+     * experts carry at least τ of its k routing weights is computed with
+     * those only (the others' contributions are dropped, the weights left as
+     * the router gave them: gw_backend_experts_skipped counts the pairs);
+     * a row below τ is computed with all its k experts, remote ones
+     * included: a *handoff* row (the seed's case B). */
+    float coverage;
+    /* Which experts are resident, one byte per (layer, expert) as
+     * gw_moe_remote's local (1: resident): cpu only — NULL: the remote
+     * hook's local map, or every expert without a hook (nothing skipped).
+     * cuda: the experts in slots (must be NULL). */
+    const uint8_t *resident;
+    /* Optional, n_tokens bytes: set to 1 for each row computed with all its
+     * experts at some layer because its coverage was below τ, else 0. */
+    uint8_t *handoff;
 };
 
 /* One MTP step over n rows: row i combines the trunk (or previous draft)
@@ -222,6 +239,10 @@ const struct model *gw_backend_model(const gw_backend *be);
  * that no routed expert was skipped: in exact mode the sum is k × MoE layers
  * × tokens evaluated. */
 uint64_t gw_backend_experts_computed(const gw_backend *be);
+/* Routed (token, expert) pairs of trunk MoE layers that coverage mode
+ * (gw_eval_args.coverage) left out, since creation: computed + the remote
+ * hook's + skipped = k × MoE layers × tokens evaluated; 0 in exact mode. */
+uint64_t gw_backend_experts_skipped(const gw_backend *be);
 
 /* Peak device memory this backend has held, measured with cudaMemGetInfo
  * (free before creation − free after each phase and eval; other users of the

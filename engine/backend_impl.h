@@ -72,6 +72,7 @@ struct gw_backend {
     struct gw_moe_remote remote; /* remote.fn NULL: every expert is local */
     struct gw_ple_rows ple_rows; /* ple_rows.fn NULL: the model's table */
     uint64_t experts_computed;   /* see gw_backend_experts_computed; bumped atomically */
+    uint64_t experts_skipped;    /* see gw_backend_experts_skipped; bumped atomically */
     uint64_t vram_peak;          /* see gw_backend_vram_bytes; the backend keeps it */
     struct gw_vram_parts vram_used; /* see gw_backend_vram_used; the backend keeps it */
     uint64_t bytes_copied;       /* see gw_backend_bytes_copied; bumped atomically */

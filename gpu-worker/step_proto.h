@@ -37,6 +37,11 @@
  *   Response: hdr.n_tokens = n + 1; payload int32 [n, drafts…] then the n + 1
  *   rows: with STEP_FLAG_ARGMAX one int32 argmax each, else V float32 logits
  *   each.
+ *   STEP_FLAG_COVERAGE (coverage mode, gw_eval_args.coverage; coordinator
+ *   --spec-coverage): one more request word after the drafts (after t0, n,
+ *   keep, src when the MTP block drafts), τ as float32 bits; the response
+ *   ends with one more int32, the window's handoff rows as a bit mask (bit i:
+ *   row i was computed with all its experts).
  * The prompt cache (issue 17; gpu-worker/proc/cache.c, coordinator/cache.c):
  *   int32 arguments, hdr.n_tokens their count:
  *   STEP_SAVE [id, persist, grid]: the sequence's state now becomes checkpoint
@@ -47,7 +52,7 @@
  *   STEP_LOAD [id, positions]: the sequence becomes checkpoint id (from RAM,
  *     else from its file, checked); an error leaves it reset.  Response: empty.
  *   STEP_DROP [id, file]: the checkpoint leaves RAM (and with file, the disk).
- * So the payload capacity must be ≥ max(V · (STEP_MAX_DRAFT + 1) + STEP_MAX_DRAFT + 1, max_tokens + 4 +
+ * So the payload capacity must be ≥ max(V · (STEP_MAX_DRAFT + 1) + STEP_MAX_DRAFT + 2, max_tokens + 5 +
  * STEP_MAX_DRAFT) · 4 bytes and leave room for an error message (STEP_ERR_BYTES). */
 #ifndef NB_STEP_PROTO_H
 #define NB_STEP_PROTO_H
@@ -59,13 +64,14 @@ enum step_draft { STEP_DRAFT_MTP = 0, STEP_DRAFT_GIVEN = 1 };
 
 #define STEP_FLAG_ARGMAX (1u << 8) /* above the ring's own RING_FLAG_* bits */
 #define STEP_FLAG_WIDE (1u << 9)   /* EVAL: keep the last row's wide state (the first window's MTP input) */
+#define STEP_FLAG_COVERAGE (1u << 10) /* SPEC: coverage mode, τ in the request, the handoff mask in the response */
 #define STEP_MAX_DRAFT 16          /* drafts a window holds at most (core/gen/window.h's WINDOW_MAX) */
 
 #define STEP_ERR_BYTES 1024u
 
 static inline uint64_t step_payload_bytes(uint32_t max_tokens, uint64_t n_vocab)
 {
-    const uint64_t win = n_vocab * (STEP_MAX_DRAFT + 1) + STEP_MAX_DRAFT + 1, req = (uint64_t)max_tokens + 4 + STEP_MAX_DRAFT;
+    const uint64_t win = n_vocab * (STEP_MAX_DRAFT + 1) + STEP_MAX_DRAFT + 2, req = (uint64_t)max_tokens + 5 + STEP_MAX_DRAFT;
     const uint64_t b = (win > req ? win : req) * 4;
     return b > STEP_ERR_BYTES ? b : STEP_ERR_BYTES;
 }

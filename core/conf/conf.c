@@ -51,6 +51,7 @@ static const struct key KEYS[] = {
     {"engine", "kernels", K_CHOICE, F(kernels), 0, 0, "ref|fast", "fast"},
     {"engine", "cpu_kernels", K_CHOICE, F(cpu_kernels), 0, 0, "auto|ref|fast", "auto"},
     {"engine", "spec", K_CHOICE, F(spec), 0, 0, "off|mtp|lookup|auto", "off"},
+    {"engine", "spec_coverage", K_STR, F(spec_coverage), 0, 0, NULL, "off"},
     {"engine", "vram_budget", K_BYTES, F(vram_budget), 0, INT64_MAX, NULL, "0"},
     {"engine", "ram_budget", K_BYTES, F(ram_budget), 0, INT64_MAX, NULL, "0"},
     {"cache", "enable", K_CHOICE, F(cache_enable), 0, 0, "on|off|auto", "auto"},

@@ -39,6 +39,7 @@ struct conf_settings {
     char kernels[8];              /* engine.kernels: the CUDA matrix kernels, ref or fast */
     char cpu_kernels[8];          /* engine.cpu_kernels: ref, fast or auto (fast beside cuda, ref beside cpu) */
     char spec[8];                 /* engine.spec: speculative decoding, off, mtp, lookup or auto */
+    char spec_coverage[16];       /* engine.spec_coverage: coverage mode, off, on (τ 0.9) or τ (core/gen/spec.h) */
     uint64_t vram_budget;         /* engine.vram_budget: bytes (0: placement.json's) */
     uint64_t ram_budget;          /* engine.ram_budget: bytes for nebula-prepare's RAM tier (0: its default) */
     /* [cache]: the prompt cache across requests (coordinator/cache.c; docs/RUNNING.md) */

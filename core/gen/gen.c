@@ -265,6 +265,7 @@ int gen_feed_verify(gen_session *g, int n_drafts, const int32_t *drafts, const f
     const size_t V = (size_t)g->cfg.n_vocab;
     const long long made0 = g->made;
     int rc = 0, nongreedy = 0, kept = 0; /* kept: drafts that became tokens (the budget's last one too) */
+    bool rejected = false;
     for (int i = 0; i <= n_drafts; i++) {
         const float *row = logits ? logits + i * V : NULL;
         ev[*n_ev] = (struct gen_event){.prefill_done = g->cfg.n_prompt, .prefill_total = g->cfg.n_prompt};
@@ -274,13 +275,17 @@ int gen_feed_verify(gen_session *g, int n_drafts, const int32_t *drafts, const f
             spec_level_admits(g->level, row, g->cfg.n_vocab, g->cfg.sp.temperature, drafts[i], NULL, NULL))
             id = drafts[i], nongreedy++; /* the level's rule keeps the draft */
         const bool more = take(g, id, &ev[(*n_ev)++]);
-        if (i == n_drafts || id != drafts[i]) break;
+        if (i == n_drafts || id != drafts[i]) {
+            rejected = i < n_drafts;
+            break;
+        }
         kept++;
         if (!more) break;
         (*accepted)++;
     }
     if (rc) return rc;
     spec_stats_add(&g->spec, n_drafts, kept, (int)(g->made - made0), nongreedy);
+    g->spec.rejections += rejected;
     return 0;
 }
 

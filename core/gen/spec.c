@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const struct spec_level levels[2] = {
@@ -40,7 +41,8 @@ void spec_stats_add(struct spec_stats *s, int drafted, int accepted, int tokens,
 void spec_stats_merge(struct spec_stats *into, const struct spec_stats *s)
 {
     into->passes += s->passes, into->tokens += s->tokens, into->drafted += s->drafted, into->accepted += s->accepted;
-    into->nongreedy += s->nongreedy;
+    into->nongreedy += s->nongreedy, into->handoff_rows += s->handoff_rows, into->rejections += s->rejections;
+    for (int i = 0; i < 3; i++) into->cases[i] += s->cases[i];
     for (int i = 0; i < SPEC_MAX_POS; i++) into->drafted_at[i] += s->drafted_at[i], into->accepted_at[i] += s->accepted_at[i];
     for (int i = 0; i < SPEC_SRC_N; i++) into->by_src[i] += s->by_src[i];
     for (long long i = 0; i < s->n_traj && i < SPEC_TRAJ_MAX; i++)
@@ -58,6 +60,31 @@ char *spec_stats_trajectory(const struct spec_stats *s, char *buf, size_t n)
     for (; i < kept && at + 12 < n; i++) at += (size_t)snprintf(buf + at, n - at, i ? " %d" : "%d", s->traj[i]);
     if (i < s->n_traj && at + 5 <= n) snprintf(buf + at, n - at, at ? " …" : "…"); /* " …" is 4 bytes */
     return buf;
+}
+
+int spec_coverage_parse(const char *s, float *tau)
+{
+    if (!strcmp(s, "off")) return *tau = 0, 0;
+    if (!strcmp(s, "on")) return *tau = SPEC_COVERAGE_ON, 0;
+    char *end;
+    const double v = strtod(s, &end);
+    if (end == s || *end || !(v > 0 && v <= 1)) return -1;
+    *tau = (float)v;
+    return 0;
+}
+
+int spec_case(int n, int acc, const uint8_t *handoff)
+{
+    if (n <= 0) return -1;
+    return acc >= n ? SPEC_CASE_A : handoff && handoff[acc] ? SPEC_CASE_B : SPEC_CASE_C;
+}
+
+int spec_stats_case(struct spec_stats *s, int n, int acc, const uint8_t *handoff)
+{
+    for (int i = 0; handoff && i <= n; i++) s->handoff_rows += handoff[i] != 0;
+    const int c = spec_case(n, acc, handoff);
+    if (c >= 0) s->cases[c]++;
+    return c;
 }
 
 const char *spec_src_name(int src) { return src == SPEC_SRC_MTP ? "mtp" : src == SPEC_SRC_LOOKUP ? "lookup" : "oracle"; }

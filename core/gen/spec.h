@@ -53,8 +53,14 @@ struct spec_stats {
     long long passes, tokens;          /* verify windows, tokens they gave */
     long long drafted, accepted;       /* drafts proposed, accepted */
     long long nongreedy;               /* accepted by a level's rule, not the exact match */
+    long long rejections;              /* passes that ended at a rejected draft (accepted / (accepted + rejections):
+                                        * the acceptance of a draft whose predecessors were accepted) */
     long long drafted_at[SPEC_MAX_POS], accepted_at[SPEC_MAX_POS]; /* by the draft's position in its window */
     long long by_src[SPEC_SRC_N];      /* passes by drafter */
+    /* Coverage mode (gw_eval_args.coverage; all 0 in exact mode): passes by
+     * case (spec_case), and the rows computed with all their experts */
+    long long cases[3];
+    long long handoff_rows;
     long long n_traj;                  /* windows seen (all of them) */
     unsigned char traj[SPEC_TRAJ_MAX]; /* drafts of the first SPEC_TRAJ_MAX windows */
 };
@@ -64,6 +70,21 @@ void spec_stats_merge(struct spec_stats *into, const struct spec_stats *s);
 /* The trajectory as "4 4 5 6 …" into buf (n bytes; a cut-off tail ends in
  * " …").  Returns buf. */
 char *spec_stats_trajectory(const struct spec_stats *s, char *buf, size_t n);
+/* Coverage mode's cases (issue 16 item 4, the seed's A/B/C) of a pass that
+ * drafted n > 0 and accepted acc of them, by the row that gave its last
+ * token (row acc of the window): A — every draft accepted (row n: the
+ * bonus token); B — a rejection at a row computed with all its experts
+ * (handoff[row]: its resident ones covered < τ of its weight somewhere;
+ * the token is the full model's, the window is kept); C — a rejection at a
+ * row verified with its resident experts only.  -1 for n = 0. */
+enum spec_case { SPEC_CASE_A, SPEC_CASE_B, SPEC_CASE_C };
+#define SPEC_COVERAGE_ON 0.9f /* the seed's τ: "enough experts to cover 90 % of the normalized weights" */
+/* A coverage setting (--spec-coverage, engine.spec_coverage): "off" (0),
+ * "on" (SPEC_COVERAGE_ON) or a fraction in (0, 1].  0, or -1 for anything else. */
+int spec_coverage_parse(const char *s, float *tau);
+int spec_case(int n, int acc, const uint8_t *handoff);
+/* Counts the pass's case and its handoff rows (n + 1 flags) into s; returns the case (-1: none). */
+int spec_stats_case(struct spec_stats *s, int n, int acc, const uint8_t *handoff);
 /* The drafter's name ("mtp", "lookup", "oracle"). */
 const char *spec_src_name(int src);
 

@@ -29,7 +29,8 @@ static double rate(const struct window_ctl *w, int n)
     return (double)w->tokens[n] / w->seconds[n];
 }
 
-int window_update(struct window_ctl *w, int drafted, int accepted, int tokens, double seconds)
+/* The chain into the trajectory and the measured history. */
+static void record(struct window_ctl *w, int drafted, int tokens, double seconds)
 {
     if (w->n_traj == w->cap_traj) {
         size_t cap = w->cap_traj ? 2 * w->cap_traj : 64;
@@ -42,6 +43,18 @@ int window_update(struct window_ctl *w, int drafted, int accepted, int tokens, d
         w->seconds[drafted] += seconds;
     }
     w->chains++;
+}
+
+int window_keep(struct window_ctl *w, int drafted, int tokens, double seconds)
+{
+    record(w, drafted, tokens, seconds);
+    w->full_run = w->reject_run = 0;
+    return w->n;
+}
+
+int window_update(struct window_ctl *w, int drafted, int accepted, int tokens, double seconds)
+{
+    record(w, drafted, tokens, seconds);
     static const int grow[] = {0, 1, 1, 2, 3, 5}, shrink[] = {2, 4, 6};
     int n = w->n;
     if (drafted > 0 && accepted == drafted) { /* every draft accepted */

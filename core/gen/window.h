@@ -40,5 +40,10 @@ void window_free(struct window_ctl *w);
  * end), seconds the pass took.  Returns the next N.  0 allocation failures
  * only lose the trajectory's tail. */
 int window_update(struct window_ctl *w, int drafted, int accepted, int tokens, double seconds);
+/* The same for a chain whose window is kept whatever it accepted (coverage
+ * mode's case B, core/gen/spec.h: the rejection came from a row computed
+ * with all its experts): measured and recorded, N unchanged, the runs of
+ * full acceptances and rejections reset. */
+int window_keep(struct window_ctl *w, int drafted, int tokens, double seconds);
 
 #endif

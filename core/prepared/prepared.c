@@ -250,3 +250,20 @@ int prepared_ple_load(const char *dir, struct prepared_ple *p, char *err, size_t
         return nb_errf(err, errlen, NB_EFORMAT, "%s: inconsistent header", path);
     return 0;
 }
+
+int prepared_vram_map(const struct prepared_idx *x, const struct prepared_placement *p, int n_blocks, int E, uint8_t *map,
+                      int64_t *n_vram, char *err, size_t errlen)
+{
+    memset(map, 0, (size_t)n_blocks * (size_t)E);
+    int64_t n = 0;
+    for (int i = 0; i < x->n_layers; i++) {
+        const struct prepared_layer *L = &x->layers[i];
+        if ((int)L->block >= n_blocks || (int)L->n_expert != E)
+            return nb_errf(err, errlen, NB_EFORMAT, "placement: layer of block %u (%u experts) is not in the model (%d blocks of %d)",
+                           L->block, L->n_expert, n_blocks, E);
+        for (int e = 0; e < E; e++)
+            if (p->tier[i][e] == PREPARED_VRAM) map[(size_t)L->block * (size_t)E + (size_t)e] = 1, n++;
+    }
+    if (n_vram) *n_vram = n;
+    return 0;
+}

@@ -83,6 +83,12 @@ struct prepared_placement {
 int prepared_placement_load(const char *path, const struct prepared_idx *x, struct prepared_placement *p, char *err,
                             size_t errlen);
 void prepared_placement_free(struct prepared_placement *p);
+/* The VRAM tier as a map of n_blocks × E bytes (1: in VRAM), gw_moe_remote's
+ * `local` layout, into map (zeroed first); an idx layer whose block or
+ * expert count is not the model's is NB_EFORMAT.  Returns the experts in VRAM
+ * through *n_vram (may be NULL). */
+int prepared_vram_map(const struct prepared_idx *x, const struct prepared_placement *p, int n_blocks, int E, uint8_t *map,
+                      int64_t *n_vram, char *err, size_t errlen);
 /* DIR/experts.idx, then `path` (NULL or "": DIR/placement.json) against it. */
 int prepared_plan_load(const char *dir, const char *path, struct prepared_idx *x, struct prepared_placement *p,
                        char *err, size_t errlen);

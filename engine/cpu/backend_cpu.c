@@ -316,7 +316,7 @@ static int layer_forward(struct cpu_seq *s, const struct gw_eval_args *a, int il
     if (rc) return rc;
     cpu_hc_combine(hp, X, y, inj, T);
     if ((rc = cpu_hc_mix(hp, &l->hc_ffn, c->hc_ffn_norm, X, T, x, inj))) return rc;
-    struct cpu_moe_ctx mc = {a, il, &be->base.remote, &s->base.be->experts_computed};
+    struct cpu_moe_ctx mc = {a, il, &be->base.remote, &s->base.be->experts_computed, &s->base.be->experts_skipped};
     if ((rc = cpu_moe_forward(hp, &l->moe, c, x, T, y, &mc))) return rc;
     cpu_hc_combine(hp, X, y, inj, T);
     return 0;

@@ -188,10 +188,11 @@ int cpu_attn_forward_dense(const struct model_hparams *hp, const struct model_la
 /* Where a MoE call comes from: the route tap (trunk layers) and the remote
  * experts of the backend (any layer, MTP included). */
 struct cpu_moe_ctx {
-    const struct gw_eval_args *tap; /* NULL: no route tap */
+    const struct gw_eval_args *tap; /* NULL: no route tap (its coverage mode too) */
     int layer;                      /* index into the remote map */
     const struct gw_moe_remote *remote;
     uint64_t *computed; /* NULL, or += the pairs run here (gw_backend_experts_computed) */
+    uint64_t *skipped;  /* NULL, or += the pairs coverage mode left out (gw_backend_experts_skipped) */
 };
 
 int cpu_moe_forward(const struct model_hparams *hp, const struct model_moe *w, const struct cpu_layer_consts *c,

@@ -60,15 +60,15 @@ static int ffn_add(const struct cpu_mat *gate, const struct cpu_mat *up, const s
 /* Runs local expert e on the (token, slot) pairs routed to it and writes
  * each pair's weighted output into contrib[t·k + j] (C floats). */
 static int run_expert(const struct model_hparams *hp, const struct model_moe *w, int e, const float *x, int T,
-                      const int *ids, const float *wts, float *contrib, float *xs, float *ys, float *sc, int *slot,
-                      uint64_t *computed)
+                      const int *ids, const float *wts, const uint8_t *skip, float *contrib, float *xs, float *ys, float *sc,
+                      int *slot, uint64_t *computed)
 {
     const int k = hp->n_expert_used;
     const int64_t C = hp->n_embd;
     int n = 0;
     for (int t = 0; t < T; t++)
         for (int j = 0; j < k; j++)
-            if (ids[t * k + j] == e) {
+            if (ids[t * k + j] == e && !skip[t * k + j]) {
                 memcpy(xs + (int64_t)n * C, x + (int64_t)t * C, (size_t)C * sizeof *xs);
                 sc[n] = wts[t * k + j];
                 slot[n++] = t * k + j;
@@ -85,7 +85,7 @@ static int run_expert(const struct model_hparams *hp, const struct model_moe *w,
 
 /* The pairs whose expert is remote, handed to the backend's remote hook. */
 static int run_remote(const struct model_hparams *hp, const struct cpu_moe_ctx *mc, const float *x, int T, const int *ids,
-                      const float *wts, float *contrib)
+                      const float *wts, const uint8_t *skip, float *contrib)
 {
     const int k = hp->n_expert_used, E = hp->n_expert;
     const int64_t C = hp->n_embd;
@@ -95,7 +95,7 @@ static int run_remote(const struct model_hparams *hp, const struct cpu_moe_ctx *
     int *slot = malloc((size_t)T * k * sizeof *slot), n = 0, rc = rows && exps && w && out && slot ? 0 : NB_ENOMEM;
     for (int t = 0; rc == 0 && t < T; t++)
         for (int j = 0; j < k; j++)
-            if (!local[ids[t * k + j]]) {
+            if (!local[ids[t * k + j]] && !skip[t * k + j]) {
                 rows[n] = t, exps[n] = ids[t * k + j], w[n] = wts[t * k + j], slot[n++] = t * k + j;
             }
     char err[256] = "";
@@ -109,6 +109,34 @@ static int run_remote(const struct model_hparams *hp, const struct cpu_moe_ctx *
     return rc;
 }
 
+/* Coverage mode (gw_eval_args.coverage): which of the T·k pairs to leave out
+ * (skip[p] = 1), each row's resident experts carrying at least τ of its
+ * weight; a row below τ keeps them all and is marked in a->handoff.  The
+ * resident map: the eval's, else the remote hook's local one, else every
+ * expert.  Returns the pairs left out. */
+static uint64_t coverage_skips(const struct model_hparams *hp, const struct cpu_moe_ctx *mc, int T, const int *ids,
+                               const float *wts, uint8_t *skip)
+{
+    const int k = hp->n_expert_used, E = hp->n_expert;
+    memset(skip, 0, (size_t)T * k);
+    const struct gw_eval_args *a = mc ? mc->tap : NULL;
+    if (!a || !a->verify || !(a->coverage > 0)) return 0;
+    const uint8_t *res = a->resident ? a->resident : mc->remote && mc->remote->fn ? mc->remote->local : NULL;
+    if (!res) return 0; /* every expert resident: nothing to leave out */
+    res += (size_t)mc->layer * E;
+    uint64_t n = 0;
+    for (int t = 0; t < T; t++) {
+        double all = 0, here = 0;
+        for (int j = 0; j < k; j++) all += wts[t * k + j], here += res[ids[t * k + j]] ? wts[t * k + j] : 0;
+        if (here >= (double)a->coverage * all) {
+            for (int j = 0; j < k; j++) n += skip[t * k + j] = !res[ids[t * k + j]];
+        } else if (a->handoff) {
+            a->handoff[t] = 1;
+        }
+    }
+    return n;
+}
+
 int cpu_moe_forward(const struct model_hparams *hp, const struct model_moe *w, const struct cpu_layer_consts *c,
                     const float *x, int T, float *y, const struct cpu_moe_ctx *mc)
 {
@@ -119,16 +147,24 @@ int cpu_moe_forward(const struct model_hparams *hp, const struct model_moe *w, c
     int *ids = malloc((size_t)T * k * sizeof *ids), *slot = malloc((size_t)T * k * sizeof *slot);
     float *xs = malloc((size_t)(T * C) * sizeof *xs), *ys = malloc((size_t)(T * C) * sizeof *ys);
     float *sc = malloc((size_t)T * k * sizeof *sc), *contrib = malloc((size_t)T * k * (size_t)C * sizeof *contrib);
-    int rc = probs && wts && ids && slot && xs && ys && sc && contrib ? 0 : NB_ENOMEM;
+    uint8_t *skip = malloc((size_t)T * k);
+    int rc = probs && wts && ids && slot && xs && ys && sc && contrib && skip ? 0 : NB_ENOMEM;
     if (rc) goto out;
     struct cpu_mat router = cpu_mat_of(&w->router);
     cpu_matmul(&router, x, T, probs);
     for (int t = 0; t < T; t++) route(hp, probs + (int64_t)t * E, ids + t * k, wts + t * k);
     if (mc && mc->tap && mc->tap->route_tap) mc->tap->route_tap(mc->tap->route_ctx, mc->layer, T, k, ids, wts);
+    const uint64_t skipped = coverage_skips(hp, mc, T, ids, wts, skip);
+    if (skipped) {
+        if (mc->skipped) __atomic_fetch_add(mc->skipped, skipped, __ATOMIC_RELAXED);
+        for (int p = 0; p < T * k; p++)
+            if (skip[p]) memset(contrib + (int64_t)p * C, 0, (size_t)C * sizeof *contrib);
+    }
     const uint8_t *local = remote ? mc->remote->local + (size_t)mc->layer * E : NULL;
     for (int e = 0; e < E && rc == 0; e++)
-        if (!local || local[e]) rc = run_expert(hp, w, e, x, T, ids, wts, contrib, xs, ys, sc, slot, mc ? mc->computed : NULL);
-    if (rc == 0 && remote) rc = run_remote(hp, mc, x, T, ids, wts, contrib);
+        if (!local || local[e])
+            rc = run_expert(hp, w, e, x, T, ids, wts, skip, contrib, xs, ys, sc, slot, mc ? mc->computed : NULL);
+    if (rc == 0 && remote) rc = run_remote(hp, mc, x, T, ids, wts, skip, contrib);
     if (rc) goto out;
     /* Each token's k contributions summed in ascending expert order, wherever
      * they were computed: the order (so the float result) never depends on
@@ -159,5 +195,6 @@ out:
     free(ys);
     free(sc);
     free(contrib);
+    free(skip);
     return rc;
 }

@@ -208,6 +208,69 @@ int cu_pin_reserve(cuda_backend *be, int64_t P, int64_t T)
 
 /* ---------- the layer ---------- */
 
+/* Coverage mode (gw_eval_args.coverage) on the host's copy of a layer's
+ * n_miss misses (hs: k_split's lists) and of its routing (wts: T × k): a row
+ * whose slots carry at least τ of its weight drops its misses, the others
+ * keep them all and are marked in a->handoff (the sums as the cpu backend's
+ * coverage_skips makes them, so both decide alike).  keep[i]: whether miss i
+ * stays.  Returns the misses dropped, -1 without memory. */
+static int cover_misses(const struct gw_eval_args *a, int T, int k, int P, const int32_t *hs, const float *wts, int n_miss,
+                        uint8_t *keep)
+{
+    uint8_t *missed = (uint8_t *)calloc((size_t)P, 1), *covered = (uint8_t *)malloc((size_t)T);
+    if (!missed || !covered) return free(missed), free(covered), -1;
+    for (int i = 0; i < n_miss; i++) missed[hs[1 + 2 * P + i]] = 1;
+    for (int t = 0; t < T; t++) {
+        double all = 0, here = 0;
+        for (int j = 0; j < k; j++) all += wts[t * k + j], here += missed[t * k + j] ? 0 : wts[t * k + j];
+        covered[t] = here >= (double)a->coverage * all;
+    }
+    int dropped = 0;
+    for (int i = 0; i < n_miss; i++) {
+        const int r = hs[1 + i];
+        keep[i] = !covered[r];
+        dropped += covered[r];
+        if (!covered[r] && a->handoff) a->handoff[r] = 1;
+    }
+    free(missed), free(covered);
+    return dropped;
+}
+
+/* The remote hook on the misses coverage mode keeps (all of them in exact
+ * mode), its results into be->h_rout at each miss's place (zero for a
+ * dropped one); the pairs dropped are counted. */
+static int call_remote(cuda_backend *be, const struct gw_eval_args *a, int il, int T, int k, int P, int n_miss, bool cover)
+{
+    const struct gw_moe_remote *rem = &be->base.remote;
+    const int64_t C = be->base.model->hp.n_embd;
+    const int32_t *hs = be->h_split;
+    char herr[256] = "";
+    int rc = 0;
+    if (!cover) {
+        if ((rc = rem->fn(rem->ctx, il, T, be->h_x, n_miss, hs + 1, hs + 1 + P, be->h_splitw, be->h_rout, herr, sizeof herr)))
+            snprintf(g_msg, sizeof g_msg, "remote experts of layer %d: %s", il, herr);
+        return rc;
+    }
+    uint8_t *keep = (uint8_t *)malloc((size_t)n_miss);
+    int32_t *rows = (int32_t *)malloc((size_t)n_miss * sizeof *rows), *exps = (int32_t *)malloc((size_t)n_miss * sizeof *exps);
+    float *w = (float *)malloc((size_t)n_miss * sizeof *w), *out = (float *)malloc((size_t)n_miss * C * sizeof *out);
+    const int dropped = keep && rows && exps && w && out ? cover_misses(a, T, k, P, hs, be->h_wts, n_miss, keep) : -1;
+    if (dropped < 0) rc = NB_ENOMEM, snprintf(g_msg, sizeof g_msg, "coverage mode of layer %d: out of memory", il);
+    int n = 0;
+    for (int i = 0; rc == 0 && i < n_miss; i++)
+        if (keep[i]) rows[n] = hs[1 + i], exps[n] = hs[1 + P + i], w[n++] = be->h_splitw[i];
+    if (rc == 0 && n > 0 && (rc = rem->fn(rem->ctx, il, T, be->h_x, n, rows, exps, w, out, herr, sizeof herr)))
+        snprintf(g_msg, sizeof g_msg, "remote experts of layer %d: %s", il, herr);
+    for (int i = 0, j = 0; rc == 0 && i < n_miss; i++) {
+        float *dst = be->h_rout + (int64_t)i * C;
+        if (keep[i]) memcpy(dst, out + (int64_t)j++ * C, (size_t)C * sizeof *dst);
+        else memset(dst, 0, (size_t)C * sizeof *dst);
+    }
+    if (rc == 0) __atomic_add_fetch(&be->base.experts_skipped, (uint64_t)dropped, __ATOMIC_RELAXED);
+    free(keep), free(rows), free(exps), free(w), free(out);
+    return rc;
+}
+
 /* y = MoE(x) for T rows of layer il (trunk or MTP); a: the eval (route tap) or NULL.
  *
  * The order overlaps the remote experts with the device's work: the router
@@ -230,7 +293,9 @@ int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, 
     const struct gw_moe_remote *rem = &be->base.remote;
     const bool remote = rem->fn != NULL;
     const bool tap = a && a->route_tap;
-    const bool via_mailbox = remote && !tap && T <= MAILBOX_ROWS && gw_mailbox_active(&be->mailbox);
+    /* coverage mode (gw_eval_args.coverage): the host decides which misses to drop, from every row's weights */
+    const bool cover = remote && a && a->verify && a->coverage > 0 && il < hp->n_layer;
+    const bool via_mailbox = remote && !tap && !cover && T <= MAILBOX_ROWS && gw_mailbox_active(&be->mailbox);
     cudaStream_t st = be->st;
     tmp t = tmp_begin(be);
     float *probs, *wts, *idsf, *G, *U, *Dn, *contrib, *sc, *gs, *us, *ds, *splitf = NULL, *splitw = NULL, *dout = NULL;
@@ -264,7 +329,7 @@ int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, 
         if (ce == cudaSuccess && !via_mailbox)
             ce = cudaMemcpyAsync(be->h_x, x, (size_t)(T * C) * sizeof(float), cudaMemcpyDeviceToHost, st);
     }
-    if (ce == cudaSuccess && tap) {
+    if (ce == cudaSuccess && (tap || cover)) {
         ce = cudaMemcpyAsync(be->h_ids, ids, (size_t)P * sizeof(int32_t), cudaMemcpyDeviceToHost, st);
         if (ce == cudaSuccess) ce = cudaMemcpyAsync(be->h_wts, wts, (size_t)P * sizeof(float), cudaMemcpyDeviceToHost, st);
     }
@@ -295,10 +360,7 @@ int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, 
     /* (through the mailbox: cu_mailbox_end takes its misses off) */
     const int n_miss = remote && !via_mailbox && rc == 0 ? be->h_split[0] : 0;
     if (n_miss > 0) {
-        const int32_t *hs = be->h_split;
-        char herr[256] = "";
-        if ((rc = rem->fn(rem->ctx, il, T, be->h_x, n_miss, hs + 1, hs + 1 + P, be->h_splitw, be->h_rout, herr, sizeof herr)))
-            snprintf(g_msg, sizeof g_msg, "remote experts of layer %d: %s", il, herr);
+        rc = call_remote(be, a, il, T, k, P, n_miss, cover);
         if (rc == 0) rc = cu_talloc(&t, &dout, (int64_t)n_miss * C);
         if (rc == 0) {
             ce = cudaMemcpyAsync(dout, be->h_rout, (size_t)n_miss * C * sizeof(float), cudaMemcpyHostToDevice, st);

@@ -33,18 +33,11 @@ int gwp_placement_maps(const struct prepared_idx *x, const struct prepared_place
     int64_t n_local = 0;
     int rc = map && blob ? 0 : nb_errf(err, errlen, NB_ENOMEM, "out of memory");
     if (!rc && !x) memset(map, 1, n), n_local = (int64_t)n;
+    if (!rc && x) rc = prepared_vram_map(x, p, n_blocks, E, map, &n_local, err, errlen);
     for (int i = 0; !rc && x && i < x->n_layers; i++) {
         const struct prepared_layer *L = &x->layers[i];
-        if ((int)L->block >= n_blocks || (int)L->n_expert != E) {
-            rc = nb_errf(err, errlen, NB_EFORMAT, "placement: layer of block %u (%u experts) is not in the model (%d blocks of %d)",
-                         L->block, L->n_expert, n_blocks, E);
-            break;
-        }
-        for (int e = 0; e < E; e++) {
-            const size_t at = (size_t)L->block * (size_t)E + (size_t)e;
-            if (p->tier[i][e] == PREPARED_VRAM) map[at] = 1, n_local++;
-            else if (p->tier[i][e] == PREPARED_SSD) blob[at] = L->blob_bytes;
-        }
+        for (int e = 0; e < E; e++)
+            if (p->tier[i][e] == PREPARED_SSD) blob[(size_t)L->block * (size_t)E + (size_t)e] = L->blob_bytes;
     }
     if (rc) {
         free(map), free(blob);

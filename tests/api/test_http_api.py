@@ -84,6 +84,17 @@ class Server:
 srv = None
 
 
+def tiny_b_demo(tmp):
+    """tiny-b (an MTP block) with tiny-a's tokenizer as TMP/b.gguf named nebula-demo: the speculative tests' model."""
+    src = os.path.join(tmp, "tiny-b")
+    shutil.copytree("tests/fixtures/tiny-b", src)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join("tests/fixtures/tiny-a", f), src)
+    model = os.path.join(tmp, "b.gguf")
+    subprocess.run([os.path.join(BIN, "nebula-convert"), src, model, "--type", "f32", "--name", "nebula-demo", "-q"], check=True)
+    return model
+
+
 def conn(timeout=60):
     return http.client.HTTPConnection("127.0.0.1", srv.port, timeout=timeout)
 

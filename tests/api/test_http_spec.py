@@ -31,12 +31,7 @@ def spec_of(d):
 def main():
     tmp = tempfile.mkdtemp()
     try:
-        src = os.path.join(tmp, "tiny-b")
-        shutil.copytree("tests/fixtures/tiny-b", src)
-        for f in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(os.path.join("tests/fixtures/tiny-a", f), src)
-        model = os.path.join(tmp, "b.gguf")
-        subprocess.run([os.path.join(h.BIN, "nebula-convert"), src, model, "--type", "f32", "--name", "nebula-demo", "-q"], check=True)
+        model = h.tiny_b_demo(tmp)
         h.srv = h.Server(tmp, model=model, args=("--spec", "mtp", "--backend", "cpu"))
         check = h.check
         for _ in range(600):  # the workers start after HTTP is up

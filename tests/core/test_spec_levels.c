@@ -254,3 +254,20 @@ Test(spec_levels, auto_picks_the_faster_drafter)
     for (int i = 0; i < SPEC_AUTO_PROBE; i++) spec_auto_update(&b, SPEC_SRC_MTP, 4, 4, 0.012);
     cr_expect_eq(spec_auto_pick(&b, 3, 4), SPEC_SRC_LOOKUP, "lookup unused for %d passes: probed once", SPEC_AUTO_PROBE);
 }
+
+Test(spec_levels, coverage_cases)
+{
+    const uint8_t none[5] = {0}, at2[5] = {0, 0, 1, 0, 0}, all[5] = {1, 1, 1, 1, 1};
+    cr_expect_eq(spec_case(4, 4, none), SPEC_CASE_A, "every draft accepted");
+    cr_expect_eq(spec_case(4, 4, all), SPEC_CASE_A, "every draft accepted, rows handed off or not");
+    cr_expect_eq(spec_case(4, 2, at2), SPEC_CASE_B, "rejected at a handoff row");
+    cr_expect_eq(spec_case(4, 1, at2), SPEC_CASE_C, "rejected at a covered row before it");
+    cr_expect_eq(spec_case(4, 0, NULL), SPEC_CASE_C, "no flags: every row covered");
+    cr_expect_eq(spec_case(0, 0, all), -1, "no drafts, no case");
+    struct spec_stats s = {0}, t = {0};
+    spec_stats_case(&s, 4, 2, at2), spec_stats_case(&s, 4, 4, all), spec_stats_case(&s, 0, 0, all);
+    cr_expect(s.cases[SPEC_CASE_A] == 1 && s.cases[SPEC_CASE_B] == 1 && s.cases[SPEC_CASE_C] == 0);
+    cr_expect_eq(s.handoff_rows, 1 + 5 + 1, "rows 0 … n of each window");
+    spec_stats_merge(&t, &s), spec_stats_merge(&t, &s);
+    cr_expect(t.cases[SPEC_CASE_A] == 2 && t.cases[SPEC_CASE_B] == 2 && t.handoff_rows == 14, "merged");
+}

@@ -64,3 +64,19 @@ Test(window, bounds)
     cr_expect_eq(w.n, 3, "never above the maximum");
     window_free(&w);
 }
+
+Test(window, keep_holds_n_and_resets_the_runs)
+{
+    struct window_ctl w;
+    cr_assert_eq(window_init(&w, 4, 16), 0);
+    window_update(&w, 4, 4, 5, 1.0), window_update(&w, 4, 4, 5, 1.0); /* two full acceptances: 4 → 4 → 5 */
+    cr_assert_eq(w.n, 5);
+    cr_expect_eq(window_keep(&w, 5, 2, 1.0), 5, "case B keeps the window");
+    cr_expect_eq(w.full_run, 0, "and ends the run of full acceptances");
+    cr_expect_eq(window_update(&w, 5, 5, 6, 1.0), 5, "the next full acceptance is the run's first again (+0)");
+    cr_expect_eq(w.chains, 4);
+    cr_expect_eq(w.n_traj, 4);
+    cr_expect_eq(w.trajectory[2], 5, "the kept chain is in the trajectory");
+    cr_expect_eq(w.passes[5], 2, "and measured");
+    window_free(&w);
+}

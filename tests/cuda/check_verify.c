@@ -21,6 +21,13 @@
  *                  positions, then 3 decode steps: the logits a run that
  *                  decoded only that prefix gives (within tol, the number
  *                  bit-identical printed), j rows replayed, none evaluated;
+ *   verify-coverage  coverage mode (gw_eval_args.coverage; odd experts
+ *                  remote, --remote only): a 17-row window at tau 1 gives the
+ *                  exact window's logits and skips nothing; at tau 0.6 the
+ *                  cuda and cpu backends (the same map, the cpu's resident
+ *                  experts its hook's local ones) skip pairs, mark the same
+ *                  handoff rows, give logits within tol of each other, and
+ *                  computed + the hook's + skipped = k × layers × rows;
  *   verify-refuse  a window of 18 rows refused (NB_EINVAL, the sequence
  *                  usable); two truncations back into one window; below the
  *                  window, on a copy and after a plain eval refused
@@ -239,6 +246,55 @@ static void rollback_checks(const struct model *m, const int32_t *tok, int T, co
     free(la), free(lb);
 }
 
+/* One verify window of the ids at tau on a fresh sequence of be after the prompt: logits, handoff flags, and the
+ * backend's computed / hook / skipped pairs of the window. */
+static void coverage_window(gw_backend *be, struct remote_ctx *rc, const int32_t *tok, int T, const int32_t *ids, float tau,
+                            float *lg, uint8_t *handoff, uint64_t *pairs)
+{
+    gw_seq *s = seq(be);
+    char err[1024];
+    eval(s, tok, T, GW_ROWS_NONE, NULL, GW_ROWS_NONE, NULL, NULL);
+    const uint64_t c0 = gw_backend_experts_computed(be), h0 = rc->pairs, s0 = gw_backend_experts_skipped(be);
+    struct gw_eval_args a = {.tokens = ids, .n_tokens = GW_VERIFY_ROWS, .logits_rows = GW_ROWS_ALL, .logits = lg, .verify = true,
+                             .coverage = tau, .handoff = handoff};
+    if (gw_eval(s, &a, err, sizeof err)) die("coverage window", err);
+    pairs[0] = gw_backend_experts_computed(be) - c0, pairs[1] = rc->pairs - h0, pairs[2] = gw_backend_experts_skipped(be) - s0;
+    gw_seq_free(s);
+}
+
+static void coverage_checks(const struct model *m, const int32_t *tok, int T, const int32_t *ids)
+{
+    const int64_t V = m->hp.n_vocab, W = GW_VERIFY_ROWS;
+    const uint64_t all = (uint64_t)m->hp.n_expert_used * (uint64_t)m->hp.n_layer * (uint64_t)W;
+    const struct vcfg cu = {"cov", "cuda", false, 1, false}, cp = {"cov-cpu", "cpu", false, 1, false};
+    uint8_t *lcu, *lcp, hx[GW_VERIFY_ROWS], h1[GW_VERIFY_ROWS], hg[GW_VERIFY_ROWS], hc[GW_VERIFY_ROWS];
+    struct remote_ctx rcu, rcp;
+    gw_backend *gbe = make_cfg(m, &cu, T + 2 * W, &lcu, &rcu), *cbe = make_cfg(m, &cp, T + 2 * W, &lcp, &rcp);
+    float *lx = malloc((size_t)(W * V) * sizeof *lx), *l1 = malloc((size_t)(W * V) * sizeof *l1);
+    float *lg = malloc((size_t)(W * V) * sizeof *lg), *lc = malloc((size_t)(W * V) * sizeof *lc);
+    uint64_t px[3], p1[3], pg[3], pc[3];
+    coverage_window(gbe, &rcu, tok, T, ids, 0, lx, hx, px);
+    coverage_window(gbe, &rcu, tok, T, ids, 1, l1, h1, p1);
+    const double e1 = rel_err(l1, lx, W * V);
+    report("verify-coverage-1", e1 <= tol && p1[2] == 0 && px[2] == 0 && p1[0] + p1[1] == all && px[0] + px[1] == all,
+           "tau 1 (every row covered only when all its experts are resident): the exact window, max|d|/max|ref| = %.3g", e1);
+    coverage_window(gbe, &rcu, tok, T, ids, 0.6f, lg, hg, pg);
+    coverage_window(cbe, &rcp, tok, T, ids, 0.6f, lc, hc, pc);
+    int n_hand = 0;
+    for (int i = 0; i < W; i++) n_hand += hg[i];
+    const double ec = rel_err(lg, lc, W * V), ex = rel_err(lg, lx, W * V);
+    report("verify-coverage", pg[2] > 0 && pg[0] + pg[1] + pg[2] == all && pc[0] + pc[1] + pc[2] == all && pg[2] == pc[2] &&
+                                  !memcmp(hg, hc, sizeof hg) && ec <= tol,
+           "tau 0.6, odd experts remote: cuda against the cpu's coverage mode, max|d|/max|ref| = %.3g", ec);
+    printf("     (cuda: %llu computed + %llu by the hook + %llu skipped of %llu pairs (cpu: %llu + %llu + %llu); %d of %d rows "
+           "handed off; %.3g from the exact window)\n", (unsigned long long)pg[0], (unsigned long long)pg[1],
+           (unsigned long long)pg[2], (unsigned long long)all, (unsigned long long)pc[0], (unsigned long long)pc[1],
+           (unsigned long long)pc[2], n_hand, (int)W, ex);
+    gw_backend_free(gbe), gw_backend_free(cbe);
+    gw_expert_scratch_free(&rcu.scratch), gw_expert_scratch_free(&rcp.scratch);
+    free(lcu), free(lcp), free(lx), free(l1), free(lg), free(lc);
+}
+
 void check_verify(const struct model *m, gw_backend *cpu, const int32_t *tok, int T, int n, bool remote)
 {
     const int64_t V = m->hp.n_vocab;
@@ -258,5 +314,6 @@ void check_verify(const struct model *m, gw_backend *cpu, const int32_t *tok, in
         printf("     (%s: %.1f s)\n", cfgs[i].name, now() - t0);
     }
     rollback_checks(m, tok, T, cpu_ids);
+    if (remote) coverage_checks(m, tok, T, cpu_ids);
     free(cpu_ids), free(cpu_lg);
 }

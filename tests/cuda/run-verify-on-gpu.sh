@@ -16,7 +16,13 @@
 #      synthetic model),
 #      sampled runs too, each position evaluated once;
 #   3. tests/tools/test_spec_pipeline.sh with SPEC_BACKEND=cuda: the same
-#      through nebula-coordinator --spec (STEP_SPEC, the gpu-worker's windows).
+#      through nebula-coordinator --spec (STEP_SPEC, the gpu-worker's windows);
+#   4. with SPEC_BACKEND=cuda: tests/api/test_http_coverage.py (coverage mode
+#      through the pipeline, the slots the resident experts) and
+#      test_spec_bench.sh (nebula spec-bench on tiny-b; test_spec_chisq.sh
+#      takes SPEC_BACKEND too, but its 1,200 processes would each start a CUDA
+#      context: not here).  Step 1's check_backend also runs
+#      check_verify.c's verify-coverage checks (--remote).
 # Binaries from `make all cuda-check` (BIN, CHECK to use others: the
 # .devrun/ pack of tools/dev/pack-for-device.sh); models written to WORK.
 # Exits 1 with a FAIL line where there is no GPU (tests/lib/gpu.sh).
@@ -67,6 +73,10 @@ if [ "$SYNTHETIC" = 1 ] && [ -f "$syn" ]; then
     step "test_spec.sh (the synthetic model) done"
 fi
 BUILD=$(dirname "$BIN") SPEC_BACKEND=cuda bash tests/tools/test_spec_pipeline.sh || fail=1
+step "test_spec_pipeline.sh done"
+BUILD=$(dirname "$BIN") SPEC_BACKEND=cuda python3 tests/api/test_http_coverage.py || fail=1
+BUILD=$(dirname "$BIN") SPEC_BACKEND=cuda bash tests/tools/test_spec_bench.sh || fail=1
+step "coverage mode through the pipeline and spec-bench on cuda done"
 echo "run-verify-on-gpu: $(($(date +%s) - start)) s in all"
 if [ $fail -ne 0 ]; then echo "FAIL: some verify-window checks failed"; exit 1; fi
 echo "OK: every verify-window check passed"

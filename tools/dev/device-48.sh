@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# device-48.sh nebula|peer — the full 48-layer model on the GPU machine
+# device-48.sh nebula|peer|spec — the full 48-layer model on the GPU machine
 # (issues 13 and 14), in two calls that follow each other while the machine
 # is warm (the 64 MiB carry cannot hold the tree, .devrun and llama.cpp's
 # CUDA build at once; build outputs and /dev/shm stay between warm calls):
@@ -14,6 +14,11 @@
 #   peer    (carry .devrun-peer/b): joins llama.cpp's build (checked against
 #           the sha256 part a brought), then peer-llamacpp.sh bench on the
 #           same file at the same budget (UBATCH sizes).
+#   spec    (carry .devrun, or build/dr from an earlier warm call): the verify
+#           window bench (tools/bench/spec-bench.sh, issue 16) on the same
+#           48-layer file with the whole model on the GPU — made here with
+#           nebula-gen when the nebula call has not left it in /dev/shm —
+#           SPEC_GEN tokens, SPEC_REPS windows a size, SPEC_PROMPT ids.
 # Results go to $OUT.  Environment: MIX (iq2_xs), NGRAM (200000), PROMPTS
 # (512,4096), GEN (16), CHUNK (4096), UBATCH (default,512,2048,4096), BENCH_S
 # (480), PEER_S (480).
@@ -65,8 +70,17 @@ peer)
     grep '^| llama.cpp' "$OUT/peer48.md" | head -20
     tail -3 "$OUT/peer48.err"
     ;;
+spec)
+    [ -x "$B/bin/nebula" ] || { echo "device-48: $B missing (carry .devrun, or copy it to build/dr in an earlier warm call)" >&2; exit 1; }
+    mkdir -p "$shm"
+    timeout "${SPEC_S:-450}" bash tools/bench/spec-bench.sh "$B" --model-path "$shm/$name" --gen-layers 48 --mix "$MIX" \
+        --ngram-base "$NGRAM" --backend cuda --prompt-len "${SPEC_PROMPT:-512}" --gen "${SPEC_GEN:-256}" --reps "${SPEC_REPS:-8}" \
+        --out "$OUT" >"$OUT/spec48.log" 2>&1
+    echo "spec-bench rc=$? $(el)"
+    tail -30 "$OUT/spec48.log"
+    ;;
 *)
-    echo "usage: device-48.sh nebula|peer (see the header)" >&2
+    echo "usage: device-48.sh nebula|peer|spec (see the header)" >&2
     exit 2
     ;;
 esac

@@ -20,6 +20,13 @@ of logits it was taken from.  Per level it reports, summed over the prompts:
                   for level 1's): what the level gives up at the positions it accepts
   first_diff      the mean position of the first token that differs from level 3
 
+--coverage T1,T2,... --resident DIR measures coverage mode instead (issue 16 item 4: verification with
+the resident experts only, `--spec-coverage T --resident DIR`) against the exact level-3 run, per tau:
+acceptance, tok/pass, the cases A/B/C and handoff rows, skipped (routed pairs left out / all of the
+run's), agree and first_diff as above, top1x (tokens that are the *exact* model's argmax at their own
+context: `nebula logits` on the run's own ids), klx (mean KL(p_exact || p_cov) at the same context: the
+error coverage mode makes at a position) and kl (as above: the drift from the level-3 run).
+
 --check verifies every non-greedy token of levels 1-2 against its level's rule (its row: rank within
 the top-k, p/p(top) at least the ratio; at most max_per_block a window cannot be seen here: the C
 unit test checks that) and exits 1 on a violation.  --json prints the numbers as one JSON object.
@@ -96,6 +103,72 @@ def run(args, prompt, level, tmp, spec=None):
     return ids, dump, [int(m[1]), int(m[3]), int(m[4]), int(ng[1])] if m and ng else [0, 0, 0, 0]
 
 
+def coverage(args, taus):
+    """Coverage mode against the exact run (--coverage): one row per tau."""
+    keys = ("passes", "accepted", "drafted", "tokens", "agree", "first", "top1x", "klx", "kl", "n_kl", "skipped", "all",
+            "case_a", "case_b", "case_c", "handoff")
+    tot = {t: dict.fromkeys(keys, 0) for t in taus}
+    with tempfile.TemporaryDirectory() as tmp:
+        for prompt in args.prompts:
+            ids3, d3, _ = run(args, prompt, 3, tmp)
+            n_vocab = os.path.getsize(d3) // 4 // max(len(ids3), 1)
+            r3 = rows(d3, n_vocab)
+            prompt_ids = open(prompt).read().split()
+            for tau in taus:
+                spec = (["--spec", "oracle", "--draft-ids", os.path.join(tmp, "second.ids")] if args.spec == "second" else ["--spec", args.spec])
+                dump = os.path.join(tmp, "cov.f32")
+                cmd = [args.nebula, "generate", "-m", args.model, "--tokens-file", prompt, "--print-ids", "--greedy", "-n", str(args.n),
+                       "--threads", "2", "--dump-logits", dump, "--spec-coverage", str(tau), "--resident", args.resident] + spec + args.extra.split()
+                p = subprocess.run(cmd, capture_output=True, text=True)
+                if p.returncode:
+                    sys.exit(f"spec-divergence: {' '.join(cmd)}: {p.stderr.strip()}")
+                ids = [int(x) for x in p.stdout.strip().splitlines()[-1].split()]
+                m = re.search(r"(\d+) passes, ([\d.]+) tokens a pass, (\d+) of (\d+) drafts accepted", p.stderr)
+                e = re.search(r"experts computed (\d+), skipped (\d+), of k x MoE layers x rows (\d+); coverage cases A (\d+), B (\d+), "
+                              r"C (\d+), handoff rows (\d+)", p.stderr)
+                t = tot[tau]
+                t["passes"] += int(m[1]); t["accepted"] += int(m[3]); t["drafted"] += int(m[4])
+                t["skipped"] += int(e[2]); t["all"] += int(e[3])
+                for key, g in zip(("case_a", "case_b", "case_c", "handoff"), (4, 5, 6, 7)):
+                    t[key] += int(e[g])
+                rc = rows(dump, n_vocab)
+                ctx = os.path.join(tmp, "ctx.ids")  # the exact model at the run's own contexts
+                with open(ctx, "w") as f:
+                    f.write(" ".join(prompt_ids + [str(x) for x in ids[:-1]]) + "\n")
+                full = os.path.join(tmp, "exact.f32")
+                q = subprocess.run([args.nebula, "logits", "-m", args.model, "--tokens-file", ctx, "--out", full, "--threads", "2"],
+                                   capture_output=True, text=True)
+                if q.returncode:
+                    sys.exit(f"spec-divergence: nebula logits: {q.stderr.strip()}")
+                rx = rows(full, n_vocab)[len(prompt_ids) - 1:]
+                t["tokens"] += len(ids)
+                t["first"] += next((i for i, (a, b) in enumerate(zip(ids, ids3)) if a != b), min(len(ids), len(ids3)))
+                for i, tok in enumerate(ids):
+                    t["agree"] += i < len(ids3) and ids3[i] == tok
+                    t["top1x"] += argmax(rx[i]) == tok
+                    px = softmax(rx[i])
+                    t["klx"] += kl(px, softmax(rc[i]))
+                    if i < len(r3):
+                        t["kl"] += kl(softmax(r3[i]), px)
+                        t["n_kl"] += 1
+    out = {}
+    for tau in taus:
+        t = tot[tau]
+        n = max(t["tokens"], 1)
+        out[str(tau)] = dict(acceptance=t["accepted"] / max(t["drafted"], 1), tokens_per_pass=(t["tokens"] - len(args.prompts)) / max(t["passes"], 1),
+                             cases=[t["case_a"], t["case_b"], t["case_c"]], handoff_rows=t["handoff"], skipped=t["skipped"] / max(t["all"], 1),
+                             agree=t["agree"] / n, first_diff=t["first"] / len(args.prompts), top1x=t["top1x"] / n, klx=t["klx"] / n,
+                             kl=t["kl"] / max(t["n_kl"], 1))
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"{'tau':>5} {'accept':>8} {'tok/pass':>8} {'A/B/C':>14} {'handoff':>7} {'skipped':>7} {'agree':>7} {'first_diff':>10} {'top1x':>7} {'klx':>9} {'kl':>9}")
+        for tau in taus:
+            o = out[str(tau)]
+            print(f"{tau:>5} {o['acceptance']:>8.4f} {o['tokens_per_pass']:>8.3f} {'/'.join(map(str, o['cases'])):>14} {o['handoff_rows']:>7} "
+                  f"{o['skipped']:>7.4f} {o['agree']:>7.4f} {o['first_diff']:>10.1f} {o['top1x']:>7.4f} {o['klx']:>9.5f} {o['kl']:>9.5f}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("nebula")
@@ -106,7 +179,15 @@ def main():
     ap.add_argument("--extra", default="")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--coverage", default="")
+    ap.add_argument("--resident", default="")
     args = ap.parse_args()
+    if args.coverage:
+        if not args.resident:
+            sys.exit("spec-divergence: --coverage needs --resident DIR")
+        if args.spec == "second":
+            sys.exit("spec-divergence: --coverage takes mtp, lookup, auto or oracle drafts")
+        return coverage(args, [float(x) for x in args.coverage.split(",")])
     tot = {L: dict(passes=0, accepted=0, drafted=0, nongreedy=0, tokens=0, top1=0, agree=0, kl=0.0, kl_n=0, kla=0.0,
                    kla_n=0, first=0, violations=0, gap=0.0) for L in (3, 2, 1)}
     with tempfile.TemporaryDirectory() as tmp:

@@ -80,12 +80,17 @@ enum spec_drafter { SPEC_MTP, SPEC_ORACLE, SPEC_LOOKUP, SPEC_AUTO };
 struct spec_source {
     enum spec_drafter kind;
     const struct spec_oracle *oracle; /* SPEC_ORACLE */
+    /* coverage mode (gw_eval_args.coverage): τ, 0 exact; resident: the
+     * experts verification may use alone (NULL: the backend's rule) */
+    float coverage;
+    const uint8_t *resident;
 };
 int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, int n_draft, int64_t n_ctx,
                     const struct spec_source *src, void (*emit)(void *, int32_t), void *ctx);
 /* The faces of the session's verify windows on stderr: passes, tokens a
- * pass, drafts accepted, the counters of rows, acceptance by position, the
- * level's non-greedy drafts, the drafters, the windows' trajectory. */
+ * pass, drafts accepted, the counters of rows and experts, acceptance by
+ * position, the level's non-greedy drafts, the drafters, the windows'
+ * trajectory, and in coverage mode the cases. */
 void cli_spec_print(const struct cli_model *cm, struct gen_session *g);
 
 /* Parses a positive integer option; CLI_USAGE on error. */
@@ -95,6 +100,7 @@ int cmd_generate(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_hotlist(int argc, char **argv);
+int cmd_spec_bench(int argc, char **argv); /* specbench.c: the verify window bench */
 int cmd_config(int argc, char **argv); /* config.c: nebula config get KEY */
 /* start.c: deploy/start.sh and deploy/stop.sh of this checkout, and the browser. */
 int cmd_start(int argc, char **argv);

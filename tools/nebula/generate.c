@@ -13,6 +13,7 @@
 #include "core/conf/conf.h"
 #include "core/ctl/ctl.h"
 #include "core/gen/gen.h"
+#include "core/prepared/prepared.h"
 #include "core/sampling/sampling.h"
 #include "core/util/err.h"
 #include "engine/ffn.h"
@@ -57,6 +58,11 @@ static void usage(FILE *f)
             "  --accuracy-level L     the drafts --spec keeps: 3 (default: nebula.conf's generate.accuracy_level)\n"
             "                         exact; 2: at most one near miss a window (top 3, p/p(top) >= 0.8); 1: four\n"
             "                         (top 10, >= 0.2) -- approximate, docs/SPECULATIVE.md measures them\n"
+            "  --spec-coverage T      coverage mode (approximate, opt-in; docs/SPECULATIVE.md): verify with the\n"
+            "                         resident experts only where they carry >= T of a row's routing weight\n"
+            "                         (0 < T <= 1; 'on': the seed's 0.9), all its experts below (case B)\n"
+            "  --resident DIR         the resident experts for --spec-coverage on the cpu backend: the VRAM\n"
+            "                         tier of DIR/placement.json (nebula-prepare's output for this model)\n"
             "  --mtp FILE             the MTP (draft) block from a separate GGUF (Unsloth's MTP/mtp-*.gguf);\n"
             "                         without it the model file's own, or none (then no speculative decoding)\n"
             "  --ctx N                context limit in tokens (default: the model's)\n"
@@ -94,6 +100,8 @@ struct gen_opts {
     int accuracy_level; /* --accuracy-level (default: nebula.conf's) */
     const char *oracle_path; /* --spec oracle: --draft-ids FILE, --draft-corrupt R */
     double corrupt;
+    float coverage;          /* --spec-coverage T (0: exact) */
+    const char *resident;    /* --resident DIR */
     long long n_predict;
     struct sampling_params sp;
     bool set_temp, set_top_k, set_top_p;
@@ -116,7 +124,8 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         {"kernels", required_argument, 0, 'K'},   {"config", required_argument, 0, 'F'},
         {"mtp", required_argument, 0, 'X'},       {"spec", required_argument, 0, 'Q'},
         {"draft", required_argument, 0, 'd'},     {"draft-ids", required_argument, 0, 'O'},
-        {"draft-corrupt", required_argument, 0, 'o'}, {"accuracy-level", required_argument, 0, 'L'}, {0, 0, 0, 0}};
+        {"draft-corrupt", required_argument, 0, 'o'}, {"accuracy-level", required_argument, 0, 'L'},
+        {"spec-coverage", required_argument, 0, 'V'}, {"resident", required_argument, 0, 'W'}, {0, 0, 0, 0}};
     long long v;
     int c, rc = cli_conf_defaults(argc, argv, &o->c);
     o->think = true;
@@ -141,6 +150,11 @@ static int parse(int argc, char **argv, struct gen_opts *o)
             o->accuracy_level = (int)v;
             break;
         case 'O': o->oracle_path = optarg; break;
+        case 'V':
+            if (spec_coverage_parse(optarg, &o->coverage))
+                return fprintf(stderr, "nebula generate: --spec-coverage wants on, off or a fraction in (0, 1], not '%s'\n", optarg), CLI_USAGE;
+            break;
+        case 'W': o->resident = optarg; break;
         case 'o': {
             char *end;
             o->corrupt = strtod(optarg, &end);
@@ -206,6 +220,14 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         fprintf(stderr, "nebula: give exactly one of -p TEXT, --chat TEXT, --tokens-file F\n");
         return CLI_USAGE;
     }
+    if ((o->coverage > 0 || o->resident) && !o->spec) {
+        fprintf(stderr, "nebula: --spec-coverage and --resident go with --spec\n");
+        return CLI_USAGE;
+    }
+    if (o->resident && !(o->coverage > 0)) {
+        fprintf(stderr, "nebula: --resident goes with --spec-coverage\n");
+        return CLI_USAGE;
+    }
     if (o->system && !o->chat) {
         fprintf(stderr, "nebula: --system goes with --chat\n");
         return CLI_USAGE;
@@ -231,6 +253,42 @@ static int prompt_ids(const struct gen_opts *o, const struct cli_model *cm, int3
     int rc = cli_encode(cm, text, ids, n);
     free(text);
     return rc;
+}
+
+/* --spec-coverage's resident experts: on the cpu backend --resident's VRAM
+ * tier (required); cuda's are its slots, which a local run does not have. */
+static int load_resident(const struct gen_opts *o, const struct cli_model *cm, uint8_t **out)
+{
+    if (strcmp(gw_backend_kind(cm->be), "cpu")) {
+        fprintf(stderr, "nebula: --spec-coverage on %s: its resident experts are the gpu-worker's slots (a local run "
+                        "holds every expert)\n", gw_backend_kind(cm->be));
+        return CLI_USAGE;
+    }
+    if (!o->resident) {
+        fprintf(stderr, "nebula: --spec-coverage on the cpu backend needs --resident DIR (which experts are resident)\n");
+        return CLI_USAGE;
+    }
+    const int blocks = cm->m->hp.n_layer + cm->m->hp.n_nextn, E = cm->m->hp.n_expert;
+    struct prepared_idx x;
+    struct prepared_placement p;
+    char err[512];
+    int rc = prepared_plan_load(o->resident, NULL, &x, &p, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "nebula: --resident %s: %s\n", o->resident, err);
+        return CLI_USAGE;
+    }
+    int64_t n_vram = 0;
+    if (!(*out = malloc((size_t)blocks * (size_t)E))) rc = NB_ENOMEM, snprintf(err, sizeof err, "out of memory");
+    else rc = prepared_vram_map(&x, &p, blocks, E, *out, &n_vram, err, sizeof err);
+    prepared_placement_free(&p);
+    prepared_idx_free(&x);
+    if (rc) {
+        fprintf(stderr, "nebula: --resident %s: %s\n", o->resident, err);
+        return free(*out), *out = NULL, CLI_USAGE;
+    }
+    fprintf(stderr, "nebula: coverage mode, tau %.3g: %lld of %lld experts resident\n", (double)o->coverage, (long long)n_vram,
+            (long long)blocks * E);
+    return CLI_OK;
 }
 
 /* Streams one id's text (or the id itself without a tokenizer). */
@@ -315,7 +373,7 @@ static void print_result(const struct gen_opts *o, const cJSON *r)
 static int generate_on_server(const struct gen_opts *o)
 {
     char ep[4200], err[256];
-    if (o->spec || o->accuracy_level) { /* the coordinator's own --spec decides; an ignored flag would be a lie */
+    if (o->spec || o->accuracy_level || o->coverage > 0) { /* the coordinator's own --spec decides; an ignored flag would be a lie */
         fprintf(stderr, "nebula: --spec and --accuracy-level are for a local run (the server's speculation is its --spec; "
                         "the HTTP API takes accuracy_level per request)\n");
         return CLI_USAGE;
@@ -362,6 +420,7 @@ int cmd_generate(int argc, char **argv)
     size_t n = 0;
     float *logits = NULL, *wide = NULL;
     int32_t *oracle_ids = NULL; /* --spec oracle's drafts */
+    uint8_t *resident = NULL;   /* --resident's VRAM tier */
     struct spec_oracle orc = {0};
     gen_session *g = NULL;
     tok_decoder *dec = NULL;
@@ -428,6 +487,7 @@ int cmd_generate(int argc, char **argv)
         }
         orc.ids = oracle_ids, orc.corrupt = o.corrupt, orc.seed = o.sp.seed;
     }
+    if (o.coverage > 0 && (rc = load_resident(&o, &cm, &resident))) goto done;
     if (o.spec && !(wide = malloc((size_t)model_wide(&cm.m->hp) * sizeof *wide))) {
         fprintf(stderr, "nebula: out of memory\n");
         rc = CLI_FAIL;
@@ -440,7 +500,7 @@ int cmd_generate(int argc, char **argv)
             if ((rc = cli_prefill(&o.c, &cm, st.ids, (size_t)st.n_ids, NULL, NULL, logits, wide))) goto done;
         } else if (o.spec) { /* the decode steps as verify windows, from the prefill's last state */
             struct spec_source src = {o.oracle ? SPEC_ORACLE : o.lookup ? SPEC_LOOKUP : o.autospec ? SPEC_AUTO : SPEC_MTP,
-                                      o.oracle || auto_oracle ? &orc : NULL};
+                                      o.oracle || auto_oracle ? &orc : NULL, o.coverage, resident};
             if ((rc = cli_spec_decode(&cm, g, wide, o.n_draft, ctx, &src, emit_cb, dec))) goto done;
             break;
         } else {
@@ -486,6 +546,7 @@ done:
     free(logits);
     free(wide);
     free(oracle_ids);
+    free(resident);
     free(ids);
     cli_close(&cm);
     return rc;

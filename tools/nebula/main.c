@@ -19,6 +19,7 @@ static void usage(FILE *f)
             "  logits     write the full-sequence logits of token ids (float32, [tokens x vocab])\n"
             "  tokenize   print the ids of a text\n"
             "  hotlist    count expert activations over a prompt campaign (for nebula-prepare)\n"
+            "  spec-bench the verify window bench: window costs, oracle drafts at chosen acceptances\n"
             "  config     print a setting of nebula.conf (nebula config get engine.threads)\n"
             "  start      start Nebula (the engine and the chat page) or find it running; open the page\n"
             "  stop       stop it\n");
@@ -40,6 +41,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "hotlist")) return cmd_hotlist(argc - 1, argv + 1);
+    if (!strcmp(cmd, "spec-bench")) return cmd_spec_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "config")) return cmd_config(argc - 1, argv + 1);
     if (!strcmp(cmd, "start")) return cmd_start(argc - 1, argv + 1);
     if (!strcmp(cmd, "stop")) return cmd_stop(argc - 1, argv + 1);

@@ -19,7 +19,9 @@
  * --spec auto drafts by prompt lookup in the passes where its measured
  * tokens a ms beat the MTP block's (core/gen/spec.h's spec_auto), the MTP
  * block otherwise; the wide row of every window is kept either way, so the
- * MTP block can take over at any pass.  At accuracy level 1 or 2 core/gen
+ * MTP block can take over at any pass.  --spec-coverage τ verifies with the
+ * resident experts only (gw_eval_args.coverage) and counts the cases A/B/C
+ * (core/gen/spec.h); case B keeps the window (window_keep).  At accuracy level 1 or 2 core/gen
  * may keep a near-miss draft (spec.h's rule): the rows are logits then. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,9 +95,11 @@ int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, in
             rc = CLI_FAIL;
             break;
         }
+        uint8_t handoff[WINDOW_MAX + 1];
         struct gw_eval_args a = {.tokens = win, .n_tokens = n + 1, .logits_rows = GW_ROWS_ALL,
                                  .logits = st.argmax_ok ? NULL : logits, .argmax = st.argmax_ok ? arg : NULL,
-                                 .wide_rows = GW_ROWS_ALL, .wide = wides, .verify = true};
+                                 .wide_rows = GW_ROWS_ALL, .wide = wides, .verify = true, .coverage = src->coverage,
+                                 .resident = src->resident, .handoff = src->coverage > 0 ? handoff : NULL};
         int n_ev = 0, acc = 0;
         if (gw_eval(cm->seq, &a, err, sizeof err) ||
             gen_feed_verify(g, n, win + 1, st.argmax_ok ? NULL : logits, st.argmax_ok ? arg : NULL, ev, &n_ev, &acc, err,
@@ -111,7 +115,9 @@ int cli_spec_decode(struct cli_model *cm, struct gen_session *g, float *wide, in
         const double dt = nb_now_s() - t0;
         ss->by_src[from]++;
         if (src->kind == SPEC_AUTO) spec_auto_update(&au, from, n, acc, dt);
-        if (adaptive) window_update(&wc, n, acc, n_ev, dt);
+        const int sc = src->coverage > 0 ? spec_stats_case(ss, n, acc, handoff) : -1;
+        if (adaptive && sc == SPEC_CASE_B) window_keep(&wc, n, n_ev, dt); /* case B: the window kept */
+        else if (adaptive) window_update(&wc, n, acc, n_ev, dt);
     }
     if (src->kind == SPEC_AUTO)
         fprintf(stderr, "nebula: speculative: auto: lookup chosen in %lld of the %lld passes it had drafts for; measured "
@@ -138,6 +144,12 @@ void cli_spec_print(const struct cli_model *cm, struct gen_session *g)
         at += (size_t)snprintf(line + at, sizeof line - at, "%s%d %.0f%%", i ? ", " : "", i + 1,
                                100.0 * (double)s->accepted_at[i] / (double)s->drafted_at[i]);
     if (!at) snprintf(line, sizeof line, "none drafted");
+    const struct model_hparams *hp = &cm->m->hp;
+    fprintf(stderr, "nebula: speculative: experts computed %llu, skipped %llu, of k x MoE layers x rows %llu; coverage cases "
+                    "A %lld, B %lld, C %lld, handoff rows %lld\n",
+            (unsigned long long)gw_backend_experts_computed(cm->be), (unsigned long long)gw_backend_experts_skipped(cm->be),
+            (unsigned long long)hp->n_expert_used * (unsigned long long)hp->n_layer * gw_backend_rows_evaluated(cm->be),
+            s->cases[SPEC_CASE_A], s->cases[SPEC_CASE_B], s->cases[SPEC_CASE_C], s->handoff_rows);
     fprintf(stderr, "nebula: speculative: accuracy level %d, %lld non-greedy drafts accepted; drafters mtp %lld, lookup %lld, "
                     "oracle %lld passes; accepted by position: %s\n",
             gen_accuracy_level(g), s->nongreedy, s->by_src[SPEC_SRC_MTP], s->by_src[SPEC_SRC_LOOKUP], s->by_src[SPEC_SRC_OTHER],

@@ -136,6 +136,10 @@ static void print_stats(const cJSON *r)
     int i = 0;
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(s, "acceptance_by_position")) printf(" %d:%.0f%%", ++i, 100 * c->valuedouble);
     printf(i ? "\n" : " none\n");
+    const cJSON *cv = cJSON_GetObjectItemCaseSensitive(s, "coverage");
+    if (cJSON_IsObject(cv))
+        printf("  coverage mode: cases A %.0f, B %.0f, C %.0f; %.0f rows computed with all their experts\n", num(cv, "case_a"),
+               num(cv, "case_b"), num(cv, "case_c"), num(cv, "handoff_rows"));
     const cJSON *pc = cJSON_GetObjectItemCaseSensitive(r, "prompt_cache");
     if (pc) {
         printf("prompt cache (%s)\n", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pc, "enabled")) ? "on" : "off");
