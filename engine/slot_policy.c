@@ -119,3 +119,32 @@ int gw_slot_policy_round(struct gw_slot_policy *sp, int layer, struct gw_slot_sw
     }
     return n_out;
 }
+
+void gw_slot_count(const int32_t *routes, size_t stride, int n_layer, int n_expert, int P, const int32_t *slot_of,
+                   const uint8_t *layout, uint64_t out[3])
+{
+    for (int l = 0; l < n_layer; l++)
+        for (int p = 0; p < P; p++) {
+            const int e = routes[(size_t)l * stride + (size_t)p];
+            if (e < 0 || e >= n_expert) continue;
+            const size_t at = (size_t)l * (size_t)n_expert + (size_t)e;
+            out[0]++, out[1] += slot_of[at] >= 0, out[2] += layout[at] != 0;
+        }
+}
+
+int gw_slot_policy_feed(struct gw_slot_policy *sp, const int32_t *routes, size_t stride, int T, int k,
+                        const struct gw_slot_round_ops *ops, struct gw_slot_swap *scratch)
+{
+    int rc = 0;
+    for (int t = 0; t < T && rc == 0; t++) {
+        for (int l = 0; l < sp->n_layer; l++) gw_slot_policy_observe(sp, l, routes + (size_t)l * stride + (size_t)t * k, k);
+        if (!gw_slot_policy_tick(sp)) continue;
+        ops->maps(ops->ctx);
+        for (int l = 0; l < sp->n_layer && rc == 0; l++) {
+            const int room = ops->room(ops->ctx), max = room < sp->p.swaps ? room : sp->p.swaps;
+            const int n = gw_slot_policy_round(sp, l, scratch, max);
+            for (int i = 0; i < n && rc == 0; i++) rc = ops->apply(ops->ctx, &scratch[i]);
+        }
+    }
+    return rc;
+}

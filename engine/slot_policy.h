@@ -44,6 +44,10 @@ struct gw_slot_params {
 #define GW_SLOT_SWAPS 16
 #define GW_SLOT_HYSTERESIS 0.5
 
+/* Evals of at most this many rows feed the policy: a decode step, or a verify window of up to 16 drafts
+ * (the mailbox's MAILBOX_ROWS on cuda); prefill pieces do not. */
+#define GW_SLOT_ROWS 17
+
 /* One slot change of a round: layer's expert `out` (-1: a free slot) gives
  * its slot to expert `in`. */
 struct gw_slot_swap {
@@ -73,6 +77,25 @@ void gw_slot_policy_observe(struct gw_slot_policy *sp, int layer, const int32_t 
 bool gw_slot_policy_tick(struct gw_slot_policy *sp);
 /* One layer's round: up to max swaps into out, applied to the policy's residency; returns how many. */
 int gw_slot_policy_round(struct gw_slot_policy *sp, int layer, struct gw_slot_swap *out, int max);
+/* What a backend does around the policy, shared by both (gpu-worker/cuda/adapt.cu, engine/cpu/backend_cpu.c). */
+
+/* One eval's selections: layer l's P ids at routes + l·stride; slot_of (n_layer × n_expert, ≥ 0: in a slot now),
+ * layout (the same shape, non-zero: in the placement's slots).  out += {selections, hits, static hits}. */
+void gw_slot_count(const int32_t *routes, size_t stride, int n_layer, int n_expert, int P, const int32_t *slot_of,
+                   const uint8_t *layout, uint64_t out[3]);
+/* Rounds: before each, maps(ctx) sets can_in / can_out; per layer, room(ctx) bounds the swaps; apply(ctx, swap)
+ * moves one (non-zero: the error, which stops the feed). */
+struct gw_slot_round_ops {
+    void *ctx;
+    void (*maps)(void *ctx);
+    int (*room)(void *ctx);
+    int (*apply)(void *ctx, const struct gw_slot_swap *sw);
+};
+/* One eval of T rows (k ids a row, layer l's at routes + l·stride): each row observed in every layer, then a tick,
+ * a due round run through ops.  scratch: p.swaps entries. */
+int gw_slot_policy_feed(struct gw_slot_policy *sp, const int32_t *routes, size_t stride, int T, int k,
+                        const struct gw_slot_round_ops *ops, struct gw_slot_swap *scratch);
+
 static inline bool gw_slot_resident(const struct gw_slot_policy *sp, int layer, int e)
 {
     return sp->res[(size_t)layer * (size_t)sp->n_expert + (size_t)e] != 0;

@@ -125,6 +125,8 @@ int cpu_moe_forward(const struct model_hparams *hp, const struct model_moe *w, c
     cpu_matmul(&router, x, T, probs);
     for (int t = 0; t < T; t++) route(hp, probs + (int64_t)t * E, ids + t * k, wts + t * k);
     if (mc && mc->tap && mc->tap->route_tap) mc->tap->route_tap(mc->tap->route_ctx, mc->layer, T, k, ids, wts);
+    if (mc && mc->ids_out)
+        for (int p = 0; p < T * k; p++) mc->ids_out[p] = ids[p];
     const uint8_t *local = remote ? mc->remote->local + (size_t)mc->layer * E : NULL;
     for (int e = 0; e < E && rc == 0; e++)
         if (!local || local[e]) rc = run_expert(hp, w, e, x, T, ids, wts, contrib, xs, ys, sc, slot, mc ? mc->computed : NULL);
