@@ -43,16 +43,21 @@ def read_routes(path):
 
 
 def hits_static(seq, n, profile):
-    c = Counter(e for row in profile for e in row)
-    keep = set(sorted(c, key=lambda e: (-c[e], e))[:n])
+    keep = top(profile, n)
     return sum(e in keep for row in seq for e in row)
 
 
-def hits_adaptive(seq, n, decay, every, swaps, hysteresis=0.0):
-    """engine/slot_policy.h's rule (tests/engine/test_slot_policy.c checks that both give the same hits)."""
+def top(rows, n):
+    """the n experts rows select most (ties: the lower id)"""
+    c = Counter(e for row in rows for e in row)
+    return set(sorted(c, key=lambda e: (-c[e], e))[:n])
+
+
+def hits_adaptive(seq, n, decay, every, swaps, hysteresis=0.0, start=None):
+    """engine/slot_policy.h's rule (tests/engine/test_slot_policy.c checks that both give the same hits).  start: the
+    resident set at token 0 (the gpu-worker's: the placement's slots), else a cold start (the first round's top n)."""
     score = defaultdict(float)
-    first = Counter(e for row in seq[:every] for e in row)  # a cold start: the first round's counts
-    res = set(sorted(first, key=lambda e: (-first[e], e))[:n])
+    res = set(start) if start is not None else top(seq[:every], n)
     hits = 0
     for t, row in enumerate(seq):
         hits += sum(e in res for e in row)  # the last round's swaps count from this token
@@ -106,6 +111,8 @@ def main():
     ap.add_argument("--swaps", type=int, default=4, help="adaptive: experts swapped per round at most (default 4)")
     ap.add_argument("--hysteresis", type=float, default=0.0, help="adaptive: a swap needs the count to exceed the"
                     " resident's by more (default 0; the gpu-worker's slots.hysteresis defaults to 0.5)")
+    ap.add_argument("--start", choices=("cold", "static"), default="cold", help="adaptive: start from the first round's"
+                    " top N (cold, default) or from the static placement's N (static: what the gpu-worker does)")
     ap.add_argument("--window", type=int, default=128, help="ideal: tokens per window (default 128)")
     ap.add_argument("--layers", help="only these layers, comma-separated (default all)")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
@@ -119,7 +126,8 @@ def main():
         seq = routes[layer]
         sel = sum(len(r) for r in seq)
         for p, h in (("static", hits_static(seq, a.slots, prof.get(layer, []))),
-                     ("adaptive", hits_adaptive(seq, a.slots, a.decay, a.every, a.swaps, a.hysteresis)),
+                     ("adaptive", hits_adaptive(seq, a.slots, a.decay, a.every, a.swaps, a.hysteresis,
+                                                top(prof.get(layer, []), a.slots) if a.start == "static" else None)),
                      ("lru", hits_lru(seq, a.slots)), ("ideal", hits_ideal(seq, a.slots, a.window))):
             hits[p].append(h)
             rate[p].append(h / sel)
