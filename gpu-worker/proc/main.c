@@ -58,6 +58,7 @@ struct gwp {
     shm_stats *stats;
     uint32_t block;
     uint64_t slots_pub[6]; /* the slot counters published so far (publish_slots) */
+    bool slots_adaptive;   /* configure's slots.adapt: the arena's blobs are installed at the first eval */
     uint64_t layer_t0; /* per-layer timing through the layer tap */
     bool layer_times;  /* take it (configure's layer_times) */
     /* Flags given by hand (tests, a worker run alone); each one, where given,
@@ -251,6 +252,7 @@ static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
     rc = gw_backend_create(w->m, &bp, &w->be, err, errlen);
     free(movable);
     if (rc) return rc;
+    w->slots_adaptive = c.slots_adaptive;
     if (c.slots_adaptive)
         nb_log("slots adaptive (a round every %u tokens, up to %u swaps a layer, decay %g, hysteresis %g): %s", c.slots_every,
                c.slots_swaps, c.slots_decay, c.slots_hysteresis,
@@ -315,7 +317,8 @@ static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slo
     for (uint32_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= w->m->hp.n_vocab) return nb_errf(err, errlen, NB_EINVAL, "token %d out of vocabulary", ids[i]);
     /* a prefill chunk streams the RAM-tier experts itself once the cpu-moe-worker has loaded them */
-    if (n > (uint32_t)gw_stream_min_rows(w->arena.stream_rows)) {
+    /* the arena's blobs: what a long prefill streams, and where adaptive slots copy from */
+    if (n > (uint32_t)gw_stream_min_rows(w->arena.stream_rows) || w->slots_adaptive) {
         int rc = gwp_arena_ready(&w->arena, w->be, err, errlen);
         if (rc) return rc;
     }

@@ -14,6 +14,8 @@
 #   seqstate   tests/cuda/run-seq-state-on-gpu.sh (the prompt cache's save/load)
 #   cache      tests/api/test_prompt_cache.py on the cuda backend
 #   pipeline   TEST_BACKEND=cuda tests/tools/test_pipeline.sh and test_idle.sh
+#   adaptive   TEST_BACKEND=cuda tests/tools/test_adaptive_slots.sh (the adaptive slot cache: same
+#              output as static, swaps over the copy stream, no eval waited)   ~1 min
 #   selfcheck  tests/deploy/selfcheck-gpu.sh (the installer's first layers)
 #   train      tests/train/test_forward.py (torch there)
 # Each step's limit: STEP_S (default 300 s).  Prints one line a step: rc,
@@ -29,7 +31,7 @@ else
 fi
 export BIN=$B/bin
 export CHECK=$B/tests/cuda/check_backend # seqstate: check_seq_state
-[ $# -gt 0 ] || { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 run_step() {
     local name=$1 t0 rc
@@ -51,6 +53,7 @@ for s in "$@"; do
     seqstate) run_step "$s" env CHECK="$B/tests/cuda/check_seq_state" bash tests/cuda/run-seq-state-on-gpu.sh ;;
     cache) run_step "$s" env BUILD="$B" python3 tests/api/test_prompt_cache.py ;; # the coordinator picks cuda there
     pipeline) run_step "$s" bash -c "TEST_BACKEND=cuda BUILD='$B' bash tests/tools/test_pipeline.sh && TEST_BACKEND=cuda BUILD='$B' bash tests/tools/test_idle.sh" ;;
+    adaptive) run_step "$s" env TEST_BACKEND=cuda BUILD="$B" bash tests/tools/test_adaptive_slots.sh ;;
     selfcheck) run_step "$s" env BUILD="$B" WORK=/dev/shm/nb-selfcheck bash tests/deploy/selfcheck-gpu.sh ;;
     train) run_step "$s" python3 tests/train/test_forward.py ;;
     *) echo "device-checks: unknown step '$s' (see the header)" >&2; exit 2 ;;
