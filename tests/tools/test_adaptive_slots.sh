@@ -43,6 +43,9 @@ p = json.load(open(sys.argv[1]))
 assert p["request"]["arena_vram"] is True
 assert [len(l["vram"]) for l in p["layers"]] == [8, 8], [len(l["vram"]) for l in p["layers"]]
 PY
+"$bin/nebula-prepare" "$tmp/t.gguf" "$tmp/small" --vram-slots $((2 * 8 * blob)) --ram-budget 1M --arena-vram on \
+    --hotlist "$tmp/hot.tsv" --ctx 4096 -q 2>"$tmp/e" && bad "--arena-vram over the RAM budget accepted" \
+    || { grep -q "arena-vram: the VRAM tier's experts .* do not fit the RAM budget" "$tmp/e" && ok || bad "--arena-vram refusal: $(cat "$tmp/e")"; }
 i=0
 while read -r line; do i=$((i + 1)); tr ' ' '\n' <<<"$line" >"$tmp/seg$i.txt"; done <"$tmp/camp.txt"
 
