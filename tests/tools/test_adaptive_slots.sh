@@ -49,6 +49,14 @@ PY
 i=0
 while read -r line; do i=$((i + 1)); tr ' ' '\n' <<<"$line" >"$tmp/seg$i.txt"; done <"$tmp/camp.txt"
 
+# Every segment with N tokens sampled: campaign CONF N SUFFIX → $tmp/CONF.SUFFIX
+campaign() {
+    : >"$tmp/$1.$3"
+    for s in $(seq "$i"); do
+        "$bin/nebula" generate --server "$run" --tokens-file "$tmp/seg$s.txt" --greedy -n "$2" --print-ids >>"$tmp/$1.$3" 2>>"$tmp/gen.err" \
+            || bad "$1: segment $s, $2 tokens: $(tail -1 "$tmp/gen.err")"
+    done
+}
 # One configuration: the campaign (one prompt a segment, its first token sampled), then 12 tokens decoded per
 # segment; the status JSON after the campaign into $tmp/$1.status.
 configuration() { # $1 = static | adaptive
@@ -60,21 +68,12 @@ configuration() { # $1 = static | adaptive
     wait_status "all(w['state'] == 'ready' for w in d['workers'])" || { bad "$1: workers not ready: $(tail -3 "$tmp/coord-$1.log")"; return 1; }
     inst=$(ctl --json status | json "d['instance']")
     note_pids
-    : >"$tmp/$1.out"
-    for s in $(seq "$i"); do
-        "$bin/nebula" generate --server "$run" --tokens-file "$tmp/seg$s.txt" --greedy -n 1 --print-ids >>"$tmp/$1.out" 2>>"$tmp/gen.err" \
-            || bad "$1: segment $s: $(tail -1 "$tmp/gen.err")"
-    done
+    campaign "$1" 1 out
     ctl --json status >"$tmp/$1.status"
     ctl --json stats >"$tmp/$1.stats"
     ctl status >"$tmp/$1.text"
     cat "$run"/gpu-worker*.log >"$tmp/$1.gw.log" 2>/dev/null
-    : >"$tmp/$1.long"
-    for s in $(seq "$i"); do
-        "$bin/nebula" generate --server "$run" --tokens-file "$tmp/seg$s.txt" --greedy -n 12 --print-ids >>"$tmp/$1.long" 2>>"$tmp/gen.err" \
-            || bad "$1: segment $s, 12 tokens: $(tail -1 "$tmp/gen.err")"
-    done
-    ctl --json stats >"$tmp/$1.stats-long"
+    campaign "$1" 12 long
     ctl shutdown >/dev/null && wait "$coord_pid" && ok || bad "$1: shutdown"
     coord_pid=
 }
