@@ -118,6 +118,7 @@ sys.exit(1 if err else 0)
 PY
 grep -Eq "^slots adaptive: decode hit rate [0-9.]+% \(the placement's slots: [0-9.]+%\), [1-9][0-9]* swaps \([0-9.]+ MiB\), 0 steps waited" \
     "$tmp/adaptive.text" && ok || bad "nebulactl status: $(grep '^slots' "$tmp/adaptive.text")"
+grep -qx "slots static: the placement's" "$tmp/static.text" && ok || bad "nebulactl status (static): $(grep '^slots' "$tmp/static.text")"
 "$bin/nebula-coordinator" --slots sometimes --model "$tmp/t.gguf" 2>"$tmp/e" && bad "--slots sometimes accepted" \
     || { grep -q "slots takes static or adaptive" "$tmp/e" && ok || bad "--slots sometimes: $(cat "$tmp/e")"; }
 echo "test_adaptive_slots: $((n - fail)) of $n checks passed"
