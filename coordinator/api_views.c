@@ -122,8 +122,7 @@ char *api_metrics_text(struct api *a)
       "nebula_ram_hit_rate %.6g\n", a->ram_hit_rate);
     M("# HELP nebula_ssd_bytes_per_token Bytes read from SSD per token evaluated.\n# TYPE nebula_ssd_bytes_per_token gauge\n"
       "nebula_ssd_bytes_per_token %.6g\n", a->ssd_bytes_per_token);
-    M("# HELP nebula_slot_hit_rate Decode steps' routed experts found in a VRAM slot, by slots: current (the slots\n"
-      "# as they are; adaptive ones follow the routes) and static (the placement's slots).\n"
+    M("# HELP nebula_slot_hit_rate Adaptive slots: decode steps' routed experts found in a slot now (current) and in the placement's (static).\n"
       "# TYPE nebula_slot_hit_rate gauge\nnebula_slot_hit_rate{slots=\"current\"} %.6g\nnebula_slot_hit_rate{slots=\"static\"} %.6g\n",
       a->slot_hit_rate, a->slot_static_hit_rate);
     M("# HELP nebula_slot_swaps_total Experts the adaptive slot cache copied into a slot.\n# TYPE nebula_slot_swaps_total counter\n"

@@ -305,9 +305,9 @@ int placement_build(const struct expert_layout *x, const struct hotlist *h, cons
     fmt_bytes(tot_b[0], b0, sizeof b0);
     fmt_bytes(tot_b[1], b1, sizeof b1);
     fmt_bytes(tot_b[2], b2, sizeof b2);
-    snprintf(summary, summary_len, "vram %llu experts (%s), ram %llu (%s), ssd %llu (%s)%s",
+    snprintf(summary, summary_len, "vram %llu experts (%s), ram %llu (%s), ssd %llu (%s)%s%s",
              (unsigned long long)tot_n[0], b0, (unsigned long long)tot_n[1], b1, (unsigned long long)tot_n[2], b2,
-             h->neutral ? "; neutral hotlist: expert order" : "");
+             o->arena_vram ? "; the RAM arena holds the vram tier's too" : "", h->neutral ? "; neutral hotlist: expert order" : "");
 done:
     free(vram);
     free(ram);
