@@ -56,6 +56,8 @@ void cu_adapt_drop(cuda_backend *be)
 
 void cu_adapt_free(cuda_backend *be)
 {
+    if (be->st_adapt) cudaStreamSynchronize(be->st_adapt); /* teardown: no eval waits */
+    be->n_fills = 0;
     cu_adapt_drop(be);
     if (be->ev_adapt) cudaEventDestroy(be->ev_adapt);
     if (be->ev_routes) cudaEventDestroy(be->ev_routes);
