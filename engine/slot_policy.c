@@ -70,21 +70,23 @@ bool gw_slot_policy_tick(struct gw_slot_policy *sp)
     return ++sp->tokens % sp->p.every == 0;
 }
 
-/* a before b: hotter first, then the lower id */
-static int hotter(const void *pa, const void *pb, void *ctx)
+/* Whether expert a ranks before b: hotter (hot) or colder first, then the lower id. */
+static bool ranks_before(const double *s, bool hot, int a, int b)
 {
-    const double *s = ctx;
-    const int a = *(const int *)pa, b = *(const int *)pb;
-    if (s[a] != s[b]) return s[a] > s[b] ? -1 : 1;
-    return a < b ? -1 : a > b;
+    if (s[a] != s[b]) return hot ? s[a] > s[b] : s[a] < s[b];
+    return a < b;
 }
-/* a before b: colder first, then the lower id */
-static int colder(const void *pa, const void *pb, void *ctx)
+
+/* top[0 … *n) keeps the m first-ranked of the experts offered so far, in rank order: a round costs a pass over
+ * the layer's experts, not a sort of them (it runs on the step's host path every adapt_every tokens). */
+static void offer(int *top, int *n, int m, int e, const double *s, bool hot)
 {
-    const double *s = ctx;
-    const int a = *(const int *)pa, b = *(const int *)pb;
-    if (s[a] != s[b]) return s[a] < s[b] ? -1 : 1;
-    return a < b ? -1 : a > b;
+    int i;
+    if (*n < m) i = (*n)++;
+    else if (m > 0 && ranks_before(s, hot, e, top[m - 1])) i = m - 1;
+    else return;
+    for (; i > 0 && ranks_before(s, hot, e, top[i - 1]); i--) top[i] = top[i - 1];
+    top[i] = e;
 }
 
 int gw_slot_policy_round(struct gw_slot_policy *sp, int layer, struct gw_slot_swap *out, int max)
@@ -96,9 +98,7 @@ int gw_slot_policy_round(struct gw_slot_policy *sp, int layer, struct gw_slot_sw
     uint8_t *res = sp->res + base;
     int *ord = sp->order, n_hot = 0, n_out = 0;
     for (int e = 0; e < E; e++)
-        if (!res[e] && s[e] > 0 && (!sp->can_in || sp->can_in[base + e])) ord[n_hot++] = e;
-    qsort_r(ord, (size_t)n_hot, sizeof *ord, hotter, (void *)s);
-    if (n_hot > sp->p.swaps) n_hot = sp->p.swaps;
+        if (!res[e] && s[e] > 0 && (!sp->can_in || sp->can_in[base + e])) offer(ord, &n_hot, sp->p.swaps, e, s, true);
     int h = 0;
     for (; h < n_hot && sp->n_res[layer] < sp->cap[layer] && n_out < max; h++) { /* free slots first */
         res[ord[h]] = 1, sp->n_res[layer]++;
@@ -108,9 +108,8 @@ int gw_slot_policy_round(struct gw_slot_policy *sp, int layer, struct gw_slot_sw
     int *hot = sp->order + E, nh = 0;
     for (int i = h; i < n_hot; i++) hot[nh++] = ord[i];
     int n_cold = 0;
-    for (int e = 0; e < E; e++)
-        if (res[e] && (!sp->can_out || sp->can_out[base + e])) ord[n_cold++] = e;
-    qsort_r(ord, (size_t)n_cold, sizeof *ord, colder, (void *)s);
+    for (int e = 0; e < E && nh > 0; e++)
+        if (res[e] && (!sp->can_out || sp->can_out[base + e])) offer(ord, &n_cold, nh, e, s, false);
     for (int i = 0; i < nh && i < n_cold && n_out < max; i++) {
         const int in = hot[i], old = ord[i];
         if (!(s[in] > s[old] + sp->p.hysteresis)) break;
