@@ -346,6 +346,8 @@ struct api {
     struct api_worker_view workers[API_MAX_WORKERS];
     int n_workers;
     double vram_hit_rate, ram_hit_rate, ssd_bytes_per_token;
+    double slot_hit_rate, slot_static_hit_rate; /* the slot cache over decode steps (gw_slot_stats) */
+    uint64_t slot_swaps, slot_bytes, slot_waited;
     struct coord_cache_numbers cache; /* the prompt cache's counters (api_publish) */
     /* Statistics (under mu). */
     uint64_t req_ok, req_cancelled, req_invalid, req_rejected, req_failed;

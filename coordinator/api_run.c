@@ -41,7 +41,8 @@ void api_publish(struct coord *c)
 {
     struct api *a = c->api;
     if (!a || !a->daemon) return;
-    double vram = 0, ram = 0, ssd = 0;
+    double vram = 0, ram = 0, ssd = 0, slot_rate = 0, slot_static = 0;
+    uint64_t swaps = 0, sbytes = 0, waited = 0;
     if (c->stats) {
         uint64_t h = shm_stats_get(c->stats, 0, SHM_STAT_EXPERT_HITS), m = shm_stats_get(c->stats, 0, SHM_STAT_EXPERT_MISSES);
         uint64_t rh = shm_stats_get(c->stats, 1, SHM_STAT_EXPERT_HITS), rm = shm_stats_get(c->stats, 1, SHM_STAT_EXPERT_MISSES);
@@ -49,6 +50,11 @@ void api_publish(struct coord *c)
         vram = h + m ? (double)h / (double)(h + m) : 0;
         ram = rh + rm ? (double)rh / (double)(rh + rm) : 0;
         ssd = tok ? (double)rd / (double)tok : 0;
+        const uint64_t sel = shm_stats_get(c->stats, 0, SHM_STAT_SLOT_SELECTIONS);
+        slot_rate = sel ? (double)shm_stats_get(c->stats, 0, SHM_STAT_SLOT_HITS) / (double)sel : 0;
+        slot_static = sel ? (double)shm_stats_get(c->stats, 0, SHM_STAT_SLOT_STATIC_HITS) / (double)sel : 0;
+        swaps = shm_stats_get(c->stats, 0, SHM_STAT_SLOT_SWAPS), sbytes = shm_stats_get(c->stats, 0, SHM_STAT_SLOT_BYTES);
+        waited = shm_stats_get(c->stats, 0, SHM_STAT_SLOT_WAITED);
     }
     pthread_mutex_lock(&a->mu);
     a->n_workers = c->n_workers < API_MAX_WORKERS ? c->n_workers : API_MAX_WORKERS;
@@ -65,6 +71,8 @@ void api_publish(struct coord *c)
      * (a gpu-worker loading a large model sits in "configuring"). */
     if (!strcmp(a->phase, "loading") && a->n_workers) a->progress = 0.1 + 0.9 * done / a->n_workers;
     a->vram_hit_rate = vram, a->ram_hit_rate = ram, a->ssd_bytes_per_token = ssd;
+    a->slot_hit_rate = slot_rate, a->slot_static_hit_rate = slot_static, a->slot_swaps = swaps, a->slot_bytes = sbytes;
+    a->slot_waited = waited;
     a->cache = coord_cache_numbers(c);
     pthread_mutex_unlock(&a->mu);
 }

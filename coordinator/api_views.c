@@ -127,6 +127,15 @@ char *api_metrics_text(struct api *a)
       "nebula_ram_hit_rate %.6g\n", a->ram_hit_rate);
     M("# HELP nebula_ssd_bytes_per_token Bytes read from SSD per token evaluated.\n# TYPE nebula_ssd_bytes_per_token gauge\n"
       "nebula_ssd_bytes_per_token %.6g\n", a->ssd_bytes_per_token);
+    M("# HELP nebula_slot_hit_rate Adaptive slots: decode steps' routed experts found in a slot now (current) and in the placement's (static).\n"
+      "# TYPE nebula_slot_hit_rate gauge\nnebula_slot_hit_rate{slots=\"current\"} %.6g\nnebula_slot_hit_rate{slots=\"static\"} %.6g\n",
+      a->slot_hit_rate, a->slot_static_hit_rate);
+    M("# HELP nebula_slot_swaps_total Experts the adaptive slot cache copied into a slot.\n# TYPE nebula_slot_swaps_total counter\n"
+      "nebula_slot_swaps_total %llu\n", (unsigned long long)a->slot_swaps);
+    M("# HELP nebula_slot_bytes_total Bytes of those copies.\n# TYPE nebula_slot_bytes_total counter\nnebula_slot_bytes_total %llu\n",
+      (unsigned long long)a->slot_bytes);
+    M("# HELP nebula_slot_waited_steps_total Evals that waited for a slot's copy (0 by design).\n"
+      "# TYPE nebula_slot_waited_steps_total counter\nnebula_slot_waited_steps_total %llu\n", (unsigned long long)a->slot_waited);
     const struct spec_stats *sp = &a->spec;
     M("# HELP nebula_spec_passes_total Verify windows (speculative decoding) of completed HTTP requests, by drafter.\n"
       "# TYPE nebula_spec_passes_total counter\nnebula_spec_passes_total{drafter=\"mtp\"} %lld\n"

@@ -26,7 +26,8 @@
 static const char *const stat_names[SHM_STAT_COUNT] = {
     "steps", "tokens", "expert_hits", "expert_misses", "bytes_read", "bytes_copied",
     "ring_messages", "ring_wait_ns", "ring_sleeps", "busy_ns", "errors", "ple_rows", "ple_bytes_read",
-    "ssd_blob_bytes", "experts_computed", "vram_peak_bytes"};
+    "ssd_blob_bytes", "experts_computed", "vram_peak_bytes", "slot_selections", "slot_hits", "slot_static_hits",
+    "slot_swaps", "slot_bytes", "slot_waited"};
 
 static cJSON *error_reply(const char *message)
 {
@@ -84,6 +85,15 @@ static cJSON *status(struct coord *c)
     cJSON_AddNumberToObject(r, "experts_computed", (double)computed);
     cJSON_AddNumberToObject(r, "experts_computed_per_token", tokens ? (double)computed / (double)tokens : 0);
     cJSON_AddNumberToObject(r, "vram_peak_bytes", (double)shm_stats_get(c->stats, 0, SHM_STAT_VRAM_PEAK_BYTES));
+    /* The slot cache over the decode steps' selections: hit rate now against the placement's slots (adaptive slots) */
+    uint64_t sel = shm_stats_get(c->stats, 0, SHM_STAT_SLOT_SELECTIONS);
+    cJSON *sl = cJSON_AddObjectToObject(r, "slots");
+    cJSON_AddStringToObject(sl, "adapt", c->slots_adaptive ? "adaptive" : "static");
+    cJSON_AddNumberToObject(sl, "hit_rate", sel ? (double)shm_stats_get(c->stats, 0, SHM_STAT_SLOT_HITS) / (double)sel : 0);
+    cJSON_AddNumberToObject(sl, "static_hit_rate", sel ? (double)shm_stats_get(c->stats, 0, SHM_STAT_SLOT_STATIC_HITS) / (double)sel : 0);
+    cJSON_AddNumberToObject(sl, "swaps", (double)shm_stats_get(c->stats, 0, SHM_STAT_SLOT_SWAPS));
+    cJSON_AddNumberToObject(sl, "bytes", (double)shm_stats_get(c->stats, 0, SHM_STAT_SLOT_BYTES));
+    cJSON_AddNumberToObject(sl, "waited_steps", (double)shm_stats_get(c->stats, 0, SHM_STAT_SLOT_WAITED));
     return r;
 }
 

@@ -103,6 +103,9 @@ struct coord {
     const char *backend;           /* --backend: "cpu" or "cuda" ("auto", the default, resolved at start) */
     const char *kernels;           /* --kernels: the CUDA matrix kernels ("": the backend's default, fast) */
     const char *cpu_kernels;       /* --cpu-kernels: the CPU experts' ("": fast beside cuda, else ref) */
+    bool slots_adaptive;           /* --slots adaptive (nebula.conf slots.adapt): the gpu-worker's slots follow the routes */
+    int slots_every, slots_swaps;  /* slots.adapt_every, slots.swaps */
+    double slots_decay, slots_hysteresis; /* slots.decay, slots.hysteresis */
     uint64_t vram_budget;          /* --vram-budget bytes (0: placement.json's) */
     int64_t ctx;                   /* --ctx: positions for a request and the K/V reserve (0: placement's, model's) */
     bool layer_times;              /* --layer-times: the gpu-worker times each layer on cuda too */

@@ -77,6 +77,8 @@ static void usage(FILE *f)
                "                   may ask for fewer)\n"
                "  --stream-rows N  cuda: a prefill piece of more than N rows (17 … 8192, default 17) streams its\n"
                "                   RAM-tier experts to the GPU; up to N the cpu-moe-worker computes them\n"
+               "  --slots S        cuda: the expert slots, static (default: the placement's) or adaptive (they\n"
+               "                   follow the decode steps' routes; the same output; nebula.conf [slots])\n"
                "  --backend B      the gpu-worker's compute backend: auto (default: cuda where\n"
                "                   nebula-gpu-worker --probe cuda finds a usable GPU, else cpu), cpu or cuda\n"
                "  --kernels K      its CUDA matrix kernels: fast (default; fp32, within 1e-6 of the CPU) or\n"
@@ -157,6 +159,8 @@ static int apply_conf(int argc, char **argv, struct coord *c, struct api_config 
     c->mtp_path = k.mtp[0] ? k.mtp : NULL;
     c->threads = k.threads, c->chunk = k.chunk, c->ctx = k.ctx, c->vram_budget = k.vram_budget;
     c->stream_rows = k.stream_rows;
+    c->slots_adaptive = !strcmp(k.slots_adapt, "adaptive"), c->slots_every = k.slots_every, c->slots_swaps = k.slots_swaps;
+    c->slots_decay = k.slots_decay, c->slots_hysteresis = k.slots_hysteresis;
     c->backend = k.backend, c->kernels = k.kernels, c->cpu_kernels = strcmp(k.cpu_kernels, "auto") ? k.cpu_kernels : "";
     c->spec = !strcmp(k.spec, "mtp") ? COORD_SPEC_MTP : !strcmp(k.spec, "lookup") ? COORD_SPEC_LOOKUP
             : !strcmp(k.spec, "auto")  ? COORD_SPEC_AUTO : COORD_SPEC_OFF;
@@ -203,11 +207,12 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
                                          {"layer-times", no_argument, 0, 'L'},  {"config", required_argument, 0, 'f'},
                                          {"mtp", required_argument, 0, 'M'},    {"spec", required_argument, 0, 'S'},
                                          {"test-hooks", no_argument, 0, 'T'},   {"stream-rows", required_argument, 0, 'R'},
+                                         {"slots", required_argument, 0, 'O'},
                                          {"cache", required_argument, 0, 'E'},  {"cache-dir", required_argument, 0, 'D'},
                                          {"cache-ram-entries", required_argument, 0, 'N'},
                                          {"cache-ram-bytes", required_argument, 0, 'A'}, {"cache-disk-bytes", required_argument, 0, 'Z'},
                                          {"cache-resume", required_argument, 0, 'G'},
-                                         {"spec-coverage", required_argument, 0, 'O'},
+                                         {"spec-coverage", required_argument, 0, 'Q'},
                                          {0, 0, 0, 0}};
     int ch;
     char err[256];
@@ -263,6 +268,13 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
             }
             c->backend = optarg;
             break;
+        case 'O':
+            if (strcmp(optarg, "static") && strcmp(optarg, "adaptive")) {
+                fprintf(stderr, "nebula-coordinator: --slots takes static or adaptive, not '%s'\n", optarg);
+                return 2;
+            }
+            c->slots_adaptive = !strcmp(optarg, "adaptive");
+            break;
         case 'K':
         case 'C':
             if (gw_kernels_parse(optarg, &kern)) {
@@ -305,7 +317,7 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
                 return 2;
             }
             break;
-        case 'O':
+        case 'Q':
             if (spec_coverage_parse(optarg, &c->spec_coverage)) {
                 fprintf(stderr, "nebula-coordinator: --spec-coverage wants off, on or a fraction in (0, 1], not '%s'\n", optarg);
                 return 2;

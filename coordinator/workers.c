@@ -187,6 +187,8 @@ static void send_configure(struct coord *c, struct coord_worker *w)
     snprintf(k.kernels, sizeof k.kernels, "%s", w->kernels ? w->kernels : "");
     k.vram_budget = c->vram_budget, k.n_ctx = c->ctx, k.layer_times = c->layer_times || !c->gw_cuda;
     k.stream_rows = (uint32_t)c->stream_rows;
+    k.slots_adaptive = c->slots_adaptive, k.slots_every = (uint32_t)c->slots_every, k.slots_swaps = (uint32_t)c->slots_swaps;
+    k.slots_decay = c->slots_decay, k.slots_hysteresis = c->slots_hysteresis;
     if (gpu && c->cache) {
         snprintf(k.cache_dir, sizeof k.cache_dir, "%s", c->cache_cfg.dir);
         snprintf(k.cache_identity, sizeof k.cache_identity, "%s", coord_cache_identity(c));

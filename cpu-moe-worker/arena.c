@@ -53,7 +53,7 @@ int moe_arena_load(struct moe_worker *m, bool *loaded_now, char *err, size_t err
                        (unsigned long)m->arena.bytes, (unsigned long)m->plc.arena_bytes);
     *loaded_now = false;
     if (atomic_load_explicit(loaded, memory_order_acquire) == 1 && h->magic == PREPARED_ARENA_MAGIC &&
-        h->arena_bytes == m->plc.arena_bytes && h->n_blobs == m->plc.n_ram &&
+        h->arena_bytes == m->plc.arena_bytes && h->n_blobs == m->plc.n_arena &&
         !strcmp(h->experts_idx_sha, m->plc.idx_sha))
         return 0;
     atomic_store_explicit(loaded, 0, memory_order_relaxed);
@@ -62,7 +62,7 @@ int moe_arena_load(struct moe_worker *m, bool *loaded_now, char *err, size_t err
     h->magic = PREPARED_ARENA_MAGIC;
     h->version = 1;
     h->arena_bytes = m->plc.arena_bytes;
-    h->n_blobs = m->plc.n_ram;
+    h->n_blobs = m->plc.n_arena;
     snprintf(h->experts_idx_sha, sizeof h->experts_idx_sha, "%s", m->plc.idx_sha);
     atomic_store_explicit(loaded, 1, memory_order_release);
     *loaded_now = true;

@@ -62,9 +62,10 @@ static int setup(void *ctx, char *err, size_t errlen)
     if (!rc) rc = moe_serve_init(m, err, errlen);
     if (!rc && m->conf.threads > 0) omp_set_num_threads(m->conf.threads);
     if (!rc)
-        nb_log("arena: %lu RAM-tier experts (%lu bytes) %s; %lu others paged", (unsigned long)m->plc.n_ram,
-               (unsigned long)m->plc.arena_bytes, loaded_now ? "loaded from experts.bin" : "already loaded, kept",
-               (unsigned long)(m->plc.n_ssd + m->plc.n_vram));
+        nb_log("arena: %lu RAM-tier experts%s (%lu bytes) %s; %lu others paged", (unsigned long)m->plc.n_ram,
+               m->plc.arena_vram ? " and the VRAM tier's" : "", (unsigned long)m->plc.arena_bytes,
+               loaded_now ? "loaded from experts.bin" : "already loaded, kept",
+               (unsigned long)(m->plc.n_ssd + (m->plc.arena_vram ? 0 : m->plc.n_vram)));
     if (!rc)
         nb_log("kernels %s, %d threads, OMP_WAIT_POLICY %s, ring spin %u µs after a request", gw_kernels_name(m->kernels),
                omp_get_max_threads(), getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "unset (libgomp's bounded spin)",

@@ -124,6 +124,14 @@ uint64_t gw_backend_bytes_copied(const gw_backend *be)
     return __atomic_load_n(&be->bytes_copied, __ATOMIC_RELAXED);
 }
 
+void gw_backend_slot_stats(const gw_backend *be, struct gw_slot_stats *out)
+{
+    const struct gw_slot_stats *s = &be->slot_stats;
+    *out = (struct gw_slot_stats){__atomic_load_n(&s->selections, __ATOMIC_RELAXED), __atomic_load_n(&s->hits, __ATOMIC_RELAXED),
+                                  __atomic_load_n(&s->static_hits, __ATOMIC_RELAXED), __atomic_load_n(&s->swaps, __ATOMIC_RELAXED),
+                                  __atomic_load_n(&s->bytes, __ATOMIC_RELAXED), __atomic_load_n(&s->waited, __ATOMIC_RELAXED)};
+}
+
 uint64_t gw_backend_rows_evaluated(const gw_backend *be)
 {
     return __atomic_load_n(&be->rows_evaluated, __ATOMIC_RELAXED);

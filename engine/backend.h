@@ -42,6 +42,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/slot_policy.h"
+
 struct model;
 struct quant_traits;
 struct gw_vram_parts;
@@ -67,6 +69,16 @@ struct gw_backend_params {
      * expert layout (at creation when `local` is given) fails naming each part. */
     uint64_t vram_budget;
     int64_t n_ctx; /* positions the budget reserves K/V for (0: the model's training context, else 32768) */
+    /* cuda: the adaptive slot cache (gpu-worker/cuda/adapt.cu, the rule engine/slot_policy.h): the slots
+     * follow the decode steps' routes, swapping experts with a host blob (gw_backend_set_expert_host);
+     * false: the slots keep the layout (nebula.conf slots.adapt static).  The results are the same
+     * either way; slots: its parameters (every == 0: the GW_SLOT_* defaults). */
+    bool slots_adaptive;
+    struct gw_slot_params slots;
+    /* cpu: which experts may move ((n_layer + n_nextn) × n_expert, non-zero: the remote side holds a copy, the
+     * RAM arena's, so it can compute the expert once it leaves); NULL: none.  Read during the call only.  cuda
+     * moves the experts it has a host blob of (gw_backend_set_expert_host: the same arena). */
+    const uint8_t *slots_movable;
 };
 
 /* Which rows of a batch an output is wanted for. */
@@ -270,6 +282,19 @@ uint64_t gw_backend_rows_replayed(const gw_backend *be);
  * expert results, PLE rows, tokens, experts laid out again; not the weights
  * uploaded at creation).  0 for backends without a device. */
 uint64_t gw_backend_bytes_copied(const gw_backend *be);
+
+/* The slot cache's counters since creation (all 0 without adaptive slots).
+ * selections: the routed (token, expert) pairs of trunk layers in decode
+ * steps and verify windows; hits: those found in a slot, static_hits: those
+ * the layout (the placement's) holds, so hits / selections against
+ * static_hits / selections is what adapting gained; swaps and bytes: slot
+ * copies queued (host → device, beside bytes_copied); waited: evals that
+ * had to wait for a slot's copy (a new layout or host blobs while copies were
+ * in flight; the design keeps it 0). */
+struct gw_slot_stats {
+    uint64_t selections, hits, static_hits, swaps, bytes, waited;
+};
+void gw_backend_slot_stats(const gw_backend *be, struct gw_slot_stats *out);
 
 /* Decode steps replayed from a captured CUDA graph since creation (the rest
  * ran as plain launches).  0 for backends without graphs. */

@@ -79,7 +79,16 @@ struct gw_backend {
     uint64_t graph_replays;      /* see gw_backend_graph_replays; bumped atomically */
     uint64_t rows_evaluated;     /* see gw_backend_rows_evaluated (backend.c) */
     uint64_t rows_replayed;      /* see gw_backend_rows_replayed; the backend bumps it */
+    struct gw_slot_stats slot_stats; /* see gw_backend_slot_stats; bumped atomically */
 };
+
+/* A backend's slot counters += gw_slot_count's {selections, hits, static hits}. */
+static inline void gw_slot_stats_add(struct gw_slot_stats *s, const uint64_t n[3])
+{
+    __atomic_add_fetch(&s->selections, n[0], __ATOMIC_RELAXED);
+    __atomic_add_fetch(&s->hits, n[1], __ATOMIC_RELAXED);
+    __atomic_add_fetch(&s->static_hits, n[2], __ATOMIC_RELAXED);
+}
 
 struct gw_seq {
     gw_backend *be;

@@ -250,6 +250,13 @@ enum shm_stat {
     SHM_STAT_SSD_BLOB_BYTES, /* gpu-worker: SSD-tier expert blobs its moe requests need paged */
     SHM_STAT_EXPERTS_COMPUTED, /* routed (token, expert) pairs of trunk layers whose FFN this worker ran */
     SHM_STAT_VRAM_PEAK_BYTES,  /* gpu-worker: peak device memory of its backend (a high-water mark, raised by adds) */
+    /* gpu-worker: the slot cache (engine/backend.h gw_slot_stats; adaptive slots only) */
+    SHM_STAT_SLOT_SELECTIONS,  /* routed pairs of decode steps and verify windows */
+    SHM_STAT_SLOT_HITS,        /* of them, found in a slot */
+    SHM_STAT_SLOT_STATIC_HITS, /* of them, in the placement's slots (what static slots would have hit) */
+    SHM_STAT_SLOT_SWAPS,       /* experts copied into a slot */
+    SHM_STAT_SLOT_BYTES,       /* their bytes, host -> device */
+    SHM_STAT_SLOT_WAITED,      /* evals that waited for a slot's copy (0 by design) */
     SHM_STAT_COUNT
 };
 #define SHM_STATS_COUNTERS 32 /* counter slots per block; indices ≥ SHM_STAT_COUNT are zero, reserved */

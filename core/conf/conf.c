@@ -22,13 +22,13 @@
 
 #include "core/util/err.h"
 
-enum kind { K_STR, K_INT, K_BYTES, K_CHOICE };
+enum kind { K_STR, K_INT, K_BYTES, K_CHOICE, K_REAL };
 
 struct key {
     const char *section, *name;
     enum kind kind;
     size_t offset, size; /* of the field; size: the buffer of a K_STR / K_CHOICE */
-    int64_t lo, hi;      /* K_INT, K_BYTES */
+    int64_t lo, hi;      /* K_INT, K_BYTES; K_REAL: in millionths */
     const char *choices; /* K_CHOICE: "a|b|c" */
     const char *def;     /* the built-in default, as the file would write it */
 };
@@ -61,6 +61,12 @@ static const struct key KEYS[] = {
     {"cache", "disk_bytes", K_BYTES, F(cache_disk_bytes), 0, INT64_MAX, NULL, "68719476736"},
     {"cache", "resume", K_CHOICE, F(cache_resume), 0, 0, "anywhere|grid", "anywhere"},
     {"generate", "accuracy_level", K_INT, F(accuracy_level), 1, 3, NULL, "3"},
+    /* the adaptive slot cache (engine/slot_policy.h; the defaults are its GW_SLOT_*) */
+    {"slots", "adapt", K_CHOICE, F(slots_adapt), 0, 0, "static|adaptive", "static"},
+    {"slots", "adapt_every", K_INT, F(slots_every), 1, 4096, NULL, "4"},
+    {"slots", "swaps", K_INT, F(slots_swaps), 1, 4096, NULL, "16"},
+    {"slots", "decay", K_REAL, F(slots_decay), 1, 1000000, NULL, "0.98"},
+    {"slots", "hysteresis", K_REAL, F(slots_hysteresis), 0, 1000000000, NULL, "0.5"},
 };
 #undef F
 #define N_KEYS (int)(sizeof KEYS / sizeof *KEYS)
@@ -120,6 +126,14 @@ static int set(const struct key *k, const char *v, struct conf_settings *s, char
         if (k->size == sizeof(int)) *(int *)field = (int)n;
         else *(int64_t *)field = n;
         return 0;
+    case K_REAL: {
+        errno = 0;
+        double d = strtod(v, &end);
+        if (!*v || *end || errno || !(d * 1e6 >= (double)k->lo && d * 1e6 <= (double)k->hi))
+            return snprintf(why, whylen, "'%s' is not a number in [%g, %g]", v, (double)k->lo / 1e6, (double)k->hi / 1e6), -1;
+        *(double *)field = d;
+        return 0;
+    }
     case K_BYTES:
         if (parse_bytes(v, &b) || b < (uint64_t)k->lo || b > (uint64_t)k->hi)
             return snprintf(why, whylen, "'%s' is not a byte count (like 4096, 512M, 12G) in [%lld, %lld]", v,
@@ -223,6 +237,7 @@ int conf_get(const struct conf_settings *s, const char *key, char *out, size_t l
         snprintf(out, len, "%lld", k->size == sizeof(int) ? (long long)*(const int *)field : (long long)*(const int64_t *)field);
         break;
     case K_BYTES: snprintf(out, len, "%" PRIu64, *(const uint64_t *)field); break;
+    case K_REAL: snprintf(out, len, "%g", *(const double *)field); break;
     }
     return 0;
 }

@@ -53,6 +53,12 @@ struct conf_settings {
                                    * header too: exact within float tolerance) or grid (only bit-exact ones: coordinator/cache.c) */
     /* [generate] */
     int accuracy_level;           /* generate.accuracy_level: 1-3, a request's default (3: exact) */
+    /* [slots]: the adaptive slot cache (engine/slot_policy.h says the rule) */
+    char slots_adapt[9];          /* slots.adapt: static (the placement's slots) or adaptive (they follow the routes) */
+    int slots_every;              /* slots.adapt_every: decode tokens between rounds */
+    int slots_swaps;              /* slots.swaps: experts a round may swap per layer */
+    double slots_decay;           /* slots.decay: the use counts' decay per token, (0, 1] */
+    double slots_hysteresis;      /* slots.hysteresis: a swap needs the arriving count to exceed the leaving one by more */
 };
 
 /* The built-in defaults (what a missing file or key means). */

@@ -54,6 +54,14 @@ cJSON *ctl_configure_to_json(const struct ctl_configure *c)
     cJSON_AddNumberToObject(m, "ctx", (double)c->n_ctx);
     cJSON_AddBoolToObject(m, "layer_times", c->layer_times);
     cJSON_AddNumberToObject(m, "stream_rows", c->stream_rows);
+    if (c->slots_every > 0) { /* else none: the worker's defaults, static */
+        cJSON *sl = cJSON_AddObjectToObject(m, "slots");
+        cJSON_AddStringToObject(sl, "adapt", c->slots_adaptive ? "adaptive" : "static");
+        cJSON_AddNumberToObject(sl, "every", c->slots_every);
+        cJSON_AddNumberToObject(sl, "swaps", c->slots_swaps);
+        cJSON_AddNumberToObject(sl, "decay", c->slots_decay);
+        cJSON_AddNumberToObject(sl, "hysteresis", c->slots_hysteresis);
+    }
     cJSON_AddStringToObject(m, "cache_dir", c->cache_dir);
     cJSON_AddStringToObject(m, "cache_identity", c->cache_identity);
     return m;
@@ -74,6 +82,34 @@ static int get_num(const cJSON *o, const char *key, uint64_t *dst, char *err, si
     if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 9007199254740992.0)
         return nb_errf(err, errlen, NB_EFORMAT, "configure: \"%s\" missing or not a count", key);
     *dst = (uint64_t)v->valuedouble;
+    return 0;
+}
+
+static int get_real(const cJSON *o, const char *key, double lo, double hi, double *dst, char *err, size_t errlen)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))
+        return nb_errf(err, errlen, NB_EFORMAT, "configure: \"slots.%s\" missing or not a number in [%g, %g]", key, lo, hi);
+    *dst = v->valuedouble;
+    return 0;
+}
+
+static int slots_parse(const cJSON *sl, struct ctl_configure *c, char *err, size_t errlen)
+{
+    char adapt[16];
+    uint64_t every, swaps;
+    int rc = get_str(sl, "adapt", adapt, sizeof adapt, err, errlen);
+    if (!rc && strcmp(adapt, "static") && strcmp(adapt, "adaptive"))
+        rc = nb_errf(err, errlen, NB_EFORMAT, "configure: \"slots.adapt\" \"%s\": want static or adaptive", adapt);
+    if (!rc) rc = get_num(sl, "every", &every, err, errlen);
+    if (!rc) rc = get_num(sl, "swaps", &swaps, err, errlen);
+    if (!rc && (every < 1 || every > 4096 || swaps < 1 || swaps > 4096))
+        rc = nb_errf(err, errlen, NB_EFORMAT, "configure: \"slots\" every %llu, swaps %llu: want 1 … 4096",
+                     (unsigned long long)every, (unsigned long long)swaps);
+    if (!rc) rc = get_real(sl, "decay", 1e-6, 1, &c->slots_decay, err, errlen);
+    if (!rc) rc = get_real(sl, "hysteresis", 0, 1e3, &c->slots_hysteresis, err, errlen);
+    if (rc) return rc;
+    c->slots_adaptive = !strcmp(adapt, "adaptive"), c->slots_every = (uint32_t)every, c->slots_swaps = (uint32_t)swaps;
     return 0;
 }
 
@@ -105,6 +141,9 @@ int ctl_configure_parse(const cJSON *m, struct ctl_configure *c, char *err, size
     if (!rc && stream_rows > 1u << 20) rc = nb_errf(err, errlen, NB_EFORMAT, "configure: \"stream_rows\" %llu is absurd", (unsigned long long)stream_rows);
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(m, "layer_times");
     if (!rc && !cJSON_IsBool(lt)) rc = nb_errf(err, errlen, NB_EFORMAT, "configure: \"layer_times\" missing or not a boolean");
+    /* optional: a configure without it (an older coordinator) keeps the slots static */
+    const cJSON *sl = cJSON_GetObjectItemCaseSensitive(m, "slots");
+    if (!rc && sl) rc = slots_parse(sl, c, err, errlen);
     /* optional: a configure without them (an older coordinator) has no prompt cache */
     if (!rc && cJSON_GetObjectItemCaseSensitive(m, "cache_dir")) rc = get_str(m, "cache_dir", c->cache_dir, sizeof c->cache_dir, err, errlen);
     if (!rc && cJSON_GetObjectItemCaseSensitive(m, "cache_identity"))

@@ -48,6 +48,11 @@ struct ctl_configure {
     bool layer_times;              /* time each layer (nebulactl profile): a synchronisation per layer on cuda */
     uint32_t stream_rows;          /* a prefill piece of more rows streams its RAM-tier experts (cuda; 0: the
                                     * backend's GW_STREAM_MIN_ROWS): engine.prefill_stream_rows */
+    /* the adaptive slot cache (nebula.conf [slots]; engine/slot_policy.h); optional: slots_every 0 sends
+     * none, and a configure without them keeps the slots static */
+    bool slots_adaptive;
+    uint32_t slots_every, slots_swaps;
+    double slots_decay, slots_hysteresis;
     char cache_dir[CTL_PATH_MAX];  /* the prompt cache's spill directory ("": checkpoints in RAM only); optional */
     char cache_identity[512];      /* what its files must say made them (core/kvfile); optional */
 };

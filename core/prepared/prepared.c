@@ -135,7 +135,8 @@ static int read_layers(const cJSON *layers, const struct prepared_idx *x, struct
     return 0;
 }
 
-/* Arena layout: header page, then RAM-tier blobs by idx layer, ascending id. */
+/* Arena layout: header page, then RAM-tier blobs (and with arena_vram the VRAM tier's too) by idx layer,
+ * ascending id. */
 static int lay_out_arena(const struct prepared_idx *x, struct prepared_placement *p, char *err, size_t errlen)
 {
     p->stride = 1;
@@ -152,10 +153,11 @@ static int lay_out_arena(const struct prepared_idx *x, struct prepared_placement
             uint8_t t = p->tier[i][e];
             p->n_vram += t == PREPARED_VRAM, p->n_ssd += t == PREPARED_SSD;
             p->tier_bytes[t] += x->layers[i].blob_bytes;
-            if (t != PREPARED_RAM) continue;
+            p->n_ram += t == PREPARED_RAM;
+            if (t != PREPARED_RAM && !(t == PREPARED_VRAM && p->arena_vram)) continue;
             *o = at;
             at += x->layers[i].blob_bytes;
-            p->n_ram++;
+            p->n_arena++;
         }
     p->arena_bytes = at;
     return 0;
@@ -175,6 +177,9 @@ static int read_request(const cJSON *r, const char *path, struct prepared_placem
     if (cJSON_IsNumber(vb) && vb->valuedouble >= 0 && vb->valuedouble < 9e18) p->vram_budget = (uint64_t)vb->valuedouble;
     else if (vb && !(cJSON_IsString(vb) && !strcmp(vb->valuestring, "all")))
         return nb_errf(err, errlen, NB_EFORMAT, "%s: request.vram_budget is neither a byte count nor \"all\"", path);
+    const cJSON *av = cJSON_GetObjectItemCaseSensitive(r, "arena_vram");
+    if (av && !cJSON_IsBool(av)) return nb_errf(err, errlen, NB_EFORMAT, "%s: request.arena_vram is not a boolean", path);
+    p->arena_vram = cJSON_IsTrue(av);
     if (cJSON_IsNumber(vc) && vc->valuedouble >= 1 && vc->valuedouble < 9e15) p->vram_ctx = (int64_t)vc->valuedouble;
     else if (vc) return nb_errf(err, errlen, NB_EFORMAT, "%s: request.vram_ctx is not a positive count", path);
     return 0;

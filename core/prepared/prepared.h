@@ -66,6 +66,7 @@ struct prepared_placement {
     uint32_t stride;      /* max n_expert (row length of arena_off) */
     uint64_t arena_bytes; /* PREPARED_PAGE header + Σ RAM-tier blob bytes */
     uint64_t n_ram, n_ssd, n_vram;
+    uint64_t n_arena;     /* blobs in the arena: the RAM tier's, and the VRAM tier's with arena_vram */
     uint64_t tier_bytes[3]; /* Σ blob bytes per tier (PREPARED_VRAM, _RAM, _SSD) */
     char idx_sha[72];     /* model.experts_index_sha256 of the plan */
     /* What nebula-prepare was asked for ("request"; absent keys: 0/false). */
@@ -74,6 +75,7 @@ struct prepared_placement {
                            * ("ram", the default: in host memory, its rows read there: gw_ple_host) */
     uint64_t vram_budget; /* request.vram_budget in bytes (0: "all" or not recorded) */
     int64_t vram_ctx;     /* request.vram_ctx: positions the VRAM plan reserved K/V for (0: not recorded) */
+    bool arena_vram;      /* request.arena_vram: the arena holds the VRAM tier's blobs too (adaptive slots) */
 };
 
 /* Reads `path` (normally DIR/placement.json) and checks it against the idx:

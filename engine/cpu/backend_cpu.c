@@ -59,6 +59,7 @@ static void cpu_free(gw_backend *gb)
     for (int i = 0; be->lc && i < hp->n_layer + hp->n_nextn; i++) free_consts(&be->lc[i]);
     free(be->lc);
     free(be->output_hc_norm);
+    cpu_slots_free(be);
     free(be);
 }
 
@@ -77,6 +78,10 @@ static int cpu_create(const struct model *m, const struct gw_backend_params *p, 
     if (rc) {
         cpu_free(&be->base);
         return nb_errf(err, errlen, rc, "cpu backend: out of memory for the small tensors");
+    }
+    if ((rc = cpu_slots_init(be, p, err, errlen))) {
+        cpu_free(&be->base);
+        return rc;
     }
     *out = &be->base;
     return 0;
@@ -316,7 +321,8 @@ static int layer_forward(struct cpu_seq *s, const struct gw_eval_args *a, int il
     if (rc) return rc;
     cpu_hc_combine(hp, X, y, inj, T);
     if ((rc = cpu_hc_mix(hp, &l->hc_ffn, c->hc_ffn_norm, X, T, x, inj))) return rc;
-    struct cpu_moe_ctx mc = {a, il, &be->base.remote, &s->base.be->experts_computed, &s->base.be->experts_skipped};
+    struct cpu_moe_ctx mc = {a, il, cpu_slots_remote(be), &s->base.be->experts_computed, &s->base.be->experts_skipped,
+                             cpu_slots_routes(be, il, T)};
     if ((rc = cpu_moe_forward(hp, &l->moe, c, x, T, y, &mc))) return rc;
     cpu_hc_combine(hp, X, y, inj, T);
     return 0;
@@ -358,7 +364,9 @@ static int cpu_eval(gw_seq *gs, const struct gw_eval_args *a, char *err, size_t 
     if (seq_reserve(s, pos0 + T)) return nb_errf(err, errlen, NB_ENOMEM, "sequence of %lld positions", (long long)(pos0 + T));
     memcpy(s->tokens + pos0, a->tokens, (size_t)T * sizeof *s->tokens);
     float *X = malloc((size_t)(T * wide) * sizeof *X);
-    int rc = X ? run_trunk(s, a, X) : NB_ENOMEM;
+    int rc = X ? cpu_slots_begin((struct cpu_backend *)be) : NB_ENOMEM;
+    if (rc == 0) rc = run_trunk(s, a, X);
+    if (rc == 0) rc = cpu_slots_end((struct cpu_backend *)be, T);
     const int first = a->logits_rows == GW_ROWS_LAST ? T - 1 : 0;
     if (rc == 0 && a->logits_rows != GW_ROWS_NONE)
         rc = cpu_head(be, &be->base.model->output_hc, be->output_hc_norm, &be->base.model->output, X + first * wide,

@@ -96,7 +96,33 @@ struct cpu_backend {
     int n_threads;
     struct cpu_layer_consts *lc; /* n_layer + n_nextn */
     float *output_hc_norm;
+    /* the adaptive slot cache (slots.c): with a remote hook, the experts computed here follow the routes */
+    bool adapt;
+    struct gw_slot_params adapt_p;
+    uint8_t *movable;            /* gw_backend_params.slots_movable's copy (NULL: nothing moves) */
+    struct gw_slot_policy *pol;  /* NULL: the hook's map as it is */
+    const uint8_t *adapt_of;     /* the hook's map the policy started from */
+    uint8_t *local;              /* (n_layer + n_nextn) × E: the map the trunk's MoE layers use */
+    int32_t *slot_of;            /* n_layer × E: ≥ 0 where local (gw_slot_count's view) */
+    int32_t *routes;             /* n_layer × GW_SLOT_ROWS·k: the eval's ids */
+    struct gw_moe_remote remote; /* the hook with `local` */
+    struct gw_slot_swap *swaps;  /* gw_slot_policy_feed's scratch */
 };
+
+/* slots.c: the parameters at creation; the state from the hook's map before an eval (cpu_slots_begin), the eval's
+ * routes fed to the policy after it (cpu_slots_end); the map and route buffer a layer uses (NULL: none). */
+int cpu_slots_init(struct cpu_backend *be, const struct gw_backend_params *p, char *err, size_t errlen);
+void cpu_slots_free(struct cpu_backend *be);
+int cpu_slots_begin(struct cpu_backend *be);
+int cpu_slots_end(struct cpu_backend *be, int T);
+static inline const struct gw_moe_remote *cpu_slots_remote(const struct cpu_backend *be)
+{
+    return be->pol ? &be->remote : &be->base.remote;
+}
+static inline int32_t *cpu_slots_routes(const struct cpu_backend *be, int il, int T)
+{
+    return be->pol && T <= GW_SLOT_ROWS ? be->routes + (size_t)il * GW_SLOT_ROWS * (size_t)be->base.model->hp.n_expert_used : NULL;
+}
 
 /* Per-layer sequence state (only the fields of the layer's kind are used). */
 struct cpu_layer_state {
@@ -193,6 +219,7 @@ struct cpu_moe_ctx {
     const struct gw_moe_remote *remote;
     uint64_t *computed; /* NULL, or += the pairs run here (gw_backend_experts_computed) */
     uint64_t *skipped;  /* NULL, or += the pairs coverage mode left out (gw_backend_experts_skipped) */
+    int32_t *ids_out;   /* NULL, or the T × k routed ids copied here (the slot cache's counts) */
 };
 
 int cpu_moe_forward(const struct model_hparams *hp, const struct model_moe *w, const struct cpu_layer_consts *c,

@@ -160,6 +160,8 @@ int cpu_moe_forward(const struct model_hparams *hp, const struct model_moe *w, c
         for (int p = 0; p < T * k; p++)
             if (skip[p]) memset(contrib + (int64_t)p * C, 0, (size_t)C * sizeof *contrib);
     }
+    if (mc && mc->ids_out)
+        for (int p = 0; p < T * k; p++) mc->ids_out[p] = ids[p];
     const uint8_t *local = remote ? mc->remote->local + (size_t)mc->layer * E : NULL;
     for (int e = 0; e < E && rc == 0; e++)
         if (!local || local[e])

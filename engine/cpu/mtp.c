@@ -69,7 +69,7 @@ static int run_block(struct cpu_seq *s, const struct gw_mtp_args *a, int64_t n_c
         rc = cpu_hc_mix(hp, &l->hc_ffn, c->hc_ffn_norm, X, T, x, inj);
     }
     const struct gw_eval_args tap = {.route_tap = a->route_tap, .route_ctx = a->route_ctx};
-    struct cpu_moe_ctx mc = {a->route_tap ? &tap : NULL, il, &be->base.remote, NULL, NULL}; /* MTP experts are not trunk work: not counted */
+    struct cpu_moe_ctx mc = {a->route_tap ? &tap : NULL, il, &be->base.remote, NULL, NULL, NULL}; /* MTP experts are not trunk work: not counted */
     if (rc == 0) rc = cpu_moe_forward(hp, &l->moe, c, x, T, y, &mc);
     if (rc == 0) cpu_hc_combine(hp, X, y, inj, T);
     free(x);

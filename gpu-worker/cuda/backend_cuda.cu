@@ -57,6 +57,7 @@ static void cuda_free(gw_backend *gb)
     cudaFreeHost(be->h_ple);
     cu_mailbox_stop(be);
     if (be->st) cudaStreamSynchronize(be->st); /* no streamed copy still reads a blob */
+    cu_adapt_free(be);
     cu_stream_free(be);
     if (be->own_pool) cudaMemPoolDestroy(be->pool);
     if (be->st) cudaStreamDestroy(be->st);
@@ -207,6 +208,13 @@ static int cuda_create(const struct model *m, const struct gw_backend_params *p,
     be->fast = kernels == GW_KERNELS_FAST;
     be->budget = p ? p->vram_budget : 0;
     be->n_ctx = p && p->n_ctx > 0 ? p->n_ctx : gw_vram_default_ctx(m);
+    be->adapt = p && p->slots_adaptive;
+    be->adapt_p = p && p->slots.every ? p->slots
+                                      : gw_slot_params{GW_SLOT_EVERY, GW_SLOT_DECAY, GW_SLOT_SWAPS, GW_SLOT_HYSTERESIS};
+    if (be->adapt && gw_slot_params_check(&be->adapt_p, err, errlen)) {
+        free(be);
+        return NB_EINVAL;
+    }
     /* Under a budget the position-indexed blocks get the capacities the plan
      * reserved at once (gw_vram_capacity): held anyway, never grown in steps
      * (an old and a new block side by side). */

@@ -209,6 +209,17 @@ struct cuda_backend {
     cudaEvent_t ev_copy[2], ev_used[2], ev_ring;
     int32_t *h_stream;                /* pinned: a call's packed pair list (4 words a pair) */
     int64_t h_stream_cap;
+    /* the adaptive slot cache (adapt.cu): off unless gw_backend_params.slots_adaptive */
+    bool adapt;
+    struct gw_slot_params adapt_p;
+    struct gw_slot_policy *pol;       /* NULL: the slots keep the layout */
+    int32_t *h_slot_of;               /* pinned: the trunk layers' expert → slot tables as the steps see them */
+    int32_t *h_routes;                /* pinned: each trunk layer's ids of the last eval (MAILBOX_ROWS · k) */
+    uint8_t *can_in, *can_out;        /* the policy's maps (n_layer × E) */
+    struct cu_fill *fills;            /* slot copies in flight (n_fills of cap_fills) */
+    int n_fills, cap_fills;
+    cudaStream_t st_adapt;            /* their stream: the main stream never waits for it */
+    cudaEvent_t ev_adapt, ev_routes;
 };
 
 static inline cuda_backend *cbe(gw_backend *b) { return (cuda_backend *)b; }
@@ -304,6 +315,24 @@ int cu_rope_reserve(cuda_backend *be, int64_t need);
  * device work, the layout of the map in force when it changed. */
 int cu_expert_layout(cuda_backend *be, const uint8_t *local);
 int cu_ensure_layout(cuda_backend *be);
+
+/* ---------- the adaptive slot cache (adapt.cu) ---------- */
+
+/* The policy from the layout just made (nothing without gw_backend_params.slots_adaptive); before the slots are
+ * freed, the state dropped (copies in flight waited for: counted in gw_slot_stats.waited); at teardown, all. */
+int cu_adapt_reset(cuda_backend *be);
+void cu_adapt_drop(cuda_backend *be);
+void cu_adapt_free(cuda_backend *be);
+/* Before host blobs change: the copies in flight waited for (counted). */
+void cu_adapt_quiesce(cuda_backend *be);
+/* Before an eval: the slots whose copies completed enter the tables.  After an eval of T rows: its routes
+ * counted and fed to the policy, a due round's copies queued. */
+int cu_adapt_begin(cuda_backend *be);
+int cu_adapt_end(cuda_backend *be, int T);
+/* In cu_moe_forward: layer il's P routed ids to the host (trunk layers, decode-sized evals). */
+cudaError_t cu_adapt_record(cuda_backend *be, int il, const int32_t *ids, int P);
+/* Whether expert e of layer il is in a slot for the next step (the host's view). */
+bool cu_resident(const cuda_backend *be, int il, int e);
 
 /* ---------- sequences (seq.cu) ---------- */
 

@@ -250,9 +250,11 @@ static int cuda_eval_piece(gw_seq *gs, const struct gw_eval_args *a, char *err, 
     if (s->broken) return nb_errf(err, errlen, NB_EINVAL, "sequence state is inconsistent after a failed call: reset it");
     const int64_t pos0 = gs->n_pos;
     s->ck_T = 0; /* any eval ends the last verify window's rollback; a verify window starts its own */
-    int rc = cu_mailbox_begin(cbe(gs->be), a->n_tokens);
+    int rc = cu_adapt_begin(cbe(gs->be)); /* slots whose copies completed enter the tables */
+    if (rc == 0) rc = cu_mailbox_begin(cbe(gs->be), a->n_tokens);
     if (rc == 0) rc = eval_body(s, a);
     rc = cu_mailbox_end(cbe(gs->be), rc);
+    if (rc == 0) rc = cu_adapt_end(cbe(gs->be), a->n_tokens); /* its routes counted; a due round's copies queued */
     cu_vram_note(cbe(gs->be));
     if (rc) {
         s->broken = true;

@@ -333,6 +333,7 @@ int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, 
         ce = cudaMemcpyAsync(be->h_ids, ids, (size_t)P * sizeof(int32_t), cudaMemcpyDeviceToHost, st);
         if (ce == cudaSuccess) ce = cudaMemcpyAsync(be->h_wts, wts, (size_t)P * sizeof(float), cudaMemcpyDeviceToHost, st);
     }
+    if (ce == cudaSuccess) ce = cu_adapt_record(be, il, ids, P); /* the slot cache's counts (adapt.cu) */
     if (ce == cudaSuccess && ((remote && !via_mailbox) || tap)) ce = cudaEventRecord(be->ev_host, st);
     if (ce != cudaSuccess) return cu_tdone(&t, cu_fail(ce, "routes to the host", __LINE__));
     /* the resident pairs (a layer without slots has none: every pair is remote) and the shared expert, queued */

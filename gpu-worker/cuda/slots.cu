@@ -54,6 +54,7 @@ int cu_expert_layout(cuda_backend *be, const uint8_t *local)
         return NB_ENOMEM;
     }
     CK(cudaStreamSynchronize(be->st));
+    cu_adapt_drop(be); /* no slot copy still writes into the old slots */
     be->layout_gen++; /* captured graphs name the old slots */
     if (!be->layout && !(be->layout = (uint8_t *)malloc((size_t)n * E))) {
         snprintf(g_msg, sizeof g_msg, "out of host memory");
@@ -125,6 +126,7 @@ int cu_expert_layout(cuda_backend *be, const uint8_t *local)
         cudaError_t ce = cudaDeviceSynchronize();
         if (ce != cudaSuccess) rc = cu_fail(ce, "expert layout", __LINE__);
     }
+    if (rc == 0) rc = cu_adapt_reset(be); /* adaptive slots start from this layout */
     if (rc) { /* nothing half-laid-out is used: the next eval lays out again */
         free(be->layout);
         be->layout = NULL;

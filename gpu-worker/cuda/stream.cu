@@ -103,6 +103,7 @@ int cuda_set_expert_host(gw_backend *gb, const struct gw_expert_host *h, char *e
     const int n = hp->n_layer + hp->n_nextn, E = hp->n_expert;
     cudaError_t ce = cudaStreamSynchronize(be->st); /* no copy of the old blobs is still in flight */
     if (ce == cudaSuccess && be->st_copy) ce = cudaStreamSynchronize(be->st_copy);
+    cu_adapt_quiesce(be); /* nor a slot's copy (adapt.cu) */
     if (ce != cudaSuccess) return nb_errf(err, errlen, NB_EIO, "host experts: %s", cudaGetErrorString(ce));
     host_free(be);
     if (!h) return 0;
@@ -240,7 +241,7 @@ int cu_moe_expert_major(cuda_backend *be, const cu_layer *c, int il, const float
     struct moe_plan pl = {0};
     if (!src) return cu_tdone(&t, NB_ENOMEM);
     for (int e = 0; e < E; e++)
-        src[e] = c->n_slots > 0 && be->layout && be->layout[(size_t)il * E + e] ? MOE_SRC_RESIDENT
+        src[e] = cu_resident(be, il, e) ? MOE_SRC_RESIDENT
                  : cu_streamable(be, il, e)                                   ? MOE_SRC_STREAM
                                                                               : MOE_SRC_REMOTE;
     rc = moe_plan_build(&pl, T, k, E, h_ids, h_w, src, G, GW_STREAM_PAIRS);

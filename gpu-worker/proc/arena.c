@@ -26,7 +26,7 @@ int gwp_arena_open(struct gwp_arena *a, const char *inst, const struct prepared_
 {
     memset(a, 0, sizeof *a);
     a->reg.fd = -1;
-    if (!x || p->n_ram == 0) return 0;
+    if (!x || p->n_arena == 0) return 0;
     const int n = m->hp.n_layer + m->hp.n_nextn, E = m->hp.n_expert;
     a->blob = calloc((size_t)n * E, sizeof *a->blob);
     a->part = calloc((size_t)n * 3, sizeof *a->part);

@@ -57,6 +57,8 @@ struct gwp {
     bool have_moe, have_ple, ple_detached;
     shm_stats *stats;
     uint32_t block;
+    uint64_t slots_pub[6]; /* the slot counters published so far (publish_slots) */
+    bool slots_adaptive;   /* configure's slots.adapt: the arena's blobs are installed at the first eval */
     uint64_t layer_t0; /* per-layer timing through the layer tap */
     bool layer_times;  /* take it (configure's layer_times) */
     /* Flags given by hand (tests, a worker run alone); each one, where given,
@@ -142,6 +144,18 @@ static void publish_vram(struct gwp *w)
     if (peak > cur) shm_stats_add(w->stats, w->block, SHM_STAT_VRAM_PEAK_BYTES, peak - cur);
 }
 
+/* The slot cache's counters since the last call into the stats block (adds of what changed). */
+static void publish_slots(struct gwp *w)
+{
+    struct gw_slot_stats s;
+    gw_backend_slot_stats(w->be, &s);
+    const uint64_t now[6] = {s.selections, s.hits, s.static_hits, s.swaps, s.bytes, s.waited};
+    static const enum shm_stat at[6] = {SHM_STAT_SLOT_SELECTIONS, SHM_STAT_SLOT_HITS, SHM_STAT_SLOT_STATIC_HITS,
+                                        SHM_STAT_SLOT_SWAPS, SHM_STAT_SLOT_BYTES, SHM_STAT_SLOT_WAITED};
+    for (int i = 0; i < 6; i++)
+        if (now[i] > w->slots_pub[i]) shm_stats_add(w->stats, w->block, at[i], now[i] - w->slots_pub[i]), w->slots_pub[i] = now[i];
+}
+
 /* ---- configure ---- */
 
 static int open_regions(struct gwp *w, const char *inst, int64_t n_remote, char *err, size_t errlen)
@@ -205,7 +219,7 @@ static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
     rc = gwp_placement_maps(placed ? &x : NULL, &pl, w->m, &w->local, &w->ssd_blob, &n_remote, err, errlen);
     if (!rc) rc = gwp_arena_open(&w->arena, c.instance, placed ? &x : NULL, &pl, w->m, err, errlen);
     w->arena.stream_rows = (int)c.stream_rows;
-    const bool ple_ssd = pl.ple_ssd, ple_vram = pl.ple_vram;
+    const bool ple_ssd = pl.ple_ssd, ple_vram = pl.ple_vram, arena_vram = pl.arena_vram;
     const uint64_t placement_budget = pl.vram_budget;
     const int64_t placement_ctx = pl.vram_ctx;
     prepared_placement_free(&pl);
@@ -222,13 +236,29 @@ static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
      * are uploaded.  K/V for --ctx, else the context the placement reserved. */
     struct gw_vram_parts plan;
     gw_vram_plan(w->m, w->local, n_ctx > 0 ? n_ctx : placement_ctx, &plan);
+    /* the experts adaptive slots may move: those the RAM arena holds (the cpu-moe-worker computes them once they leave) */
+    const size_t n_map = (size_t)(w->m->hp.n_layer + w->m->hp.n_nextn) * (size_t)w->m->hp.n_expert;
+    uint8_t *movable = c.slots_adaptive && w->arena.blob ? malloc(n_map) : NULL;
+    for (size_t i = 0; movable && i < n_map; i++) movable[i] = w->arena.blob[i] != NULL;
     struct gw_backend_params bp = {.kind = backend,
                                    .n_threads = c.threads,
                                    .kernels = kernels,
                                    .local = w->local,
                                    .vram_budget = gw_vram_worker_budget(budget, placement_budget, placement_ctx > 0, &plan),
-                                   .n_ctx = plan.n_ctx};
-    if ((rc = gw_backend_create(w->m, &bp, &w->be, err, errlen))) return rc;
+                                   .n_ctx = plan.n_ctx,
+                                   .slots_adaptive = c.slots_adaptive,
+                                   .slots = {(int)c.slots_every, c.slots_decay, (int)c.slots_swaps, c.slots_hysteresis},
+                                   .slots_movable = movable};
+    rc = gw_backend_create(w->m, &bp, &w->be, err, errlen);
+    free(movable);
+    if (rc) return rc;
+    w->slots_adaptive = c.slots_adaptive;
+    if (c.slots_adaptive)
+        nb_log("slots adaptive (a round every %u tokens, up to %u swaps a layer, decay %g, hysteresis %g): %s", c.slots_every,
+               c.slots_swaps, c.slots_decay, c.slots_hysteresis,
+               arena_vram ? "the arena holds every slot's expert, so every one can move"
+                          : "only experts with a copy in the RAM arena move, and the placement's VRAM tier has none "
+                            "(nebula-prepare --arena-vram on gives them one)");
     if ((rc = gw_seq_create(w->be, &w->seq, err, errlen))) return rc;
     if ((rc = gwp_cache_open(&w->cache, c.cache_dir, c.cache_identity, err, errlen))) return rc;
     if ((rc = open_regions(w, c.instance, n_remote, err, errlen))) return rc;
@@ -237,6 +267,7 @@ static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
      * spinning that long instead of being woken by a futex. */
     if (w->have_moe && c.ring_spin_us >= 1) ring_set_spin_ns(w->moe.rp.resp, (uint64_t)c.ring_spin_us * 1000ull);
     publish_vram(w);
+    publish_slots(w);
     if (ple_ssd && (rc = open_ple_pager(w, &c, err, errlen))) return rc;
     if (!ple_ssd && w->ple_detached) {
         struct gw_ple_rows r = {gw_ple_host_rows, &w->ple_host};
@@ -277,6 +308,7 @@ static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slo
         int rc = gwp_spec_serve(&w->spec, w->be, w->seq, req, resp, err, errlen);
         shm_stats_add(w->stats, w->block, SHM_STAT_BUSY_NS, nb_now_ns() - t0);
         if (rc == 0) shm_stats_add(w->stats, w->block, SHM_STAT_TOKENS, resp->hdr->n_tokens);
+        publish_slots(w);
         return rc;
     }
     if (op != STEP_EVAL || n == 0 || req->hdr->payload_bytes < n * 4)
@@ -285,7 +317,8 @@ static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slo
     for (uint32_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= w->m->hp.n_vocab) return nb_errf(err, errlen, NB_EINVAL, "token %d out of vocabulary", ids[i]);
     /* a prefill chunk streams the RAM-tier experts itself once the cpu-moe-worker has loaded them */
-    if (n > (uint32_t)gw_stream_min_rows(w->arena.stream_rows)) {
+    /* the arena's blobs: what a long prefill streams, and where adaptive slots copy from */
+    if (n > (uint32_t)gw_stream_min_rows(w->arena.stream_rows) || w->slots_adaptive) {
         int rc = gwp_arena_ready(&w->arena, w->be, err, errlen);
         if (rc) return rc;
     }
@@ -311,6 +344,7 @@ static int serve_one(struct gwp *w, const struct ring_slot *req, struct ring_slo
     shm_stats_add(w->stats, w->block, SHM_STAT_TOKENS, n);
     shm_stats_add(w->stats, w->block, SHM_STAT_BYTES_COPIED, gw_backend_bytes_copied(w->be) - copied0);
     publish_vram(w);
+    publish_slots(w);
     if (rc) return rc;
     resp->hdr->n_tokens = 1, resp->hdr->payload_bytes = only_argmax ? 4u : (uint32_t)(w->m->hp.n_vocab * 4);
     return 0;

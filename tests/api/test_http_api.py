@@ -385,7 +385,8 @@ def test_tokenize_and_metrics():
         names.add(m.group(1))
     for n in ("nebula_tokens_generated_total", "nebula_requests_total", "nebula_tokens_per_second",
               "nebula_time_to_first_token_seconds", "nebula_queue_waiting", "nebula_queue_running", "nebula_vram_hit_rate",
-              "nebula_ram_hit_rate", "nebula_ssd_bytes_per_token", "nebula_worker_up"):
+              "nebula_ram_hit_rate", "nebula_ssd_bytes_per_token", "nebula_worker_up", "nebula_slot_hit_rate",
+              "nebula_slot_swaps_total", "nebula_slot_bytes_total", "nebula_slot_waited_steps_total"):
         check(n in names, f"metric {n} present")
     check(metric("nebula_requests_total", 'status="ok"') >= 10, "requests_total{ok} counts the requests so far")
     check(metric("nebula_tokens_generated_total") > 0 and metric("nebula_worker_up", 'role="gpu-worker"') == 1, "metric values")

@@ -99,6 +99,18 @@ Test(conf, spec_auto_and_a_level)
     cr_assert_eq(s.accuracy_level, 2);
 }
 Test(conf, bad_bytes) { refused("[engine]\nvram_budget = 12Q\n", ":2: engine.vram_budget: '12Q' is not a byte count"); }
+Test(conf, slots_settings)
+{
+    struct conf_settings s;
+    char err[512] = "";
+    cr_assert_eq(load("[slots]\nadapt = adaptive\ndecay = 0.9\nhysteresis = 2\n", &s, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(s.slots_adapt, "adaptive");
+    cr_assert_float_eq(s.slots_decay, 0.9, 1e-12);
+    cr_assert_float_eq(s.slots_hysteresis, 2.0, 1e-12);
+    cr_assert_eq(s.slots_every, 4); /* the defaults stay */
+}
+Test(conf, bad_real) { refused("[slots]\ndecay = 1.5\n", ":2: slots.decay: '1.5' is not a number in [1e-06, 1]"); }
+Test(conf, bad_real_text) { refused("[slots]\nhysteresis = much\n", ":2: slots.hysteresis: 'much' is not a number"); }
 Test(conf, accuracy_out_of_range) { refused("[generate]\naccuracy_level = 4\n", ":2: generate.accuracy_level"); }
 Test(conf, not_ini) { refused("[engine]\nthis line has no equals sign\n", ":2: not an INI line"); }
 

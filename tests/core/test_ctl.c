@@ -252,3 +252,39 @@ Test(ctl, configure_round_trip_and_ring_spin)
     cr_assert(strstr(err, "ring_spin_us"), "%s", err);
     cJSON_Delete(m);
 }
+
+/* The slot cache's settings travel in an optional "slots" object: kept through a round trip, absent when
+ * slots_every is 0 (the worker's defaults, static), and a bad value refused by name. */
+Test(ctl, configure_slots)
+{
+    struct ctl_configure a = {.instance = "i", .model = "m.gguf", .slots_adaptive = true, .slots_every = 8, .slots_swaps = 4,
+                              .slots_decay = 0.95, .slots_hysteresis = 1.5},
+                         b;
+    char err[256];
+    cJSON *m = ctl_configure_to_json(&a);
+    cr_assert_eq(ctl_configure_parse(m, &b, err, sizeof err), 0, "%s", err);
+    cr_assert(b.slots_adaptive);
+    cr_assert_eq(b.slots_every, 8);
+    cr_assert_eq(b.slots_swaps, 4);
+    cr_assert_float_eq(b.slots_decay, 0.95, 1e-12);
+    cr_assert_float_eq(b.slots_hysteresis, 1.5, 1e-12);
+    cJSON *sl = cJSON_GetObjectItem(m, "slots");
+    cJSON_ReplaceItemInObject(sl, "adapt", cJSON_CreateString("sometimes"));
+    cr_assert_eq(ctl_configure_parse(m, &b, err, sizeof err), NB_EFORMAT);
+    cr_assert(strstr(err, "slots.adapt"), "%s", err);
+    cJSON_ReplaceItemInObject(sl, "adapt", cJSON_CreateString("static"));
+    cJSON_ReplaceItemInObject(sl, "decay", cJSON_CreateNumber(0));
+    cr_assert_eq(ctl_configure_parse(m, &b, err, sizeof err), NB_EFORMAT);
+    cr_assert(strstr(err, "slots.decay"), "%s", err);
+    cJSON_ReplaceItemInObject(sl, "decay", cJSON_CreateNumber(0.5));
+    cJSON_ReplaceItemInObject(sl, "every", cJSON_CreateNumber(0));
+    cr_assert_eq(ctl_configure_parse(m, &b, err, sizeof err), NB_EFORMAT);
+    cJSON_Delete(m);
+    struct ctl_configure none = {.instance = "i", .model = "m.gguf"};
+    cJSON *n = ctl_configure_to_json(&none);
+    cr_assert_null(cJSON_GetObjectItem(n, "slots"));
+    cr_assert_eq(ctl_configure_parse(n, &b, err, sizeof err), 0, "%s", err);
+    cr_assert(!b.slots_adaptive);
+    cr_assert_eq(b.slots_every, 0);
+    cJSON_Delete(n);
+}

@@ -20,19 +20,9 @@ fail=0 n=0
 ok() { n=$((n + 1)); }
 bad() { echo "FAIL: $*"; fail=$((fail + 1)); n=$((n + 1)); }
 
-python3 - conf/qwen3.8-flash-next.config.json "$tmp/cfg.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-t = c["text_config"]
-t.update(vocab_size=4096, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-         linear_key_head_dim=32, linear_value_head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4,
-         num_experts=64, num_experts_per_tok=4, moe_intermediate_size=256, shared_expert_intermediate_size=256,
-         hc_lowrank=16, ple_embed_dim=256, ple_layer_ids=[1], ngram_vocab_size_base=1000, heads_per_ngram=2,
-         split_ngram_parts=4, indexer_head_dim=32, indexer_budget=64, bos_token_id=4000, eos_token_id=4000)
-c["image_token_id"] = 4001
-json.dump(c, open(sys.argv[2], "w"))
-PY
-gen() { "$bin/nebula-gen" "$@" --config "$tmp/cfg.json" --mix q8_0 --no-mtp --threads 2 -q; }
+. tests/lib/topics_model.sh
+topics_config "$tmp/cfg.json"
+gen() { topics_gen "$tmp/cfg.json" "$@"; }
 gen "$tmp/topics.gguf" --topics 8 --topic-router 4 --topic-share 0.15 && ok || bad "nebula-gen --topics"
 gen "$tmp/plain.gguf" --topics 0 && ok || bad "nebula-gen --topics 0"
 "$bin/nebula-gguf" info --key nebula.synthetic.topics "$tmp/topics.gguf" 2>/dev/null | grep -qx 8 && ok \

@@ -14,6 +14,8 @@
 #   seqstate   tests/cuda/run-seq-state-on-gpu.sh (the prompt cache's save/load)
 #   cache      tests/api/test_prompt_cache.py on the cuda backend
 #   pipeline   TEST_BACKEND=cuda tests/tools/test_pipeline.sh and test_idle.sh
+#   adaptive   TEST_BACKEND=cuda tests/tools/test_adaptive_slots.sh (the adaptive slot cache: same
+#              output as static, swaps over the copy stream, no eval waited)   ~1 min
 #   selfcheck  tests/deploy/selfcheck-gpu.sh (the installer's first layers)
 #   train      tests/train/test_forward.py (torch there)
 # FULL=1: fixtures and synthetic with make test-gpu's own lengths and both kernel sets (the default
@@ -65,6 +67,7 @@ one_step() {
     seqstate) run_step "$s" env CHECK="$B/tests/cuda/check_seq_state" bash tests/cuda/run-seq-state-on-gpu.sh ;;
     cache) run_step "$s" env BUILD="$B" python3 tests/api/test_prompt_cache.py ;; # the coordinator picks cuda there
     pipeline) run_step "$s" bash -c "TEST_BACKEND=cuda BUILD='$B' bash tests/tools/test_pipeline.sh && TEST_BACKEND=cuda BUILD='$B' bash tests/tools/test_idle.sh" ;;
+    adaptive) run_step "$s" env TEST_BACKEND=cuda BUILD="$B" bash tests/tools/test_adaptive_slots.sh ;;
     selfcheck) run_step "$s" env BUILD="$B" WORK=/dev/shm/nb-selfcheck bash tests/deploy/selfcheck-gpu.sh ;;
     train) run_step "$s" python3 tests/train/test_forward.py ;;
     *) echo "device-checks: unknown step '$s' (see the header)" >&2; exit 2 ;;
@@ -72,7 +75,7 @@ one_step() {
 }
 for lane in "$@"; do # every name known before anything runs
     for s in ${lane//,/ }; do
-        case " fixtures synthetic matvec verify seqstate cache pipeline selfcheck train " in
+        case " fixtures synthetic matvec verify seqstate cache pipeline adaptive selfcheck train " in
         *" $s "*) ;;
         *) echo "device-checks: unknown step '$s' (see the header)" >&2; exit 2 ;;
         esac

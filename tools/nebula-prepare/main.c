@@ -65,6 +65,9 @@ static void usage(FILE *f)
             "                      model's mapping in host memory), ssd (they are paged from ple.bin by the\n"
             "                      ssd-pager) or vram (a CUDA gpu-worker holds the whole table on the GPU:\n"
             "                      it counts in the VRAM budget; 26.8 GiB in the released model)\n"
+            "  --arena-vram on|off on: the RAM arena holds the VRAM tier's experts too (they count in the\n"
+            "                      RAM budget), so the gpu-worker's adaptive slots (--slots adaptive) can\n"
+            "                      move every expert; off (default): only the RAM tier's can enter a slot\n"
             "  --mtp FILE          the MTP block from a separate GGUF (Unsloth's MTP/mtp-*.gguf): its experts\n"
             "                      and dense tensors join the trunk's (dense.gguf then holds the whole model)\n"
             "  --hotlist F         a measured hotlist, TSV: layer expert count mean_weight\n"
@@ -98,7 +101,7 @@ struct run {
     struct placement_opts popts;
     uint64_t vram_slots; /* --vram-slots */
     bool given_slots, given_ctx;
-    bool given_vram, given_ram, given_victim, given_early, given_mtp, given_ple;
+    bool given_vram, given_ram, given_victim, given_early, given_mtp, given_ple, given_arena;
     int verified, written;
     const char *profile, *profiles_path, *hw_file;
     bool profile_info, profile_table, cpu_only;
@@ -303,7 +306,8 @@ static int part_placement(struct run *r, const struct hotlist *h, const char *de
     struct placement_opts defaults = o;
     if (read_file(path, &old, &old_n, NULL, 0) == 0 && placement_read_opts(old, &o) == 0 &&
         memcmp(&o, &defaults, sizeof o) != 0 &&
-        !((r->given_vram || r->given_slots) && r->given_ctx && r->given_ram && r->given_victim && r->given_early && r->given_mtp && r->given_ple))
+        !((r->given_vram || r->given_slots) && r->given_ctx && r->given_ram && r->given_victim && r->given_early && r->given_mtp && r->given_ple &&
+          r->given_arena))
         say("placement.json: options not given keep the previous run's values");
     free(old);
     if (r->given_vram) o.vram_bytes = r->popts.vram_bytes;
@@ -314,6 +318,7 @@ static int part_placement(struct run *r, const struct hotlist *h, const char *de
     if (r->given_early) o.early_weight = r->popts.early_weight, o.early_layers = r->popts.early_layers;
     if (r->given_mtp) o.mtp_first = r->popts.mtp_first;
     if (r->given_ple) o.ple_ssd = r->popts.ple_ssd, o.ple_vram = r->popts.ple_vram;
+    if (r->given_arena) o.arena_vram = r->popts.arena_vram;
     sha_buf_hex(r->x.idx, r->x.idx_bytes, idx_sha);
     struct placement_ids ids = {.dense_sha = dense_sha, .experts_sha = experts_sha, .idx_sha = idx_sha,
                                 .hotlist_sha = hot_sha, .dense_tensor_bytes = dense_bytes_of(r->m),
@@ -464,13 +469,14 @@ int main(int argc, char **argv)
     struct run r = {0};
     bool quiet = false;
     enum { O_VRAM = 1000, O_SLOTS, O_CTX, O_RAM, O_VICTIM, O_EARLY, O_MTP, O_PLE, O_HOT, O_KILL, O_INT, O_MTP_FILE,
-           O_PROFILE, O_PROFILES, O_HW, O_PINFO, O_PTABLE, O_CPU };
+           O_PROFILE, O_PROFILES, O_HW, O_PINFO, O_PTABLE, O_CPU, O_ARENA };
     static const struct option opts[] = {
         {"vram-budget", required_argument, 0, O_VRAM}, {"ram-budget", required_argument, 0, O_RAM},
         {"vram-slots", required_argument, 0, O_SLOTS},   {"ctx", required_argument, 0, O_CTX},
         {"victim-cache", required_argument, 0, O_VICTIM}, {"early-quota", required_argument, 0, O_EARLY},
         {"mtp-experts", required_argument, 0, O_MTP},    {"hotlist", required_argument, 0, O_HOT},
         {"ple-tier", required_argument, 0, O_PLE},       {"mtp", required_argument, 0, O_MTP_FILE},
+        {"arena-vram", required_argument, 0, O_ARENA},
         {"profile", required_argument, 0, O_PROFILE},    {"profiles", required_argument, 0, O_PROFILES},
         {"hw-file", required_argument, 0, O_HW},         {"profile-info", no_argument, 0, O_PINFO},
         {"profile-table", no_argument, 0, O_PTABLE},     {"cpu-only", no_argument, 0, O_CPU},
@@ -511,6 +517,11 @@ int main(int argc, char **argv)
             r.popts.ple_ssd = strcmp(optarg, "ssd") == 0;
             r.popts.ple_vram = strcmp(optarg, "vram") == 0;
             bad = !r.popts.ple_ssd && !r.popts.ple_vram && strcmp(optarg, "ram") != 0 ? "--ple-tier" : NULL;
+            break;
+        case O_ARENA:
+            r.given_arena = true;
+            r.popts.arena_vram = strcmp(optarg, "on") == 0;
+            bad = !r.popts.arena_vram && strcmp(optarg, "off") != 0 ? "--arena-vram" : NULL;
             break;
         case O_HOT: r.hotlist_path = optarg; break;
         case O_MTP_FILE: r.mtp_path = optarg; break;

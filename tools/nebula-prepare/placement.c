@@ -132,6 +132,7 @@ static void add_request(cJSON *root, const struct placement_opts *o)
     cJSON_AddItemToObject(r, "early_quota", e);
     cJSON_AddStringToObject(r, "mtp_experts", o->mtp_first ? "vram-first" : "shared");
     cJSON_AddStringToObject(r, "ple_tier", o->ple_ssd ? "ssd" : o->ple_vram ? "vram" : "ram");
+    cJSON_AddBoolToObject(r, "arena_vram", o->arena_vram);
     cJSON_AddItemToObject(root, "request", r);
 }
 
@@ -205,8 +206,20 @@ int placement_tiers(const struct expert_layout *x, const struct placement_opts *
         cap[l] = E - vram[l];
         w[l] = 1.0;
     }
+    uint64_t ram_left = o->ram_bytes == BUDGET_ALL ? 0 : o->ram_bytes - o->victim_bytes;
+    if (o->arena_vram && o->ram_bytes != BUDGET_ALL) { /* the VRAM tier's copies in the arena come first */
+        uint64_t copies = 0;
+        for (int l = 0; l < n; l++) copies += (uint64_t)vram[l] * x->layers[l].blob_bytes;
+        if (copies > ram_left) {
+            char a[32], b[32];
+            fmt_bytes(copies, a, sizeof a), fmt_bytes(ram_left, b, sizeof b);
+            rc = nb_errf(err, errlen, NB_EINVAL, "--arena-vram: the VRAM tier's experts (%s) do not fit the RAM budget's %s", a, b);
+            goto done;
+        }
+        ram_left -= copies;
+    }
     if (o->ram_bytes == BUDGET_ALL) memcpy(ram, cap, (size_t)n * sizeof *ram);
-    else share_out(x, cap, w, o->ram_bytes - o->victim_bytes, ram);
+    else share_out(x, cap, w, ram_left, ram);
 done:
     free(cap);
     free(w);
@@ -292,9 +305,9 @@ int placement_build(const struct expert_layout *x, const struct hotlist *h, cons
     fmt_bytes(tot_b[0], b0, sizeof b0);
     fmt_bytes(tot_b[1], b1, sizeof b1);
     fmt_bytes(tot_b[2], b2, sizeof b2);
-    snprintf(summary, summary_len, "vram %llu experts (%s), ram %llu (%s), ssd %llu (%s)%s",
+    snprintf(summary, summary_len, "vram %llu experts (%s), ram %llu (%s), ssd %llu (%s)%s%s",
              (unsigned long long)tot_n[0], b0, (unsigned long long)tot_n[1], b1, (unsigned long long)tot_n[2], b2,
-             h->neutral ? "; neutral hotlist: expert order" : "");
+             o->arena_vram ? "; the RAM arena holds the vram tier's too" : "", h->neutral ? "; neutral hotlist: expert order" : "");
 done:
     free(vram);
     free(ram);
@@ -326,6 +339,8 @@ int placement_read_opts(const char *json, struct placement_opts *o)
     const cJSON *ew = cJSON_GetObjectItemCaseSensitive(e, "weight"), *el = cJSON_GetObjectItemCaseSensitive(e, "layers");
     if (cJSON_IsNumber(ew)) o->early_weight = ew->valuedouble;
     if (cJSON_IsNumber(el)) o->early_layers = el->valueint;
+    const cJSON *av = cJSON_GetObjectItemCaseSensitive(r, "arena_vram");
+    if (cJSON_IsBool(av)) o->arena_vram = cJSON_IsTrue(av);
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "mtp_experts");
     if (cJSON_IsString(m)) o->mtp_first = strcmp(m->valuestring, "shared") != 0;
     const cJSON *pt = cJSON_GetObjectItemCaseSensitive(r, "ple_tier");

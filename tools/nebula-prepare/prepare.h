@@ -226,6 +226,8 @@ struct placement_opts {
     bool mtp_first;         /* MTP experts take VRAM before the trunk's quotas */
     bool ple_ssd;           /* the PLE table's rows are paged from ple.bin (else read from RAM) */
     bool ple_vram;          /* the table on the GPU (ple_tier "vram"; it counts in the VRAM plan) */
+    bool arena_vram;        /* the RAM arena holds the VRAM tier's experts too (adaptive slots can then move
+                               every expert; they count in ram_bytes) */
 };
 
 struct placement_ids {      /* what the placement must name */

@@ -113,6 +113,14 @@ static void print_status(const cJSON *r)
     printf("routed experts computed: %.0f (%.2f per token evaluated)\n", num(r, "experts_computed"),
            num(r, "experts_computed_per_token"));
     printf("gpu-worker VRAM peak: %.1f MiB\n", num(r, "vram_peak_bytes") / 1048576.0);
+    const cJSON *sl = cJSON_GetObjectItemCaseSensitive(r, "slots");
+    const cJSON *ad = cJSON_GetObjectItemCaseSensitive(sl, "adapt");
+    if (cJSON_IsString(ad) && !strcmp(ad->valuestring, "static")) printf("slots static: the placement's\n");
+    else if (cJSON_IsObject(sl)) {
+        printf("slots %s: decode hit rate %.1f%% (the placement's slots: %.1f%%), %.0f swaps (%.1f MiB), %.0f steps waited for a copy\n",
+               cJSON_IsString(ad) ? ad->valuestring : "?", 100 * num(sl, "hit_rate"), 100 * num(sl, "static_hit_rate"),
+               num(sl, "swaps"), num(sl, "bytes") / 1048576.0, num(sl, "waited_steps"));
+    }
     printf("%-16s %8s %-12s %8s %10s %10s\n", "worker", "pid", "state", "restarts", "uptime_s", "beat_ago_s");
     cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(r, "workers"))
         printf("%-16s %8.0f %-12s %8.0f %10.1f %10.1f\n", str(w, "role"), num(w, "pid"), str(w, "state"), num(w, "restarts"),
