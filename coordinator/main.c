@@ -21,6 +21,7 @@
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/err.h"
 #include "core/util/log.h"
+#include "core/util/opts.h"
 #include "cpu-moe-worker/moe_proto.h"
 #include "engine/ffn.h"
 #include "engine/vram.h"
@@ -28,7 +29,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <getopt.h>
 #include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
@@ -176,22 +176,16 @@ static void resolve_backend(struct coord *c)
 
 static int parse(int argc, char **argv, struct coord *c, const char **runtime, struct api_config *h, bool *http_off)
 {
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},   {"prepared", required_argument, 0, 'p'},
-                                         {"runtime", required_argument, 0, 'r'}, {"threads", required_argument, 0, 't'},
-                                         {"chunk", required_argument, 0, 'c'},   {"http", required_argument, 0, 'H'},
-                                         {"max-queue", required_argument, 0, 'q'}, {"max-body", required_argument, 0, 'b'},
-                                         {"sse-keepalive", required_argument, 0, 'k'}, {"demo", no_argument, 0, 'd'},
-                                         {"name", required_argument, 0, 'n'},    {"help", no_argument, 0, 'h'},
-                                         {"backend", required_argument, 0, 'B'}, {"kernels", required_argument, 0, 'K'},
-                                         {"cpu-kernels", required_argument, 0, 'C'},
-                                         {"vram-budget", required_argument, 0, 'V'}, {"ctx", required_argument, 0, 'x'},
-                                         {"layer-times", no_argument, 0, 'L'},  {"config", required_argument, 0, 'f'},
-                                         {"mtp", required_argument, 0, 'M'},    {"spec", required_argument, 0, 'S'},
-                                         {"test-hooks", no_argument, 0, 'T'},   {"stream-rows", required_argument, 0, 'R'},
-                                         {"cache", required_argument, 0, 'E'},  {"cache-dir", required_argument, 0, 'D'},
-                                         {"cache-ram-entries", required_argument, 0, 'N'},
-                                         {"cache-ram-bytes", required_argument, 0, 'A'}, {"cache-disk-bytes", required_argument, 0, 'Z'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        NB_OPT_ARG("model", 'm'), NB_OPT_ARG("prepared", 'p'), NB_OPT_ARG("runtime", 'r'), NB_OPT_ARG("threads", 't'),
+        NB_OPT_ARG("chunk", 'c'), NB_OPT_ARG("http", 'H'), NB_OPT_ARG("max-queue", 'q'), NB_OPT_ARG("max-body", 'b'),
+        NB_OPT_ARG("sse-keepalive", 'k'), NB_OPT_FLAG("demo", 'd'), NB_OPT_ARG("name", 'n'), NB_OPT_FLAG("help", 'h'),
+        NB_OPT_ARG("backend", 'B'), NB_OPT_ARG("kernels", 'K'), NB_OPT_ARG("cpu-kernels", 'C'),
+        NB_OPT_ARG("vram-budget", 'V'), NB_OPT_ARG("ctx", 'x'), NB_OPT_FLAG("layer-times", 'L'),
+        NB_OPT_ARG("config", 'f'), NB_OPT_ARG("mtp", 'M'), NB_OPT_ARG("spec", 'S'), NB_OPT_FLAG("test-hooks", 'T'),
+        NB_OPT_ARG("stream-rows", 'R'), NB_OPT_ARG("cache", 'E'), NB_OPT_ARG("cache-dir", 'D'),
+        NB_OPT_ARG("cache-ram-entries", 'N'), NB_OPT_ARG("cache-ram-bytes", 'A'), NB_OPT_ARG("cache-disk-bytes", 'Z'),
+        NB_OPT_END};
     int ch;
     char err[256];
     enum gw_kernels kern;

@@ -5,9 +5,9 @@
  * streams them into the GGUF.  This file is the command line. */
 #include "core/safetensors/safetensors.h"
 #include "core/util/err.h"
+#include "core/util/opts.h"
 #include "tools/nebula-convert/convert.h"
 
-#include <getopt.h>
 #include <libgen.h>
 #include <omp.h>
 #include <stdio.h>
@@ -66,15 +66,8 @@ int main(int argc, char **argv)
     bool split = false;
     struct conv_synth synth = {.seed = 1, .router_skew = CONV_SKEW_DEFAULT};
     long long layers = 0, ngram_base = 0;
-    static const struct option opts[] = {{"type", required_argument, 0, 't'}, {"no-mtp", no_argument, 0, 'M'},
-                                         {"synthetic", no_argument, 0, 'S'}, {"layers", required_argument, 0, 'L'},
-                                         {"seed", required_argument, 0, 's'}, {"router-skew", required_argument, 0, 'k'},
-                                         {"ngram-base", required_argument, 0, 'B'},
-                                         {"name", required_argument, 0, 'n'}, {"threads", required_argument, 0, 'j'},
-                                         {"quiet", no_argument, 0, 'q'},     {"help", no_argument, 0, 'h'},
-                                         {"exact-rows", no_argument, 0, 'E'},
-                                         {"mtp-out", required_argument, 0, 'O'}, {"split", no_argument, 0, 'P'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {CONV_COMMON_OPTS, NB_OPT_ARG("type", 't'), NB_OPT_FLAG("synthetic", 'S'),
+                                         NB_OPT_ARG("router-skew", 'k'), NB_OPT_END};
     int o;
     while ((o = getopt_long(argc, argv, "t:qhj:", opts, NULL)) != -1) {
         switch (o) {
