@@ -373,6 +373,8 @@ static int make_rundir(struct coord *c, const char *runtime, char *err, size_t e
     return ctl_open(CTL_REP, ep, NULL, &c->rep, err, errlen);
 }
 
+_Static_assert(NB_MAX_PREFILL_CHUNK <= RING_MAX_TOKENS, "a step message carries the largest prefill chunk");
+
 struct ring_geometry coord_step_geometry(const struct model *m, int chunk)
 {
     return (struct ring_geometry){.n_slots = 2, .max_tokens = (uint32_t)chunk, .max_experts = 0,
@@ -387,7 +389,8 @@ static int make_regions(struct coord *c, char *err, size_t errlen)
                                .payload_bytes = (uint32_t)moe_payload_bytes(MOE_RING_ROWS, (uint32_t)hp->n_expert_used,
                                                                              (uint64_t)hp->n_embd)};
     uint32_t n_layers = (uint32_t)(hp->n_layer + hp->n_nextn);
-    int rc = shm_region_create(c->inst, "step", ring_pair_bytes(&sg), &c->step_reg, err, errlen);
+    int rc = ring_check_geometry(&sg, err, errlen); /* a geometry out of range: its reason, not "size 0" */
+    if (!rc) rc = shm_region_create(c->inst, "step", ring_pair_bytes(&sg), &c->step_reg, err, errlen);
     if (!rc) rc = ring_pair_format(&c->step_reg, 0, &sg, err, errlen);
     if (!rc) rc = ring_pair_attach(&c->step, &c->step_reg, 0, RING_CLIENT, NULL, err, errlen);
     if (!rc) rc = shm_region_create(c->inst, "moe", ring_pair_bytes(&mg), &c->moe_reg, err, errlen);
