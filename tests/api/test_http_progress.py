@@ -176,11 +176,28 @@ def test_big_chunk(tmp):
         dones = check_reports("completions, 512 a step", ev, n, 512)
         check(len(set(dones)) >= n // 512 // 2, f"512 a step: most of the {n // 512 + 1} steps reported: {len(set(dones))}")
         ref = stream_text(ev)[1]
-        st, ctype, ev = stream("/v1/completions", dict(body, stream=True))  # the default: --chunk's 8192
+        # The default: --chunk's 8192; the gpu-worker paused at the first comment, /api/status meanwhile.
+        c, r = open_stream("/v1/completions", dict(body, stream=True))
+        ev = []
+        while not any(e[0] == "comment" and prefill_report(e[1]) for e in ev):
+            got = read_events(r, limit=1)
+            ev += got
+            if not got or got[-1] == ("data", "[DONE]"):
+                break
+        gw = [w for w in status()["workers"] if w["role"] == "gpu-worker"][0]["pid"]
+        os.kill(gw, signal.SIGSTOP)
+        try:
+            during = status().get("prefill")
+        finally:
+            os.kill(gw, signal.SIGCONT)
+        ev += read_events(r)
+        c.close()
+        check(during and during["total"] == n and during["chunk"] == 8192 and during["done"] in (0, 8192),
+              f"/api/status during the prefill: total {n}, chunk 8192, done 0 or 8192: {during}")
         dones = check_reports("completions, 8192 a step", ev, n, 8192)
         steps = sorted(set(dones) - {0})  # 0/n: a keep-alive during the first step
         check(steps == [8192, n], f"8192 a step: two steps, 8192 then {n}: {sorted(set(dones))}")
-        check(st == 200 and stream_text(ev)[1] == ref, f"the same text in steps of 8192 as of 512: {stream_text(ev)[1]!r} vs {ref!r}")
+        check(r.status == 200 and stream_text(ev)[1] == ref, f"the same text in steps of 8192 as of 512: {stream_text(ev)[1]!r} vs {ref!r}")
         big.stop()
         check(big.proc.returncode == 0, f"the --chunk 8192 server's exit status {big.proc.returncode}")
     finally:
