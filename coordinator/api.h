@@ -246,7 +246,6 @@ struct api_job {
     /* Set by the HTTP thread before it queues the job; read-only after. */
     int32_t *ids;
     size_t n_ids;
-    size_t cached_ids;    /* of them, held by a prompt-cache checkpoint (set by the main thread before JOB_DONE) */
     int32_t *script;      /* nebula_test_script's ids: emitted instead of the sampled ones */
     size_t n_script;
     struct api_tool *tools; /* the calls are parsed (tools given, tool_choice not none) */
@@ -263,6 +262,7 @@ struct api_job {
     bool think_split;     /* chat with think on: text starts as reasoning */
     bool ignore_eos;
     bool no_cache;        /* the request's cache_prompt false */
+    bool chat;            /* a chat (the Anthropic and Responses APIs too): its history re-renders the answer */
     gram_grammar *grammar; /* structured output (owned), or NULL */
     char *grammar_key;     /* its key (owned): api_request's */
     char *stop[API_MAX_STOP];
@@ -270,6 +270,9 @@ struct api_job {
     double t_arrival;
     /* Shared, under api.mu. */
     enum api_job_state state;
+    size_t cached_ids;    /* prompt ids held by a prompt-cache checkpoint (the main thread: once looked up, and at the end) */
+    bool cache_known;     /* cached_ids is set: the lookup is done (or the job ended); the Anthropic stream's
+                           * message_start waits for it, to report cache_read_input_tokens */
     bool cancelled;       /* the client went away */
     struct api_buf reasoning, content;
     struct api_call *calls;  /* tool calls parsed so far */
@@ -323,6 +326,7 @@ struct api {
     int port;             /* bound */
     /* The model, fixed before the server starts. */
     char name[128];
+    char notice[1024]; /* with cfg.demo: what the model is (the GGUF's general.description, else the random one's) */
     const char *model_path;
     int64_t ctx, vocab;
     int layers;
@@ -426,6 +430,7 @@ void api_job_release(struct api *a, struct api_job *j); /* with a.mu held */
 
 /* api_views.c: response bodies of the read-only endpoints (they take a.mu). */
 cJSON *api_model_json(const struct api *a); /* fixed fields only: no lock */
+void api_demo_notice(struct api *a, const char *description); /* a->notice: the description, else the random demo's */
 cJSON *api_status_json(struct api *a);
 char *api_metrics_text(struct api *a); /* malloc'ed, NULL when out of memory */
 

@@ -64,13 +64,13 @@ static cJSON *tool_use_block(const struct gen_info *g, const struct api_job *j, 
     return b;
 }
 
-static cJSON *anthropic_usage(const struct api_job *j, bool input)
+static cJSON *anthropic_usage(const struct api_job *j)
 {
     cJSON *u = cJSON_CreateObject();
     /* Anthropic counts the cached part apart: input_tokens + cache_read_input_tokens = the prompt */
-    if (input) cJSON_AddNumberToObject(u, "input_tokens", (double)(j->n_ids - j->cached_ids));
-    if (input)
-        cJSON_AddNumberToObject(u, "cache_creation_input_tokens", 0), cJSON_AddNumberToObject(u, "cache_read_input_tokens", (double)j->cached_ids);
+    cJSON_AddNumberToObject(u, "input_tokens", (double)(j->n_ids - j->cached_ids));
+    cJSON_AddNumberToObject(u, "cache_creation_input_tokens", 0);
+    cJSON_AddNumberToObject(u, "cache_read_input_tokens", (double)j->cached_ids);
     cJSON_AddNumberToObject(u, "output_tokens", (double)j->completion_tokens);
     return u;
 }
@@ -104,7 +104,7 @@ cJSON *api_messages_json(const struct api *a, const struct gen_info *g, const st
     cJSON_AddStringToObject(o, "stop_reason", why);
     if (seq) cJSON_AddStringToObject(o, "stop_sequence", seq);
     else cJSON_AddNullToObject(o, "stop_sequence");
-    cJSON_AddItemToObject(o, "usage", anthropic_usage(j, true));
+    cJSON_AddItemToObject(o, "usage", anthropic_usage(j));
     add_nebula_error(o, j);
     return o;
 }
@@ -345,7 +345,7 @@ int api_dialect_stream_start(struct api_stream *s)
         cJSON_AddArrayToObject(m, "content");
         cJSON_AddNullToObject(m, "stop_reason");
         cJSON_AddNullToObject(m, "stop_sequence");
-        cJSON_AddItemToObject(m, "usage", anthropic_usage(s->j, true));
+        cJSON_AddItemToObject(m, "usage", anthropic_usage(s->j));
         return ev(s, "message_start", obj_with("message", m));
     }
     int rc = ev(s, "response.created", obj_with("response", api_responses_json(s->a, &s->g, s->j, "in_progress")));
@@ -376,7 +376,7 @@ static int finish_events(struct api_stream *s)
         if (seq) cJSON_AddStringToObject(d, "stop_sequence", seq);
         else cJSON_AddNullToObject(d, "stop_sequence");
         o = obj_with("delta", d);
-        cJSON_AddItemToObject(o, "usage", anthropic_usage(j, false));
+        cJSON_AddItemToObject(o, "usage", anthropic_usage(j)); /* the whole usage, as Anthropic's message_delta has it */
         add_nebula_error(o, j);
         int rc = ev(s, "message_delta", o);
         return rc ? rc : ev(s, "message_stop", cJSON_CreateObject());

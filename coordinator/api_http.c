@@ -279,6 +279,17 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         if (s->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&a->mu);
         struct api_job *j = s->j;
+        if (!s->started && s->g.dialect == API_ANTHROPIC && !j->cache_known && j->state != JOB_DONE) {
+            /* message_start carries the usage, cache_read_input_tokens with it: sent once the lookup is done */
+            double t = now_s(), ka = st->last_write + a->cfg.keepalive_s;
+            int rc = 0;
+            if (t >= ka) rc = api_buf_add(&s->out, ": keep-alive\n\n", 14);
+            else wait_until(&a->cv, &a->mu, ka < t + API_POLL_MS / 1e3 ? ka : t + API_POLL_MS / 1e3);
+            if (peer_gone(st->conn)) j->cancelled = true, rc = -1;
+            pthread_mutex_unlock(&a->mu);
+            if (rc) return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
+        }
         if (!s->started) {
             int rc = s->g.dialect == API_OPENAI ? api_stream_start(s) : api_dialect_stream_start(s);
             pthread_mutex_unlock(&a->mu);
@@ -397,6 +408,7 @@ static enum MHD_Result generate(struct api *a, struct MHD_Connection *conn, stru
     j->chunk = r.prefill_chunk;
     j->accuracy_level = r.accuracy_level, j->accuracy_effective = 3;
     j->think_split = kind == API_CHAT && r.think;
+    j->chat = kind == API_CHAT;
     j->ignore_eos = r.ignore_eos, j->no_cache = r.no_cache;
     for (int i = 0; i < r.n_stop; i++) j->stop[i] = r.stop[i], r.stop[i] = NULL;
     j->n_stop = r.n_stop;
@@ -636,6 +648,12 @@ int api_start(struct api *a, struct coord *c, char *err, size_t errlen)
         name = slash ? slash + 1 : c->model_path;
     }
     snprintf(a->name, sizeof a->name, "%s", name);
+    /* The demo's notice: a trained demo model says what it is in general.description (nebula-convert
+     * --description); the random-weight one has none. */
+    const char *desc = NULL;
+    if (gguf_find_key(c->m->gguf, "general.description") < 0 || gguf_get_str(c->m->gguf, "general.description", &desc, NULL, 0))
+        desc = NULL;
+    api_demo_notice(a, desc);
     snprintf(a->phase, sizeof a->phase, "loading");
     snprintf(a->message, sizeof a->message, "starting the workers");
     a->progress = 0.1;

@@ -14,6 +14,7 @@ void api_add_timings(cJSON *o, const struct api_job *j)
     cJSON *t = cJSON_AddObjectToObject(o, "timings");
     cJSON_AddNumberToObject(t, "prompt_tokens", (double)j->n_ids);
     cJSON_AddNumberToObject(t, "prompt_cached", (double)j->cached_ids);
+    cJSON_AddNumberToObject(t, "prompt_prefilled", (double)(j->n_ids - j->cached_ids)); /* the prompt ids this request evaluated */
     cJSON_AddNumberToObject(t, "prompt_ms", j->prompt_ms);
     cJSON_AddNumberToObject(t, "ttft_ms", j->ttft_ms);
     cJSON_AddNumberToObject(t, "completion_tokens", (double)j->completion_tokens);

@@ -158,6 +158,17 @@ static int on_prefill(void *ctx, size_t done, size_t total)
     return r->cancelled;
 }
 
+/* The prompt cache's lookup is settled: the Anthropic stream's message_start can say what it reused. */
+static void on_cached(void *ctx, size_t n_cached)
+{
+    struct run_ctx *r = ctx;
+    if (r->chained) return; /* the job's cached part is its first leg's */
+    pthread_mutex_lock(&r->a->mu);
+    r->j->cached_ids = n_cached, r->j->cache_known = true;
+    pthread_cond_broadcast(&r->a->cv);
+    pthread_mutex_unlock(&r->a->mu);
+}
+
 static int on_token(void *ctx, long long i, int32_t id)
 {
     struct run_ctx *r = ctx;
@@ -256,6 +267,7 @@ static int next_leg(struct run_ctx *r, const struct gen_result *res)
     r->base = made, r->budget_hit = false, r->chained = true;
     /* The think block is closed in the leg's prompt: a grammar applies from its first token. */
     struct coord_request_spec spec = {.ids = r->leg_ids, .n = n, .sp = j->sp, .budget = left, .chunk = j->chunk, .no_cache = j->no_cache,
+                                      .no_end_ckpt = j->chat && !j->tools, /* no third leg */
                                       .ignore_stop = j->ignore_eos, .want_logits = j->logprobs, .grammar = j->grammar,
                                       .grammar_key = j->grammar_key, .constrain_after = -1, .accuracy_level = j->accuracy_level};
     return coord_request_submit(r->c, &spec, &job_ops, r, err, sizeof err);
@@ -276,7 +288,12 @@ static void on_done(void *ctx, const struct coord_outcome *o)
     const struct gen_result *res = o->res;
     long long made = res ? res->made : 0;
     int rc = o->rc && !o->cancelled;
-    if (!r->chained) r->prompt_s = res ? res->prompt_s : 0, j->cached_ids = o->n_cached;
+    if (!r->chained) {
+        r->prompt_s = res ? res->prompt_s : 0;
+        pthread_mutex_lock(&a->mu);
+        j->cached_ids = o->n_cached, j->cache_known = true;
+        pthread_mutex_unlock(&a->mu);
+    }
     if (res) { /* this leg's verify windows join the job's (the loosest level that ran is the one reported) */
         pthread_mutex_lock(&a->mu);
         spec_stats_merge(&j->spec, res->spec);
@@ -342,7 +359,7 @@ static void on_logits(void *ctx, long long i, int32_t id, const float *row)
 }
 
 static const struct coord_request_ops job_ops = {.on_start = on_start, .on_prefill = on_prefill, .on_token = on_token, .on_done = on_done,
-                                                 .on_logits = on_logits};
+                                                 .on_cached = on_cached, .on_logits = on_logits};
 
 /* A job leaves the HTTP side's list for the request queue (it stays
  * JOB_QUEUED, and counted as waiting, until it starts). */
@@ -367,6 +384,7 @@ static void submit(struct coord *c, struct api_job *j)
     }
     /* With thinking on, the grammar applies to the answer: after </think> (docs/API.md, "Structured output"). */
     struct coord_request_spec spec = {.ids = j->ids, .n = j->n_ids, .sp = j->sp, .budget = j->max_tokens, .chunk = j->chunk, .no_cache = j->no_cache,
+                                      .no_end_ckpt = j->chat && !j->tools && !j->think_budget, /* a second leg would extend it */
                                       .ignore_stop = j->ignore_eos, .want_logits = j->logprobs, .grammar = j->grammar,
                                       .grammar_key = j->grammar_key,
                                       .constrain_after = j->grammar && j->think_split ? tok_id_of(c->tok, "</think>") : -1,

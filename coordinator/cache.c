@@ -7,22 +7,25 @@
  * what a request resumes from, where it saves, and what leaves when a
  * budget is exceeded (least recently used first).
  *
- * The one idea: a state is only worth resuming from if what follows is
- * computed with the bits a prefill from token 0 would give.  GDN's chunked
- * form works in blocks of 64 rows from an eval's first, so a prefill split
- * anywhere else changes the logits' last bits (core/model's
- * model_resume_align; the decode steps' recurrent form too, so the
- * generated tokens' states are never resumable).  Checkpoints are therefore
- * taken only at resumable positions of a prompt — the last one at or below
- * its end — and a new prompt resumes from the longest checkpoint that is a
- * prefix of it: it prefills what follows, less than 64 tokens more than the
- * new ones.  Greedy or sampled, the output is then the uncached one's.
- * A position p is resumable for a prefill in steps of chunk (the request's
- * prefill_chunk capped at --chunk: the uncached prefill's evals end at its
- * multiples, gen.c keeps that grid when it resumes) when (p mod chunk) is a
- * multiple of the alignment; a checkpoint records the chunk it was computed
- * with and serves prefills whose grid gives it the same bits: the same
- * chunk, or both multiples of the alignment. */
+ * Two kinds of checkpoint, by the bits what follows them gets:
+ *  - on the grid (grid > 0): a state a prefill from token 0 computes at a
+ *    block boundary of GDN's chunked form (64 rows from an eval's first:
+ *    core/model's model_resume_align) — resumed, the rest of the prompt is
+ *    evaluated with the bits an uncached prefill gives.  A position p is on
+ *    the grid of a prefill in steps of chunk (the request's prefill_chunk
+ *    capped at --chunk: the uncached prefill's evals end at its multiples,
+ *    gen.c keeps that grid when it resumes) when (p mod chunk) is a multiple
+ *    of the alignment; such a checkpoint serves prefills whose grid gives it
+ *    the same bits: the same chunk, or both multiples of the alignment.
+ *  - anywhere (grid 0): the state after the last token a request evaluated
+ *    (its prompt and the answer's tokens fed back by the decode steps, whose
+ *    recurrent form rounds otherwise than the chunked one) and at the
+ *    generation prompt's role header (the position after which the next
+ *    turn's history renders otherwise), or any state resumed from one of
+ *    these.  What follows is exact within float tolerance, not bit for bit
+ *    (docs/BENCHMARKS.md measures it); it serves any prompt that extends it.
+ * A new prompt resumes from the longest checkpoint that is a prefix of it.  cache.resume = grid takes
+ * and serves the first kind only: the output is then the uncached one's bit for bit. */
 #include "coordinator/coord.h"
 
 #include "core/kvfile/kvfile.h"
@@ -42,7 +45,7 @@ struct coord_ckpt {
     uint32_t id;
     int32_t *tokens;
     int64_t n;
-    int grid;              /* the prefill chunk it was computed with */
+    int grid;              /* the prefill chunk it was computed with; 0: anywhere (the top comment) */
     uint64_t bytes, file_bytes;
     bool in_ram, on_disk;
     uint64_t used;
@@ -56,6 +59,8 @@ struct coord_cache {
     int align;
     char identity[KVFILE_IDENTITY_MAX];
     struct coord_cache_numbers num;
+    uint32_t orphans[8];   /* saved by the gpu-worker but refused here: dropped first (coord_cache_evict) */
+    int n_orphans;
 };
 
 static void ckpt_path(const struct coord *c, uint32_t id, char *p, size_t n)
@@ -158,7 +163,8 @@ int coord_cache_open(struct coord *c, char *err, size_t errlen)
             return nb_errf(err, errlen, NB_EIO, "cache.dir %s: %s", c->cache_cfg.dir, strerror(errno));
         scan_dir(c, k);
     }
-    nb_log("prompt cache: on (checkpoints at multiples of %d positions; RAM %d entries / %.0f MiB; %s%s)", k->align,
+    nb_log("prompt cache: on (checkpoints at multiples of %d positions%s; RAM %d entries / %.0f MiB; %s%s)", k->align,
+           c->cache_cfg.grid_only ? " only" : ", at the role header and at the end",
            c->cache_cfg.ram_entries, c->cache_cfg.ram_bytes / 1048576.0, c->cache_cfg.dir[0] ? "files in " : "no files",
            c->cache_cfg.dir);
     return 0;
@@ -182,20 +188,22 @@ static bool resumable(const struct coord_cache *k, int64_t p, int chunk)
     return p > 0 && chunk > 0 && (p % chunk) % k->align == 0;
 }
 
-/* A state computed on grid g is the one a prefill on grid chunk computes: the same grid, or both on
- * block boundaries only. */
-static bool same_bits(const struct coord_cache *k, int g, int chunk)
+/* Entry e may be resumed by a prefill in steps of chunk: anywhere (grid 0), or a state computed on grid g
+ * that is the one a prefill on grid chunk computes (the same grid, or both on block boundaries only). */
+static bool serves(const struct coord *c, const struct coord_ckpt *e, int chunk)
 {
-    return g == chunk || (g > 0 && g % k->align == 0 && chunk % k->align == 0);
+    const struct coord_cache *k = c->cache;
+    if (e->grid == 0) return !c->cache_cfg.grid_only; /* cache.resume = grid: bit for bit only */
+    return resumable(k, e->n, chunk) && (e->grid == chunk || (e->grid % k->align == 0 && chunk % k->align == 0));
 }
 
-bool coord_cache_match(struct coord *c, const int32_t *ids, size_t n, int chunk, uint32_t *id, int64_t *pos)
+bool coord_cache_match(struct coord *c, const int32_t *ids, size_t n, int chunk, uint32_t *id, int64_t *pos, bool *anywhere)
 {
     struct coord_cache *k = c->cache;
     int best = -1;
     for (int i = 0; k && i < k->n; i++) {
         const struct coord_ckpt *e = &k->e[i];
-        if (e->n >= (int64_t)n || !resumable(k, e->n, chunk) || !same_bits(k, e->grid, chunk) || (best >= 0 && e->n < k->e[best].n))
+        if (e->n >= (int64_t)n || !serves(c, e, chunk) || (best >= 0 && e->n < k->e[best].n))
             continue; /* one token at least is left to evaluate: its logits */
         if (best >= 0 && e->n == k->e[best].n && !e->in_ram) continue;
         if (memcmp(e->tokens, ids, (size_t)e->n * sizeof *ids)) continue;
@@ -203,8 +211,16 @@ bool coord_cache_match(struct coord *c, const int32_t *ids, size_t n, int chunk,
     }
     if (best < 0) return false;
     k->e[best].used = ++k->clock + (1ull << 40); /* above the files' mtimes */
-    *id = k->e[best].id, *pos = k->e[best].n;
+    *id = k->e[best].id, *pos = k->e[best].n, *anywhere = k->e[best].grid == 0;
     return true;
+}
+
+bool coord_cache_has(const struct coord *c, const int32_t *ids, int64_t n)
+{
+    const struct coord_cache *k = c->cache;
+    for (int i = 0; k && i < k->n; i++)
+        if (k->e[i].n == n && !memcmp(k->e[i].tokens, ids, (size_t)n * sizeof *ids)) return true;
+    return false;
 }
 
 int64_t coord_cache_cut(const struct coord *c, size_t n, int chunk, int64_t from)
@@ -217,6 +233,13 @@ int64_t coord_cache_cut(const struct coord *c, size_t n, int chunk, int64_t from
 
 uint32_t coord_cache_new_id(struct coord *c) { return c->cache->next_id++; }
 
+/* A checkpoint the gpu-worker holds that the index does not take: dropped with its file by the next evict. */
+static int orphan(struct coord_cache *k, uint32_t id, int rc)
+{
+    if (k->n_orphans < (int)(sizeof k->orphans / sizeof k->orphans[0])) k->orphans[k->n_orphans++] = id;
+    return rc;
+}
+
 int coord_cache_saved(struct coord *c, uint32_t id, const int32_t *ids, int64_t n, int chunk, const int32_t *answer,
                       uint32_t bytes, char *err, size_t errlen)
 {
@@ -225,14 +248,14 @@ int coord_cache_saved(struct coord *c, uint32_t id, const int32_t *ids, int64_t 
     const uint64_t state = (uint64_t)(uint32_t)answer[0] | (uint64_t)(uint32_t)answer[1] << 32;
     const uint64_t h = (uint64_t)(uint32_t)answer[3] | (uint64_t)(uint32_t)answer[4] << 32;
     if (answer[2] != n || h != kvfile_hash(ids, (uint64_t)n * 4, 3))
-        return nb_errf(err, errlen, NB_EIO, "gpu-worker: checkpoint %08x holds other tokens than the prompt's first %lld", id,
-                       (long long)n);
+        return orphan(k, id, nb_errf(err, errlen, NB_EIO, "gpu-worker: checkpoint %08x holds %d positions, not the %lld ids expected", id,
+                                     answer[2], (long long)n));
     struct coord_ckpt *e = add(k);
     int32_t *t = malloc((size_t)n * sizeof *t);
     if (!e || !t) {
         if (e) k->n--;
         free(t);
-        return nb_errf(err, errlen, NB_ENOMEM, "out of memory");
+        return orphan(k, id, nb_errf(err, errlen, NB_ENOMEM, "out of memory"));
     }
     memcpy(t, ids, (size_t)n * sizeof *t);
     *e = (struct coord_ckpt){.id = id, .tokens = t, .n = n, .grid = chunk, .bytes = state, .in_ram = true, .on_disk = c->cache_cfg.dir[0] != 0,
@@ -257,6 +280,7 @@ bool coord_cache_evict(struct coord *c, uint32_t *id, bool *file)
     if (!k) return false;
     const struct coord_cache_cfg *g = &c->cache_cfg;
     int i;
+    if (k->n_orphans) return *id = k->orphans[--k->n_orphans], *file = true, true;
     if (k->num.disk_bytes > g->disk_bytes && (i = oldest(k, false)) >= 0) { /* the file, and the RAM copy with it */
         *id = k->e[i].id, *file = true;
         remove_at(k, i);
@@ -297,11 +321,12 @@ void coord_cache_ram_lost(struct coord *c)
     if (k) recount(k);
 }
 
-void coord_cache_count(struct coord *c, bool hit, int64_t reused)
+void coord_cache_count(struct coord *c, bool hit, int64_t reused, int64_t prefilled)
 {
     if (!c->cache) return;
     if (hit) c->cache->num.hits++, c->cache->num.tokens_reused += (uint64_t)reused;
     else c->cache->num.misses++;
+    c->cache->num.tokens_prefilled += (uint64_t)prefilled;
 }
 
 struct coord_cache_numbers coord_cache_numbers(const struct coord *c)

@@ -106,8 +106,8 @@ static cJSON *stats(struct coord *c)
     cJSON *pc = cJSON_AddObjectToObject(r, "prompt_cache");
     cJSON_AddBoolToObject(pc, "enabled", c->cache != NULL);
     const struct { const char *name; uint64_t v; } f[] = {{"hits", k.hits}, {"misses", k.misses}, {"tokens_reused", k.tokens_reused},
-        {"saves", k.saves}, {"load_failures", k.load_failures}, {"ram_entries", k.ram_entries}, {"ram_bytes", k.ram_bytes},
-        {"disk_entries", k.disk_entries}, {"disk_bytes", k.disk_bytes}};
+        {"tokens_prefilled", k.tokens_prefilled}, {"saves", k.saves}, {"load_failures", k.load_failures}, {"ram_entries", k.ram_entries},
+        {"ram_bytes", k.ram_bytes}, {"disk_entries", k.disk_entries}, {"disk_bytes", k.disk_bytes}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) cJSON_AddNumberToObject(pc, f[i].name, (double)f[i].v);
     return r;
 }

@@ -113,6 +113,7 @@ struct coord {
         int ram_entries;
         uint64_t ram_bytes, disk_bytes;
         const char *dir;           /* "": none */
+        bool grid_only;            /* cache.resume = grid: checkpoints on the grid only, the output bit for bit */
     } cache_cfg;
     struct coord_cache *cache;     /* cache.c's index (NULL: off) */
     bool gw_cuda;                  /* backend is cuda */
@@ -169,18 +170,23 @@ struct coord {
 
 /* cache.c: the prompt cache's index (its top comment has the rule).  open
  * after the model and the backend are known (reads cache.dir's files);
- * match: the checkpoint a prompt resumes from (false: none); cut: where its
- * prefill saves one (0: nowhere), the last resumable position in (from, n];
- * saved: a STEP_SAVE's answer checked and recorded; evict: the next STEP_DROP
- * a budget asks for (false: none); forget: a checkpoint that failed to load. */
+ * match: the checkpoint a prompt resumes from (false: none; *anywhere: it is
+ * one of grid 0, so what follows is exact within tolerance only); has: a
+ * checkpoint of exactly these ids exists; cut: where its prefill saves one on
+ * the grid (0: nowhere), the last resumable position in (from, n]; saved: a
+ * STEP_SAVE's answer checked and recorded (chunk 0: a checkpoint anywhere; a
+ * refused one is dropped by the next evict); evict: the next STEP_DROP a
+ * budget asks for (false: none); forget: a checkpoint that failed to load;
+ * count: a request's lookup (hit or miss, ids reused, ids prefilled). */
 struct coord_cache_numbers {
-    uint64_t hits, misses, tokens_reused, saves, load_failures;
+    uint64_t hits, misses, tokens_reused, tokens_prefilled, saves, load_failures;
     uint64_t ram_entries, ram_bytes, disk_entries, disk_bytes;
 };
 int coord_cache_open(struct coord *c, char *err, size_t errlen);
 void coord_cache_close(struct coord *c);
 const char *coord_cache_identity(const struct coord *c);
-bool coord_cache_match(struct coord *c, const int32_t *ids, size_t n, int chunk, uint32_t *id, int64_t *pos);
+bool coord_cache_match(struct coord *c, const int32_t *ids, size_t n, int chunk, uint32_t *id, int64_t *pos, bool *anywhere);
+bool coord_cache_has(const struct coord *c, const int32_t *ids, int64_t n);
 int64_t coord_cache_cut(const struct coord *c, size_t n, int chunk, int64_t from);
 uint32_t coord_cache_new_id(struct coord *c);
 int coord_cache_saved(struct coord *c, uint32_t id, const int32_t *ids, int64_t n, int chunk, const int32_t *answer,
@@ -188,7 +194,7 @@ int coord_cache_saved(struct coord *c, uint32_t id, const int32_t *ids, int64_t 
 bool coord_cache_evict(struct coord *c, uint32_t *id, bool *file);
 void coord_cache_forget(struct coord *c, uint32_t id);
 void coord_cache_ram_lost(struct coord *c); /* the gpu-worker died: only the files remain */
-void coord_cache_count(struct coord *c, bool hit, int64_t reused);
+void coord_cache_count(struct coord *c, bool hit, int64_t reused, int64_t prefilled);
 struct coord_cache_numbers coord_cache_numbers(const struct coord *c);
 
 /* util.c */
@@ -285,6 +291,9 @@ struct coord_request_ops {
     int (*on_prefill)(void *ctx, size_t done, size_t total);
     int (*on_token)(void *ctx, long long i, int32_t id);
     void (*on_done)(void *ctx, const struct coord_outcome *o);
+    /* Optional: once the prompt cache's lookup is settled, before the prefill's first step: the prompt ids a
+     * checkpoint holds (0: none; called again, with 0, when that checkpoint did not load; per attempt). */
+    void (*on_cached)(void *ctx, size_t n_cached);
     /* With spec.want_logits: just before on_token, the row token i was sampled from (n_vocab raw logits). */
     void (*on_logits)(void *ctx, long long i, int32_t id, const float *row);
 };
@@ -300,6 +309,8 @@ struct coord_request_spec {
     int chunk;
     bool ignore_stop;
     bool no_cache;     /* neither resumed from nor saved in the prompt cache (cache_prompt false) */
+    bool no_end_ckpt;  /* no checkpoint at the end: no next prompt extends the answer's tokens (a chat without tools:
+                        * its history renders the answer without the generation prompt's think block) */
     bool want_logits;  /* every token's full row of logits (ops.on_logits): no argmax shortcut */
     const gram_grammar *grammar;   /* structured output (core/grammar), borrowed until on_done; NULL: none */
     const char *grammar_key;       /* its response_format's text (api_format.c): the matcher cache's key; NULL: not cached */

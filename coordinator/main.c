@@ -49,7 +49,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: nebula-coordinator [--config FILE] --model M.gguf [--mtp FILE] [--prepared DIR] [--runtime DIR] [--threads N] [--chunk N]\n"
                "                          [--backend auto|cpu|cuda] [--kernels ref|fast] [--cpu-kernels ref|fast]\n"
-               "                          [--vram-budget BYTES] [--ctx N] [--layer-times] [--cache on|off|auto] [--cache-dir DIR]\n"
+               "                          [--vram-budget BYTES] [--ctx N] [--layer-times] [--cache on|off|auto]\n"
+               "                          [--cache-resume anywhere|grid] [--cache-dir DIR]\n"
                "                          [--http HOST:PORT|off] [--max-queue N] [--max-body BYTES] [--demo] [--name NAME]\n"
                "\n"
                "Runs one instance of the Nebula pipeline: creates its shared-memory regions and runtime\n"
@@ -90,8 +91,11 @@ static void usage(FILE *f)
                "                   auto (lookup where it makes more tokens a ms); the output is exactly the plain\n"
                "                   one at accuracy_level 3 (either backend)\n"
                "  --cache on|off|auto  the prompt cache: a prompt extending an earlier one resumes from its\n"
-               "                   saved state, the output unchanged; off: prefilled from token 0; auto (default):\n"
-               "                   on with the cpu backend, off on cuda until its save/load has run on a GPU\n"
+               "                   saved state; off: prefilled from token 0; auto (default): on with the cpu\n"
+               "                   backend, off on cuda until its save/load has run on a GPU\n"
+               "  --cache-resume anywhere|grid  anywhere (default): a chat's next turn prefills only its new\n"
+               "                   tokens, the output exact within float tolerance; grid: checkpoints at\n"
+               "                   multiples of 64 only, the output the uncached one's bit for bit\n"
                "  --cache-dir DIR  also write checkpoints there, found again after a restart (default: none)\n"
                "  --cache-ram-entries N, --cache-ram-bytes B, --cache-disk-bytes B  the cache's budgets\n"
                "                   (defaults 8, 4G, 64G; least recently used first out)\n"
@@ -103,7 +107,8 @@ static void usage(FILE *f)
                "  --max-body BYTES largest request body (default 4194304; 413 beyond)\n"
                "  --sse-keepalive S  seconds without output after which a stream gets a ': keep-alive'\n"
                "                   comment (default 2)\n"
-               "  --demo           the model is the bundled random-weight demo: /api/status and /v1/models say so\n"
+               "  --demo           the model is the bundled demo: /api/status and /v1/models say what it is\n"
+               "                   (its GGUF's general.description, else the random-weight demo's notice)\n"
                "  --name NAME      the model's id in the API (default: GGUF general.name, else the file name)\n"
                "  --test-hooks     tests only: requests may carry nebula_test_script (docs/API.md)\n");
 }
@@ -152,7 +157,8 @@ static int apply_conf(int argc, char **argv, struct coord *c, struct api_config 
     c->spec = !strcmp(k.spec, "mtp") ? COORD_SPEC_MTP : !strcmp(k.spec, "lookup") ? COORD_SPEC_LOOKUP
             : !strcmp(k.spec, "auto")  ? COORD_SPEC_AUTO : COORD_SPEC_OFF;
     c->cache_cfg = (struct coord_cache_cfg){.enable = !strcmp(k.cache_enable, "on") ? 1 : !strcmp(k.cache_enable, "auto") ? 2 : 0, .ram_entries = k.cache_ram_entries,
-                                            .ram_bytes = k.cache_ram_bytes, .disk_bytes = k.cache_disk_bytes, .dir = k.cache_dir};
+                                            .ram_bytes = k.cache_ram_bytes, .disk_bytes = k.cache_disk_bytes, .dir = k.cache_dir,
+                                            .grid_only = !strcmp(k.cache_resume, "grid")};
     h->port = k.api_port, h->max_queue = k.max_queue, h->max_body = (size_t)k.max_body;
     h->name = k.name[0] ? k.name : NULL, h->accuracy_level = k.accuracy_level;
     return 0;
@@ -185,7 +191,7 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
         NB_OPT_ARG("config", 'f'), NB_OPT_ARG("mtp", 'M'), NB_OPT_ARG("spec", 'S'), NB_OPT_FLAG("test-hooks", 'T'),
         NB_OPT_ARG("stream-rows", 'R'), NB_OPT_ARG("cache", 'E'), NB_OPT_ARG("cache-dir", 'D'),
         NB_OPT_ARG("cache-ram-entries", 'N'), NB_OPT_ARG("cache-ram-bytes", 'A'), NB_OPT_ARG("cache-disk-bytes", 'Z'),
-        NB_OPT_END};
+        NB_OPT_ARG("cache-resume", 'G'), NB_OPT_END};
     int ch;
     char err[256];
     enum gw_kernels kern;
@@ -290,6 +296,13 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
             c->cache_cfg.enable = !strcmp(optarg, "on") ? 1 : !strcmp(optarg, "auto") ? 2 : 0;
             break;
         case 'D': c->cache_cfg.dir = optarg; break;
+        case 'G':
+            if (strcmp(optarg, "anywhere") && strcmp(optarg, "grid")) {
+                fprintf(stderr, "nebula-coordinator: --cache-resume takes anywhere or grid, not '%s'\n", optarg);
+                return 2;
+            }
+            c->cache_cfg.grid_only = !strcmp(optarg, "grid");
+            break;
         case 'N':
             v = strtoll(optarg, &end, 10);
             if (*end || v < 0 || v > (1 << 20)) {

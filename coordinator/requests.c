@@ -43,8 +43,10 @@
 #define RETRY_WAIT_S 0.2
 
 /* RQ_LOAD, RQ_SAVE, RQ_DROP: the prompt cache's steps (cache.c): a checkpoint
- * loaded instead of the RESET, one saved where the prefill reaches the cut,
- * then the drops its budgets ask for. */
+ * loaded instead of the RESET, one saved where the prefill reaches each cut
+ * (on the grid, and at the generation prompt's role header), one at the end
+ * (the outcome already given to the owner: the state after the answer's
+ * last token fed back), then the drops its budgets ask for. */
 enum rq_state { RQ_QUEUED, RQ_WAIT_WORKERS, RQ_RESET, RQ_EVAL, RQ_RETRY_WAIT, RQ_LOAD, RQ_SAVE, RQ_DROP };
 
 struct coord_request {
@@ -57,10 +59,18 @@ struct coord_request {
     int32_t *ids;          /* the prompt (the cache's index compares and keeps ids); NULL: no cache for it */
     uint32_t ckpt;         /* the checkpoint loaded or being saved */
     int64_t cached;        /* prompt ids the loaded checkpoint held (0: none) */
-    int64_t cut;           /* where the prefill saves a checkpoint (0: nowhere) */
+    int64_t cut;           /* where the prefill saves a checkpoint on the grid (0: nowhere) */
+    int64_t head;          /* and one anywhere: after the generation prompt's "<|im_start|>assistant\n" (0: none) */
     int chunk;             /* prefill ids per step (the grid the cache's rule needs) */
     size_t stable;         /* the prompt's part a next turn repeats: up to its last <|im_start|> (else all of it) */
-    bool saved;
+    size_t role_end;       /* the end of "<|im_start|>assistant\n" after stable, when the prompt has it (else 0) */
+    bool saved, saved_head;
+    bool anywhere;         /* the loaded checkpoint is of grid 0: so is every state of this attempt */
+    int64_t save_n;        /* the save in flight: its positions, and its grid (0: anywhere) */
+    int save_grid;
+    int32_t *end_ids;      /* the end checkpoint's ids (prompt, then the answer's tokens fed back) */
+    bool reported;         /* on_done was called (the end checkpoint is being saved) */
+    bool no_end;           /* the spec's no_end_ckpt */
     enum rq_state state;
     enum gen_phase phase;  /* of the step in flight */
     bool argmax;           /* the step in flight asked for the argmax only */
@@ -96,20 +106,29 @@ static void set_timer(struct coord *c, struct coord_request *r, double s, event_
     if (r->timer < 0) r->timer = 0; /* the table is full: the deadline is lost, the events still come */
 }
 
+/* The head's outcome to its owner (once). */
+static void report(struct coord *c, int rc, bool cancelled)
+{
+    struct coord_request *r = c->rq_head;
+    if (r->reported) return;
+    r->reported = true;
+    struct gen_result res = {0};
+    char err[256];
+    if (r->gen && gen_finish(r->gen, &res, err, sizeof err) && !rc) rc = NB_EIO, snprintf(r->err, sizeof r->err, "%s", err);
+    struct coord_outcome o = {.rc = rc, .cancelled = cancelled, .res = r->gen ? &res : NULL, .n_prompt = r->n_prompt, .err = r->err,
+                              .n_cached = (size_t)r->cached};
+    r->ops.on_done(r->ctx, &o);
+}
+
 /* The head leaves the queue: its outcome to its owner, then the next one. */
 static void finish(struct coord *c, int rc, bool cancelled)
 {
     struct coord_request *r = c->rq_head;
     set_timer(c, r, 0, NULL);
     if (stepping(r)) coord_step_abandon(c);
-    struct gen_result res = {0};
-    char err[256];
-    if (r->gen && gen_finish(r->gen, &res, err, sizeof err) && !rc) rc = NB_EIO, snprintf(r->err, sizeof r->err, "%s", err);
-    struct coord_outcome o = {.rc = rc, .cancelled = cancelled, .res = r->gen ? &res : NULL, .n_prompt = r->n_prompt, .err = r->err,
-                              .n_cached = (size_t)r->cached};
+    report(c, rc, cancelled); /* still the head meanwhile: a request it submits waits */
     c->rq_head = r->next;
     if (!c->rq_head) c->rq_tail = NULL;
-    r->ops.on_done(r->ctx, &o);
     const struct spec_stats *ss = r->gen ? gen_spec_stats(r->gen) : NULL;
     if (ss && ss->passes) {
         nb_log("speculative: %lld windows, %.2f tokens a window, %lld of %lld drafts accepted (%lld by accuracy level %d), "
@@ -120,7 +139,7 @@ static void finish(struct coord *c, int rc, bool cancelled)
     gen_free(r->gen);
     if (r->constrain) coord_grammar_give(c, r->constrain, r->constrain_slot);
     window_free(&r->wc);
-    free(r->ids);
+    free(r->ids), free(r->end_ids);
     free(r);
     if (c->on_idle) c->on_idle(c); /* none runs now: a ctl restart that waited begins */
     advance(c);
@@ -133,6 +152,10 @@ static double on_retry_timeout(event_loop *l, void *ctx);
 static void attempt_failed(struct coord *c)
 {
     struct coord_request *r = c->rq_head;
+    if (r->reported) { /* the end checkpoint's save: the answer was given, nothing to retry */
+        nb_log("prompt cache: the end checkpoint was not saved: %s", r->err);
+        return finish(c, 0, false);
+    }
     if (stepping(r)) coord_step_abandon(c);
     r->state = RQ_RETRY_WAIT;
     if (c->deaths == r->deaths) return set_timer(c, r, RETRY_WAIT_S, on_retry_timeout);
@@ -157,7 +180,7 @@ static void send_step(struct coord *c, uint32_t op, const int32_t *ids, int n, b
     }
     set_timer(c, r, STEP_TIMEOUT_S, on_step_timeout);
     /* While the gpu-worker evaluates, the structured output's mask for its answer. */
-    if (gen_prepare(r->gen, r->err, sizeof r->err)) return attempt_failed(c);
+    if (!r->reported && gen_prepare(r->gen, r->err, sizeof r->err)) return attempt_failed(c);
 }
 
 static double on_step_timeout(event_loop *l, void *ctx)
@@ -170,12 +193,36 @@ static double on_step_timeout(event_loop *l, void *ctx)
     return EVENT_TIMER_END;
 }
 
+static void save_at(struct coord *c, int64_t n, int grid);
+
+/* The generation is over: the outcome to the owner, then a checkpoint of the state the decode steps
+ * left (the prompt and every generated token but the last, which was never fed), keyed by those ids, so
+ * that a next prompt extending them (an agent's tool loop, a completion continued, a chained leg)
+ * prefills only what follows.  Not with verify windows (the sequence may hold a window's rejected
+ * drafts until the next one's keep), not when its owner says no prompt will extend it (a chat without
+ * tools), nor when the prefill did not finish or it exists already. */
+static void done(struct coord *c)
+{
+    struct coord_request *r = c->rq_head;
+    const long long made = gen_made(r->gen);
+    const int64_t n = (int64_t)r->n_prompt + made - 1;
+    if (r->reported || !c->cache || c->cache_cfg.grid_only || !r->ids || r->no_end || c->spec || made < 2 ||
+        gen_prefilled(r->gen) != r->n_prompt)
+        return finish(c, 0, false);
+    if (!(r->end_ids = malloc((size_t)n * sizeof *r->end_ids))) return finish(c, 0, false);
+    memcpy(r->end_ids, r->ids, r->n_prompt * sizeof *r->ids);
+    memcpy(r->end_ids + r->n_prompt, gen_out(r->gen), (size_t)(made - 1) * sizeof *r->ids);
+    if (coord_cache_has(c, r->end_ids, n)) return finish(c, 0, false);
+    report(c, 0, false);
+    save_at(c, n, 0);
+}
+
 /* The next step of the session, or its end. */
 static void next_step(struct coord *c)
 {
     struct coord_request *r = c->rq_head;
     struct gen_step st;
-    if (gen_next(r->gen, &st) == GEN_DONE) return finish(c, 0, false);
+    if (gen_next(r->gen, &st) == GEN_DONE) return done(c);
     r->state = RQ_EVAL, r->phase = st.phase;
     if (c->spec && st.phase == GEN_DECODE) { /* a verify window: [t0, n, keep, source, drafts…] */
         int32_t msg[4 + STEP_MAX_DRAFT];
@@ -205,10 +252,10 @@ static void start_attempt(struct coord *c)
     memset(&r->au, 0, sizeof r->au);
     window_free(&r->wc);
     window_init(&r->wc, 4, STEP_MAX_DRAFT);
-    r->cached = 0, r->cut = 0, r->saved = false;
+    r->cached = 0, r->cut = r->head = 0, r->saved = r->saved_head = r->anywhere = false;
     uint32_t id;
     int64_t pos;
-    if (c->cache && r->ids && coord_cache_match(c, r->ids, r->n_prompt, r->chunk, &id, &pos)) { /* resume from a checkpoint */
+    if (c->cache && r->ids && coord_cache_match(c, r->ids, r->n_prompt, r->chunk, &id, &pos, &r->anywhere)) { /* resume from a checkpoint */
         const int32_t msg[2] = {(int32_t)id, (int32_t)pos};
         r->state = RQ_LOAD, r->ckpt = id, r->cached = pos;
         return send_step(c, STEP_LOAD, msg, 2, false, 0);
@@ -276,16 +323,29 @@ void coord_requests_on_workers(struct coord *c)
     }
 }
 
-/* The prefill starts after `cached` ids (a checkpoint loaded, or 0), saving one at the cut. */
+/* The prefill starts after `cached` ids (a checkpoint loaded, or 0), saving one at each cut (the grid's,
+ * the role header's). */
 static void prefill_from(struct coord *c, int64_t cached)
 {
     struct coord_request *r = c->rq_head;
     r->cached = cached;
-    if (r->ids) coord_cache_count(c, cached > 0, cached); /* cache_prompt false: not a miss either */
+    if (r->ops.on_cached) r->ops.on_cached(r->ctx, (size_t)cached);
+    if (r->ids) coord_cache_count(c, cached > 0, cached, (int64_t)r->n_prompt - cached); /* cache_prompt false: not a miss either */
     if (cached) nb_log("prompt cache: %lld of the prompt's %zu tokens from checkpoint %08x", (long long)cached, r->n_prompt, r->ckpt);
     r->cut = r->ids ? coord_cache_cut(c, r->stable, r->chunk, cached) : 0;
-    gen_resume(r->gen, (size_t)cached, (size_t)r->cut);
+    const bool head = r->ids && !c->cache_cfg.grid_only && r->role_end > (size_t)cached && (int64_t)r->role_end != r->cut;
+    r->head = head ? (int64_t)r->role_end : 0;
+    gen_resume(r->gen, (size_t)cached, (size_t)r->cut, (size_t)r->head);
     next_step(c);
+}
+
+/* A checkpoint of the sequence now (n positions; grid 0: anywhere). */
+static void save_at(struct coord *c, int64_t n, int grid)
+{
+    struct coord_request *r = c->rq_head;
+    r->ckpt = coord_cache_new_id(c), r->state = RQ_SAVE, r->save_n = n, r->save_grid = grid;
+    const int32_t msg[3] = {(int32_t)r->ckpt, 1, grid}; /* the file records the grid: 0 is anywhere */
+    send_step(c, STEP_SAVE, msg, 3, false, 0);
 }
 
 /* After a save or a drop: the next drop the budgets ask for, else the generation goes on. */
@@ -315,9 +375,10 @@ static void cache_answer(struct coord *c, const struct coord_step_reply *a)
     }
     if (r->state == RQ_LOAD) return r->state = RQ_EVAL, prefill_from(c, r->cached);
     if (r->state == RQ_SAVE) {
-        r->saved = true, r->state = RQ_EVAL;
+        r->state = RQ_EVAL;
+        const int32_t *ids = r->reported ? r->end_ids : r->ids;
         if (bad) nb_log("prompt cache: saving checkpoint %08x failed: %.200s", r->ckpt, why);
-        else if (coord_cache_saved(c, r->ckpt, r->ids, r->cut, r->chunk, a->payload, a->payload_bytes, err, sizeof err))
+        else if (coord_cache_saved(c, r->ckpt, ids, r->save_n, r->save_grid, a->payload, a->payload_bytes, err, sizeof err))
             nb_log("prompt cache: %s", err);
         return evict_or_go_on(c);
     }
@@ -379,11 +440,11 @@ void coord_requests_on_step(struct coord *c)
     if (!end && ev.token && !ev.stop && r->ops.on_logits && !r->argmax) r->ops.on_logits(r->ctx, ev.index, ev.id, a.payload);
     if (!end && ev.token && !ev.stop && r->ops.on_token) end = r->ops.on_token(r->ctx, ev.index, ev.id);
     if (end) gen_cancel(r->gen);
-    if (r->phase == GEN_PREFILL && r->cut && !r->saved && (int64_t)gen_prefilled(r->gen) == r->cut) { /* a checkpoint here */
-        r->ckpt = coord_cache_new_id(c), r->state = RQ_SAVE;
-        const int32_t msg[3] = {(int32_t)r->ckpt, 1, r->chunk};
-        return send_step(c, STEP_SAVE, msg, 3, false, 0);
-    }
+    const int64_t at = r->phase == GEN_PREFILL ? (int64_t)gen_prefilled(r->gen) : 0;
+    if (at && at == r->cut && !r->saved && !coord_cache_has(c, r->ids, at)) /* a checkpoint here, on the grid unless resumed off it */
+        return r->saved = true, save_at(c, at, r->anywhere ? 0 : r->chunk);
+    if (at && at == r->head && !r->saved_head && !coord_cache_has(c, r->ids, at)) /* the next turn's history diverges here */
+        return r->saved_head = true, save_at(c, at, 0);
     next_step(c);
 }
 
@@ -422,7 +483,18 @@ int coord_request_submit(struct coord *c, const struct coord_request_spec *s, co
             r->stable = i; /* before it */
             break;
         }
-    r->chunk = chunk;
+    /* The history re-renders the answer after "<|im_start|>assistant\n" without the generation prompt's
+     * think block (core/chat): the next turn shares this prompt up to there, and a checkpoint there
+     * leaves it only its new tokens to prefill. */
+    int32_t role[32]; /* a small vocabulary spells "assistant" out */
+    size_t n_role = 0;
+    char terr[128];
+    static const char role_text[] = "<|im_start|>assistant\n";
+    if (r->ids && c->tok && r->stable < s->n && !tok_encode(c->tok, role_text, sizeof role_text - 1, true, role, 32, &n_role, terr,
+                                                               sizeof terr) &&
+        n_role && n_role <= 32 && r->stable + n_role < s->n && !memcmp(r->ids + r->stable, role, n_role * sizeof *role))
+        r->role_end = r->stable + n_role;
+    r->chunk = chunk, r->no_end = s->no_end_ckpt;
     r->ops = *ops, r->ctx = ctx, r->n_prompt = s->n, r->state = RQ_QUEUED, r->want_logits = s->want_logits;
     if (c->rq_tail) c->rq_tail->next = r;
     else c->rq_head = r;

@@ -41,7 +41,7 @@
  *   int32 arguments, hdr.n_tokens their count:
  *   STEP_SAVE [id, persist, grid]: the sequence's state now becomes checkpoint
  *     id (and, with persist and a cache dir, its file, which records grid: the
- *     prefill chunk the state was computed with).  Response: int32
+ *     prefill chunk the state was computed with, 0 for a state off the grid).  Response: int32
  *     [bytes lo, bytes hi, positions, tokens hash lo, hi] (kvfile_hash of the
  *     sequence's ids, seed 3: the coordinator checks they are its own).
  *   STEP_LOAD [id, positions]: the sequence becomes checkpoint id (from RAM,

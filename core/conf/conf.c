@@ -58,6 +58,7 @@ static const struct key KEYS[] = {
     {"cache", "ram_bytes", K_BYTES, F(cache_ram_bytes), 0, INT64_MAX, NULL, "4294967296"},
     {"cache", "dir", K_STR, F(cache_dir), 0, 0, NULL, ""},
     {"cache", "disk_bytes", K_BYTES, F(cache_disk_bytes), 0, INT64_MAX, NULL, "68719476736"},
+    {"cache", "resume", K_CHOICE, F(cache_resume), 0, 0, "anywhere|grid", "anywhere"},
     {"generate", "accuracy_level", K_INT, F(accuracy_level), 1, 3, NULL, "3"},
 };
 #undef F

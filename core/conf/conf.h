@@ -48,6 +48,8 @@ struct conf_settings {
     uint64_t cache_ram_bytes;     /* cache.ram_bytes: their bytes at most */
     char cache_dir[CONF_PATH_MAX];/* cache.dir: where checkpoints are also written, found again after a restart ("": none) */
     uint64_t cache_disk_bytes;    /* cache.disk_bytes: the directory's files at most */
+    char cache_resume[9];         /* cache.resume: anywhere (checkpoints at a request's end and its generation prompt's role
+                                   * header too: exact within float tolerance) or grid (only bit-exact ones: coordinator/cache.c) */
     /* [generate] */
     int accuracy_level;           /* generate.accuracy_level: 1-3, a request's default (3: exact) */
 };

@@ -32,7 +32,7 @@ struct gen_session {
     int32_t *out;          /* budget + 1 */
     long long made;
     size_t at;             /* prompt ids handed out */
-    size_t cut;            /* a prefill step ends here (gen_resume; 0: none) */
+    size_t cut, cut2;      /* prefill steps end here too (gen_resume; 0: none) */
     size_t pending;        /* ids of the step handed out, not fed yet */
     enum gen_phase phase;
     bool done;
@@ -128,7 +128,7 @@ int gen_restart(gen_session *g, char *err, size_t errlen)
     sampling_reset(g->smp);
     if (g->cfg.constrain) gram_matcher_reset(g->cfg.constrain);
     g->allowed_ready = false, g->armed = g->cfg.constrain_after < 0;
-    g->made = 0, g->at = 0, g->cut = 0, g->pending = 0, g->phase = GEN_PREFILL, g->done = false, g->why = "length";
+    g->made = 0, g->at = 0, g->cut = g->cut2 = 0, g->pending = 0, g->phase = GEN_PREFILL, g->done = false, g->why = "length";
     g->t_start = g->t_prefilled = g->t_end = 0;
     memset(&g->spec, 0, sizeof g->spec);
     return open_dump(g, err, errlen);
@@ -145,6 +145,7 @@ enum gen_next gen_next(gen_session *g, struct gen_step *st)
         size_t end = g->cfg.chunk ? (g->at / g->cfg.chunk + 1) * g->cfg.chunk : g->cfg.n_prompt;
         if (end > g->cfg.n_prompt) end = g->cfg.n_prompt;
         if (g->cut > g->at && g->cut < end) end = g->cut;
+        if (g->cut2 > g->at && g->cut2 < end) end = g->cut2;
         g->pending = end - g->at;
         *st = (struct gen_step){GEN_PREFILL, g->prompt + g->at, (int)g->pending, 1, argmax_ok};
     } else {
@@ -154,10 +155,10 @@ enum gen_next gen_next(gen_session *g, struct gen_step *st)
     return GEN_EVAL;
 }
 
-void gen_resume(gen_session *g, size_t at, size_t cut)
+void gen_resume(gen_session *g, size_t at, size_t cut, size_t cut2)
 {
     g->at = at < g->cfg.n_prompt ? at : 0;
-    g->cut = cut;
+    g->cut = cut, g->cut2 = cut2;
 }
 
 size_t gen_prefilled(const gen_session *g) { return g->at; }
@@ -284,6 +285,8 @@ int gen_feed_verify(gen_session *g, int n_drafts, const int32_t *drafts, const f
 }
 
 long long gen_made(const gen_session *g) { return g->made; }
+
+const int32_t *gen_out(const gen_session *g) { return g->out; }
 
 int gen_accuracy_level(const gen_session *g) { return g->level ? g->cfg.accuracy_level : 3; }
 

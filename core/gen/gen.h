@@ -75,11 +75,12 @@ int gen_restart(gen_session *g, char *err, size_t errlen);
 
 /* The prompt cache (issue 17): the sequence holds the prompt's first `at`
  * ids already (a checkpoint was loaded), so the prefill starts after them;
- * cut, in (at, n_prompt], is a position where a prefill step ends (a
- * checkpoint is saved there; 0: none).  Steps end on the grid of chunk from
- * position 0 as before, so the evals are an uncached prefill's, split at
- * most at at and cut.  After gen_new / gen_restart, before the first gen_next. */
-void gen_resume(gen_session *g, size_t at, size_t cut);
+ * cut and cut2, in (at, n_prompt], are positions where a prefill step ends
+ * (a checkpoint is saved there; 0: none).  Steps end on the grid of chunk
+ * from position 0 as before, so the evals are an uncached prefill's, split
+ * at most at at, cut and cut2.  After gen_new / gen_restart, before the
+ * first gen_next. */
+void gen_resume(gen_session *g, size_t at, size_t cut, size_t cut2);
 /* Prompt ids evaluated so far (fed back), the loaded ones included. */
 size_t gen_prefilled(const gen_session *g);
 
@@ -129,8 +130,9 @@ int gen_feed(gen_session *g, const float *logits, const int32_t *argmax, struct 
  * (room for n_drafts + 1).  0 or NB_EIO (the logits file). */
 int gen_feed_verify(gen_session *g, int n_drafts, const int32_t *drafts, const float *logits, const int32_t *argmax,
                     struct gen_event *ev, int *n_ev, int *accepted, char *err, size_t errlen);
-/* Tokens generated so far. */
+/* Tokens generated so far, and their ids (gen_made of them; the session's memory). */
 long long gen_made(const gen_session *g);
+const int32_t *gen_out(const gen_session *g);
 /* The accuracy level the verify windows run at: 1, 2, or 3 (exact). */
 int gen_accuracy_level(const gen_session *g);
 /* The verify windows' counters so far (the driver adds each pass's drafter

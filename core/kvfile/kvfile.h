@@ -23,7 +23,7 @@
 uint64_t kvfile_hash(const void *p, uint64_t n, uint64_t seed);
 
 /* grid: the prefill chunk the state was computed with (its evals' grid: which later prefills it
- * resumes exactly depends on it; coordinator/cache.c). */
+ * resumes exactly depends on it; 0: a state off the grid, exact within tolerance; coordinator/cache.c). */
 int kvfile_write(const char *path, const char *identity, uint32_t grid, const int32_t *tokens, uint32_t n_tokens,
                  const void *state, uint64_t state_bytes, char *err, size_t errlen);
 /* The header: the grid, the tokens (malloc'ed, *tokens) and the state's size. */

@@ -86,10 +86,11 @@ def main():
         out = subprocess.run([os.path.join(h.BIN, "nebulactl"), "--runtime", h.srv.run, "stats"], capture_output=True, text=True)
         check(out.returncode == 0 and "speculative: " in out.stdout and "accepted by position: 1:" in out.stdout,
               f"nebulactl stats: {out.stdout[-300:]} {out.stderr}")
-        # Level 3 is exact: the same answers as a server without speculation (same model, same seeds).
-        bodies = [{"messages": HELLO, "max_tokens": 40, "temperature": 0, "accuracy_level": 3},
-                  {"messages": HELLO, "max_tokens": 40, "temperature": 0.9, "seed": 3, "accuracy_level": 3},
-                  {"prompt": "once upon a time", "max_tokens": 40, "temperature": 0}]
+        # Level 3 is exact: the same answers as a server without speculation (same model, same seeds; the
+        # prompt cache kept out: the earlier requests' checkpoints would make the usage's cached_tokens differ).
+        bodies = [{"messages": HELLO, "max_tokens": 40, "temperature": 0, "accuracy_level": 3, "cache_prompt": False},
+                  {"messages": HELLO, "max_tokens": 40, "temperature": 0.9, "seed": 3, "accuracy_level": 3, "cache_prompt": False},
+                  {"prompt": "once upon a time", "max_tokens": 40, "temperature": 0, "cache_prompt": False}]
         spec = [h.jcall("POST", "/v1/completions" if "prompt" in b else "/v1/chat/completions", b)[1] for b in bodies]
         h.srv.stop()
         h.srv = h.Server(tmp, model=model, name="-off", args=("--backend", "cpu"))

@@ -173,7 +173,7 @@ Test(gen, logits_file)
 }
 
 /* gen_resume (the prompt cache): the prefill starts after the loaded ids and its steps keep the
- * uncached grid (ends at multiples of chunk), split once more at the cut; the ids are the same. */
+ * uncached grid (ends at multiples of chunk), split once more at each cut; the ids are the same. */
 Test(gen, resume_keeps_the_grid_and_cuts)
 {
     int32_t prompt[30];
@@ -185,12 +185,13 @@ Test(gen, resume_keeps_the_grid_and_cuts)
     cr_assert_eq(gen_new(&c, &g, err, sizeof err), 0);
     struct run plain = drive(g, -1, false);
     cr_assert_eq(gen_restart(g, err, sizeof err), 0);
-    gen_resume(g, 10, 20);
+    gen_resume(g, 10, 20, 27);
     struct gen_step st;
     struct gen_event ev;
     float logits[V];
-    const int want[][2] = {{10, 6}, {16, 4}, {20, 4}}; /* [from, n]: to 16 (the grid), to the cut, to 24; then 24 … 30 */
-    for (int k = 0; k < 3; k++) {
+    /* [from, n]: to 16 (the grid), to the cut, to 24, to the second cut; then 27 … 30 */
+    const int want[][2] = {{10, 6}, {16, 4}, {20, 4}, {24, 3}};
+    for (int k = 0; k < 4; k++) {
         cr_assert_eq(gen_next(g, &st), GEN_EVAL);
         cr_assert_eq(st.phase, GEN_PREFILL);
         cr_expect_eq(st.ids[0], prompt[want[k][0]], "step %d starts at %d", k, want[k][0]);
@@ -199,9 +200,9 @@ Test(gen, resume_keeps_the_grid_and_cuts)
         fake_logits(st.ids[st.n_ids - 1], logits);
         cr_assert_eq(gen_feed(g, logits, NULL, &ev, err, sizeof err), 0, "%s", err);
     }
-    cr_expect_eq(gen_prefilled(g), 24);
+    cr_expect_eq(gen_prefilled(g), 27);
     struct run rest = drive(g, -1, false);
-    cr_expect_eq(rest.n_prefill_steps, 1, "the last step: 24 to the end");
+    cr_expect_eq(rest.n_prefill_steps, 1, "the last step: 27 to the end");
     cr_expect(rest.n_ids == plain.n_ids && !memcmp(rest.ids, plain.ids, sizeof plain.ids), "the same tokens after a resume");
     gen_free(g);
 }

@@ -82,11 +82,13 @@ console.log(`non-stream: finish_reason ${c0.finish_reason}, usage ${JSON.stringi
 
 // A long prompt prefilled 16 tokens a step: the stream carries the server's
 // `: prefill DONE/TOTAL` comments, and the client skips them (same text as
-// the non-streamed answer).
+// the non-streamed answer).  cache_prompt false: the repeat is prefilled again (the reference's
+// checkpoint after its generation prompt's role header would serve it).
 const long = [{ role: "user", content: "hello world ".repeat(200) }];
 const ref = (await client.chat.completions.create({ model, messages: long, max_tokens: 8, temperature: 0 })).choices[0].message;
 const seen = raw.length;
-const pstream = await client.chat.completions.create({ model, messages: long, max_tokens: 8, temperature: 0, stream: true, prefill_chunk: 16 });
+const pstream = await client.chat.completions.create({ model, messages: long, max_tokens: 8, temperature: 0, stream: true, prefill_chunk: 16,
+  cache_prompt: false });
 let ptext = "";
 for await (const chunk of pstream) {
   if (chunk.object !== "chat.completion.chunk") fail(`prefill stream: chunk object ${chunk.object}`);

@@ -299,6 +299,19 @@ scenario("export: the downloaded Markdown has the title, the roles and the messa
   assert(md.indexOf("First question") < md.indexOf("Second question"), "messages out of order");
 });
 
+scenario("prompt cache: an answer shows the prompt tokens the server resumed from a checkpoint", async ({ page }) => {
+  await setOptions(page, { think: false, maxTokens: 16 });
+  await send(page, "Tell me about rivers.");
+  const b = await send(page, "And about lakes?");
+  // the server's count, from the stream the page read (timings in the last chunk)
+  const raw = await page.evaluate(() => window.__sse.at(-1).text);
+  const timings = raw.split("\n").filter((l) => l.startsWith("data: {")).map((l) => JSON.parse(l.slice(6)))
+    .map((c) => c.timings).filter(Boolean).at(-1);
+  assert(timings && timings.prompt_cached > 0, `the second turn resumed nothing: ${JSON.stringify(timings)}`);
+  const stats = await b.locator(".stats").textContent();
+  assert(stats.includes(`${timings.prompt_cached} cached`), `no '${timings.prompt_cached} cached' under the answer: '${stats}'`);
+});
+
 scenario("stop: Stop ends a streaming answer, it is kept as stopped, the next request works", async ({ page, bodies }) => {
   await setOptions(page, { think: false, maxTokens: 2048 });
   // Paced (see openPage): even a short answer takes a while to arrive.

@@ -95,6 +95,8 @@ test("titles, stats, sizes and export file names", () => {
   assert.equal(formatStats({ tokens_per_s: 12.345, ttft_ms: 87.6, completion_tokens: 40 }), "12.3 tok/s · TTFT 88 ms · 40 tokens");
   assert.equal(formatStats({ tokens_per_s: 5, ttft_ms: 12500, measured: true }), "≈5.0 tok/s · TTFT ≈12.5 s");
   assert.equal(formatStats(null), "");
+  assert.equal(formatStats({ ttft_ms: 7, completion_tokens: 9, prompt_cached: 320 }), "TTFT 7 ms · 320 cached · 9 tokens");
+  assert.equal(formatStats({ ttft_ms: 7, completion_tokens: 9, prompt_cached: 0 }), "TTFT 7 ms · 9 tokens");
   assert.equal(formatStats({ tokens_per_s: 5, completion_tokens: 9, spec: { passes: 4, tokens_per_pass: 2.25, drafted: 12, accepted: 5 } }),
     "5.0 tok/s · 9 tokens · 2.25 tok/pass · 42% of 12 drafts accepted");
   assert.equal(formatStats({ tokens_per_s: 0, ttft_ms: 7, completion_tokens: 1 }), "TTFT 7 ms · 1 token");

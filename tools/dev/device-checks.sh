@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# device-checks.sh STEP... — the GPU machine's checks in named steps, each
+# device-checks.sh [-j] STEP[,STEP...]... — the GPU machine's checks in named steps, each
 # bounded by its own time limit, results (one log per step) under $OUT, so a
 # session can spend its device minutes one call at a time and keep what
 # finished.  Run from the repository root with .devrun/ carried
-# (tools/dev/pack-for-device.sh; its BINS must hold the binaries the steps use)
+# or .devrun.txz carried (tools/dev/pack-for-device.sh; its BINS must hold the binaries the steps use)
 # or with BUILD naming a build of the tree.  Steps:
 #   fixtures   make test-gpu's fixture half: run-backend-on-gpu.sh SYNTHETIC=0
 #              (every fixture, sweep case, GDN size, low-bit type and published
 #              mix; verify windows too)                            ~6 min
-#   synthetic  its released-width half (FIXTURES= … KERNELS=fast)  ~5 min
+#   synthetic  its released-width half (FIXTURES= …)                ~5 min (FULL=1: ~6)
 #   matvec     tests/cuda/run-on-gpu.sh --no-timing                ~2 min
 #   verify     tests/cuda/run-verify-on-gpu.sh                     ~3 min
 #   seqstate   tests/cuda/run-seq-state-on-gpu.sh (the prompt cache's save/load)
@@ -16,11 +16,19 @@
 #   pipeline   TEST_BACKEND=cuda tests/tools/test_pipeline.sh and test_idle.sh
 #   selfcheck  tests/deploy/selfcheck-gpu.sh (the installer's first layers)
 #   train      tests/train/test_forward.py (torch there)
+# FULL=1: fixtures and synthetic with make test-gpu's own lengths and both kernel sets (the default
+# is shorter: greedy 32 on the fixtures, fast kernels and greedy 24 on the released-width models), so
+# that `FULL=1 device-checks.sh -j fixtures synthetic matvec,seqstate,train,verify` is make test-gpu
+# in three lanes at once.
 # Each step's limit: STEP_S (default 300 s).  Prints one line a step: rc,
 # seconds, PASS/FAIL counts where the log has them.
 set -u
 OUT=${OUT:-/tmp/nebula-device-out}
 mkdir -p "$OUT"
+# .devrun.txz (pack-for-device.sh's archive, what the carry holds) unpacked when newer than .devrun
+if [ -f .devrun.txz ] && [ ! .devrun/build/bin/nebula -nt .devrun.txz ]; then
+    tar -xJf .devrun.txz && touch .devrun/build/bin/nebula || { echo "device-checks: .devrun.txz does not unpack" >&2; exit 1; }
+fi
 if [ -x .devrun/build/bin/nebula ]; then
     B=${BUILD:-.devrun/build}
     export LD_LIBRARY_PATH=$PWD/.devrun/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -29,7 +37,11 @@ else
 fi
 export BIN=$B/bin
 export CHECK=$B/tests/cuda/check_backend # seqstate: check_seq_state
-[ $# -gt 0 ] || { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+par=0
+reduced=1
+[ "${FULL:-0}" = 1 ] && reduced=
+[ "${1:-}" = -j ] && { par=1; shift; }
+[ $# -gt 0 ] || { sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2; }
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 run_step() {
     local name=$1 t0 rc
@@ -41,11 +53,13 @@ run_step() {
     grep -m 8 '^FAIL' "$OUT/$name.log"
     tail -n 2 "$OUT/$name.log"
 }
-for s in "$@"; do
+one_step() {
+    local s=$1
     case $s in
-    fixtures) run_step "$s" env OMP_NUM_THREADS=8 WORK=/tmp/nb-fixtures SYNTHETIC=0 FIXTURE_GREEDY=32 bash tests/cuda/run-backend-on-gpu.sh ;;
-    synthetic) run_step "$s" env OMP_NUM_THREADS=8 WORK=/tmp/nb-synthetic FIXTURES= SWEEP= GDN_DIMS= LOWBIT= MIXES= KERNELS=fast \
-        GREEDY=24 PROMPT=32 bash tests/cuda/run-backend-on-gpu.sh ;;
+    fixtures) run_step "$s" env OMP_NUM_THREADS=8 WORK=/tmp/nb-fixtures SYNTHETIC=0 ${reduced:+FIXTURE_GREEDY=32} \
+        bash tests/cuda/run-backend-on-gpu.sh ;;
+    synthetic) run_step "$s" env OMP_NUM_THREADS=8 WORK=/tmp/nb-synthetic FIXTURES= SWEEP= GDN_DIMS= LOWBIT= MIXES= \
+        ${reduced:+KERNELS=fast GREEDY=24 PROMPT=32} bash tests/cuda/run-backend-on-gpu.sh ;;
     matvec) run_step "$s" bash tests/cuda/run-on-gpu.sh --no-timing ;;
     verify) run_step "$s" env WORK=/tmp/nb-verify bash tests/cuda/run-verify-on-gpu.sh ;;
     seqstate) run_step "$s" env CHECK="$B/tests/cuda/check_seq_state" bash tests/cuda/run-seq-state-on-gpu.sh ;;
@@ -55,4 +69,22 @@ for s in "$@"; do
     train) run_step "$s" python3 tests/train/test_forward.py ;;
     *) echo "device-checks: unknown step '$s' (see the header)" >&2; exit 2 ;;
     esac
+}
+for lane in "$@"; do # every name known before anything runs
+    for s in ${lane//,/ }; do
+        case " fixtures synthetic matvec verify seqstate cache pipeline selfcheck train " in
+        *" $s "*) ;;
+        *) echo "device-checks: unknown step '$s' (see the header)" >&2; exit 2 ;;
+        esac
+    done
 done
+# -j: each argument a lane run beside the others (the H200 and 16 cores hold several checks at once),
+# the steps of a lane joined by commas and run one after the other; without -j, every step in turn.
+if [ "$par" = 1 ]; then
+    for lane in "$@"; do
+        (for s in ${lane//,/ }; do one_step "$s"; done) &
+    done
+    wait
+else
+    for lane in "$@"; do for s in ${lane//,/ }; do one_step "$s"; done; done
+fi

@@ -150,6 +150,8 @@ export function formatStats(stats) {
   if (typeof stats.ttft_ms === "number" && isFinite(stats.ttft_ms)) {
     parts.push(`TTFT ${approx}${stats.ttft_ms < 10000 ? Math.round(stats.ttft_ms) + " ms" : (stats.ttft_ms / 1000).toFixed(1) + " s"}`);
   }
+  // The prompt cache (the server's timings.prompt_cached): prompt tokens resumed from a checkpoint, not evaluated again.
+  if (typeof stats.prompt_cached === "number" && stats.prompt_cached > 0) parts.push(`${stats.prompt_cached} cached`);
   // tokens_approx: counted from the stream's pieces, not by the server (generation.js).
   if (typeof stats.completion_tokens === "number") parts.push(`${stats.tokens_approx ? "≈" : ""}${countOf(stats.completion_tokens, "token")}`);
   // Speculative decoding (the server's timings.speculative): tokens a verify pass, drafts accepted.

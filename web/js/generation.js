@@ -237,6 +237,7 @@ function statsFrom(timings, usage, t0, tFirst, tEnd, pieces) {
       ttft_ms: timings.ttft_ms,
       completion_tokens: timings.completion_tokens ?? (usage ? usage.completion_tokens : undefined),
       prompt_tokens: timings.prompt_tokens ?? (usage ? usage.prompt_tokens : undefined),
+      prompt_cached: timings.prompt_cached ?? usage?.prompt_tokens_details?.cached_tokens,
       queue_ms: timings.queue_ms,
       spec: specFrom(timings.speculative),
       measured: false,
@@ -250,6 +251,7 @@ function statsFrom(timings, usage, t0, tFirst, tEnd, pieces) {
     tokens_per_s: secs > 0 && n > 1 ? (n - 1) / secs : undefined,
     completion_tokens: n,
     prompt_tokens: usage ? usage.prompt_tokens : undefined,
+    prompt_cached: usage?.prompt_tokens_details?.cached_tokens,
     measured: true,
   };
 }
