@@ -95,7 +95,8 @@ int cli_parse_int(const char *flag, const char *s, long long lo, long long hi, l
 /* The options every model-running subcommand takes (getopt_long entries) and
  * their one parser: -m/--model, --mtp, --chunk (≤ NB_MAX_PREFILL_CHUNK),
  * --threads, --ctx; cli_parse_common also takes --backend cpu|cuda ('B') for
- * the commands that list it.  -h/--help is each command's own (its usage). */
+ * the commands that list it.  The table lists -h/--help too; each command
+ * answers it with its own usage. */
 #define CLI_COMMON_OPTS                                                                                            \
     NB_OPT_ARG("model", 'm'), NB_OPT_ARG("mtp", 'X'), NB_OPT_ARG("chunk", 'b'), NB_OPT_ARG("threads", 'j'),        \
         NB_OPT_ARG("ctx", 'c'), NB_OPT_FLAG("help", 'h')
