@@ -22,6 +22,7 @@
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/err.h"
 #include "core/util/log.h"
+#include "core/util/opts.h"
 #include "cpu-moe-worker/moe_proto.h"
 #include "engine/ffn.h"
 #include "engine/vram.h"
@@ -29,7 +30,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <getopt.h>
 #include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
@@ -195,25 +195,16 @@ static void resolve_backend(struct coord *c)
 
 static int parse(int argc, char **argv, struct coord *c, const char **runtime, struct api_config *h, bool *http_off)
 {
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},   {"prepared", required_argument, 0, 'p'},
-                                         {"runtime", required_argument, 0, 'r'}, {"threads", required_argument, 0, 't'},
-                                         {"chunk", required_argument, 0, 'c'},   {"http", required_argument, 0, 'H'},
-                                         {"max-queue", required_argument, 0, 'q'}, {"max-body", required_argument, 0, 'b'},
-                                         {"sse-keepalive", required_argument, 0, 'k'}, {"demo", no_argument, 0, 'd'},
-                                         {"name", required_argument, 0, 'n'},    {"help", no_argument, 0, 'h'},
-                                         {"backend", required_argument, 0, 'B'}, {"kernels", required_argument, 0, 'K'},
-                                         {"cpu-kernels", required_argument, 0, 'C'},
-                                         {"vram-budget", required_argument, 0, 'V'}, {"ctx", required_argument, 0, 'x'},
-                                         {"layer-times", no_argument, 0, 'L'},  {"config", required_argument, 0, 'f'},
-                                         {"mtp", required_argument, 0, 'M'},    {"spec", required_argument, 0, 'S'},
-                                         {"test-hooks", no_argument, 0, 'T'},   {"stream-rows", required_argument, 0, 'R'},
-                                         {"slots", required_argument, 0, 'O'},
-                                         {"cache", required_argument, 0, 'E'},  {"cache-dir", required_argument, 0, 'D'},
-                                         {"cache-ram-entries", required_argument, 0, 'N'},
-                                         {"cache-ram-bytes", required_argument, 0, 'A'}, {"cache-disk-bytes", required_argument, 0, 'Z'},
-                                         {"cache-resume", required_argument, 0, 'G'},
-                                         {"spec-coverage", required_argument, 0, 'Q'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        NB_OPT_ARG("model", 'm'), NB_OPT_ARG("prepared", 'p'), NB_OPT_ARG("runtime", 'r'), NB_OPT_ARG("threads", 't'),
+        NB_OPT_ARG("chunk", 'c'), NB_OPT_ARG("http", 'H'), NB_OPT_ARG("max-queue", 'q'), NB_OPT_ARG("max-body", 'b'),
+        NB_OPT_ARG("sse-keepalive", 'k'), NB_OPT_FLAG("demo", 'd'), NB_OPT_ARG("name", 'n'), NB_OPT_FLAG("help", 'h'),
+        NB_OPT_ARG("backend", 'B'), NB_OPT_ARG("kernels", 'K'), NB_OPT_ARG("cpu-kernels", 'C'),
+        NB_OPT_ARG("vram-budget", 'V'), NB_OPT_ARG("ctx", 'x'), NB_OPT_FLAG("layer-times", 'L'),
+        NB_OPT_ARG("config", 'f'), NB_OPT_ARG("mtp", 'M'), NB_OPT_ARG("spec", 'S'), NB_OPT_FLAG("test-hooks", 'T'),
+        NB_OPT_ARG("stream-rows", 'R'), NB_OPT_ARG("slots", 'O'), NB_OPT_ARG("cache", 'E'), NB_OPT_ARG("cache-dir", 'D'),
+        NB_OPT_ARG("cache-ram-entries", 'N'), NB_OPT_ARG("cache-ram-bytes", 'A'), NB_OPT_ARG("cache-disk-bytes", 'Z'),
+        NB_OPT_ARG("cache-resume", 'G'), NB_OPT_ARG("spec-coverage", 'Q'), NB_OPT_END};
     int ch;
     char err[256];
     enum gw_kernels kern;
@@ -421,6 +412,8 @@ static int make_rundir(struct coord *c, const char *runtime, char *err, size_t e
     return ctl_open(CTL_REP, ep, NULL, &c->rep, err, errlen);
 }
 
+_Static_assert(NB_MAX_PREFILL_CHUNK <= RING_MAX_TOKENS, "a step message carries the largest prefill chunk");
+
 struct ring_geometry coord_step_geometry(const struct model *m, int chunk)
 {
     return (struct ring_geometry){.n_slots = 2, .max_tokens = (uint32_t)chunk, .max_experts = 0,
@@ -435,7 +428,8 @@ static int make_regions(struct coord *c, char *err, size_t errlen)
                                .payload_bytes = (uint32_t)moe_payload_bytes(MOE_RING_ROWS, (uint32_t)hp->n_expert_used,
                                                                              (uint64_t)hp->n_embd)};
     uint32_t n_layers = (uint32_t)(hp->n_layer + hp->n_nextn);
-    int rc = shm_region_create(c->inst, "step", ring_pair_bytes(&sg), &c->step_reg, err, errlen);
+    int rc = ring_check_geometry(&sg, err, errlen); /* a geometry out of range: its reason, not "size 0" */
+    if (!rc) rc = shm_region_create(c->inst, "step", ring_pair_bytes(&sg), &c->step_reg, err, errlen);
     if (!rc) rc = ring_pair_format(&c->step_reg, 0, &sg, err, errlen);
     if (!rc) rc = ring_pair_attach(&c->step, &c->step_reg, 0, RING_CLIENT, NULL, err, errlen);
     if (!rc) rc = shm_region_create(c->inst, "moe", ring_pair_bytes(&mg), &c->moe_reg, err, errlen);

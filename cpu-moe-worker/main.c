@@ -8,7 +8,6 @@
  * results.  Control (hello/configure/ready/heartbeat/shutdown) is
  * core/ctl/worker.h; the configure message names the instance, the prepared
  * directory and placement, the rings and this worker's staging slots. */
-#include <getopt.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +15,7 @@
 
 #include "core/util/err.h"
 #include "core/util/log.h"
+#include "core/util/opts.h"
 #include "cpu-moe-worker/moe.h"
 
 static int open_regions(struct moe_worker *m, char *err, size_t errlen)
@@ -118,12 +118,9 @@ int main(int argc, char **argv)
 {
     const char *endpoint = NULL, *kernels = NULL;
     int timeout_ms = 10000, pager_ms = 5000;
-    static const struct option opts[] = {{"control", required_argument, 0, 'c'},
-                                         {"configure-timeout-ms", required_argument, 0, 't'},
-                                         {"pager-timeout-ms", required_argument, 0, 'p'},
-                                         {"kernels", required_argument, 0, 'k'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        NB_OPT_ARG("control", 'c'), NB_OPT_ARG("configure-timeout-ms", 't'), NB_OPT_ARG("pager-timeout-ms", 'p'),
+        NB_OPT_ARG("kernels", 'k'), NB_OPT_FLAG("help", 'h'), NB_OPT_END};
     for (int o; (o = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
         if (o == 'c') endpoint = optarg;
         else if (o == 't') timeout_ms = atoi(optarg);

@@ -87,9 +87,9 @@ static int check_geometry(const struct ring_geometry *g, struct slot_layout *l, 
     if (g->n_slots == 0 || g->n_slots > MAX_SLOTS || (g->n_slots & (g->n_slots - 1)) != 0)
         return nb_errf(err, errlen, NB_EINVAL, "ring: n_slots %u is not a power of two in [1, %u]", g->n_slots,
                        MAX_SLOTS);
-    if (g->max_tokens == 0 || g->max_tokens > 4096 || g->max_experts > 1024)
-        return nb_errf(err, errlen, NB_EINVAL, "ring: max_tokens %u (1-4096) or max_experts %u (0-1024) out of range",
-                       g->max_tokens, g->max_experts);
+    if (g->max_tokens == 0 || g->max_tokens > RING_MAX_TOKENS || g->max_experts > 1024)
+        return nb_errf(err, errlen, NB_EINVAL, "ring: max_tokens %u (1-%u) or max_experts %u (0-1024) out of range",
+                       g->max_tokens, RING_MAX_TOKENS, g->max_experts);
     if (g->payload_bytes > MAX_PAYLOAD_BYTES)
         return nb_errf(err, errlen, NB_EINVAL, "ring: payload_bytes %u over %u", g->payload_bytes, MAX_PAYLOAD_BYTES);
     uint64_t table = align_up(4ull * g->max_tokens * g->max_experts, 64);
@@ -97,6 +97,12 @@ static int check_geometry(const struct ring_geometry *g, struct slot_layout *l, 
     l->payload_offset = (uint32_t)(l->weights_offset + table);
     l->slot_bytes = (uint32_t)align_up((uint64_t)l->payload_offset + g->payload_bytes, 64);
     return 0;
+}
+
+int ring_check_geometry(const struct ring_geometry *g, char *err, size_t errlen)
+{
+    struct slot_layout l;
+    return check_geometry(g, &l, err, errlen);
 }
 
 size_t ring_bytes(const struct ring_geometry *g)

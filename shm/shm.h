@@ -166,8 +166,12 @@ typedef struct ring ring;
 
 #define RING_FOREVER UINT64_MAX /* a timeout that never expires (the peer is still watched) */
 #define RING_ALIGN 64           /* a ring's offset in its region must be a multiple of this */
+#define RING_MAX_TOKENS 8192u   /* rows a message may carry: the largest prefill step (NB_MAX_PREFILL_CHUNK) */
 
-/* Bytes a ring of this geometry occupies (header, then the slots). */
+/* 0, or NB_EINVAL with a message naming the field out of range. */
+int ring_check_geometry(const struct ring_geometry *g, char *err, size_t errlen);
+/* Bytes a ring of this geometry occupies (header, then the slots); 0 for a
+ * geometry ring_check_geometry refuses. */
 size_t ring_bytes(const struct ring_geometry *g);
 
 /* Coordinator: lays a ring out at offset in a region (zeroes it, writes the

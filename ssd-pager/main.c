@@ -13,7 +13,6 @@
  * that reuses a staging slot after a later response knows no earlier read
  * can still land in it.  Control (hello/configure/ready/heartbeat/shutdown)
  * is core/ctl/worker.h; byte and read counts go to the stats region. */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +26,7 @@
 #include "ssd-pager/pager_io.h"
 #include "ssd-pager/pager_proto.h"
 #include "core/util/clock.h"
+#include "core/util/opts.h"
 
 #define BOUNCE_PAGES 64 /* ple pages read per batch before their rows are copied out */
 
@@ -213,10 +213,8 @@ int main(int argc, char **argv)
 {
     const char *endpoint = NULL;
     int timeout_ms = 10000;
-    static const struct option opts[] = {{"control", required_argument, 0, 'c'},
-                                         {"configure-timeout-ms", required_argument, 0, 't'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        NB_OPT_ARG("control", 'c'), NB_OPT_ARG("configure-timeout-ms", 't'), NB_OPT_FLAG("help", 'h'), NB_OPT_END};
     for (int o; (o = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
         if (o == 'c') endpoint = optarg;
         else if (o == 't') timeout_ms = atoi(optarg);

@@ -48,14 +48,14 @@ struct cursor {
 static int fail(struct cursor *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(struct cursor *c, int code, const char *fmt, ...)
 {
-    char msg[384];
+    char where[sizeof c->where + 32];
+    if (c->element >= 0) snprintf(where, sizeof where, "%s: element %" PRId64, c->where, c->element);
+    else snprintf(where, sizeof where, "%s", c->where);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int rc = nb_verrf_at(c->err, c->errlen, code, where, fmt, ap);
     va_end(ap);
-    if (c->element >= 0)
-        return nb_errf(c->err, c->errlen, code, "%s: element %" PRId64 ": %s", c->where, c->element, msg);
-    return nb_errf(c->err, c->errlen, code, "%s: %s", c->where, msg);
+    return rc;
 }
 
 static void set_where(struct cursor *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

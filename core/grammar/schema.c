@@ -62,22 +62,29 @@ static int fail(struct sc *c, int code, const char *path, const char *fmt, const
 
 /* ---------- shared pieces ---------- */
 
-/* WS ::= ε | [ \t\n\r] WS' with at most GRAM_MAX_WS bytes: a chain of rules. */
-static uint32_t make_ws(struct sc *c)
+/* CHAIN_k ::= ε | X CHAIN_{k-1}: up to k of X, X rule x or (set non-NULL)
+ * one byte of the 256-bit set: a chain of k + 1 rules, the last returned. */
+static uint32_t chain(struct sc *c, uint32_t x, const uint64_t *set, int k)
 {
     uint32_t prev = gb_rule(c->b);
     gb_alt(c->b, prev);
-    for (int k = 1; k <= GRAM_MAX_WS; k++) {
+    for (int i = 1; i <= k; i++) {
         uint32_t r = gb_rule(c->b), a;
         gb_alt(c->b, r);
         a = gb_alt(c->b, r);
-        uint64_t set[4] = {0};
-        set[0] = 1ull << ' ' | 1ull << '\t' | 1ull << '\n' | 1ull << '\r';
-        gb_set(c->b, a, set);
+        if (set) gb_set(c->b, a, set);
+        else gb_ref(c->b, a, x);
         gb_ref(c->b, a, prev);
         prev = r;
     }
     return prev;
+}
+
+/* WS ::= ε | [ \t\n\r] WS' with at most GRAM_MAX_WS bytes. */
+static uint32_t make_ws(struct sc *c)
+{
+    const uint64_t set[4] = {1ull << ' ' | 1ull << '\t' | 1ull << '\n' | 1ull << '\r'};
+    return chain(c, 0, set, GRAM_MAX_WS);
 }
 
 static void alt_ranges(struct sc *c, uint32_t rule, const unsigned char (*rg)[2], int n)
@@ -125,19 +132,7 @@ static uint32_t make_str_char(struct sc *c)
 
 /* OPT_k ::= ε | X OPT_{k-1}: up to k more of rule x.  Chains of the same x
  * are made once per count (the digits' are kept in digits_opt). */
-static uint32_t up_to(struct sc *c, uint32_t x, int k)
-{
-    uint32_t prev = gb_rule(c->b);
-    gb_alt(c->b, prev);
-    for (int i = 1; i <= k; i++) {
-        uint32_t r = gb_rule(c->b), a;
-        gb_alt(c->b, r);
-        a = gb_alt(c->b, r);
-        gb_ref(c->b, a, x), gb_ref(c->b, a, prev);
-        prev = r;
-    }
-    return prev;
-}
+static uint32_t up_to(struct sc *c, uint32_t x, int k) { return chain(c, x, NULL, k); }
 
 /* X* as MANY ::= ε | X MANY. */
 static uint32_t many(struct sc *c, uint32_t x)

@@ -107,12 +107,11 @@ struct shard_ctx {
 static int shard_fail(struct shard_ctx *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int shard_fail(struct shard_ctx *c, int code, const char *fmt, ...)
 {
-    char msg[384];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int rc = nb_verrf_at(c->err, c->errlen, code, c->set->shards[c->shard].label, fmt, ap);
     va_end(ap);
-    return nb_errf(c->err, c->errlen, code, "%s: %s", c->set->shards[c->shard].label, msg);
+    return rc;
 }
 
 /* A JSON number that is a whole number in [0, 2^53]. */

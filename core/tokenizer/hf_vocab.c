@@ -28,6 +28,7 @@
 
 #include "core/tokenizer/tok_internal.h"
 #include "core/util/err.h"
+#include "core/util/mapfile.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,42 +43,12 @@ static const char *const special_names[TOK_SP_COUNT] = { "bos", "eos", "unk", "s
 
 /* ---------- small helpers ---------- */
 
-/* Whole file, NUL-terminated; NB_ENOENT when it does not exist. */
+/* dir/name, whole and NUL-terminated; NB_ENOENT when it does not exist. */
 static int read_text_file(const char *dir, const char *name, char **out, size_t *len, char *err, size_t errlen)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return nb_errf(err, errlen, NB_ENOENT, "cannot open %s", path);
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    int rc = 0;
-    for (;;) {
-        if (n + 65536 + 1 > cap) {
-            char *p = realloc(buf, cap = 2 * cap + 65536 + 1);
-            if (!p) {
-                rc = nb_errf(err, errlen, NB_ENOMEM, "out of memory reading %s", path);
-                break;
-            }
-            buf = p;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f)) rc = nb_errf(err, errlen, NB_EIO, "read error on %s", path);
-            break;
-        }
-    }
-    fclose(f);
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    buf[n] = '\0';
-    *out = buf;
-    if (len) *len = n;
-    return 0;
+    return nb_read_file(path, out, len, err, errlen);
 }
 
 /* The JSON value that fills text[0..len) (no NUL needed), or NULL.  Like

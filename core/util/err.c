@@ -15,6 +15,13 @@ int nb_errf(char *err, size_t errlen, int code, const char *fmt, ...)
     return code;
 }
 
+int nb_verrf_at(char *err, size_t errlen, int code, const char *where, const char *fmt, va_list ap)
+{
+    char msg[384];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    return nb_errf(err, errlen, code, "%s: %s", where, msg);
+}
+
 const char *nb_strerror(int code)
 {
     switch (code) {

@@ -7,6 +7,7 @@
 #ifndef NB_ERR_H
 #define NB_ERR_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 enum {
@@ -22,6 +23,12 @@ enum {
 /* Formats a message into err (if err and errlen are non-zero) and returns code. */
 int nb_errf(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* nb_errf's message with "WHERE: " before it (the file, tensor or item at
+ * fault), from a caller's own va_list: what a parser's fail(ctx, code, fmt, ...)
+ * calls.  The message part is cut at 383 bytes. */
+int nb_verrf_at(char *err, size_t errlen, int code, const char *where, const char *fmt, va_list ap)
+    __attribute__((format(printf, 5, 0)));
 
 /* Short name of an error code ("format error", ...). */
 const char *nb_strerror(int code);

@@ -56,6 +56,18 @@ static int job_of(const int64_t *first, int n_jobs, int64_t it)
     return lo;
 }
 
+/* Item it of a phase numbered by first[]: its job, returned, and the rows
+ * [*r0, *r1) of that job's gate/up (n_ff rows) or down (n_embd rows) matrix. */
+static int item_of(const int64_t *first, int n_jobs, int64_t it, const struct gw_expert_job *jobs, bool down,
+                   int64_t *r0, int64_t *r1)
+{
+    const int j = job_of(first, n_jobs, it);
+    const int64_t n = down ? jobs[j].w.n_embd : jobs[j].w.n_ff;
+    *r0 = (it - first[j]) * EXPERT_ROWS;
+    *r1 = *r0 + EXPERT_ROWS < n ? *r0 + EXPERT_ROWS : n;
+    return j;
+}
+
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 void gw_expert_scratch_free(struct gw_expert_scratch *s)
@@ -117,10 +129,10 @@ int gw_expert_ffn_many(const struct gw_expert_job *jobs, int n_jobs, enum gw_ker
         {
 #pragma omp for schedule(dynamic, 1)
             for (int64_t it = 0; it < n1; it++) {
-                int j = job_of(first1, n_jobs, it);
+                int64_t r0, r1;
+                const int j = item_of(first1, n_jobs, it, jobs, false, &r0, &r1);
                 const struct gw_expert_job *J = &jobs[j];
-                const int64_t I = J->w.n_ff, r0 = (it - first1[j]) * EXPERT_ROWS;
-                const int64_t r1 = r0 + EXPERT_ROWS < I ? r0 + EXPERT_ROWS : I;
+                const int64_t I = J->w.n_ff;
                 float *g = h + hoff[j], *u = g + (size_t)J->n * (size_t)I;
                 rows(&m[j].g, J->x, J->w.n_embd, J->n, g, I, r0, r1);
                 rows(&m[j].u, J->x, J->w.n_embd, J->n, u, I, r0, r1);
@@ -129,10 +141,10 @@ int gw_expert_ffn_many(const struct gw_expert_job *jobs, int n_jobs, enum gw_ker
             }
 #pragma omp for schedule(dynamic, 1)
             for (int64_t it = 0; it < n2; it++) {
-                int j = job_of(first2, n_jobs, it);
+                int64_t r0, r1;
+                const int j = item_of(first2, n_jobs, it, jobs, true, &r0, &r1);
                 const struct gw_expert_job *J = &jobs[j];
-                const int64_t C = J->w.n_embd, r0 = (it - first2[j]) * EXPERT_ROWS;
-                const int64_t r1 = r0 + EXPERT_ROWS < C ? r0 + EXPERT_ROWS : C;
+                const int64_t C = J->w.n_embd;
                 rows(&m[j].d, h + hoff[j], J->w.n_ff, J->n, J->out, C, r0, r1);
                 /* out = 0 + scale · d: ffn_add's sum into a zeroed row, bit for bit (-0 becomes +0). */
                 for (int t = 0; t < J->n; t++)

@@ -138,6 +138,21 @@ Test(ring, full_and_empty)
 /* ring_set_spin_ns: a waiter spins that long before it sleeps (a wait
  * shorter than the spin never sleeps), 1 ns sleeps at once, 0 is the 50 µs
  * default again. */
+/* A step message carries a whole prefill chunk: up to RING_MAX_TOKENS (8192,
+ * NB_MAX_PREFILL_CHUNK) rows; one more is refused with the reason. */
+Test(ring, max_tokens_reaches_the_largest_prefill_chunk)
+{
+    struct ring_geometry g = {2, RING_MAX_TOKENS, 0, 4 * (RING_MAX_TOKENS + 64)};
+    cr_assert_eq(RING_MAX_TOKENS, 8192);
+    cr_assert_eq(ring_check_geometry(&g, fx_err, sizeof fx_err), 0, "%s", fx_err);
+    cr_assert_gt(ring_bytes(&g), 2 * (size_t)g.payload_bytes);
+    g.max_tokens = RING_MAX_TOKENS + 1;
+    cr_assert_eq(ring_check_geometry(&g, fx_err, sizeof fx_err), NB_EINVAL);
+    cr_assert(strstr(fx_err, "max_tokens 8193 (1-8192)"), "%s", fx_err);
+    cr_assert_eq(ring_bytes(&g), 0);
+    cr_assert_eq(ring_pair_bytes(&g), 0);
+}
+
 Test(ring, set_spin_decides_when_a_waiter_sleeps)
 {
     const struct ring_geometry g = {4, 1, 0, 64};

@@ -9,9 +9,9 @@
 #include "core/sampling/sampling.h"
 #include "engine/backend.h"
 #include "core/util/clock.h"
+#include "core/util/opts.h"
 
 #include <dirent.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,10 +108,9 @@ out:
 int main(int argc, char **argv)
 {
     struct opts o = {"build/bench-models", 64, 16, 3, 0};
-    static const struct option lo[] = {{"models-dir", required_argument, 0, 'd'}, {"prompt", required_argument, 0, 'p'},
-                                       {"gen", required_argument, 0, 'g'},        {"reps", required_argument, 0, 'r'},
-                                       {"threads", required_argument, 0, 't'},    {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {
+        NB_OPT_ARG("models-dir", 'd'), NB_OPT_ARG("prompt", 'p'), NB_OPT_ARG("gen", 'g'), NB_OPT_ARG("reps", 'r'),
+        NB_OPT_ARG("threads", 't'), NB_OPT_FLAG("help", 'h'), NB_OPT_END};
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (c) {

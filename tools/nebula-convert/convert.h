@@ -12,6 +12,7 @@
 
 #include "core/quant/quant.h"
 #include "core/safetensors/safetensors.h"
+#include "core/util/opts.h"
 #include "tools/nebula-convert/hfconfig.h"
 
 #include <stdbool.h>
@@ -123,6 +124,13 @@ const struct conv_mix *conv_mix_parse(const char *prog, const char *option, cons
 #define CONV_SKEW_DEFAULT 0.38
 #define CONV_MAX_TOPICS 64 /* a router row's favoured topics are one 64-bit mask (rows.c) */
 #define CONV_SKEW_DEFAULT_STR "0.38"
+
+/* The options nebula-convert and nebula-gen share, one meaning and one code
+ * each (getopt_long entries; each main parses them as its usage says). */
+#define CONV_COMMON_OPTS                                                                                              \
+    NB_OPT_ARG("layers", 'L'), NB_OPT_ARG("seed", 's'), NB_OPT_ARG("ngram-base", 'B'), NB_OPT_FLAG("no-mtp", 'M'),   \
+        NB_OPT_ARG("name", 'n'), NB_OPT_ARG("threads", 'j'), NB_OPT_FLAG("quiet", 'q'), NB_OPT_FLAG("help", 'h'),      \
+        NB_OPT_FLAG("exact-rows", 'E'), NB_OPT_ARG("mtp-out", 'O'), NB_OPT_FLAG("split", 'P')
 
 /* st NULL with synth->on: a synthetic model. */
 int conv_plan_build(struct conv_plan *p, const st_set *st, const struct conv_synth *synth, const struct hf_config *cfg,

@@ -5,9 +5,9 @@
  * streams them into the GGUF.  This file is the command line. */
 #include "core/safetensors/safetensors.h"
 #include "core/util/err.h"
+#include "core/util/opts.h"
 #include "tools/nebula-convert/convert.h"
 
-#include <getopt.h>
 #include <libgen.h>
 #include <omp.h>
 #include <stdio.h>
@@ -68,16 +68,8 @@ int main(int argc, char **argv)
     bool split = false;
     struct conv_synth synth = {.seed = 1, .router_skew = CONV_SKEW_DEFAULT};
     long long layers = 0, ngram_base = 0;
-    static const struct option opts[] = {{"type", required_argument, 0, 't'}, {"no-mtp", no_argument, 0, 'M'},
-                                         {"synthetic", no_argument, 0, 'S'}, {"layers", required_argument, 0, 'L'},
-                                         {"seed", required_argument, 0, 's'}, {"router-skew", required_argument, 0, 'k'},
-                                         {"ngram-base", required_argument, 0, 'B'},
-                                         {"name", required_argument, 0, 'n'}, {"description", required_argument, 0, 'D'},
-                                         {"threads", required_argument, 0, 'j'},
-                                         {"quiet", no_argument, 0, 'q'},     {"help", no_argument, 0, 'h'},
-                                         {"exact-rows", no_argument, 0, 'E'},
-                                         {"mtp-out", required_argument, 0, 'O'}, {"split", no_argument, 0, 'P'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {CONV_COMMON_OPTS, NB_OPT_ARG("type", 't'), NB_OPT_FLAG("synthetic", 'S'),
+                                         NB_OPT_ARG("router-skew", 'k'), NB_OPT_ARG("description", 'D'), NB_OPT_END};
     int o;
     while ((o = getopt_long(argc, argv, "t:qhj:", opts, NULL)) != -1) {
         switch (o) {
@@ -141,7 +133,8 @@ int main(int argc, char **argv)
         rc = nb_errf(err, sizeof err, NB_EINVAL, "--mtp-out: %s has no MTP block%s", dir, want_mtp ? "" : " (--no-mtp)");
         goto done;
     }
-    struct conv_write_opts wo = {.prog = "nebula-convert", .name = name, .description = description, .tok_dir = synth.on ? NULL : dir, .mix = mix,
+    struct conv_write_opts wo = {.prog = "nebula-convert", .name = name, .description = description,
+                                 .tok_dir = synth.on ? NULL : dir, .mix = mix,
                                  .quiet = quiet, .split_ple = split, .mtp_out = mtp_out};
     rc = conv_write_gguf(&plan, out, &wo, err, sizeof err);
 done:

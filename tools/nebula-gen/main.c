@@ -12,10 +12,10 @@
  * quantizers.  Before writing it says how big the file will be and refuses
  * when the disk cannot hold it. */
 #include "core/util/err.h"
+#include "core/util/opts.h"
 #include "tools/nebula-convert/convert.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <libgen.h>
 #include <math.h>
 #include <omp.h>
@@ -176,15 +176,9 @@ int main(int argc, char **argv)
                                .topic_share = 0.3};
     double layers = 0, ngram_base = 0, v;
     static const struct option opts[] = {
-        {"layers", required_argument, 0, 'L'}, {"mix", required_argument, 0, 'x'},    {"skew", required_argument, 0, 'k'},
-        {"ngram-base", required_argument, 0, 'B'}, {"seed", required_argument, 0, 's'}, {"config", required_argument, 0, 'c'},
-        {"no-mtp", no_argument, 0, 'M'},       {"name", required_argument, 0, 'n'},   {"threads", required_argument, 0, 'j'},
-        {"force", no_argument, 0, 'F'},        {"quiet", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
-        {"dry-run", no_argument, 0, 'D'},      {"exact-rows", no_argument, 0, 'E'},
-        {"mtp-out", required_argument, 0, 'O'}, {"split", no_argument, 0, 'S'}, {"sparse", no_argument, 0, 'H'},
-        {"topics", required_argument, 0, 't'}, {"topic-embed", required_argument, 0, 'e'},
-        {"topic-router", required_argument, 0, 'r'}, {"topic-share", required_argument, 0, 'f'},
-        {0, 0, 0, 0}};
+        CONV_COMMON_OPTS, NB_OPT_ARG("mix", 'x'), NB_OPT_ARG("skew", 'k'), NB_OPT_ARG("config", 'c'),
+        NB_OPT_FLAG("force", 'F'), NB_OPT_FLAG("dry-run", 'D'), NB_OPT_FLAG("sparse", 'H'), NB_OPT_ARG("topics", 't'),
+        NB_OPT_ARG("topic-embed", 'e'), NB_OPT_ARG("topic-router", 'r'), NB_OPT_ARG("topic-share", 'f'), NB_OPT_END};
     int o;
     while ((o = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
         switch (o) {
@@ -234,7 +228,7 @@ int main(int argc, char **argv)
         case 'D': dry_run = true; break;
         case 'E': synth.exact_rows = true; break;
         case 'O': mtp_out = optarg; break;
-        case 'S': split = true; break;
+        case 'P': split = true; break;
         case 'H': sparse = true; break;
         case 'q': quiet = true; break;
         case 'h': usage(stdout); return 0;

@@ -78,7 +78,7 @@ static int state_units(struct ckpt *c, uint64_t *bytes)
     char *text = NULL;
     size_t n;
     *bytes = 0;
-    if (read_file(c->state, &text, &n, NULL, 0)) return 0;
+    if (nb_read_file(c->state, &text, &n, NULL, 0)) return 0;
     int units = 0;
     unsigned long long b = 0;
     char *id_line = strstr(text, "\nidentity ");

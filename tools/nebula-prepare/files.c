@@ -55,43 +55,6 @@ int write_file_atomic(const char *dir, const char *name, const void *data, size_
     return rc;
 }
 
-int read_file(const char *path, char **data, size_t *n, char *err, size_t errlen)
-{
-    *data = NULL;
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return nb_errf(err, errlen, errno == ENOENT ? NB_ENOENT : NB_EIO, "%s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap + 1);
-    int rc = buf ? 0 : nb_errf(err, errlen, NB_ENOMEM, "out of memory");
-    while (!rc) {
-        if (len == cap) {
-            char *b = cap < ((size_t)1 << 40) ? realloc(buf, 2 * cap + 1) : NULL;
-            if (!b) {
-                rc = nb_errf(err, errlen, NB_ENOMEM, "%s: too large to read", path);
-                break;
-            }
-            buf = b;
-            cap *= 2;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f)) rc = nb_errf(err, errlen, NB_EIO, "%s: read error", path);
-            break;
-        }
-    }
-    fclose(f);
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    buf[len] = 0;
-    *data = buf;
-    *n = len;
-    return 0;
-}
-
 void release_input(const void *p, uint64_t n)
 {
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);

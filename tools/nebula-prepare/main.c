@@ -14,7 +14,6 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +26,7 @@
 #include "core/util/err.h"
 #include "engine/vram.h"
 #include "core/util/clock.h"
+#include "core/util/opts.h"
 
 enum { EXIT_IO = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
 
@@ -172,7 +172,7 @@ static int small_part(struct run *r, const char *name, const char *data, size_t 
     snprintf(path, sizeof path, "%s/%s", r->dir, name);
     sha_buf_hex(data, n, hex);
     const char *listed = sums_get(&r->sums, name);
-    bool same = read_file(path, &old, &old_n, NULL, 0) == 0 && old_n == n && memcmp(old, data, n) == 0;
+    bool same = nb_read_file(path, &old, &old_n, NULL, 0) == 0 && old_n == n && memcmp(old, data, n) == 0;
     free(old);
     if (same) { /* regenerated and equal: needs no checksum to be trusted, only to be listed */
         say("%s: verified", name);
@@ -198,7 +198,7 @@ static int part_manifest(struct run *r)
     if (rc) return rc;
     snprintf(path, sizeof path, "%s/manifest.json", r->dir);
     bool same_input = false;
-    if (read_file(path, &old, &old_n, NULL, 0) == 0) {
+    if (nb_read_file(path, &old, &old_n, NULL, 0) == 0) {
         cJSON *j = cJSON_Parse(old);
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "identity");
         same_input = cJSON_IsString(id) && strcmp(id->valuestring, r->input_id) == 0;
@@ -266,10 +266,10 @@ static int part_hotlist(struct run *r, struct hotlist *h, char sha[PREP_SHA_HEX]
     int rc = 0;
     snprintf(path, sizeof path, "%s/hotlist.tsv", r->dir);
     if (r->hotlist_path) {
-        if ((rc = read_file(r->hotlist_path, &text, &n, r->err, sizeof r->err))) return rc == NB_ENOENT ? NB_EINVAL : rc;
+        if ((rc = nb_read_file(r->hotlist_path, &text, &n, r->err, sizeof r->err))) return rc == NB_ENOENT ? NB_EINVAL : rc;
         if ((rc = hotlist_parse(h, &r->x, text, n, r->hotlist_path, r->err, sizeof r->err))) goto done;
         snprintf(how, sizeof how, "written (copied from %s)", r->hotlist_path);
-    } else if (sums_get(&r->sums, "hotlist.tsv") && read_file(path, &text, &n, NULL, 0) == 0) {
+    } else if (sums_get(&r->sums, "hotlist.tsv") && nb_read_file(path, &text, &n, NULL, 0) == 0) {
         sha_buf_hex(text, n, sha);
         if (strcmp(sha, sums_get(&r->sums, "hotlist.tsv")) == 0 &&
             hotlist_parse(h, &r->x, text, n, "hotlist.tsv", NULL, 0) == 0) {
@@ -304,7 +304,7 @@ static int part_placement(struct run *r, const struct hotlist *h, const char *de
     size_t old_n = 0;
     snprintf(path, sizeof path, "%s/placement.json", r->dir);
     struct placement_opts defaults = o;
-    if (read_file(path, &old, &old_n, NULL, 0) == 0 && placement_read_opts(old, &o) == 0 &&
+    if (nb_read_file(path, &old, &old_n, NULL, 0) == 0 && placement_read_opts(old, &o) == 0 &&
         memcmp(&o, &defaults, sizeof o) != 0 &&
         !((r->given_vram || r->given_slots) && r->given_ctx && r->given_ram && r->given_victim && r->given_early && r->given_mtp && r->given_ple &&
           r->given_arena))
@@ -471,19 +471,15 @@ int main(int argc, char **argv)
     enum { O_VRAM = 1000, O_SLOTS, O_CTX, O_RAM, O_VICTIM, O_EARLY, O_MTP, O_PLE, O_HOT, O_KILL, O_INT, O_MTP_FILE,
            O_PROFILE, O_PROFILES, O_HW, O_PINFO, O_PTABLE, O_CPU, O_ARENA };
     static const struct option opts[] = {
-        {"vram-budget", required_argument, 0, O_VRAM}, {"ram-budget", required_argument, 0, O_RAM},
-        {"vram-slots", required_argument, 0, O_SLOTS},   {"ctx", required_argument, 0, O_CTX},
-        {"victim-cache", required_argument, 0, O_VICTIM}, {"early-quota", required_argument, 0, O_EARLY},
-        {"mtp-experts", required_argument, 0, O_MTP},    {"hotlist", required_argument, 0, O_HOT},
-        {"ple-tier", required_argument, 0, O_PLE},       {"mtp", required_argument, 0, O_MTP_FILE},
-        {"arena-vram", required_argument, 0, O_ARENA},
-        {"profile", required_argument, 0, O_PROFILE},    {"profiles", required_argument, 0, O_PROFILES},
-        {"hw-file", required_argument, 0, O_HW},         {"profile-info", no_argument, 0, O_PINFO},
-        {"profile-table", no_argument, 0, O_PTABLE},     {"cpu-only", no_argument, 0, O_CPU},
+        NB_OPT_ARG("vram-budget", O_VRAM), NB_OPT_ARG("ram-budget", O_RAM), NB_OPT_ARG("vram-slots", O_SLOTS),
+        NB_OPT_ARG("ctx", O_CTX), NB_OPT_ARG("victim-cache", O_VICTIM), NB_OPT_ARG("early-quota", O_EARLY),
+        NB_OPT_ARG("mtp-experts", O_MTP), NB_OPT_ARG("hotlist", O_HOT), NB_OPT_ARG("ple-tier", O_PLE),
+        NB_OPT_ARG("mtp", O_MTP_FILE), NB_OPT_ARG("arena-vram", O_ARENA), NB_OPT_ARG("profile", O_PROFILE),
+        NB_OPT_ARG("profiles", O_PROFILES), NB_OPT_ARG("hw-file", O_HW), NB_OPT_FLAG("profile-info", O_PINFO),
+        NB_OPT_FLAG("profile-table", O_PTABLE), NB_OPT_FLAG("cpu-only", O_CPU),
         /* tests only: a crash (SIGKILL) or a Ctrl-C (SIGINT) in the middle of the unit after N */
-        {"test-kill-after-units", required_argument, 0, O_KILL}, {"test-interrupt-after-units", required_argument, 0, O_INT},
-        {"quiet", no_argument, 0, 'q'},                   {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        NB_OPT_ARG("test-kill-after-units", O_KILL), NB_OPT_ARG("test-interrupt-after-units", O_INT),
+        NB_OPT_FLAG("quiet", 'q'), NB_OPT_FLAG("help", 'h'), NB_OPT_END};
     int o;
     while ((o = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
         const char *bad = NULL;

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/util/mapfile.h"
 #include "core/model/model.h"
 
 #define PREP_PAGE 4096u               /* O_DIRECT unit: alignment of blobs, pages and headers */
@@ -83,8 +84,6 @@ int sums_save(const struct sums *s, const char *dir, char *err, size_t errlen);
 int path_join(char *buf, size_t len, const char *dir, const char *name);
 /* Writes DIR/NAME.tmp, syncs it, renames it to DIR/NAME. */
 int write_file_atomic(const char *dir, const char *name, const void *data, size_t n, char *err, size_t errlen);
-/* Whole file into a malloc'ed, NUL-terminated buffer; NB_ENOENT if absent. */
-int read_file(const char *path, char **data, size_t *n, char *err, size_t errlen);
 bool file_exists(const char *dir, const char *name);
 /* Drops the input mapping's pages of [p, p+n) from this process (they stay
  * in the page cache): copying a 100 GB model does not grow the RSS. */

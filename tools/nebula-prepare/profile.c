@@ -42,7 +42,7 @@ int profile_load(struct profile_table *t, const char *path, char *err, size_t er
     char *text = NULL;
     size_t n = 0;
     memset(t, 0, sizeof *t);
-    int rc = read_file(path, &text, &n, err, errlen);
+    int rc = nb_read_file(path, &text, &n, err, errlen);
     if (rc) return rc;
     static const char *cols[PROFILE_COLS] = {"profile", "vram_gib", "ram_gib", "ctx", "prefill_chunk", "vram_keep_gib",
                                              "ram_keep_gib"};
@@ -312,7 +312,7 @@ int profile_hw_read(const char *path, uint64_t *vram_bytes, uint64_t *ram_bytes,
 {
     char *text = NULL;
     size_t n = 0;
-    int rc = read_file(path, &text, &n, err, errlen);
+    int rc = nb_read_file(path, &text, &n, err, errlen);
     if (rc) return rc == NB_ENOENT ? NB_EINVAL : rc;
     *vram_bytes = hw_mib(text, "gpu_vram_mib");
     *ram_bytes = hw_mib(text, "ram_mib");

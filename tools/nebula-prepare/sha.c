@@ -116,7 +116,7 @@ void sums_load(struct sums *s, const char *dir)
     s->n = 0;
     char path[4096], *text = NULL;
     size_t n;
-    if (path_join(path, sizeof path, dir, "checksums.sha256") || read_file(path, &text, &n, NULL, 0)) return;
+    if (path_join(path, sizeof path, dir, "checksums.sha256") || nb_read_file(path, &text, &n, NULL, 0)) return;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         /* "HEX  NAME" (sha256sum's text mode) or "HEX *NAME" (binary mode) */
         if (strlen(line) < 67 || !is_hex64(line) || line[64] != ' ' || (line[65] != ' ' && line[65] != '*')) continue;
@@ -174,7 +174,7 @@ int sums_save(const struct sums *s, const char *dir, char *err, size_t errlen)
     char path[4096], *old = NULL;
     size_t old_len = 0;
     bool same = path_join(path, sizeof path, dir, "checksums.sha256") == 0 &&
-                read_file(path, &old, &old_len, NULL, 0) == 0 && old_len == len && memcmp(old, text, len) == 0;
+                nb_read_file(path, &old, &old_len, NULL, 0) == 0 && old_len == len && memcmp(old, text, len) == 0;
     free(old);
     return same ? 0 : write_file_atomic(dir, "checksums.sha256", text, len, err, errlen);
 }

@@ -8,6 +8,7 @@
  * library. */
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/err.h"
+#include "core/util/mapfile.h"
 #include "core/util/clock.h"
 
 #include <stdio.h>
@@ -46,29 +47,10 @@ struct args {
 
 static int read_file(const char *path, char **out, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "nebula-tokenize: cannot open %s\n", path);
-        return NB_EIO;
-    }
-    size_t cap = 1 << 16, n = 0, got;
-    char *buf = malloc(cap);
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *p = realloc(buf, cap *= 2);
-            if (!p) free(buf);
-            buf = p;
-        }
-    }
-    fclose(f);
-    if (!buf) {
-        fprintf(stderr, "nebula-tokenize: out of memory reading %s\n", path);
-        return NB_ENOMEM;
-    }
-    *out = buf;
-    *len = n;
-    return 0;
+    char err[512];
+    int rc = nb_read_file(path, out, len, err, sizeof err);
+    if (rc) fprintf(stderr, "nebula-tokenize: %s\n", err);
+    return rc;
 }
 
 static int hex4(const char *s, unsigned *v)

@@ -2,6 +2,7 @@
  * `nebula` subcommands (see cli.h). */
 #include "tools/nebula/cli.h"
 
+#include "core/conf/conf.h"
 #include "core/util/err.h"
 
 #include <ctype.h>
@@ -22,6 +23,26 @@ int cli_parse_int(const char *flag, const char *s, long long lo, long long hi, l
     }
     *out = v;
     return CLI_OK;
+}
+
+int cli_parse_common(int c, const char *arg, struct cli_common *o)
+{
+    long long v;
+    switch (c) {
+    case 'm': o->model_path = arg; return CLI_OK;
+    case 'X': o->mtp_path = arg; return CLI_OK;
+    case 'b': if (cli_parse_int("--chunk", arg, 1, NB_MAX_PREFILL_CHUNK, &v)) return CLI_USAGE; o->chunk = (int)v; return CLI_OK;
+    case 'j': if (cli_parse_int("--threads", arg, 1, 4096, &v)) return CLI_USAGE; o->threads = (int)v; return CLI_OK;
+    case 'c': if (cli_parse_int("--ctx", arg, 1, INT64_MAX, &v)) return CLI_USAGE; o->ctx = v; return CLI_OK;
+    case 'B':
+        if (strcmp(arg, "cpu") && strcmp(arg, "cuda")) {
+            fprintf(stderr, "nebula: --backend takes cpu or cuda, got '%s'\n", arg);
+            return CLI_USAGE;
+        }
+        o->backend = arg;
+        return CLI_OK;
+    default: return -1;
+    }
 }
 
 int cli_open(const struct cli_common *o, struct cli_model *cm)

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "core/model/model.h"
+#include "core/util/opts.h"
 #include "core/tokenizer/tokenizer.h"
 #include "engine/backend.h"
 
@@ -95,6 +96,18 @@ void cli_spec_print(const struct cli_model *cm, struct gen_session *g);
 
 /* Parses a positive integer option; CLI_USAGE on error. */
 int cli_parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out);
+
+/* The options every model-running subcommand takes (getopt_long entries) and
+ * their one parser: -m/--model, --mtp, --chunk (≤ NB_MAX_PREFILL_CHUNK),
+ * --threads, --ctx; cli_parse_common also takes --backend cpu|cuda ('B') for
+ * the commands that list it.  The table lists -h/--help too; each command
+ * answers it with its own usage. */
+#define CLI_COMMON_OPTS                                                                                            \
+    NB_OPT_ARG("model", 'm'), NB_OPT_ARG("mtp", 'X'), NB_OPT_ARG("chunk", 'b'), NB_OPT_ARG("threads", 'j'),        \
+        NB_OPT_ARG("ctx", 'c'), NB_OPT_FLAG("help", 'h')
+/* Option code c with its argument into o: CLI_OK, CLI_USAGE (a bad value,
+ * message printed), or -1 where c is none of the common options. */
+int cli_parse_common(int c, const char *arg, struct cli_common *o);
 
 int cmd_generate(int argc, char **argv);
 int cmd_logits(int argc, char **argv);

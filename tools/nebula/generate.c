@@ -16,10 +16,10 @@
 #include "core/prepared/prepared.h"
 #include "core/sampling/sampling.h"
 #include "core/util/err.h"
+#include "core/util/opts.h"
 #include "engine/ffn.h"
 #include "tools/nebula/cli.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,22 +110,14 @@ struct gen_opts {
 static int parse(int argc, char **argv, struct gen_opts *o)
 {
     static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},     {"prompt", required_argument, 0, 'p'},
-        {"chat", required_argument, 0, 'C'},      {"system", required_argument, 0, 'S'},
-        {"think", required_argument, 0, 'T'},     {"tokens-file", required_argument, 0, 'f'},
-        {"n-predict", required_argument, 0, 'n'}, {"greedy", no_argument, 0, 'g'},
-        {"temp", required_argument, 0, 't'},      {"top-k", required_argument, 0, 'k'},
-        {"top-p", required_argument, 0, 'P'},     {"min-p", required_argument, 0, 'M'},
-        {"presence-penalty", required_argument, 0, 'r'}, {"seed", required_argument, 0, 's'},
-        {"print-ids", no_argument, 0, 'i'},       {"ctx", required_argument, 0, 'c'},
-        {"chunk", required_argument, 0, 'b'},     {"threads", required_argument, 0, 'j'},
-        {"server", required_argument, 0, 'R'},    {"dump-logits", required_argument, 0, 'D'},
-        {"backend", required_argument, 0, 'B'},   {"help", no_argument, 0, 'h'},
-        {"kernels", required_argument, 0, 'K'},   {"config", required_argument, 0, 'F'},
-        {"mtp", required_argument, 0, 'X'},       {"spec", required_argument, 0, 'Q'},
-        {"draft", required_argument, 0, 'd'},     {"draft-ids", required_argument, 0, 'O'},
-        {"draft-corrupt", required_argument, 0, 'o'}, {"accuracy-level", required_argument, 0, 'L'},
-        {"spec-coverage", required_argument, 0, 'V'}, {"resident", required_argument, 0, 'W'}, {0, 0, 0, 0}};
+        CLI_COMMON_OPTS, NB_OPT_ARG("backend", 'B'), NB_OPT_ARG("prompt", 'p'), NB_OPT_ARG("chat", 'C'),
+        NB_OPT_ARG("system", 'S'), NB_OPT_ARG("think", 'T'), NB_OPT_ARG("tokens-file", 'f'), NB_OPT_ARG("n-predict", 'n'),
+        NB_OPT_FLAG("greedy", 'g'), NB_OPT_ARG("temp", 't'), NB_OPT_ARG("top-k", 'k'), NB_OPT_ARG("top-p", 'P'),
+        NB_OPT_ARG("min-p", 'M'), NB_OPT_ARG("presence-penalty", 'r'), NB_OPT_ARG("seed", 's'),
+        NB_OPT_FLAG("print-ids", 'i'), NB_OPT_ARG("server", 'R'), NB_OPT_ARG("dump-logits", 'D'),
+        NB_OPT_ARG("kernels", 'K'), NB_OPT_ARG("config", 'F'), NB_OPT_ARG("spec", 'Q'), NB_OPT_ARG("draft", 'd'),
+        NB_OPT_ARG("draft-ids", 'O'), NB_OPT_ARG("draft-corrupt", 'o'), NB_OPT_ARG("accuracy-level", 'L'),
+        NB_OPT_ARG("spec-coverage", 'V'), NB_OPT_ARG("resident", 'W'), NB_OPT_END};
     long long v;
     int c, rc = cli_conf_defaults(argc, argv, &o->c);
     o->think = true;
@@ -134,8 +126,6 @@ static int parse(int argc, char **argv, struct gen_opts *o)
     optind = 1;
     while (rc == CLI_OK && (c = getopt_long(argc, argv, "m:p:n:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': o->c.model_path = optarg; break;
-        case 'X': o->c.mtp_path = optarg; break;
         case 'Q':
             if (strcmp(optarg, "off") && strcmp(optarg, "mtp") && strcmp(optarg, "oracle") && strcmp(optarg, "lookup") &&
                 strcmp(optarg, "auto")) {
@@ -185,17 +175,7 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         case 'r': rc = parse_float("--presence-penalty", optarg, -2, 2, &o->sp.presence_penalty); break;
         case 's': rc = cli_parse_int("--seed", optarg, 0, INT64_MAX, &v), o->sp.seed = (uint64_t)v; break;
         case 'i': o->print_ids = true; break;
-        case 'c': rc = cli_parse_int("--ctx", optarg, 1, INT64_MAX, &v), o->c.ctx = v; break;
-        case 'b': rc = cli_parse_int("--chunk", optarg, 1, NB_MAX_PREFILL_CHUNK, &v), o->c.chunk = (int)v; break;
-        case 'j': rc = cli_parse_int("--threads", optarg, 1, 4096, &v), o->c.threads = (int)v; break;
         case 'R': o->server = optarg; break;
-        case 'B':
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
-                fprintf(stderr, "nebula: --backend takes cpu or cuda, got '%s'\n", optarg);
-                return CLI_USAGE;
-            }
-            o->c.backend = optarg;
-            break;
         case 'K': {
             enum gw_kernels k;
             if (gw_kernels_parse(optarg, &k)) {
@@ -208,7 +188,11 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         case 'D': o->dump_logits = optarg; break;
         case 'F': break; /* read first, by cli_conf_defaults */
         case 'h': usage(stdout); return -1;
-        default: usage(stderr); return CLI_USAGE;
+        default:
+            if ((rc = cli_parse_common(c, optarg, &o->c)) < 0) {
+                usage(stderr);
+                return CLI_USAGE;
+            }
         }
     }
     if (rc) return rc;

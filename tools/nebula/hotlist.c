@@ -13,9 +13,9 @@
 #include "core/sampling/sampling.h"
 #include "tools/nebula/cli.h"
 #include "core/util/clock.h"
+#include "core/util/opts.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,34 +143,28 @@ static int write_tsv(const char *path, const struct campaign *c)
 
 int cmd_hotlist(int argc, char **argv)
 {
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'}, {"prompts", required_argument, 0, 'P'},
-                                         {"out", required_argument, 0, 'o'},   {"raw", no_argument, 0, 'R'},
-                                         {"ids", no_argument, 0, 'I'},         {"gen", required_argument, 0, 'g'},
-                                         {"chunk", required_argument, 0, 'b'}, {"threads", required_argument, 0, 'j'},
-                                         {"ctx", required_argument, 0, 'c'},   {"help", no_argument, 0, 'h'},
-                                         {"backend", required_argument, 0, 'B'}, {"mtp", required_argument, 0, 'X'},
-                                         {"routes", required_argument, 0, 'r'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {CLI_COMMON_OPTS,         NB_OPT_ARG("backend", 'B'), NB_OPT_ARG("prompts", 'P'),
+                                         NB_OPT_ARG("out", 'o'),  NB_OPT_FLAG("raw", 'R'),    NB_OPT_FLAG("ids", 'I'),
+                                         NB_OPT_ARG("gen", 'g'),  NB_OPT_ARG("routes", 'r'),  NB_OPT_END};
     struct cli_common o = {0};
     const char *prompts = NULL, *out = NULL, *routes = NULL;
     int mode = 0, c, rc = CLI_OK;
-    long long gen = 0, v;
+    long long gen = 0;
     optind = 1;
     while (rc == CLI_OK && (c = getopt_long(argc, argv, "m:o:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': o.model_path = optarg; break;
-        case 'X': o.mtp_path = optarg; break;
         case 'P': prompts = optarg; break;
         case 'o': out = optarg; break;
         case 'r': routes = optarg; break;
         case 'R': mode = 1; break;
         case 'I': mode = 2; break;
         case 'g': rc = cli_parse_int("--gen", optarg, 0, 1 << 20, &gen); break;
-        case 'b': rc = cli_parse_int("--chunk", optarg, 1, 1 << 20, &v), o.chunk = (int)v; break;
-        case 'j': rc = cli_parse_int("--threads", optarg, 1, 4096, &v), o.threads = (int)v; break;
-        case 'c': rc = cli_parse_int("--ctx", optarg, 1, INT64_MAX, &v), o.ctx = v; break;
-        case 'B': o.backend = optarg; break;
         case 'h': usage(stdout); return CLI_OK;
-        default: usage(stderr); return CLI_USAGE;
+        default:
+            if ((rc = cli_parse_common(c, optarg, &o)) < 0) {
+                usage(stderr);
+                return CLI_USAGE;
+            }
         }
     }
     if (rc) return rc;

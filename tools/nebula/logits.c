@@ -3,31 +3,12 @@
 #include "core/util/err.h"
 #include "tools/nebula/cli.h"
 #include "core/util/clock.h"
+#include "core/util/opts.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Options shared by the two commands. */
-static int parse_common(int c, struct cli_common *o, bool *help)
-{
-    long long v;
-    switch (c) {
-    case 'm': o->model_path = optarg; return CLI_OK;
-    case 'X': o->mtp_path = optarg; return CLI_OK;
-    case 'b': if (cli_parse_int("--chunk", optarg, 1, 1 << 20, &v)) return CLI_USAGE; o->chunk = (int)v; return CLI_OK;
-    case 'j': if (cli_parse_int("--threads", optarg, 1, 4096, &v)) return CLI_USAGE; o->threads = (int)v; return CLI_OK;
-    case 'c': if (cli_parse_int("--ctx", optarg, 1, INT64_MAX, &v)) return CLI_USAGE; o->ctx = v; return CLI_OK;
-    case 'h': *help = true; return CLI_OK;
-    default: return CLI_USAGE;
-    }
-}
-
-#define COMMON_OPTS                                                                                                \
-    {"model", required_argument, 0, 'm'}, {"chunk", required_argument, 0, 'b'}, {"threads", required_argument, 0, 'j'}, \
-        {"ctx", required_argument, 0, 'c'}, {"help", no_argument, 0, 'h'}, {"mtp", required_argument, 0, 'X'}
 
 struct sink {
     FILE *f;
@@ -74,10 +55,9 @@ static int write_mtp(struct cli_model *cm, const int32_t *ids, size_t n, const c
 
 int cmd_logits(int argc, char **argv)
 {
-    static const struct option opts[] = {COMMON_OPTS, {"tokens-file", required_argument, 0, 'f'},
-                                         {"out", required_argument, 0, 'o'}, {"backend", required_argument, 0, 'B'},
-                                         {"layers", required_argument, 0, 'L'}, {"mtp-out", required_argument, 0, 'M'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        CLI_COMMON_OPTS, NB_OPT_ARG("tokens-file", 'f'), NB_OPT_ARG("out", 'o'), NB_OPT_ARG("backend", 'B'),
+        NB_OPT_ARG("layers", 'L'), NB_OPT_ARG("mtp-out", 'M'), NB_OPT_END};
     struct cli_common o = {0};
     const char *tokens = NULL, *out = NULL, *mtp_out = NULL;
     bool help = false;
@@ -92,13 +72,8 @@ int cmd_logits(int argc, char **argv)
             if (cli_parse_int("--layers", optarg, 1, 1 << 20, &v)) return CLI_USAGE;
             o.layers = (int)v;
         }
-        else if (c == 'B') {
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
-                fprintf(stderr, "nebula: --backend takes cpu or cuda, got '%s'\n", optarg);
-                return CLI_USAGE;
-            }
-            o.backend = optarg;
-        } else if (parse_common(c, &o, &help)) return CLI_USAGE;
+        else if (c == 'h') help = true;
+        else if (cli_parse_common(c, optarg, &o)) return CLI_USAGE;
     }
     if (help || !tokens || !out || optind < argc) {
         fprintf(help ? stdout : stderr,
@@ -163,13 +138,14 @@ done:
 
 int cmd_tokenize(int argc, char **argv)
 {
-    static const struct option opts[] = {COMMON_OPTS, {0, 0, 0, 0}};
+    static const struct option opts[] = {CLI_COMMON_OPTS, NB_OPT_END};
     struct cli_common o = {0};
     bool help = false;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1)
-        if (parse_common(c, &o, &help)) return CLI_USAGE;
+        if (c == 'h') help = true;
+        else if (cli_parse_common(c, optarg, &o)) return CLI_USAGE;
     if (help || optind != argc - 1) {
         fprintf(help ? stdout : stderr, "usage: nebula tokenize -m MODEL TEXT\nPrints the ids of TEXT (special tokens recognised).\n");
         return help ? CLI_OK : CLI_USAGE;
