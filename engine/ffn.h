@@ -39,6 +39,10 @@ enum gw_kernels { GW_KERNELS_REF = 0, GW_KERNELS_FAST = 1, GW_KERNELS_INT8 = 2 }
 /* "ref" / "fast" / "int8" -> *k; NB_EINVAL otherwise. */
 int gw_kernels_parse(const char *name, enum gw_kernels *k);
 const char *gw_kernels_name(enum gw_kernels k);
+/* The same for a backend's matrix kernels (the gpu-worker's, the
+ * coordinator's and nebula generate's --kernels): ref or fast; int8 is the
+ * CPU experts' alone (NB_EINVAL here). */
+int gw_kernels_parse_matrix(const char *name, enum gw_kernels *k);
 
 /* One expert FFN of a batch: out (n × C) = scale[i] · FFN_w(x[i]). */
 struct gw_expert_job {

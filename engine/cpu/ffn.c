@@ -26,6 +26,13 @@ int gw_kernels_parse(const char *name, enum gw_kernels *k)
     return NB_EINVAL;
 }
 
+int gw_kernels_parse_matrix(const char *name, enum gw_kernels *k)
+{
+    enum gw_kernels got;
+    if (gw_kernels_parse(name, &got) || got == GW_KERNELS_INT8) return NB_EINVAL;
+    return *k = got, 0;
+}
+
 const char *gw_kernels_name(enum gw_kernels k)
 {
     return (unsigned)k < sizeof kernel_names / sizeof *kernel_names ? kernel_names[k] : "?";
