@@ -491,6 +491,47 @@ Test(quant_dot, int8_dot_is_the_fp32_dot_within_half_a_step_per_value)
     free(x), free(y), free(a), free(w), free(ya), free(step);
 }
 
+/* The AVX-512 activation quantizers write the scalar ones' bytes, for every
+ * distribution, for exact rounding ties (x·(1/d) = k + ½: Q8_0/Q8_1 round
+ * them away from zero, Q8_K to even), a largest magnitude held by both signs
+ * (Q8_K takes the first), all-zero blocks, and NaN and infinite values; and
+ * quant_init made them the traits' quantizers. */
+Test(quant_act, avx512_quantizers_write_the_scalar_bytes)
+{
+    if (!quant_isa_supported(QUANT_ISA_AVX512)) cr_skip_test("this CPU lacks AVX-512 VNNI: AVX-512 quantizers not run");
+    const enum quant_type acts[] = {QT_Q8_0, QT_Q8_1, QT_Q8_K};
+    const int64_t n = 2560;
+    float *x = xmalloc(sizeof(float) * n);
+    uint8_t *a = xmalloc(4 * n), *b = xmalloc(4 * n);
+    rng_seed(30);
+    for (size_t k = 0; k < sizeof acts / sizeof *acts; k++) {
+        quant_from_float_fn ref = quant_from_float_isa(acts[k], QUANT_ISA_SCALAR),
+                            simd = quant_from_float_isa(acts[k], QUANT_ISA_AVX512);
+        cr_assert(ref && simd, "%s: quantizers", quant_type_name(acts[k]));
+        cr_assert(tr(acts[k])->from_float == simd, "%s: quant_init did not pick the AVX-512 quantizer", quant_type_name(acts[k]));
+        const size_t bytes = quant_row_size(acts[k], n);
+        for (int rep = 0; rep < 60; rep++) {
+            const int kind = rep % 10;
+            if (kind < D_COUNT) fill(x, n, (enum dist)kind);
+            else if (kind == 6) /* ties: the block's extreme 127, so d = 1 and x·(1/d) = x = k + 0.5 */
+                for (int64_t i = 0; i < n; i++) x[i] = i % 32 == 0 ? 127.0f : (float)((int)(rng_uniform() * 250) - 125) + 0.5f;
+            else if (kind == 7) /* ±the same largest magnitude, the negative one first in half the blocks */
+                for (int64_t i = 0; i < n; i++) x[i] = i % 256 == 5 ? -9.0f : i % 256 == 200 ? 9.0f : rng_normal();
+            else if (kind == 8) { /* a NaN and an infinity in some blocks */
+                fill(x, n, D_NORMAL);
+                x[3] = NAN, x[700] = INFINITY, x[1500] = -INFINITY, x[2000] = NAN;
+            } else fill(x, n, D_ZEROS);
+            memset(a, 0x55, bytes), memset(b, 0xaa, bytes);
+            ref(x, a, n);
+            simd(x, b, n);
+            for (size_t i = 0; i < bytes; i++)
+                cr_assert_eq(a[i], b[i], "%s rep %d (kind %d): byte %zu of %zu: scalar %02x, avx512 %02x",
+                             quant_type_name(acts[k]), rep, kind, i, bytes, a[i], b[i]);
+        }
+    }
+    free(x), free(a), free(b);
+}
+
 /* The kernel picked by quant_init is the best ISA's, and each table entry is
  * the same function quant_vec_dot_isa hands out. */
 Test(quant_dot, init_picks_best_supported_isa)
