@@ -4,7 +4,7 @@
  * as a tenth of a 2-bit expert's dots).
  *
  * The one rule: the same bytes as quant_ref.c's scalar quantizers, for
- * every input (tests/core/test_quant.c compares them), so which ISA ran
+ * every input (tests/core/test_quant_int8.c compares them), so which ISA ran
  * never shows in a result.  Each step is the scalar one's operation on 16
  * lanes: the block's absolute maximum (NaN lanes ignored, as fmaxf does),
  * the scale through the same scalar fp16 rounding, x·(1/d) in fp32, then
