@@ -211,7 +211,7 @@ Test(expert_ffn, fast_is_ref_within_float_tolerance_full_width_q4_k_m)
 /* ---- int8 (GW_KERNELS_INT8) ---- */
 
 /* The decoded activations of x quantized to type t's vec_dot_type (x̂) and
- * each value's half step s_b/2 (|x - x̂| ≤ s_b/2: tests/core/test_quant.c). */
+ * each value's half step s_b/2 (|x - x̂| ≤ s_b/2: tests/core/test_quant_int8.c). */
 static void q8_view(enum quant_type t, const float *x, int64_t n, float *xh, double *half)
 {
     const struct quant_traits *a = quant_traits_of(quant_traits_of(t)->vec_dot_type);
