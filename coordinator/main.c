@@ -49,7 +49,7 @@ static void on_child(int sig) { (void)sig, the_coord->got_sigchld = 1; }
 static void usage(FILE *f)
 {
     fprintf(f, "usage: nebula-coordinator [--config FILE] --model M.gguf [--mtp FILE] [--prepared DIR] [--runtime DIR] [--threads N] [--chunk N]\n"
-               "                          [--backend auto|cpu|cuda] [--kernels ref|fast] [--cpu-kernels ref|fast]\n"
+               "                          [--backend auto|cpu|cuda] [--kernels ref|fast] [--cpu-kernels ref|fast|int8]\n"
                "                          [--vram-budget BYTES] [--ctx N] [--layer-times] [--cache on|off|auto]\n"
                "                          [--cache-resume anywhere|grid] [--cache-dir DIR]\n"
                "                          [--http HOST:PORT|off] [--max-queue N] [--max-body BYTES] [--demo] [--name NAME]\n"
@@ -84,7 +84,9 @@ static void usage(FILE *f)
                "  --kernels K      its CUDA matrix kernels: fast (default; fp32, within 1e-6 of the CPU) or\n"
                "                   ref (bit-faithful to the CPU reference, for parity checks)\n"
                "  --cpu-kernels K  the cpu-moe-worker's expert kernels: ref or fast (default: fast beside\n"
-               "                   the cuda backend, ref beside cpu, so that every placement gives its bits)\n"
+               "                   the cuda backend, ref beside cpu, so that every placement gives its bits),\n"
+               "                   or int8 (opt-in, approximate: activations quantized to 8 bits, VNNI dots;\n"
+               "                   divergence in docs/RUNNING.md)\n"
                "  --vram-budget B  cap on the gpu-worker's device memory, like 80G (default: placement.json's\n"
                "                   request.vram_budget, else none); the configuration fails naming each part\n"
                "  --ctx N          positions a request may use, and the K/V the gpu-worker reserves on cuda\n"
@@ -268,9 +270,9 @@ static int parse(int argc, char **argv, struct coord *c, const char **runtime, s
             break;
         case 'K':
         case 'C':
-            if (gw_kernels_parse(optarg, &kern)) {
-                fprintf(stderr, "nebula-coordinator: %s takes ref or fast, not '%s'\n", ch == 'K' ? "--kernels" : "--cpu-kernels",
-                        optarg);
+            if (ch == 'K' ? gw_kernels_parse_matrix(optarg, &kern) : gw_kernels_parse(optarg, &kern)) {
+                fprintf(stderr, "nebula-coordinator: %s takes %s, not '%s'\n", ch == 'K' ? "--kernels" : "--cpu-kernels",
+                        ch == 'K' ? "ref or fast" : "ref, fast or int8", optarg);
                 return 2;
             }
             *(ch == 'K' ? &c->kernels : &c->cpu_kernels) = optarg;

@@ -54,7 +54,7 @@ static int setup(void *ctx, char *err, size_t errlen)
     /* --kernels, where given, else configure's (the coordinator's --cpu-kernels), else ref. */
     const char *k = m->kernels_flag ? m->kernels_flag : m->conf.kernels;
     if (!rc && *k && gw_kernels_parse(k, &m->kernels))
-        rc = nb_errf(err, errlen, NB_EINVAL, "configure: kernels \"%s\": want ref or fast", k);
+        rc = nb_errf(err, errlen, NB_EINVAL, "configure: kernels \"%s\": want ref, fast or int8", k);
     if (!rc) rc = open_regions(m, err, errlen);
     if (!rc) rc = moe_arena_load(m, &loaded_now, err, errlen);
     if (!rc && m->plc.n_ssd > 0) rc = open_pager(m, err, errlen);
@@ -97,7 +97,7 @@ static int turn(void *ctx, char *err, size_t errlen)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: nebula-cpu-moe-worker --control ENDPOINT [--configure-timeout-ms N] [--pager-timeout-ms N]\n"
-               "                             [--kernels ref|fast]\n"
+               "                             [--kernels ref|fast|int8]\n"
                "\n"
                "Computes the routed experts the gpu-worker does not hold (the moe ring pair of a Nebula\n"
                "instance): RAM-tier experts from the shared arena, SSD-tier ones paged by the ssd-pager.\n"
@@ -107,10 +107,12 @@ static void usage(FILE *f)
                "  --control ENDPOINT          the coordinator's ROUTER endpoint (ipc://...)\n"
                "  --configure-timeout-ms N    how long to wait for configure (default 10000)\n"
                "  --pager-timeout-ms N        longest wait for one pager answer (default 5000)\n"
-               "  --kernels ref|fast          expert matrix kernels (default: configure's, which is the\n"
+               "  --kernels ref|fast|int8     expert matrix kernels (default: configure's, which is the\n"
                "                              coordinator's --cpu-kernels, else ref):\n"
                "                              ref is bit-identical for any placement, fast (SIMD, fp32\n"
-               "                              sums) within float tolerance (README.md)\n"
+               "                              sums) within float tolerance, int8 (opt-in, approximate:\n"
+               "                              activations quantized to 8 bits, VNNI dots) within the\n"
+               "                              activations' rounding (README.md)\n"
                "  -h, --help                  this text\n");
 }
 
@@ -135,7 +137,7 @@ int main(int argc, char **argv)
     m.pager_tag = (uint64_t)getpid() << 32;
     m.pager_timeout_ns = (uint64_t)pager_ms * 1000000ull;
     if (kernels && gw_kernels_parse(kernels, &m.kernels)) {
-        fprintf(stderr, "nebula-cpu-moe-worker: --kernels must be ref or fast, not '%s'\n", kernels);
+        fprintf(stderr, "nebula-cpu-moe-worker: --kernels must be ref, fast or int8, not '%s'\n", kernels);
         return 2;
     }
     m.kernels_flag = kernels;

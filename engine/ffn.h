@@ -3,8 +3,9 @@
  * The arithmetic every process agrees on for an expert computed outside a
  * backend: the cpu-moe-worker runs it for the experts it holds, a backend's
  * remote hook (backend.h, gw_moe_remote) expects its results, and the
- * reference backend's own MoE layer computes the same bits.  Two kernels:
- * ref (bit-faithful, double sums) and fast (SIMD fp32).  Implemented in
+ * reference backend's own MoE layer computes the same bits.  Three kernel
+ * sets: ref (bit-faithful, double sums), fast (SIMD fp32) and the opt-in,
+ * approximate int8 (activations quantized to 8 bits).  Implemented in
  * engine/cpu/ffn.c. */
 #ifndef NB_ENGINE_FFN_H
 #define NB_ENGINE_FFN_H
@@ -26,11 +27,22 @@ int gw_expert_ffn(const struct gw_expert *w, const float *x, int n, const float 
 /* Matrix kernels of the expert FFNs: ref is gw_expert_ffn's arithmetic (each
  * output bit-identical however the work is split); fast decodes weights with
  * SIMD and sums in fp32 with FMA (quant.h's quant_dot_f32: within float
- * tolerance of ref, the last bits may differ). */
-enum gw_kernels { GW_KERNELS_REF = 0, GW_KERNELS_FAST = 1 };
-/* "ref" / "fast" -> *k; NB_EINVAL otherwise. */
+ * tolerance of ref, the last bits may differ).  int8 is approximate and
+ * opt-in: each activation row (x, and h = silu(gate x) ⊙ up x) is quantized
+ * once to its weights' vec_dot_type (Q8_0 / Q8_1: 8-bit codes and a scale
+ * per 32 values; Q8_K: per 256) and every weight row dotted on the codes
+ * with quant.h's vec_dot (VNNI vpdpbusd on AVX-512), as ggml does; matrices
+ * of float weights keep the fast kernels.  Its error against fast is the
+ * activations' rounding, at most half a quantization step a value
+ * (docs/BENCHMARKS.md: its divergence in logits). */
+enum gw_kernels { GW_KERNELS_REF = 0, GW_KERNELS_FAST = 1, GW_KERNELS_INT8 = 2 };
+/* "ref" / "fast" / "int8" -> *k; NB_EINVAL otherwise. */
 int gw_kernels_parse(const char *name, enum gw_kernels *k);
 const char *gw_kernels_name(enum gw_kernels k);
+/* The same for a backend's matrix kernels (the gpu-worker's, the
+ * coordinator's and nebula generate's --kernels): ref or fast; int8 is the
+ * CPU experts' alone (NB_EINVAL here). */
+int gw_kernels_parse_matrix(const char *name, enum gw_kernels *k);
 
 /* One expert FFN of a batch: out (n × C) = scale[i] · FFN_w(x[i]). */
 struct gw_expert_job {

@@ -49,7 +49,7 @@ static const struct key KEYS[] = {
     {"engine", "prefill_stream_rows", K_INT, F(stream_rows), 17, NB_MAX_PREFILL_CHUNK, NULL, "17"},
     {"engine", "backend", K_CHOICE, F(backend), 0, 0, "auto|cpu|cuda", "auto"},
     {"engine", "kernels", K_CHOICE, F(kernels), 0, 0, "ref|fast", "fast"},
-    {"engine", "cpu_kernels", K_CHOICE, F(cpu_kernels), 0, 0, "auto|ref|fast", "auto"},
+    {"engine", "cpu_kernels", K_CHOICE, F(cpu_kernels), 0, 0, "auto|ref|fast|int8", "auto"},
     {"engine", "spec", K_CHOICE, F(spec), 0, 0, "off|mtp|lookup|auto", "off"},
     {"engine", "spec_coverage", K_STR, F(spec_coverage), 0, 0, NULL, "off"},
     {"engine", "vram_budget", K_BYTES, F(vram_budget), 0, INT64_MAX, NULL, "0"},

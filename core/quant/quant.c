@@ -125,6 +125,7 @@ static void init_kernels(void)
         if (traits[t].name == NULL) continue;
         FIRST_OF(to_float_files, t, traits[t].to_float);
         FIRST_OF(from_float_files, t, traits[t].from_float);
+        if (active_isa == QUANT_ISA_AVX512 && quant_avx512_act_from_float[t]) traits[t].from_float = quant_avx512_act_from_float[t];
         for (int isa = 0; isa < QUANT_ISA_COUNT; isa++) {
             FIRST_OF(dot_files[isa], t, isa_dots[isa][t]);
             if (isa > QUANT_ISA_SCALAR) FIRST_OF(f32_dot_files[isa], t, isa_f32_dots[isa][t]);
@@ -167,6 +168,17 @@ quant_vec_dot_fn quant_vec_dot_isa(enum quant_type t, enum quant_isa isa)
     if ((unsigned)t >= QT_COUNT || (unsigned)isa >= QUANT_ISA_COUNT || !quant_isa_supported(isa)) return NULL;
     quant_init();
     return isa_dots[isa][t];
+}
+
+quant_from_float_fn quant_from_float_isa(enum quant_type t, enum quant_isa isa)
+{
+    if ((unsigned)t >= QT_COUNT || (unsigned)isa >= QUANT_ISA_COUNT || !quant_isa_supported(isa)) return NULL;
+    quant_init();
+    if (isa == QUANT_ISA_AVX512) return quant_avx512_act_from_float[t];
+    if (isa != QUANT_ISA_SCALAR) return NULL;
+    quant_from_float_fn f = NULL;
+    FIRST_OF(from_float_files, t, f);
+    return f;
 }
 
 quant_dot_f32_fn quant_dot_f32(enum quant_type t)

@@ -108,6 +108,12 @@ const struct quant_traits *quant_traits_of(enum quant_type t);
  * scalar one is the reference the others are tested against. */
 quant_vec_dot_fn quant_vec_dot_isa(enum quant_type t, enum quant_isa isa);
 
+/* The quantizer of type t of one ISA (tests): the scalar reference's, or for
+ * AVX-512 the activation formats' (Q8_0, Q8_1, Q8_K: the same bytes as the
+ * scalar ones, ~10× faster; quant_init puts them in the traits where
+ * AVX-512 runs); NULL where that ISA has none or cannot run here. */
+quant_from_float_fn quant_from_float_isa(enum quant_type t, enum quant_isa isa);
+
 /* out[t] = Σ_i w[i] · x[t·x_stride + i] for t < nt: one weight row of n values
  * in its own format against nt rows of fp32 activations.  The activations stay
  * fp32 (unlike vec_dot, which wants them quantized): the row is decoded with

@@ -203,6 +203,11 @@ extern const quant_vec_dot_fn quant_iq_avx512_vec_dot[QT_COUNT];
 extern const quant_dot_f32_fn quant_avx2_dot_f32[QT_COUNT];
 extern const quant_dot_f32_fn quant_avx512_dot_f32[QT_COUNT];
 
+/* The activation quantizers (Q8_0, Q8_1, Q8_K) on AVX-512, byte-identical to
+ * the scalar ones (quant_act_avx512.c); quant_init makes them the traits'
+ * from_float where AVX-512 runs. */
+extern const quant_from_float_fn quant_avx512_act_from_float[QT_COUNT];
+
 /* Weight quantizers (quant_ref_encode.c), referenced by quant_ref.c's table. */
 void quant_encode_q4_0(const float *x, void *dst, int64_t n);
 void quant_encode_q5_0(const float *x, void *dst, int64_t n);

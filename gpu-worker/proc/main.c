@@ -203,7 +203,7 @@ static int configure(struct gwp *w, const cJSON *msg, char *err, size_t errlen)
     const uint64_t budget = w->vram_budget ? w->vram_budget : c.vram_budget;
     const int64_t n_ctx = w->n_ctx > 0 ? w->n_ctx : c.n_ctx;
     enum gw_kernels k;
-    if (kernels && gw_kernels_parse(kernels, &k))
+    if (kernels && gw_kernels_parse_matrix(kernels, &k))
         return nb_errf(err, errlen, NB_EINVAL, "configure: kernels \"%s\": want ref or fast", kernels);
     w->block = c.stats_worker, w->layer_times = c.layer_times;
     if ((rc = model_open_mtp(c.model, c.mtp, &w->m, err, errlen))) return rc;
@@ -510,7 +510,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) {
             kernels = argv[++i];
             enum gw_kernels k;
-            if (gw_kernels_parse(kernels, &k)) {
+            if (gw_kernels_parse_matrix(kernels, &k)) {
                 fprintf(stderr, "nebula-gpu-worker: --kernels \"%s\": want ref or fast\n", kernels);
                 return 2;
             }

@@ -12,68 +12,10 @@
 #include <string.h>
 
 #include "core/quant/quant.h"
+#include "tests/lib/quant_cases.h"
 #include "tests/lib/quant_random.h"
 #include "tests/lib/ref_dot.h"
 #include "tests/lib/rng.h"
-
-/* ---- inputs (tests/lib/rng.h: fixed seeds, failures reproduce) ---- */
-
-enum dist { D_NORMAL, D_UNIFORM, D_OUTLIERS, D_POSITIVE, D_EQUAL, D_ZEROS, D_COUNT };
-static const char *dist_name[D_COUNT] = {"normal", "uniform", "outliers", "positive", "all-equal", "zeros"};
-
-static void fill(float *x, int64_t n, enum dist d)
-{
-    float c = rng_normal() * 3;
-    for (int64_t i = 0; i < n; i++) {
-        switch (d) {
-        case D_NORMAL: x[i] = rng_normal(); break;
-        case D_UNIFORM: x[i] = 2 * rng_uniform() - 1; break;
-        case D_OUTLIERS: x[i] = rng_normal() * (rng_uniform() < 0.02f ? 40.0f : 0.05f); break;
-        case D_POSITIVE: x[i] = 0.5f + rng_uniform(); break; /* K-quant mins clamp at 0 */
-        case D_EQUAL: x[i] = c; break;
-        default: x[i] = 0; break;
-        }
-    }
-}
-
-/* ---- the formats under test ---- */
-
-static const enum quant_type weight_types[] = {
-    QT_F32,  QT_F16,  QT_BF16,   QT_Q4_0,   QT_Q5_0,  QT_Q5_1, QT_Q8_0, QT_Q4_K, QT_Q5_K,  QT_Q6_K,  QT_IQ4_NL, QT_IQ4_XS,
-    QT_Q4_1, QT_Q2_K, QT_Q3_K,   QT_TQ1_0,  QT_TQ2_0, QT_Q1_0, QT_Q2_0, QT_MXFP4, QT_NVFP4,
-    QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S, QT_IQ3_XXS, QT_IQ3_S, QT_IQ1_S, QT_IQ1_M,
-};
-
-/* The grid formats: a group's point may sit far from its values (the grid
- * is sparse), so there is no per-value error bound to check, only the
- * typical error below. */
-static bool is_grid(enum quant_type t)
-{
-    return t == QT_IQ2_XXS || t == QT_IQ2_XS || t == QT_IQ2_S || t == QT_IQ3_XXS || t == QT_IQ3_S || t == QT_IQ1_S ||
-           t == QT_IQ1_M;
-}
-#define N_WEIGHT_TYPES (sizeof weight_types / sizeof weight_types[0])
-
-static const struct quant_traits *tr(enum quant_type t)
-{
-    const struct quant_traits *q = quant_traits_of(t);
-    cr_assert(q != NULL && q->to_float && q->from_float, "type %d not wired", (int)t);
-    return q;
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    cr_assert(p != NULL);
-    return p;
-}
-
-/* A row of n values in format t made of random valid blocks. */
-static void random_row(enum quant_type t, uint8_t *row, int64_t n)
-{
-    const struct quant_traits *q = tr(t);
-    for (int64_t i = 0; i < n / q->blck_size; i++) random_block(t, row + i * q->type_size, q->type_size);
-}
 
 /* ---- error bounds, per value, from the number of levels ----
  * Each is half a step of the coarsest grid the quantizer may fall back to
@@ -309,14 +251,6 @@ Test(quant_round_trip, decoded_random_blocks_reencode_within_bound)
 
 /* ---- dots ---- */
 
-/* A row of activations for weight type t: fp32 for the float formats, else
- * quantized to t's vec_dot_type (so codes stay in [-127, 127]). */
-static void activations(enum quant_type t, const float *a, uint8_t *out, int64_t n)
-{
-    const struct quant_traits *q = tr(t), *v = tr(q->vec_dot_type);
-    v->from_float(a, out, n);
-}
-
 /* Σ decode(x)·decode(y) in double, and the tolerance's magnitude
  * (reference_dot, tests/lib/ref_dot.h). */
 static double decoded_dot(enum quant_type t, const uint8_t *x, const uint8_t *y, int64_t n, double *mag)
@@ -346,7 +280,6 @@ static int lengths_of(enum quant_type t, int64_t *len)
 }
 
 #define MAX_N 4097
-#define DOT_TOL 1e-5
 
 /* Weight rows both random-valid and quantized from data, activations from
  * normal data; `isa` against the scalar reference. */

@@ -58,9 +58,11 @@ static void fill(struct rig *r, struct ring_slot *s, int block, int n, int k, bo
         }
 }
 
-/* Set by the fast-kernel test: answers are checked within float tolerance
- * (test_expert_ffn.c checks the kernels' numerics; this checks the wiring). */
-static bool tolerant;
+/* Set by the fast- and int8-kernel tests: answers are checked within
+ * tolerance · (|ref| + 10 · max |ref|) (test_expert_ffn.c checks the
+ * kernels' numerics; this checks the wiring); 0: bit for bit. */
+static double tolerance;
+static const char *kernels_name = "ref";
 
 /* Checks every remote (row, slot) of the answer against the reference. */
 static void check(const struct rig *r, const struct ring_slot *q, const struct ring_slot *a)
@@ -76,13 +78,13 @@ static void check(const struct rig *r, const struct ring_slot *q, const struct r
             reference(r, (int)q->hdr->layer, e, (const float *)q->payload + row * C, q->expert_weights[row * mx + j],
                       want);
             const float *got = (const float *)a->payload + ((int64_t)row * k + j) * C;
-            if (tolerant) {
+            if (tolerance > 0) {
                 double mx = 0;
                 for (int64_t c = 0; c < C; c++) mx = fmax(mx, fabs(want[c]));
                 for (int64_t c = 0; c < C; c++)
-                    cr_assert_leq(fabs((double)got[c] - want[c]), 1e-5 * (fabs(want[c]) + 10 * mx),
-                                  "layer %u row %u expert %d out %ld: fast %.9g, ref %.9g", q->hdr->layer, row, e,
-                                  (long)c, (double)got[c], (double)want[c]);
+                    cr_assert_leq(fabs((double)got[c] - want[c]), tolerance * (fabs(want[c]) + 10 * mx),
+                                  "layer %u row %u expert %d out %ld: %s %.9g, ref %.9g", q->hdr->layer, row, e,
+                                  (long)c, kernels_name, (double)got[c], (double)want[c]);
                 continue;
             }
             cr_assert(!memcmp(got, want, (size_t)C * sizeof *want),
@@ -144,13 +146,13 @@ static void bit_exact(const char *name, const char *type, const char *ram)
 Test(moe_worker, bit_exact_tiny_a_q8_0) { bit_exact("tiny-a", "q8_0", "48K"); }
 Test(moe_worker, bit_exact_tiny_b_mix_fused_mtp) { bit_exact("tiny-b", "mix", "64K"); }
 
-/* configure's kernels "fast" (the coordinator's --cpu-kernels): answers
- * within float tolerance of gw_expert_ffn, and the worker says which kernels
- * it runs. */
-Test(moe_worker, fast_kernels_tiny_b_mix)
+/* configure's kernels k (the coordinator's --cpu-kernels): answers within
+ * tol of gw_expert_ffn, and the worker says which kernels it runs. */
+static void kernels_tiny_b_mix(const char *k, double tol)
 {
-    tolerant = true;
-    struct rig r = {.conf.kernels = "fast"};
+    tolerance = tol, kernels_name = k;
+    struct rig r = {0};
+    snprintf(r.conf.kernels, sizeof r.conf.kernels, "%s", k);
     rig_start(&r, fixture_gguf_typed("tiny-b", "mix"), "64K", true);
     stream(&r, 20);
     cr_assert_eq(shm_stats_get(r.stats, RIG_MOE_WORKER, SHM_STAT_ERRORS), 0);
@@ -161,9 +163,16 @@ Test(moe_worker, fast_kernels_tiny_b_mix)
     size_t got = fread(text, 1, sizeof text - 1, f);
     text[got] = 0;
     fclose(f);
-    cr_assert_not_null(strstr(text, "kernels fast"), "the worker's log does not say it runs the fast kernels:\n%s", text);
+    char want[32];
+    snprintf(want, sizeof want, "kernels %s", k);
+    cr_assert_not_null(strstr(text, want), "the worker's log does not say it runs the %s kernels:\n%s", k, text);
     rig_stop(&r);
 }
+
+Test(moe_worker, fast_kernels_tiny_b_mix) { kernels_tiny_b_mix("fast", 1e-5); }
+/* int8: activations quantized to 8 bits, so a wiring check's tolerance (the
+ * FFN's own bound is test_expert_ffn.c's). */
+Test(moe_worker, int8_kernels_tiny_b_mix) { kernels_tiny_b_mix("int8", 3e-2); }
 
 Test(moe_worker, unknown_kernels_refused)
 {

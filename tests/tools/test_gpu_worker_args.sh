@@ -29,6 +29,7 @@ expect "--vram-budget -5 refused" 2 '--vram-budget' "$BIN" --control "$ep" --vra
 expect "--ctx 0 refused" 2 'positive number of positions' "$BIN" --control "$ep" --ctx 0
 expect "--ctx 12x refused" 2 'positive number of positions' "$BIN" --control "$ep" --ctx 12x
 expect "--kernels turbo refused" 2 'want ref or fast' "$BIN" --control "$ep" --kernels turbo
+expect "--kernels int8 refused (the CPU experts' alone)" 2 'want ref or fast' "$BIN" --control "$ep" --kernels int8
 expect "--step-fd of a closed descriptor refused" 2 'not an open file descriptor' "$BIN" --control "$ep" --step-fd 987
 expect "--step-fd x refused" 2 'not an open file descriptor' "$BIN" --control "$ep" --step-fd x
 expect "--kernels without a value: usage" 2 'usage: nebula-gpu-worker' "$BIN" --control "$ep" --kernels

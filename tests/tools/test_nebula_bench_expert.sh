@@ -3,7 +3,7 @@
 # shell (the command the GPU host runs for the cpu-moe-worker's wait policy):
 # a short run prints one row per (experts, gap) with requests counted and
 # p50 ≤ p90 ≤ p99 ≤ max, names the wait policy it ran under, runs with busy
-# threads, and bad usage exits 2.  Run by tests/run-tests.sh with BUILD set.
+# threads, the int8 kernels run, and bad usage exits 2.  Run by tests/run-tests.sh with BUILD set.
 set -u
 . "$(dirname "$0")/../lib/check.sh"
 check_tool nebula-bench-expert
@@ -20,6 +20,12 @@ check "every row counted requests, percentiles in order" awk -F'|' '
     END { exit !(n == 4 && bad == 0) }' "$out"
 env -u OMP_WAIT_POLICY "$BIN" --latency --kernels ref --experts 2 --gap-us 10 "${small[@]}" >"$out"
 check "ref kernels, policy unset" grep -q 'ref kernels, .* OMP_WAIT_POLICY=(unset)' "$out"
+"$BIN" --latency --kernels int8 --mix iq2_xs,iq2_xs,q2_0 --experts 2 --gap-us 0 "${small[@]}" >"$out"
+check "int8 kernels run and say so" grep -q 'gate iq2_xs up iq2_xs down q2_0, .* int8 kernels,' "$out"
+"$BIN" --mix q4_K,q4_K,q8_0 --experts 2 "${small[@]}" >"$out"
+check "the tables have a rows-int8 row per cell" grep -q '^| q4_K/q4_K/q8_0 | 2 | rows-int8 | ' "$out"
+check "the int8 error is reported, small but not zero" awk '
+    /int8 - ref/ { v = $NF + 0; ok = v > 0 && v < 0.05 } END { exit !ok }' "$out"
 "$BIN" --help >/dev/null; check "--help exits 0" [ $? -eq 0 ]
 "$BIN" --latency --gap-us 5,x >/dev/null 2>&1; check "bad --gap-us exits 2" [ $? -eq 2 ]
 "$BIN" --latency --kernels quick >/dev/null 2>&1; check "bad --kernels exits 2" [ $? -eq 2 ]

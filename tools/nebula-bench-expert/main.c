@@ -2,14 +2,14 @@
  * cpu-moe-worker's whole job, per schedule and kernel set.
  *
  *   nebula-bench-expert [--embd C] [--ff I] [--experts N,N,...] [--tokens T] [--pool P] [--seconds S]
- *                       [--threads N] [--mix G,U,D] [--latency [--gap-us G,G,...] [--busy B] [--kernels ref|fast]]
+ *                       [--threads N] [--mix G,U,D] [--latency [--gap-us G,G,...] [--busy B] [--kernels ref|fast|int8]]
  *
  * Two tables.  The first is one expert per call, for each weight format
  * (gate, up and down all of that format; down q8_0 where its rows of I values
  * do not fit the format's blocks), on every thread: how fast each format's
  * rows stream.  The second is the question of issue 5: one decode
  * request of N routed experts in the q4_k_m mix (gate/up Q4_K, down Q5_1
- * and Q8_0, as nebula-gen writes them), one token each, under three
+ * and Q8_0, as nebula-gen writes them), one token each, under four
  * schedules (--mix G,U,D: that mix of gate, up and down formats instead,
  * e.g. iq2_xxs,iq2_xxs,iq2_xs for the published IQ2 files' experts) —
  *   experts   one expert per OpenMP thread, each a reference gw_expert_ffn
@@ -17,16 +17,18 @@
  *             ran serially inside the per-expert loop);
  *   rows-ref  gw_expert_ffn_many with the ref kernels (every expert's rows
  *             split over the threads; bit-identical to `experts`);
- *   rows-fast gw_expert_ffn_many with the fast kernels (SIMD decode, fp32 FMA).
+ *   rows-fast gw_expert_ffn_many with the fast kernels (SIMD decode, fp32 FMA);
+ *   rows-int8 gw_expert_ffn_many with the opt-in int8 kernels (activations
+ *             quantized to 8 bits once, VNNI dots on the codes: approximate).
  * Experts are taken round-robin from a pool of P distinct experts (default
  * 64, ~190 MiB in the mix) so the weights stream from RAM, not the caches, as
- * in a real decode.  The three schedules take turns request by request
+ * in a real decode.  The four schedules take turns request by request
  * (same machine state for each).  Reported: ms per call, the fastest (what
  * the code does when no other process takes its cores: on a shared machine a
  * thread descheduled at a barrier costs a whole time slice) and the median;
  * GB/s of weight bytes read at the fastest; and the largest difference of
- * fast from ref relative to the largest |output| (the check that the bench
- * computes the same thing).  The rows schedules keep one gw_expert_scratch
+ * fast and of int8 from ref relative to the largest |output| (the check that
+ * the bench computes the same thing; int8's is the activations' rounding).  The rows schedules keep one gw_expert_scratch
  * across calls, as the cpu-moe-worker does.  Only DISTINCT_ROWS rows of a
  * matrix and DISTINCT_EXPERTS experts of a pool are quantized, the rest are
  * copies (own memory, so still streamed from RAM): the grid formats'
@@ -63,7 +65,7 @@
 
 static const char usage[] =
     "usage: nebula-bench-expert [--embd C] [--ff I] [--experts N,N,...] [--tokens T] [--pool P] [--seconds S]\n"
-    "                           [--threads N] [--mix G,U,D] [--latency [--gap-us G,G,...] [--busy B] [--kernels ref|fast]]\n"
+    "                           [--threads N] [--mix G,U,D] [--latency [--gap-us G,G,...] [--busy B] [--kernels ref|fast|int8]]\n"
     "\n"
     "  --embd C      hidden width (default 2560)\n"
     "  --ff I        expert FFN width (default 640)\n"
@@ -79,7 +81,7 @@ static const char usage[] =
     "                OMP_WAIT_POLICY / GOMP_SPINCOUNT say (compare passive with active or unset)\n"
     "  --gap-us L    --latency: gaps between requests, comma-separated µs (default 0,200,1000)\n"
     "  --busy B      --latency: B more threads spin all the time (the gpu-worker's host threads; default 0)\n"
-    "  --kernels K   --latency: ref or fast (default fast)\n"
+    "  --kernels K   --latency: ref, fast or int8 (default fast)\n"
     "  --help        this text\n"
     "\n"
     "exit status: 0 ok, 1 out of memory or a kernel error, 2 bad usage\n";
@@ -154,7 +156,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         else if (strcmp(a, "--threads") == 0) o->threads = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--busy") == 0) o->busy = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--kernels") == 0) {
-            if (gw_kernels_parse(v, &o->kernels)) return bad_usage("--kernels: ref or fast");
+            if (gw_kernels_parse(v, &o->kernels)) return bad_usage("--kernels: ref, fast or int8");
             continue;
         } else if (strcmp(a, "--experts") == 0) {
             if ((o->n_experts = parse_list(v, 1, o->experts)) < 0) return bad_usage("--experts: up to 8 positive integers");
@@ -250,8 +252,8 @@ static void pool_free(struct pool *p)
     free(p->e);
 }
 
-enum sched { SCHED_EXPERTS, SCHED_ROWS_REF, SCHED_ROWS_FAST };
-static const char *const sched_name[] = {"experts", "rows-ref", "rows-fast"};
+enum sched { SCHED_EXPERTS, SCHED_ROWS_REF, SCHED_ROWS_FAST, SCHED_ROWS_INT8, N_SCHED };
+static const char *const sched_name[] = {"experts", "rows-ref", "rows-fast", "rows-int8"};
 
 /* One request: jobs[0..n) over the schedule. */
 static struct gw_expert_scratch ffn_scratch; /* kept across requests, as in the cpu-moe-worker */
@@ -260,6 +262,7 @@ static int run(enum sched s, struct gw_expert_job *jobs, int n)
 {
     if (s == SCHED_ROWS_REF) return gw_expert_ffn_many(jobs, n, GW_KERNELS_REF, &ffn_scratch);
     if (s == SCHED_ROWS_FAST) return gw_expert_ffn_many(jobs, n, GW_KERNELS_FAST, &ffn_scratch);
+    if (s == SCHED_ROWS_INT8) return gw_expert_ffn_many(jobs, n, GW_KERNELS_INT8, &ffn_scratch);
     int bad = 0;
 #pragma omp parallel for schedule(dynamic, 1) reduction(| : bad)
     for (int j = 0; j < n; j++) bad |= gw_expert_ffn(&jobs[j].w, jobs[j].x, jobs[j].n, jobs[j].scale, jobs[j].out) != 0;
@@ -273,36 +276,37 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Fastest and median seconds per request of n experts from the pool
- * (cycled) for each schedule, the schedules taking turns request by request so that all three
+ * (cycled) for each schedule, the schedules taking turns request by request so that all four
  * see the same machine (this one is shared: a load that comes and goes would
  * otherwise land in one cell).  sec[s] < 0 on error. */
 static void time_cells(const struct pool *p, int n, int T, const float *x, const float *scale, float *out,
-                       double seconds, double sec[3], double med[3])
+                       double seconds, double sec[N_SCHED], double med[N_SCHED])
 {
     enum { MAX_SAMPLES = 2048 };
     struct gw_expert_job jobs[64];
-    static double samples[3][MAX_SAMPLES];
+    static double samples[N_SCHED][MAX_SAMPLES];
     int ns = 0, next = 0;
     int64_t C = p->e[0].n_embd;
     for (double t_end = nb_now_s() + 3 * seconds; ns < MAX_SAMPLES && (ns < 3 || nb_now_s() < t_end); ns++)
-        for (int s = SCHED_EXPERTS; s <= SCHED_ROWS_FAST; s++) {
+        for (int s = 0; s < N_SCHED; s++) {
             for (int j = 0; j < n; j++, next = (next + 1) % p->n)
                 jobs[j] = (struct gw_expert_job){p->e[next], x, T, scale, out + (size_t)j * (size_t)T * (size_t)C};
             double t0 = nb_now_s();
             if (run((enum sched)s, jobs, n)) {
-                sec[0] = sec[1] = sec[2] = med[0] = med[1] = med[2] = -1;
+                for (int c = 0; c < N_SCHED; c++) sec[c] = med[c] = -1;
                 return;
             }
             samples[s][ns] = nb_now_s() - t0;
         }
-    for (int s = 0; s < 3; s++) {
+    for (int s = 0; s < N_SCHED; s++) {
         qsort(samples[s], (size_t)ns, sizeof **samples, cmp_double);
         sec[s] = samples[s][0], med[s] = samples[s][ns / 2];
     }
 }
 
-/* max |fast - ref| / max |ref| over one request of n experts. */
-static double fast_vs_ref(const struct pool *p, int n, int T, const float *x, const float *scale, float *a, float *b)
+/* max |k - ref| / max |ref| over one request of n experts. */
+static double vs_ref(enum gw_kernels k, const struct pool *p, int n, int T, const float *x, const float *scale, float *a,
+                     float *b)
 {
     struct gw_expert_job jr[64], jf[64];
     int64_t C = p->e[0].n_embd;
@@ -310,7 +314,7 @@ static double fast_vs_ref(const struct pool *p, int n, int T, const float *x, co
         jr[j] = (struct gw_expert_job){p->e[j % p->n], x, T, scale, a + (size_t)j * (size_t)T * (size_t)C};
         jf[j] = jr[j], jf[j].out = b + (size_t)j * (size_t)T * (size_t)C;
     }
-    if (gw_expert_ffn_many(jr, n, GW_KERNELS_REF, &ffn_scratch) || gw_expert_ffn_many(jf, n, GW_KERNELS_FAST, &ffn_scratch))
+    if (gw_expert_ffn_many(jr, n, GW_KERNELS_REF, &ffn_scratch) || gw_expert_ffn_many(jf, n, k, &ffn_scratch))
         return -1;
     double mx = 0, md = 0;
     for (size_t i = 0; i < (size_t)n * (size_t)T * (size_t)C; i++) {
@@ -318,6 +322,18 @@ static double fast_vs_ref(const struct pool *p, int n, int T, const float *x, co
         md = fmax(md, fabs((double)a[i] - b[i]));
     }
     return mx > 0 ? md / mx : md;
+}
+
+/* worst[0], worst[1] = the largest of themselves and fast's, int8's vs_ref; nonzero on a kernel error. */
+static int worst_of(const struct pool *p, int n, int T, const float *x, const float *scale, float *a, float *b,
+                    double worst[2])
+{
+    for (int i = 0; i < 2; i++) {
+        double d = vs_ref(i ? GW_KERNELS_INT8 : GW_KERNELS_FAST, p, n, T, x, scale, a, b);
+        if (d < 0) return 1;
+        worst[i] = d > worst[i] ? d : worst[i];
+    }
+    return 0;
 }
 
 static void row(const char *what, int n, enum sched s, double sec, double med, size_t bytes)
@@ -446,7 +462,7 @@ int main(int argc, char **argv)
     static const enum quant_type types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_Q5_1,  QT_Q8_0,    QT_IQ4_NL, QT_BF16,
                                             QT_F32,  QT_Q3_K, QT_Q2_K, QT_IQ2_XS, QT_IQ2_XXS};
     int pool_one = o.pool < 8 ? o.pool : 8; /* 8 × an f32 expert is already 150 MiB */
-    double worst = 0;
+    double worst[2] = {0, 0}; /* fast, int8 */
     for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
         /* down's rows are I long: a K-quant down needs I % 256 == 0, else down is q8_0 */
         enum quant_type down = quant_row_size(types[k], o.I) ? types[k] : QT_Q8_0;
@@ -455,13 +471,11 @@ int main(int argc, char **argv)
         struct pool p;
         if (pool_make(&p, pool_one, C, o.I, types[k], types[k], down))
             return fputs("nebula-bench-expert: out of memory\n", stderr), 1;
-        double sec[3], med[3];
+        double sec[N_SCHED], med[N_SCHED];
         time_cells(&p, 1, o.tokens, x, scale, out, o.seconds, sec, med);
         if (sec[0] < 0) return fputs("nebula-bench-expert: kernel error\n", stderr), 1;
-        for (int s = SCHED_EXPERTS; s <= SCHED_ROWS_FAST; s++) row(name, 1, (enum sched)s, sec[s], med[s], p.expert_bytes);
-        double d = fast_vs_ref(&p, 1, o.tokens, x, scale, out, out2);
-        if (d < 0) return fputs("nebula-bench-expert: kernel error\n", stderr), 1;
-        worst = d > worst ? d : worst;
+        for (int s = 0; s < N_SCHED; s++) row(name, 1, (enum sched)s, sec[s], med[s], p.expert_bytes);
+        if (worst_of(&p, 1, o.tokens, x, scale, out, out2, worst)) return fputs("nebula-bench-expert: kernel error\n", stderr), 1;
         pool_free(&p);
     }
     struct { char name[64]; enum quant_type t[3]; } mixes[2] = {{"q4_k_m (down q5_1)", {QT_Q4_K, QT_Q4_K, QT_Q5_1}},
@@ -478,18 +492,17 @@ int main(int argc, char **argv)
         if (pool_make(&p, o.pool, C, o.I, mixes[k].t[0], mixes[k].t[1], mixes[k].t[2]))
             return fputs("nebula-bench-expert: out of memory\n", stderr), 1;
         for (int i = 0; i < o.n_experts; i++) {
-            double sec[3], med[3];
+            double sec[N_SCHED], med[N_SCHED];
             time_cells(&p, o.experts[i], o.tokens, x, scale, out, o.seconds, sec, med);
             if (sec[0] < 0) return fputs("nebula-bench-expert: kernel error\n", stderr), 1;
-            for (int s = SCHED_EXPERTS; s <= SCHED_ROWS_FAST; s++)
+            for (int s = 0; s < N_SCHED; s++)
                 row(mixes[k].name, o.experts[i], (enum sched)s, sec[s], med[s], p.expert_bytes * (size_t)o.experts[i]);
         }
-        double d = fast_vs_ref(&p, maxn, o.tokens, x, scale, out, out2);
-        if (d < 0) return fputs("nebula-bench-expert: kernel error\n", stderr), 1;
-        worst = d > worst ? d : worst;
+        if (worst_of(&p, maxn, o.tokens, x, scale, out, out2, worst)) return fputs("nebula-bench-expert: kernel error\n", stderr), 1;
         pool_free(&p);
     }
-    printf("\nlargest |fast - ref| / max |ref| over the checked requests: %.2e\n", worst);
+    printf("\nlargest |fast - ref| / max |ref| over the checked requests: %.2e; |int8 - ref| / max |ref|: %.2e\n",
+           worst[0], worst[1]);
     free(x);
     free(scale);
     free(out);

@@ -178,7 +178,7 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         case 'R': o->server = optarg; break;
         case 'K': {
             enum gw_kernels k;
-            if (gw_kernels_parse(optarg, &k)) {
+            if (gw_kernels_parse_matrix(optarg, &k)) {
                 fprintf(stderr, "nebula: --kernels takes ref or fast, got '%s'\n", optarg);
                 return CLI_USAGE;
             }

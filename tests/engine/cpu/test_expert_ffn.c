@@ -15,6 +15,10 @@
  *   (h = silu(gate x) ⊙ up x, in double here), for each supported format and
  *   the full-width q4_k_m mix; the ref itself within that bound of a double
  *   computation;
+ * - int8 (activations quantized to 8 bits) = the exact FFN within a bound
+ *   computed from the activations' quantization steps (int8_bound), per
+ *   format and for the released mixes at full width; its bits do not depend
+ *   on the batch or the threads; with float weights it is fast's bits;
  * - bad input: an unknown type is NB_ENOTSUP, an unknown kernel name NB_EINVAL. */
 #include <criterion/criterion.h>
 
@@ -204,6 +208,180 @@ Test(expert_ffn, fast_is_ref_within_float_tolerance_full_width_q4_k_m)
     }
 }
 
+/* ---- int8 (GW_KERNELS_INT8) ---- */
+
+/* The decoded activations of x quantized to type t's vec_dot_type (x̂) and
+ * each value's half step s_b/2 (|x - x̂| ≤ s_b/2: tests/core/test_quant_int8.c). */
+static void q8_view(enum quant_type t, const float *x, int64_t n, float *xh, double *half)
+{
+    const struct quant_traits *a = quant_traits_of(quant_traits_of(t)->vec_dot_type);
+    if (!a->is_quantized) { /* float weights dot with the fp32 x itself */
+        for (int64_t i = 0; i < n; i++) xh[i] = x[i], half[i] = 0;
+        return;
+    }
+    uint8_t *q = malloc(quant_row_size(a->type, n));
+    cr_assert_not_null(q);
+    a->from_float(x, q, n);
+    a->to_float(q, xh, n);
+    for (int64_t b = 0; b < n / a->blck_size; b++) {
+        const uint8_t *blk = q + (size_t)b * a->type_size;
+        float d;
+        if (a->type == QT_Q8_K) memcpy(&d, blk, 4);
+        else d = quant_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
+        for (int64_t i = 0; i < a->blck_size; i++) half[b * a->blck_size + i] = 0.5 * fabs((double)d);
+    }
+    free(q);
+}
+
+/* The int8 FFN's error bound for row x, first order with the second-order
+ * terms kept (all in double; C ≤ 2560, I ≤ 640):
+ *   Δg_i = Σ_c |Wg[i,c]|·s(c)/2 over gate's x̂ (Δu_i the same with up's),
+ *   Δh_i = 1.1·Δg_i·(|u_i| + Δu_i) + (|silu(g_i)| + 1.1·Δg_i)·Δu_i
+ *          (|silu'| ≤ 1.0999 everywhere),
+ *   h̃ the computed h, |h̃_i| ≤ |h_i| + Δh_i, quantized with step ≤ max_b|h̃|/127
+ *   (1 + 2^-10 for the fp16 scale): Δĥ_i = Δh_i + max_{j∈b(i)}(|h_j| + Δh_j)/254 · (1 + 2^-10),
+ *   Δout_c = |scale|·Σ_i |Wd[c,i]|·Δĥ_i,
+ * with x̂ from the same quantizer the kernels use.  h is computed from the
+ * exact g, u (not the quantized ones). */
+static void int8_bound(const struct expert *e, const float *x, float scale, double *bound)
+{
+    const int64_t C = e->w.n_embd, I = e->w.n_ff;
+    float *xg = malloc((size_t)C * sizeof *xg), *xu = malloc((size_t)C * sizeof *xu);
+    double *hg = malloc((size_t)C * sizeof *hg), *hu = malloc((size_t)C * sizeof *hu);
+    double *h = malloc((size_t)I * sizeof *h), *dh = malloc((size_t)I * sizeof *dh), *dq = malloc((size_t)I * sizeof *dq);
+    cr_assert(xg && xu && hg && hu && h && dh && dq);
+    q8_view(e->w.gate_type, x, C, xg, hg);
+    q8_view(e->w.up_type, x, C, xu, hu);
+    for (int64_t i = 0; i < I; i++) {
+        double g = 0, u = 0, Dg = 0, Du = 0;
+        for (int64_t c = 0; c < C; c++) {
+            g += (double)e->g[i * C + c] * x[c], u += (double)e->u[i * C + c] * x[c];
+            Dg += fabs((double)e->g[i * C + c]) * hg[c], Du += fabs((double)e->u[i * C + c]) * hu[c];
+        }
+        const double silu = g / (1.0 + exp(-g));
+        h[i] = silu * u;
+        dh[i] = 1.1 * Dg * (fabs(u) + Du) + (fabs(silu) + 1.1 * Dg) * Du;
+    }
+    const struct quant_traits *ha = quant_traits_of(quant_traits_of(e->w.down_type)->vec_dot_type);
+    const int64_t blk = ha->is_quantized ? ha->blck_size : 1; /* float down weights: h not quantized */
+    for (int64_t b = 0; b < I; b += blk) {
+        double mx = 0;
+        for (int64_t i = b; i < b + blk; i++) mx = fmax(mx, fabs(h[i]) + dh[i]);
+        for (int64_t i = b; i < b + blk; i++) dq[i] = dh[i] + (ha->is_quantized ? mx / 254.0 * (1 + 0x1p-10) : 0);
+    }
+    for (int64_t c = 0; c < C; c++) {
+        double s = 0;
+        for (int64_t i = 0; i < I; i++) s += fabs((double)e->d[c * I + i]) * dq[i];
+        bound[c] = s * fabs(scale);
+    }
+    free(xg), free(xu), free(hg), free(hu), free(h), free(dh), free(dq);
+}
+
+/* int8 on n rows against the exact FFN, within int8_bound plus the fast
+ * kernels' float tolerance; and it is really int8: it differs from fast
+ * unless every matrix has float weights (then the bits are fast's).  Returns
+ * the largest error over the bound. */
+static double check_int8(struct expert *e, int n)
+{
+    const int64_t C = e->w.n_embd;
+    float *x = malloc((size_t)(n * C) * sizeof *x), *fast = malloc((size_t)(n * C) * sizeof *fast);
+    float *q8 = malloc((size_t)(n * C) * sizeof *q8), scale[8];
+    double *exact = malloc((size_t)C * sizeof *exact), *mag = malloc((size_t)C * sizeof *mag);
+    double *bound = malloc((size_t)C * sizeof *bound), worst = 0, differ = 0;
+    cr_assert(x && fast && q8 && exact && mag && bound && n <= 8);
+    for (int64_t i = 0; i < n * C; i++) x[i] = rnd();
+    for (int t = 0; t < n; t++) scale[t] = 0.25f + 0.1f * (float)t;
+    struct gw_expert_job jf = {e->w, x, n, scale, fast}, jq = {e->w, x, n, scale, q8};
+    cr_assert_eq(gw_expert_ffn_many(&jf, 1, GW_KERNELS_FAST, NULL), 0);
+    cr_assert_eq(gw_expert_ffn_many(&jq, 1, GW_KERNELS_INT8, NULL), 0);
+    const bool floats = !quant_traits_of(e->w.gate_type)->is_quantized && !quant_traits_of(e->w.up_type)->is_quantized &&
+                        !quant_traits_of(e->w.down_type)->is_quantized;
+    for (int t = 0; t < n; t++) {
+        expert_exact(e, x + t * C, scale[t], exact, mag);
+        int8_bound(e, x + t * C, scale[t], bound);
+        for (int64_t c = 0; c < C; c++) {
+            const double q = q8[t * C + c], lim = bound[c] + 1e-5 * (fabs(exact[c]) + mag[c]);
+            cr_assert_leq(fabs(q - exact[c]), lim, "%s/%s/%s row %d out %ld: int8 %.9g exact %.9g bound %.3g",
+                          quant_type_name(e->w.gate_type), quant_type_name(e->w.up_type),
+                          quant_type_name(e->w.down_type), t, (long)c, q, exact[c], lim);
+            worst = fmax(worst, fabs(q - exact[c]) / lim);
+            differ = fmax(differ, fabs(q - fast[t * C + c]));
+            if (floats) cr_assert_eq(q8[t * C + c], fast[t * C + c], "float weights: int8 must be fast's bits");
+        }
+    }
+    if (!floats) cr_assert_gt(differ, 0, "%s: int8 gave fast's bits: no activation was quantized", quant_type_name(e->w.gate_type));
+    free(x), free(fast), free(q8), free(exact), free(mag), free(bound);
+    return worst;
+}
+
+Test(expert_ffn, int8_is_exact_within_the_activation_rounding_per_format)
+{
+    rng_seed(6);
+    double worst = 0;
+    for (size_t k = 0; k < N_FAST; k++) {
+        struct expert e;
+        expert_make(&e, 512, 256, fast_types[k], fast_types[k], fast_types[k]);
+        worst = fmax(worst, check_int8(&e, 1));
+        worst = fmax(worst, check_int8(&e, 5));
+        expert_free(&e);
+    }
+    cr_log_info("int8 per format: largest error / bound %.3f", worst);
+}
+
+/* The published mixes' experts at the released widths (C 2560, I 640): q4_k_m
+ * (down Q5_1 and Q8_0: h quantized inside the phase-1 items, Q8_1 and Q8_0),
+ * iq2_xs (IQ2_XS and Q2_0: Q8_K and Q8_0), iq2_xxs (IQ4_NL down); and a K-quant
+ * down (Q8_K h: the separate pass) at I 512. */
+Test(expert_ffn, int8_is_exact_within_the_activation_rounding_released_mixes)
+{
+    rng_seed(7);
+    const struct { enum quant_type g, u, d; int64_t I; } mixes[] = {
+        {QT_Q4_K, QT_Q4_K, QT_Q5_1, 640},       {QT_Q4_K, QT_Q4_K, QT_Q8_0, 640},
+        {QT_IQ2_XS, QT_IQ2_XS, QT_Q2_0, 640},   {QT_IQ2_XXS, QT_IQ2_XXS, QT_IQ4_NL, 640},
+        {QT_Q4_K, QT_Q5_1, QT_Q6_K, 512},
+    };
+    double worst = 0;
+    for (size_t k = 0; k < sizeof mixes / sizeof *mixes; k++) {
+        struct expert e;
+        expert_make(&e, 2560, mixes[k].I, mixes[k].g, mixes[k].u, mixes[k].d);
+        worst = fmax(worst, check_int8(&e, 3));
+        expert_free(&e);
+    }
+    cr_log_info("int8 released mixes: largest error / bound %.3f", worst);
+}
+
+/* Several jobs of mixed formats in one call, on 1 and 3 threads, with a
+ * scratch kept across calls: the same bits as each job alone (int8's
+ * quantization is per job and row, never across them). */
+Test(expert_ffn, int8_bits_do_not_depend_on_the_batch_or_threads)
+{
+    rng_seed(8);
+    enum { E = 3 };
+    const enum quant_type types[E][3] = {{QT_IQ2_XS, QT_IQ2_XS, QT_Q8_0}, {QT_Q4_K, QT_Q5_1, QT_Q6_K}, {QT_F32, QT_Q8_0, QT_BF16}};
+    struct expert e[E];
+    const int64_t C = 512, I = 256;
+    const int n[E] = {1, 4, 2};
+    float x[4 * 512], sc[4] = {0.5f, 1, 1.5f, 2}, alone[E][4 * 512], batch[E][4 * 512];
+    for (int64_t i = 0; i < 4 * C; i++) x[i] = rnd();
+    struct gw_expert_job jobs[E];
+    struct gw_expert_scratch s = {0};
+    for (int j = 0; j < E; j++) {
+        expert_make(&e[j], C, I, types[j][0], types[j][1], types[j][2]);
+        struct gw_expert_job one = {e[j].w, x, n[j], sc, alone[j]};
+        cr_assert_eq(gw_expert_ffn_many(&one, 1, GW_KERNELS_INT8, NULL), 0);
+        jobs[j] = (struct gw_expert_job){e[j].w, x, n[j], sc, batch[j]};
+    }
+    for (int threads = 1; threads <= 3; threads += 2) {
+        omp_set_num_threads(threads);
+        memset(batch, 0, sizeof batch);
+        cr_assert_eq(gw_expert_ffn_many(jobs, E, GW_KERNELS_INT8, &s), 0);
+        for (int j = 0; j < E; j++)
+            cr_assert_arr_eq(batch[j], alone[j], (size_t)n[j] * (size_t)C * sizeof(float), "job %d, %d threads", j, threads);
+    }
+    gw_expert_scratch_free(&s);
+    for (int j = 0; j < E; j++) expert_free(&e[j]);
+}
+
 Test(expert_ffn, ref_bits_do_not_depend_on_the_split)
 {
     rng_seed(4);
@@ -308,6 +486,10 @@ Test(expert_ffn, bad_input)
     cr_assert_eq(k, GW_KERNELS_FAST);
     cr_assert_eq(gw_kernels_parse("ref", &k), 0);
     cr_assert_eq(k, GW_KERNELS_REF);
+    cr_assert_eq(gw_kernels_parse("int8", &k), 0);
+    cr_assert_eq(k, GW_KERNELS_INT8);
+    cr_assert_str_eq(gw_kernels_name(GW_KERNELS_INT8), "int8");
+    cr_assert_eq(gw_expert_ffn_many(jobs, 2, GW_KERNELS_INT8, NULL), NB_ENOTSUP);
     cr_assert_eq(gw_kernels_parse("fastest", &k), NB_EINVAL);
     cr_assert_eq(gw_kernels_parse(NULL, &k), NB_EINVAL);
     expert_free(&e);
