@@ -108,6 +108,11 @@ uint64_t gw_vram_kv_layout(const struct model *m, int64_t cap, uint64_t (*off)[4
 uint64_t gw_vram_slot_layout(const struct model *m, int il, int64_t n, uint64_t off[3]);
 /* A verify window's most rows: the pending token and up to 16 drafts (issue 16). */
 #define GW_VERIFY_ROWS 17
+/* Chunks the CUDA backend's split-K attention (gpu-worker/cuda/attn.cu) cuts
+ * a row's attended positions into, for evals of at most GW_VERIFY_ROWS rows:
+ * its partial results are GW_ATTN_SPLITS × (head_dim + 2) floats a (row, head),
+ * whatever the context (the arena and the pool count them). */
+#define GW_ATTN_SPLITS 64
 /* One sequence's verify-window checkpoint (ARCHITECTURE.md §5, Rollback),
  * what a return into the last window restores and replays: per trunk layer
  * the GDN conv state and recurrent state before the window, the rows' GDN
