@@ -267,10 +267,19 @@ static uint64_t attn_floats(const struct model_hparams *hp, int64_t T, int64_t n
     return probs > split ? probs : split;
 }
 
+static uint64_t batch_bytes(const struct model *m, int64_t T, int64_t n_ctx);
+
+/* The larger of a one-token step's temporaries (64 MiB, the logits, attention, the indexer's scores and flags)
+ * and a verify window's (64 MiB on top of the pool's sum of GW_VERIFY_ROWS rows' temporaries, their scores and
+ * flags): the graphs of both take theirs from the arena. */
 uint64_t gw_vram_arena_bytes(const struct model *m, int64_t cap)
 {
     const struct model_hparams *hp = &m->hp;
-    return ((uint64_t)64 << 20) + 4 * ((uint64_t)2 * hp->n_vocab + attn_floats(hp, 1, cap) + 2 * (uint64_t)cap + 2 * 1024);
+    const uint64_t step =
+        ((uint64_t)64 << 20) + 4 * ((uint64_t)2 * hp->n_vocab + attn_floats(hp, 1, cap) + 2 * (uint64_t)cap + 2 * 1024);
+    const uint64_t window = ((uint64_t)64 << 20) + batch_bytes(m, GW_VERIFY_ROWS, cap) +
+                            4 * ((uint64_t)2 * GW_VERIFY_ROWS * (uint64_t)(cap > 0 ? cap : 0) + 2 * 1024);
+    return step > window ? step : window;
 }
 
 /* One sequence's state at the capacities the backend gives it for n positions, and the RoPE tables. */

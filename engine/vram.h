@@ -83,7 +83,7 @@ uint64_t gw_vram_stream_bytes(const struct model *m);
 void gw_vram_plan(const struct model *m, const uint8_t *local, int64_t n_ctx, struct gw_vram_parts *p);
 /* Positions the budget reserves by default. */
 int64_t gw_vram_default_ctx(const struct model *m);
-/* The graph arena of a one-token step at K/V capacity cap (part of scratch). */
+/* The graph arena of a one-token step or a verify window at K/V capacity cap (part of scratch). */
 uint64_t gw_vram_arena_bytes(const struct model *m, int64_t cap);
 /* The stream-ordered pool's temporaries of an eval (a prefill chunk of up to
  * GW_VRAM_BATCH_ROWS rows, its head in sub-batches; part of scratch): an estimate that sums them all. */

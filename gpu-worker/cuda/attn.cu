@@ -39,13 +39,13 @@ static int threads_for(int64_t n)
 /* ---------- the indexer ---------- */
 
 /* Scores of the B blocks for query row t: Σ_h ReLU(q_h·K_b)/√Di.  With dpos
- * (one row at position *dpos) B = (*dpos + 1) / cr. */
+ * (the row at position *dpos + row) B = (*dpos + row + 1) / cr. */
 __global__ void k_block_scores(const float *qi, int Hi, int Di, const float *blk_k, int64_t B, int64_t bstride,
-                               float *scores, int cr, const int64_t *dpos)
+                               float *scores, int cr, const int64_t *dpos, int64_t row)
 {
     const int t = blockIdx.y;
     const int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (dpos) B = (*dpos + 1) / cr;
+    if (dpos) B = (*dpos + row + 1) / cr;
     if (b >= B) return;
     const double inv = 1.0 / sqrt((double)Di);
     double s = 0;
@@ -59,9 +59,9 @@ __global__ void k_block_scores(const float *qi, int Hi, int Di, const float *blk
 }
 
 void cu_block_scores_ref(cudaStream_t st, const float *qi, int Hi, int Di, const float *blk_k, int64_t B,
-                         int64_t bstride, float *scores, int cr, const int64_t *dpos)
+                         int64_t bstride, float *scores, int cr, const int64_t *dpos, int64_t row)
 {
-    k_block_scores<<<blocks_of(B, 128), 128, 0, st>>>(qi, Hi, Di, blk_k, B, bstride, scores, cr, dpos);
+    k_block_scores<<<blocks_of(B, 128), 128, 0, st>>>(qi, Hi, Di, blk_k, B, bstride, scores, cr, dpos, row);
 }
 
 /* The complete blocks of the row at pos, and whether it attends only its kept ones. */
@@ -229,7 +229,7 @@ void cu_attend_ref(cudaStream_t st, int T, const struct cu_attn_args *a, const u
 
 /* Row t's attended positions: n_sel of them, indexed j = 0..n_sel-1 in
  * ascending slot order (sparse: the kept blocks' top·cr, then the tail),
- * cut into chunks of `chunk` (a multiple of FL_TILE, at most GW_ATTN_SPLITS
+ * cut into chunks of `chunk` (at least FL_TILE, at most GW_ATTN_SPLITS
  * chunks).  A function of the row's position and slot only. */
 struct fl_row {
     int64_t last, n_sel, B, chunk;
@@ -245,8 +245,8 @@ static __device__ __forceinline__ fl_row fl_row_of(const cu_attn_args &a, int t)
     r.B = row_blocks(a.pos0 + dp + t, a.cr);
     r.sparse = a.cr > 0 && r.B > a.top;
     r.n_sel = r.sparse ? a.top * a.cr + (r.last + 1 - r.B * a.cr) : r.last + 1;
-    int64_t c = (r.n_sel + GW_ATTN_SPLITS - 1) / GW_ATTN_SPLITS;
-    r.chunk = (c + FL_TILE - 1) / FL_TILE * FL_TILE;
+    const int64_t c = (r.n_sel + GW_ATTN_SPLITS - 1) / GW_ATTN_SPLITS;
+    r.chunk = c < FL_TILE ? FL_TILE : c;
     r.nsplit = (int)((r.n_sel + r.chunk - 1) / r.chunk);
     return r;
 }
@@ -283,8 +283,8 @@ __global__ void __launch_bounds__(FL_THREADS) k_flash_split(cu_attn_args a, cons
     float *qs = sm, *acc = qs + G * D, *kv = acc + G * D, *w = kv + FL_TILE * D, *mx = w + G * FL_TILE, *sum = mx + G,
           *fac = sum + G;
     const int64_t kvw = (int64_t)a.Hkv * D, kvo = (int64_t)g * D;
-    const float *qg = a.q + ((int64_t)t * a.Hq + (int64_t)g * G) * D;
-    for (int i = threadIdx.x; i < G * D; i += blockDim.x) qs[i] = qg[i], acc[i] = 0.0f;
+    const float *qrow = a.q + ((int64_t)t * a.Hq + (int64_t)g * G) * D;
+    for (int i = threadIdx.x; i < G * D; i += blockDim.x) qs[i] = qrow[i], acc[i] = 0.0f;
     if (threadIdx.x < G) mx[threadIdx.x] = -INFINITY, sum[threadIdx.x] = 0.0f;
     const float scale = (float)(1.0 / sqrt((double)D));
     const int32_t *lp = list ? list + (int64_t)t * a.top : NULL;

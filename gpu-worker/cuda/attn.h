@@ -49,10 +49,10 @@ bool cu_flash_fits(int Hq, int Hkv, int D);
 int64_t cu_flash_part_floats(int T, int Hq, int D);
 void cu_flash_attend(cudaStream_t st, int T, const struct cu_attn_args *a, const int32_t *list, float *part);
 
-/* The indexer.  Scores of row r's blocks (reference: one thread a block,
- * one launch a row: B blocks at scores; dpos: B = (*dpos + 1) / cr). */
+/* The indexer.  Scores of one row's blocks (reference: one thread a block,
+ * one launch a row: B blocks at scores; dpos: the row at *dpos + row, B = (*dpos + row + 1) / cr). */
 void cu_block_scores_ref(cudaStream_t st, const float *qi, int Hi, int Di, const float *blk_k, int64_t B,
-                         int64_t bstride, float *scores, int cr, const int64_t *dpos);
+                         int64_t bstride, float *scores, int cr, const int64_t *dpos, int64_t row);
 /* Every row's scores in one launch (a warp a block; rows with B ≤ top skipped), rows bstride apart. */
 void cu_block_scores_fast(cudaStream_t st, int T, const float *qi, int Hi, int Di, const float *blk_k, int64_t bstride,
                           float *scores, int cr, int64_t top, int64_t pos0, const int64_t *dpos);

@@ -6,9 +6,10 @@
  * (≤ GW_VERIFY_ROWS rows) attends with the split-K kernel, prefill chunks
  * and the ref kernels with the reference one.
  *
- * Every launch has a dpos form: in a captured one-token step the position
- * is read on the device, so the same kernels serve every position of a
- * replayed graph (graph.cu); the buffers are bounded by the K/V capacity. */
+ * Every launch has a dpos form: in a captured step or verify window the
+ * first row's position is read on the device, so the same kernels serve
+ * every position of a replayed graph (graph.cu); the buffers are bounded by
+ * the K/V capacity. */
 #include "gpu-worker/cuda/attn.h"
 #include "gpu-worker/cuda/backend_cuda.h"
 #include "gpu-worker/cuda/device.cuh"
@@ -25,16 +26,17 @@ __global__ void k_store_rows(const float *src, int T, int64_t width, float *dst,
 
 /* Block key b = nb0 + blockIdx.x (cpu indexer_prepare): RMS(mean of its cr
  * raw keys)·w, rotated at position b·cr.  With dpos (a graph's one-token
- * step) the block is the one that completes at position *dpos, if any.
+ * step or window of T rows) the blocks are those that complete at positions
+ * *dpos .. *dpos + T − 1, if any (grid T / cr + 1: blocks past them return).
  * Dynamic shared memory: Di floats. */
-__global__ void k_block_key(const float *idx_k, int Di, int cr, int64_t nb0, const int64_t *dpos, float *blk_k,
+__global__ void k_block_key(const float *idx_k, int Di, int cr, int64_t nb0, const int64_t *dpos, int T, float *blk_k,
                             const float *w, float eps, int rope_dim, const float *cosv, const float *sinv)
 {
     extern __shared__ float kb[];
     int64_t b = nb0 + blockIdx.x;
     if (dpos) {
-        if ((*dpos + 1) % cr != 0) return;
-        b = (*dpos + 1) / cr - 1;
+        b = (*dpos + cr) / cr - 1 + blockIdx.x; /* the first block ending at *dpos or later */
+        if (b > (*dpos + T) / cr - 1) return;
     }
     double ss = 0;
     for (int d = threadIdx.x; d < Di; d += blockDim.x) {
@@ -55,9 +57,9 @@ __global__ void k_block_key(const float *idx_k, int Di, int cr, int64_t nb0, con
 
 /* T rows at positions pos0 + t; K/V of the rows stored at slots slot0 + t of
  * (kc, vc); cr > 0: the QSA indexer over the layer's idx_k / blk_k (slot =
- * position).  dpos (a captured one-token step): pos0 and slot0 are 0 and the
- * position is read on the device; every launch is then the same at every
- * position (cap: the K/V capacity bounds the buffers). */
+ * position).  dpos (a captured step or window): pos0 and slot0 are 0 and the
+ * first row's position is read on the device; every launch is then the same
+ * at every position (cap: the K/V capacity bounds the buffers). */
 int cu_attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *kc, float *vc, const float *x, int T,
                  int64_t pos0, int64_t slot0, int cr, const int64_t *dpos, int64_t cap, float *y)
 {
@@ -104,10 +106,10 @@ int cu_attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *kc, 
         if (rc == 0) rc = cu_rms_rows(st, qi, iw, qi, iw, T, Di, Hi, c->idx_q_norm, 0, hp->rms_eps);
         if (rc == 0) rc = cu_rope(be, qi, T, iw, Hi, Di, pos0, 1, dpos);
         /* the block keys of the blocks this batch completes */
-        const int64_t nb = dpos ? 1 : (pos0 + T) / cr - ls->n_blk;
+        const int64_t nb = dpos ? T / cr + 1 : (pos0 + T) / cr - ls->n_blk;
         if (rc == 0 && nb > 0) {
             k_block_key<<<(unsigned)nb, nthr(Di), (size_t)Di * sizeof(float), st>>>(
-                ls->idx_k, Di, cr, ls->n_blk, dpos, ls->blk_k, c->idx_k_norm, hp->rms_eps, hp->rope_dim, be->d_cos,
+                ls->idx_k, Di, cr, ls->n_blk, dpos, T, ls->blk_k, c->idx_k_norm, hp->rms_eps, hp->rope_dim, be->d_cos,
                 be->d_sin);
             rc = LCHK("k_block_key");
         }
@@ -127,7 +129,7 @@ int cu_attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *kc, 
             for (int r = 0; r < T && rc == 0 && !be->fast; r++) {
                 const int64_t Br = dpos ? bstride : (pos0 + r + 1) / cr;
                 if (!dpos && Br <= top) continue;
-                cu_block_scores_ref(st, qi + r * iw, Hi, Di, ls->blk_k, Br, bstride, scores + r * bstride, cr, dpos);
+                cu_block_scores_ref(st, qi + r * iw, Hi, Di, ls->blk_k, Br, bstride, scores + r * bstride, cr, dpos, r);
                 rc = LCHK("k_block_scores");
             }
             if (rc == 0) {

@@ -197,7 +197,7 @@ static void select_old(const data *d, int T, int64_t pos0, int64_t bstride)
         const int64_t Br = (pos0 + r + 1) / sh->cr;
         if (Br <= sh->top) continue;
         cu_block_scores_ref(0, d->qi + (int64_t)r * sh->Hi * sh->Di, sh->Hi, sh->Di, d->blk, Br, bstride,
-                            d->scores_ref + r * bstride, sh->cr, NULL);
+                            d->scores_ref + r * bstride, sh->cr, NULL, 0);
         k_block_keep_old<<<(unsigned)((Br + 127) / 128), 128>>>(d->scores_ref + r * bstride, Br, bstride, sh->top,
                                                                d->keep_old + r * bstride);
         LAUNCHED();
