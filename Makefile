@@ -259,7 +259,7 @@ test-build: all $(TEST_BINS) $(GGML_ORACLE) $(if $(SANITIZE),,$(FUZZ_BINS))
 
 # The GPU checks, not in make test (they need the GPU machine): the matvec
 # kernels against the CPU decode (tests/cuda/run-on-gpu.sh, correctness only),
-# then the CUDA backend against the CPU reference (run-backend-on-gpu.sh), then
+# then the attention kernels alone (check_attn), the CUDA backend against the CPU reference (run-backend-on-gpu.sh), then
 # verify windows and speculative decoding on it (run-verify-on-gpu.sh).
 # Where there is no GPU they fail and say so (tests/lib/gpu.sh) rather than
 # pass having run nothing; run-on-gpu.sh builds its own binary, so it comes
@@ -267,6 +267,7 @@ test-build: all $(TEST_BINS) $(GGML_ORACLE) $(if $(SANITIZE),,$(FUZZ_BINS))
 test-gpu: deps
 	@bash tests/cuda/run-on-gpu.sh --no-timing
 	@$(MAKE) --no-print-directory all cuda-check
+	@$(BUILD)/tests/cuda/check_attn --no-timing
 	@bash tests/cuda/run-backend-on-gpu.sh
 	@bash tests/cuda/run-verify-on-gpu.sh
 	@bash tests/cuda/run-seq-state-on-gpu.sh
