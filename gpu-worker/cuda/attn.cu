@@ -5,10 +5,12 @@
  * (engine/cpu/qsa.c's attend_row) in double: one block per (row, head) walks
  * every visible position three times through a probability buffer of that
  * many floats — bit-faithful, but 24 blocks for a decode step on 132 SMs,
- * each serial over the context.  The split-K one (flash-decoding) is the
- * fast kernels' form for 1..GW_VERIFY_ROWS rows: a row's attended
- * positions (all of them, or the kept blocks' and the tail's, in ascending
- * order through a compact list) are cut into at most GW_ATTN_SPLITS chunks;
+ * each serial over the context; prefill batches keep it (qsa.cu).  The
+ * split-K one (flash-decoding) is the fast kernels' form for one-row evals
+ * (decode steps, MTP drafts) and verify windows of up to GW_VERIFY_ROWS
+ * rows: a row's attended positions (all of them, or the kept blocks' and
+ * the tail's, in ascending order through a compact list) are cut into at
+ * most GW_ATTN_SPLITS chunks;
  * a block takes one chunk of one row for the query heads of one KV head
  * (GQA: the K/V tile is read once for them), keeps an online softmax
  * (running max, sum, unnormalised weighted V) in fp32, and writes its

@@ -1,9 +1,9 @@
 /* attn.h — launchers of the attention kernels (attn.cu): the QSA indexer's
  * block scores and top-k, and attention over the kept positions — the
  * reference kernel (`k_attend`, one block per row and head, a probability
- * per visible position) and the split-K one for 1..GW_VERIFY_ROWS rows
- * (flash-decoding: positions in chunks across blocks, an online softmax per
- * chunk, then a combine).  Plain device pointers only, so that
+ * per visible position) and the split-K one for one-row evals and verify
+ * windows of up to GW_VERIFY_ROWS rows (flash-decoding: positions in chunks
+ * across blocks, an online softmax per chunk, then a combine).  Plain device pointers only, so that
  * tests/cuda/check_attn.cu builds attn.cu alone; qsa.cu calls them.
  *
  * Rows: row t of a launch is at position pos0 + t and sees the cache slots

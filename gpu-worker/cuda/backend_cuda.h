@@ -368,8 +368,9 @@ int cu_gdn_forward(cuda_backend *be, const cu_layer *c, cu_lstate *ls, const flo
 /* T steps of the recurrent delta rule on state, q | k | v rows of mixed at stride rs (gdn.cu). */
 int cu_gdn_recurrence(cuda_backend *be, int T, const float *mixed, int64_t rs, const float *g, const float *beta,
                       float *state, float *out);
+/* verify: the rows are a verify window (with a one-row eval: the split-K attention of the fast kernels) */
 int cu_attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *kc, float *vc, const float *x, int T,
-                 int64_t pos0, int64_t slot0, int cr, const int64_t *dpos, int64_t cap, float *y);
+                 int64_t pos0, int64_t slot0, int cr, const int64_t *dpos, int64_t cap, bool verify, float *y);
 int cu_ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lstate *ls, int64_t pos0, int T, float *X,
                    bool graph, bool verify);
 int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, int T, float *y,

@@ -98,8 +98,8 @@ int cu_block_forward(cuda_backend *be, cuda_seq *s, const struct gw_eval_args *a
     if (l->has_ple) TRY(cu_ple_forward(be, s, c, ls, pos0, T, X, dpos != NULL, verify));
     TRY(cu_hc_mix(be, &c->hc_attn, X, T, x, inj));
     if (l->kind == MODEL_LAYER_GDN) TRY(cu_gdn_forward(be, c, ls, x, T, verify, y));
-    else if (l->is_nextn) TRY(cu_attention(be, c, ls, ls->k, ls->v, x, T, pos0, mtp_slot0, 0, NULL, 0, y));
-    else TRY(cu_attention(be, c, ls, ls->k, ls->v, x, T, pos0, pos0, l->compress_ratio, dpos, s->cap, y));
+    else if (l->is_nextn) TRY(cu_attention(be, c, ls, ls->k, ls->v, x, T, pos0, mtp_slot0, 0, NULL, 0, verify, y));
+    else TRY(cu_attention(be, c, ls, ls->k, ls->v, x, T, pos0, pos0, l->compress_ratio, dpos, s->cap, verify, y));
     TRY(cu_hc_add(be, X, y, inj, T));
     TRY(cu_hc_mix(be, &c->hc_ffn, X, T, x, inj));
     TRY(cu_moe_forward(be, c, il, x, T, y, a));

@@ -3,7 +3,7 @@
  * indexer's block keys, scores and top-k (the CPU's tie rule: the lower
  * block), and attention over the kept blocks plus the incomplete tail —
  * those kernels in attn.cu: with the fast kernels a step or a verify window
- * (≤ GW_VERIFY_ROWS rows) attends with the split-K kernel, prefill chunks
+ * (≤ GW_VERIFY_ROWS rows) attends with the split-K kernel, prefill batches
  * and the ref kernels with the reference one.
  *
  * Every launch has a dpos form: in a captured step or verify window the
@@ -59,9 +59,12 @@ __global__ void k_block_key(const float *idx_k, int Di, int cr, int64_t nb0, con
  * (kc, vc); cr > 0: the QSA indexer over the layer's idx_k / blk_k (slot =
  * position).  dpos (a captured step or window): pos0 and slot0 are 0 and the
  * first row's position is read on the device; every launch is then the same
- * at every position (cap: the K/V capacity bounds the buffers). */
+ * at every position (cap: the K/V capacity bounds the buffers).  A one-row
+ * eval and a verify window attend with the fast kernels' split-K kernel; a
+ * batch of other rows (prefill) with the reference kernel whatever its size,
+ * so a prefill split anywhere gives the unsplit one's rows (the resume rule). */
 int cu_attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *kc, float *vc, const float *x, int T,
-                 int64_t pos0, int64_t slot0, int cr, const int64_t *dpos, int64_t cap, float *y)
+                 int64_t pos0, int64_t slot0, int cr, const int64_t *dpos, int64_t cap, bool verify, float *y)
 {
     const struct model_hparams *hp = &be->base.model->hp;
     const int Hq = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, Hi = hp->idx_n_head, Di = hp->idx_head_dim;
@@ -140,8 +143,8 @@ int cu_attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *kc, 
     }
     const struct cu_attn_args aa = {q, qg, 2 * qw, kc, vc, Hq, Hkv, D, slot0, pos0, cr, top, dpos, att};
     /* the fast kernels' split-K attention for a step or a verify window (its row's chunks independent of T);
-     * else (the ref kernels, prefill chunks, a shape past its shared memory) the reference */
-    if (rc == 0 && be->fast && T <= GW_VERIFY_ROWS && cu_flash_fits(Hq, Hkv, D)) {
+     * else (the ref kernels, prefill batches, a shape past its shared memory) the reference */
+    if (rc == 0 && be->fast && (T == 1 || (verify && T <= GW_VERIFY_ROWS)) && cu_flash_fits(Hq, Hkv, D)) {
         float *part, *listf = NULL;
         rc = cu_talloc(&t, &part, cu_flash_part_floats(T, Hq, D));
         if (rc == 0 && keep) rc = cu_talloc(&t, &listf, T * (top > 0 ? top : 1));
