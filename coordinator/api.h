@@ -323,6 +323,7 @@ struct api {
     int port;             /* bound */
     /* The model, fixed before the server starts. */
     char name[128];
+    char notice[1024]; /* with cfg.demo: what the model is (the GGUF's general.description, else the random one's) */
     const char *model_path;
     int64_t ctx, vocab;
     int layers;
@@ -426,6 +427,7 @@ void api_job_release(struct api *a, struct api_job *j); /* with a.mu held */
 
 /* api_views.c: response bodies of the read-only endpoints (they take a.mu). */
 cJSON *api_model_json(const struct api *a); /* fixed fields only: no lock */
+void api_demo_notice(struct api *a, const char *description); /* a->notice: the description, else the random demo's */
 cJSON *api_status_json(struct api *a);
 char *api_metrics_text(struct api *a); /* malloc'ed, NULL when out of memory */
 

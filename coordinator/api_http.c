@@ -636,6 +636,12 @@ int api_start(struct api *a, struct coord *c, char *err, size_t errlen)
         name = slash ? slash + 1 : c->model_path;
     }
     snprintf(a->name, sizeof a->name, "%s", name);
+    /* The demo's notice: a trained demo model says what it is in general.description (nebula-convert
+     * --description); the random-weight one has none. */
+    const char *desc = NULL;
+    if (gguf_find_key(c->m->gguf, "general.description") < 0 || gguf_get_str(c->m->gguf, "general.description", &desc, NULL, 0))
+        desc = NULL;
+    api_demo_notice(a, desc);
     snprintf(a->phase, sizeof a->phase, "loading");
     snprintf(a->message, sizeof a->message, "starting the workers");
     a->progress = 0.1;

@@ -11,9 +11,14 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char demo_notice[] =
+static const char random_notice[] =
     "This is the bundled demo model: a tiny model with random weights. Its answers are noise; it exists so that "
     "the chat, the API and the pipeline can be tried without downloading a real model.";
+
+void api_demo_notice(struct api *a, const char *description)
+{
+    snprintf(a->notice, sizeof a->notice, "%s", description && description[0] ? description : random_notice);
+}
 
 /* OpenAI's model object, plus what a client needs to know about ours. */
 cJSON *api_model_json(const struct api *a)
@@ -25,7 +30,7 @@ cJSON *api_model_json(const struct api *a)
     cJSON_AddStringToObject(m, "owned_by", "nebula");
     n = cJSON_AddObjectToObject(m, "nebula");
     cJSON_AddBoolToObject(n, "demo", a->cfg.demo);
-    if (a->cfg.demo) cJSON_AddStringToObject(n, "notice", demo_notice);
+    if (a->cfg.demo) cJSON_AddStringToObject(n, "notice", a->notice);
     cJSON_AddNumberToObject(n, "context_length", (double)a->ctx);
     return m;
 }
@@ -41,7 +46,7 @@ cJSON *api_status_json(struct api *a)
     cJSON_AddStringToObject(m, "id", a->name);
     cJSON_AddStringToObject(m, "path", a->model_path);
     cJSON_AddBoolToObject(m, "demo", a->cfg.demo);
-    if (a->cfg.demo) cJSON_AddStringToObject(m, "notice", demo_notice);
+    if (a->cfg.demo) cJSON_AddStringToObject(m, "notice", a->notice);
     cJSON_AddNumberToObject(m, "context_length", (double)a->ctx);
     cJSON_AddNumberToObject(m, "vocab", (double)a->vocab);
     cJSON_AddNumberToObject(m, "layers", a->layers);

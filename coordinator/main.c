@@ -103,7 +103,8 @@ static void usage(FILE *f)
                "  --max-body BYTES largest request body (default 4194304; 413 beyond)\n"
                "  --sse-keepalive S  seconds without output after which a stream gets a ': keep-alive'\n"
                "                   comment (default 2)\n"
-               "  --demo           the model is the bundled random-weight demo: /api/status and /v1/models say so\n"
+               "  --demo           the model is the bundled demo: /api/status and /v1/models say what it is\n"
+               "                   (its GGUF's general.description, else the random-weight demo's notice)\n"
                "  --name NAME      the model's id in the API (default: GGUF general.name, else the file name)\n"
                "  --test-hooks     tests only: requests may carry nebula_test_script (docs/API.md)\n");
 }

@@ -3,8 +3,8 @@
 # serves the HTTP API on 127.0.0.1:API_PORT) and nginx (the chat page on
 # 127.0.0.1:PORT, proxying /v1/, /api/ and /metrics to the coordinator).
 #
-# usage: deploy/start.sh [--config FILE] [--model FILE] [--mtp FILE] [--prepared DIR] [--demo] [--port 8090]
-#                        [--api-port 8091] [--state DIR] [--threads N]
+# usage: deploy/start.sh [--config FILE] [--model FILE] [--mtp FILE] [--prepared DIR] [--demo|--demo-random]
+#                        [--port 8090] [--api-port 8091] [--state DIR] [--threads N]
 #                        [--max-body BYTES] [--name NAME] [--wait SECONDS]
 #
 #   --config FILE     nebula.conf to read (default: $XDG_CONFIG_HOME/nebula/nebula.conf, else
@@ -14,8 +14,11 @@
 #   --mtp FILE        a separate MTP (draft) GGUF for it, as Unsloth ships MTP/mtp-*.gguf
 #                     (default: nebula.conf's model.mtp; none: the model file's own, if any)
 #   --prepared DIR    nebula-prepare's output for it (experts on RAM/SSD tiers)
-#   --demo            the bundled random-weight demo model (its answers are noise);
-#                     without --model it is build/models/demo.gguf, made when missing
+#   --demo            the bundled demo model: without --model, models/demo/nebula-demo-docs.gguf
+#                     (a small model trained on documentation, docs/DEMO.md) where the checkout
+#                     has it, else the random-weight one below
+#   --demo-random     the random-weight demo model (its answers are noise; what tests use):
+#                     build/models/demo.gguf, converted from tests/fixtures/tiny-a when missing
 #   --port N          the page's port on 127.0.0.1 (default 8090)
 #   --api-port N      the coordinator's port on 127.0.0.1 (default 8091)
 #   --state DIR       pid files, logs, nginx.conf, the engine's runtime directory
@@ -60,7 +63,7 @@ else # not built yet: the built-in defaults (the checks below say what is missin
     [ -z "$config" ] || { echo "start.sh: --config needs $NEBULA_BIN/nebula: run make" >&2; exit 2; }
     model= mtp= prepared= name= port=8090 api_port=8091 max_body=4194304 threads= backend=auto
 fi
-demo=0 state_arg= wait_s=1800 model_given=0
+demo=0 demo_random=0 state_arg= wait_s=1800 model_given=0
 WEB=${NEBULA_WEB:-$NEBULA_REPO/web}
 need() { [ $# -ge 2 ] || { echo "start.sh: $1 needs a value (try --help)" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
@@ -70,6 +73,7 @@ while [ $# -gt 0 ]; do
     --mtp) need "$@"; mtp=$2; shift ;;
     --prepared) need "$@"; prepared=$2; shift ;;
     --demo) demo=1 ;;
+    --demo-random) demo=1 demo_random=1 ;;
     --port) need "$@"; port=$2; shift ;;
     --api-port) need "$@"; api_port=$2; shift ;;
     --state) need "$@"; state_arg=$2; shift ;;
@@ -175,15 +179,21 @@ fi
 
 if [ -z "$model" ]; then
     [ "$demo" = 1 ] || { echo "start.sh: give --model FILE, or --demo for the bundled demo model (try --help)" >&2; exit 2; }
+    # The trained demo model where the checkout has it (docs/DEMO.md), else the random-weight one, made here.
+    trained=$NEBULA_REPO/models/demo/nebula-demo-docs.gguf
     model=$NEBULA_REPO/build/models/demo.gguf
-    stale=0
-    for f in "$NEBULA_REPO"/tests/fixtures/tiny-a/* "$NEBULA_BIN/nebula-convert"; do [ "$f" -nt "$model" ] && stale=1; done
-    if [ ! -s "$model" ] || [ "$stale" = 1 ]; then
-        mkdir -p "$(dirname "$model")"
-        say "making the demo model (tiny random weights: its answers are noise) → $model"
-        # Written aside and renamed: a concurrent start never reads half a file.
-        "$NEBULA_BIN/nebula-convert" "$NEBULA_REPO/tests/fixtures/tiny-a" "$model.$$.tmp" --type f32 --name nebula-demo -q &&
-            mv -f "$model.$$.tmp" "$model" || { rm -f "$model.$$.tmp"; log_error "could not make the demo model"; exit 1; }
+    if [ "$demo_random" = 0 ] && [ -r "$trained" ]; then
+        model=$trained
+    else
+        stale=0
+        for f in "$NEBULA_REPO"/tests/fixtures/tiny-a/* "$NEBULA_BIN/nebula-convert"; do [ "$f" -nt "$model" ] && stale=1; done
+        if [ ! -s "$model" ] || [ "$stale" = 1 ]; then
+            mkdir -p "$(dirname "$model")"
+            say "making the demo model (tiny random weights: its answers are noise) → $model"
+            # Written aside and renamed: a concurrent start never reads half a file.
+            "$NEBULA_BIN/nebula-convert" "$NEBULA_REPO/tests/fixtures/tiny-a" "$model.$$.tmp" --type f32 --name nebula-demo -q &&
+                mv -f "$model.$$.tmp" "$model" || { rm -f "$model.$$.tmp"; log_error "could not make the demo model"; exit 1; }
+        fi
     fi
 fi
 [ -r "$model" ] || { log_error "cannot read the model file '$model'"; exit 1; }
@@ -354,8 +364,11 @@ for k in sys.argv[2].split("."): d = d.get(k) if isinstance(d, dict) else None
 print("" if d is None else d)' "$1" "$2" 2>/dev/null || true; }
 
 say "Nebula is up: $URL"
-[ "$demo" = 1 ] || [ "$(json_field "$status_json" model.demo)" = True ] &&
-    say "model: the bundled DEMO model — tiny, random weights: its answers are noise (make run MODEL=path.gguf serves a real one)"
+# The demo says what it is: the coordinator's notice (the trained model's general.description, else random weights').
+if [ "$demo" = 1 ] || [ "$(json_field "$status_json" model.demo)" = True ]; then
+    notice=$(json_field "$status_json" model.notice)
+    say "model: the bundled DEMO model — ${notice:-tiny, random weights: its answers are noise} (make run MODEL=path.gguf serves a real Qwen3.8-Flash-Next)"
+fi
 
 # ---- the model loads (the page shows the progress meanwhile) ----
 if [ "$wait_s" -gt 0 ]; then

@@ -680,6 +680,30 @@ def test_loading_phase(tmp):
         srv = main_srv
 
 
+def test_described_demo(tmp):
+    """A demo model that says what it is (nebula-convert --description: the trained demo model's
+    general.description) gets that notice in /v1/models and /api/status instead of the random one's."""
+    global srv
+    main_srv = srv
+    desc = "A small test model described by its GGUF: not Qwen3.8-Flash-Next."
+    model = os.path.join(tmp, "described.gguf")
+    subprocess.run([os.path.join(BIN, "nebula-convert"), "tests/fixtures/tiny-a", model, "--type", "f32", "--name",
+                    "nebula-demo-docs", "--description", desc, "-q"], check=True)
+    srv = Server(tmp, model=model, name="-described")
+    try:
+        m = jcall("GET", "/v1/models")[1]["data"][0]
+        check(m["id"] == "nebula-demo-docs" and m["nebula"]["demo"] is True and m["nebula"]["notice"] == desc,
+              f"/v1/models: the described demo's notice: {m}")
+        mo = status()["model"]
+        check(mo["demo"] is True and mo["notice"] == desc, f"/api/status: the described demo's notice: {mo}")
+    finally:
+        srv.stop()
+        if srv.proc.poll() is None:
+            os.killpg(srv.proc.pid, signal.SIGKILL)
+            srv.proc.wait()
+        srv = main_srv
+
+
 def test_shutdown_in_flight():
     """SIGTERM with one request running and one queued: both get an error event and [DONE], and the
     coordinator exits 0 at once (no thread waits for a job that will never run)."""
@@ -746,6 +770,7 @@ def main(tmp):
     test_ctl_during_http_job(greedy)
     test_restart_during_http_job()
     test_loading_phase(tmp)
+    test_described_demo(tmp)
     test_shutdown_in_flight()
 
 

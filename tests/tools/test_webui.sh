@@ -8,7 +8,7 @@
 #    each module, at most 400 lines each, imports that exist, no cycles).
 # 2. tests/web/run-webui-tests.mjs: playwright-core (locked in
 #    tests/web/package-lock.json) drives Debian's chromium, headless, against
-#    deploy/start.sh --demo on free ports with a temporary state directory:
+#    deploy/start.sh --demo-random on free ports with a temporary state directory:
 #    nginx serving web/ and proxying to nebula-coordinator with the demo
 #    model.  New chat, streamed answer, rename, reload, delete; thinking
 #    on/off; documents; Markdown export; stop; errors (4xx, coordinator gone);

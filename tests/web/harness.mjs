@@ -1,5 +1,5 @@
 // harness.mjs — what the browser tests of the chat page share: the stack
-// they run against (deploy/start.sh --demo on free ports, or
+// they run against (deploy/start.sh --demo-random on free ports, or
 // tests/web/mock-server.mjs), a page with its instruments, the helpers that
 // act as a user, and the loop that runs the scenarios.
 //
@@ -51,7 +51,7 @@ export class Stack {
     while (this.apiPort === this.port) this.apiPort = await freePort();
     this.url = `http://127.0.0.1:${this.port}/`;
     const t0 = Date.now();
-    const out = await run("bash", ["deploy/start.sh", "--demo", "--port", String(this.port), "--api-port", String(this.apiPort),
+    const out = await run("bash", ["deploy/start.sh", "--demo-random", "--port", String(this.port), "--api-port", String(this.apiPort),
       "--state", this.state, "--threads", "2", "--wait", "120"],
       { env: { ...process.env, NEBULA_BIN: resolve(REPO, process.env.BUILD || "build", "bin") } });
     console.log(`stack: deploy/start.sh up in ${Date.now() - t0} ms on ${this.url} (state ${this.state})`);

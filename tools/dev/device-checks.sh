@@ -3,7 +3,7 @@
 # bounded by its own time limit, results (one log per step) under $OUT, so a
 # session can spend its device minutes one call at a time and keep what
 # finished.  Run from the repository root with .devrun/ carried
-# (tools/dev/pack-for-device.sh; its BINS must hold the binaries the steps use)
+# or .devrun.txz carried (tools/dev/pack-for-device.sh; its BINS must hold the binaries the steps use)
 # or with BUILD naming a build of the tree.  Steps:
 #   fixtures   make test-gpu's fixture half: run-backend-on-gpu.sh SYNTHETIC=0
 #              (every fixture, sweep case, GDN size, low-bit type and published
@@ -23,6 +23,10 @@
 set -u
 OUT=${OUT:-/tmp/nebula-device-out}
 mkdir -p "$OUT"
+# .devrun.txz (pack-for-device.sh's archive, what the carry holds) unpacked when newer than .devrun
+if [ -f .devrun.txz ] && [ ! .devrun/build/bin/nebula -nt .devrun.txz ]; then
+    tar -xJf .devrun.txz && touch .devrun/build/bin/nebula || { echo "device-checks: .devrun.txz does not unpack" >&2; exit 1; }
+fi
 if [ -x .devrun/build/bin/nebula ]; then
     B=${BUILD:-.devrun/build}
     export LD_LIBRARY_PATH=$PWD/.devrun/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

@@ -31,4 +31,7 @@ strip "$D"/build/bin/* "$D"/build/tests/cuda/*
 ldd "$D"/build/bin/* "$D"/build/tests/cuda/* 2>/dev/null | awk '/=> \//{print $3}' | sort -u |
     grep -v -E '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|libcuda|ld-linux[^/]*)\.so' |
     while read -r lib; do cp -L "$lib" "$D/lib/"; done
-echo "pack-for-device: $(du -sh "$D" | cut -f1) in $D ($(ls "$D/lib" | wc -l) libraries); carry [\"$D\"]"
+# The carry is 64 MiB for the tree and what it names together: .devrun with every check is more than that, its
+# xz archive a sixth of it.  tools/dev/device-checks.sh unpacks .devrun.txz when it is newer than .devrun.
+tar -cf - "$D" | xz -T2 -6 >"$D.txz"
+echo "pack-for-device: $(du -sh "$D" | cut -f1) in $D ($(ls "$D/lib" | wc -l) libraries), $(du -sh "$D.txz" | cut -f1) as $D.txz; carry [\"$D.txz\"]"

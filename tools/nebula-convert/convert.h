@@ -139,6 +139,7 @@ void conv_choose_types(struct conv_plan *p, const struct conv_mix *mix);
 struct conv_write_opts {
     const char *prog;    /* for messages: "nebula-convert" */
     const char *name;    /* general.name */
+    const char *description; /* NULL, or general.description (what the model is: the demo's notice) */
     const char *tok_dir; /* NULL, or a folder whose tokenizer.json is embedded */
     const struct conv_mix *mix;
     bool quiet; /* no per-tensor progress */

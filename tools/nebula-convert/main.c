@@ -43,6 +43,8 @@ static void usage(FILE *f)
             "  --split        OUT-00001-of-00002.gguf and OUT-00002-of-00002.gguf, the n-gram table alone in\n"
             "                 the second (ISTA-DASLab's layout)\n"
             "  --name NAME    general.name (default: the checkpoint folder's name)\n"
+            "  --description TEXT  general.description: what the model is (the chat page and /api/status\n"
+            "                 show it when the model is served as the demo)\n"
             "  --threads N    conversion threads (default: all cores)\n"
             "  --layers N     synthetic: keep the first N layers of the config\n"
             "  --seed S       synthetic: seed of the random values (default 1)\n"
@@ -62,7 +64,7 @@ int main(int argc, char **argv)
 {
     const struct conv_mix *mix = conv_mix_find("bf16");
     bool want_mtp = true, quiet = false;
-    const char *name = NULL, *mtp_out = NULL;
+    const char *name = NULL, *mtp_out = NULL, *description = NULL;
     bool split = false;
     struct conv_synth synth = {.seed = 1, .router_skew = CONV_SKEW_DEFAULT};
     long long layers = 0, ngram_base = 0;
@@ -70,7 +72,8 @@ int main(int argc, char **argv)
                                          {"synthetic", no_argument, 0, 'S'}, {"layers", required_argument, 0, 'L'},
                                          {"seed", required_argument, 0, 's'}, {"router-skew", required_argument, 0, 'k'},
                                          {"ngram-base", required_argument, 0, 'B'},
-                                         {"name", required_argument, 0, 'n'}, {"threads", required_argument, 0, 'j'},
+                                         {"name", required_argument, 0, 'n'}, {"description", required_argument, 0, 'D'},
+                                         {"threads", required_argument, 0, 'j'},
                                          {"quiet", no_argument, 0, 'q'},     {"help", no_argument, 0, 'h'},
                                          {"exact-rows", no_argument, 0, 'E'},
                                          {"mtp-out", required_argument, 0, 'O'}, {"split", no_argument, 0, 'P'},
@@ -83,6 +86,7 @@ int main(int argc, char **argv)
             break;
         case 'M': want_mtp = false; break;
         case 'n': name = optarg; break;
+        case 'D': description = optarg; break;
         case 'j': {
             int n = atoi(optarg);
             if (n < 1) {
@@ -137,7 +141,7 @@ int main(int argc, char **argv)
         rc = nb_errf(err, sizeof err, NB_EINVAL, "--mtp-out: %s has no MTP block%s", dir, want_mtp ? "" : " (--no-mtp)");
         goto done;
     }
-    struct conv_write_opts wo = {.prog = "nebula-convert", .name = name, .tok_dir = synth.on ? NULL : dir, .mix = mix,
+    struct conv_write_opts wo = {.prog = "nebula-convert", .name = name, .description = description, .tok_dir = synth.on ? NULL : dir, .mix = mix,
                                  .quiet = quiet, .split_ple = split, .mtp_out = mtp_out};
     rc = conv_write_gguf(&plan, out, &wo, err, sizeof err);
 done:

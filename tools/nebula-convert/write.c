@@ -29,7 +29,8 @@ static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
 
 /* Every qwen4exp.* key of docs/CONVERSION.md §3.1. */
-static int write_keys(gguf_writer *w, const struct conv_plan *p, const struct conv_mix *mix, const char *name)
+static int write_keys(gguf_writer *w, const struct conv_plan *p, const struct conv_mix *mix, const char *name,
+                      const char *description)
 {
     const struct hf_config *f = &p->cfg;
     uint32_t n_blocks = (uint32_t)(f->n_layers + (p->mtp ? 1 : 0));
@@ -39,6 +40,7 @@ static int write_keys(gguf_writer *w, const struct conv_plan *p, const struct co
     K(gguf_w_set_str(w, "general.architecture", "qwen4exp"));
     K(gguf_w_set_str(w, "general.type", "model"));
     K(gguf_w_set_str(w, "general.name", name));
+    if (description) K(gguf_w_set_str(w, "general.description", description));
     K(gguf_w_set_u32(w, "general.file_type", mix->file_type));
     K(gguf_w_set_u32(w, "general.quantization_version", 2));
     K(gguf_w_set_u32(w, A "block_count", n_blocks));
@@ -233,7 +235,7 @@ static int write_part(const struct conv_plan *p, const struct conv_write_opts *o
     int rc;
     bool progress = !o->quiet && isatty(STDERR_FILENO), split = o->split_ple && part != PART_MTP;
     if ((rc = gguf_writer_open(path, &w, err, errlen))) return rc;
-    if (part != PART_PLE && (rc = write_keys(w, p, o->mix, o->name))) {
+    if (part != PART_PLE && (rc = write_keys(w, p, o->mix, o->name, o->description))) {
         snprintf(err, errlen, "%s", gguf_writer_error(w));
         goto done;
     }

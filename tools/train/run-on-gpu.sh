@@ -56,7 +56,10 @@ if [ $(($(date +%s) - t0)) -gt "$TAIL_AFTER" ]; then
 fi
 grep -q '^rc=0' "$WORK/make.log" 2>/dev/null || [ -x $BIN/nebula ] || { tail -20 "$WORK/make.log"; echo "FAIL: build"; exit 1; }
 G=$WORK/demo.gguf
-$BIN/nebula-convert "$WORK/hf" "$G" --type "$TYPE" --name nebula-demo-docs -q
+DESC="Nebula's demo model: a small model (~55 M parameters, the Qwen4Exp architecture) trained for minutes on one GPU \
+on the documentation of a Debian system (man pages, /usr/share/doc). It is not Qwen3.8-Flash-Next: its answers are short \
+and often wrong; it shows the chat, speculative drafts and expert routing working on real weights (docs/DEMO.md)."
+$BIN/nebula-convert "$WORK/hf" "$G" --type "$TYPE" --name nebula-demo-docs --description "$DESC" -q
 size=$(stat -c %s "$G")
 echo "gguf: $size bytes ($TYPE)"
 [ "$size" -le $((40 * 1024 * 1024)) ] || echo "WARN: $G is over 40 MiB"
