@@ -35,7 +35,7 @@ else
 fi
 export BIN=$B/bin
 export CHECK=$B/tests/cuda/check_backend # seqstate: check_seq_state
-[ $# -gt 0 ] || { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 run_step() {
     local name=$1 t0 rc
