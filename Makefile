@@ -118,7 +118,7 @@ ifneq ($(strip $(CU_SRCS)),)
 CFLAGS_BASE += -DNB_HAVE_CUDA
 ENGINE_OBJS += $(CU_OBJS)
 LDLIBS_BASE += -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
-CUDA_CHECK  := $(BUILD)/tests/cuda/check_backend $(BUILD)/tests/cuda/check_seq_state
+CUDA_CHECK  := $(BUILD)/tests/cuda/check_backend $(BUILD)/tests/cuda/check_seq_state $(BUILD)/tests/cuda/check_attn
 endif
 endif
 # The backend follows the CPU reference's rounding: no fused multiply-adds
@@ -232,6 +232,11 @@ CUDA_CHECK_SRCS := tests/cuda/check_backend.c tests/cuda/check_util.c tests/cuda
 $(BUILD)/tests/cuda/check_backend: $(CUDA_CHECK_SRCS) tests/cuda/check.h $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CUDA_CHECK_SRCS) $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB) $(LDLIBS_BASE) -o $@
+# The attention kernels alone (gpu-worker/cuda/attn.cu: split-K vs the reference and the host, timing;
+# tools/dev/device-checks.sh attn), with --fmad=false as the backend's object has it.
+$(BUILD)/tests/cuda/check_attn: tests/cuda/check_attn.cu gpu-worker/cuda/attn.cu gpu-worker/cuda/attn.h gpu-worker/cuda/device.cuh engine/vram.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) --fmad=false -Xcompiler -Wall tests/cuda/check_attn.cu gpu-worker/cuda/attn.cu -o $@
 # The prompt cache's state save/load on the device (tests/cuda/run-seq-state-on-gpu.sh).
 $(BUILD)/tests/cuda/check_seq_state: tests/cuda/check_seq_state.c $(ENGINE_LIB) $(SHM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
@@ -254,7 +259,7 @@ test-build: all $(TEST_BINS) $(GGML_ORACLE) $(if $(SANITIZE),,$(FUZZ_BINS))
 
 # The GPU checks, not in make test (they need the GPU machine): the matvec
 # kernels against the CPU decode (tests/cuda/run-on-gpu.sh, correctness only),
-# then the CUDA backend against the CPU reference (run-backend-on-gpu.sh), then
+# then the attention kernels alone (check_attn), the CUDA backend against the CPU reference (run-backend-on-gpu.sh), then
 # verify windows and speculative decoding on it (run-verify-on-gpu.sh).
 # Where there is no GPU they fail and say so (tests/lib/gpu.sh) rather than
 # pass having run nothing; run-on-gpu.sh builds its own binary, so it comes
@@ -262,6 +267,7 @@ test-build: all $(TEST_BINS) $(GGML_ORACLE) $(if $(SANITIZE),,$(FUZZ_BINS))
 test-gpu: deps
 	@bash tests/cuda/run-on-gpu.sh --no-timing
 	@$(MAKE) --no-print-directory all cuda-check
+	@$(BUILD)/tests/cuda/check_attn --no-timing
 	@bash tests/cuda/run-backend-on-gpu.sh
 	@bash tests/cuda/run-verify-on-gpu.sh
 	@bash tests/cuda/run-seq-state-on-gpu.sh

@@ -257,10 +257,29 @@ uint64_t gw_vram_rope_bytes(const struct model *m, int64_t cap)
     return 2 * gw_vram_align(4 * (uint64_t)(cap > 0 ? cap : 0) * (uint64_t)(m->hp.rope_dim / 2));
 }
 
+/* Floats of T ≤ GW_VERIFY_ROWS rows' attention temporaries: the reference kernel's probabilities (a row's
+ * visible positions a head) or the split-K kernel's partials and kept-block lists, whichever is larger. */
+static uint64_t attn_floats(const struct model_hparams *hp, int64_t T, int64_t n_ctx)
+{
+    const uint64_t probs = (uint64_t)hp->n_head * (uint64_t)n_ctx * (uint64_t)T;
+    const uint64_t split = (uint64_t)T * ((uint64_t)hp->n_head * GW_ATTN_SPLITS * ((uint64_t)hp->head_dim + 2) +
+                                          (uint64_t)(hp->idx_top_k > 0 ? hp->idx_top_k : 1));
+    return probs > split ? probs : split;
+}
+
+static uint64_t batch_bytes(const struct model *m, int64_t T, int64_t n_ctx);
+
+/* The larger of a one-token step's temporaries (64 MiB, the logits, attention, the indexer's scores and flags)
+ * and a verify window's (64 MiB on top of the pool's sum of GW_VERIFY_ROWS rows' temporaries, their scores and
+ * flags): the graphs of both take theirs from the arena. */
 uint64_t gw_vram_arena_bytes(const struct model *m, int64_t cap)
 {
     const struct model_hparams *hp = &m->hp;
-    return ((uint64_t)64 << 20) + 4 * ((uint64_t)2 * hp->n_vocab + (uint64_t)hp->n_head * cap + 2 * (uint64_t)cap + 2 * 1024);
+    const uint64_t step =
+        ((uint64_t)64 << 20) + 4 * ((uint64_t)2 * hp->n_vocab + attn_floats(hp, 1, cap) + 2 * (uint64_t)cap + 2 * 1024);
+    const uint64_t window = ((uint64_t)64 << 20) + batch_bytes(m, GW_VERIFY_ROWS, cap) +
+                            4 * ((uint64_t)2 * GW_VERIFY_ROWS * (uint64_t)(cap > 0 ? cap : 0) + 2 * 1024);
+    return step > window ? step : window;
 }
 
 /* One sequence's state at the capacities the backend gives it for n positions, and the RoPE tables. */
@@ -295,7 +314,7 @@ static uint64_t rows_bytes(const struct model *m, int64_t T, int64_t n_ctx, uint
     const uint64_t C = hp->n_embd, W = model_wide(hp);
     const uint64_t gdn = 2 * (uint64_t)model_gdn_conv_dim(hp) + 2 * (uint64_t)model_gdn_v_dim(hp); /* qkv, mixed; z, o */
     const uint64_t qw = (uint64_t)hp->n_head * hp->head_dim;
-    uint64_t probs = (uint64_t)hp->n_head * (uint64_t)n_ctx * (uint64_t)T;
+    uint64_t probs = T <= GW_VERIFY_ROWS ? attn_floats(hp, T, n_ctx) : (uint64_t)hp->n_head * (uint64_t)n_ctx * (uint64_t)T;
     if (probs > ((uint64_t)64 << 20)) probs = (uint64_t)64 << 20;
     uint64_t layer = moe > gdn ? moe : gdn;
     if (5 * qw > layer) layer = 5 * qw;

@@ -83,7 +83,7 @@ uint64_t gw_vram_stream_bytes(const struct model *m);
 void gw_vram_plan(const struct model *m, const uint8_t *local, int64_t n_ctx, struct gw_vram_parts *p);
 /* Positions the budget reserves by default. */
 int64_t gw_vram_default_ctx(const struct model *m);
-/* The graph arena of a one-token step at K/V capacity cap (part of scratch). */
+/* The graph arena of a one-token step or a verify window at K/V capacity cap (part of scratch). */
 uint64_t gw_vram_arena_bytes(const struct model *m, int64_t cap);
 /* The stream-ordered pool's temporaries of an eval (a prefill chunk of up to
  * GW_VRAM_BATCH_ROWS rows, its head in sub-batches; part of scratch): an estimate that sums them all. */
@@ -108,6 +108,11 @@ uint64_t gw_vram_kv_layout(const struct model *m, int64_t cap, uint64_t (*off)[4
 uint64_t gw_vram_slot_layout(const struct model *m, int il, int64_t n, uint64_t off[3]);
 /* A verify window's most rows: the pending token and up to 16 drafts (issue 16). */
 #define GW_VERIFY_ROWS 17
+/* Chunks the CUDA backend's split-K attention (gpu-worker/cuda/attn.cu) cuts
+ * a row's attended positions into, for evals of at most GW_VERIFY_ROWS rows:
+ * its partial results are GW_ATTN_SPLITS × (head_dim + 2) floats a (row, head),
+ * whatever the context (the arena and the pool count them). */
+#define GW_ATTN_SPLITS 64
 /* One sequence's verify-window checkpoint (ARCHITECTURE.md §5, Rollback),
  * what a return into the last window restores and replays: per trunk layer
  * the GDN conv state and recurrent state before the window, the rows' GDN

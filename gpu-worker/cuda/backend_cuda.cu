@@ -166,16 +166,11 @@ static int cuda_setup(cuda_backend *be)
     void *w;
     TRY(cu_dev_alloc(be, &w, sizeof(int64_t)));
     be->d_pos = (int64_t *)w;
-    TRY(cu_dev_alloc(be, &w, sizeof(int32_t)));
+    TRY(cu_dev_alloc(be, &w, GW_VERIFY_ROWS * sizeof(int32_t))); /* within its GW_VRAM_ALIGN word */
     be->d_tok = (int32_t *)w;
     TRY(cu_dev_alloc(be, &w, 2 * sizeof(unsigned int)));
     be->d_mailbox_seq = (unsigned int *)w;
-    CK(cudaMallocHost(&be->h_pos, sizeof(int64_t)));
-    CK(cudaMallocHost(&be->h_tok, sizeof(int32_t)));
-    CK(cudaMallocHost(&be->h_rows, (size_t)(hp->ple_n_heads > 0 ? hp->ple_n_heads : 1) * sizeof(int64_t)));
-    CK(cudaMallocHost(&be->h_out, (size_t)(hp->n_vocab + model_wide(hp)) * sizeof(float)));
-    CK(cudaMallocHost(&be->h_arg, sizeof(int32_t)));
-    CK(cudaMallocHost(&be->h_ple, (size_t)(hp->ple_embd > 0 ? hp->ple_embd : 1) * sizeof(float)));
+    TRY(cu_step_pin(be, 1));
     CK(cudaDeviceSynchronize());
     return 0;
 }

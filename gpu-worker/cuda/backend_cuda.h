@@ -179,19 +179,24 @@ struct cuda_backend {
     int32_t *h_ids;
     int64_t pin_pairs, pin_rows;
     cudaEvent_t ev_host;  /* the copies the host waits for before calling the hook */
-    /* CUDA graphs of the one-token decode step (see cu_decode_graph) */
+    /* CUDA graphs of the one-token decode step and of verify windows (see cu_decode_graph) */
     bool graphs;          /* off with gw_backend_params.no_graphs */
     char *arena;          /* temporaries while capturing */
     size_t arena_cap, arena_off;
     bool arena_on;
-    int64_t *d_pos;       /* the step's position, read by the kernels of a replayed graph */
-    int32_t *d_tok;       /* the step's token */
-    int64_t *h_pos;       /* pinned: what the graph's first copies read at each replay */
+    int64_t *d_pos;       /* the step's (a window's first row's) position, read by the kernels of a replayed graph */
+    int32_t *d_tok;       /* the step's tokens (GW_VERIFY_ROWS of room) */
+    /* pinned, for step_rows rows (1, or GW_VERIFY_ROWS from the first window graph on; pin_gen counts the
+     * re-allocations, which a graph's key holds): what the graph's first copies read at each replay, and
+     * what its last ones write */
+    int step_rows;
+    int64_t pin_gen;
+    int64_t *h_pos;
     int32_t *h_tok;
-    int64_t *h_rows;      /* pinned: the step's PLE table rows (ple_n_heads) */
-    float *h_out;         /* pinned: logits (V) then the wide row */
-    int32_t *h_arg;       /* pinned: the step's argmax */
-    float *h_ple;         /* pinned: the step's PLE rows from the gw_ple_rows hook (ple_embd floats) */
+    int64_t *h_rows;      /* the rows' PLE table rows (ple_n_heads a row) */
+    float *h_out;         /* logits (V a row), then from step_rows · V on the wide rows */
+    int32_t *h_arg;       /* the rows' argmax */
+    float *h_ple;         /* the rows' PLE values from the gw_ple_rows hook (ple_embd floats a row) */
     /* the mailbox (mailbox.cu): remote experts of evals of at most
      * MAILBOX_ROWS rows, posted and awaited inside the stream (cu_mailbox_begin) */
     char *mailbox_host, *mailbox_dev; /* one pinned mapped block: its host and device addresses */
@@ -250,6 +255,8 @@ static inline cu_ck_rows cu_ck_rows_of(const struct model_hparams *hp, float *in
     return cu_ck_rows{in, in + R * cd, in + 2 * R * cd, in + 2 * R * cd + R * Hv};
 }
 
+/* What a captured graph bakes in (cu_decode_graph): capacities, addresses, which outputs, rows. */
+#define CU_GRAPH_KEY 16
 struct cuda_seq {
     struct gw_seq base;
     cu_lstate *ls;   /* n_layer + n_nextn; its arrays are views of the three blocks */
@@ -270,7 +277,9 @@ struct cuda_seq {
     void *ck_blk;
     uint64_t ck_bytes;
     cudaGraphExec_t exec; /* the captured decode step (cu_decode_graph), or NULL */
-    int64_t gkey[10];     /* what it baked in */
+    int64_t gkey[CU_GRAPH_KEY]; /* what it baked in */
+    cudaGraphExec_t wexec[GW_VERIFY_ROWS + 1]; /* the captured verify window of T rows at [T], or NULL */
+    int64_t wkey[GW_VERIFY_ROWS + 1][CU_GRAPH_KEY];
 };
 
 /* ---------- temporaries (memory.cu) ---------- */
@@ -388,8 +397,9 @@ int cu_gdn_forward(cuda_backend *be, const cu_layer *c, cu_lstate *ls, const flo
 /* T steps of the recurrent delta rule on state, q | k | v rows of mixed at stride rs (gdn.cu). */
 int cu_gdn_recurrence(cuda_backend *be, int T, const float *mixed, int64_t rs, const float *g, const float *beta,
                       float *state, float *out);
+/* verify: the rows are a verify window (with a one-row eval: the split-K attention of the fast kernels) */
 int cu_attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *kc, float *vc, const float *x, int T,
-                 int64_t pos0, int64_t slot0, int cr, const int64_t *dpos, int64_t cap, float *y);
+                 int64_t pos0, int64_t slot0, int cr, const int64_t *dpos, int64_t cap, bool verify, float *y);
 int cu_ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lstate *ls, int64_t pos0, int T, float *X,
                    bool graph, bool verify);
 int cu_moe_forward(cuda_backend *be, const cu_layer *c, int il, const float *x, int T, float *y,
@@ -435,6 +445,8 @@ int cu_block_forward(cuda_backend *be, cuda_seq *s, const struct gw_eval_args *a
                      float *x, float *y, float *inj, int64_t mtp_slot0, const int64_t *dpos);
 int cu_eval_dev(cuda_seq *s, const struct gw_eval_args *a, const int64_t *dpos);
 int cu_decode_graph(cuda_seq *s, const struct gw_eval_args *a);
+/* The pinned step buffers for `rows` rows (creation: 1; the first window graph: GW_VERIFY_ROWS). */
+int cu_step_pin(cuda_backend *be, int rows);
 int cuda_eval(gw_seq *gs, const struct gw_eval_args *a, char *err, size_t errlen);
 int cuda_mtp_eval(gw_seq *gs, const struct gw_mtp_args *a, char *err, size_t errlen);
 /* The attributes of a kernel of this build (gw_cuda_probe: does it run on the device?). */

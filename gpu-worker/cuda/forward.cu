@@ -98,8 +98,8 @@ int cu_block_forward(cuda_backend *be, cuda_seq *s, const struct gw_eval_args *a
     if (l->has_ple) TRY(cu_ple_forward(be, s, c, ls, pos0, T, X, dpos != NULL, verify));
     TRY(cu_hc_mix(be, &c->hc_attn, X, T, x, inj));
     if (l->kind == MODEL_LAYER_GDN) TRY(cu_gdn_forward(be, c, ls, x, T, verify, y));
-    else if (l->is_nextn) TRY(cu_attention(be, c, ls, ls->k, ls->v, x, T, pos0, mtp_slot0, 0, NULL, 0, y));
-    else TRY(cu_attention(be, c, ls, ls->k, ls->v, x, T, pos0, pos0, l->compress_ratio, dpos, s->cap, y));
+    else if (l->is_nextn) TRY(cu_attention(be, c, ls, ls->k, ls->v, x, T, pos0, mtp_slot0, 0, NULL, 0, verify, y));
+    else TRY(cu_attention(be, c, ls, ls->k, ls->v, x, T, pos0, pos0, l->compress_ratio, dpos, s->cap, verify, y));
     TRY(cu_hc_add(be, X, y, inj, T));
     TRY(cu_hc_mix(be, &c->hc_ffn, X, T, x, inj));
     TRY(cu_moe_forward(be, c, il, x, T, y, a));
@@ -108,8 +108,8 @@ int cu_block_forward(cuda_backend *be, cuda_seq *s, const struct gw_eval_args *a
 
 /* The device work of one eval.  Outside a capture (dpos NULL) it may
  * synchronise and copy to the caller's buffers; captured (dpos = the
- * backend's d_pos, one token) it only queues: the token comes from the
- * pinned h_tok, the logits and wide row go to the pinned h_out. */
+ * backend's d_pos: a step or a verify window) it only queues: the tokens
+ * come from the pinned h_tok, the logits and wide rows go to the pinned h_out. */
 int cu_eval_dev(cuda_seq *s, const struct gw_eval_args *a, const int64_t *dpos)
 {
     cuda_backend *be = cbe(s->base.be);
@@ -131,7 +131,7 @@ int cu_eval_dev(cuda_seq *s, const struct gw_eval_args *a, const int64_t *dpos)
     cudaError_t ce = cudaSuccess;
     if (rc == 0) {
         if (dpos) {
-            ce = cudaMemcpyAsync(be->d_tok, be->h_tok, sizeof(int32_t), cudaMemcpyHostToDevice, st);
+            ce = cudaMemcpyAsync(be->d_tok, be->h_tok, (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice, st);
             if (ce == cudaSuccess) ce = cudaMemcpyAsync(be->d_pos, be->h_pos, sizeof(int64_t), cudaMemcpyHostToDevice, st);
         } else {
             ce = cudaMemcpyAsync(tokf, a->tokens, (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice, st);
@@ -165,7 +165,8 @@ int cu_eval_dev(cuda_seq *s, const struct gw_eval_args *a, const int64_t *dpos)
                      dpos ? (a->argmax ? be->h_arg : NULL) : a->argmax);
     if (rc == 0 && a->wide_rows != GW_ROWS_NONE) {
         const int w0 = a->wide_rows == GW_ROWS_LAST ? T - 1 : 0;
-        ce = cudaMemcpyAsync(dpos ? be->h_out + V : a->wide, X + w0 * wide, (size_t)((T - w0) * wide) * sizeof(float),
+        ce = cudaMemcpyAsync(dpos ? be->h_out + (int64_t)be->step_rows * V : a->wide, X + w0 * wide,
+                             (size_t)((T - w0) * wide) * sizeof(float),
                              cudaMemcpyDeviceToHost, st);
         if (ce != cudaSuccess) rc = cu_fail(ce, "wide rows to the host", __LINE__);
     }
@@ -181,9 +182,10 @@ static int eval_body(cuda_seq *s, const struct gw_eval_args *a)
     TRY(cu_ensure_layout(be));
     /* Taps are host calls in the middle of the step: those evals run plain.
      * The hooks are not: remote experts go through the mailbox, PLE rows are
-     * asked before the replay.  A verify window, of one row too, runs plain
-     * (its checkpoint copies are not in the captured step). */
-    if (T == 1 && be->graphs && !a->tap && !a->route_tap && !a->verify &&
+     * asked before the replay.  A decode step and a verify window (of one
+     * row too: its checkpoint copies are in its own graph) replay graphs;
+     * other batches (prefill, MTP) run plain. */
+    if ((T == 1 || (a->verify && T <= GW_VERIFY_ROWS)) && be->graphs && !a->tap && !a->route_tap &&
         (!be->base.remote.fn || gw_mailbox_active(&be->mailbox)))
         return cu_decode_graph(s, a);
     TRY(cu_seq_reserve(s, pos0 + T));

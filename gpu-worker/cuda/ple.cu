@@ -29,7 +29,7 @@ __global__ void k_add2(float *X, const float *G, const float *cv, int64_t n)
 
 /* ---------- the layer ---------- */
 
-/* graph: a captured one-token step, whose rows cu_decode_graph writes into
+/* graph: a captured step or verify window, whose rows cu_decode_graph writes into
  * the pinned h_rows before each replay (no host work inside the capture) —
  * and, with the gw_ple_rows hook, their values into h_ple. */
 int cu_ple_forward(cuda_backend *be, cuda_seq *s, const cu_layer *c, cu_lstate *ls, int64_t pos0, int T, float *X,

@@ -1,11 +1,16 @@
 /* qsa.cu — gated attention with the QSA block indexer on the device
  * (engine/cpu/qsa.c's twin): q/k norms and RoPE, K/V into the cache, the
  * indexer's block keys, scores and top-k (the CPU's tie rule: the lower
- * block), and attention over the kept blocks plus the incomplete tail.
+ * block), and attention over the kept blocks plus the incomplete tail —
+ * those kernels in attn.cu: with the fast kernels a step or a verify window
+ * (≤ GW_VERIFY_ROWS rows) attends with the split-K kernel, prefill batches
+ * and the ref kernels with the reference one.
  *
- * Every launch has a dpos form: in a captured one-token step the position
- * is read on the device, so the same kernels serve every position of a
- * replayed graph (graph.cu); the buffers are bounded by the K/V capacity. */
+ * Every launch has a dpos form: in a captured step or verify window the
+ * first row's position is read on the device, so the same kernels serve
+ * every position of a replayed graph (graph.cu); the buffers are bounded by
+ * the K/V capacity. */
+#include "gpu-worker/cuda/attn.h"
 #include "gpu-worker/cuda/backend_cuda.h"
 #include "gpu-worker/cuda/device.cuh"
 
@@ -21,16 +26,17 @@ __global__ void k_store_rows(const float *src, int T, int64_t width, float *dst,
 
 /* Block key b = nb0 + blockIdx.x (cpu indexer_prepare): RMS(mean of its cr
  * raw keys)·w, rotated at position b·cr.  With dpos (a graph's one-token
- * step) the block is the one that completes at position *dpos, if any.
+ * step or window of T rows) the blocks are those that complete at positions
+ * *dpos .. *dpos + T − 1, if any (grid T / cr + 1: blocks past them return).
  * Dynamic shared memory: Di floats. */
-__global__ void k_block_key(const float *idx_k, int Di, int cr, int64_t nb0, const int64_t *dpos, float *blk_k,
+__global__ void k_block_key(const float *idx_k, int Di, int cr, int64_t nb0, const int64_t *dpos, int T, float *blk_k,
                             const float *w, float eps, int rope_dim, const float *cosv, const float *sinv)
 {
     extern __shared__ float kb[];
     int64_t b = nb0 + blockIdx.x;
     if (dpos) {
-        if ((*dpos + 1) % cr != 0) return;
-        b = (*dpos + 1) / cr - 1;
+        b = (*dpos + cr) / cr - 1 + blockIdx.x; /* the first block ending at *dpos or later */
+        if (b > (*dpos + T) / cr - 1) return;
     }
     double ss = 0;
     for (int d = threadIdx.x; d < Di; d += blockDim.x) {
@@ -47,102 +53,18 @@ __global__ void k_block_key(const float *idx_k, int Di, int cr, int64_t nb0, con
     d_rope(out, rope_dim, cosv, sinv, b * cr);
 }
 
-/* Scores of the B blocks for query row t: Σ_h ReLU(q_h·K_b)/√Di.  With dpos
- * (one row at position *dpos) B = (*dpos + 1) / cr. */
-__global__ void k_block_scores(const float *qi, int Hi, int Di, const float *blk_k, int64_t B, int64_t bstride,
-                               float *scores, int cr, const int64_t *dpos)
-{
-    const int t = blockIdx.y;
-    const int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (dpos) B = (*dpos + 1) / cr;
-    if (b >= B) return;
-    const double inv = 1.0 / sqrt((double)Di);
-    double s = 0;
-    for (int h = 0; h < Hi; h++) {
-        const float *qh = qi + ((int64_t)t * Hi + h) * Di, *kb = blk_k + b * Di;
-        double d = 0;
-        for (int i = 0; i < Di; i++) d += (double)qh[i] * kb[i];
-        s += d > 0 ? d : 0;
-    }
-    scores[t * bstride + b] = (float)(s * inv);
-}
-
-/* keep[t][b] = 1 for the `top` best blocks of row t: by score, ties to the lower index. */
-__global__ void k_block_keep(const float *scores, int64_t B, int64_t bstride, int64_t top, uint8_t *keep, int cr,
-                             const int64_t *dpos)
-{
-    const int t = blockIdx.y;
-    const int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (dpos) B = (*dpos + 1) / cr;
-    if (b >= B) return;
-    const float *s = scores + t * bstride;
-    const float sb = s[b];
-    int64_t rank = 0;
-    for (int64_t o = 0; o < B; o++) rank += s[o] > sb || (s[o] == sb && o < b);
-    keep[t * bstride + b] = rank < top;
-}
-
-/* One query row × one head: scores over the visible slots, softmax, weighted
- * values, × sigmoid(gate).  Row t sees slots 0..slot0+t, restricted (when
- * keep != NULL and the row has more than `top` complete blocks) to its kept
- * blocks plus its incomplete tail.  grid (rows, Hq); p holds pstride ≥ n_ctx
- * floats per (row, head). */
-__global__ void k_attend(const float *q, const float *qg, int64_t qg_rs, const float *kc, const float *vc, int Hq,
-                         int Hkv, int D, int64_t slot0, int64_t pos0, int cr, int64_t top, const uint8_t *keep,
-                         int64_t bstride, float *p, int64_t pstride, float *out, const int64_t *dpos)
-{
-    if (dpos) slot0 += *dpos, pos0 += *dpos; /* a replayed graph: the position lives on the device */
-    const int t = blockIdx.x, h = blockIdx.y, group = Hq / Hkv;
-    const int64_t kvw = (int64_t)Hkv * D, kvo = (int64_t)(h / group) * D, last = slot0 + t;
-    const float *qh = q + ((int64_t)t * Hq + h) * D;
-    float *ph = p + ((int64_t)t * Hq + h) * pstride;
-    bool sparse = false;
-    int64_t B = 0;
-    if (cr > 0) {
-        const int64_t pos = pos0 + t;
-        B = (pos + 1) / cr;
-        sparse = B > top;
-    }
-    const uint8_t *kp = keep ? keep + (int64_t)t * bstride : NULL;
-#define SELECTED(i) (!sparse || (i) >= B * cr || kp[(i) / cr])
-    const double scale = 1.0 / sqrt((double)D);
-    float mx = -INFINITY;
-    for (int64_t i = threadIdx.x; i <= last; i += blockDim.x) {
-        if (!SELECTED(i)) continue;
-        const float *kk = kc + i * kvw + kvo;
-        double d = 0;
-        for (int a = 0; a < D; a++) d += (double)qh[a] * kk[a];
-        float s = (float)(d * scale);
-        ph[i] = s;
-        mx = fmaxf(mx, s);
-    }
-    mx = block_max(mx);
-    double sum = 0;
-    for (int64_t i = threadIdx.x; i <= last; i += blockDim.x)
-        if (SELECTED(i)) sum += exp((double)ph[i] - mx);
-    sum = block_sum(sum);
-    for (int64_t i = threadIdx.x; i <= last; i += blockDim.x)
-        if (SELECTED(i)) ph[i] = (float)(exp((double)ph[i] - mx) / sum);
-    __syncthreads();
-    const float *gate = qg + (int64_t)t * qg_rs + (int64_t)h * 2 * D + D;
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        double acc = 0;
-        for (int64_t i = 0; i <= last; i++)
-            if (SELECTED(i)) acc += (double)ph[i] * vc[i * kvw + kvo + d];
-        out[((int64_t)t * Hq + h) * D + d] = (float)acc * d_sigmoid(gate[d]);
-    }
-#undef SELECTED
-}
-
 /* ---------- the layer ---------- */
 
 /* T rows at positions pos0 + t; K/V of the rows stored at slots slot0 + t of
  * (kc, vc); cr > 0: the QSA indexer over the layer's idx_k / blk_k (slot =
- * position).  dpos (a captured one-token step): pos0 and slot0 are 0 and the
- * position is read on the device; every launch is then the same at every
- * position (cap: the K/V capacity bounds the buffers). */
+ * position).  dpos (a captured step or window): pos0 and slot0 are 0 and the
+ * first row's position is read on the device; every launch is then the same
+ * at every position (cap: the K/V capacity bounds the buffers).  A one-row
+ * eval and a verify window attend with the fast kernels' split-K kernel; a
+ * batch of other rows (prefill) with the reference kernel whatever its size,
+ * so a prefill split anywhere gives the unsplit one's rows (the resume rule). */
 int cu_attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *kc, float *vc, const float *x, int T,
-                 int64_t pos0, int64_t slot0, int cr, const int64_t *dpos, int64_t cap, float *y)
+                 int64_t pos0, int64_t slot0, int cr, const int64_t *dpos, int64_t cap, bool verify, float *y)
 {
     const struct model_hparams *hp = &be->base.model->hp;
     const int Hq = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, Hi = hp->idx_n_head, Di = hp->idx_head_dim;
@@ -187,10 +109,10 @@ int cu_attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *kc, 
         if (rc == 0) rc = cu_rms_rows(st, qi, iw, qi, iw, T, Di, Hi, c->idx_q_norm, 0, hp->rms_eps);
         if (rc == 0) rc = cu_rope(be, qi, T, iw, Hi, Di, pos0, 1, dpos);
         /* the block keys of the blocks this batch completes */
-        const int64_t nb = dpos ? 1 : (pos0 + T) / cr - ls->n_blk;
+        const int64_t nb = dpos ? T / cr + 1 : (pos0 + T) / cr - ls->n_blk;
         if (rc == 0 && nb > 0) {
             k_block_key<<<(unsigned)nb, nthr(Di), (size_t)Di * sizeof(float), st>>>(
-                ls->idx_k, Di, cr, ls->n_blk, dpos, ls->blk_k, c->idx_k_norm, hp->rms_eps, hp->rope_dim, be->d_cos,
+                ls->idx_k, Di, cr, ls->n_blk, dpos, T, ls->blk_k, c->idx_k_norm, hp->rms_eps, hp->rope_dim, be->d_cos,
                 be->d_sin);
             rc = LCHK("k_block_key");
         }
@@ -203,18 +125,38 @@ int cu_attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *kc, 
             if (rc == 0) rc = cu_talloc(&t, &keepf, (T * bstride + 3) / 4);
             keep = (uint8_t *)keepf;
             /* row r scores only its own complete blocks (B_r = (pos0+r+1)/cr; on the device with dpos) */
-            for (int r = 0; r < T && rc == 0; r++) {
+            if (be->fast) {
+                cu_block_scores_fast(st, T, qi, Hi, Di, ls->blk_k, bstride, scores, cr, top, pos0, dpos);
+                rc = LCHK("k_block_scores_fast");
+            }
+            for (int r = 0; r < T && rc == 0 && !be->fast; r++) {
                 const int64_t Br = dpos ? bstride : (pos0 + r + 1) / cr;
                 if (!dpos && Br <= top) continue;
-                k_block_scores<<<nblk(Br, 128), 128, 0, st>>>(qi + r * iw, Hi, Di, ls->blk_k, Br, bstride,
-                                                               scores + r * bstride, cr, dpos);
-                k_block_keep<<<nblk(Br, 128), 128, 0, st>>>(scores + r * bstride, Br, bstride, top, keep + r * bstride,
-                                                             cr, dpos);
-                rc = LCHK("k_block_scores/keep");
+                cu_block_scores_ref(st, qi + r * iw, Hi, Di, ls->blk_k, Br, bstride, scores + r * bstride, cr, dpos, r);
+                rc = LCHK("k_block_scores");
+            }
+            if (rc == 0) {
+                cu_block_keep(st, T, scores, bstride, top, keep, cr, pos0, dpos);
+                rc = LCHK("k_block_keep");
             }
         }
     }
-    if (rc == 0) {
+    const struct cu_attn_args aa = {q, qg, 2 * qw, kc, vc, Hq, Hkv, D, slot0, pos0, cr, top, dpos, att};
+    /* the fast kernels' split-K attention for a step or a verify window (its row's chunks independent of T);
+     * else (the ref kernels, prefill batches, a shape past its shared memory) the reference */
+    if (rc == 0 && be->fast && (T == 1 || (verify && T <= GW_VERIFY_ROWS)) && cu_flash_fits(Hq, Hkv, D)) {
+        float *part, *listf = NULL;
+        rc = cu_talloc(&t, &part, cu_flash_part_floats(T, Hq, D));
+        if (rc == 0 && keep) rc = cu_talloc(&t, &listf, T * (top > 0 ? top : 1));
+        if (rc == 0 && keep) {
+            cu_keep_list(st, T, keep, bstride, top, cr, pos0, dpos, (int32_t *)listf);
+            rc = LCHK("k_keep_list");
+        }
+        if (rc == 0) {
+            cu_flash_attend(st, T, &aa, (const int32_t *)listf, part);
+            rc = LCHK("k_flash_split/combine");
+        }
+    } else if (rc == 0) {
         /* attention in row groups so that the probabilities stay under 64 Mi floats */
         int G = (int)(((int64_t)64 << 20) / ((int64_t)Hq * n_ctx));
         G = G < 1 ? 1 : G > T ? T : G;
@@ -222,9 +164,10 @@ int cu_attention(cuda_backend *be, const cu_layer *c, cu_lstate *ls, float *kc, 
         rc = cu_talloc(&t, &p, (int64_t)G * Hq * n_ctx);
         for (int r0 = 0; r0 < T && rc == 0; r0 += G) {
             const int nr = T - r0 < G ? T - r0 : G;
-            k_attend<<<dim3((unsigned)nr, (unsigned)Hq), 128, 0, st>>>(
-                q + r0 * qw, qg + r0 * 2 * qw, 2 * qw, kc, vc, Hq, Hkv, D, slot0 + r0, pos0 + r0, cr, top,
-                keep ? keep + r0 * bstride : NULL, bstride, p, n_ctx, att + r0 * qw, dpos);
+            struct cu_attn_args ar = aa;
+            ar.q = q + r0 * qw, ar.qg = qg + r0 * 2 * qw, ar.slot0 = slot0 + r0, ar.pos0 = pos0 + r0;
+            ar.out = att + r0 * qw;
+            cu_attend_ref(st, nr, &ar, keep ? keep + r0 * bstride : NULL, bstride, p, n_ctx);
             rc = LCHK("k_attend");
         }
     }

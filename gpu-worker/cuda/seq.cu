@@ -25,6 +25,8 @@ void cuda_seq_free(gw_seq *gs)
     cuda_seq *s = (cuda_seq *)gs;
     cudaStreamSynchronize(cbe(gs->be)->st);
     if (s->exec) cudaGraphExecDestroy(s->exec);
+    for (int T = 0; T <= GW_VERIFY_ROWS; T++)
+        if (s->wexec[T]) cudaGraphExecDestroy(s->wexec[T]);
     seq_release(s);
     free(s);
 }

@@ -9,10 +9,13 @@
  *                  window truncated back to its accepted prefix and decoding
  *                  continued from there: the ids are the plain greedy run's
  *                  (this backend's and the CPU's), every kept row's logits
- *                  within tol of the plain decode step's (the CPU reference:
- *                  bit for bit), and the counters show no position computed
+ *                  bit-identical to the plain decode step's (each kernel's
+ *                  row is independent of the rows beside it: the split-K
+ *                  attention's chunks depend on the row's position only),
+ *                  within tol of the CPU's, and the counters show no position computed
  *                  twice: rows evaluated = the windows' rows, rows replayed =
- *                  the rows kept by the truncations into a window.  The cfgs:
+ *                  the rows kept by the truncations into a window; with
+ *                  graphs on, windows replayed as CUDA graphs (none without).  The cfgs:
  *                  cpu; cuda with CUDA graphs and without; with --remote odd
  *                  experts remote (the hook), and under a VRAM budget (the
  *                  planned total) with ~30 % of the experts remote and with
@@ -135,6 +138,7 @@ static void verify_loop(const struct model *m, const struct vcfg *c, gw_backend 
     eval(s, tok, T, GW_ROWS_LAST, wl, GW_ROWS_NONE, NULL, NULL);
     ids[0] = argmax(wl, V);
     const uint64_t ev0 = gw_backend_rows_evaluated(be), rp0 = gw_backend_rows_replayed(be);
+    const uint64_t gr0 = gw_backend_graph_replays(be);
     uint64_t rows = 0, kept = 0;
     double worst = rel_err(wl, rl, V), worst_cpu = rel_err(wl, cpu_lg, V);
     int g = 1, passes = 0, exact = 0, compared = 0, rejected = 0;
@@ -161,18 +165,22 @@ static void verify_loop(const struct model *m, const struct vcfg *c, gw_backend 
         g += acc + 1, passes++;
     }
     const uint64_t ev = gw_backend_rows_evaluated(be) - ev0, rp = gw_backend_rows_replayed(be) - rp0;
+    const uint64_t gr = gw_backend_graph_replays(be) - gr0; /* windows replayed as CUDA graphs */
+    const bool graphs = strcmp(c->kind, "cpu") && !c->no_graphs;
     const bool recurrent = recurrent_model(m);
     const int same = same_prefix(ids, ref, n), same_cpu = same_prefix(ids, cpu_ids, n);
-    const bool is_cpu = !strcmp(c->kind, "cpu");
     char name[64];
     snprintf(name, sizeof name, "verify-%s", c->name);
-    report(name, same == n && same_cpu == n && (is_cpu ? exact == compared : worst <= tol) && worst_cpu <= tol &&
-                     ev == rows && rp == (recurrent ? kept : 0) && (!c->place || rctx.pairs > 0),
+    report(name, same == n && same_cpu == n && exact == compared && worst <= tol && worst_cpu <= tol &&
+                     ev == rows && rp == (recurrent ? kept : 0) && (!c->place || rctx.pairs > 0) &&
+                     (graphs ? gr > 0 : gr == 0),
            "%.0f greedy ids identical decoded as verify windows with forced rejections", same < same_cpu ? same : same_cpu);
     printf("     (%d windows, %d with a rejection; rows evaluated %llu (windows' rows %llu), replayed %llu (kept rows %llu); "
-           "%d of %d kept rows bit-identical to the plain decode step's, worst max|d|/max|ref| = %.3g, vs the cpu's %.3g%s)\n",
+           "%d of %d kept rows bit-identical to the plain decode step's, worst max|d|/max|ref| = %.3g, vs the cpu's %.3g%s; "
+           "%llu windows replayed as CUDA graphs)\n",
            passes, rejected, (unsigned long long)ev, (unsigned long long)rows, (unsigned long long)rp,
-           (unsigned long long)kept, exact, compared, worst, worst_cpu, c->place ? "; remote experts through the hook" : "");
+           (unsigned long long)kept, exact, compared, worst, worst_cpu, c->place ? "; remote experts through the hook" : "",
+           (unsigned long long)gr);
     gw_seq_free(s);
     if (!cpu_be) gw_backend_free(be);
     if (local) gw_expert_scratch_free(&rctx.scratch);

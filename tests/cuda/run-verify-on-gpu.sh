@@ -7,8 +7,9 @@
 #      synthetic model (4 layers, 64 experts, MTP; fast
 #      kernels): greedy decoding as verify windows with forced rejections at
 #      moving positions, CPU and CUDA (graphs on and off, remote experts,
-#      under a VRAM budget with and without slots) — ids identical, rows
-#      within tol, no position evaluated twice; every rollback position of a
+#      under a VRAM budget with and without slots; windows as CUDA graphs
+#      and as plain launches) — ids identical, kept rows bit-identical to the
+#      decode steps', no position evaluated twice; every rollback position of a
 #      17-row window; the refusals;
 #   2. tests/tools/test_spec.sh with SPEC_BACKEND=cuda: `nebula generate
 #      --backend cuda --spec mtp|lookup|oracle` identical to plain greedy

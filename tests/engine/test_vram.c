@@ -158,12 +158,14 @@ Test(vram, logits_scratch_is_bounded)
     struct model big = *m;
     big.hp.n_vocab += 1000;
     struct gw_vram_parts a, b;
+    /* the graph arena: a verify window's GW_VERIFY_ROWS rows of logits (more than a step's two rows' worth);
+     * the pool: the head's GW_VRAM_HEAD_ROWS rows */
     gw_vram_plan(m, NULL, 4096, &a);
     gw_vram_plan(&big, NULL, 4096, &b);
-    cr_assert_eq(b.scratch - a.scratch, 4ull * 1000 * (2 + GW_VRAM_HEAD_ROWS));
-    gw_vram_plan(m, NULL, 8, &a); /* a context shorter than the head's rows: only those rows */
+    cr_assert_eq(b.scratch - a.scratch, 4ull * 1000 * (GW_VERIFY_ROWS + GW_VRAM_HEAD_ROWS));
+    gw_vram_plan(m, NULL, 8, &a); /* a context shorter than the head's rows: only those rows in the pool */
     gw_vram_plan(&big, NULL, 8, &b);
-    cr_assert_eq(b.scratch - a.scratch, 4ull * 1000 * (2 + 8));
+    cr_assert_eq(b.scratch - a.scratch, 4ull * 1000 * (GW_VERIFY_ROWS + 8));
     model_close(m);
 }
 

@@ -11,6 +11,8 @@
 #   synthetic  its released-width half (FIXTURES= …)                ~5 min (FULL=1: ~6)
 #   matvec     tests/cuda/run-on-gpu.sh --no-timing                ~2 min
 #   verify     tests/cuda/run-verify-on-gpu.sh                     ~3 min
+#   attn       check_attn: split-K attention vs k_attend and the host, the
+#              indexer's kernels, µs per call old vs new at 4K-32K  ~1 min
 #   seqstate   tests/cuda/run-seq-state-on-gpu.sh (the prompt cache's save/load)
 #   cache      tests/api/test_prompt_cache.py on the cuda backend
 #   pipeline   TEST_BACKEND=cuda tests/tools/test_pipeline.sh and test_idle.sh
@@ -64,6 +66,7 @@ one_step() {
         ${reduced:+KERNELS=fast GREEDY=24 PROMPT=32} bash tests/cuda/run-backend-on-gpu.sh ;;
     matvec) run_step "$s" bash tests/cuda/run-on-gpu.sh --no-timing ;;
     verify) run_step "$s" env WORK=/tmp/nb-verify bash tests/cuda/run-verify-on-gpu.sh ;;
+    attn) run_step "$s" "$B/tests/cuda/check_attn" ;;
     seqstate) run_step "$s" env CHECK="$B/tests/cuda/check_seq_state" bash tests/cuda/run-seq-state-on-gpu.sh ;;
     cache) run_step "$s" env BUILD="$B" python3 tests/api/test_prompt_cache.py ;; # the coordinator picks cuda there
     pipeline) run_step "$s" bash -c "TEST_BACKEND=cuda BUILD='$B' bash tests/tools/test_pipeline.sh && TEST_BACKEND=cuda BUILD='$B' bash tests/tools/test_idle.sh" ;;
