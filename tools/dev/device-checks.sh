@@ -78,7 +78,7 @@ one_step() {
 }
 for lane in "$@"; do # every name known before anything runs
     for s in ${lane//,/ }; do
-        case " fixtures synthetic matvec verify seqstate cache pipeline adaptive selfcheck train " in
+        case " fixtures synthetic matvec verify seqstate cache pipeline adaptive attn selfcheck train " in
         *" $s "*) ;;
         *) echo "device-checks: unknown step '$s' (see the header)" >&2; exit 2 ;;
         esac
