@@ -8,6 +8,8 @@
 #   fixtures   make test-gpu's fixture half: run-backend-on-gpu.sh SYNTHETIC=0
 #              (every fixture, sweep case, GDN size, low-bit type and published
 #              mix; verify windows too)                            ~6 min
+#   fixtures1, fixtures2  the fixture half in two parts, for two lanes: the
+#              fixtures, sweep and GDN sizes; then the low-bit types and mixes
 #   synthetic  its released-width half (FIXTURES= …)                ~5 min (FULL=1: ~6)
 #   matvec     tests/cuda/run-on-gpu.sh --no-timing                ~2 min
 #   verify     tests/cuda/run-verify-on-gpu.sh                     ~3 min
@@ -22,8 +24,8 @@
 #   train      tests/train/test_forward.py (torch there)
 # FULL=1: fixtures and synthetic with make test-gpu's own lengths and both kernel sets (the default
 # is shorter: greedy 32 on the fixtures, fast kernels and greedy 24 on the released-width models), so
-# that `FULL=1 device-checks.sh -j fixtures synthetic matvec,seqstate,train,verify` is make test-gpu
-# in three lanes at once.
+# that `FULL=1 device-checks.sh -j fixtures1 fixtures2 synthetic matvec,attn,seqstate,train,verify` is
+# make test-gpu in four lanes at once.
 # Each step's limit: STEP_S (default 300 s).  Prints one line a step: rc,
 # seconds, PASS/FAIL counts where the log has them.
 set -u
@@ -62,6 +64,10 @@ one_step() {
     case $s in
     fixtures) run_step "$s" env OMP_NUM_THREADS=8 WORK=/tmp/nb-fixtures SYNTHETIC=0 ${reduced:+FIXTURE_GREEDY=32} \
         bash tests/cuda/run-backend-on-gpu.sh ;;
+    fixtures1) run_step "$s" env OMP_NUM_THREADS=4 WORK=/tmp/nb-fixtures1 SYNTHETIC=0 LOWBIT= MIXES= \
+        ${reduced:+FIXTURE_GREEDY=32} bash tests/cuda/run-backend-on-gpu.sh ;;
+    fixtures2) run_step "$s" env OMP_NUM_THREADS=4 WORK=/tmp/nb-fixtures2 SYNTHETIC=0 FIXTURES= SWEEP= GDN_DIMS= \
+        ${reduced:+FIXTURE_GREEDY=32} bash tests/cuda/run-backend-on-gpu.sh ;;
     synthetic) run_step "$s" env OMP_NUM_THREADS=8 WORK=/tmp/nb-synthetic FIXTURES= SWEEP= GDN_DIMS= LOWBIT= MIXES= \
         ${reduced:+KERNELS=fast GREEDY=24 PROMPT=32} bash tests/cuda/run-backend-on-gpu.sh ;;
     matvec) run_step "$s" bash tests/cuda/run-on-gpu.sh --no-timing ;;
@@ -78,7 +84,7 @@ one_step() {
 }
 for lane in "$@"; do # every name known before anything runs
     for s in ${lane//,/ }; do
-        case " fixtures synthetic matvec verify seqstate cache pipeline adaptive attn selfcheck train " in
+        case " fixtures fixtures1 fixtures2 synthetic matvec verify seqstate cache pipeline adaptive attn selfcheck train " in
         *" $s "*) ;;
         *) echo "device-checks: unknown step '$s' (see the header)" >&2; exit 2 ;;
         esac
