@@ -184,8 +184,10 @@ static int eval_body(cuda_seq *s, const struct gw_eval_args *a)
      * The hooks are not: remote experts go through the mailbox, PLE rows are
      * asked before the replay.  A decode step and a verify window (of one
      * row too: its checkpoint copies are in its own graph) replay graphs;
-     * other batches (prefill, MTP) run plain. */
-    if ((T == 1 || (a->verify && T <= GW_VERIFY_ROWS)) && be->graphs && !a->tap && !a->route_tap &&
+     * other batches (prefill, MTP) run plain, and so does a window in
+     * coverage mode, whose layers ask the host which misses to drop. */
+    const bool coverage = a->verify && a->coverage > 0;
+    if ((T == 1 || (a->verify && T <= GW_VERIFY_ROWS)) && be->graphs && !a->tap && !a->route_tap && !coverage &&
         (!be->base.remote.fn || gw_mailbox_active(&be->mailbox)))
         return cu_decode_graph(s, a);
     TRY(cu_seq_reserve(s, pos0 + T));
