@@ -24,8 +24,8 @@
 #   train      tests/train/test_forward.py (torch there)
 # FULL=1: fixtures and synthetic with make test-gpu's own lengths and both kernel sets (the default
 # is shorter: greedy 32 on the fixtures, fast kernels and greedy 24 on the released-width models), so
-# that `FULL=1 device-checks.sh -j fixtures1 fixtures2 synthetic matvec,attn,seqstate,train,verify` is
-# make test-gpu in four lanes at once.
+# that `FULL=1 device-checks.sh -j fixtures,synthetic,seqstate matvec,attn,verify,train` is make
+# test-gpu in two lanes (the first ~13 min: two calls' worth; see -j below).
 # Each step's limit: STEP_S (default 300 s).  Prints one line a step: rc,
 # seconds, PASS/FAIL counts where the log has them.
 set -u
@@ -90,8 +90,10 @@ for lane in "$@"; do # every name known before anything runs
         esac
     done
 done
-# -j: each argument a lane run beside the others (the H200 and 16 cores hold several checks at once),
-# the steps of a lane joined by commas and run one after the other; without -j, every step in turn.
+# -j: each argument a lane run beside the others, the steps of a lane joined by commas and run one after
+# the other; without -j, every step in turn.  Lanes overlap only where the scripts allow it: those that
+# measure VRAM (run-backend-on-gpu.sh, run-seq-state-on-gpu.sh) take tests/lib/gpu.sh's device lock and wait
+# for each other, so put them in one lane and the rest (matvec, attn, verify, cache, train) beside it.
 if [ "$par" = 1 ]; then
     for lane in "$@"; do
         (for s in ${lane//,/ }; do one_step "$s"; done) &
