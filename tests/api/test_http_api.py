@@ -646,6 +646,23 @@ def test_restart_during_http_job():
     check(st == 200 and d["choices"][0]["text"] == want, f"a job after the restart: {st}")
 
 
+def put_back(main_srv):
+    """Stops a test's own server (killed if it does not stop) and returns the suite's, to put back in srv."""
+    srv.stop()
+    if srv.proc.poll() is None:
+        os.killpg(srv.proc.pid, signal.SIGKILL)
+        srv.proc.wait()
+    return main_srv
+
+
+def finish_suite(tmp):
+    """The cleanup of a suite that runs its own servers (test_http_spec.py, test_http_coverage.py): stops the
+    last one and removes tmp."""
+    if srv:
+        srv.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def test_loading_phase(tmp):
     """HTTP answers before the workers are ready: a gpu-worker that takes 1.5 s to start (a
     wrapper script next to a copy of the coordinator) shows the loading phase, and generation
@@ -685,11 +702,7 @@ def test_loading_phase(tmp):
         check(waiter.wait(timeout=30) == 0, "the ctl request waiting while loading is answered once ready")
         check(status()["progress"] == 1 and chat(max_tokens=2)[0] == 200, "and it generates")
     finally:
-        srv.stop()
-        if srv.proc.poll() is None:
-            os.killpg(srv.proc.pid, signal.SIGKILL)
-            srv.proc.wait()
-        srv = main_srv
+        srv = put_back(main_srv)
 
 
 def test_described_demo(tmp):
@@ -709,11 +722,7 @@ def test_described_demo(tmp):
         mo = status()["model"]
         check(mo["demo"] is True and mo["notice"] == desc, f"/api/status: the described demo's notice: {mo}")
     finally:
-        srv.stop()
-        if srv.proc.poll() is None:
-            os.killpg(srv.proc.pid, signal.SIGKILL)
-            srv.proc.wait()
-        srv = main_srv
+        srv = put_back(main_srv)
 
 
 def test_shutdown_in_flight():

@@ -11,7 +11,6 @@ experts: tests/cuda/run-verify-on-gpu.sh).
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -77,9 +76,7 @@ def main():
                                 "--http", "off", *args], capture_output=True, text=True, timeout=60)
             check(p.returncode != 0 and want in p.stderr, f"refused {args}: {p.returncode} {p.stderr[-300:]}")
     finally:
-        if h.srv:
-            h.srv.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        h.finish_suite(tmp)
     print(f"{h.checks} checks, {len(h.failures)} failed")
     sys.exit(1 if h.failures else 0)
 

@@ -12,7 +12,6 @@ Prints "N checks, N failed"; exits 1 on any failure.  Run from the repository ro
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -102,9 +101,7 @@ def main():
                   and d["usage"] == p["usage"],
                   f"level 3 = no speculation ({b}): {text(d)!r} vs {text(p)!r}")
     finally:
-        if h.srv:
-            h.srv.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        h.finish_suite(tmp)
     print(f"{h.checks} checks, {len(h.failures)} failed")
     sys.exit(1 if h.failures else 0)
 
