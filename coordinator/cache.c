@@ -136,9 +136,11 @@ static void scan_dir(struct coord *c, struct coord_cache *k)
 int coord_cache_open(struct coord *c, char *err, size_t errlen)
 {
     if (c->cache_cfg.enable == 2 && strcmp(c->backend, "cpu")) {
-        /* auto: the cuda backend's gw_seq_save/load (device <-> host copies) have not run on a GPU yet
-         * (tests/cuda/run-seq-state-on-gpu.sh); until they have, its users get the uncached path unless
-         * they ask for the cache with --cache on / cache.enable = on */
+        /* auto: the cuda backend's gw_seq_save/load pass their checks on the H200 (run-seq-state-on-gpu.sh,
+         * test_prompt_cache.py on cuda: docs/BENCHMARKS.md, session 9), but a save copies the state through
+         * pageable host memory on the request's path, up to three times a request, and what that costs on the
+         * full model is not measured: until it is, cuda users get the uncached path unless they ask for the
+         * cache with --cache on / cache.enable = on */
         nb_log("prompt cache: off on the %s backend by default (cache.enable = auto; on: --cache on)", c->backend);
         return 0;
     }
