@@ -38,7 +38,8 @@ bad() { echo "FAIL: $*"; fail=$((fail + 1)); n=$((n + 1)); }
 shm_of() { ls /dev/shm | grep "^nebula-$1-" || true; }
 # Processes that map a region of the instance of coordinator pid $1 (named or not).
 mapping() { grep -l "/dev/shm/nebula-$1-" /proc/[0-9]*/maps 2>/dev/null | cut -d/ -f3 | sort -u | tr '\n' ' '; }
-check() { python3 tests/deploy/http_checks.py "$@" >/dev/null; }
+# Quiet when it passes; its FAIL line (why) when it does not.
+check() { local o; o=$(python3 tests/deploy/http_checks.py "$@" 2>&1) || { printf '%s\n' "$o" | grep -m 3 . >&2; return 1; }; }
 # Waits up to $1 s for coordinator.pid to name a live coordinator other than $2; prints it.
 new_coordinator() {
     local deadline=$(($(date +%s) + $1)) p
@@ -113,7 +114,10 @@ for round in 1 2; do
     cpid=$(new_coordinator 30 "$old") && ok || bad "round $round: no new coordinator within 30 s"
     seen="$seen $cpid"
     ready 60 && ok || bad "round $round: /api/status through nginx not ready after the restart"
-    check stream "$base" && ok || bad "round $round: no streamed completion after the restart"
+    check stream "$base" && ok || {
+        bad "round $round: no streamed completion after the restart"
+        tail -n 15 "$S"/coordinator.log "$S"/engine/*.log 2>/dev/null | sed 's/^/    /'
+    }
 done
 grep -q "killed by signal 9; removed its" "$S/coordinator.log" && ok || bad "coordinator.log does not record the restart"
 
