@@ -130,8 +130,11 @@ def stream(base):
     pieces = [ch["choices"][0]["delta"] for ch in chunks if ch.get("choices")]
     content = [d for d in pieces if d.get("content") or d.get("reasoning_content")]
     finish = [ch["choices"][0].get("finish_reason") for ch in chunks if ch.get("choices")]
-    if len(content) < 2:
-        fail("stream: %d content events (want >= 2): %r" % (len(content), events[:5]))
+    # At least one delta with text: how many tokens one event carries depends on timing (the coordinator writes
+    # what is pending when the socket is writable; 7 tokens in 2 ms came as one), so the count of events is not
+    # checked here (test_start_stop's lockstep check sees events arrive while the stream is open).
+    if not content or not "".join(d.get("content") or d.get("reasoning_content") or "" for d in content):
+        fail("stream: no content event with text: %r" % events[:5])
     if finish[-1] not in ("stop", "length"):
         fail("stream: last finish_reason %r" % finish[-1])
     print("stream: %d events, %d with text, finish_reason %s" % (len(events), len(content), finish[-1]))
