@@ -24,7 +24,8 @@
 # the register decode kernel holds, so the plain one runs), f32 and mix, with
 # tiny-a's tokens; and the released-width synthetic model again with
 # linear_value_head_dim WIDE_DV (default 192; empty skips it).  SYNTHETIC=0
-# leaves out both released-width models (a run split over device calls).
+# leaves out both released-width models (a run split over device calls);
+# WIDE (default "mix dv") names which of the two run.
 set -u
 . "$(dirname "$0")/../lib/gpu.sh"
 BIN=${BIN:-build/bin}
@@ -131,7 +132,10 @@ for mix in $MIXES; do
     done
 done
 edit_config conf/qwen3.8-flash-next.config.json "$WORK/cfg64.json" num_experts=64
-wide="synthetic-4l-64e-mix"
+WIDE=${WIDE-mix dv} # which released-width models: mix (synthetic-4l-64e-mix), dv (its WIDE_DV twin)
+wide=
+case " $WIDE " in *" mix "*) wide="synthetic-4l-64e-mix" ;; esac
+case " $WIDE " in *" dv "*) ;; *) WIDE_DV= ;; esac
 [ "${SYNTHETIC:-1}" = 0 ] && wide= WIDE_DV=
 [ -n "$WIDE_DV" ] && edit_config "$WORK/cfg64.json" "$WORK/cfg64-dv$WIDE_DV.json" linear_value_head_dim="$WIDE_DV" &&
     wide="$wide synthetic-4l-64e-dv$WIDE_DV-mix"

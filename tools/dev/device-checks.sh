@@ -11,6 +11,9 @@
 #   fixtures1, fixtures2  the fixture half in two parts, for two lanes: the
 #              fixtures, sweep and GDN sizes; then the low-bit types and mixes
 #   synthetic  its released-width half (FIXTURES= …)                ~5 min (FULL=1: ~6)
+#   synth-mix-ref, synth-mix-fast, synth-dv-ref, synth-dv-fast  the released-width half in four parts at
+#              make test-gpu's own lengths, one model and one kernel set each (on the H100 host the ref
+#              kernels' part of the first model took 360 s: the whole half does not fit one call)
 #   matvec     tests/cuda/run-on-gpu.sh --no-timing                ~2 min
 #   verify     tests/cuda/run-verify-on-gpu.sh                     ~3 min
 #   attn       check_attn: split-K attention vs k_attend and the host, the
@@ -70,6 +73,10 @@ one_step() {
         ${reduced:+FIXTURE_GREEDY=32} bash tests/cuda/run-backend-on-gpu.sh ;;
     synthetic) run_step "$s" env OMP_NUM_THREADS=8 WORK=/tmp/nb-synthetic FIXTURES= SWEEP= GDN_DIMS= LOWBIT= MIXES= \
         ${reduced:+KERNELS=fast GREEDY=24 PROMPT=32} bash tests/cuda/run-backend-on-gpu.sh ;;
+    synth-mix-ref | synth-mix-fast | synth-dv-ref | synth-dv-fast)
+        w=${s#synth-}
+        run_step "$s" env OMP_NUM_THREADS=8 WORK=/tmp/nb-$s FIXTURES= SWEEP= GDN_DIMS= LOWBIT= MIXES= WIDE="${w%-*}" \
+            KERNELS="${w#*-}" bash tests/cuda/run-backend-on-gpu.sh ;;
     matvec) run_step "$s" bash tests/cuda/run-on-gpu.sh --no-timing ;;
     verify) run_step "$s" env WORK=/tmp/nb-verify bash tests/cuda/run-verify-on-gpu.sh ;;
     attn) run_step "$s" "$B/tests/cuda/check_attn" ;;
@@ -78,13 +85,13 @@ one_step() {
     pipeline) run_step "$s" bash -c "TEST_BACKEND=cuda BUILD='$B' bash tests/tools/test_pipeline.sh && TEST_BACKEND=cuda BUILD='$B' bash tests/tools/test_idle.sh" ;;
     adaptive) run_step "$s" env TEST_BACKEND=cuda BUILD="$B" bash tests/tools/test_adaptive_slots.sh ;;
     selfcheck) run_step "$s" env BUILD="$B" WORK=/dev/shm/nb-selfcheck bash tests/deploy/selfcheck-gpu.sh ;;
-    train) run_step "$s" python3 tests/train/test_forward.py ;;
+    train) run_step "$s" python3 tests/train/test_forward.py --nebula "$BIN/nebula" --convert "$BIN/nebula-convert" ;;
     *) echo "device-checks: unknown step '$s' (see the header)" >&2; exit 2 ;;
     esac
 }
 for lane in "$@"; do # every name known before anything runs
     for s in ${lane//,/ }; do
-        case " fixtures fixtures1 fixtures2 synthetic matvec verify seqstate cache pipeline adaptive attn selfcheck train " in
+        case " fixtures fixtures1 fixtures2 synthetic synth-mix-ref synth-mix-fast synth-dv-ref synth-dv-fast matvec verify seqstate cache pipeline adaptive attn selfcheck train " in
         *" $s "*) ;;
         *) echo "device-checks: unknown step '$s' (see the header)" >&2; exit 2 ;;
         esac
