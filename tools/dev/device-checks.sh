@@ -12,7 +12,7 @@
 #              fixtures, sweep and GDN sizes; then the low-bit types and mixes
 #   synthetic  its released-width half (FIXTURES= …)                ~5 min (FULL=1: ~6)
 #   synth-mix-ref, synth-mix-fast, synth-dv-ref, synth-dv-fast  the released-width half in four parts at
-#              make test-gpu's own lengths, one model and one kernel set each (on the H100 host the ref
+#              make test-gpu's own lengths, one model and one kernel set each, 16 OpenMP threads for the CPU reference (on the H100 host, with 8, the ref
 #              kernels' part of the first model took 360 s: the whole half does not fit one call)
 #   matvec     tests/cuda/run-on-gpu.sh --no-timing                ~2 min
 #   verify     tests/cuda/run-verify-on-gpu.sh                     ~3 min
@@ -75,7 +75,7 @@ one_step() {
         ${reduced:+KERNELS=fast GREEDY=24 PROMPT=32} bash tests/cuda/run-backend-on-gpu.sh ;;
     synth-mix-ref | synth-mix-fast | synth-dv-ref | synth-dv-fast)
         w=${s#synth-}
-        run_step "$s" env OMP_NUM_THREADS=8 WORK=/tmp/nb-$s FIXTURES= SWEEP= GDN_DIMS= LOWBIT= MIXES= WIDE="${w%-*}" \
+        run_step "$s" env OMP_NUM_THREADS=${OMP_NUM_THREADS:-16} WORK=/tmp/nb-$s FIXTURES= SWEEP= GDN_DIMS= LOWBIT= MIXES= WIDE="${w%-*}" \
             KERNELS="${w#*-}" bash tests/cuda/run-backend-on-gpu.sh ;;
     matvec) run_step "$s" bash tests/cuda/run-on-gpu.sh --no-timing ;;
     verify) run_step "$s" env WORK=/tmp/nb-verify bash tests/cuda/run-verify-on-gpu.sh ;;
